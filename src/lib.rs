@@ -1,0 +1,4 @@
+//! Convoy: a batch-job scheduler with Armada's fair-share scheduling model, in one binary.
+
+pub mod model;
+pub mod scheduler;

@@ -1,0 +1,20 @@
+//! Domain types shared by every role: resources, queues, priority classes, jobs, nodes.
+
+pub mod gang;
+pub mod names;
+pub mod node;
+pub mod placement;
+pub mod priority;
+pub mod quantity;
+pub mod queue;
+pub mod requirements;
+pub mod resources;
+
+pub use gang::GangSpec;
+pub use names::{ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId};
+pub use node::Node;
+pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
+pub use priority::PriorityClass;
+pub use queue::{FieldError, Queue};
+pub use requirements::{Requirements, SchedulingRequirements};
+pub use resources::Resources;

@@ -1,0 +1,249 @@
+//! Validated names and identifiers. Each kind of name is its own type so a queue name can never be
+//! passed where a job-set name is expected.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {value:?} is invalid: {rule}")]
+pub struct NameError {
+    pub kind: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $ty:ident, $kind:literal, $max:literal, $extra:literal, $rule:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $ty(Arc<str>);
+
+        impl $ty {
+            /// Validates and wraps a name.
+            pub fn new(s: &str) -> Result<Self, NameError> {
+                let ok = !s.is_empty()
+                    && s.len() <= $max
+                    && s.as_bytes()[0].is_ascii_alphanumeric()
+                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || $extra.as_bytes().contains(&b));
+                if ok {
+                    Ok(Self(Arc::from(s)))
+                } else {
+                    Err(NameError { kind: $kind, value: s.to_string(), rule: $rule })
+                }
+            }
+
+            /// The name as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:?}", &*self.0)
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = NameError;
+            fn from_str(s: &str) -> Result<Self, NameError> {
+                Self::new(s)
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $ty {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                Self::new(&s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// Name of a queue: 1–63 characters, letters, digits, `.`, `_`, `-`, starting with a letter or digit.
+    QueueName, "queue name", 63, "._-", "1-63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+);
+name_type!(
+    /// Name of a job set (a user's group of related jobs within a queue).
+    JobSetName, "job set name", 253, "._-:/", "1-253 characters of letters, digits, '.', '_', '-', ':' or '/', starting with a letter or digit"
+);
+name_type!(
+    /// Name of a priority class.
+    PriorityClassName, "priority class name", 63, "._-", "1-63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+);
+name_type!(
+    /// Name of a resource: `cpu`, `memory`, `nvidia.com/gpu`, any extended resource name.
+    ResourceName, "resource name", 253, "._-/", "1-253 characters of letters, digits, '.', '_', '-' or '/', starting with a letter or digit"
+);
+name_type!(
+    /// Name of an executor (one Kubernetes cluster or one bare-metal agent).
+    ExecutorName, "executor name", 253, "._-:", "1-253 characters of letters, digits, '.', '_', '-' or ':', starting with a letter or digit"
+);
+name_type!(
+    /// Name of a node within its executor.
+    NodeName, "node name", 253, "._-:", "1-253 characters of letters, digits, '.', '_', '-' or ':', starting with a letter or digit"
+);
+name_type!(
+    /// Name of a pool: nodes are grouped into pools and scheduled pool by pool.
+    PoolName, "pool name", 63, "._-", "1-63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
+);
+
+impl ResourceName {
+    /// `cpu`.
+    pub fn cpu() -> Self {
+        Self(Arc::from("cpu"))
+    }
+    /// `memory`.
+    pub fn memory() -> Self {
+        Self(Arc::from("memory"))
+    }
+    /// `nvidia.com/gpu`.
+    pub fn gpu() -> Self {
+        Self(Arc::from("nvidia.com/gpu"))
+    }
+}
+
+impl PoolName {
+    /// The pool nodes belong to when none is given.
+    pub fn default_pool() -> Self {
+        Self(Arc::from("default"))
+    }
+}
+
+impl JobSetName {
+    /// The job set used when none is given.
+    pub fn default_set() -> Self {
+        Self(Arc::from("default"))
+    }
+}
+
+impl ExecutorName {
+    /// The executor used when none is given.
+    pub fn default_executor() -> Self {
+        Self(Arc::from("default"))
+    }
+}
+
+macro_rules! ulid_type {
+    ($(#[$doc:meta])* $ty:ident, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        pub struct $ty(pub ulid::Ulid);
+
+        impl $ty {
+            /// Builds an id from its 128-bit value.
+            pub fn from_u128(v: u128) -> Self {
+                Self(ulid::Ulid(v))
+            }
+            /// The id's 128-bit value (big-endian sortable).
+            pub fn as_u128(self) -> u128 {
+                self.0 .0
+            }
+            /// Builds an id from a millisecond timestamp and 80 random/sequence bits, as the leader does.
+            pub fn from_parts(ms: u64, rand: u128) -> Self {
+                Self(ulid::Ulid::from_parts(ms, rand))
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = NameError;
+            fn from_str(s: &str) -> Result<Self, NameError> {
+                ulid::Ulid::from_string(s).map(Self).map_err(|_| NameError {
+                    kind: $kind,
+                    value: s.to_string(),
+                    rule: "must be a 26-character ULID",
+                })
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    s.collect_str(&self.0)
+                } else {
+                    s.serialize_u128(self.0 .0)
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                if d.is_human_readable() {
+                    let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                    s.parse().map_err(serde::de::Error::custom)
+                } else {
+                    Ok(Self(ulid::Ulid(u128::deserialize(d)?)))
+                }
+            }
+        }
+    };
+}
+
+ulid_type!(
+    /// Identifier of a job: a ULID chosen by the leader at submission.
+    JobId, "job id"
+);
+ulid_type!(
+    /// Identifier of one attempt to run a job.
+    RunId, "run id"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_validate() {
+        assert!(QueueName::new("team-a_1.x").is_ok());
+        assert!(QueueName::new("").is_err());
+        assert!(QueueName::new("-a").is_err());
+        assert!(QueueName::new("a b").is_err());
+        assert!(QueueName::new(&"a".repeat(64)).is_err());
+        assert!(ResourceName::new("nvidia.com/gpu").is_ok());
+        let e = QueueName::new("a b").unwrap_err();
+        assert!(e.to_string().contains("queue name \"a b\""), "{e}");
+    }
+
+    #[test]
+    fn ids_serialize_as_text_in_json() {
+        let id = JobId::from_parts(1_700_000_000_000, 42);
+        let s = serde_json::to_string(&id).unwrap();
+        assert_eq!(s.len(), 28);
+        let back: JobId = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, id);
+        assert!(serde_json::from_str::<JobId>("\"nope\"").is_err());
+    }
+}

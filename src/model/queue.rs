@@ -1,0 +1,118 @@
+//! Queues: the unit of fair share.
+
+use super::names::{PriorityClassName, QueueName, ResourceName};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Maximum fraction of a pool's resources, per resource name.
+pub type ResourceFractions = BTreeMap<ResourceName, f64>;
+
+/// A queue. Weight is `1 / priority_factor`: a queue with factor 2 gets half the share of a queue
+/// with factor 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Queue {
+    pub name: QueueName,
+    #[serde(default = "default_priority_factor")]
+    pub priority_factor: f64,
+    /// Users who may submit to and cancel in this queue.
+    #[serde(default)]
+    pub owners: Vec<String>,
+    /// Groups whose members may submit to and cancel in this queue.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// Maximum fraction of a pool this queue may use, per resource.
+    #[serde(default)]
+    pub resource_limits: ResourceFractions,
+    /// Maximum fraction of a pool this queue's jobs of one priority class may use.
+    #[serde(default)]
+    pub resource_limits_by_priority_class: BTreeMap<PriorityClassName, ResourceFractions>,
+    /// A cordoned queue refuses new submissions; its jobs keep running.
+    #[serde(default)]
+    pub cordoned: bool,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn default_priority_factor() -> f64 {
+    1.0
+}
+
+impl Queue {
+    /// A queue with default settings.
+    pub fn new(name: QueueName, priority_factor: f64) -> Self {
+        Self {
+            name,
+            priority_factor,
+            owners: vec![],
+            groups: vec![],
+            resource_limits: BTreeMap::new(),
+            resource_limits_by_priority_class: BTreeMap::new(),
+            cordoned: false,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// The queue's weight in fair share.
+    pub fn weight(&self) -> f64 {
+        1.0 / self.priority_factor
+    }
+
+    /// Checks field rules; the error names the field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.priority_factor.is_finite() && self.priority_factor > 0.0) {
+            return Err(FieldError::new("priority_factor", format!("must be a finite number > 0, got {}", self.priority_factor)));
+        }
+        validate_fractions("resource_limits", &self.resource_limits)?;
+        for (pc, f) in &self.resource_limits_by_priority_class {
+            validate_fractions(&format!("resource_limits_by_priority_class.{pc}"), f)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks that every fraction is within [0, 1].
+pub fn validate_fractions(field: &str, f: &ResourceFractions) -> Result<(), FieldError> {
+    for (r, v) in f {
+        if !(v.is_finite() && (0.0..=1.0).contains(v)) {
+            return Err(FieldError::new(format!("{field}.{r}"), format!("must be a fraction between 0 and 1, got {v}")));
+        }
+    }
+    Ok(())
+}
+
+/// A rule broken by one field of an input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+
+    /// Prefixes the field path, e.g. `jobs[3]` + `pod_spec.containers`.
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.field = if self.field.is_empty() { prefix.to_string() } else { format!("{prefix}.{}", self.field) };
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_names_fields() {
+        let mut q = Queue::new(QueueName::new("a").unwrap(), 0.0);
+        assert_eq!(q.validate().unwrap_err().field, "priority_factor");
+        q.priority_factor = 2.0;
+        assert!((q.weight() - 0.5).abs() < 1e-12);
+        q.resource_limits.insert(ResourceName::cpu(), 1.5);
+        assert_eq!(q.validate().unwrap_err().field, "resource_limits.cpu");
+    }
+}
