@@ -38,6 +38,12 @@ macro_rules! name_type {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// Address of the shared text: equal addresses mean equal names, so hot paths can
+            /// memoise lookups without reading the text.
+            pub fn ptr_key(&self) -> usize {
+                self.0.as_ptr() as usize
+            }
         }
 
         impl fmt::Display for $ty {

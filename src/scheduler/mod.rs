@@ -1,1 +1,31 @@
-//! placeholder
+//! The scheduling algorithm as a pure, deterministic function: no I/O, no clock, no randomness
+//! except the seeded generator built from the `seed` argument.
+//!
+//! `schedule(snapshot, config, seed, now_ms) -> Decisions` runs one cycle per pool:
+//! 1. [`eviction`]: preemptible jobs of queues above their protected share are evicted in the
+//!    scheduler's view (fair-share preemption);
+//! 2. [`cycle`]: progressive filling — the most urgent next gang first, then the queue whose cost
+//!    ([`fairness`]) after scheduling it is lowest — with [`queue_order`] inside each queue;
+//! 3. [`placement`] and [`gang`]: node choice through the [`nodedb`] (priority levels, tiers,
+//!    best fit), urgency preemption, limits and [`rate_limit`]s;
+//! 4. [`decisions`]: leases, preemptions, failures and a reason for every job that waits.
+
+pub mod config;
+pub(crate) mod cycle;
+pub mod decisions;
+pub(crate) mod eviction;
+pub mod fairness;
+pub(crate) mod gang;
+pub(crate) mod node_types;
+pub(crate) mod nodedb;
+pub(crate) mod placement;
+pub(crate) mod queue_order;
+pub mod rate_limit;
+pub(crate) mod resvec;
+pub mod snapshot;
+
+pub use config::{FairnessModel, SchedulerConfig};
+pub use cycle::schedule;
+pub use decisions::{Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled};
+pub use rate_limit::{RateLimiterState, TokenBucket};
+pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};

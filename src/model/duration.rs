@@ -1,0 +1,55 @@
+//! Durations in configuration and scenarios: `"100ms"`, `"5s"`, `"3d"`, or a number of seconds.
+
+use serde::{Deserialize, Deserializer, Serializer};
+use std::time::Duration;
+
+/// Parses `"100ms"`, `"1m 30s"`, `"3d"` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} must be a non-negative number of seconds"));
+    }
+    humantime::parse_duration(t).map_err(|e| format!("duration {s:?} is invalid ({e}); use e.g. 100ms, 5s, 10m, 3d"))
+}
+
+/// Formats a duration as humantime text.
+pub fn format_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// Serde adapter: `#[serde(with = "crate::model::duration::serde_text")]`.
+pub mod serde_text {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Num(n) => Duration::try_from_secs_f64(n).map_err(|_| serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))),
+            Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_forms() {
+        assert_eq!(parse_duration("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("3d"), Ok(Duration::from_secs(3 * 86400)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+    }
+}

@@ -1,0 +1,189 @@
+//! Scheduler configuration: the `[scheduler]` section of the server config and the `config` block
+//! of a simulation scenario (same keys, same defaults).
+
+use crate::model::duration::serde_text;
+use crate::model::{FieldError, PriorityClass, PriorityClassName, ResourceName};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How a queue's resource usage is turned into one number for fair share.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FairnessModel {
+    /// Dominant resource fairness: `max_r(alloc_r / total_r)` over
+    /// `dominant_resource_fairness_resources`.
+    #[default]
+    DominantResource,
+    /// The older asset-fairness cost `Σ_r w_r · alloc_r` (cpu in cores, memory in GiB, other
+    /// resources in units) divided by the same sum over the pool, with `w_r` from
+    /// `resource_cost_weights`.
+    WeightedSum,
+}
+
+/// Scheduler settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Priority classes jobs may name.
+    pub priority_classes: Vec<PriorityClass>,
+    /// Class given to jobs that name none.
+    pub default_priority_class: PriorityClassName,
+    /// Probability that a node's preemptible jobs are evicted for fair-share rebalancing in a
+    /// cycle (0 disables fair-share preemption).
+    pub node_eviction_probability: f64,
+    /// Queues whose share is at most this fraction of their (adjusted) fair share are never
+    /// evicted.
+    pub protected_fraction_of_fair_share: f64,
+    /// At most this many queued jobs per queue are tried in one cycle (0 = no limit).
+    pub max_queue_lookback: usize,
+    /// Jobs per second for the global token bucket (0 = unlimited).
+    pub maximum_scheduling_rate: f64,
+    /// Size of the global token bucket.
+    pub maximum_scheduling_burst: u64,
+    /// Jobs per second for each queue's token bucket (0 = unlimited).
+    pub maximum_per_queue_scheduling_rate: f64,
+    /// Size of each queue's token bucket.
+    pub maximum_per_queue_scheduling_burst: u64,
+    /// Resources that count for dominant resource fairness.
+    pub dominant_resource_fairness_resources: Vec<ResourceName>,
+    /// Cost model for fair share.
+    pub fairness_model: FairnessModel,
+    /// Weights for the weighted-sum cost model.
+    pub resource_cost_weights: BTreeMap<ResourceName, f64>,
+    /// Resources (at most 4) that order nodes for best fit: a job goes to the node with the least
+    /// free of the first, then the second, …
+    pub indexed_resources: Vec<ResourceName>,
+    /// The leader runs a cycle at most this often.
+    #[serde(with = "serde_text")]
+    pub schedule_interval_min: Duration,
+    /// …and at least this often.
+    #[serde(with = "serde_text")]
+    pub schedule_interval_max: Duration,
+}
+
+/// Most resources that may order nodes for best fit.
+pub const MAX_INDEXED_RESOURCES: usize = 4;
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            priority_classes: PriorityClass::defaults(),
+            default_priority_class: PriorityClassName::new("default").expect("valid literal"),
+            node_eviction_probability: 1.0,
+            protected_fraction_of_fair_share: 1.0,
+            max_queue_lookback: 1000,
+            maximum_scheduling_rate: 0.0,
+            maximum_scheduling_burst: 0,
+            maximum_per_queue_scheduling_rate: 0.0,
+            maximum_per_queue_scheduling_burst: 0,
+            dominant_resource_fairness_resources: vec![ResourceName::cpu(), ResourceName::memory(), ResourceName::gpu()],
+            fairness_model: FairnessModel::DominantResource,
+            resource_cost_weights: [(ResourceName::cpu(), 1.0), (ResourceName::memory(), 0.0), (ResourceName::gpu(), 0.0)]
+                .into_iter()
+                .collect(),
+            indexed_resources: vec![ResourceName::gpu(), ResourceName::cpu(), ResourceName::memory()],
+            schedule_interval_min: Duration::from_millis(100),
+            schedule_interval_max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Checks every rule; the error names the key.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.priority_classes.is_empty() {
+            return Err(FieldError::new("priority_classes", "at least one priority class is needed"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, pc) in self.priority_classes.iter().enumerate() {
+            if !seen.insert(pc.name.clone()) {
+                return Err(FieldError::new(format!("priority_classes[{i}].name"), format!("{} is defined twice", pc.name)));
+            }
+            pc.validate().map_err(|e| e.within(&format!("priority_classes[{i}]")))?;
+        }
+        if !seen.contains(&self.default_priority_class) {
+            return Err(FieldError::new(
+                "default_priority_class",
+                format!("{} is not one of the priority classes", self.default_priority_class),
+            ));
+        }
+        let fraction = |key: &str, v: f64| {
+            if v.is_finite() && (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(FieldError::new(key, format!("must be between 0 and 1, got {v}")))
+            }
+        };
+        fraction("node_eviction_probability", self.node_eviction_probability)?;
+        if !(self.protected_fraction_of_fair_share.is_finite() && self.protected_fraction_of_fair_share >= 0.0) {
+            return Err(FieldError::new("protected_fraction_of_fair_share", "must be a number >= 0"));
+        }
+        for (key, rate, burst) in [
+            ("maximum_scheduling", self.maximum_scheduling_rate, self.maximum_scheduling_burst),
+            ("maximum_per_queue_scheduling", self.maximum_per_queue_scheduling_rate, self.maximum_per_queue_scheduling_burst),
+        ] {
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(FieldError::new(format!("{key}_rate"), "must be a number >= 0 (0 = unlimited)"));
+            }
+            if rate > 0.0 && burst == 0 {
+                return Err(FieldError::new(format!("{key}_burst"), "must be >= 1 when the rate is set"));
+            }
+        }
+        if self.dominant_resource_fairness_resources.is_empty() && self.fairness_model == FairnessModel::DominantResource {
+            return Err(FieldError::new("dominant_resource_fairness_resources", "at least one resource is needed"));
+        }
+        for (r, w) in &self.resource_cost_weights {
+            if !(w.is_finite() && *w >= 0.0) {
+                return Err(FieldError::new(format!("resource_cost_weights.{r}"), "must be a number >= 0"));
+            }
+        }
+        if self.fairness_model == FairnessModel::WeightedSum && self.resource_cost_weights.values().all(|w| *w == 0.0) {
+            return Err(FieldError::new("resource_cost_weights", "at least one weight must be > 0 for the weighted_sum model"));
+        }
+        if self.indexed_resources.is_empty() || self.indexed_resources.len() > MAX_INDEXED_RESOURCES {
+            return Err(FieldError::new("indexed_resources", format!("needs 1 to {MAX_INDEXED_RESOURCES} resources")));
+        }
+        if self.schedule_interval_min.is_zero() {
+            return Err(FieldError::new("schedule_interval_min", "must be > 0"));
+        }
+        if self.schedule_interval_max < self.schedule_interval_min {
+            return Err(FieldError::new("schedule_interval_max", "must be >= schedule_interval_min"));
+        }
+        Ok(())
+    }
+
+    /// The priority class called `name`.
+    pub fn priority_class(&self, name: &str) -> Option<&PriorityClass> {
+        self.priority_classes.iter().find(|pc| pc.name.as_str() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        SchedulerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_keys_by_name() {
+        let c = SchedulerConfig { node_eviction_probability: 2.0, ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "node_eviction_probability");
+        let c = SchedulerConfig { maximum_scheduling_rate: 10.0, ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "maximum_scheduling_burst");
+        let c = SchedulerConfig { default_priority_class: PriorityClassName::new("nope").unwrap(), ..Default::default() };
+        assert_eq!(c.validate().unwrap_err().field, "default_priority_class");
+    }
+
+    #[test]
+    fn parses_partial_yaml() {
+        let c: SchedulerConfig = serde_yaml_ng::from_str("max_queue_lookback: 5\nschedule_interval_min: 250ms\n").unwrap();
+        assert_eq!(c.max_queue_lookback, 5);
+        assert_eq!(c.schedule_interval_min, Duration::from_millis(250));
+        assert_eq!(c.priority_classes.len(), 2);
+        assert!(serde_yaml_ng::from_str::<SchedulerConfig>("bogus_key: 1").is_err());
+    }
+}

@@ -1,0 +1,187 @@
+//! The scheduler's output: leases, preemptions, failures, and why the rest waits.
+
+use super::rate_limit::RateLimiterState;
+use crate::model::{ExecutorName, JobId, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a job that was tried was not scheduled (or failed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reason {
+    /// No node of the pool passes the job's selector, affinity, tolerations or cordon state.
+    NoMatchingNode { pool: PoolName, detail: String },
+    /// The job requests a resource no node of the pool offers.
+    UnknownResource { pool: PoolName, resource: ResourceName },
+    /// Nodes match, but none has room, even counting what the job may preempt.
+    NoCapacity { pool: PoolName, missing: String },
+    /// The queue would exceed its limit for a resource.
+    QueueLimit { queue: QueueName, resource: ResourceName },
+    /// The queue would exceed its limit for a resource within one priority class.
+    PriorityClassLimit { queue: QueueName, priority_class: PriorityClassName, resource: ResourceName },
+    /// Not enough members of a gang fit.
+    Gang { gang: String, fit: u32, cardinality: u32, minimum: u32, detail: Option<Arc<Reason>> },
+    /// Fewer members of a gang are queued than its minimum cardinality.
+    GangIncomplete { gang: String, queued: u32, cardinality: u32 },
+    /// The queue's lookback limit was reached before this job's turn.
+    LookbackLimit { queue: QueueName, limit: usize },
+    /// The scheduling rate limit was reached.
+    RateLimited { scope: RateScope },
+    /// A lease made earlier in the same cycle was withdrawn for a more urgent job.
+    Displaced { by: JobId },
+    /// An evicted gang member could not return, so the whole gang was preempted.
+    GangMemberLost { gang: String },
+    /// An evicted job whose node no longer has room for it.
+    NoRoomOnNode { node: NodeName },
+    /// None of the job's pools has nodes.
+    NoPool,
+}
+
+/// Which token bucket ran dry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateScope {
+    Global,
+    Queue,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NoMatchingNode { pool, detail } => write!(f, "no node in pool {pool} matches the job's constraints: {detail}"),
+            Reason::UnknownResource { pool, resource } => write!(f, "no node in pool {pool} offers {resource}"),
+            Reason::NoCapacity { pool, missing } => write!(f, "no node with {missing} free in pool {pool}"),
+            Reason::QueueLimit { queue, resource } => write!(f, "queue {queue} at its {resource} limit"),
+            Reason::PriorityClassLimit { queue, priority_class, resource } => {
+                write!(f, "queue {queue} at its {resource} limit for priority class {priority_class}")
+            }
+            Reason::Gang { gang, fit, cardinality, minimum, detail } => {
+                write!(f, "gang {gang}: {fit} of {cardinality} members fit")?;
+                if minimum < cardinality {
+                    write!(f, " (minimum {minimum})")?;
+                }
+                if let Some(d) = detail {
+                    write!(f, "; {d}")?;
+                }
+                Ok(())
+            }
+            Reason::GangIncomplete { gang, queued, cardinality } => {
+                write!(f, "gang {gang}: only {queued} of {cardinality} members are queued")
+            }
+            Reason::LookbackLimit { queue, limit } => write!(f, "lookback limit reached ({limit} jobs tried in queue {queue} this cycle)"),
+            Reason::RateLimited { scope: RateScope::Global } => write!(f, "rate limited (global scheduling rate)"),
+            Reason::RateLimited { scope: RateScope::Queue } => write!(f, "rate limited (queue scheduling rate)"),
+            Reason::Displaced { by } => write!(f, "lease withdrawn in the same cycle for more urgent job {by}"),
+            Reason::GangMemberLost { gang } => write!(f, "gang {gang}: a member could not return to its node"),
+            Reason::NoRoomOnNode { node } => write!(f, "no room left on its node {node}"),
+            Reason::NoPool => write!(f, "no pool the job may run in has nodes"),
+        }
+    }
+}
+
+/// Why a running job was preempted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PreemptionReason {
+    /// Evicted for fair share and its place was taken.
+    FairShare { by: JobId, by_queue: QueueName },
+    /// Removed for a job of a higher priority class.
+    Urgency { by: JobId, by_priority_class: PriorityClassName },
+    /// Evicted and could not return for another reason.
+    NotRescheduled { reason: Reason },
+}
+
+impl fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PreemptionReason::FairShare { by, by_queue } => {
+                write!(f, "preempted for fair share: its node was given to job {by} of queue {by_queue}")
+            }
+            PreemptionReason::Urgency { by, by_priority_class } => {
+                write!(f, "preempted by more urgent job {by} (priority class {by_priority_class})")
+            }
+            PreemptionReason::NotRescheduled { reason } => write!(f, "evicted for fair share and not rescheduled: {reason}"),
+        }
+    }
+}
+
+/// A new placement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Lease {
+    pub job_id: JobId,
+    pub queue: QueueName,
+    pub pool: PoolName,
+    pub executor: ExecutorName,
+    pub node: NodeName,
+}
+
+/// A running job to stop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Preemption {
+    pub job_id: JobId,
+    pub queue: QueueName,
+    pub executor: ExecutorName,
+    pub node: NodeName,
+    pub reason: PreemptionReason,
+}
+
+/// A queued job that fails for good (e.g. a gang member beyond what fit).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    pub job_id: JobId,
+    pub queue: QueueName,
+    pub reason: Reason,
+}
+
+/// A job that was tried and stays queued.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Unscheduled {
+    pub job_id: JobId,
+    pub reason: Arc<Reason>,
+}
+
+/// One queue's standing in one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueShare {
+    pub queue: QueueName,
+    pub weight: f64,
+    /// `weight / Σ weights` over the pool's active queues.
+    pub fair_share: f64,
+    /// Fair share capped by demand, with the surplus shared among the others (water filling).
+    pub adjusted_fair_share: f64,
+    /// Share at the start of the cycle.
+    pub actual_share: f64,
+    /// Share after the cycle's decisions.
+    pub share_after: f64,
+    /// Resources held at the end of the cycle.
+    pub allocated: Resources,
+    /// Resources held plus resources requested by queued jobs.
+    pub demand: Resources,
+}
+
+/// What a cycle saw and did in one pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolReport {
+    pub pool: PoolName,
+    pub total: Resources,
+    pub nodes: usize,
+    pub queues: Vec<QueueShare>,
+    pub evicted: usize,
+    pub jobs_tried: usize,
+}
+
+/// Everything one cycle decided.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Decisions {
+    pub leases: Vec<Lease>,
+    pub preemptions: Vec<Preemption>,
+    pub failures: Vec<Failure>,
+    pub unscheduled: Vec<Unscheduled>,
+    /// Why a queue's remaining (untried) jobs wait, e.g. lookback or rate limit.
+    pub queue_notes: BTreeMap<QueueName, Arc<Reason>>,
+    pub pools: Vec<PoolReport>,
+    /// Token buckets to pass to the next cycle.
+    pub rate_limits: RateLimiterState,
+}

@@ -1,0 +1,454 @@
+//! The node database of one pool during one cycle: what every node has free at every priority
+//! level, indexed for best-fit search.
+//!
+//! **Levels.** With distinct priority-class priorities `p0 < p1 < … < pk-1`, a node's free
+//! resources are kept at `1 + 2k` levels: level 0 counts every job on the node (placing there
+//! displaces nobody); level `E_i = 1 + 2i` treats evicted jobs of priority `<= p_i` and running
+//! jobs of priority `< p_i` as free; level `R_i = 2 + 2i` also frees running jobs of priority
+//! `p_i`. A job of priority `p_j` may search levels `0..=E_j`: it may displace evicted jobs of
+//! its own or lower priority (fair-share preemption never displaces a higher class) and
+//! urgency-preempt running jobs of strictly lower priority. Searching levels in increasing order
+//! makes the lowest priority class possible go first.
+//!
+//! **Tiers.** Within a level, nodes used (by non-evicted jobs) only by the job's queue come
+//! first, then empty nodes, then the rest; within a tier, the node with the least free of the
+//! indexed resources (lexicographically) that fits: best fit.
+//!
+//! **Index.** Per level and node type, ordered sets keyed by the free amounts of the indexed
+//! resources. A level's index is only built when a job first searches it (cycles without
+//! preemption never build more than level 0) and is kept in step afterwards.
+
+use super::config::MAX_INDEXED_RESOURCES;
+use super::resvec::{ResVec, add_to, fits, sub_from};
+use smallvec::SmallVec;
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
+
+/// Index key: free amounts of the indexed resources, then the node index for uniqueness.
+type Key = ([i64; MAX_INDEXED_RESOURCES], u32);
+
+/// A job holding (or, if evicted, still occupying) resources on a node.
+#[derive(Debug, Clone)]
+pub(crate) struct Occupant {
+    pub job: u32,
+    pub queue: u32,
+    /// Lowest level at which this job counts as free.
+    pub freed_at: u8,
+    pub evicted: bool,
+    /// Submit sequence: among equal victims the newest goes first.
+    pub seq: u64,
+    pub req: ResVec,
+}
+
+/// One node's state.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeEntry {
+    pub type_id: u32,
+    /// Free resources per level.
+    pub free: Vec<ResVec>,
+    pub occupants: Vec<Occupant>,
+    /// Non-evicted jobs per queue on this node.
+    users: SmallVec<[(u32, u32); 2]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Empty,
+    Sole(u32),
+    Shared,
+}
+
+impl NodeEntry {
+    fn tier(&self) -> Tier {
+        match self.users.as_slice() {
+            [] => Tier::Empty,
+            [(q, _)] => Tier::Sole(*q),
+            _ => Tier::Shared,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct TypeIndex {
+    empty: BTreeSet<Key>,
+    nonempty: BTreeSet<Key>,
+    sole: HashMap<u32, BTreeSet<Key>>,
+}
+
+/// Priority levels of a cycle.
+#[derive(Debug, Clone)]
+pub(crate) struct Levels {
+    /// Distinct priorities, ascending.
+    pub prios: Vec<i32>,
+}
+
+impl Levels {
+    pub(crate) fn new(mut prios: Vec<i32>) -> Self {
+        prios.sort_unstable();
+        prios.dedup();
+        Levels { prios }
+    }
+    pub(crate) fn count(&self) -> usize {
+        1 + 2 * self.prios.len()
+    }
+    /// Index of a priority in `prios`.
+    pub(crate) fn index_of(&self, prio: i32) -> usize {
+        self.prios.binary_search(&prio).unwrap_or(0)
+    }
+    pub(crate) fn evicted_freed_at(&self, prio_idx: usize) -> u8 {
+        (1 + 2 * prio_idx) as u8
+    }
+    pub(crate) fn running_freed_at(&self, prio_idx: usize) -> u8 {
+        (2 + 2 * prio_idx) as u8
+    }
+    /// Highest level a job of this priority may search.
+    pub(crate) fn max_search_level(&self, prio_idx: usize) -> u8 {
+        (1 + 2 * prio_idx) as u8
+    }
+}
+
+/// The node database.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeDb {
+    pub nodes: Vec<NodeEntry>,
+    /// Nodes of each type.
+    pub type_nodes: Vec<Vec<u32>>,
+    key_slots: [Option<usize>; MAX_INDEXED_RESOURCES],
+    levels: usize,
+    /// Occupants freed exactly at each level; a level with none is identical to the one below.
+    freed_counts: Vec<u32>,
+    indexes: Vec<Option<Vec<TypeIndex>>>,
+    /// Free resources summed over each type's nodes, per level: `[level][type]`.
+    type_free: Vec<Vec<ResVec>>,
+}
+
+impl NodeDb {
+    /// Nodes with their capacities and types; `key_slots` are the layout slots of the indexed
+    /// resources.
+    pub(crate) fn new(capacities: Vec<ResVec>, type_of: &[u32], n_types: usize, key_slots: &[Option<usize>], levels: usize) -> Self {
+        let mut ks = [None; MAX_INDEXED_RESOURCES];
+        for (i, s) in key_slots.iter().take(MAX_INDEXED_RESOURCES).enumerate() {
+            ks[i] = *s;
+        }
+        let mut type_nodes = vec![Vec::new(); n_types];
+        let width = capacities.first().map(|c| c.len()).unwrap_or(0);
+        let mut type_free: Vec<ResVec> = vec![smallvec::smallvec![0; width]; n_types];
+        for (i, c) in capacities.iter().enumerate() {
+            add_to(&mut type_free[type_of[i] as usize], c);
+        }
+        let nodes = capacities
+            .into_iter()
+            .enumerate()
+            .map(|(i, cap)| {
+                type_nodes[type_of[i] as usize].push(i as u32);
+                NodeEntry { type_id: type_of[i], free: vec![cap; levels], occupants: Vec::new(), users: SmallVec::new() }
+            })
+            .collect();
+        NodeDb { nodes, type_nodes, key_slots: ks, levels, freed_counts: vec![0; levels], indexes: vec![None; levels], type_free: vec![type_free; levels] }
+    }
+
+    fn key_of(&self, v: &[i64], node: u32) -> Key {
+        let mut k = [0i64; MAX_INDEXED_RESOURCES];
+        for (i, s) in self.key_slots.iter().enumerate() {
+            if let Some(s) = s {
+                k[i] = v[*s];
+            }
+        }
+        (k, node)
+    }
+
+    /// True if level `l` frees nothing beyond level `l - 1` anywhere in the pool.
+    pub(crate) fn level_is_redundant(&self, l: u8) -> bool {
+        l > 0 && self.freed_counts[l as usize] == 0
+    }
+
+    fn index_insert(idx: &mut TypeIndex, tier: Tier, key: Key) {
+        match tier {
+            Tier::Empty => {
+                idx.empty.insert(key);
+            }
+            Tier::Sole(q) => {
+                idx.nonempty.insert(key);
+                idx.sole.entry(q).or_default().insert(key);
+            }
+            Tier::Shared => {
+                idx.nonempty.insert(key);
+            }
+        }
+    }
+
+    fn index_remove(idx: &mut TypeIndex, tier: Tier, key: &Key) {
+        match tier {
+            Tier::Empty => {
+                idx.empty.remove(key);
+            }
+            Tier::Sole(q) => {
+                idx.nonempty.remove(key);
+                if let Some(s) = idx.sole.get_mut(&q) {
+                    s.remove(key);
+                }
+            }
+            Tier::Shared => {
+                idx.nonempty.remove(key);
+            }
+        }
+    }
+
+    fn ensure_index(&mut self, level: usize) {
+        if self.indexes[level].is_some() {
+            return;
+        }
+        let mut idx = vec![TypeIndex::default(); self.type_nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            let key = self.key_of(&n.free[level], i as u32);
+            Self::index_insert(&mut idx[n.type_id as usize], n.tier(), key);
+        }
+        self.indexes[level] = Some(idx);
+    }
+
+    /// Applies `change` to node `n`, keeping built indexes in step for levels below `upto`
+    /// (all levels if the node's tier changes).
+    fn update(&mut self, n: u32, upto: usize, change: impl FnOnce(&mut NodeEntry)) {
+        let node = &self.nodes[n as usize];
+        let old_tier = node.tier();
+        let t = node.type_id as usize;
+        let old_keys: Vec<Option<Key>> =
+            (0..self.levels).map(|l| self.indexes[l].as_ref().map(|_| self.key_of(&node.free[l], n))).collect();
+        change(&mut self.nodes[n as usize]);
+        let node = &self.nodes[n as usize];
+        let new_tier = node.tier();
+        let limit = if new_tier != old_tier { self.levels } else { upto.min(self.levels) };
+        for l in 0..limit {
+            let Some(old) = old_keys[l] else { continue };
+            let new = self.key_of(&self.nodes[n as usize].free[l], n);
+            if new == old && new_tier == old_tier {
+                continue;
+            }
+            if let Some(idx) = self.indexes[l].as_mut() {
+                Self::index_remove(&mut idx[t], old_tier, &old);
+                Self::index_insert(&mut idx[t], new_tier, new);
+            }
+        }
+    }
+
+    /// Puts a job on a node.
+    pub(crate) fn add(&mut self, n: u32, occ: Occupant) {
+        let upto = occ.freed_at as usize;
+        self.freed_counts[upto] += 1;
+        let t = self.nodes[n as usize].type_id as usize;
+        for l in 0..upto {
+            sub_from(&mut self.type_free[l][t], &occ.req);
+        }
+        self.update(n, upto, |node| {
+            for l in 0..upto {
+                sub_from(&mut node.free[l], &occ.req);
+            }
+            if !occ.evicted {
+                match node.users.iter_mut().find(|(q, _)| *q == occ.queue) {
+                    Some(u) => u.1 += 1,
+                    None => {
+                        node.users.push((occ.queue, 1));
+                        node.users.sort_unstable();
+                    }
+                }
+            }
+            node.occupants.push(occ);
+        });
+    }
+
+    /// Takes a job off a node, returning its occupancy.
+    pub(crate) fn remove(&mut self, n: u32, job: u32) -> Option<Occupant> {
+        let pos = self.nodes[n as usize].occupants.iter().position(|o| o.job == job)?;
+        let upto = self.nodes[n as usize].occupants[pos].freed_at as usize;
+        self.freed_counts[upto] -= 1;
+        let t = self.nodes[n as usize].type_id as usize;
+        for l in 0..upto {
+            add_to(&mut self.type_free[l][t], &self.nodes[n as usize].occupants[pos].req);
+        }
+        let mut out = None;
+        self.update(n, upto, |node| {
+            let occ = node.occupants.swap_remove(pos);
+            for l in 0..upto {
+                add_to(&mut node.free[l], &occ.req);
+            }
+            if !occ.evicted {
+                if let Some(i) = node.users.iter().position(|(q, _)| *q == occ.queue) {
+                    node.users[i].1 -= 1;
+                    if node.users[i].1 == 0 {
+                        node.users.remove(i);
+                    }
+                }
+            }
+            out = Some(occ);
+        });
+        out
+    }
+
+    /// Best node for `req` at `level` among nodes of `types`, by tier then best fit.
+    pub(crate) fn find(&mut self, level: u8, types: &[u32], queue: u32, req: &[i64]) -> Option<u32> {
+        let level = level as usize;
+        self.ensure_index(level);
+        let idx = self.indexes[level].as_ref()?;
+        let lower = self.key_of(req, 0);
+        for tier in 0..3 {
+            let mut best: Option<Key> = None;
+            for &t in types {
+                let ti = &idx[t as usize];
+                let set = match tier {
+                    0 => ti.sole.get(&queue),
+                    1 => Some(&ti.empty),
+                    _ => Some(&ti.nonempty),
+                };
+                let Some(set) = set else { continue };
+                for key in set.range(lower..) {
+                    if best.as_ref().is_some_and(|b| key >= b) {
+                        break;
+                    }
+                    if fits(req, &self.nodes[key.1 as usize].free[level]) {
+                        best = Some(*key);
+                        break;
+                    }
+                }
+            }
+            if let Some(b) = best {
+                return Some(b.1);
+            }
+        }
+        None
+    }
+
+    /// True if `req` fits on node `n` at `level`.
+    pub(crate) fn fits_at(&self, n: u32, level: u8, req: &[i64]) -> bool {
+        fits(req, &self.nodes[n as usize].free[level as usize])
+    }
+
+    /// The jobs to displace on node `n` so that `req` fits, using only occupants freed at or
+    /// below `level`: lowest level first, then jobs of the queue furthest above its fair share,
+    /// then the newest; jobs not actually needed are kept.
+    pub(crate) fn victims(&self, n: u32, level: u8, req: &[i64], overshare: impl Fn(u32) -> f64) -> Vec<u32> {
+        let node = &self.nodes[n as usize];
+        let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level).collect();
+        cands.sort_by(|a, b| {
+            a.freed_at
+                .cmp(&b.freed_at)
+                .then_with(|| overshare(b.queue).total_cmp(&overshare(a.queue)))
+                .then_with(|| b.seq.cmp(&a.seq))
+                .then_with(|| a.job.cmp(&b.job))
+        });
+        let mut free = node.free[0].clone();
+        let mut removed: Vec<&Occupant> = Vec::new();
+        for c in cands {
+            if fits(req, &free) {
+                break;
+            }
+            add_to(&mut free, &c.req);
+            removed.push(c);
+        }
+        // Keep back whoever is not needed, most protected first.
+        let mut keep = vec![false; removed.len()];
+        for i in (0..removed.len()).rev() {
+            let mut trial = free.clone();
+            sub_from(&mut trial, &removed[i].req);
+            if fits(req, &trial) {
+                free = trial;
+                keep[i] = true;
+            }
+        }
+        removed.iter().zip(keep).filter(|(_, k)| !k).map(|(o, _)| o.job).collect()
+    }
+
+    /// Free resources summed over the nodes of type `t` at `level`.
+    pub(crate) fn type_free(&self, level: u8, t: u32) -> &ResVec {
+        &self.type_free[level as usize][t as usize]
+    }
+
+    /// Largest free amount per slot over nodes of `types` at `level`.
+    pub(crate) fn max_free(&self, level: u8, types: &[u32], slots: usize) -> ResVec {
+        let mut best: ResVec = smallvec::smallvec![i64::MIN; slots];
+        for &t in types {
+            for &n in &self.type_nodes[t as usize] {
+                for (b, f) in best.iter_mut().zip(&self.nodes[n as usize].free[level as usize]) {
+                    *b = (*b).max(*f);
+                }
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smallvec::smallvec;
+
+    fn occ(job: u32, queue: u32, freed_at: u8, evicted: bool, cpu: i64) -> Occupant {
+        Occupant { job, queue, freed_at, evicted, seq: job as u64, req: smallvec![cpu] }
+    }
+
+    fn db(caps: &[i64]) -> NodeDb {
+        let n = caps.len();
+        NodeDb::new(caps.iter().map(|c| smallvec![*c]).collect(), &vec![0; n], 1, &[Some(0)], 5)
+    }
+
+    #[test]
+    fn prefers_own_queue_then_empty_then_best_fit() {
+        let mut d = db(&[32, 32, 16]);
+        // Empty nodes: best fit picks the 16-cpu node.
+        assert_eq!(d.find(0, &[0], 0, &[4]), Some(2));
+        d.add(0, occ(1, 0, 2, false, 30));
+        // Queue 0's own node has 2 free: too little for 4 → empty tier, best fit = node 2.
+        assert_eq!(d.find(0, &[0], 0, &[4]), Some(2));
+        assert_eq!(d.find(0, &[0], 0, &[2]), Some(0));
+        // Queue 1 prefers empty nodes over the node queue 0 uses.
+        assert_eq!(d.find(0, &[0], 1, &[2]), Some(2));
+        d.add(2, occ(2, 1, 2, false, 16));
+        d.add(1, occ(3, 1, 2, false, 1));
+        // No empty node left: queue 1's own node (1) first.
+        assert_eq!(d.find(0, &[0], 1, &[1]), Some(1));
+        // Queue 2 has no node of its own and no empty node: shared tier, best fit = node 0 (2 free).
+        assert_eq!(d.find(0, &[0], 2, &[1]), Some(0));
+        assert_eq!(d.find(0, &[0], 2, &[40]), None);
+    }
+
+    #[test]
+    fn levels_free_lower_priorities() {
+        // Priorities [20000, 30000]: levels 0, E0=1, R0=2, E1=3, R1=4.
+        let lv = Levels::new(vec![30000, 20000]);
+        assert_eq!(lv.count(), 5);
+        let mut d = db(&[32]);
+        d.add(0, occ(1, 0, lv.running_freed_at(1), false, 10)); // default-class job
+        d.add(0, occ(2, 0, lv.running_freed_at(0), false, 20)); // preemptible job
+        // At default priority (search up to E1 = 3): 22 free; at preemptible (up to E0 = 1): 2.
+        assert!(d.fits_at(0, lv.max_search_level(1), &[22]));
+        assert!(!d.fits_at(0, lv.max_search_level(1), &[23]));
+        assert!(d.fits_at(0, lv.max_search_level(0), &[2]));
+        assert!(!d.fits_at(0, lv.max_search_level(0), &[3]));
+        assert_eq!(d.victims(0, 3, &[22], |_| 0.0), vec![2]);
+        assert!(d.level_is_redundant(1));
+        assert!(!d.level_is_redundant(2));
+    }
+
+    #[test]
+    fn index_tracks_updates() {
+        let mut d = db(&[8, 8]);
+        assert_eq!(d.find(0, &[0], 0, &[8]), Some(0));
+        d.add(0, occ(1, 0, 2, false, 8));
+        assert_eq!(d.find(0, &[0], 0, &[8]), Some(1));
+        d.add(1, occ(2, 1, 2, false, 4));
+        assert_eq!(d.find(0, &[0], 0, &[8]), None);
+        let o = d.remove(0, 1).unwrap();
+        assert_eq!(o.job, 1);
+        assert_eq!(d.find(0, &[0], 0, &[8]), Some(0));
+    }
+
+    #[test]
+    fn victims_minimal_and_newest_first() {
+        let mut d = db(&[10]);
+        d.add(0, occ(1, 0, 2, false, 4));
+        d.add(0, occ(2, 0, 2, false, 4));
+        d.add(0, occ(3, 0, 2, false, 2));
+        // Need 4: the newest (job 3, 2 cpu) is not enough alone; then job 2 (4 cpu) suffices and
+        // job 3 is kept back.
+        assert_eq!(d.victims(0, 3, &[4], |_| 0.0), vec![2]);
+    }
+}

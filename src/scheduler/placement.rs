@@ -1,0 +1,355 @@
+//! Placing one candidate: limits and rate checks, node selection across priority levels,
+//! displacement of victims, putting evicted jobs back, and the undo log that makes gang
+//! placement all-or-nothing.
+
+use super::cycle::{Candidate, Origin, PoolCycle, Status, Undo};
+use super::decisions::Reason;
+use super::nodedb::Occupant;
+use super::rate_limit::RateLimits;
+use super::resvec::{ResVec, add_to, fits, sub_from};
+use crate::model::quantity::{Unit, format_quantity};
+use std::sync::Arc;
+
+impl PoolCycle<'_> {
+    /// Tries the queue's candidate.
+    pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
+        self.jobs_tried += cand.jobs.len();
+        if cand.evicted {
+            if cand.jobs.len() == 1 {
+                self.return_evicted(cand.jobs[0]);
+            } else {
+                self.return_evicted_gang(&cand);
+            }
+            return;
+        }
+        if let Some(reason) = self.limit_violation(q, &cand) {
+            let reason = Arc::new(reason);
+            for &j in &cand.jobs {
+                self.set_reason(j, reason.clone());
+            }
+            return;
+        }
+        if let Err(scope) = rate.check(&self.queues[q as usize].name, cand.jobs.len() as u64) {
+            let reason = Arc::new(Reason::RateLimited { scope });
+            for &j in &cand.jobs {
+                self.set_reason(j, reason.clone());
+            }
+            let qc = &mut self.queues[q as usize];
+            qc.queued_stopped = true;
+            qc.note = Some(reason.clone());
+            if scope == super::decisions::RateScope::Global {
+                self.global_rate_stopped = Some(reason);
+            }
+            return;
+        }
+        let is_gang = cand.gang.as_ref().is_some_and(|g| g.cardinality > 1 || g.node_uniformity_label.is_some());
+        let placed = if is_gang {
+            self.place_gang(q, &cand)
+        } else {
+            usize::from(self.place_single(cand.jobs[0]))
+        };
+        if placed > 0 {
+            rate.take(&self.queues[q as usize].name, placed as u64);
+        }
+    }
+
+    /// The queue or priority-class limit the candidate would break.
+    fn limit_violation(&self, q: u32, cand: &Candidate) -> Option<Reason> {
+        let qc = &self.queues[q as usize];
+        if qc.limit.is_none() && qc.pc_limits.iter().all(Option::is_none) {
+            return None;
+        }
+        if let Some(limit) = &qc.limit {
+            for s in 0..limit.len() {
+                if cand.req[s] > 0 && qc.alloc[s] + cand.req[s] > limit[s] {
+                    return Some(Reason::QueueLimit { queue: qc.name.clone(), resource: self.layout.name(s).clone() });
+                }
+            }
+        }
+        let mut by_pc: Vec<(u16, ResVec)> = Vec::new();
+        for &j in &cand.jobs {
+            let pc = self.jobs[j as usize].pc;
+            let req = self.req(j);
+            match by_pc.iter_mut().find(|(p, _)| *p == pc) {
+                Some((_, v)) => add_to(v, &req),
+                None => by_pc.push((pc, req)),
+            }
+        }
+        for (pc, req) in by_pc {
+            if let Some(limit) = &qc.pc_limits[pc as usize] {
+                for s in 0..limit.len() {
+                    if req[s] > 0 && qc.alloc_by_pc[pc as usize][s] + req[s] > limit[s] {
+                        return Some(Reason::PriorityClassLimit {
+                            queue: qc.name.clone(),
+                            priority_class: self.pcs[pc as usize].name.clone(),
+                            resource: self.layout.name(s).clone(),
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Types of node a constraint class may use (computed once per cycle).
+    pub(super) fn matching_types(&mut self, constraint: u32) -> Vec<u32> {
+        let c = &mut self.constraints[constraint as usize];
+        if c.matching.is_none() {
+            c.matching = Some(self.types.matching(&self.nodes, c.reqs));
+        }
+        c.matching.clone().unwrap_or_default()
+    }
+
+    /// The job's dense requests and the node types it may use, or why it cannot be placed at all.
+    pub(super) fn job_targets(&mut self, j: u32) -> Result<(ResVec, Vec<u32>), Reason> {
+        let class = self.jobs[j as usize].class as usize;
+        let req = match &self.classes[class].dense {
+            Ok(v) => v.clone(),
+            Err(r) => return Err(Reason::UnknownResource { pool: self.pool.clone(), resource: r.clone() }),
+        };
+        let constraint = self.classes[class].constraint;
+        let types = self.matching_types(constraint);
+        if types.is_empty() {
+            let detail = self.types.describe_mismatch(&self.nodes, self.constraints[constraint as usize].reqs);
+            return Err(Reason::NoMatchingNode { pool: self.pool.clone(), detail });
+        }
+        Ok((req, types))
+    }
+
+    /// Places a single queued job; records why not if it cannot.
+    fn place_single(&mut self, j: u32) -> bool {
+        let key = (self.jobs[j as usize].class, self.jobs[j as usize].prio_idx);
+        if let Some(r) = self.unschedulable.get(&key) {
+            let r = r.clone();
+            self.set_reason(j, r);
+            return false;
+        }
+        let (req, types) = match self.job_targets(j) {
+            Ok(t) => t,
+            Err(reason) => {
+                let reason = Arc::new(reason);
+                self.unschedulable.insert(key, reason.clone());
+                self.set_reason(j, reason);
+                return false;
+            }
+        };
+        if self.try_place(j, &types, &req).is_some() {
+            return true;
+        }
+        let reason = Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].prio_idx));
+        self.unschedulable.insert(key, reason.clone());
+        self.set_reason(j, reason);
+        false
+    }
+
+    /// Finds the best node over the levels the job may use and places it there; returns the
+    /// level used.
+    pub(super) fn try_place(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        let job = &self.jobs[j as usize];
+        let (q, max) = (job.queue, self.levels.max_search_level(job.prio_idx as usize));
+        for l in 0..=max {
+            if self.db.level_is_redundant(l) {
+                continue;
+            }
+            if let Some(n) = self.db.find(l, types, q, req) {
+                self.place(j, n, l, req);
+                return Some(l);
+            }
+        }
+        None
+    }
+
+    /// Puts `j` on node `n`, displacing what level `level` requires.
+    pub(super) fn place(&mut self, j: u32, n: u32, level: u8, req: &ResVec) {
+        if level > 0 {
+            let victims = {
+                let queues = &self.queues;
+                self.db.victims(n, level, req, |q| queues[q as usize].overshare)
+            };
+            for v in victims {
+                self.displace(v, j, req);
+            }
+        }
+        let job = &self.jobs[j as usize];
+        let occ = Occupant {
+            job: j,
+            queue: job.queue,
+            freed_at: self.levels.running_freed_at(job.prio_idx as usize),
+            evicted: false,
+            seq: job.seq,
+            req: req.clone(),
+        };
+        let status = match job.origin {
+            Origin::Queued => Status::Placed { node: n },
+            Origin::Running { .. } => Status::Returned,
+        };
+        let (q, pc) = (job.queue, job.pc);
+        self.db.add(n, occ);
+        if self.recording {
+            self.undo.push(Undo::Added { node: n, job: j });
+        }
+        self.set_status(j, status, None);
+        self.alloc(q, pc, req, true);
+    }
+
+    /// Takes `v` off its node for `by`.
+    fn displace(&mut self, v: u32, by: u32, by_req: &ResVec) {
+        let Some(node) = self.jobs[v as usize].node() else { return };
+        let Some(occ) = self.db.remove(node, v) else { return };
+        // A victim larger than the job that displaced it frees room a cached verdict did not see.
+        if !fits(&occ.req, by_req) {
+            self.unschedulable.clear();
+            self.gang_unschedulable.clear();
+        }
+        let victim = &self.jobs[v as usize];
+        let (q, pc, status) = (victim.queue, victim.pc, victim.status);
+        let req = occ.req.clone();
+        if self.recording {
+            self.undo.push(Undo::Removed { node, occ });
+        }
+        match status {
+            Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
+            Status::Placed { .. } => {
+                self.set_status(v, Status::Waiting, Some(by));
+                self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
+                self.alloc(q, pc, &req, false);
+            }
+            Status::Running | Status::Returned => {
+                self.set_status(v, Status::Preempted, Some(by));
+                self.alloc(q, pc, &req, false);
+            }
+            Status::Waiting | Status::Preempted | Status::Failed => {}
+        }
+    }
+
+    /// Changes a job's status (and who displaced it), recording the old one.
+    pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
+        let job = &mut self.jobs[j as usize];
+        if self.recording {
+            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone() });
+        }
+        job.status = status;
+        if displaced_by.is_some() {
+            job.displaced_by = displaced_by;
+        }
+    }
+
+    fn alloc(&mut self, q: u32, pc: u16, req: &ResVec, added: bool) {
+        let qc = &mut self.queues[q as usize];
+        if added {
+            add_to(&mut qc.alloc, req);
+            add_to(&mut qc.alloc_by_pc[pc as usize], req);
+        } else {
+            sub_from(&mut qc.alloc, req);
+            sub_from(&mut qc.alloc_by_pc[pc as usize], req);
+        }
+        if self.recording {
+            self.undo.push(Undo::Alloc { queue: q, pc, req: req.clone(), added });
+        }
+    }
+
+    /// Starts recording changes so they can be rolled back.
+    pub(super) fn begin(&mut self) -> usize {
+        self.recording = true;
+        self.undo.len()
+    }
+
+    /// Keeps the changes since `mark`.
+    pub(super) fn commit(&mut self, mark: usize) {
+        self.undo.truncate(mark);
+        self.recording = mark > 0;
+    }
+
+    /// Undoes every change since `mark`.
+    pub(super) fn rollback(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some(u) = self.undo.pop() else { break };
+            match u {
+                Undo::Added { node, job } => {
+                    self.db.remove(node, job);
+                }
+                Undo::Removed { node, occ } => self.db.add(node, occ),
+                Undo::Status { job, status, displaced_by, reason } => {
+                    let j = &mut self.jobs[job as usize];
+                    j.status = status;
+                    j.displaced_by = displaced_by;
+                    j.reason = reason;
+                }
+                Undo::Alloc { queue, pc, req, added } => {
+                    let qc = &mut self.queues[queue as usize];
+                    if added {
+                        sub_from(&mut qc.alloc, &req);
+                        sub_from(&mut qc.alloc_by_pc[pc as usize], &req);
+                    } else {
+                        add_to(&mut qc.alloc, &req);
+                        add_to(&mut qc.alloc_by_pc[pc as usize], &req);
+                    }
+                }
+            }
+        }
+        self.recording = mark > 0;
+    }
+
+    /// Puts an evicted job back on its own node if there is room.
+    pub(super) fn return_evicted(&mut self, e: u32) -> bool {
+        let Origin::Running { node } = self.jobs[e as usize].origin else { return false };
+        let req = self.req(e);
+        let had = self.db.remove(node, e);
+        if let Some(occ) = &had {
+            if self.recording {
+                self.undo.push(Undo::Removed { node, occ: occ.clone() });
+            }
+        }
+        let max = self.levels.max_search_level(self.jobs[e as usize].prio_idx as usize);
+        for l in 0..=max {
+            if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
+                self.place(e, node, l, &req);
+                return true;
+            }
+        }
+        if let Some(occ) = had {
+            self.db.add(node, occ);
+            if self.recording {
+                self.undo.push(Undo::Added { node, job: e });
+            }
+        }
+        let reason = Arc::new(Reason::NoRoomOnNode { node: self.nodes[node as usize].name.clone() });
+        self.set_reason(e, reason);
+        false
+    }
+
+    /// Puts an evicted gang back whole, or leaves it evicted.
+    fn return_evicted_gang(&mut self, cand: &Candidate) {
+        let mark = self.begin();
+        for &m in &cand.jobs {
+            if !self.return_evicted(m) {
+                self.rollback(mark);
+                let gang = cand.gang.as_ref().map(|g| g.id.clone()).unwrap_or_default();
+                let reason = Arc::new(Reason::GangMemberLost { gang });
+                for &m in &cand.jobs {
+                    self.jobs[m as usize].reason = Some(reason.clone());
+                }
+                return;
+            }
+        }
+        self.commit(mark);
+    }
+
+    /// Why a job fits on no node of `types`, even counting what it may preempt.
+    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, prio_idx: u8) -> Reason {
+        let level = self.levels.max_search_level(prio_idx as usize);
+        let max = self.db.max_free(level, types, self.layout.len());
+        let amount = |s: usize| {
+            let name = self.layout.name(s);
+            format!("{} {}", format_quantity(req[s], Unit::for_resource(name.as_str())), name)
+        };
+        let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
+        let short: Vec<usize> = requested.iter().copied().filter(|&s| max[s] < req[s]).collect();
+        let missing = if short.is_empty() {
+            format!("{} together", requested.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(", "))
+        } else {
+            short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")
+        };
+        Reason::NoCapacity { pool: self.pool.clone(), missing }
+    }
+}

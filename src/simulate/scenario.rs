@@ -1,0 +1,257 @@
+//! The scenario file of `convoy simulate` (see SIMULATE.md): nodes, queues, scheduler config and
+//! rounds of submissions, parsed from YAML or JSON and checked with errors that name the field.
+
+use crate::model::placement::NodeAffinity;
+use crate::model::{ExecutorName, GangSpec, JobSetName, Labels, PoolName, PriorityClassName, Queue, QueueName, Resources, Taint, Toleration};
+use crate::scheduler::SchedulerConfig;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A scenario was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ScenarioError {
+    /// Path of the offending field, e.g. `rounds[1].submit[0].requests`.
+    pub field: String,
+    pub message: String,
+}
+
+impl ScenarioError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+fn default_interval() -> f64 {
+    1.0
+}
+
+/// A whole scenario.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "default_interval")]
+    pub round_interval_seconds: f64,
+    #[serde(default)]
+    pub config: SchedulerConfig,
+    #[serde(default)]
+    pub nodes: Vec<NodeSpec>,
+    #[serde(default)]
+    pub queues: Vec<Queue>,
+    #[serde(default)]
+    pub rounds: Vec<Round>,
+}
+
+/// One node entry (expanded to `count` nodes).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    pub name: String,
+    pub count: Option<u32>,
+    #[serde(default = "ExecutorName::default_executor")]
+    pub executor: ExecutorName,
+    #[serde(default = "PoolName::default_pool")]
+    pub pool: PoolName,
+    #[serde(default)]
+    pub labels: Labels,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    #[serde(default)]
+    pub unschedulable: bool,
+}
+
+/// One round.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Round {
+    #[serde(default)]
+    pub submit: Vec<SubmitSpec>,
+    /// Running jobs that succeed before this round's cycle.
+    #[serde(default)]
+    pub finish: Vec<String>,
+    /// Jobs cancelled before this round's cycle.
+    #[serde(default)]
+    pub cancel: Vec<String>,
+}
+
+/// One submit entry (expanded to `count` jobs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitSpec {
+    pub id: String,
+    pub queue: QueueName,
+    #[serde(default = "JobSetName::default_set")]
+    pub job_set: JobSetName,
+    pub count: Option<u32>,
+    pub priority_class: Option<PriorityClassName>,
+    #[serde(default)]
+    pub priority: u32,
+    #[serde(default)]
+    pub requests: Resources,
+    #[serde(default)]
+    pub node_selector: Labels,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default)]
+    pub node_affinity: Option<NodeAffinity>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Pools the jobs may use (extension; default any).
+    #[serde(default)]
+    pub pools: Vec<PoolName>,
+}
+
+/// Most nodes or jobs one entry may expand to.
+const MAX_COUNT: u32 = 10_000_000;
+
+impl NodeSpec {
+    /// Names of the nodes this entry stands for.
+    pub fn names(&self) -> Vec<String> {
+        match self.count {
+            Some(c) if c > 1 => (1..=c).map(|i| format!("{}-{i}", self.name)).collect(),
+            _ => vec![self.name.clone()],
+        }
+    }
+}
+
+impl SubmitSpec {
+    /// Names of the jobs this entry stands for.
+    pub fn names(&self) -> Vec<String> {
+        match self.count {
+            Some(c) if c > 1 => (1..=c).map(|i| format!("{}-{i}", self.id)).collect(),
+            _ => vec![self.id.clone()],
+        }
+    }
+}
+
+impl Scenario {
+    /// Parses YAML (or JSON, which is YAML) and checks it.
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "scenario".to_string() } else { path };
+            ScenarioError::new(field, e.into_inner().to_string())
+        })?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// Checks the rules serde cannot: references, uniqueness, gangs.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.config.validate().map_err(|e| ScenarioError::new(format!("config.{}", e.field), e.message))?;
+        if !(self.round_interval_seconds.is_finite() && self.round_interval_seconds >= 0.0) {
+            return Err(ScenarioError::new("round_interval_seconds", "must be a number >= 0"));
+        }
+        let mut node_names = HashSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let f = format!("nodes[{i}]");
+            if n.count == Some(0) || n.count.is_some_and(|c| c > MAX_COUNT) {
+                return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
+            }
+            for name in n.names() {
+                crate::model::NodeName::new(&name).map_err(|e| ScenarioError::new(format!("{f}.name"), e.to_string()))?;
+                if !node_names.insert((n.executor.clone(), name.clone())) {
+                    return Err(ScenarioError::new(format!("{f}.name"), format!("node {name} of executor {} is declared twice", n.executor)));
+                }
+            }
+        }
+        let mut queues = HashSet::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            q.validate().map_err(|e| ScenarioError::new(format!("queues[{i}].{}", e.field), e.message))?;
+            if !queues.insert(q.name.clone()) {
+                return Err(ScenarioError::new(format!("queues[{i}].name"), format!("queue {} is declared twice", q.name)));
+            }
+        }
+        let mut jobs: HashSet<String> = HashSet::new();
+        for (r, round) in self.rounds.iter().enumerate() {
+            // Gang id → (declared cardinality, members in this round, first field).
+            let mut gangs: HashMap<(QueueName, String), (GangSpec, u32, String)> = HashMap::new();
+            for (s, sub) in round.submit.iter().enumerate() {
+                let f = format!("rounds[{r}].submit[{s}]");
+                if !queues.contains(&sub.queue) {
+                    return Err(ScenarioError::new(format!("{f}.queue"), format!("queue {} is not declared in queues", sub.queue)));
+                }
+                if let Some(pc) = &sub.priority_class {
+                    if self.config.priority_class(pc.as_str()).is_none() {
+                        return Err(ScenarioError::new(format!("{f}.priority_class"), format!("priority class {pc} is not configured")));
+                    }
+                }
+                if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
+                    return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
+                }
+                if sub.id.is_empty() {
+                    return Err(ScenarioError::new(format!("{f}.id"), "must not be empty"));
+                }
+                if let Some(a) = &sub.node_affinity {
+                    a.validate().map_err(|m| ScenarioError::new(format!("{f}.node_affinity"), m))?;
+                }
+                let gang = GangSpec::from_annotations(&sub.annotations).map_err(|e| ScenarioError::new(format!("{f}.{}", e.field), e.message))?;
+                for name in sub.names() {
+                    if !jobs.insert(name.clone()) {
+                        return Err(ScenarioError::new(format!("{f}.id"), format!("job {name} is submitted twice")));
+                    }
+                }
+                if let Some(g) = gang {
+                    let n = sub.names().len() as u32;
+                    let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));
+                    if e.0 != g {
+                        return Err(ScenarioError::new(format!("{f}.annotations"), format!("gang {} is annotated differently in {}", g.id, e.2)));
+                    }
+                    e.1 += n;
+                }
+            }
+            for ((_, id), (g, n, f)) in &gangs {
+                if *n != g.cardinality {
+                    return Err(ScenarioError::new(
+                        format!("{f}.annotations"),
+                        format!("gang {id} has cardinality {} but {n} members are submitted in this round", g.cardinality),
+                    ));
+                }
+            }
+            for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel)] {
+                for (i, name) in list.iter().enumerate() {
+                    if !jobs.contains(name) {
+                        return Err(ScenarioError::new(format!("rounds[{r}].{key}[{i}]"), format!("job {name} has not been submitted")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Scenario::parse("nodes: [{name: n, allocatable: {cpu: lots}}]").unwrap_err();
+        assert!(e.field.starts_with("nodes[0].allocatable"), "{e}");
+        assert!(e.message.contains("lots"), "{e}");
+        let e = Scenario::parse("queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: B}]}]").unwrap_err();
+        assert_eq!(e.field, "rounds[0].submit[0].queue");
+        let e = Scenario::parse("bogus: 1").unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+        let e = Scenario::parse("config: {node_eviction_probability: 3}").unwrap_err();
+        assert_eq!(e.field, "config.node_eviction_probability");
+        let e = Scenario::parse(
+            "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, count: 3, annotations: {convoy.io/gang-id: g1, convoy.io/gang-cardinality: '4'}}]}]",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("cardinality 4 but 3"), "{e}");
+        let e = Scenario::parse("queues: [{name: A}]\nrounds: [{finish: [x]}]").unwrap_err();
+        assert_eq!(e.field, "rounds[0].finish[0]");
+    }
+
+    #[test]
+    fn parses_the_contract_example() {
+        let s = Scenario::parse(include_str!("../../tests/scenarios/contract_example.yaml")).unwrap();
+        assert_eq!(s.nodes[0].names(), vec!["node-1", "node-2"]);
+        assert_eq!(s.rounds[0].submit[0].names().len(), 40);
+    }
+}
