@@ -11,17 +11,14 @@ use super::resvec::ResVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn first_prio(cycle: &PoolCycle<'_>, j: u32) -> u8 {
-    cycle.jobs[j as usize].prio_idx
-}
-
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]
 struct Trial {
     placed: usize,
     max_level: u8,
     leftover: [i64; 4],
-    first_failure: Option<usize>,
+    /// Why the first member that did not fit did not (computed when it failed).
+    first_failure: Option<Arc<Reason>>,
 }
 
 impl PoolCycle<'_> {
@@ -78,6 +75,20 @@ impl PoolCycle<'_> {
             domains.entry((exec, value)).or_default().push(t);
         }
         let domains: Vec<Vec<u32>> = domains.into_values().collect();
+        if domains.is_empty() {
+            let detail = label.map(|l| format!("no matching node has label {l}")).unwrap_or_else(|| "no matching node".to_string());
+            fail_all(
+                self,
+                Reason::Gang {
+                    gang: gang.id.clone(),
+                    fit: 0,
+                    cardinality: gang.cardinality,
+                    minimum: gang.min_cardinality,
+                    detail: Some(Arc::new(Reason::NoMatchingNode { pool: self.pool.clone(), detail })),
+                },
+            );
+            return 0;
+        }
         // Gangs of identical members share verdicts, and a domain without enough free resources
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
@@ -96,45 +107,28 @@ impl PoolCycle<'_> {
             for v in need.iter_mut() {
                 *v *= i64::from(gang.min_cardinality);
             }
-            domains
-                .into_iter()
-                .filter(|dom| {
+            let totals: Vec<ResVec> = domains
+                .iter()
+                .map(|dom| {
                     let mut total = self.layout.zero();
                     for &t in dom {
                         super::resvec::add_to(&mut total, self.db.type_free(max_level, t));
                     }
-                    super::resvec::fits(&need, &total)
+                    total
                 })
-                .collect()
+                .collect();
+            let viable: Vec<Vec<u32>> =
+                domains.iter().zip(&totals).filter(|(_, total)| super::resvec::fits(&need, total)).map(|(d, _)| d.clone()).collect();
+            if viable.is_empty() {
+                // Nothing can work; one trial in the roomiest domain says how close it came.
+                let roomiest = (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
+                vec![domains[roomiest].clone()]
+            } else {
+                viable
+            }
         } else {
             domains
         };
-        if domains.is_empty() {
-            let detail = Arc::new(self.no_capacity_reason(&targets[0].1, &targets[0].0, first_prio(self, members[0])));
-            let reason = Arc::new(Reason::Gang { gang: gang.id.clone(), fit: 0, cardinality: gang.cardinality, minimum: gang.min_cardinality, detail: Some(detail) });
-            if let Some(k) = cache_key {
-                self.gang_unschedulable.insert(k, reason.clone());
-            }
-            for &m in &members {
-                self.set_reason(m, reason.clone());
-            }
-            return 0;
-        }
-        if domains.is_empty() {
-            let detail = label.map(|l| format!("no matching node has label {l}")).unwrap_or_else(|| "no matching node".to_string());
-            fail_all(
-                self,
-                Reason::Gang {
-                    gang: gang.id.clone(),
-                    fit: 0,
-                    cardinality: gang.cardinality,
-                    minimum: gang.min_cardinality,
-                    detail: Some(Arc::new(Reason::NoMatchingNode { pool: self.pool.clone(), detail })),
-                },
-            );
-            return 0;
-        }
-
         let min = gang.min_cardinality as usize;
         let best = if domains.len() == 1 {
             0
@@ -160,11 +154,7 @@ impl PoolCycle<'_> {
         let trial = self.place_members(&members, &targets, &domains[best]);
         if trial.placed < min || trial.placed == 0 {
             self.rollback(mark);
-            let detail = trial.first_failure.map(|i| {
-                let prio = self.jobs[members[i] as usize].prio_idx;
-                let types: Vec<u32> = targets[i].1.iter().copied().filter(|t| domains[best].contains(t)).collect();
-                Arc::new(self.no_capacity_reason(&types, &targets[i].0, prio))
-            });
+            let detail = trial.first_failure;
             let reason = Reason::Gang { gang: gang.id.clone(), fit: trial.placed as u32, cardinality: gang.cardinality, minimum: gang.min_cardinality, detail };
             if let Some(k) = cache_key {
                 self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
@@ -202,7 +192,10 @@ impl PoolCycle<'_> {
                     trial.max_level = trial.max_level.max(level);
                 }
                 None => {
-                    trial.first_failure.get_or_insert(i);
+                    if trial.first_failure.is_none() {
+                        let prio = self.jobs[m as usize].prio_idx;
+                        trial.first_failure = Some(Arc::new(self.no_capacity_reason(&types, req, prio)));
+                    }
                 }
             }
         }

@@ -29,3 +29,6 @@ pub use cycle::schedule;
 pub use decisions::{Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled};
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
+
+#[cfg(test)]
+mod tests;

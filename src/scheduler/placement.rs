@@ -345,7 +345,9 @@ impl PoolCycle<'_> {
         };
         let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
         let short: Vec<usize> = requested.iter().copied().filter(|&s| max[s] < req[s]).collect();
-        let missing = if short.is_empty() {
+        let missing = if short.is_empty() && requested.len() == 1 {
+            amount(requested[0])
+        } else if short.is_empty() {
             format!("{} together", requested.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(", "))
         } else {
             short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")

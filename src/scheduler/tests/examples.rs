@@ -1,0 +1,178 @@
+//! The worked examples (tests/scenarios/*.yaml), run through the simulator with exact outcomes.
+
+use crate::simulate::{Output, RoundOutput, run_text};
+use std::collections::BTreeMap;
+
+fn run(name: &str) -> Output {
+    let path = format!("{}/tests/scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    run_text(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> BTreeMap<String, usize> {
+    m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn map(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+fn state<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
+    r.jobs.get(job).unwrap_or_else(|| panic!("no job {job}")).state
+}
+
+fn node<'a>(r: &'a RoundOutput, job: &str) -> Option<&'a str> {
+    r.jobs.get(job).and_then(|j| j.node.as_deref())
+}
+
+fn reason<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
+    r.jobs.get(job).and_then(|j| j.reason.as_deref()).unwrap_or("")
+}
+
+fn on_node(r: &RoundOutput, node: &str) -> BTreeMap<String, usize> {
+    counts(&r.nodes[node])
+}
+
+#[test]
+fn fair_share_preemption_worked_example() {
+    let out = run("fair_share_preemption.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.scheduled), map(&[("A", 40)]));
+    assert_eq!(on_node(r0, "node-1"), map(&[("A", 32)]));
+    assert_eq!(on_node(r0, "node-2"), map(&[("A", 8)]));
+    for i in 1..=32 {
+        assert_eq!(node(r0, &format!("a-{i}")), Some("node-1"));
+    }
+
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.running), map(&[("A", 32), ("B", 32)]));
+    assert_eq!(counts(&r1.preempted), map(&[("A", 8)]));
+    assert_eq!(counts(&r1.scheduled), map(&[("B", 32)]));
+    assert_eq!(counts(&r1.queued), map(&[("B", 18)]));
+    assert_eq!(on_node(r1, "node-1"), map(&[("A", 32)]));
+    assert_eq!(on_node(r1, "node-2"), map(&[("B", 32)]));
+    // The preempted jobs are exactly the ones A had on node-2.
+    for i in 33..=40 {
+        let j = format!("a-{i}");
+        assert_eq!(state(r1, &j), "preempted", "{j}");
+        assert!(reason(r1, &j).contains("fair share"), "{}", reason(r1, &j));
+    }
+    assert!(reason(r1, "b-50").contains("no node with 1 cpu"), "{}", reason(r1, "b-50"));
+
+    // Stable: a further cycle changes nothing.
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+    assert_eq!(counts(&r2.running), map(&[("A", 32), ("B", 32)]));
+}
+
+#[test]
+fn allocatable_depends_on_priority() {
+    let out = run("per_priority_allocatable.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!((state(r0, "d10"), state(r0, "p20")), ("running", "running"));
+    let r1 = &out.rounds[1];
+    assert_eq!((state(r1, "d23"), state(r1, "p3")), ("queued", "queued"));
+    assert!(counts(&r1.preempted).is_empty());
+    assert!(reason(r1, "d23").contains("no node with 23 cpu free"), "{}", reason(r1, "d23"));
+    assert!(reason(r1, "p3").contains("no node with 3 cpu free"), "{}", reason(r1, "p3"));
+    let r2 = &out.rounds[2];
+    assert_eq!(state(r2, "p2"), "running");
+    assert!(counts(&r2.preempted).is_empty());
+    let r3 = &out.rounds[3];
+    assert_eq!(state(r3, "d22"), "running");
+    assert_eq!((state(r3, "p20"), state(r3, "p2"), state(r3, "d10")), ("preempted", "preempted", "running"));
+    assert!(reason(r3, "p20").contains("more urgent job"), "{}", reason(r3, "p20"));
+}
+
+#[test]
+fn drf_paper_example() {
+    let out = run("drf_paper.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("A", 3), ("B", 2)]));
+}
+
+#[test]
+fn weights_split_two_to_one() {
+    let out = run("queue_weights.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("A", 20), ("B", 10)]));
+}
+
+#[test]
+fn gangs_all_or_nothing_and_minimum_cardinality() {
+    let out = run("gangs.yaml");
+    let r0 = &out.rounds[0];
+    for g in ["g1-1", "g1-2", "g1-3"] {
+        assert_eq!(state(r0, g), "queued");
+        assert!(reason(r0, g).contains("gang g1: 2 of 3 members fit"), "{}", reason(r0, g));
+    }
+    assert_eq!(state(r0, "s"), "running");
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r1.failed), map(&[("A", 1)]));
+    assert_eq!((state(r1, "g2-1"), state(r1, "g2-2"), state(r1, "g2-3")), ("running", "running", "failed"));
+    assert_ne!(node(r1, "g2-1"), node(r1, "g2-2"));
+    // g1 still cannot fit and is still all queued.
+    assert_eq!((state(r1, "g1-1"), state(r1, "g1-3")), ("queued", "queued"));
+}
+
+#[test]
+fn gang_node_uniformity() {
+    let out = run("gang_uniformity.yaml");
+    let r0 = &out.rounds[0];
+    let nodes: Vec<_> = ["u1-1", "u1-2"].iter().map(|j| node(r0, j)).collect();
+    assert!(nodes.iter().all(|n| n.is_some_and(|n| n.starts_with("small"))), "{nodes:?}");
+    let r1 = &out.rounds[1];
+    for j in ["u2-1", "u2-2", "u2-3", "u2-4"] {
+        assert!(node(r1, j).is_some_and(|n| n.starts_with("big")), "{j}: {:?}", node(r1, j));
+    }
+    let r2 = &out.rounds[2];
+    assert_eq!((state(r2, "u3-1"), state(r2, "u3-2")), ("queued", "queued"));
+    assert!(reason(r2, "u3-1").contains("gang u3: 0 of 2 members fit"), "{}", reason(r2, "u3-1"));
+}
+
+#[test]
+fn urgency_preemption_picks_lowest_and_never_equal_or_higher() {
+    let out = run("urgency_preemption.yaml");
+    let r1 = &out.rounds[1];
+    assert_eq!((state(r1, "h"), state(r1, "l"), state(r1, "m")), ("running", "preempted", "running"));
+    let r2 = &out.rounds[2];
+    assert_eq!(state(r2, "m2"), "queued");
+    assert!(counts(&r2.preempted).is_empty());
+    let r3 = &out.rounds[3];
+    assert_eq!(state(r3, "h2"), "queued");
+    assert!(counts(&r3.preempted).is_empty());
+    assert_eq!((state(r3, "h"), state(r3, "m")), ("running", "running"));
+    assert!(reason(r3, "h2").contains("no node with 64 cpu"), "{}", reason(r3, "h2"));
+}
+
+#[test]
+fn queue_resource_limit() {
+    let out = run("queue_limit.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.running), map(&[("B", 8)]));
+    assert!(reason(r0, "b-9").contains("queue B at its cpu limit"), "{}", reason(r0, "b-9"));
+}
+
+#[test]
+fn global_rate_limit() {
+    let out = run("rate_limit.yaml");
+    let per_round: Vec<usize> = out.rounds.iter().map(|r| r.scheduled.values().sum()).collect();
+    assert_eq!(per_round, vec![5, 5, 2]);
+    assert!(reason(&out.rounds[0], "a-6").contains("rate limited"), "{}", reason(&out.rounds[0], "a-6"));
+}
+
+#[test]
+fn lookback_limit() {
+    let out = run("lookback.yaml");
+    let r0 = &out.rounds[0];
+    assert!(reason(r0, "a-4").contains("no node with 100 cpu"), "{}", reason(r0, "a-4"));
+    assert!(reason(r0, "a-5").contains("lookback limit reached"), "{}", reason(r0, "a-5"));
+    assert_eq!(state(r0, "b"), "running");
+}
+
+#[test]
+fn contract_example_runs() {
+    let out = run("contract_example.yaml");
+    assert_eq!(out.rounds.len(), 3);
+    // The gang of four fits on the tainted nodes it tolerates.
+    assert_eq!(counts(&out.rounds[0].scheduled).get("B"), Some(&4));
+}

@@ -1,0 +1,3 @@
+//! Scheduler tests: worked examples with exact outcomes, and property tests.
+
+mod examples;
