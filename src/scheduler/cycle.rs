@@ -61,14 +61,15 @@ pub(super) enum Status {
     /// Queued and not placed (yet).
     Waiting,
     /// Queued and placed in this cycle.
-    Placed { node: u32 },
+    Placed,
     /// Running and untouched.
     Running,
-    /// Running, evicted for fair share, not (yet) back. Occupies its node until displaced.
+    /// Evicted for fair share (a running job, or one placed earlier in this cycle), not (yet)
+    /// back. Occupies its node until displaced.
     Evicted,
     /// Evicted and back on its node.
     Returned,
-    /// Running (or returned) and removed for a more urgent job.
+    /// Running (or returned) and removed for a more urgent job or for fair share.
     Preempted,
     /// Gang member beyond what fit.
     Failed,
@@ -92,21 +93,28 @@ pub(super) struct CJob<'a> {
     pub status: Status,
     pub displaced_by: Option<u32>,
     pub reason: Option<Arc<Reason>>,
+    /// The node the job is on (or, evicted, still occupies or came from).
+    pub node: Option<u32>,
 }
 
 impl CJob<'_> {
+    /// The node the job holds resources on, if any.
     pub(super) fn node(&self) -> Option<u32> {
-        match (self.status, self.origin) {
-            (Status::Placed { node }, _) => Some(node),
-            (Status::Running | Status::Evicted | Status::Returned, Origin::Running { node }) => Some(node),
-            _ => None,
+        match self.status {
+            Status::Placed | Status::Running | Status::Evicted | Status::Returned => self.node,
+            Status::Waiting | Status::Preempted | Status::Failed => None,
         }
+    }
+
+    /// True if the job holds a place at the end of the cycle.
+    pub(super) fn scheduled(&self) -> bool {
+        matches!(self.status, Status::Placed | Status::Returned | Status::Running)
     }
 
     pub(super) fn order_key(&self) -> OrderKey {
         OrderKey {
             class_priority: self.class_priority,
-            evicted: self.origin != Origin::Queued,
+            evicted: self.status == Status::Evicted,
             priority: self.priority,
             seq: self.seq,
         }
@@ -184,6 +192,9 @@ pub(super) struct QCtx<'a> {
     pub queued_pos: usize,
     /// Queued jobs offered so far, against the lookback limit.
     pub taken: usize,
+    /// Jobs offered again after a rebalance, in queue order.
+    pub retry: Vec<u32>,
+    pub retry_pos: usize,
     /// Why the rest of the queue waits (lookback, rate limit).
     pub note: Option<Arc<Reason>>,
     pub queued_stopped: bool,
@@ -203,7 +214,7 @@ pub(super) struct QCtx<'a> {
 pub(super) enum Undo {
     Added { node: u32, job: u32 },
     Removed { node: u32, occ: Occupant },
-    Status { job: u32, status: Status, displaced_by: Option<u32>, reason: Option<Arc<Reason>> },
+    Status { job: u32, status: Status, displaced_by: Option<u32>, reason: Option<Arc<Reason>>, node: Option<u32> },
     Alloc { queue: u32, pc: u16, req: ResVec, added: bool },
 }
 
@@ -241,6 +252,16 @@ pub(super) struct PoolCycle<'a> {
     pub gang_unschedulable: HashMap<(u32, u8, u32, u32, Option<String>), Arc<Reason>>,
     /// Running gang members by (queue, gang id).
     pub running_gangs: HashMap<(u32, &'a str), Vec<u32>>,
+    /// Members of queued gangs offered in this cycle, by (queue, gang id).
+    pub created_gangs: HashMap<(u32, &'a str), Vec<u32>>,
+    /// Nodes drawn for fair-share eviction this cycle.
+    pub eviction_nodes: Vec<bool>,
+    /// Evict-and-refill rounds after the first fill.
+    pub rebalances: usize,
+    /// Jobs `0..running_count` are the ones running at the start.
+    pub running_count: usize,
+    /// Gang members failed in this cycle.
+    pub failed: Vec<u32>,
     pub global_rate_stopped: Option<Arc<Reason>>,
     pub evicted_count: usize,
     pub jobs_tried: usize,
@@ -337,6 +358,10 @@ impl<'a> PoolCycle<'a> {
             status: if origin == Origin::Queued { Status::Waiting } else { Status::Running },
             displaced_by: None,
             reason: None,
+            node: match origin {
+                Origin::Running { node } => Some(node),
+                Origin::Queued => None,
+            },
         });
         (self.jobs.len() - 1) as u32
     }
@@ -403,6 +428,8 @@ impl<'a> PoolCycle<'a> {
                 gangs_done: HashSet::default(),
                 queued_pos: 0,
                 taken: 0,
+                retry: vec![],
+                retry_pos: 0,
                 note: None,
                 queued_stopped: false,
                 current: None,
@@ -437,6 +464,11 @@ impl<'a> PoolCycle<'a> {
             unschedulable: HashMap::default(),
             gang_unschedulable: HashMap::default(),
             running_gangs: HashMap::default(),
+            created_gangs: HashMap::default(),
+            eviction_nodes: vec![],
+            rebalances: 0,
+            running_count: 0,
+            failed: vec![],
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
@@ -557,6 +589,7 @@ impl<'a> PoolCycle<'a> {
             add_to(&mut cycle.queues[q].alloc_by_pc[pc], &req);
             cycle.queues[q].active = true;
         }
+        cycle.running_count = cycle.jobs.len();
         cycle.compute_shares();
         cycle.compute_limits();
         cycle
@@ -622,22 +655,62 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// Progressive filling until every queue has nothing more to offer.
+    /// Fills, then rebalances a bounded number of times.
     pub(super) fn fill(&mut self, rate: &mut RateLimits) {
-        let mut heap = BinaryHeap::new();
-        for q in 0..self.queues.len() as u32 {
-            if let Some(t) = self.advance(q, rate) {
-                heap.push(t);
+        loop {
+            let mut heap = BinaryHeap::new();
+            for q in 0..self.queues.len() as u32 {
+                if let Some(t) = self.advance(q, rate) {
+                    heap.push(t);
+                }
+            }
+            while let Some(turn) = heap.pop() {
+                let q = turn.queue;
+                if let Some(cand) = self.queues[q as usize].current.take() {
+                    self.attempt(q, cand, rate);
+                }
+                if let Some(t) = self.advance(q, rate) {
+                    heap.push(t);
+                }
+            }
+            if !self.rebalance() {
+                break;
             }
         }
-        while let Some(turn) = heap.pop() {
-            let q = turn.queue;
-            if let Some(cand) = self.queues[q as usize].current.take() {
-                self.attempt(q, cand, rate);
+        self.reclaim();
+    }
+
+    /// Evicted jobs whose place was taken by a job that later gave it up again (withdrawn in a
+    /// rebalance, or its gang broke) return if their node still has room: nothing else will use
+    /// that room in this cycle, and preempting them would help no one.
+    fn reclaim(&mut self) {
+        let mut evicted: Vec<u32> = (0..self.jobs.len() as u32).filter(|&j| self.jobs[j as usize].status == Status::Evicted).collect();
+        evicted.sort_by_key(|&j| (self.jobs[j as usize].queue, self.jobs[j as usize].order_key(), j));
+        for j in evicted {
+            let job = &self.jobs[j as usize];
+            if job.status != Status::Evicted {
+                continue;
             }
-            if let Some(t) = self.advance(q, rate) {
-                heap.push(t);
+            match job.info.gang.clone() {
+                None => {
+                    self.return_evicted(j);
+                }
+                Some(g) => {
+                    let members: SmallVec<[u32; 1]> =
+                        self.gang_members(job.queue, g.id.as_str()).into_iter().filter(|&m| self.jobs[m as usize].status == Status::Evicted).collect();
+                    let req = self.layout.zero();
+                    let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
+                    self.return_evicted_gang(&cand);
+                }
             }
         }
+    }
+
+    /// Every member (running or offered this cycle) of a gang.
+    pub(super) fn gang_members(&self, q: u32, id: &str) -> Vec<u32> {
+        let mut out: Vec<u32> = self.running_gangs.get(&(q, id)).cloned().unwrap_or_default();
+        out.extend(self.created_gangs.get(&(q, id)).into_iter().flatten().copied());
+        out
     }
 
     /// Position in `src` of the queue's next queued job to offer, skipping jobs not for this
@@ -696,52 +769,80 @@ impl<'a> PoolCycle<'a> {
                     next_queued = None;
                 }
             }
-            let take_evicted = match (next_evicted, next_queued) {
-                (None, None) => return None,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(e), Some(w)) => {
-                    let sj = &self.queues[q as usize].srcs[w as usize];
-                    let pc = &self.pcs[sj.pc as usize];
-                    let wk = OrderKey { class_priority: pc.priority, evicted: false, priority: sj.priority, seq: sj.seq };
-                    self.jobs[e as usize].order_key() <= wk
-                }
+            let next_retry = {
+                let qc = &self.queues[q as usize];
+                qc.retry.get(qc.retry_pos).copied()
             };
-            let members: SmallVec<[u32; 1]> = if take_evicted {
-                let qc = &mut self.queues[q as usize];
-                qc.evicted_pos += 1;
-                let Some(first) = next_evicted else { return None };
-                let job = &self.jobs[first as usize];
-                // Skip jobs already dealt with (members of a gang handled with its first member).
-                if job.status != Status::Evicted {
-                    continue;
-                }
-                match job.info.gang.as_ref().and_then(|g| self.running_gangs.get(&(q, g.id.as_str()))) {
-                    Some(m) => m.iter().copied().filter(|&m| self.jobs[m as usize].status == Status::Evicted).collect(),
-                    None => smallvec::smallvec![first],
-                }
-            } else {
-                let Some(pos) = next_queued else { return None };
-                self.queues[q as usize].queued_pos += 1;
-                let src = self.queues[q as usize].src;
-                let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
-                let positions: SmallVec<[u32; 1]> = match gang {
-                    Some(g) => {
-                        let qc = &mut self.queues[q as usize];
-                        qc.gangs_done.insert(g.id.as_str());
-                        qc.gang_src.get(g.id.as_str()).map(|m| m.iter().copied().collect()).unwrap_or_else(|| smallvec::smallvec![pos])
+            // The three streams (evicted, offered again, queued) merge in queue order.
+            let queued_key = next_queued.map(|w| {
+                let sj = &self.queues[q as usize].srcs[w as usize];
+                OrderKey { class_priority: self.pcs[sj.pc as usize].priority, evicted: false, priority: sj.priority, seq: sj.seq }
+            });
+            let mut pick: Option<(OrderKey, u8)> = None;
+            for (key, stream) in [
+                (next_evicted.map(|e| self.jobs[e as usize].order_key()), 0u8),
+                (next_retry.map(|r| self.jobs[r as usize].order_key()), 1),
+                (queued_key, 2),
+            ] {
+                if let Some(k) = key {
+                    if pick.is_none_or(|(best, _)| k < best) {
+                        pick = Some((k, stream));
                     }
-                    None => smallvec::smallvec![pos],
-                };
-                self.queues[q as usize].taken += positions.len();
-                positions
-                    .iter()
-                    .map(|&p| {
-                        let sj = self.queues[q as usize].srcs[p as usize].clone();
-                        self.new_job(&sj, &src[p as usize], q, Origin::Queued)
-                    })
-                    .collect()
+                }
+            }
+            let Some((_, stream)) = pick else { return None };
+            let take_evicted = stream == 0;
+            let members: SmallVec<[u32; 1]> = match stream {
+                0 | 1 => {
+                    let qc = &mut self.queues[q as usize];
+                    let (first, expected) = if stream == 0 {
+                        qc.evicted_pos += 1;
+                        (next_evicted, Status::Evicted)
+                    } else {
+                        qc.retry_pos += 1;
+                        (next_retry, Status::Waiting)
+                    };
+                    let Some(first) = first else { return None };
+                    let job = &self.jobs[first as usize];
+                    // Skip jobs already dealt with (members of a gang handled with its first member).
+                    if job.status != expected {
+                        continue;
+                    }
+                    match &job.info.gang {
+                        Some(g) => self.gang_members(q, g.id.as_str()).into_iter().filter(|&m| self.jobs[m as usize].status == expected).collect(),
+                        None => smallvec::smallvec![first],
+                    }
+                }
+                _ => {
+                    let Some(pos) = next_queued else { return None };
+                    self.queues[q as usize].queued_pos += 1;
+                    let src = self.queues[q as usize].src;
+                    let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+                    let positions: SmallVec<[u32; 1]> = match gang {
+                        Some(g) => {
+                            let qc = &mut self.queues[q as usize];
+                            qc.gangs_done.insert(g.id.as_str());
+                            qc.gang_src.get(g.id.as_str()).map(|m| m.iter().copied().collect()).unwrap_or_else(|| smallvec::smallvec![pos])
+                        }
+                        None => smallvec::smallvec![pos],
+                    };
+                    self.queues[q as usize].taken += positions.len();
+                    let members: SmallVec<[u32; 1]> = positions
+                        .iter()
+                        .map(|&p| {
+                            let sj = self.queues[q as usize].srcs[p as usize].clone();
+                            self.new_job(&sj, &src[p as usize], q, Origin::Queued)
+                        })
+                        .collect();
+                    if let Some(g) = gang {
+                        self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
+                    }
+                    members
+                }
             };
+            if members.is_empty() {
+                continue;
+            }
             let first = members[0];
             let req = if members.len() == 1 {
                 self.req(first)
@@ -766,32 +867,31 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn set_reason(&mut self, j: u32, reason: Arc<Reason>) {
         if self.recording {
             let job = &self.jobs[j as usize];
-            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone() });
+            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone(), node: job.node });
         }
         self.jobs[j as usize].reason = Some(reason);
     }
 
     /// Turns the cycle's outcome into decisions.
     pub(super) fn finish(self, out: &mut Decisions, done: &mut HashSet<crate::model::JobId>) {
-        let resolve = |mut x: u32| -> u32 {
+        // Who finally took a victim's place: follow displacements of displacers.
+        // (A displacer that was itself displaced, or moved elsewhere, passes the place on.)
+        let resolve = |mut x: u32, node: Option<u32>| -> u32 {
             for _ in 0..self.jobs.len() {
                 let j = &self.jobs[x as usize];
-                let scheduled = matches!(j.status, Status::Placed { .. } | Status::Returned | Status::Running);
-                match (scheduled, j.displaced_by) {
+                let holds = j.scheduled() && (node.is_none() || j.node == node);
+                match (holds, j.displaced_by) {
                     (false, Some(y)) => x = y,
                     _ => break,
                 }
             }
             x
         };
-        for (i, j) in self.jobs.iter().enumerate() {
-            let node_of = |origin: Origin| match origin {
-                Origin::Running { node } => Some(self.nodes[node as usize]),
-                Origin::Queued => None,
-            };
+        for (ji, j) in self.jobs.iter().enumerate() {
+            let new = j.origin == Origin::Queued;
             match j.status {
-                Status::Placed { node } => {
-                    let n = self.nodes[node as usize];
+                Status::Placed | Status::Returned if new => {
+                    let Some(n) = j.node.map(|n| self.nodes[n as usize]) else { continue };
                     done.insert(j.id);
                     out.leases.push(Lease {
                         job_id: j.id,
@@ -801,23 +901,44 @@ impl<'a> PoolCycle<'a> {
                         node: n.name.clone(),
                     });
                 }
-                Status::Evicted | Status::Preempted => {
-                    let Some(n) = node_of(j.origin) else { continue };
-                    let reason = match j.displaced_by {
-                        Some(by) => {
-                            let by = resolve(by);
+                Status::Evicted | Status::Preempted if !new => {
+                    let Some(n) = j.node.map(|n| self.nodes[n as usize]) else { continue };
+                    // Who holds the place this job lost, if anyone still does.
+                    let holder = |x: u32| {
+                        let m = &self.jobs[x as usize];
+                        let by = resolve(m.displaced_by?, m.node);
+                        let b = &self.jobs[by as usize];
+                        (b.scheduled() && b.node == m.node).then_some(by)
+                    };
+                    let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
+                    let own = if cascaded { None } else { holder(ji as u32) };
+                    // A gang member that kept its place went because another member lost one.
+                    let via_gang = match (&own, &j.info.gang) {
+                        (None, Some(g)) => self
+                            .gang_members(j.queue, g.id.as_str())
+                            .into_iter()
+                            .find_map(holder)
+                            .or_else(|| j.displaced_by.map(|by| resolve(by, None)))
+                            .map(|by| (g.id.clone(), by)),
+                        _ => None,
+                    };
+                    let reason = match (own, via_gang) {
+                        (Some(by), _) => {
                             let b = &self.jobs[by as usize];
-                            if b.class_priority > j.class_priority || j.status == Status::Preempted {
+                            if b.class_priority > j.class_priority {
                                 PreemptionReason::Urgency { by: b.id, by_priority_class: self.pcs[b.pc as usize].name.clone() }
                             } else {
                                 PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
                             }
                         }
-                        None => PreemptionReason::NotRescheduled {
+                        (None, Some((gang, by))) => {
+                            let b = &self.jobs[by as usize];
+                            PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
+                        }
+                        (None, None) => PreemptionReason::NotRescheduled {
                             reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity { pool: self.pool.clone(), missing: "its resources".to_string() }),
                         },
                     };
-                    let _ = i;
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
@@ -834,12 +955,17 @@ impl<'a> PoolCycle<'a> {
                         reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoPool),
                     });
                 }
-                Status::Waiting => {
-                    if let Some(r) = &j.reason {
-                        out.unscheduled.push(Unscheduled { job_id: j.id, reason: r.clone() });
+                // Placed earlier in the cycle, then evicted again and not back: stays queued.
+                Status::Evicted | Status::Waiting | Status::Preempted => {
+                    let reason = match (j.displaced_by, &j.reason) {
+                        (Some(by), _) if j.status != Status::Waiting => Some(Arc::new(Reason::Displaced { by: self.jobs[resolve(by, j.node) as usize].id })),
+                        (_, r) => r.clone(),
+                    };
+                    if let Some(r) = reason {
+                        out.unscheduled.push(Unscheduled { job_id: j.id, reason: r });
                     }
                 }
-                Status::Running | Status::Returned => {}
+                Status::Running | Status::Placed | Status::Returned => {}
             }
         }
         for q in &self.queues {

@@ -89,6 +89,8 @@ pub enum PreemptionReason {
     FairShare { by: JobId, by_queue: QueueName },
     /// Removed for a job of a higher priority class.
     Urgency { by: JobId, by_priority_class: PriorityClassName },
+    /// Evicted with its gang; another member's place was taken, so the gang could not return.
+    GangMember { gang: String, by: JobId, by_queue: QueueName },
     /// Evicted and could not return for another reason.
     NotRescheduled { reason: Reason },
 }
@@ -101,6 +103,9 @@ impl fmt::Display for PreemptionReason {
             }
             PreemptionReason::Urgency { by, by_priority_class } => {
                 write!(f, "preempted by more urgent job {by} (priority class {by_priority_class})")
+            }
+            PreemptionReason::GangMember { gang, by, by_queue } => {
+                write!(f, "preempted with its gang {gang}: a member's node was given to job {by} of queue {by_queue}")
             }
             PreemptionReason::NotRescheduled { reason } => write!(f, "evicted for fair share and not rescheduled: {reason}"),
         }

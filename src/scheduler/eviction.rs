@@ -1,50 +1,92 @@
-//! Fair-share preemption, step one: evict preemptible running jobs in the scheduler's view.
+//! Fair-share preemption: evict preemptible jobs in the scheduler's view.
 //!
-//! Each node is picked with `node_eviction_probability`; on a picked node every running job of a
+//! Each node is picked with `node_eviction_probability`; on a picked node every job of a
 //! preemptible class whose queue is above `protected_fraction_of_fair_share` of its adjusted fair
 //! share is evicted, and gangs go whole. Evicted jobs leave their queue's allocation, go to the
 //! front of their queue and still occupy their node (at a level that only jobs of their priority
 //! or higher may take) until progressive filling either puts them back or gives their place away.
+//!
+//! Protection is judged first on the shares at the start of the cycle and then again after
+//! filling: a queue that this cycle's placements pushed above its protected share is evicted and
+//! the queues' waiting jobs are offered once more ([`PoolCycle::rebalance`]). Without that second
+//! look the rebalancing would only happen in the next cycle, so a cycle with nothing new would
+//! still preempt.
 
-use super::cycle::{PoolCycle, Status};
+use super::cycle::{Origin, PoolCycle, Status};
+use super::decisions::Reason;
 use super::nodedb::Occupant;
 use super::resvec::sub_from;
 use std::collections::BTreeSet;
 
 impl PoolCycle<'_> {
+    /// Draws the nodes eligible for eviction and evicts the queues above their protected share.
     pub(super) fn evict(&mut self, rng: &mut rand_pcg::Pcg64) {
         let p = self.cfg.node_eviction_probability;
-        if p <= 0.0 {
-            return;
-        }
+        self.eviction_nodes = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && Self::draw(rng) < p)).collect();
+        let shares: Vec<f64> = self.queues.iter().map(|q| q.adjusted_fair_share).collect();
+        let over = self.over_share(&shares);
+        self.evict_queues(&over);
+    }
+
+    /// Queues above their protected share of `fair` now.
+    fn over_share(&self, fair: &[f64]) -> Vec<bool> {
         let frac = self.cfg.protected_fraction_of_fair_share;
-        let protected: Vec<bool> = self
-            .queues
+        self.queues
             .iter()
+            .zip(fair)
             // A small tolerance keeps a queue exactly at its share from flapping on rounding.
-            .map(|q| q.actual_share <= frac * q.adjusted_fair_share + 1e-9)
-            .collect();
-        if protected.iter().all(|p| *p) {
-            return;
+            .map(|(q, f)| self.cost.share(&q.alloc) > frac * f + 1e-9)
+            .collect()
+    }
+
+    /// Adjusted fair shares as the next cycle will see them: preempted and failed jobs no longer
+    /// count as demand.
+    fn adjusted_shares_now(&self) -> Vec<f64> {
+        let mut demand: Vec<super::resvec::ResVec> = self.queues.iter().map(|q| q.demand.clone()).collect();
+        let gone = self.jobs[..self.running_count]
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| matches!(j.status, Status::Evicted | Status::Preempted))
+            .map(|(i, _)| i as u32)
+            .chain(self.failed.iter().copied().filter(|&j| self.jobs[j as usize].status == Status::Failed));
+        for j in gone {
+            let q = self.jobs[j as usize].queue as usize;
+            sub_from(&mut demand[q], &self.req(j));
+        }
+        let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
+        let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&demand[i])).collect();
+        let adjusted = super::fairness::adjusted_fair_shares(&weights, &demands);
+        let mut out = vec![0.0; self.queues.len()];
+        for (k, &i) in active.iter().enumerate() {
+            out[i] = adjusted[k];
+        }
+        out
+    }
+
+    /// Evicts the preemptible jobs of `queues` on eviction nodes; true if any was evicted.
+    fn evict_queues(&mut self, queues: &[bool]) -> bool {
+        if self.cfg.node_eviction_probability <= 0.0 || !queues.iter().any(|q| *q) {
+            return false;
         }
         let mut chosen: BTreeSet<u32> = BTreeSet::new();
         for n in 0..self.db.nodes.len() {
-            if p < 1.0 && Self::draw(rng) >= p {
+            if !self.eviction_nodes[n] {
                 continue;
             }
-            let mut on_node: Vec<u32> = self.db.nodes[n].occupants.iter().map(|o| o.job).collect();
-            on_node.sort_unstable();
-            for j in on_node {
-                let job = &self.jobs[j as usize];
-                if job.status == Status::Running && self.pcs[job.pc as usize].preemptible && !protected[job.queue as usize] {
-                    chosen.insert(j);
-                    if let Some(g) = &job.info.gang {
-                        if let Some(members) = self.running_gangs.get(&(job.queue, g.id.as_str())) {
-                            chosen.extend(members.iter().copied());
-                        }
-                    }
+            for o in &self.db.nodes[n].occupants {
+                let job = &self.jobs[o.job as usize];
+                if o.evicted || !queues[job.queue as usize] || !self.pcs[job.pc as usize].preemptible {
+                    continue;
+                }
+                chosen.insert(o.job);
+                if let Some(g) = &job.info.gang {
+                    chosen.extend(self.gang_members(job.queue, g.id.as_str()).iter().copied().filter(|&m| self.jobs[m as usize].node().is_some()));
                 }
             }
+        }
+        if chosen.is_empty() {
+            return false;
         }
         let mut per_queue: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         for &j in &chosen {
@@ -59,8 +101,11 @@ impl PoolCycle<'_> {
             sub_from(&mut self.queues[q as usize].alloc_by_pc[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
-        self.evicted_count += chosen.len();
+        self.evicted_count += chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();
         for (q, mut list) in per_queue.into_iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
             // One entry per gang (its first member in queue order); the rest travel with it.
             list.sort_by_key(|&j| (self.jobs[j as usize].order_key(), j));
             let mut seen = rustc_hash::FxHashSet::default();
@@ -68,7 +113,55 @@ impl PoolCycle<'_> {
                 Some(g) => seen.insert(g.id.clone()),
                 None => true,
             });
-            self.queues[q].evicted = list;
+            let qc = &mut self.queues[q];
+            qc.evicted = list;
+            qc.evicted_pos = 0;
         }
+        true
+    }
+
+    /// After filling: if jobs still wait for room while queues are above their protected share
+    /// (because this cycle's placements pushed them there, or because the order of turns let them
+    /// take back places a waiting job could have had), evicts those queues again and offers the
+    /// waiting jobs once more. True if there is anything to fill again.
+    pub(super) fn rebalance(&mut self) -> bool {
+        if self.rebalances >= MAX_REBALANCES {
+            return false;
+        }
+        self.rebalances += 1;
+        let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
+        let mut seen_gangs = rustc_hash::FxHashSet::default();
+        for j in self.running_count as u32..self.jobs.len() as u32 {
+            let job = &self.jobs[j as usize];
+            let waiting = job.status == Status::Waiting
+                && matches!(job.reason.as_deref(), Some(Reason::NoCapacity { .. } | Reason::Gang { .. } | Reason::Displaced { .. } | Reason::GangMemberLost { .. }));
+            if !waiting {
+                continue;
+            }
+            if let Some(g) = &job.info.gang {
+                if !seen_gangs.insert((job.queue, g.id.clone())) {
+                    continue;
+                }
+            }
+            retry[job.queue as usize].push(j);
+        }
+        if retry.iter().all(Vec::is_empty) {
+            return false;
+        }
+        let shares = self.adjusted_shares_now();
+        let over = self.over_share(&shares);
+        if !self.evict_queues(&over) {
+            return false;
+        }
+        self.unschedulable.clear();
+        self.gang_unschedulable.clear();
+        for (q, list) in self.queues.iter_mut().zip(retry) {
+            q.retry = list;
+            q.retry_pos = 0;
+        }
+        true
     }
 }
+
+/// Most extra evict-and-refill rounds in one cycle.
+const MAX_REBALANCES: usize = 3;

@@ -174,6 +174,7 @@ impl PoolCycle<'_> {
         for &m in &members {
             if self.jobs[m as usize].status == Status::Waiting {
                 self.set_status(m, Status::Failed, None);
+                self.failed.push(m);
                 self.jobs[m as usize].reason = Some(reason.clone());
             }
         }

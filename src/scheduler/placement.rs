@@ -8,6 +8,7 @@ use super::nodedb::Occupant;
 use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use crate::model::quantity::{Unit, format_quantity};
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 impl PoolCycle<'_> {
@@ -15,10 +16,37 @@ impl PoolCycle<'_> {
     pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
         self.jobs_tried += cand.jobs.len();
         if cand.evicted {
-            if cand.jobs.len() == 1 {
-                self.return_evicted(cand.jobs[0]);
-            } else {
-                self.return_evicted_gang(&cand);
+            let back = if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
+            // Jobs leased earlier in this cycle are not tied to a node: if their place is gone
+            // they may go anywhere (their tokens are already taken).
+            let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].origin == Origin::Queued);
+            if !back && new {
+                // The whole gang goes back to waiting (members that failed for lack of room
+                // included) and is tried again as a whole.
+                let members: SmallVec<[u32; 1]> = match &cand.gang {
+                    Some(g) => self
+                        .gang_members(q, g.id.as_str())
+                        .into_iter()
+                        .filter(|&m| matches!(self.jobs[m as usize].status, Status::Evicted | Status::Failed | Status::Waiting))
+                        .collect(),
+                    None => cand.jobs.clone(),
+                };
+                let mut req = self.layout.zero();
+                for &j in &members {
+                    if self.jobs[j as usize].status == Status::Evicted {
+                        if let Some(node) = self.jobs[j as usize].node() {
+                            self.db.remove(node, j);
+                        }
+                    }
+                    self.set_status(j, Status::Waiting, None);
+                    add_to(&mut req, &self.req(j));
+                }
+                let again = Candidate { jobs: members, evicted: false, gang: cand.gang.clone(), req };
+                if self.is_gang(&again) {
+                    self.place_gang(q, &again);
+                } else {
+                    self.place_single(again.jobs[0]);
+                }
             }
             return;
         }
@@ -42,8 +70,7 @@ impl PoolCycle<'_> {
             }
             return;
         }
-        let is_gang = cand.gang.as_ref().is_some_and(|g| g.cardinality > 1 || g.node_uniformity_label.is_some());
-        let placed = if is_gang {
+        let placed = if self.is_gang(&cand) {
             self.place_gang(q, &cand)
         } else {
             usize::from(self.place_single(cand.jobs[0]))
@@ -51,6 +78,11 @@ impl PoolCycle<'_> {
         if placed > 0 {
             rate.take(&self.queues[q as usize].name, placed as u64);
         }
+    }
+
+    /// True if the candidate goes through gang placement.
+    fn is_gang(&self, cand: &Candidate) -> bool {
+        cand.gang.as_ref().is_some_and(|g| g.cardinality > 1 || g.node_uniformity_label.is_some())
     }
 
     /// The queue or priority-class limit the candidate would break.
@@ -179,16 +211,14 @@ impl PoolCycle<'_> {
             seq: job.seq,
             req: req.clone(),
         };
-        let status = match job.origin {
-            Origin::Queued => Status::Placed { node: n },
-            Origin::Running { .. } => Status::Returned,
-        };
+        let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };
         let (q, pc) = (job.queue, job.pc);
         self.db.add(n, occ);
         if self.recording {
             self.undo.push(Undo::Added { node: n, job: j });
         }
         self.set_status(j, status, None);
+        self.jobs[j as usize].node = Some(n);
         self.alloc(q, pc, req, true);
     }
 
@@ -207,26 +237,67 @@ impl PoolCycle<'_> {
         if self.recording {
             self.undo.push(Undo::Removed { node, occ });
         }
+        let new = victim.origin == Origin::Queued;
         match status {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
-            Status::Placed { .. } => {
+            // A lease made earlier in this cycle is simply withdrawn.
+            Status::Placed | Status::Returned if new => {
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
             }
-            Status::Running | Status::Returned => {
+            Status::Placed | Status::Running | Status::Returned => {
                 self.set_status(v, Status::Preempted, Some(by));
                 self.alloc(q, pc, &req, false);
             }
             Status::Waiting | Status::Preempted | Status::Failed => {}
         }
+        // Gang members need each other: the rest of the gang goes too.
+        if matches!(status, Status::Placed | Status::Returned | Status::Running) {
+            if let Some(g) = self.jobs[v as usize].info.gang.clone() {
+                self.break_gang(q, &g.id, v, by);
+            }
+        }
+    }
+
+    /// Takes the other members of `v`'s gang off their nodes (they were placed this cycle or
+    /// were running) and returns failed members to the queue.
+    fn break_gang(&mut self, q: u32, gang: &str, v: u32, by: u32) {
+        let lost = Arc::new(Reason::GangMemberLost { gang: gang.to_string() });
+        for m in self.gang_members(q, gang) {
+            if m == v {
+                continue;
+            }
+            let job = &self.jobs[m as usize];
+            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.pc);
+            match status {
+                Status::Placed | Status::Returned | Status::Running => {
+                    let Some(node) = job.node() else { continue };
+                    let Some(occ) = self.db.remove(node, m) else { continue };
+                    let req = occ.req.clone();
+                    if self.recording {
+                        self.undo.push(Undo::Removed { node, occ });
+                    }
+                    self.set_status(m, if new { Status::Waiting } else { Status::Preempted }, Some(by));
+                    self.jobs[m as usize].reason = Some(lost.clone());
+                    self.alloc(q, pc, &req, false);
+                }
+                Status::Failed => {
+                    self.set_status(m, Status::Waiting, None);
+                    self.jobs[m as usize].reason = Some(lost.clone());
+                }
+                Status::Waiting | Status::Evicted | Status::Preempted => {}
+            }
+        }
+        self.unschedulable.clear();
+        self.gang_unschedulable.clear();
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
     pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
         let job = &mut self.jobs[j as usize];
         if self.recording {
-            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone() });
+            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone(), node: job.node });
         }
         job.status = status;
         if displaced_by.is_some() {
@@ -269,11 +340,12 @@ impl PoolCycle<'_> {
                     self.db.remove(node, job);
                 }
                 Undo::Removed { node, occ } => self.db.add(node, occ),
-                Undo::Status { job, status, displaced_by, reason } => {
+                Undo::Status { job, status, displaced_by, reason, node } => {
                     let j = &mut self.jobs[job as usize];
                     j.status = status;
                     j.displaced_by = displaced_by;
                     j.reason = reason;
+                    j.node = node;
                 }
                 Undo::Alloc { queue, pc, req, added } => {
                     let qc = &mut self.queues[queue as usize];
@@ -292,7 +364,7 @@ impl PoolCycle<'_> {
 
     /// Puts an evicted job back on its own node if there is room.
     pub(super) fn return_evicted(&mut self, e: u32) -> bool {
-        let Origin::Running { node } = self.jobs[e as usize].origin else { return false };
+        let Some(node) = self.jobs[e as usize].node else { return false };
         let req = self.req(e);
         let had = self.db.remove(node, e);
         if let Some(occ) = &had {
@@ -319,7 +391,7 @@ impl PoolCycle<'_> {
     }
 
     /// Puts an evicted gang back whole, or leaves it evicted.
-    fn return_evicted_gang(&mut self, cand: &Candidate) {
+    pub(super) fn return_evicted_gang(&mut self, cand: &Candidate) -> bool {
         let mark = self.begin();
         for &m in &cand.jobs {
             if !self.return_evicted(m) {
@@ -329,10 +401,11 @@ impl PoolCycle<'_> {
                 for &m in &cand.jobs {
                     self.jobs[m as usize].reason = Some(reason.clone());
                 }
-                return;
+                return false;
             }
         }
         self.commit(mark);
+        true
     }
 
     /// Why a job fits on no node of `types`, even counting what it may preempt.

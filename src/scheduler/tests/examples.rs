@@ -176,3 +176,4 @@ fn contract_example_runs() {
     // The gang of four fits on the tainted nodes it tolerates.
     assert_eq!(counts(&out.rounds[0].scheduled).get("B"), Some(&4));
 }
+
