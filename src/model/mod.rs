@@ -1,7 +1,9 @@
 //! Domain types shared by every role: resources, queues, priority classes, jobs, nodes.
 
+pub mod api;
 pub mod duration;
 pub mod gang;
+pub mod job;
 pub mod names;
 pub mod node;
 pub mod placement;
@@ -12,6 +14,7 @@ pub mod requirements;
 pub mod resources;
 
 pub use gang::GangSpec;
+pub use job::{Event, EventKind, JobPayload, JobRecord, JobState, KillRequest, Run, RunState};
 pub use names::{ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId};
 pub use node::Node;
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
