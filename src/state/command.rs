@@ -58,10 +58,11 @@ pub enum Command {
     Schedule { term: u64, at_ms: i64, leases: Vec<NewLease>, preemptions: Vec<JobVerdict>, failures: Vec<JobVerdict> },
     /// An executor's node inventory changed (or the executor is new).
     UpsertExecutor { executor: ExecutorName, nodes: Vec<NodeReport>, at_ms: i64 },
-    /// Run state changes reported by an executor.
-    RunEvents { executor: ExecutorName, at_ms: i64, events: Vec<RunEventReport> },
+    /// Run state changes reported by an executor. A lost run sends its job back to the queue
+    /// unless it already had `max_attempted_runs` runs.
+    RunEvents { executor: ExecutorName, at_ms: i64, events: Vec<RunEventReport>, max_attempted_runs: u32 },
     /// The executor stopped polling: its nodes leave the pool and its runs are lost.
-    ExecutorLost { executor: ExecutorName, at_ms: i64 },
+    ExecutorLost { executor: ExecutorName, at_ms: i64, max_attempted_runs: u32 },
 }
 
 /// Why a command was refused at apply time (the API checked it, but the state moved on).
