@@ -62,6 +62,11 @@ impl Requirements {
         self.fingerprint
     }
 
+    /// How many holders share this allocation.
+    pub fn strong_count(&self) -> usize {
+        std::sync::Arc::strong_count(&self.inner)
+    }
+
     /// True if both point at the same allocation (a cheap equality fast path).
     pub fn ptr_eq(&self, other: &Self) -> bool {
         std::sync::Arc::ptr_eq(&self.inner, &other.inner)

@@ -1,0 +1,293 @@
+//! The replicated state: queues, live (non-terminal) jobs and executors in memory, with the
+//! indexes the scheduler and the API read. `apply` is deterministic: the same commands in the
+//! same order give the same state and the same changes on every node.
+
+use super::changes::{Change, Effects, ExecutorRecord};
+use super::command::{Command, Rejection, Response};
+use crate::model::{
+    EventKind, ExecutorName, JobId, JobRecord, JobSetName, JobState, PriorityClassName, Queue, QueueName, Requirements, Resources, RunId,
+    SchedulingRequirements,
+};
+use crate::scheduler::JobInfo;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Order of queued jobs within a queue: class priority (higher first), job priority (lower
+/// first), submission sequence.
+pub type QueueKey = (std::cmp::Reverse<i32>, u32, u64);
+
+/// A queue with its queued jobs in scheduling order.
+#[derive(Debug, Clone)]
+pub struct QueueState {
+    pub queue: Queue,
+    pub queued: BTreeMap<QueueKey, JobId>,
+    /// Sum of the requests of the queued jobs.
+    pub demand: Resources,
+    /// Live jobs per state.
+    pub counts: BTreeMap<JobState, u64>,
+}
+
+/// A job that is not over (or whose last run is still being stopped).
+#[derive(Debug, Clone)]
+pub struct LiveJob {
+    pub record: JobRecord,
+    /// The scheduler's view, shared with snapshots.
+    pub info: Arc<JobInfo>,
+}
+
+/// Where applying happens: the log entry's term (for refusing a deposed leader's decisions).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyContext {
+    pub term: u64,
+}
+
+/// What one command did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub response: Option<Response>,
+    pub changes: Vec<Change>,
+    pub effects: Effects,
+}
+
+/// Settings that shape local indexes but are not replicated (they come from configuration).
+#[derive(Debug, Clone)]
+pub struct StateSettings {
+    pub class_priority: HashMap<PriorityClassName, i32>,
+    pub default_class_priority: i32,
+}
+
+impl StateSettings {
+    /// From the scheduler configuration.
+    pub fn from_config(cfg: &crate::scheduler::SchedulerConfig) -> Self {
+        let class_priority: HashMap<PriorityClassName, i32> = cfg.priority_classes.iter().map(|p| (p.name.clone(), p.priority)).collect();
+        let default_class_priority = class_priority.get(&cfg.default_priority_class).copied().unwrap_or(0);
+        StateSettings { class_priority, default_class_priority }
+    }
+}
+
+/// The state machine's memory.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub settings: StateSettings,
+    pub queues: BTreeMap<QueueName, QueueState>,
+    pub jobs: HashMap<JobId, LiveJob>,
+    /// Active runs.
+    pub runs: HashMap<RunId, JobId>,
+    /// Jobs with an active run, per executor.
+    pub by_executor: HashMap<ExecutorName, BTreeSet<JobId>>,
+    /// Live jobs per job set.
+    pub job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
+    /// Live members of each gang.
+    pub gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
+    pub client_ids: HashMap<(QueueName, String), JobId>,
+    /// Last event sequence number per job set.
+    pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
+    pub executors: BTreeMap<ExecutorName, ExecutorRecord>,
+    pub next_seq: u64,
+    /// Shared requirements, so identical jobs share one allocation (and scheduler class).
+    interned: HashMap<u64, Vec<Requirements>>,
+    /// Shared class names, so the scheduler can compare them by address.
+    class_names: HashMap<PriorityClassName, PriorityClassName>,
+}
+
+impl State {
+    /// An empty state.
+    pub fn new(settings: StateSettings) -> Self {
+        State {
+            settings,
+            queues: BTreeMap::new(),
+            jobs: HashMap::new(),
+            runs: HashMap::new(),
+            by_executor: HashMap::new(),
+            job_sets: HashMap::new(),
+            gangs: HashMap::new(),
+            client_ids: HashMap::new(),
+            event_seqs: HashMap::new(),
+            executors: BTreeMap::new(),
+            next_seq: 0,
+            interned: HashMap::new(),
+            class_names: HashMap::new(),
+        }
+    }
+
+    /// Applies one command.
+    pub fn apply(&mut self, cmd: Command, ctx: ApplyContext) -> Applied {
+        let mut out = Applied::default();
+        let response = self.apply_into(cmd, ctx, &mut out);
+        out.response = Some(response);
+        out
+    }
+
+    fn apply_into(&mut self, cmd: Command, ctx: ApplyContext, out: &mut Applied) -> Response {
+        match cmd {
+            Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
+            Command::CreateQueue { queue } => self.create_queue(queue, out),
+            Command::UpdateQueue { queue } => self.update_queue(queue, out),
+            Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
+            Command::Submit { queue, job_set, at_ms, jobs } => self.submit(&queue, &job_set, at_ms, jobs, out),
+            Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
+                self.cancel(&queue, &job_set, job_ids.as_deref(), states.as_deref(), &reason, at_ms, out)
+            }
+            Command::Reprioritize { queue, job_set, job_ids, priority, at_ms } => {
+                self.reprioritize(&queue, &job_set, job_ids.as_deref(), priority, at_ms, out)
+            }
+            Command::Preempt { queue, job_set, job_ids, reason, at_ms } => self.preempt(&queue, &job_set, &job_ids, &reason, at_ms, out),
+            Command::Schedule { term, at_ms, leases, preemptions, failures } => {
+                if term != ctx.term {
+                    return reject(409, None, format!("scheduling decisions of term {term} arrived in term {}: the leader changed", ctx.term));
+                }
+                self.schedule(at_ms, leases, preemptions, failures, out)
+            }
+            Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
+            Command::RunEvents { executor, at_ms, events, max_attempted_runs } => self.run_events(&executor, at_ms, events, max_attempted_runs, out),
+            Command::ExecutorLost { executor, at_ms, max_attempted_runs } => self.executor_lost(&executor, at_ms, max_attempted_runs, out),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Helpers shared by the command modules.
+    // -----------------------------------------------------------------------------------------
+
+    /// Priority of a class in this node's configuration.
+    pub(super) fn class_priority(&self, name: &PriorityClassName) -> i32 {
+        self.settings.class_priority.get(name).copied().unwrap_or(self.settings.default_class_priority)
+    }
+
+    /// Queue-order key of a job.
+    pub(super) fn queue_key(&self, r: &JobRecord) -> QueueKey {
+        (std::cmp::Reverse(self.class_priority(&r.priority_class)), r.priority, r.submit_seq)
+    }
+
+    /// The scheduler's view of a record, sharing requirements and names with other jobs.
+    pub(super) fn job_info(&mut self, r: &JobRecord) -> Arc<JobInfo> {
+        let requirements = self.intern(&r.requirements);
+        let priority_class = self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
+        let queue = self.queues.get(&r.queue).map(|q| q.queue.name.clone()).unwrap_or_else(|| r.queue.clone());
+        Arc::new(JobInfo {
+            id: r.id,
+            queue,
+            priority_class,
+            priority: r.priority,
+            submit_seq: r.submit_seq,
+            requirements,
+            gang: r.gang.clone().map(Arc::new),
+            pools: vec![],
+        })
+    }
+
+    fn intern(&mut self, r: &SchedulingRequirements) -> Requirements {
+        let fp = r.fingerprint();
+        let bucket = self.interned.entry(fp).or_default();
+        if let Some(existing) = bucket.iter().find(|e| ***e == *r) {
+            return existing.clone();
+        }
+        let new = Requirements::new(r.clone());
+        bucket.push(new.clone());
+        new
+    }
+
+    /// Drops interned requirements no job uses any more.
+    pub fn trim_interned(&mut self) {
+        for bucket in self.interned.values_mut() {
+            bucket.retain(|r| r.strong_count() > 1);
+        }
+        self.interned.retain(|_, b| !b.is_empty());
+    }
+
+    /// Appends an event to the job's job set.
+    pub(super) fn event(&mut self, out: &mut Applied, r: &JobRecord, at_ms: i64, kind: EventKind, run_id: Option<RunId>, message: Option<String>) {
+        let key = (r.queue.clone(), r.job_set.clone());
+        let seq = self.event_seqs.entry(key.clone()).or_insert(0);
+        *seq += 1;
+        let event = crate::model::Event { seq: *seq, job_id: r.id, at_ms, kind, run_id, message };
+        out.changes.push(Change::AppendEvent { queue: key.0.clone(), job_set: key.1.clone(), event });
+        out.effects.job_sets.insert(key);
+    }
+
+    /// Adds a live job to the indexes (queued ones to their queue).
+    pub(super) fn index_job(&mut self, job: LiveJob) {
+        let id = job.record.id;
+        let r = &job.record;
+        self.job_sets.entry((r.queue.clone(), r.job_set.clone())).or_default().insert(id);
+        if let Some(g) = &r.gang {
+            self.gangs.entry((r.queue.clone(), g.id.clone())).or_default().insert(id);
+        }
+        if let Some(run) = r.active_run() {
+            self.runs.insert(run.run_id, id);
+            self.by_executor.entry(run.executor.clone()).or_default().insert(id);
+        }
+        let key = self.queue_key(r);
+        if let Some(q) = self.queues.get_mut(&r.queue) {
+            *q.counts.entry(r.state).or_default() += 1;
+            if r.state == JobState::Queued {
+                q.queued.insert(key, id);
+                q.demand.add(&r.requirements.requests);
+            }
+        }
+        self.jobs.insert(id, job);
+    }
+
+    /// Takes a job out of every index; returns it.
+    pub(super) fn unindex_job(&mut self, id: JobId) -> Option<LiveJob> {
+        let job = self.jobs.remove(&id)?;
+        let r = &job.record;
+        let set_key = (r.queue.clone(), r.job_set.clone());
+        if let Some(s) = self.job_sets.get_mut(&set_key) {
+            s.remove(&id);
+            if s.is_empty() {
+                self.job_sets.remove(&set_key);
+            }
+        }
+        if let Some(g) = &r.gang {
+            let gk = (r.queue.clone(), g.id.clone());
+            if let Some(s) = self.gangs.get_mut(&gk) {
+                s.remove(&id);
+                if s.is_empty() {
+                    self.gangs.remove(&gk);
+                }
+            }
+        }
+        if let Some(run) = r.active_run() {
+            self.runs.remove(&run.run_id);
+            if let Some(s) = self.by_executor.get_mut(&run.executor) {
+                s.remove(&id);
+            }
+        }
+        let key = self.queue_key(r);
+        if let Some(q) = self.queues.get_mut(&r.queue) {
+            if let Some(c) = q.counts.get_mut(&r.state) {
+                *c = c.saturating_sub(1);
+            }
+            if r.state == JobState::Queued && q.queued.remove(&key).is_some() {
+                q.demand.sub(&r.requirements.requests);
+            }
+        }
+        Some(job)
+    }
+
+    /// Changes a live job under `f`, keeping every index in step, persisting it, and dropping
+    /// it from memory once it is over.
+    pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, f: impl FnOnce(&mut JobRecord)) {
+        let Some(mut job) = self.unindex_job(id) else { return };
+        let before_priority = job.record.priority;
+        f(&mut job.record);
+        if job.record.priority != before_priority {
+            job.info = self.job_info(&job.record);
+        }
+        let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
+        out.changes.push(Change::PutJob { record: Box::new(job.record.clone()), live });
+        if live {
+            self.index_job(job);
+        }
+    }
+
+    /// Number of live jobs.
+    pub fn live_jobs(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+/// A refusal.
+pub(super) fn reject(status: u16, field: Option<&str>, message: impl Into<String>) -> Response {
+    Response::Rejected(Rejection { status, field: field.map(str::to_string), message: message.into() })
+}

@@ -1,0 +1,96 @@
+//! The scheduler's view of the state: nodes of live executors, queues with their first queued
+//! jobs, and the jobs holding resources. Only pointers are copied.
+
+use super::machine::State;
+use crate::model::{Node, NodeName, Resources};
+use crate::scheduler::{JobInfo, QueueSnapshot, RateLimiterState, RunningJob, Snapshot};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+impl State {
+    /// Builds a scheduling snapshot. Each queue contributes its first `lookback` queued jobs
+    /// (0 = all), completed with the other queued members of any gang among them, and the sum
+    /// of all its queued requests. Runs being stopped (cancelled or preempted, not yet confirmed
+    /// over) are not the scheduler's to move: their resources count as used by others.
+    pub fn scheduling_snapshot(&self, lookback: usize, rate_limits: RateLimiterState) -> Snapshot {
+        let mut stopping: HashMap<(&str, &str), Resources> = HashMap::new();
+        let mut running = Vec::new();
+        for set in self.by_executor.values() {
+            for id in set {
+                let Some(job) = self.jobs.get(id) else { continue };
+                let Some(run) = job.record.active_run() else { continue };
+                if run.kill.is_some() {
+                    stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(&job.record.requirements.requests);
+                } else {
+                    running.push(RunningJob { job: job.info.clone(), executor: run.executor.clone(), node: run.node.clone() });
+                }
+            }
+        }
+        // Deterministic order regardless of hash maps.
+        running.sort_by_key(|r| r.job.submit_seq);
+        let mut nodes = Vec::new();
+        for e in self.executors.values() {
+            for n in &e.nodes {
+                let mut unallocatable = n.unallocatable.clone();
+                if let Some(extra) = stopping.get(&(e.name.as_str(), n.name.as_str())) {
+                    unallocatable.add(extra);
+                }
+                nodes.push(Node {
+                    name: n.name.clone(),
+                    executor: e.name.clone(),
+                    pool: n.pool.clone(),
+                    labels: n.labels.clone(),
+                    taints: n.taints.clone(),
+                    allocatable: n.allocatable.clone(),
+                    unallocatable,
+                    unschedulable: n.unschedulable,
+                });
+            }
+        }
+        let take = if lookback == 0 { usize::MAX } else { lookback };
+        let queues = self
+            .queues
+            .values()
+            .map(|q| {
+                let mut queued: Vec<Arc<JobInfo>> = Vec::with_capacity(q.queued.len().min(take));
+                let mut gangs: BTreeSet<&str> = BTreeSet::new();
+                for id in q.queued.values().take(take) {
+                    if let Some(j) = self.jobs.get(id) {
+                        if let Some(g) = &j.info.gang {
+                            gangs.insert(g.id.as_str());
+                        }
+                        queued.push(j.info.clone());
+                    }
+                }
+                // Gang members past the cut come along so the gang is judged whole.
+                if q.queued.len() > take && !gangs.is_empty() {
+                    let have: BTreeSet<_> = queued.iter().map(|j| j.id).collect();
+                    let mut extra: Vec<Arc<JobInfo>> = Vec::new();
+                    for g in gangs {
+                        if let Some(members) = self.gangs.get(&(q.queue.name.clone(), g.to_string())) {
+                            for m in members {
+                                if have.contains(m) {
+                                    continue;
+                                }
+                                if let Some(j) = self.jobs.get(m) {
+                                    if j.record.state == crate::model::JobState::Queued {
+                                        extra.push(j.info.clone());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    queued.extend(extra);
+                }
+                QueueSnapshot { queue: q.queue.clone(), queued, queued_demand: Some(q.demand.clone()) }
+            })
+            .collect();
+        Snapshot { nodes, queues, running, rate_limits }
+    }
+
+    /// The node a live job's active run is on.
+    pub fn run_node(&self, job: &crate::model::JobId) -> Option<(&crate::model::ExecutorName, &NodeName)> {
+        let run = self.jobs.get(job)?.record.active_run()?;
+        Some((&run.executor, &run.node))
+    }
+}

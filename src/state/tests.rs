@@ -1,0 +1,325 @@
+//! State machine tests: every command's effect on state, changes and events.
+
+use super::*;
+use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
+use crate::model::{
+    EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources, RunId, RunState,
+    SchedulingRequirements,
+};
+use crate::scheduler::SchedulerConfig;
+
+fn q(name: &str) -> QueueName {
+    QueueName::new(name).unwrap()
+}
+fn set(name: &str) -> JobSetName {
+    JobSetName::new(name).unwrap()
+}
+fn exec(name: &str) -> ExecutorName {
+    ExecutorName::new(name).unwrap()
+}
+
+fn new_job(id: u128, client_id: Option<&str>, cpu: &str) -> NewJob {
+    NewJob {
+        id: JobId::from_u128(id),
+        client_id: client_id.map(str::to_string),
+        priority: 0,
+        priority_class: PriorityClassName::new("default").unwrap(),
+        requirements: SchedulingRequirements { requests: Resources::parse([("cpu", cpu)]).unwrap(), ..Default::default() },
+        gang: None,
+        annotations: Default::default(),
+        labels: Default::default(),
+        termination_grace_period_ms: 5000,
+        active_deadline_seconds: 3600,
+        payload: JobPayload { pod_spec: "{}".into(), services: vec![], ingresses: vec![] },
+    }
+}
+
+fn state() -> State {
+    let mut s = State::new(StateSettings::from_config(&SchedulerConfig::default()));
+    let r = s.apply(Command::CreateQueue { queue: Queue::new(q("A"), 1.0) }, ApplyContext::default());
+    assert_eq!(r.response, Some(Response::Ok));
+    let nodes = vec![NodeReport {
+        name: NodeName::new("n1").unwrap(),
+        pool: PoolName::default_pool(),
+        labels: Default::default(),
+        taints: vec![],
+        allocatable: Resources::parse([("cpu", "8")]).unwrap(),
+        unallocatable: Resources::new(),
+        unschedulable: false,
+    }];
+    s.apply(Command::UpsertExecutor { executor: exec("e1"), nodes, at_ms: 1 }, ApplyContext::default());
+    s
+}
+
+fn submit(s: &mut State, jobs: Vec<NewJob>) -> Applied {
+    s.apply(Command::Submit { queue: q("A"), job_set: set("s"), at_ms: 10, jobs }, ApplyContext::default())
+}
+
+fn lease(s: &mut State, job: u128, run: u128, term: u64, ctx_term: u64) -> Applied {
+    s.apply(
+        Command::Schedule {
+            term,
+            at_ms: 20,
+            leases: vec![NewLease { job_id: JobId::from_u128(job), run_id: RunId::from_u128(run), executor: exec("e1"), node: NodeName::new("n1").unwrap(), pool: PoolName::default_pool() }],
+            preemptions: vec![],
+            failures: vec![],
+        },
+        ApplyContext { term: ctx_term },
+    )
+}
+
+fn report(s: &mut State, run: u128, job: u128, kind: RunEventKind, exit: Option<i32>) -> Applied {
+    s.apply(
+        Command::RunEvents {
+            executor: exec("e1"),
+            at_ms: 30,
+            events: vec![RunEventReport { run_id: RunId::from_u128(run), job_id: JobId::from_u128(job), kind, time_ms: None, exit_code: exit, reason: None, message: None, log_tail: Some("hello\n".into()) }],
+            max_attempted_runs: 2,
+        },
+        ApplyContext::default(),
+    )
+}
+
+fn events(a: &Applied) -> Vec<EventKind> {
+    a.changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::AppendEvent { event, .. } => Some(event.kind),
+            _ => None,
+        })
+        .collect()
+}
+
+fn job_state(s: &State, id: u128) -> Option<JobState> {
+    s.jobs.get(&JobId::from_u128(id)).map(|j| j.record.state)
+}
+
+#[test]
+fn submit_queues_jobs_in_order_with_events() {
+    let mut s = state();
+    let a = submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "2")]);
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1), JobId::from_u128(2)])));
+    assert_eq!(events(&a), vec![EventKind::Submitted, EventKind::Queued, EventKind::Submitted, EventKind::Queued]);
+    let qs = &s.queues[&q("A")];
+    assert_eq!(qs.queued.values().copied().collect::<Vec<_>>(), vec![JobId::from_u128(1), JobId::from_u128(2)]);
+    assert_eq!(qs.demand.get("cpu"), 3000);
+    assert!(a.effects.schedule);
+    // Event sequence numbers are dense per job set.
+    let seqs: Vec<u64> = a.changes.iter().filter_map(|c| if let Change::AppendEvent { event, .. } = c { Some(event.seq) } else { None }).collect();
+    assert_eq!(seqs, vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn client_id_makes_resubmission_idempotent() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, Some("c1"), "1")]);
+    let a = submit(&mut s, vec![new_job(99, Some("c1"), "1"), new_job(2, Some("c2"), "1")]);
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1), JobId::from_u128(2)])));
+    assert!(!s.jobs.contains_key(&JobId::from_u128(99)));
+}
+
+#[test]
+fn submit_to_missing_or_cordoned_queue_is_refused() {
+    let mut s = state();
+    let a = s.apply(Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] }, ApplyContext::default());
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 404, .. }))));
+    assert!(a.changes.is_empty());
+    let mut cordoned = Queue::new(q("A"), 1.0);
+    cordoned.cordoned = true;
+    s.apply(Command::UpdateQueue { queue: cordoned }, ApplyContext::default());
+    let a = submit(&mut s, vec![new_job(1, None, "1")]);
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+}
+
+#[test]
+fn lease_run_and_succeed() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    let a = lease(&mut s, 1, 100, 3, 3);
+    assert_eq!(a.response, Some(Response::Scheduled { leased: 1, preempted: 0, failed: 0 }));
+    assert!(a.effects.executors.contains(&exec("e1")));
+    assert_eq!(job_state(&s, 1), Some(JobState::Leased));
+    assert!(s.queues[&q("A")].queued.is_empty());
+    assert_eq!(s.queues[&q("A")].demand.get("cpu"), 0);
+    report(&mut s, 100, 1, RunEventKind::Pending, None);
+    assert_eq!(job_state(&s, 1), Some(JobState::Pending));
+    report(&mut s, 100, 1, RunEventKind::Running, None);
+    assert_eq!(job_state(&s, 1), Some(JobState::Running));
+    let a = report(&mut s, 100, 1, RunEventKind::Succeeded, Some(0));
+    assert_eq!(events(&a), vec![EventKind::Succeeded]);
+    // Over: out of memory, stored as not live with the output tail.
+    assert!(!s.jobs.contains_key(&JobId::from_u128(1)));
+    assert!(s.runs.is_empty());
+    let Some(Change::PutJob { record, live }) = a.changes.iter().find(|c| matches!(c, Change::PutJob { .. })) else { panic!("no PutJob") };
+    assert!(!live);
+    assert_eq!(record.state, JobState::Succeeded);
+    assert_eq!(record.runs[0].state, RunState::Succeeded);
+    assert_eq!(record.runs[0].log_tail.as_deref(), Some("hello\n"));
+}
+
+#[test]
+fn decisions_of_a_stale_term_are_refused() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    let a = lease(&mut s, 1, 100, 2, 3);
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+    assert_eq!(job_state(&s, 1), Some(JobState::Queued));
+}
+
+#[test]
+fn events_from_other_executors_or_unknown_runs_are_ignored() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    lease(&mut s, 1, 100, 1, 1);
+    let a = report(&mut s, 999, 1, RunEventKind::Running, None);
+    assert_eq!(a.response, Some(Response::Accepted(0)));
+    let a = s.apply(
+        Command::RunEvents {
+            executor: exec("other"),
+            at_ms: 1,
+            events: vec![RunEventReport { run_id: RunId::from_u128(100), job_id: JobId::from_u128(1), kind: RunEventKind::Running, time_ms: None, exit_code: None, reason: None, message: None, log_tail: None }],
+            max_attempted_runs: 5,
+        },
+        ApplyContext::default(),
+    );
+    assert_eq!(a.response, Some(Response::Accepted(0)));
+    assert_eq!(job_state(&s, 1), Some(JobState::Leased));
+}
+
+#[test]
+fn cancel_queued_and_running() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
+    lease(&mut s, 2, 200, 1, 1);
+    let a = s.apply(
+        Command::Cancel { queue: q("A"), job_set: set("s"), job_ids: None, states: None, reason: "user".into(), at_ms: 40 },
+        ApplyContext::default(),
+    );
+    let Some(Response::JobIds(ids)) = a.response else { panic!() };
+    assert_eq!(ids.len(), 2);
+    // The queued job is gone; the leased one is cancelled but kept until its run is over.
+    assert_eq!(job_state(&s, 1), None);
+    assert_eq!(job_state(&s, 2), Some(JobState::Cancelled));
+    let run = s.jobs[&JobId::from_u128(2)].record.active_run().cloned().unwrap();
+    assert_eq!(run.kill.as_ref().map(|k| k.grace_period_ms), Some(5000));
+    assert!(a.effects.executors.contains(&exec("e1")));
+    // The agent reports the kill: the run ends as cancelled and the job leaves memory.
+    let a = report(&mut s, 200, 2, RunEventKind::Failed, Some(143));
+    assert_eq!(events(&a), vec![EventKind::Cancelled]);
+    assert!(s.jobs.is_empty());
+}
+
+#[test]
+fn cancel_filtered_by_state() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
+    lease(&mut s, 2, 200, 1, 1);
+    let a = s.apply(
+        Command::Cancel { queue: q("A"), job_set: set("s"), job_ids: None, states: Some(vec![JobState::Queued]), reason: "x".into(), at_ms: 1 },
+        ApplyContext::default(),
+    );
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
+    assert_eq!(job_state(&s, 2), Some(JobState::Leased));
+}
+
+#[test]
+fn lost_runs_requeue_until_the_attempt_limit() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    lease(&mut s, 1, 100, 1, 1);
+    let a = report(&mut s, 100, 1, RunEventKind::Returned, None);
+    assert_eq!(events(&a), vec![EventKind::Requeued]);
+    assert_eq!(job_state(&s, 1), Some(JobState::Queued));
+    assert_eq!(s.queues[&q("A")].queued.len(), 1);
+    // Second run lost: max_attempted_runs is 2, so the job fails.
+    lease(&mut s, 1, 101, 1, 1);
+    let a = report(&mut s, 101, 1, RunEventKind::Returned, None);
+    assert_eq!(events(&a), vec![EventKind::Failed]);
+    assert_eq!(job_state(&s, 1), None);
+}
+
+#[test]
+fn executor_lost_requeues_its_runs_and_removes_its_nodes() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    lease(&mut s, 1, 100, 1, 1);
+    let a = s.apply(Command::ExecutorLost { executor: exec("e1"), at_ms: 50, max_attempted_runs: 5 }, ApplyContext::default());
+    assert_eq!(job_state(&s, 1), Some(JobState::Queued));
+    assert!(s.executors.is_empty());
+    assert!(a.changes.contains(&Change::DeleteExecutor(exec("e1"))));
+    assert!(s.by_executor.get(&exec("e1")).is_none_or(|x| x.is_empty()));
+    let snap = s.scheduling_snapshot(0, Default::default());
+    assert!(snap.nodes.is_empty() && snap.running.is_empty());
+    assert_eq!(snap.queues[0].queued.len(), 1);
+}
+
+#[test]
+fn reprioritize_reorders_the_queue() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
+    let a = s.apply(
+        Command::Reprioritize { queue: q("A"), job_set: set("s"), job_ids: Some(vec![JobId::from_u128(1)]), priority: 5, at_ms: 1 },
+        ApplyContext::default(),
+    );
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
+    let order: Vec<JobId> = s.queues[&q("A")].queued.values().copied().collect();
+    assert_eq!(order, vec![JobId::from_u128(2), JobId::from_u128(1)]);
+    assert_eq!(s.jobs[&JobId::from_u128(1)].info.priority, 5);
+}
+
+#[test]
+fn delete_queue_refuses_live_jobs_unless_forced() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1")]);
+    let a = s.apply(Command::DeleteQueue { name: q("A"), force: false, at_ms: 1 }, ApplyContext::default());
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+    let a = s.apply(Command::DeleteQueue { name: q("A"), force: true, at_ms: 1 }, ApplyContext::default());
+    assert_eq!(a.response, Some(Response::Ok));
+    assert!(s.queues.is_empty() && s.jobs.is_empty());
+}
+
+#[test]
+fn snapshot_counts_stopping_runs_as_used_by_others() {
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "2"), new_job(2, None, "3")]);
+    lease(&mut s, 1, 100, 1, 1);
+    lease(&mut s, 2, 200, 1, 1);
+    s.apply(
+        Command::Preempt { queue: q("A"), job_set: set("s"), job_ids: vec![JobId::from_u128(2)], reason: "admin".into(), at_ms: 5 },
+        ApplyContext::default(),
+    );
+    let snap = s.scheduling_snapshot(0, Default::default());
+    assert_eq!(snap.running.len(), 1);
+    assert_eq!(snap.running[0].job.id, JobId::from_u128(1));
+    assert_eq!(snap.nodes[0].unallocatable.get("cpu"), 3000);
+    assert_eq!(job_state(&s, 2), Some(JobState::Preempted));
+}
+
+#[test]
+fn batches_answer_each_command() {
+    let mut s = state();
+    let a = s.apply(
+        Command::Batch(vec![
+            Command::Submit { queue: q("A"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
+            Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(2, None, "1")] },
+        ]),
+        ApplyContext::default(),
+    );
+    let Some(Response::Batch(rs)) = a.response else { panic!() };
+    assert_eq!(rs[0], Response::JobIds(vec![JobId::from_u128(1)]));
+    assert!(matches!(rs[1], Response::Rejected(_)));
+}
+
+#[test]
+fn apply_is_deterministic() {
+    let run = || {
+        let mut s = state();
+        let mut all = Vec::new();
+        all.extend(submit(&mut s, vec![new_job(1, Some("a"), "1"), new_job(2, None, "2"), new_job(3, None, "3")]).changes);
+        all.extend(lease(&mut s, 2, 200, 1, 1).changes);
+        all.extend(report(&mut s, 200, 2, RunEventKind::Failed, Some(1)).changes);
+        all.extend(s.apply(Command::ExecutorLost { executor: exec("e1"), at_ms: 9, max_attempted_runs: 3 }, ApplyContext::default()).changes);
+        format!("{all:?}")
+    };
+    assert_eq!(run(), run());
+}
