@@ -4,3 +4,4 @@ pub mod model;
 pub mod scheduler;
 pub mod simulate;
 pub mod state;
+pub mod store;

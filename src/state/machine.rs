@@ -281,6 +281,12 @@ impl State {
         }
     }
 
+    /// Puts a live job read back from storage into memory (start-up, snapshot install).
+    pub fn restore_job(&mut self, record: JobRecord) {
+        let info = self.job_info(&record);
+        self.index_job(LiveJob { record, info });
+    }
+
     /// Number of live jobs.
     pub fn live_jobs(&self) -> usize {
         self.jobs.len()

@@ -1,0 +1,16 @@
+//! Schema migrations, applied in order at start-up by `store::migrate`. Each takes the database
+//! from version `N - 1` to `N` inside one write transaction; add a file and a line to `ALL` for
+//! every change of the stored format.
+
+pub mod v0001_initial;
+
+/// A migration step.
+pub struct Migration {
+    /// The version the database has after this step.
+    pub version: u32,
+    pub name: &'static str,
+    pub run: fn(&redb::WriteTransaction) -> Result<(), String>,
+}
+
+/// Every migration, in order.
+pub const ALL: &[Migration] = &[Migration { version: 1, name: "initial schema", run: v0001_initial::run }];

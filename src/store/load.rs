@@ -1,0 +1,66 @@
+//! Rebuilding the in-memory state from the database at start-up: queues, executors, event
+//! counters, idempotency keys and the live jobs (terminal jobs stay on disk).
+
+use super::codec::decode;
+use super::tables::*;
+use super::{Store, StoreError};
+use crate::model::{JobRecord, JobSetName, Queue, QueueName};
+use crate::state::{ExecutorRecord, QueueState, State, StateSettings};
+use redb::{ReadableTable, ReadableTableMetadata};
+use std::collections::BTreeMap;
+
+impl Store {
+    /// Loads the state.
+    pub fn load_state(&self, settings: StateSettings) -> Result<State, StoreError> {
+        let tx = self.read()?;
+        let mut state = State::new(settings);
+        let meta = tx.open_table(META)?;
+        if let Some(v) = meta.get(SUBMIT_SEQ)? {
+            let b: [u8; 8] = v.value().try_into().map_err(|_| StoreError::Corrupt("meta.submit_seq is not 8 bytes".into()))?;
+            state.next_seq = u64::from_be_bytes(b);
+        }
+        for row in tx.open_table(QUEUES)?.iter()? {
+            let (k, v) = row?;
+            let q: Queue = decode(v.value(), &format!("queue {}", k.value()))?;
+            state.queues.insert(q.name.clone(), QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() });
+        }
+        for row in tx.open_table(EXECUTORS)?.iter()? {
+            let (k, v) = row?;
+            let e: ExecutorRecord = decode(v.value(), &format!("executor {}", k.value()))?;
+            state.executors.insert(e.name.clone(), e);
+        }
+        for row in tx.open_table(EVENT_SEQS)?.iter()? {
+            let (k, v) = row?;
+            if let Some((q, s)) = split_pair(k.value()) {
+                if let (Some(q), Some(s)) = (name::<QueueName>(q), name::<JobSetName>(s)) {
+                    state.event_seqs.insert((q, s), v.value());
+                }
+            }
+        }
+        for row in tx.open_table(CLIENT_IDS)?.iter()? {
+            let (k, v) = row?;
+            if let Some((q, c)) = split_pair(k.value()) {
+                if let (Some(q), Ok(c)) = (name::<QueueName>(q), std::str::from_utf8(c)) {
+                    state.client_ids.insert((q, c.to_string()), job_from_key(&v.value()));
+                }
+            }
+        }
+        let live = tx.open_table(LIVE_JOBS)?;
+        let jobs = tx.open_table(JOBS)?;
+        state.jobs.reserve(live.len()? as usize);
+        for row in live.iter()? {
+            let (k, _) = row?;
+            let key = k.value();
+            let Some(bytes) = jobs.get(&key)? else {
+                return Err(StoreError::Corrupt(format!("live job {} has no record", job_from_key(&key))));
+            };
+            let record: JobRecord = decode(bytes.value(), &format!("job {}", job_from_key(&key)))?;
+            state.restore_job(record);
+        }
+        Ok(state)
+    }
+}
+
+fn name<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}

@@ -1,0 +1,45 @@
+//! The migration runner: reads the schema version, refuses databases newer than the binary,
+//! and applies the files of `migrations/` in order.
+
+use super::StoreError;
+use super::tables::{META, SCHEMA_VERSION};
+use redb::{Database, ReadableDatabase, TableHandle};
+
+/// The migrations, from the top-level `migrations/` directory.
+#[path = "../../migrations/mod.rs"]
+pub mod steps;
+
+/// The schema version this binary reads and writes.
+pub const CURRENT_VERSION: u32 = 1;
+
+/// The database's schema version (0 if it has none).
+pub fn version(db: &Database) -> Result<u32, StoreError> {
+    let tx = db.begin_read()?;
+    let has_meta = tx.list_tables()?.any(|t| t.name() == META.name());
+    if !has_meta {
+        return Ok(0);
+    }
+    let meta = tx.open_table(META)?;
+    let Some(v) = meta.get(SCHEMA_VERSION)? else { return Ok(0) };
+    let b: [u8; 4] = v.value().try_into().map_err(|_| StoreError::Corrupt("meta.schema_version is not 4 bytes".into()))?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// Brings the database up to [`CURRENT_VERSION`].
+pub fn run(db: &Database, path: &str) -> Result<(), StoreError> {
+    let found = version(db)?;
+    if found > CURRENT_VERSION {
+        return Err(StoreError::TooNew { path: path.to_string(), found, supported: CURRENT_VERSION });
+    }
+    for m in steps::ALL.iter().filter(|m| m.version > found) {
+        tracing::info!(version = m.version, name = m.name, "migrating database");
+        let tx = db.begin_write()?;
+        (m.run)(&tx).map_err(|message| StoreError::Migration { version: m.version, message })?;
+        {
+            let mut meta = tx.open_table(META)?;
+            meta.insert(SCHEMA_VERSION, m.version.to_be_bytes().as_slice())?;
+        }
+        tx.commit()?;
+    }
+    Ok(())
+}

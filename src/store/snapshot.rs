@@ -1,0 +1,173 @@
+//! Snapshot export and import: the whole state (every table but the Raft log) read in one
+//! consistent read transaction, and written back in one write transaction.
+
+use super::codec::{decode, encode};
+use super::tables::*;
+use super::{Store, StoreError};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+/// Raw rows of every state table.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Export {
+    schema_version: u32,
+    meta: Vec<(String, Vec<u8>)>,
+    queues: Vec<(String, Vec<u8>)>,
+    jobs: Vec<([u8; 16], Vec<u8>)>,
+    payloads: Vec<([u8; 16], Vec<u8>)>,
+    live_jobs: Vec<[u8; 16]>,
+    job_sets: Vec<Vec<u8>>,
+    events: Vec<(Vec<u8>, Vec<u8>)>,
+    job_events: Vec<[u8; 24]>,
+    event_seqs: Vec<(Vec<u8>, u64)>,
+    client_ids: Vec<(Vec<u8>, [u8; 16])>,
+    executors: Vec<(String, Vec<u8>)>,
+}
+
+fn clear<K: redb::Key + 'static, V: redb::Value + 'static>(tx: &WriteTransaction, t: TableDefinition<K, V>) -> Result<(), StoreError> {
+    let mut table = tx.open_table(t)?;
+    table.retain(|_, _| false)?;
+    Ok(())
+}
+
+impl Store {
+    /// Exports the state tables.
+    pub fn export(&self) -> Result<Vec<u8>, StoreError> {
+        let tx = self.read()?;
+        let mut e = Export { schema_version: super::migrate::CURRENT_VERSION, ..Default::default() };
+        for row in tx.open_table(META)?.iter()? {
+            let (k, v) = row?;
+            if k.value() != SCHEMA_VERSION {
+                e.meta.push((k.value().to_string(), v.value().to_vec()));
+            }
+        }
+        for row in tx.open_table(QUEUES)?.iter()? {
+            let (k, v) = row?;
+            e.queues.push((k.value().to_string(), v.value().to_vec()));
+        }
+        for row in tx.open_table(JOBS)?.iter()? {
+            let (k, v) = row?;
+            e.jobs.push((*k.value(), v.value().to_vec()));
+        }
+        for row in tx.open_table(PAYLOADS)?.iter()? {
+            let (k, v) = row?;
+            e.payloads.push((*k.value(), v.value().to_vec()));
+        }
+        for row in tx.open_table(LIVE_JOBS)?.iter()? {
+            e.live_jobs.push(*row?.0.value());
+        }
+        for row in tx.open_table(JOB_SETS)?.iter()? {
+            e.job_sets.push(row?.0.value().to_vec());
+        }
+        for row in tx.open_table(EVENTS)?.iter()? {
+            let (k, v) = row?;
+            e.events.push((k.value().to_vec(), v.value().to_vec()));
+        }
+        for row in tx.open_table(JOB_EVENTS)?.iter()? {
+            e.job_events.push(*row?.0.value());
+        }
+        for row in tx.open_table(EVENT_SEQS)?.iter()? {
+            let (k, v) = row?;
+            e.event_seqs.push((k.value().to_vec(), v.value()));
+        }
+        for row in tx.open_table(CLIENT_IDS)?.iter()? {
+            let (k, v) = row?;
+            e.client_ids.push((k.value().to_vec(), *v.value()));
+        }
+        for row in tx.open_table(EXECUTORS)?.iter()? {
+            let (k, v) = row?;
+            e.executors.push((k.value().to_string(), v.value().to_vec()));
+        }
+        encode(&e)
+    }
+
+    /// Replaces the state tables with an export, inside `tx` (the caller commits, so the raft
+    /// metadata can go in the same transaction).
+    pub fn import_into(&self, tx: &WriteTransaction, data: &[u8]) -> Result<(), StoreError> {
+        let e: Export = decode(data, "snapshot")?;
+        if e.schema_version != super::migrate::CURRENT_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "snapshot has schema version {}, this binary uses {}",
+                e.schema_version,
+                super::migrate::CURRENT_VERSION
+            )));
+        }
+        clear(tx, QUEUES)?;
+        clear(tx, JOBS)?;
+        clear(tx, PAYLOADS)?;
+        clear(tx, LIVE_JOBS)?;
+        clear(tx, JOB_SETS)?;
+        clear(tx, EVENTS)?;
+        clear(tx, JOB_EVENTS)?;
+        clear(tx, EVENT_SEQS)?;
+        clear(tx, CLIENT_IDS)?;
+        clear(tx, EXECUTORS)?;
+        {
+            let mut t = tx.open_table(META)?;
+            for (k, v) in &e.meta {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(QUEUES)?;
+            for (k, v) in &e.queues {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(JOBS)?;
+            for (k, v) in &e.jobs {
+                t.insert(k, v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(PAYLOADS)?;
+            for (k, v) in &e.payloads {
+                t.insert(k, v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(LIVE_JOBS)?;
+            for k in &e.live_jobs {
+                t.insert(k, ())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(JOB_SETS)?;
+            for k in &e.job_sets {
+                t.insert(k.as_slice(), ())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(EVENTS)?;
+            for (k, v) in &e.events {
+                t.insert(k.as_slice(), v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(JOB_EVENTS)?;
+            for k in &e.job_events {
+                t.insert(k, ())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(EVENT_SEQS)?;
+            for (k, v) in &e.event_seqs {
+                t.insert(k.as_slice(), *v)?;
+            }
+        }
+        {
+            let mut t = tx.open_table(CLIENT_IDS)?;
+            for (k, v) in &e.client_ids {
+                t.insert(k.as_slice(), v)?;
+            }
+        }
+        {
+            let mut t = tx.open_table(EXECUTORS)?;
+            for (k, v) in &e.executors {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        Ok(())
+    }
+}

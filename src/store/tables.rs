@@ -1,0 +1,117 @@
+//! redb tables and key encodings. Every key is big-endian so redb's byte order is the natural
+//! order: ids sort by time (ULIDs), events by sequence number within their job set.
+
+use crate::model::{JobId, JobSetName, QueueName};
+use redb::TableDefinition;
+
+/// `schema_version` (u32 BE), `submit_seq` (u64 BE).
+pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
+/// Job records (bincode, without the pod spec).
+pub const JOBS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("jobs");
+/// Pod specs, services and ingresses (bincode `JobPayload`).
+pub const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("payloads");
+/// Ids of jobs that are not over (loaded into memory at start-up).
+pub const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
+/// Job-set membership: `queue 0 job_set 0 job_id`.
+pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
+/// Events: `queue 0 job_set 0 seq(u64 BE)` → bincode `Event`.
+pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
+/// Events of one job: `job_id seq(u64 BE)` (the event itself is in `EVENTS`).
+pub const JOB_EVENTS: TableDefinition<&[u8; 24], ()> = TableDefinition::new("job_events");
+/// Last event sequence number per job set: `queue 0 job_set` → u64.
+pub const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
+/// Idempotency keys: `queue 0 client_id` → job id.
+pub const CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("client_ids");
+/// Executors and their nodes (bincode `ExecutorRecord`).
+pub const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
+
+/// Meta key of the schema version.
+pub const SCHEMA_VERSION: &str = "schema_version";
+/// Meta key of the next submit sequence number.
+pub const SUBMIT_SEQ: &str = "submit_seq";
+
+/// Big-endian job id key.
+pub fn job_key(id: JobId) -> [u8; 16] {
+    id.as_u128().to_be_bytes()
+}
+
+/// Job id from its key.
+pub fn job_from_key(k: &[u8; 16]) -> JobId {
+    JobId::from_u128(u128::from_be_bytes(*k))
+}
+
+/// `queue 0 job_set` — the prefix of a job set's keys.
+pub fn set_prefix(queue: &QueueName, job_set: &JobSetName) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.as_str().len() + job_set.as_str().len() + 2);
+    k.extend_from_slice(queue.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(job_set.as_str().as_bytes());
+    k
+}
+
+/// `queue 0 job_set 0 job_id`.
+pub fn job_set_key(queue: &QueueName, job_set: &JobSetName, id: JobId) -> Vec<u8> {
+    let mut k = set_prefix(queue, job_set);
+    k.push(0);
+    k.extend_from_slice(&job_key(id));
+    k
+}
+
+/// `queue 0 job_set 0 seq`.
+pub fn event_key(queue: &QueueName, job_set: &JobSetName, seq: u64) -> Vec<u8> {
+    let mut k = set_prefix(queue, job_set);
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// `job_id seq`.
+pub fn job_event_key(id: JobId, seq: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..16].copy_from_slice(&job_key(id));
+    k[16..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// `queue 0 client_id`.
+pub fn client_id_key(queue: &QueueName, client_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(queue.as_str().len() + client_id.len() + 1);
+    k.extend_from_slice(queue.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(client_id.as_bytes());
+    k
+}
+
+/// Splits `a 0 b` at the first zero byte.
+pub fn split_pair(k: &[u8]) -> Option<(&[u8], &[u8])> {
+    let i = k.iter().position(|b| *b == 0)?;
+    Some((&k[..i], &k[i + 1..]))
+}
+
+/// Smallest key greater than every key starting with `prefix 0`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.push(1);
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_naturally() {
+        let (q, s) = (QueueName::new("a").unwrap(), JobSetName::new("s").unwrap());
+        assert!(event_key(&q, &s, 2) < event_key(&q, &s, 10));
+        assert!(event_key(&q, &s, u64::MAX) < prefix_end(&set_prefix(&q, &s)));
+        let s2 = JobSetName::new("s2").unwrap();
+        // The job set "s" and "s2" never interleave.
+        assert!(prefix_end(&set_prefix(&q, &s)) <= event_key(&q, &s2, 0));
+        assert!(job_key(JobId::from_u128(1)) < job_key(JobId::from_u128(256)));
+        assert_eq!(job_from_key(&job_key(JobId::from_u128(77))), JobId::from_u128(77));
+        let key = client_id_key(&q, "x\0y");
+        let (a, b) = split_pair(&key).unwrap();
+        assert_eq!((a, b), (&b"a"[..], &b"x\0y"[..]));
+    }
+}

@@ -1,0 +1,68 @@
+//! Writing the state machine's changes into a write transaction.
+
+use super::StoreError;
+use super::codec::encode;
+use super::tables::*;
+use crate::state::Change;
+use redb::WriteTransaction;
+
+/// Writes `changes` in `tx` (the caller commits).
+pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), StoreError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let mut meta = tx.open_table(META)?;
+    let mut queues = tx.open_table(QUEUES)?;
+    let mut jobs = tx.open_table(JOBS)?;
+    let mut payloads = tx.open_table(PAYLOADS)?;
+    let mut live = tx.open_table(LIVE_JOBS)?;
+    let mut job_sets = tx.open_table(JOB_SETS)?;
+    let mut events = tx.open_table(EVENTS)?;
+    let mut event_seqs = tx.open_table(EVENT_SEQS)?;
+    let mut job_events = tx.open_table(JOB_EVENTS)?;
+    let mut client_ids = tx.open_table(CLIENT_IDS)?;
+    let mut executors = tx.open_table(EXECUTORS)?;
+    for c in changes {
+        match c {
+            Change::PutQueue(q) => {
+                queues.insert(q.name.as_str(), encode(q)?.as_slice())?;
+            }
+            Change::DeleteQueue(name) => {
+                queues.remove(name.as_str())?;
+            }
+            Change::PutJob { record, live: is_live } => {
+                let k = job_key(record.id);
+                jobs.insert(&k, encode(record.as_ref())?.as_slice())?;
+                if *is_live {
+                    live.insert(&k, ())?;
+                } else {
+                    live.remove(&k)?;
+                }
+            }
+            Change::PutPayload(id, p) => {
+                payloads.insert(&job_key(*id), encode(p.as_ref())?.as_slice())?;
+            }
+            Change::PutClientId { queue, client_id, job } => {
+                client_ids.insert(client_id_key(queue, client_id).as_slice(), &job_key(*job))?;
+            }
+            Change::AddToJobSet { queue, job_set, job } => {
+                job_sets.insert(job_set_key(queue, job_set, *job).as_slice(), ())?;
+            }
+            Change::AppendEvent { queue, job_set, event } => {
+                events.insert(event_key(queue, job_set, event.seq).as_slice(), encode(event)?.as_slice())?;
+                event_seqs.insert(set_prefix(queue, job_set).as_slice(), event.seq)?;
+                job_events.insert(&job_event_key(event.job_id, event.seq), ())?;
+            }
+            Change::PutExecutor(e) => {
+                executors.insert(e.name.as_str(), encode(e)?.as_slice())?;
+            }
+            Change::DeleteExecutor(name) => {
+                executors.remove(name.as_str())?;
+            }
+            Change::PutSubmitSeq(seq) => {
+                meta.insert(SUBMIT_SEQ, seq.to_be_bytes().as_slice())?;
+            }
+        }
+    }
+    Ok(())
+}
