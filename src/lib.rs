@@ -1,5 +1,7 @@
 //! Convoy: a batch-job scheduler with Armada's fair-share scheduling model, in one binary.
 
+pub mod api;
+pub mod config;
 pub mod model;
 pub mod scheduler;
 pub mod simulate;

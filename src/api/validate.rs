@@ -1,0 +1,431 @@
+//! Submission checks (DESIGN.md §8): a whole request is checked before anything is stored, and
+//! the first problem is reported with the job index and the field. Pure: no state, no I/O.
+
+use crate::config::ServerConfig;
+use crate::model::api::{SubmitItem, SubmitRequest};
+use crate::model::placement::{NodeAffinity, NodeSelector, NodeSelectorTerm, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator};
+use crate::model::quantity::{Unit, parse_quantity};
+use crate::model::{FieldError, GangSpec, JobPayload, PriorityClassName, ResourceName, Resources, SchedulingRequirements};
+use crate::scheduler::SchedulerConfig;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use std::collections::BTreeMap;
+
+/// What a submission is checked against.
+pub struct SubmitContext<'a> {
+    pub server: &'a ServerConfig,
+    pub scheduler: &'a SchedulerConfig,
+    /// Largest amount of each resource on any known node (empty when no node is known yet).
+    pub largest_node: &'a Resources,
+}
+
+/// A checked job, ready to get its id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedJob {
+    pub client_id: Option<String>,
+    pub priority: u32,
+    pub priority_class: PriorityClassName,
+    pub requirements: SchedulingRequirements,
+    pub gang: Option<GangSpec>,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub termination_grace_period_ms: u64,
+    pub active_deadline_seconds: u64,
+    pub payload: JobPayload,
+}
+
+const MAX_CLIENT_ID: usize = 256;
+const MAX_META_KEY: usize = 253;
+const MAX_META_VALUE: usize = 64 * 1024;
+
+/// Checks a whole submission.
+pub fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<Vec<CheckedJob>, FieldError> {
+    if req.jobs.is_empty() {
+        return Err(FieldError::new("jobs", "at least one job is needed"));
+    }
+    if req.jobs.len() > ctx.server.max_jobs_per_request {
+        return Err(FieldError::new("jobs", format!("{} jobs in one request; at most {} are allowed", req.jobs.len(), ctx.server.max_jobs_per_request)));
+    }
+    let mut out = Vec::with_capacity(req.jobs.len());
+    for (i, item) in req.jobs.iter().enumerate() {
+        let prefix = format!("jobs[{i}]");
+        out.push(check_job(item, ctx).map_err(|e| e.within(&prefix))?);
+    }
+    check_gangs(&out)?;
+    Ok(out)
+}
+
+fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, FieldError> {
+    let priority_class = match &item.priority_class {
+        None => ctx.scheduler.default_priority_class.clone(),
+        Some(name) => match ctx.scheduler.priority_class(name) {
+            Some(pc) => pc.name.clone(),
+            None => {
+                let known: Vec<&str> = ctx.scheduler.priority_classes.iter().map(|p| p.name.as_str()).collect();
+                return Err(FieldError::new("priority_class", format!("unknown priority class {name:?} (known: {})", known.join(", "))));
+            }
+        },
+    };
+    if let Some(c) = &item.client_id {
+        if c.is_empty() || c.len() > MAX_CLIENT_ID {
+            return Err(FieldError::new("client_id", format!("must be 1 to {MAX_CLIENT_ID} characters")));
+        }
+    }
+    check_metadata("annotations", &item.annotations)?;
+    check_metadata("labels", &item.labels)?;
+
+    let spec: PodSpec = serde_path_to_error::deserialize(&item.pod_spec).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "pod_spec".to_string() } else { format!("pod_spec.{path}") };
+        FieldError::new(field, format!("is not a valid Kubernetes PodSpec: {}", e.into_inner()))
+    })?;
+    if spec.containers.is_empty() {
+        return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
+    }
+    let requests = effective_requests(&spec)?;
+    check_fits_some_node(&requests, ctx.largest_node)?;
+
+    let grace_s = spec.termination_grace_period_seconds.unwrap_or(0);
+    if grace_s < 0 {
+        return Err(FieldError::new("pod_spec.terminationGracePeriodSeconds", "must not be negative"));
+    }
+    // Unset and 0 both mean 1 s: a job always gets a moment to stop.
+    let grace_ms = (grace_s.max(1) as u64).saturating_mul(1000);
+    let max_grace = ctx.server.max_termination_grace_period;
+    if grace_ms > max_grace.as_millis() as u64 {
+        return Err(FieldError::new(
+            "pod_spec.terminationGracePeriodSeconds",
+            format!("{grace_s}s is above the maximum of {}s", max_grace.as_secs()),
+        ));
+    }
+    let deadline = match spec.active_deadline_seconds {
+        Some(d) if d <= 0 => return Err(FieldError::new("pod_spec.activeDeadlineSeconds", "must be a positive number of seconds")),
+        Some(d) => d as u64,
+        None => {
+            let gpu = requests.iter().any(|(r, v)| v > 0 && r.as_str().contains("gpu"));
+            if gpu { ctx.server.default_gpu_job_deadline.as_secs() } else { ctx.server.default_cpu_job_deadline.as_secs() }
+        }
+    };
+
+    let requirements = SchedulingRequirements {
+        requests,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        tolerations: convert_tolerations(spec.tolerations.as_deref().unwrap_or_default())?,
+        node_affinity: convert_affinity(&spec)?,
+    };
+    if let Some(a) = &requirements.node_affinity {
+        a.validate().map_err(|m| FieldError::new("pod_spec.affinity.nodeAffinity", m))?;
+    }
+    let gang = GangSpec::from_annotations(&item.annotations)?;
+
+    let mut services = Vec::with_capacity(item.services.len());
+    for (i, s) in item.services.iter().enumerate() {
+        let _: k8s_openapi::api::core::v1::Service = serde_path_to_error::deserialize(s)
+            .map_err(|e| FieldError::new(format!("services[{i}].{}", e.path()), format!("is not a valid Kubernetes Service: {}", e.into_inner())))?;
+        services.push(s.to_string());
+    }
+    let mut ingresses = Vec::with_capacity(item.ingresses.len());
+    for (i, s) in item.ingresses.iter().enumerate() {
+        let _: k8s_openapi::api::networking::v1::Ingress = serde_path_to_error::deserialize(s)
+            .map_err(|e| FieldError::new(format!("ingresses[{i}].{}", e.path()), format!("is not a valid Kubernetes Ingress: {}", e.into_inner())))?;
+        ingresses.push(s.to_string());
+    }
+    Ok(CheckedJob {
+        client_id: item.client_id.clone(),
+        priority: item.priority,
+        priority_class,
+        requirements,
+        gang,
+        annotations: item.annotations.clone(),
+        labels: item.labels.clone(),
+        termination_grace_period_ms: grace_ms,
+        active_deadline_seconds: deadline,
+        payload: JobPayload { pod_spec: item.pod_spec.to_string(), services, ingresses },
+    })
+}
+
+fn check_metadata(field: &str, m: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for (k, v) in m {
+        if k.is_empty() || k.len() > MAX_META_KEY {
+            return Err(FieldError::new(format!("{field}.{k}"), format!("keys must be 1 to {MAX_META_KEY} characters")));
+        }
+        if v.len() > MAX_META_VALUE {
+            return Err(FieldError::new(format!("{field}.{k}"), format!("values must be at most {MAX_META_VALUE} bytes")));
+        }
+    }
+    Ok(())
+}
+
+/// Requests of one container; every container must have some.
+fn container_requests(c: &Container, field: &str) -> Result<Resources, FieldError> {
+    let reqs = c.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|r| !r.is_empty());
+    let Some(reqs) = reqs else {
+        return Err(FieldError::new(format!("{field}.resources.requests"), "every container must request resources (e.g. cpu and memory)"));
+    };
+    let mut out = Resources::new();
+    for (name, q) in reqs {
+        let f = format!("{field}.resources.requests.{name}");
+        let rn = ResourceName::new(name).map_err(|e| FieldError::new(&f, e.to_string()))?;
+        let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(&f, e.to_string()))?;
+        out.set(rn, v);
+    }
+    Ok(out)
+}
+
+/// The pod's effective requests: the sum over containers, at least the largest init container,
+/// plus overhead (as Kubernetes computes them).
+pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
+    let mut sum = Resources::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        sum.add(&container_requests(c, &format!("pod_spec.containers[{i}]"))?);
+    }
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        // Init containers without requests are allowed; they run one at a time.
+        let has = c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| !r.is_empty());
+        if has {
+            sum.max_with(&container_requests(c, &format!("pod_spec.initContainers[{i}]"))?);
+        }
+    }
+    if let Some(overhead) = &spec.overhead {
+        for (name, q) in overhead {
+            let f = format!("pod_spec.overhead.{name}");
+            let rn = ResourceName::new(name).map_err(|e| FieldError::new(&f, e.to_string()))?;
+            let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(&f, e.to_string()))?;
+            let cur = sum.get(name);
+            sum.set(rn, cur + v);
+        }
+    }
+    Ok(sum)
+}
+
+fn check_fits_some_node(requests: &Resources, largest: &Resources) -> Result<(), FieldError> {
+    if largest.is_zero() {
+        return Ok(());
+    }
+    for (r, v) in requests.iter() {
+        let have = largest.get(r.as_str());
+        if v > have {
+            return Err(FieldError::new(
+                format!("pod_spec.resources.{r}"),
+                format!(
+                    "requests {} {r}, more than any node has (largest: {}); set server.reject_jobs_larger_than_any_node = false to queue it anyway",
+                    requests.quantity_string(r.as_str()),
+                    largest.quantity_string(r.as_str())
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn convert_tolerations(ts: &[k8s_openapi::api::core::v1::Toleration]) -> Result<Vec<Toleration>, FieldError> {
+    ts.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let f = format!("pod_spec.tolerations[{i}]");
+            let operator = match t.operator.as_deref() {
+                None | Some("Equal") => TolerationOperator::Equal,
+                Some("Exists") => TolerationOperator::Exists,
+                Some(o) => return Err(FieldError::new(format!("{f}.operator"), format!("{o:?} is not Equal or Exists"))),
+            };
+            let effect = match t.effect.as_deref() {
+                None | Some("") => None,
+                Some("NoSchedule") => Some(TaintEffect::NoSchedule),
+                Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
+                Some("NoExecute") => Some(TaintEffect::NoExecute),
+                Some(e) => return Err(FieldError::new(format!("{f}.effect"), format!("{e:?} is not NoSchedule, PreferNoSchedule or NoExecute"))),
+            };
+            Ok(Toleration { key: t.key.clone().unwrap_or_default(), operator, value: t.value.clone().unwrap_or_default(), effect })
+        })
+        .collect()
+}
+
+fn convert_affinity(spec: &PodSpec) -> Result<Option<NodeAffinity>, FieldError> {
+    let Some(sel) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+    else {
+        return Ok(None);
+    };
+    let convert = |reqs: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>, f: &str| -> Result<Vec<SelectorRequirement>, FieldError> {
+        reqs.iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, r)| {
+                let operator = match r.operator.as_str() {
+                    "In" => SelectorOperator::In,
+                    "NotIn" => SelectorOperator::NotIn,
+                    "Exists" => SelectorOperator::Exists,
+                    "DoesNotExist" => SelectorOperator::DoesNotExist,
+                    "Gt" => SelectorOperator::Gt,
+                    "Lt" => SelectorOperator::Lt,
+                    o => return Err(FieldError::new(format!("{f}[{i}].operator"), format!("{o:?} is not a node selector operator"))),
+                };
+                Ok(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone().unwrap_or_default() })
+            })
+            .collect()
+    };
+    let base = "pod_spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    let terms = sel
+        .node_selector_terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            Ok(NodeSelectorTerm {
+                match_expressions: convert(&t.match_expressions, &format!("{base}[{i}].matchExpressions"))?,
+                match_fields: convert(&t.match_fields, &format!("{base}[{i}].matchFields"))?,
+            })
+        })
+        .collect::<Result<Vec<_>, FieldError>>()?;
+    Ok(Some(NodeAffinity { required_during_scheduling_ignored_during_execution: Some(NodeSelector { node_selector_terms: terms }) }))
+}
+
+/// Gangs must arrive whole: every member in this request, agreeing on cardinality, minimum,
+/// uniformity label and priority class.
+fn check_gangs(jobs: &[CheckedJob]) -> Result<(), FieldError> {
+    let mut gangs: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        if let Some(g) = &j.gang {
+            gangs.entry(g.id.as_str()).or_default().push(i);
+        }
+    }
+    for (id, members) in gangs {
+        let first = &jobs[members[0]];
+        let Some(g) = &first.gang else { continue };
+        for &m in &members[1..] {
+            let other = &jobs[m];
+            if other.gang.as_ref() != Some(g) {
+                return Err(FieldError::new(
+                    format!("jobs[{m}].annotations"),
+                    format!("gang {id}: cardinality, minimum cardinality and node-uniformity label must be the same for every member (see jobs[{}])", members[0]),
+                ));
+            }
+            if other.priority_class != first.priority_class {
+                return Err(FieldError::new(format!("jobs[{m}].priority_class"), format!("gang {id}: every member must have the same priority class")));
+            }
+        }
+        if members.len() as u32 != g.cardinality {
+            return Err(FieldError::new(
+                format!("jobs[{}].annotations", members[0]),
+                format!("gang {id} has cardinality {} but {} members are in this request; a gang must be submitted whole", g.cardinality, members.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn item(pod_spec: serde_json::Value) -> SubmitItem {
+        SubmitItem {
+            priority: 0,
+            priority_class: None,
+            pod_spec,
+            annotations: Default::default(),
+            labels: Default::default(),
+            services: vec![],
+            ingresses: vec![],
+            client_id: None,
+        }
+    }
+
+    fn pod(cpu: &str) -> serde_json::Value {
+        json!({"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]})
+    }
+
+    fn check(items: Vec<SubmitItem>) -> Result<Vec<CheckedJob>, FieldError> {
+        let server = ServerConfig::default();
+        let scheduler = SchedulerConfig::default();
+        let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")]).unwrap();
+        let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: items };
+        check_submission(&req, &SubmitContext { server: &server, scheduler: &scheduler, largest_node: &largest })
+    }
+
+    #[test]
+    fn a_good_job_gets_defaults() {
+        let j = check(vec![item(pod("2"))]).unwrap().remove(0);
+        assert_eq!(j.requirements.requests.get("cpu"), 2000);
+        assert_eq!(j.termination_grace_period_ms, 1000);
+        assert_eq!(j.active_deadline_seconds, 3 * 86400);
+        assert_eq!(j.priority_class.as_str(), "default");
+    }
+
+    #[test]
+    fn gpu_jobs_get_the_gpu_deadline_and_effective_requests_count_init_containers() {
+        let spec = json!({
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "500m"}}}
+            ],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4"}}}],
+            "terminationGracePeriodSeconds": 0
+        });
+        let j = check(vec![item(spec)]).unwrap().remove(0);
+        assert_eq!(j.requirements.requests.get("cpu"), 4000);
+        assert_eq!(j.active_deadline_seconds, 14 * 86400);
+        assert_eq!(j.termination_grace_period_ms, 1000);
+    }
+
+    #[test]
+    fn every_rule_names_its_field() {
+        let cases: Vec<(serde_json::Value, &str)> = vec![
+            (json!({"containers": [{"name": "a"}]}), "jobs[0].pod_spec.containers[0].resources.requests"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}), "jobs[0].pod_spec.containers[0].resources.requests.cpu"),
+            (json!({"containers": "nope"}), "jobs[0].pod_spec.containers"),
+            (json!({}), "jobs[0].pod_spec.containers"),
+            (json!({"containers": []}), "jobs[0].pod_spec.containers"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 100000}), "jobs[0].pod_spec.terminationGracePeriodSeconds"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 0.5}), "jobs[0].pod_spec.terminationGracePeriodSeconds"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "activeDeadlineSeconds": 0}), "jobs[0].pod_spec.activeDeadlineSeconds"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "128"}}}]}), "jobs[0].pod_spec.resources.cpu"),
+            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "tolerations": [{"operator": "Sometimes"}]}), "jobs[0].pod_spec.tolerations[0].operator"),
+        ];
+        for (spec, field) in cases {
+            let e = check(vec![item(pod("1")), item(spec.clone())]).map(|_| ()).unwrap_err();
+            assert_eq!(e.field, field.replace("jobs[0]", "jobs[1]"), "{spec}: {e}");
+        }
+        let mut bad_class = item(pod("1"));
+        bad_class.priority_class = Some("gold".into());
+        assert_eq!(check(vec![bad_class]).unwrap_err().field, "jobs[0].priority_class");
+    }
+
+    #[test]
+    fn gangs_must_be_whole_and_consistent() {
+        let member = |card: &str| {
+            let mut i = item(pod("1"));
+            i.annotations.insert("convoy.io/gang-id".into(), "g".into());
+            i.annotations.insert("convoy.io/gang-cardinality".into(), card.into());
+            i
+        };
+        assert!(check(vec![member("2"), member("2")]).is_ok());
+        let e = check(vec![member("3"), member("3")]).unwrap_err();
+        assert!(e.message.contains("submitted whole"), "{e}");
+        let e = check(vec![member("2"), member("3")]).unwrap_err();
+        assert_eq!(e.field, "jobs[1].annotations");
+        let mut bad = member("2");
+        bad.annotations.insert("convoy.io/gang-minimum-cardinality".into(), "5".into());
+        assert_eq!(check(vec![bad]).unwrap_err().field, "jobs[0].annotations.convoy.io/gang-minimum-cardinality");
+    }
+
+    #[test]
+    fn affinity_and_selectors_become_requirements() {
+        let spec = json!({
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+            "nodeSelector": {"rack": "r1"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
+            ]}}}
+        });
+        let j = check(vec![item(spec)]).unwrap().remove(0);
+        assert_eq!(j.requirements.node_selector.get("rack").map(String::as_str), Some("r1"));
+        assert_eq!(j.requirements.tolerations[0].operator, TolerationOperator::Exists);
+        let aff = j.requirements.node_affinity.unwrap();
+        let term = &aff.required_during_scheduling_ignored_during_execution.unwrap().node_selector_terms[0];
+        assert_eq!(term.match_expressions[0].values, vec!["a", "b"]);
+    }
+}
