@@ -4,6 +4,7 @@ pub mod api;
 pub mod config;
 pub mod model;
 pub mod scheduler;
+pub mod server;
 pub mod simulate;
 pub mod state;
 pub mod store;

@@ -1,0 +1,160 @@
+//! The executor API: the lease long-poll and run events.
+
+use super::auth::Principal;
+use super::problem::{ApiError, ApiJson, json};
+use crate::config::Role;
+use crate::model::api::{EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport};
+use crate::model::{ExecutorName, JobId, RunId};
+use crate::server::app::{App, now_ms};
+use crate::state::{Command, Response};
+use axum::extract::{Path, State};
+use axum::response::Response as HttpResponse;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Grace period for runs an agent holds that the server does not know.
+const ORPHAN_GRACE_SECONDS: f64 = 5.0;
+
+fn executor_name(s: &str) -> Result<ExecutorName, ApiError> {
+    ExecutorName::new(s).map_err(|e| ApiError::bad_request("executor", e.to_string()))
+}
+
+fn require_leader(app: &App) -> Result<(), ApiError> {
+    if app.cluster.is_leader() {
+        return Ok(());
+    }
+    Err(ApiError::unavailable(match app.cluster.leader_addr() {
+        Some(l) => format!("this server is not the leader; agents must poll the leader at {l}"),
+        None => "no leader is elected yet; retry shortly".to_string(),
+    }))
+}
+
+fn normalized(nodes: &[NodeReport]) -> Vec<NodeReport> {
+    let mut v = nodes.to_vec();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+/// A lease answer's jobs, without their payloads yet.
+struct Pending {
+    leases: Vec<(JobId, RunId, crate::model::JobRecord)>,
+    kills: Vec<KillOrder>,
+}
+
+fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &LeaseRequest, max_leases: usize) -> Pending {
+    let st = app.state();
+    let mut out = Pending { leases: vec![], kills: vec![] };
+    for id in st.by_executor.get(executor).into_iter().flatten() {
+        let Some(job) = st.jobs.get(id) else { continue };
+        let Some(run) = job.record.active_run() else { continue };
+        if let Some(k) = &run.kill {
+            out.kills.push(KillOrder { run_id: run.run_id, job_id: Some(*id), grace_period_seconds: k.grace_period_ms as f64 / 1000.0, reason: k.reason.clone() });
+        } else if run.state == crate::model::RunState::Leased && !held.contains(&run.run_id) && out.leases.len() < max_leases {
+            out.leases.push((*id, run.run_id, job.record.clone()));
+        }
+    }
+    // Runs the agent holds that are not (or no longer) this executor's live runs.
+    for h in &req.runs {
+        if h.state.is_terminal() {
+            continue;
+        }
+        let known = st.runs.get(&h.run_id).and_then(|j| st.jobs.get(j)).and_then(|j| j.record.active_run()).is_some_and(|r| &r.executor == executor);
+        if !known {
+            out.kills.push(KillOrder { run_id: h.run_id, job_id: Some(h.job_id), grace_period_seconds: ORPHAN_GRACE_SECONDS, reason: "the server does not know this run".into() });
+        }
+    }
+    out
+}
+
+pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<LeaseRequest>) -> Result<HttpResponse, ApiError> {
+    p.require(Role::Executor)?;
+    let executor = executor_name(&executor)?;
+    let mut names = HashSet::new();
+    for (i, n) in req.nodes.iter().enumerate() {
+        if !names.insert(&n.name) {
+            return Err(ApiError::bad_request(format!("nodes[{i}].name"), format!("node {} is listed twice", n.name)));
+        }
+    }
+    if let Some(w) = req.wait_seconds {
+        if !(w.is_finite() && w >= 0.0) {
+            return Err(ApiError::bad_request("wait_seconds", "must be a number of seconds >= 0"));
+        }
+    }
+    require_leader(&app)?;
+    app.liveness.touch(&executor);
+    let changed = {
+        let st = app.state();
+        st.executors.get(&executor).is_none_or(|e| normalized(&e.nodes) != normalized(&req.nodes))
+    };
+    if changed {
+        app.write(Command::UpsertExecutor { executor: executor.clone(), nodes: normalized(&req.nodes), at_ms: now_ms() }).await?;
+    }
+    let max_wait = app.config.server.max_lease_wait.as_secs_f64();
+    let wait = Duration::from_secs_f64(req.wait_seconds.unwrap_or(30.0).clamp(0.0, max_wait));
+    let deadline = tokio::time::Instant::now() + wait;
+    let max_leases = req.max_leases.map(|m| m as usize).unwrap_or(usize::MAX).max(1);
+    let held: HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
+    let notify = app.notify.executor(&executor);
+    let pending = loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let pending = pending_for(&app, &executor, &held, &req, max_leases);
+        if !pending.leases.is_empty() || !pending.kills.is_empty() || tokio::time::Instant::now() >= deadline {
+            break pending;
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+        app.liveness.touch(&executor);
+    };
+    let ids: Vec<JobId> = pending.leases.iter().map(|(id, _, _)| *id).collect();
+    let store = app.store.clone();
+    let payloads = tokio::task::spawn_blocking(move || store.payloads(&ids)).await.map_err(|e| ApiError::internal(e.to_string()))??;
+    let mut leases = Vec::with_capacity(pending.leases.len());
+    for ((id, run_id, r), payload) in pending.leases.into_iter().zip(payloads) {
+        let Some(payload) = payload else {
+            tracing::error!(job_id = %id, "leased job has no stored pod spec");
+            continue;
+        };
+        let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::Null);
+        let node = r.active_run().map(|run| run.node.clone());
+        let Some(node) = node else { continue };
+        leases.push(LeaseOrder {
+            run_id,
+            job_id: id,
+            queue: r.queue.clone(),
+            job_set: r.job_set.clone(),
+            node,
+            priority_class: r.priority_class.clone(),
+            pod_spec: parse(&payload.pod_spec),
+            services: payload.services.iter().map(|s| parse(s)).collect(),
+            ingresses: payload.ingresses.iter().map(|s| parse(s)).collect(),
+            annotations: r.annotations.clone(),
+            labels: r.labels.clone(),
+            termination_grace_period_seconds: r.termination_grace_period_ms as f64 / 1000.0,
+            active_deadline_seconds: r.active_deadline_seconds,
+        });
+    }
+    Ok(json(LeaseResponse { leases, kills: pending.kills }))
+}
+
+pub async fn events(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<EventsRequest>) -> Result<HttpResponse, ApiError> {
+    p.require(Role::Executor)?;
+    let executor = executor_name(&executor)?;
+    require_leader(&app)?;
+    app.liveness.touch(&executor);
+    if req.events.is_empty() {
+        return Ok(json(EventsResponse { accepted: 0 }));
+    }
+    let r = app
+        .write(Command::RunEvents { executor, at_ms: now_ms(), events: req.events, max_attempted_runs: app.config.server.max_attempted_runs })
+        .await?;
+    let accepted = match r {
+        Response::Accepted(n) => n,
+        other => return Err(ApiError::internal(format!("unexpected response {other:?}"))),
+    };
+    Ok(json(EventsResponse { accepted }))
+}

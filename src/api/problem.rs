@@ -1,0 +1,112 @@
+//! Errors as `application/problem+json` (RFC 9457), and a JSON body extractor whose errors name
+//! the offending field.
+
+use crate::model::FieldError;
+use crate::model::api::Problem;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+/// An API error.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub detail: String,
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        ApiError { status, detail: detail.into(), field: None }
+    }
+    pub fn field(status: StatusCode, field: impl Into<String>, detail: impl Into<String>) -> Self {
+        ApiError { status, detail: detail.into(), field: Some(field.into()) }
+    }
+    pub fn bad_request(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::field(StatusCode::BAD_REQUEST, field, detail)
+    }
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, detail)
+    }
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
+    }
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, detail)
+    }
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, detail)
+    }
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, detail)
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        ApiError::bad_request(e.field, e.message)
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        tracing::error!(error = %e, "storage error");
+        ApiError::internal(format!("storage error: {e}"))
+    }
+}
+
+impl From<crate::state::Rejection> for ApiError {
+    fn from(r: crate::state::Rejection) -> Self {
+        ApiError { status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST), detail: r.message, field: r.field }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let title = self.status.canonical_reason().unwrap_or("Error").to_string();
+        let body = Problem {
+            kind: format!("https://convoy.dev/problems/{}", self.status.as_u16()),
+            title,
+            status: self.status.as_u16(),
+            detail: self.detail,
+            field: self.field,
+            request_id: None,
+        };
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        resp
+    }
+}
+
+/// A JSON body whose deserialization errors are 400s naming the field (`jobs[3].pod_spec`).
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !ct.is_empty() && !ct.starts_with("application/json") {
+            return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("content type {ct:?} is not application/json")));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            let status = e.status();
+            ApiError::new(status, format!("reading the request body: {}", e.body_text()))
+        })?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "body".to_string() } else { path };
+            ApiError::bad_request(field, format!("invalid request body: {}", e.into_inner()))
+        })?;
+        de.end().map_err(|e| ApiError::bad_request("body", format!("invalid request body: {e}")))?;
+        Ok(ApiJson(value))
+    }
+}
+
+/// A 200 JSON answer.
+pub fn json<T: serde::Serialize>(v: T) -> Response {
+    axum::Json(v).into_response()
+}

@@ -1,0 +1,150 @@
+//! What the HTTP handlers and the background loops share: configuration, store, state, the
+//! writer, the cluster's view of leadership, and the wake-up signals.
+
+use super::writer::{WriteError, Writer};
+use crate::api::problem::ApiError;
+use crate::config::Config;
+use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
+use crate::scheduler::{PoolReport, Reason};
+use crate::state::{Command, Effects, Response, State};
+use crate::store::Store;
+use axum::http::StatusCode;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+use tokio::sync::{Notify, broadcast};
+
+/// Leadership and cluster status, as the Raft layer sees it.
+pub trait ClusterView: Send + Sync + 'static {
+    /// True if this server leads the cluster now.
+    fn is_leader(&self) -> bool;
+    /// The current term.
+    fn term(&self) -> u64;
+    /// The leader's address, if one is known.
+    fn leader_addr(&self) -> Option<String>;
+    /// True once the log is applied and a leader is known.
+    fn ready(&self) -> bool;
+    /// Raft status as JSON for `GET /v1/cluster`.
+    fn status(&self) -> serde_json::Value;
+}
+
+/// Wake-up signals.
+pub struct Notifier {
+    executors: Mutex<HashMap<ExecutorName, Arc<Notify>>>,
+    job_sets: broadcast::Sender<(QueueName, JobSetName)>,
+    /// Something the scheduler cares about changed.
+    pub schedule: Notify,
+}
+
+impl Default for Notifier {
+    fn default() -> Self {
+        Notifier { executors: Mutex::new(HashMap::new()), job_sets: broadcast::channel(4096).0, schedule: Notify::new() }
+    }
+}
+
+impl Notifier {
+    /// The signal of one executor (created on first use).
+    pub fn executor(&self, e: &ExecutorName) -> Arc<Notify> {
+        let mut m = self.executors.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(e.clone()).or_insert_with(|| Arc::new(Notify::new())).clone()
+    }
+
+    /// Job-set event notifications.
+    pub fn subscribe_job_sets(&self) -> broadcast::Receiver<(QueueName, JobSetName)> {
+        self.job_sets.subscribe()
+    }
+
+    /// Wakes whoever the effects concern.
+    pub fn effects(&self, e: &Effects) {
+        for ex in &e.executors {
+            self.executor(ex).notify_waiters();
+        }
+        for js in &e.job_sets {
+            let _ = self.job_sets.send(js.clone());
+        }
+        if e.schedule {
+            self.schedule.notify_one();
+        }
+    }
+}
+
+/// What the leader's latest scheduling cycle said (not replicated).
+#[derive(Default)]
+pub struct SchedulingView {
+    /// Why each tried-but-unscheduled job waits.
+    pub reasons: HashMap<JobId, Arc<Reason>>,
+    /// Why a queue's untried jobs wait.
+    pub queue_notes: HashMap<QueueName, Arc<Reason>>,
+    pub pools: Vec<PoolReport>,
+    pub cycles: u64,
+    pub last_cycle_ms: f64,
+}
+
+/// When each executor last polled (leader-local).
+#[derive(Default)]
+pub struct Liveness {
+    seen: Mutex<HashMap<ExecutorName, Instant>>,
+}
+
+impl Liveness {
+    pub fn touch(&self, e: &ExecutorName) {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(e.clone(), Instant::now());
+    }
+
+    /// When `e` last polled; executors never seen by this server count as seen at `default`.
+    pub fn last_seen(&self, e: &ExecutorName, default: Instant) -> Instant {
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()).entry(e.clone()).or_insert(default)
+    }
+
+    /// Forgets every executor (on becoming leader everyone gets a fresh timeout).
+    pub fn reset(&self) {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// The server's shared context.
+pub struct App {
+    pub config: Config,
+    pub store: Store,
+    pub state: Arc<RwLock<State>>,
+    pub writer: Writer,
+    pub cluster: Arc<dyn ClusterView>,
+    pub notify: Arc<Notifier>,
+    pub liveness: Liveness,
+    pub scheduling: RwLock<SchedulingView>,
+    pub started: Instant,
+}
+
+impl App {
+    /// Reads the state.
+    pub fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits a command; refusals and write failures become API errors.
+    pub async fn write(&self, cmd: Command) -> Result<Response, ApiError> {
+        match self.writer.write(cmd).await {
+            Ok(Response::Rejected(r)) => Err(r.into()),
+            Ok(r) => Ok(r),
+            Err(WriteError::NotLeader { leader }) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                match leader {
+                    Some(l) => format!("this server is not the leader; send writes to {l}"),
+                    None => "no leader is elected yet; retry shortly".to_string(),
+                },
+            )),
+            Err(e) => Err(ApiError::unavailable(e.to_string())),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the leader's clock chooses timestamps).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// RFC 3339 text for a millisecond timestamp.
+pub fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}

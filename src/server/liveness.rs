@@ -1,0 +1,46 @@
+//! Executor liveness: on the leader, an executor that has not polled for `executor_timeout` is
+//! declared lost (its nodes leave the pool, its runs are requeued as lost attempts).
+
+use super::app::{App, now_ms};
+use crate::state::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Runs until `shutdown` turns true.
+pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let timeout = app.config.server.executor_timeout;
+    let tick = (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let mut leading = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        if !app.cluster.is_leader() {
+            leading = false;
+            continue;
+        }
+        if !leading {
+            // Polls went to the old leader: every executor gets a full timeout from now.
+            app.liveness.reset();
+            leading = true;
+        }
+        let now = Instant::now();
+        let executors: Vec<_> = app.state().executors.keys().cloned().collect();
+        for e in executors {
+            let seen = app.liveness.last_seen(&e, now);
+            if now.duration_since(seen) <= timeout {
+                continue;
+            }
+            tracing::warn!(executor = %e, silent_for_s = now.duration_since(seen).as_secs(), "executor lost");
+            let cmd = Command::ExecutorLost { executor: e.clone(), at_ms: now_ms(), max_attempted_runs: app.config.server.max_attempted_runs };
+            if let Err(err) = app.writer.write(cmd).await {
+                tracing::warn!(executor = %e, error = %err, "could not record a lost executor");
+            }
+        }
+    }
+}

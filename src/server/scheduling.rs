@@ -1,0 +1,97 @@
+//! The scheduling loop: on the leader only, a cycle runs when something changed (at most every
+//! `schedule_interval_min`) and at least every `schedule_interval_max`. Each cycle reads a
+//! snapshot of the in-memory indexes, runs the pure scheduler off the async runtime, and
+//! proposes the decisions as one command carrying the leader's term.
+
+use super::app::{App, now_ms};
+use super::ids;
+use crate::scheduler::{Decisions, RateLimiterState, schedule};
+use crate::state::{Command, JobVerdict, NewLease};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Runs until `shutdown` turns true.
+pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let cfg = app.config.scheduler.clone();
+    let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
+    let mut rate = RateLimiterState::default();
+    let mut last = Instant::now().checked_sub(min).unwrap_or_else(Instant::now);
+    let mut cycle: u64 = 0;
+    let mut leading = false;
+    loop {
+        tokio::select! {
+            _ = app.notify.schedule.notified() => {}
+            _ = tokio::time::sleep(max) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let since = last.elapsed();
+        if since < min {
+            tokio::time::sleep(min - since).await;
+        }
+        last = Instant::now();
+        if !app.cluster.is_leader() {
+            leading = false;
+            continue;
+        }
+        if !leading {
+            // A new leader starts with full token buckets: the old leader's are not replicated.
+            rate = RateLimiterState::default();
+            leading = true;
+        }
+        let term = app.cluster.term();
+        let snapshot = app.state().scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
+        let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
+        let started = Instant::now();
+        let decisions = match tokio::task::spawn_blocking(move || schedule(&snapshot, &c, seed, now)).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "scheduling cycle failed");
+                continue;
+            }
+        };
+        let took = started.elapsed();
+        cycle += 1;
+        rate = decisions.rate_limits.clone();
+        record(&app, &decisions, took);
+        if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
+            continue;
+        }
+        tracing::info!(
+            cycle,
+            term,
+            leases = decisions.leases.len(),
+            preemptions = decisions.preemptions.len(),
+            failures = decisions.failures.len(),
+            cycle_ms = took.as_secs_f64() * 1000.0,
+            "scheduling decisions"
+        );
+        let cmd = Command::Schedule {
+            term,
+            at_ms: now,
+            leases: decisions
+                .leases
+                .iter()
+                .map(|l| NewLease { job_id: l.job_id, run_id: ids::run_id(), executor: l.executor.clone(), node: l.node.clone(), pool: l.pool.clone() })
+                .collect(),
+            preemptions: decisions.preemptions.iter().map(|p| JobVerdict { job_id: p.job_id, reason: p.reason.to_string() }).collect(),
+            failures: decisions.failures.iter().map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() }).collect(),
+        };
+        if let Err(e) = app.writer.write(cmd).await {
+            tracing::warn!(error = %e, "scheduling decisions were not committed");
+        }
+    }
+}
+
+/// Keeps the cycle's reasons and shares for the API.
+fn record(app: &App, d: &Decisions, took: Duration) {
+    let mut view = app.scheduling.write().unwrap_or_else(|p| p.into_inner());
+    view.reasons = d.unscheduled.iter().map(|u| (u.job_id, u.reason.clone())).collect();
+    view.queue_notes = d.queue_notes.iter().map(|(q, r)| (q.clone(), r.clone())).collect();
+    view.pools = d.pools.clone();
+    view.cycles += 1;
+    view.last_cycle_ms = took.as_secs_f64() * 1000.0;
+}
