@@ -1,6 +1,7 @@
 //! The `convoy` binary: dispatches to the server, agent, embedded default and client verbs.
 
 mod bench;
+mod cli;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -9,6 +10,8 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(name = "convoy", version, about = "Batch-job scheduler with Armada's fair-share model, in one binary")]
 struct Cli {
+    #[command(flatten)]
+    client: cli::ClientArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -28,9 +31,13 @@ enum Command {
         #[command(subcommand)]
         which: bench::BenchCommand,
     },
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 fn main() -> std::process::ExitCode {
+    // One TLS crypto provider for every client (reqwest, kube): ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -39,6 +46,10 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -55,5 +66,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench { which } => bench::run(which),
+        Command::Client(cmd) => runtime()?.block_on(cli::run(cli.client, cmd)),
     }
 }
