@@ -1,7 +1,10 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod harness;
+mod recovery;
 mod schedule;
+mod submit;
 
 use clap::Subcommand;
 
@@ -10,12 +13,18 @@ use clap::Subcommand;
 pub enum BenchCommand {
     /// One scheduling cycle over a synthetic cluster and workload.
     Schedule(schedule::ScheduleArgs),
+    /// Submission throughput and latency against a server it starts.
+    Submit(submit::SubmitArgs),
+    /// Restart time and memory of a server holding many jobs.
+    Recovery(recovery::RecoveryArgs),
 }
 
 /// Runs a benchmark.
 pub fn run(which: BenchCommand) -> anyhow::Result<()> {
     match which {
         BenchCommand::Schedule(args) => schedule::run(args),
+        BenchCommand::Submit(args) => submit::run(args),
+        BenchCommand::Recovery(args) => recovery::run(args),
     }
 }
 
@@ -26,4 +35,9 @@ pub fn peak_rss_mb() -> f64 {
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
+}
+
+/// Nanoseconds of the wall clock, for unique scratch names.
+pub fn nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }

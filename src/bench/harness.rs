@@ -1,0 +1,95 @@
+//! Starting a real `convoy server` (this binary) for benchmarks.
+
+use anyhow::{Context, bail};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process on 127.0.0.1.
+pub struct BenchServer {
+    pub child: Child,
+    pub url: String,
+    pub started: Instant,
+}
+
+impl BenchServer {
+    /// Starts `convoy server` with `config` (TOML) in `dir`; returns once it prints its address.
+    pub fn start(dir: &Path, config: &str) -> anyhow::Result<BenchServer> {
+        let cfg = dir.join("convoy.toml");
+        std::fs::write(&cfg, config)?;
+        let exe = std::env::current_exe().context("locating the convoy binary")?;
+        let started = Instant::now();
+        let mut child = Command::new(exe)
+            .arg("server")
+            .arg("--config")
+            .arg(&cfg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::fs::File::create(dir.join("server.log"))?))
+            .spawn()
+            .context("starting convoy server")?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(u) = line.strip_prefix("convoy server listening on ") {
+                        break u.trim().to_string();
+                    }
+                }
+                _ => bail!("the server exited before listening; see {}", dir.join("server.log").display()),
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Ok(BenchServer { child, url, started })
+    }
+
+    /// Waits for `/readyz`; returns the time since start.
+    pub async fn ready(&self, client: &reqwest::Client) -> anyhow::Result<Duration> {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await {
+                if r.status().is_success() {
+                    return Ok(self.started.elapsed());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("server not ready after 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Resident set size of the server process, in MiB.
+    pub fn rss_mb(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+            .map(|kb| kb / 1024.0)
+            .unwrap_or(0.0)
+    }
+}
+
+impl Drop for BenchServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The benchmark server configuration.
+pub fn config(dir: &Path, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n{extra}\n[auth]\nenabled = false\n",
+        dir.join("data").display()
+    )
+}
+
+/// p-th percentile (0..=100) of sorted samples, in ms.
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
