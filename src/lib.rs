@@ -1,6 +1,7 @@
 //! Convoy: a batch-job scheduler with Armada's fair-share scheduling model, in one binary.
 
 pub mod model;
+pub mod raft;
 pub mod scheduler;
 pub mod simulate;
 pub mod state;
