@@ -135,7 +135,9 @@ async fn snapshot_carries_state_and_survives_reopen() {
     let (path_a, path_b) = (dir.path().join("a.redb"), dir.path().join("b.redb"));
 
     let db_a = open_db(&path_a).await;
-    let mut sm_a = StateMachine::new(db_a.clone(), QueueNames::open(db_a.clone()).unwrap()).unwrap();
+    let state_a = QueueNames::open(db_a.clone()).unwrap();
+    let calls_a = state_a.calls.clone();
+    let mut sm_a = StateMachine::new(db_a.clone(), state_a).unwrap();
     let responses = sm_a
         .apply([
             entry(1, 1, EntryPayload::Membership(members(&[1, 2, 3]))),
@@ -152,16 +154,20 @@ async fn snapshot_carries_state_and_survives_reopen() {
     let snap = sm_a.get_snapshot_builder().await.build_snapshot().await.unwrap();
     assert_eq!(snap.meta.last_log_id, Some(log_id(1, 5)));
     assert_eq!(snap.meta.last_membership.log_id(), &Some(log_id(1, 1)));
+    // The state is made durable before it is exported: the log behind a snapshot gets purged.
+    assert_eq!(*calls_a.lock().unwrap(), ["apply", "make_durable", "export"]);
 
     let db_b = open_db(&path_b).await;
     let state_b = QueueNames::open(db_b.clone()).unwrap();
     let imports = state_b.imports.clone();
+    let calls_b = state_b.calls.clone();
     let mut sm_b = StateMachine::new(db_b.clone(), state_b).unwrap();
     sm_b.apply([entry(1, 1, EntryPayload::Normal(create_queue("stale")))]).await.unwrap();
     let mut data = sm_b.begin_receiving_snapshot().await.unwrap();
     *data = *snap.snapshot;
     sm_b.install_snapshot(&snap.meta, data).await.unwrap();
     assert_eq!(imports.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(*calls_b.lock().unwrap(), ["apply", "import", "make_durable"], "an installed snapshot is made durable");
     assert_eq!(QueueNames::names(&db_b).unwrap(), vec!["q1", "q2"], "the snapshot replaces the whole state");
     assert_eq!(sm_b.applied_state().await.unwrap(), (snap.meta.last_log_id, snap.meta.last_membership.clone()));
 

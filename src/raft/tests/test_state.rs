@@ -6,7 +6,7 @@ use crate::raft::codec::{decode, encode, io_err};
 use crate::state::{Command, Rejection, Response};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const QUEUES: TableDefinition<&str, ()> = TableDefinition::new("test_queues");
@@ -19,6 +19,8 @@ pub struct QueueNames {
     db: Arc<Database>,
     /// How many snapshots were imported (shared with the test).
     pub imports: Arc<AtomicUsize>,
+    /// The trait methods that changed or exported state, in call order (shared with the test).
+    pub calls: Arc<Mutex<Vec<&'static str>>>,
 }
 
 impl QueueNames {
@@ -27,7 +29,7 @@ impl QueueNames {
         tx.open_table(QUEUES).map_err(io_err)?;
         tx.open_table(APPLIED).map_err(io_err)?;
         tx.commit().map_err(io_err)?;
-        Ok(Self { db, imports: Arc::new(AtomicUsize::new(0)) })
+        Ok(Self { db, imports: Arc::new(AtomicUsize::new(0)), calls: Arc::new(Mutex::new(Vec::new())) })
     }
 
     /// The queue names stored in `db`, in order.
@@ -39,6 +41,12 @@ impl QueueNames {
             out.push(item.map_err(io_err)?.0.value().to_string());
         }
         Ok(out)
+    }
+
+    fn record(&self, call: &'static str) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(call);
+        }
     }
 
     fn read_applied(&self, tx: &redb::ReadTransaction) -> io::Result<(Option<LogId>, StoredMembership)> {
@@ -57,6 +65,7 @@ impl QueueNames {
 
 impl ReplicatedState for QueueNames {
     fn apply(&mut self, items: Vec<ApplyItem>) -> io::Result<Vec<Response>> {
+        self.record("apply");
         let mut tx = self.db.begin_write().map_err(io_err)?;
         tx.set_durability(Durability::None).map_err(io_err)?;
         let mut responses = Vec::with_capacity(items.len());
@@ -91,12 +100,14 @@ impl ReplicatedState for QueueNames {
     }
 
     fn make_durable(&mut self) -> io::Result<()> {
+        self.record("make_durable");
         let mut tx = self.db.begin_write().map_err(io_err)?;
         tx.set_durability(Durability::Immediate).map_err(io_err)?;
         tx.commit().map_err(io_err)
     }
 
     fn export(&self) -> io::Result<SnapshotExport> {
+        self.record("export");
         let tx = self.db.begin_read().map_err(io_err)?;
         let (last_applied, membership) = self.read_applied(&tx)?;
         let t = tx.open_table(QUEUES).map_err(io_err)?;
@@ -108,6 +119,7 @@ impl ReplicatedState for QueueNames {
     }
 
     fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        self.record("import");
         let names: Vec<String> = decode(data)?;
         let tx = self.db.begin_write().map_err(io_err)?;
         {
