@@ -3,6 +3,7 @@
 pub mod api;
 pub mod config;
 pub mod model;
+pub mod raft;
 pub mod scheduler;
 pub mod server;
 pub mod simulate;

@@ -1,0 +1,217 @@
+//! The Raft log on redb: entries in `raft_log` (index → bincode entry), and the vote, the
+//! committed log id and the last purged log id in `raft_meta`.
+//!
+//! The log shares the server's `redb::Database` with the state tables. Every write that Raft
+//! relies on for safety (vote, appended entries, truncation, purge) commits with
+//! `Durability::Immediate`, so it is on disk before openraft is told it happened. Only the
+//! committed log id is written with `Durability::None`: losing it in a crash is harmless (it is an
+//! optimisation for re-applying the log at start-up, and an older value is always valid), and a
+//! later durable commit of any transaction persists it anyway.
+
+use super::codec::{blocking, decode, encode, io_err, storage_err};
+use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use std::fmt::Debug;
+use std::io;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+/// Log entries by index.
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+/// Small Raft records by name.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_LAST_PURGED: &str = "last_purged";
+
+/// The Raft log storage. Cheap to clone: clones share the database and serve as log readers.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl LogStore {
+    /// Opens the log in `db`, creating its tables if they do not exist yet (so that read
+    /// transactions never meet a missing table).
+    pub fn open(db: Arc<Database>) -> io::Result<Self> {
+        let tx = db.begin_write().map_err(io_err)?;
+        {
+            tx.open_table(LOG).map_err(io_err)?;
+            tx.open_table(META).map_err(io_err)?;
+        }
+        tx.commit().map_err(io_err)?;
+        Ok(Self { db })
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
+        let tx = self.db.begin_read().map_err(io_err)?;
+        let table = tx.open_table(META).map_err(io_err)?;
+        match table.get(key).map_err(io_err)? {
+            Some(v) => decode(v.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes one meta record in its own transaction, off the async threads.
+    async fn write_meta(&self, key: &'static str, bytes: Vec<u8>, durability: Durability) -> io::Result<()> {
+        let db = self.db.clone();
+        blocking(move || {
+            let mut tx = db.begin_write().map_err(io_err)?;
+            tx.set_durability(durability).map_err(io_err)?;
+            {
+                let mut meta = tx.open_table(META).map_err(io_err)?;
+                meta.insert(key, bytes.as_slice()).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await
+    }
+
+    fn log_state(&self) -> io::Result<LogState<TypeConfig>> {
+        let tx = self.db.begin_read().map_err(io_err)?;
+        let meta = tx.open_table(META).map_err(io_err)?;
+        let last_purged: Option<LogId> = match meta.get(KEY_LAST_PURGED).map_err(io_err)? {
+            Some(v) => decode(v.value())?,
+            None => None,
+        };
+        let log = tx.open_table(LOG).map_err(io_err)?;
+        let last = match log.last().map_err(io_err)? {
+            Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
+            None => None,
+        };
+        // With every entry purged, the last log id is the last purged one.
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last.or(last_purged) })
+    }
+
+    fn read_range<RB: RangeBounds<u64>>(&self, range: RB) -> io::Result<Vec<Entry>> {
+        let tx = self.db.begin_read().map_err(io_err)?;
+        let log = tx.open_table(LOG).map_err(io_err)?;
+        let mut out = Vec::new();
+        for item in log.range::<u64>(range).map_err(io_err)? {
+            let (_, v) = item.map_err(io_err)?;
+            out.push(decode(v.value())?);
+        }
+        Ok(out)
+    }
+}
+
+fn read_err(e: io::Error) -> StorageError {
+    storage_err(ErrorSubject::Logs, ErrorVerb::Read, &e)
+}
+
+fn write_err(e: io::Error) -> StorageError {
+    storage_err(ErrorSubject::Logs, ErrorVerb::Write, &e)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    // Reads run inline rather than on the blocking pool: they are bounded (openraft asks for at
+    // most `max_payload_entries` at a time), mostly hit redb's page cache, and never fsync.
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(&mut self, range: RB) -> Result<Vec<Entry>, StorageError> {
+        self.read_range(range).map_err(read_err)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        self.log_state().map_err(read_err)
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let bytes = encode(vote).map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))?;
+        self.write_meta(KEY_VOTE, bytes, Durability::Immediate).await.map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.read_meta(KEY_VOTE).map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Read, &e))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        let bytes = encode(&committed).map_err(write_err)?;
+        self.write_meta(KEY_COMMITTED, bytes, Durability::None).await.map_err(write_err)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.read_meta::<Option<LogId>>(KEY_COMMITTED).map_err(read_err)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        // Encode on this thread, then write the whole batch in one durable transaction (group
+        // commit: one fsync per batch, not per entry).
+        let mut batch = Vec::new();
+        for entry in entries {
+            batch.push((entry.log_id.index, encode(&entry).map_err(write_err)?));
+        }
+        let (first, last, count) = (batch.first().map(|b| b.0), batch.last().map(|b| b.0), batch.len());
+        let db = self.db.clone();
+        let res = blocking(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut log = tx.open_table(LOG).map_err(io_err)?;
+                for (index, bytes) in &batch {
+                    log.insert(*index, bytes.as_slice()).map_err(io_err)?;
+                }
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await;
+        match res {
+            Ok(()) => {
+                tracing::trace!(first, last, count, "raft log entries appended");
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(first, last, count, error = %e, "raft log append failed");
+                callback.log_io_completed(Err(io::Error::new(e.kind(), e.to_string())));
+                Err(write_err(e))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(%log_id, "truncating raft log since");
+        let db = self.db.clone();
+        blocking(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut log = tx.open_table(LOG).map_err(io_err)?;
+                log.retain_in::<u64, _>(log_id.index.., |_, _| false).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await
+        .map_err(|e| storage_err(ErrorSubject::Log(log_id), ErrorVerb::Delete, &e))
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        tracing::debug!(%log_id, "purging raft log up to");
+        let db = self.db.clone();
+        let bytes = encode(&Some(log_id)).map_err(write_err)?;
+        // The purge mark and the deletion commit together, so the log never has a hole.
+        blocking(move || {
+            let tx = db.begin_write().map_err(io_err)?;
+            {
+                let mut meta = tx.open_table(META).map_err(io_err)?;
+                meta.insert(KEY_LAST_PURGED, bytes.as_slice()).map_err(io_err)?;
+                let mut log = tx.open_table(LOG).map_err(io_err)?;
+                log.retain_in::<u64, _>(..=log_id.index, |_, _| false).map_err(io_err)?;
+            }
+            tx.commit().map_err(io_err)
+        })
+        .await
+        .map_err(|e| storage_err(ErrorSubject::Log(log_id), ErrorVerb::Delete, &e))
+    }
+}

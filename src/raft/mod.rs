@@ -1,0 +1,311 @@
+//! Replication: openraft with its log and state machine on redb and its RPC over HTTP.
+//!
+//! [`RaftNode`] is the façade the server uses: it starts a Raft member over a
+//! [`ReplicatedState`] (the server's state machine on redb), proposes [`Command`]s and says who the
+//! leader is. [`raft_router`] serves the peer RPC routes; mount it in the server's HTTP router.
+//!
+//! Storage layout in the shared redb file: `raft_log` (entries), `raft_meta` (vote, committed,
+//! last purged), `raft_snapshot` (latest snapshot); the state tables belong to the server.
+
+mod codec;
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+pub mod types;
+
+#[cfg(test)]
+mod tests;
+
+pub use log_store::LogStore;
+pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
+pub use state_machine::{ApplyItem, ApplyPayload, ReplicatedState, SnapshotExport, StateMachine};
+pub use types::{Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote};
+
+use crate::state::{Command, Response};
+use openraft::error::{ChangeMembershipError, CheckIsLeaderError, ClientWriteError, Fatal, ForwardToLeader, InitializeError};
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Timing and log-compaction settings of a Raft member.
+#[derive(Debug, Clone)]
+pub struct RaftSettings {
+    /// Name of the cluster (shows in openraft's logs).
+    pub cluster_name: String,
+    /// How often the leader sends heartbeats. Also openraft's timeout for one append RPC, which
+    /// includes the follower's fsync: keep it well above disk latency.
+    pub heartbeat_interval: Duration,
+    /// A follower that hears no leader for a random time in `[election_timeout_min,
+    /// election_timeout_max)` starts an election.
+    pub election_timeout_min: Duration,
+    /// Upper bound of the election timeout (see `election_timeout_min`).
+    pub election_timeout_max: Duration,
+    /// Timeout of one snapshot chunk RPC (the last one includes installing the snapshot).
+    pub install_snapshot_timeout: Duration,
+    /// Build a snapshot once this many entries were applied since the last one.
+    pub snapshot_every_logs: u64,
+    /// Entries kept in the log behind a snapshot, so slightly lagging followers catch up from the
+    /// log rather than by snapshot.
+    pub max_in_snapshot_log_to_keep: u64,
+    /// Most entries in one append RPC.
+    pub max_payload_entries: u64,
+    /// Bytes per snapshot chunk RPC (must stay below [`MAX_RPC_BODY`]).
+    pub snapshot_chunk_size: u64,
+    /// Shared secret of peer RPC (header `x-convoy-cluster-secret`); `None` disables the check.
+    pub cluster_secret: Option<String>,
+    /// Make this node a one-member cluster if it has never been part of one (empty log, no vote).
+    pub initialize_single: bool,
+}
+
+impl Default for RaftSettings {
+    fn default() -> Self {
+        Self {
+            cluster_name: "convoy".to_string(),
+            heartbeat_interval: Duration::from_millis(250),
+            election_timeout_min: Duration::from_millis(1000),
+            election_timeout_max: Duration::from_millis(2000),
+            install_snapshot_timeout: Duration::from_secs(30),
+            snapshot_every_logs: 10_000,
+            max_in_snapshot_log_to_keep: 1_000,
+            max_payload_entries: 300,
+            snapshot_chunk_size: 4 * 1024 * 1024,
+            cluster_secret: None,
+            initialize_single: false,
+        }
+    }
+}
+
+impl RaftSettings {
+    fn to_config(&self) -> Result<Config, RaftError> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Config {
+            cluster_name: self.cluster_name.clone(),
+            heartbeat_interval: ms(self.heartbeat_interval),
+            election_timeout_min: ms(self.election_timeout_min),
+            election_timeout_max: ms(self.election_timeout_max),
+            install_snapshot_timeout: ms(self.install_snapshot_timeout),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_logs),
+            max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            max_payload_entries: self.max_payload_entries,
+            snapshot_max_chunk_size: self.snapshot_chunk_size,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(|e| RaftError::Config(Box::new(e)))
+    }
+}
+
+/// Why a Raft member could not start, initialize or stop.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftError {
+    /// The settings are inconsistent (e.g. election timeout not above the heartbeat).
+    #[error("invalid raft settings: {0}")]
+    Config(Box<openraft::ConfigError>),
+    /// The peer RPC client could not be built.
+    #[error(transparent)]
+    Network(#[from] NetworkSetupError),
+    /// The Raft tables could not be opened.
+    #[error("raft storage: {0}")]
+    Storage(#[from] std::io::Error),
+    /// Raft stopped, or could not start from the stored state.
+    #[error("raft stopped: {0}")]
+    Fatal(Box<Fatal<NodeId>>),
+    /// The initial membership was refused (e.g. it does not include this node).
+    #[error("cannot initialize the cluster: {0}")]
+    Initialize(String),
+    /// The Raft tasks did not stop cleanly.
+    #[error("raft did not shut down cleanly: {0}")]
+    Shutdown(String),
+}
+
+/// Why a write (or a linearizable read check, or a membership change) did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not the leader; send the request to `addr` (the leader's base URL).
+    #[error("not the leader; the leader is node {leader_id} at {addr}")]
+    ForwardToLeader { leader_id: NodeId, addr: String },
+    /// No leader is known (an election is under way) or the leader lost its quorum: retry later.
+    #[error("no leader at the moment")]
+    NoLeader,
+    /// The membership change was refused (another is in progress, unknown learner, empty set).
+    #[error("membership change refused: {0}")]
+    Membership(#[from] ChangeMembershipError<NodeId>),
+    /// The Raft node stopped (shut down, or a storage failure).
+    #[error("raft stopped: {0}")]
+    Fatal(Box<Fatal<NodeId>>),
+}
+
+impl From<Fatal<NodeId>> for RaftError {
+    fn from(f: Fatal<NodeId>) -> Self {
+        RaftError::Fatal(Box::new(f))
+    }
+}
+
+impl From<Fatal<NodeId>> for WriteError {
+    fn from(f: Fatal<NodeId>) -> Self {
+        WriteError::Fatal(Box::new(f))
+    }
+}
+
+impl From<ForwardToLeader<NodeId, Node>> for WriteError {
+    fn from(f: ForwardToLeader<NodeId, Node>) -> Self {
+        match (f.leader_id, f.leader_node) {
+            (Some(leader_id), Some(node)) => WriteError::ForwardToLeader { leader_id, addr: node.addr },
+            _ => WriteError::NoLeader,
+        }
+    }
+}
+
+impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> for WriteError {
+    fn from(e: openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Self {
+        match e {
+            openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => f.into(),
+            openraft::error::RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => c.into(),
+            openraft::error::RaftError::Fatal(f) => f.into(),
+        }
+    }
+}
+
+impl From<openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> for WriteError {
+    fn from(e: openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>) -> Self {
+        match e {
+            openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => f.into(),
+            openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => WriteError::NoLeader,
+            openraft::error::RaftError::Fatal(f) => f.into(),
+        }
+    }
+}
+
+/// A running Raft member of the Convoy cluster. Clones are cheap and share the member.
+#[derive(Clone)]
+pub struct RaftNode {
+    id: NodeId,
+    addr: String,
+    raft: Raft,
+    secret: Option<String>,
+}
+
+impl RaftNode {
+    /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`
+    /// and `state` as its state machine. With `settings.initialize_single`, a node that has never
+    /// been part of a cluster makes itself a one-member cluster.
+    ///
+    /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
+    /// [`RaftNode::router`] on `addr` for peers to reach this node.
+    pub async fn start<S: ReplicatedState>(node_id: NodeId, addr: impl Into<String>, db: Arc<redb::Database>, state: S, settings: RaftSettings) -> Result<Self, RaftError> {
+        let addr = addr.into();
+        let config = Arc::new(settings.to_config()?);
+        let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref())?;
+        let log_store = LogStore::open(db.clone())?;
+        let state_machine = StateMachine::new(db, state)?;
+        let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
+        let node = Self { id: node_id, addr, raft, secret: settings.cluster_secret };
+        if settings.initialize_single && !node.raft.is_initialized().await? {
+            let members = BTreeMap::from([(node_id, BasicNode { addr: node.addr.clone() })]);
+            node.initialize(members).await?;
+        }
+        tracing::info!(node_id, addr = %node.addr, "raft node started");
+        Ok(node)
+    }
+
+    /// Makes `members` (including this node) the cluster's first membership. Does nothing if the
+    /// node already has a log or a vote, so it is safe to call on every start.
+    pub async fn initialize(&self, members: BTreeMap<NodeId, Node>) -> Result<(), RaftError> {
+        match self.raft.initialize(members.clone()).await {
+            Ok(()) => {
+                tracing::info!(node_id = self.id, members = ?members.keys().collect::<Vec<_>>(), "raft cluster initialized");
+                Ok(())
+            }
+            Err(openraft::error::RaftError::APIError(InitializeError::NotAllowed(e))) => {
+                tracing::info!(node_id = self.id, reason = %e, "raft cluster already initialized");
+                Ok(())
+            }
+            Err(openraft::error::RaftError::APIError(e)) => Err(RaftError::Initialize(e.to_string())),
+            Err(openraft::error::RaftError::Fatal(f)) => Err(f.into()),
+        }
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// This node's base URL, as peers reach it.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The underlying openraft handle, for what the façade does not cover.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The peer RPC routes for this node, guarded by the configured cluster secret.
+    pub fn router(&self) -> axum::Router {
+        raft_router(self.raft.clone(), self.secret.clone())
+    }
+
+    /// Whether this node currently believes it is the leader. A hint for routing requests; use
+    /// [`ensure_linearizable`](Self::ensure_linearizable) before a read that must be current.
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// The leader this node knows of, with its address.
+    pub fn leader(&self) -> Option<(NodeId, Node)> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        m.membership_config.membership().get_node(&id).map(|n| (id, n.clone()))
+    }
+
+    /// The current Raft term as this node knows it.
+    pub fn current_term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
+    /// Proposes `cmd` and waits until it is committed and applied; returns what applying it
+    /// answered. Only the leader accepts writes: others answer [`WriteError::ForwardToLeader`].
+    /// A write that fails with `ForwardToLeader` or `NoLeader` after this node proposed it may
+    /// still commit under the next leader, so retried commands must be idempotent.
+    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+        Ok(self.raft.client_write(cmd).await?.data)
+    }
+
+    /// Returns once this node's state includes every write committed before the call (a
+    /// linearizable read may follow). Only the leader can answer; others say where it is.
+    pub async fn ensure_linearizable(&self) -> Result<(), WriteError> {
+        self.raft.ensure_linearizable().await?;
+        Ok(())
+    }
+
+    /// Adds node `id` at `addr` as a learner (it replicates but does not vote). With `blocking`,
+    /// waits until it has caught up with the leader's log.
+    pub async fn add_learner(&self, id: NodeId, addr: impl Into<String>, blocking: bool) -> Result<(), WriteError> {
+        self.raft.add_learner(id, BasicNode { addr: addr.into() }, blocking).await?;
+        Ok(())
+    }
+
+    /// Makes `voters` the voting members (they must be members or learners already). With
+    /// `retain`, removed voters stay as learners.
+    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), WriteError> {
+        self.raft.change_membership(voters, retain).await?;
+        Ok(())
+    }
+
+    /// Raft metrics (role, term, leader, log and applied indexes, membership), updated live.
+    pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
+        self.raft.metrics()
+    }
+
+    /// Stops the Raft tasks. Requests still in flight fail with [`WriteError::Fatal`].
+    pub async fn shutdown(&self) -> Result<(), RaftError> {
+        self.raft.shutdown().await.map_err(|e| RaftError::Shutdown(e.to_string()))?;
+        tracing::info!(node_id = self.id, "raft node stopped");
+        Ok(())
+    }
+}

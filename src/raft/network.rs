@@ -1,0 +1,236 @@
+//! Raft RPC between servers over HTTP: `POST {addr}/raft/append`, `/raft/vote` and
+//! `/raft/snapshot`, with bincode bodies (`application/octet-stream`). The response body is the
+//! bincode of the receiving Raft's `Result<Response, RaftError>`, so remote Raft errors reach the
+//! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
+//! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
+
+use super::codec::{decode, encode};
+use super::types::{Node, NodeId, Raft, TypeConfig};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use openraft::error::{InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout, Unreachable};
+use openraft::network::RPCOption;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse};
+use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Header carrying the cluster secret on peer RPCs.
+pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
+
+/// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
+/// and append batches by `max_payload_entries`; a batch above this gets 413 and the sender retries
+/// with fewer entries.
+pub const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
+
+/// How long a client waits for a TCP connection to a peer. Short: a peer that does not accept
+/// quickly is treated as unreachable and retried with back-off.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+const OCTET_STREAM: &str = "application/octet-stream";
+
+/// Why the network client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkSetupError {
+    #[error("no rustls crypto provider is installed; install one (rustls::crypto::ring::default_provider().install_default()) before starting Raft")]
+    NoCryptoProvider,
+    #[error("the cluster secret is not a valid HTTP header value")]
+    InvalidSecret,
+    #[error("cannot build the HTTP client for Raft RPC: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
+/// An HTTP exchange with a peer that did not produce a Raft answer.
+#[derive(Debug, thiserror::Error)]
+enum PeerHttpError {
+    #[error("peer answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("cannot encode or decode an RPC body: {0}")]
+    Codec(#[from] std::io::Error),
+}
+
+/// Creates one [`PeerClient`] per target; all share one pooled HTTP client.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    node_id: NodeId,
+    client: reqwest::Client,
+    secret: Option<HeaderValue>,
+}
+
+impl NetworkFactory {
+    /// A factory for node `node_id`'s outgoing RPCs. Requires a process-wide rustls crypto provider
+    /// (only used if a peer address is `https://`, but the HTTP client is built with TLS support).
+    pub fn new(node_id: NodeId, secret: Option<&str>) -> Result<Self, NetworkSetupError> {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(NetworkSetupError::NoCryptoProvider);
+        }
+        let secret = match secret {
+            Some(s) => {
+                let mut v = HeaderValue::from_str(s).map_err(|_| NetworkSetupError::InvalidSecret)?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(60)).build()?;
+        Ok(Self { node_id, client, secret })
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        PeerClient { factory: self.clone(), target, node: node.clone() }
+    }
+}
+
+/// Sends Raft RPCs to one peer.
+pub struct PeerClient {
+    factory: NetworkFactory,
+    target: NodeId,
+    node: Node,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
+
+impl PeerClient {
+    /// POSTs `req` to `{addr}/raft/{path}` and decodes the remote Raft's answer.
+    async fn call<Req, Resp, E>(&self, action: RPCTypes, path: &str, req: &Req, option: &RPCOption, entries: u64) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let url = format!("{}/raft/{path}", self.node.addr.trim_end_matches('/'));
+        let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
+        let mut request = self.factory.client.post(&url).timeout(option.hard_ttl()).header(header::CONTENT_TYPE, OCTET_STREAM).body(body);
+        if let Some(secret) = &self.factory.secret {
+            request = request.header(SECRET_HEADER, secret.clone());
+        }
+        let timeout = |_| RPCError::Timeout(Timeout { action, id: self.factory.node_id, target: self.target, timeout: option.hard_ttl() });
+        let response = request.send().await.map_err(|e| {
+            if e.is_connect() {
+                RPCError::Unreachable(Unreachable::new(&e))
+            } else if e.is_timeout() {
+                timeout(e)
+            } else {
+                RPCError::Network(NetworkError::new(&e))
+            }
+        })?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| if e.is_timeout() { timeout(e) } else { RPCError::Network(NetworkError::new(&e)) })?;
+        if status == StatusCode::PAYLOAD_TOO_LARGE && action == RPCTypes::AppendEntries {
+            // Ask openraft to resend with fewer entries.
+            let hint = (entries / 2).max(1);
+            tracing::warn!(target = self.target, entries, hint, "peer refused an append batch as too large");
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+        }
+        if !status.is_success() {
+            let body = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+            return Err(RPCError::Network(NetworkError::new(&PeerHttpError::Status { status: status.as_u16(), body })));
+        }
+        let answer: Result<Resp, RaftError<NodeId, E>> = decode(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(&mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        let entries = rpc.entries.len() as u64;
+        self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await
+    }
+
+    async fn install_snapshot(&mut self, rpc: InstallSnapshotRequest<TypeConfig>, option: RPCOption) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(RPCTypes::Vote, "vote", &rpc, &option, 0).await
+    }
+}
+
+#[derive(Clone)]
+struct ServerState {
+    raft: Raft,
+}
+
+/// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`. With `secret`, requests
+/// without the matching `x-convoy-cluster-secret` header get 401 before their body is read.
+pub fn raft_router(raft: Raft, secret: Option<String>) -> Router {
+    let routes = Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        .with_state(ServerState { raft });
+    match secret {
+        Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
+        None => routes,
+    }
+}
+
+async fn check_secret(State(secret): State<Arc<str>>, request: Request, next: Next) -> Response {
+    let presented = request.headers().get(SECRET_HEADER).map(HeaderValue::as_bytes);
+    match presented {
+        Some(p) if constant_time_eq(p, secret.as_bytes()) => next.run(request).await,
+        _ => {
+            tracing::warn!(path = %request.uri().path(), "raft RPC refused: wrong or missing cluster secret");
+            (StatusCode::UNAUTHORIZED, "wrong or missing cluster secret").into_response()
+        }
+    }
+}
+
+/// Compares without an early exit, so timing does not reveal how much of the secret matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn octets(bytes: Vec<u8>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(OCTET_STREAM));
+    (StatusCode::OK, headers, bytes).into_response()
+}
+
+fn bad_request(what: &str, e: std::io::Error) -> Response {
+    tracing::warn!(rpc = what, error = %e, "undecodable raft RPC");
+    (StatusCode::BAD_REQUEST, format!("cannot decode {what} request: {e}")).into_response()
+}
+
+fn answer<T: Serialize>(what: &str, result: &T) -> Response {
+    match encode(result) {
+        Ok(bytes) => octets(bytes),
+        Err(e) => {
+            tracing::error!(rpc = what, error = %e, "cannot encode raft RPC answer");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode {what} answer: {e}")).into_response()
+        }
+    }
+}
+
+async fn append(State(s): State<ServerState>, body: Bytes) -> Response {
+    match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
+        Ok(req) => answer("append", &s.raft.append_entries(req).await),
+        Err(e) => bad_request("append", e),
+    }
+}
+
+async fn vote(State(s): State<ServerState>, body: Bytes) -> Response {
+    match decode::<VoteRequest<NodeId>>(&body) {
+        Ok(req) => answer("vote", &s.raft.vote(req).await),
+        Err(e) => bad_request("vote", e),
+    }
+}
+
+async fn snapshot(State(s): State<ServerState>, body: Bytes) -> Response {
+    match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
+        Ok(req) => answer("snapshot", &s.raft.install_snapshot(req).await),
+        Err(e) => bad_request("snapshot", e),
+    }
+}
