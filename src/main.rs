@@ -18,6 +18,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a control-plane server (a Raft member holding queues and jobs, the API and the
+    /// scheduler).
+    Server {
+        /// Configuration file (TOML); without one, local defaults with auth off on 127.0.0.1.
+        #[arg(long, env = "CONVOY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Log JSON lines.
+        #[arg(long)]
+        log_json: bool,
+    },
     /// Run the scheduler over a scenario file (YAML or JSON) and print each round's decisions.
     Simulate {
         /// Scenario file; `-` reads standard input.
@@ -52,8 +62,53 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
+/// Logs to stderr through `tracing`; `RUST_LOG` filters (default `info`).
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Server { config, log_json } => {
+            let config = convoy::config::Config::load(config.as_deref())?;
+            init_logging(log_json || config.server.log_json);
+            if !config.auth.enabled {
+                tracing::warn!(listen = %config.server.listen, "authentication is off: anyone who can reach this address can use the API");
+            }
+            runtime()?.block_on(async move {
+                let running = convoy::server::start(config).await?;
+                println!("convoy server listening on {}", running.url);
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                running.stop().await?;
+                anyhow::Ok(())
+            })
+        }
         Command::Simulate { scenario, compact } => {
             let text = if scenario.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading the scenario from standard input")?

@@ -39,6 +39,7 @@ struct Cursor {
     follow: bool,
     buffer: VecDeque<Event>,
     rx: broadcast::Receiver<(QueueName, JobSetName)>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 pub async fn stream(
@@ -59,7 +60,8 @@ pub async fn stream(
         (None, None) => 1,
     };
     let rx = app.notify.subscribe_job_sets();
-    let cursor = Cursor { app, queue, job_set, next: from, follow: params.follow, buffer: VecDeque::new(), rx };
+    let stopping = app.shutdown.clone();
+    let cursor = Cursor { stopping, app, queue, job_set, next: from, follow: params.follow, buffer: VecDeque::new(), rx };
     Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -81,12 +83,16 @@ fn events(cursor: Cursor) -> impl Stream<Item = Result<SseEvent, Infallible>> {
                 c.buffer.extend(batch);
                 continue;
             }
-            if !c.follow {
+            if !c.follow || *c.stopping.borrow() {
                 return None;
             }
-            // Wait for news of this job set (or a periodic recheck).
+            // Wait for news of this job set (or a periodic recheck), unless the server stops.
             loop {
-                match tokio::time::timeout(Duration::from_secs(5), c.rx.recv()).await {
+                let news = tokio::select! {
+                    n = tokio::time::timeout(Duration::from_secs(5), c.rx.recv()) => n,
+                    _ = c.stopping.changed() => return None,
+                };
+                match news {
                     Ok(Ok((q, s))) if q == c.queue && s == c.job_set => break,
                     Ok(Ok(_)) => continue,
                     Ok(Err(broadcast::error::RecvError::Lagged(_))) | Err(_) => break,

@@ -96,6 +96,7 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
     let max_leases = req.max_leases.map(|m| m as usize).unwrap_or(usize::MAX).max(1);
     let held: HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
     let notify = app.notify.executor(&executor);
+    let mut stopping = app.shutdown.clone();
     let pending = loop {
         let notified = notify.notified();
         tokio::pin!(notified);
@@ -104,9 +105,13 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
         if !pending.leases.is_empty() || !pending.kills.is_empty() || tokio::time::Instant::now() >= deadline {
             break pending;
         }
+        if *stopping.borrow() {
+            break pending;
+        }
         tokio::select! {
             _ = notified => {}
             _ = tokio::time::sleep_until(deadline) => {}
+            _ = stopping.changed() => {}
         }
         app.liveness.touch(&executor);
     };

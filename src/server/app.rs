@@ -113,6 +113,8 @@ pub struct App {
     pub liveness: Liveness,
     pub scheduling: RwLock<SchedulingView>,
     pub started: Instant,
+    /// Turns true when the server stops: long polls and event streams end.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 impl App {

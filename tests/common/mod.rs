@@ -20,15 +20,16 @@ pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The default test configuration: fast scheduling, auth off, loopback, port 0.
-pub fn config(dir: &Path, extra: &str) -> String {
+/// The default test configuration: fast scheduling, auth off, loopback, port 0. `server_extra`
+/// holds more `[server]` keys (a leading `[server]` line is allowed).
+pub fn config(dir: &Path, server_extra: &str) -> String {
+    let extra = server_extra.trim_start().strip_prefix("[server]").unwrap_or(server_extra);
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 data_dir = "{}"
-executor_timeout = "60s"
-{extra_server}
+{extra}
 
 [scheduler]
 schedule_interval_min = "20ms"
@@ -36,11 +37,8 @@ schedule_interval_max = "200ms"
 
 [auth]
 enabled = false
-{extra}
 "#,
         dir.join("data").display(),
-        extra_server = "",
-        extra = extra
     )
 }
 
