@@ -73,7 +73,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     check_metadata("annotations", &item.annotations)?;
     check_metadata("labels", &item.labels)?;
 
-    let spec: PodSpec = serde_path_to_error::deserialize(&item.pod_spec).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_str(item.pod_spec.get());
+    let spec: PodSpec = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { "pod_spec".to_string() } else { format!("pod_spec.{path}") };
         FieldError::new(field, format!("is not a valid Kubernetes PodSpec: {}", e.into_inner()))
@@ -119,15 +120,17 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
 
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
-        let _: k8s_openapi::api::core::v1::Service = serde_path_to_error::deserialize(s)
+        let mut de = serde_json::Deserializer::from_str(s.get());
+        let _: k8s_openapi::api::core::v1::Service = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| FieldError::new(format!("services[{i}].{}", e.path()), format!("is not a valid Kubernetes Service: {}", e.into_inner())))?;
-        services.push(s.to_string());
+        services.push(s.get().to_string());
     }
     let mut ingresses = Vec::with_capacity(item.ingresses.len());
     for (i, s) in item.ingresses.iter().enumerate() {
-        let _: k8s_openapi::api::networking::v1::Ingress = serde_path_to_error::deserialize(s)
+        let mut de = serde_json::Deserializer::from_str(s.get());
+        let _: k8s_openapi::api::networking::v1::Ingress = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| FieldError::new(format!("ingresses[{i}].{}", e.path()), format!("is not a valid Kubernetes Ingress: {}", e.into_inner())))?;
-        ingresses.push(s.to_string());
+        ingresses.push(s.get().to_string());
     }
     Ok(CheckedJob {
         client_id: item.client_id.clone(),
@@ -139,7 +142,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         labels: item.labels.clone(),
         termination_grace_period_ms: grace_ms,
         active_deadline_seconds: deadline,
-        payload: JobPayload { pod_spec: item.pod_spec.to_string(), services, ingresses },
+        payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
     })
 }
 
@@ -324,7 +327,7 @@ mod tests {
         SubmitItem {
             priority: 0,
             priority_class: None,
-            pod_spec,
+            pod_spec: serde_json::value::to_raw_value(&pod_spec).unwrap(),
             annotations: Default::default(),
             labels: Default::default(),
             services: vec![],

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 // ---------------------------------------------------------------------------------------------
 
 /// `POST /v1/jobs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub queue: QueueName,
@@ -21,8 +21,9 @@ pub struct SubmitRequest {
     pub jobs: Vec<SubmitItem>,
 }
 
-/// One job of a submission.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One job of a submission. The pod spec, services and ingresses are kept as the client's JSON
+/// text: checked once, stored as sent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitItem {
     /// Lower runs first within the queue.
@@ -32,17 +33,17 @@ pub struct SubmitItem {
     #[serde(default)]
     pub priority_class: Option<String>,
     /// A Kubernetes PodSpec.
-    pub pod_spec: serde_json::Value,
+    pub pod_spec: Box<serde_json::value::RawValue>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Kubernetes Service objects to create with the pod.
     #[serde(default)]
-    pub services: Vec<serde_json::Value>,
+    pub services: Vec<Box<serde_json::value::RawValue>>,
     /// Kubernetes Ingress objects to create with the pod.
     #[serde(default)]
-    pub ingresses: Vec<serde_json::Value>,
+    pub ingresses: Vec<Box<serde_json::value::RawValue>>,
     /// Resubmitting with the same client id (within the queue) returns the same job id.
     #[serde(default)]
     pub client_id: Option<String>,

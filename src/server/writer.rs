@@ -37,7 +37,7 @@ pub struct Writer {
 /// Most commands in one log entry.
 const MAX_BATCH: usize = 512;
 /// Batches being committed at once.
-const IN_FLIGHT: usize = 4;
+const IN_FLIGHT: usize = 1;
 
 impl Writer {
     /// Starts the batching task over `log`.

@@ -22,6 +22,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let mut job_events = tx.open_table(JOB_EVENTS)?;
     let mut client_ids = tx.open_table(CLIENT_IDS)?;
     let mut executors = tx.open_table(EXECUTORS)?;
+    // Only the last sequence number of each job set matters: write it once per batch.
+    let mut last_seq: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
     for c in changes {
         match c {
             Change::PutQueue(q) => {
@@ -50,7 +52,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
             Change::AppendEvent { queue, job_set, event } => {
                 events.insert(event_key(queue, job_set, event.seq).as_slice(), encode(event)?.as_slice())?;
-                event_seqs.insert(set_prefix(queue, job_set).as_slice(), event.seq)?;
+                let e = last_seq.entry(set_prefix(queue, job_set)).or_insert(event.seq);
+                *e = (*e).max(event.seq);
                 job_events.insert(&job_event_key(event.job_id, event.seq), ())?;
             }
             Change::PutExecutor(e) => {
@@ -63,6 +66,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 meta.insert(SUBMIT_SEQ, seq.to_be_bytes().as_slice())?;
             }
         }
+    }
+    for (k, seq) in last_seq {
+        event_seqs.insert(k.as_slice(), seq)?;
     }
     Ok(())
 }
