@@ -2,6 +2,7 @@
 //! Kubernetes API) on 127.0.0.1.
 
 mod agent {
+    pub mod client;
     pub mod common;
     pub mod control_plane;
     pub mod fake_runtime;

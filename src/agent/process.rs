@@ -56,7 +56,10 @@ struct JobCommand {
 impl ProcessRuntime {
     /// A runtime for this machine; creates `<data_dir>/runs`.
     pub fn new(config: &AgentConfig, sink: EventSink) -> Result<Self, RuntimeError> {
-        let runs_dir = config.data_dir.join("runs");
+        // Absolute, so supervisors and jobs (which get it as CONVOY_RUN_DIR) see the same path
+        // whatever their working directory.
+        let data_dir = std::path::absolute(&config.data_dir).map_err(|e| RuntimeError::io(format!("resolving {}", config.data_dir.display()), e))?;
+        let runs_dir = data_dir.join("runs");
         std::fs::create_dir_all(&runs_dir).map_err(|e| RuntimeError::io(format!("creating {}", runs_dir.display()), e))?;
         let supervisor_exe = match &config.process.supervisor {
             Some(p) => p.clone(),

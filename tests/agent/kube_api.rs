@@ -328,7 +328,11 @@ pub fn assert_rbac_allows(calls: &[Call]) {
             for g in rule["apiGroups"].as_array().expect("groups") {
                 for r in rule["resources"].as_array().expect("resources") {
                     for verb in rule["verbs"].as_array().expect("verbs") {
-                        target.push((g.as_str().expect("str").to_string(), r.as_str().expect("str").to_string(), verb.as_str().expect("str").to_string()));
+                        target.push((
+                            g.as_str().expect("str").to_string(),
+                            r.as_str().expect("str").to_string(),
+                            verb.as_str().expect("str").to_string(),
+                        ));
                     }
                 }
             }
@@ -338,6 +342,10 @@ pub fn assert_rbac_allows(calls: &[Call]) {
         let (g, r, v, cluster_wide) = rbac_need(call);
         let key = (g, r, v);
         let ok = cluster.contains(&key) || (!cluster_wide && namespaced.contains(&key));
-        assert!(ok, "{} {} needs {key:?} (cluster-wide: {cluster_wide}), which agent-rbac.yaml does not grant", call.method, call.path);
+        assert!(
+            ok,
+            "{} {} needs {key:?} (cluster-wide: {cluster_wide}), which agent-rbac.yaml does not grant",
+            call.method, call.path
+        );
     }
 }

@@ -82,6 +82,7 @@ async fn kill_honouring_sigterm_ends_within_the_grace_period() {
     let (run_id, job_id) = (l.run_id, l.job_id);
     cp.push_lease(l);
     cp.wait_kind(run_id, RunEventKind::Running, T).await;
+    wait_for_output(dir.path(), run_id, "started").await;
     let began = Instant::now();
     cp.push_kill(run_id, job_id, 20.0, "cancelled by user");
     let fin = cp.wait_final(run_id, T).await;
@@ -109,8 +110,7 @@ async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
     let (run_id, job_id) = (l.run_id, l.job_id);
     cp.push_lease(l);
     cp.wait_kind(run_id, RunEventKind::Running, T).await;
-    // Let the shell install its trap before the kill arrives.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_output(dir.path(), run_id, "stubborn").await;
     let began = Instant::now();
     cp.push_kill(run_id, job_id, 1.5, "preempted");
     let fin = cp.wait_final(run_id, T).await;
@@ -194,38 +194,57 @@ async fn server_restart_loses_no_events() {
     agent.stop().await.expect("clean stop");
 }
 
+/// A child process killed when the test ends, even by a panic.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A job that records its start, then waits (at most 20 s) for the file `go-<name>` and exits 0.
+fn gated_script(marks: &std::path::Path, name: &str) -> String {
+    let m = marks.display();
+    format!("echo start >> {m}/{name}; for i in $(seq 200); do [ -e {m}/go-{name} ] && break; sleep 0.1; done; echo {name} done")
+}
+
 /// A real `convoy agent` process, killed with SIGKILL while its jobs run, then started again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_and_restarted_reports_results_without_duplicate_starts() {
     let cp = ControlPlane::start(Some("s3cret"));
     let dir = tempfile::tempdir().expect("tempdir");
     let marks = tempfile::tempdir().expect("tempdir");
-    let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &dir.path().join("data"));
+    let data = dir.path().join("data");
+    let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &data);
     cfg.token = Some("s3cret".into());
     let cfg_path = dir.path().join("agent.toml");
     std::fs::write(&cfg_path, toml::to_string(&cfg).expect("config as TOML")).expect("write config");
     let spawn_agent = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
             .args(["agent", "--config"])
             .arg(&cfg_path)
             .arg("--log-json")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("convoy agent starts")
+            .expect("convoy agent starts");
+        ChildGuard(child)
     };
-    let script = |name: &str, secs: u32| format!("echo start >> {}/{name}; sleep {secs}; echo {name} done", marks.path().display());
-    let quick = shell_lease("node-1", &script("quick", 2));
-    let slow = shell_lease("node-1", &script("slow", 5));
+    let quick = shell_lease("node-1", &gated_script(marks.path(), "quick"));
+    let slow = shell_lease("node-1", &gated_script(marks.path(), "slow"));
     let mut first = spawn_agent();
     cp.push_lease(quick.clone());
     cp.push_lease(slow.clone());
     cp.wait_kind(quick.run_id, RunEventKind::Running, T).await;
     cp.wait_kind(slow.run_id, RunEventKind::Running, T).await;
-    first.kill().expect("SIGKILL the agent");
-    let _ = first.wait();
-    // `quick` ends while no agent runs.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    first.0.kill().expect("SIGKILL the agent");
+    let _ = first.0.wait();
+    // `quick` ends while no agent runs; its supervisor records the result.
+    std::fs::write(marks.path().join("go-quick"), "").expect("go");
+    let quick_exit = data.join("runs").join(quick.run_id.to_string()).join("exit");
+    wait_for(T, "quick's exit record", || quick_exit.exists().then_some(())).await;
     assert!(cp.final_event(quick.run_id).is_none());
     // The server hands the same leases out again: they must not start twice.
     cp.repeat_lease(quick.clone());
@@ -234,18 +253,23 @@ async fn agent_killed_and_restarted_reports_results_without_duplicate_starts() {
     let fin_quick = cp.wait_final(quick.run_id, T).await;
     assert_eq!(fin_quick.kind, RunEventKind::Succeeded, "{fin_quick:?}");
     assert!(fin_quick.log_tail.as_deref().is_some_and(|t| t.contains("quick done")));
+    // `slow` was adopted: it still runs, and its end is reported by the new agent.
+    wait_for(T, "the repeated leases acknowledged", || cp.script().unacked.is_empty().then_some(())).await;
+    assert!(cp.final_event(slow.run_id).is_none());
+    std::fs::write(marks.path().join("go-slow"), "").expect("go");
     let fin_slow = cp.wait_final(slow.run_id, T).await;
     assert_eq!(fin_slow.kind, RunEventKind::Succeeded, "{fin_slow:?}");
+    assert!(fin_slow.log_tail.as_deref().is_some_and(|t| t.contains("slow done")));
     for name in ["quick", "slow"] {
         let starts = std::fs::read_to_string(marks.path().join(name)).expect("marks");
         assert_eq!(starts.lines().count(), 1, "{name} started once");
     }
-    // Every poll carried the token.
+    // Every request carried the token.
     assert_eq!(cp.script().unauthorized, 0);
     // SIGTERM stops the agent cleanly.
     // SAFETY: kill(2) with our child's pid.
-    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
-    let status = tokio::task::spawn_blocking(move || second.wait()).await.expect("join").expect("wait");
+    unsafe { libc::kill(second.0.id() as i32, libc::SIGTERM) };
+    let status = tokio::task::spawn_blocking(move || second.0.wait()).await.expect("join").expect("wait");
     assert!(status.success(), "{status:?}");
 }
 
@@ -309,4 +333,13 @@ fn live_group_members(pgid: i32) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Waits until the run's stdout holds `text` (the job got that far).
+async fn wait_for_output(data_dir: &std::path::Path, run_id: convoy::model::RunId, text: &str) {
+    let path = data_dir.join("runs").join(run_id.to_string()).join("stdout");
+    wait_for(T, &format!("{text:?} in the job's output"), || {
+        std::fs::read_to_string(&path).ok().filter(|s| s.contains(text)).map(|_| ())
+    })
+    .await;
 }
