@@ -327,6 +327,11 @@ impl AgentConfig {
         if let Some((name, v)) = self.process.allocatable.iter().flat_map(|a| a.iter()).find(|(_, v)| *v < 0) {
             return Err(invalid(&format!("process.allocatable.{name}"), format!("{v} is negative")));
         }
+        if let Some(p) = &self.process.supervisor
+            && !p.is_file()
+        {
+            return Err(invalid("process.supervisor", format!("{} is not a file (it must be the convoy executable)", p.display())));
+        }
         if self.process.keep_finished_hours == 0 {
             return Err(invalid("process.keep_finished_hours", "must be at least 1"));
         }

@@ -343,3 +343,35 @@ async fn wait_for_output(data_dir: &std::path::Path, run_id: convoy::model::RunI
     })
     .await;
 }
+
+/// A graceful stop leaves jobs running; the next agent adopts them, and kills the ones the server
+/// orders killed (orphans it does not know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_agent_adopts_runs_and_kills_orphans_on_order() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(vec![cp.url()], RuntimeKind::Process, dir.path());
+    let first = InProcessAgent::start(cfg.clone());
+    let keep = shell_lease("node-1", "sleep 1; echo kept");
+    let orphan = shell_lease("node-1", "echo orphan; sleep 30");
+    cp.push_lease(keep.clone());
+    cp.push_lease(orphan.clone());
+    cp.wait_kind(keep.run_id, RunEventKind::Running, T).await;
+    cp.wait_kind(orphan.run_id, RunEventKind::Running, T).await;
+    first.stop().await.expect("clean stop");
+    cp.script().polls.clear();
+    let second = InProcessAgent::start(cfg);
+    // The first poll of the new agent holds both runs again.
+    let poll = wait_for(T, "a poll with both runs", || {
+        cp.script().polls.iter().rev().find(|p| p.runs.iter().any(|r| r.run_id == orphan.run_id) && p.runs.iter().any(|r| r.run_id == keep.run_id)).cloned()
+    })
+    .await;
+    assert!(poll.runs.iter().all(|r| r.state == convoy::model::RunState::Running || r.state == convoy::model::RunState::Succeeded), "{poll:?}");
+    cp.push_kill(orphan.run_id, orphan.job_id, 1.0, "unknown run");
+    let fin = cp.wait_final(orphan.run_id, T).await;
+    assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("killed")), "{fin:?}");
+    let fin = cp.wait_final(keep.run_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded);
+    assert!(fin.log_tail.is_some_and(|t| t.contains("kept")));
+    second.stop().await.expect("clean stop");
+}
