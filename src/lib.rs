@@ -1,5 +1,6 @@
 //! Convoy: a batch-job scheduler with Armada's fair-share scheduling model, in one binary.
 
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod model;

@@ -1,5 +1,6 @@
 //! The `convoy` binary: dispatches to the server, agent, embedded default and client verbs.
 
+mod agent_cmd;
 mod bench;
 mod cli;
 
@@ -41,6 +42,11 @@ enum Command {
         #[command(subcommand)]
         which: bench::BenchCommand,
     },
+    /// Run an executor: poll the servers for leases and run them (processes, pods or fake nodes).
+    Agent(agent_cmd::AgentArgs),
+    /// Supervise one job of the process runtime (started by the agent).
+    #[command(hide = true)]
+    AgentSupervise(agent_cmd::SuperviseArgs),
     #[command(flatten)]
     Client(cli::ClientCommand),
 }
@@ -121,6 +127,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench { which } => bench::run(which),
+        Command::Agent(args) => agent_cmd::run_agent(args),
+        Command::AgentSupervise(args) => agent_cmd::run_supervise(args),
         Command::Client(cmd) => runtime()?.block_on(cli::run(cli.client, cmd)),
     }
 }

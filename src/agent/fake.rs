@@ -1,0 +1,222 @@
+//! The fake runtime: nodes declared in the config, jobs that only pretend to run. A job "runs" for
+//! the seconds in annotation `convoy.io/fake-runtime` (default 0) and ends with the exit code in
+//! `convoy.io/fake-exit-code` (default 0). Built for load tests of thousands of nodes and
+//! hundreds of thousands of jobs: one timer heap and one task for all runs.
+
+use super::config::FakeConfig;
+use super::runtime::{EventSink, Runtime, RuntimeError, Started, run_event};
+use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind};
+use crate::model::{JobId, NodeName, Resources, RunId};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Annotation: how long the job runs, in seconds (fractions allowed).
+pub const ANNOTATION_RUNTIME: &str = "convoy.io/fake-runtime";
+/// Annotation: the job's exit code.
+pub const ANNOTATION_EXIT_CODE: &str = "convoy.io/fake-exit-code";
+
+/// Simulated nodes and runs.
+pub struct FakeRuntime {
+    nodes: Vec<NodeReport>,
+    node_names: HashSet<NodeName>,
+    state: Arc<Mutex<FakeState>>,
+    wake: Arc<Notify>,
+    sink: EventSink,
+    timer: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    runs: HashMap<RunId, FakeRun>,
+    /// When runs end, earliest first.
+    timers: BinaryHeap<Reverse<(Instant, RunId)>>,
+}
+
+struct FakeRun {
+    job_id: JobId,
+    exit_code: i32,
+    finished: bool,
+}
+
+fn lock(m: &Mutex<FakeState>) -> std::sync::MutexGuard<'_, FakeState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FakeRuntime {
+    /// The nodes of `config`; starts the timer task (needs a Tokio runtime).
+    pub fn new(config: &FakeConfig, sink: EventSink) -> Result<Self, RuntimeError> {
+        let mut nodes = Vec::new();
+        for g in &config.node_groups {
+            for i in 0..g.count {
+                let name = NodeName::new(&format!("{}-{i}", g.name_prefix)).map_err(|e| RuntimeError::Setup(format!("fake node name: {e}")))?;
+                nodes.push(NodeReport {
+                    name,
+                    pool: g.pool.clone(),
+                    labels: g.labels.clone(),
+                    taints: g.taints.clone(),
+                    allocatable: g.allocatable.clone(),
+                    unallocatable: Resources::new(),
+                    unschedulable: false,
+                });
+            }
+        }
+        let node_names: HashSet<NodeName> = nodes.iter().map(|n| n.name.clone()).collect();
+        if node_names.len() != nodes.len() {
+            return Err(RuntimeError::Setup("two fake node groups produce the same node name".into()));
+        }
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let wake = Arc::new(Notify::new());
+        let timer = tokio::spawn(tracing::Instrument::in_current_span(run_timers(state.clone(), wake.clone(), sink.clone())));
+        Ok(Self {
+            nodes,
+            node_names,
+            state,
+            wake,
+            sink,
+            timer,
+        })
+    }
+}
+
+impl Drop for FakeRuntime {
+    fn drop(&mut self) {
+        self.timer.abort();
+    }
+}
+
+/// Ends runs when their time is up.
+async fn run_timers(state: Arc<Mutex<FakeState>>, wake: Arc<Notify>, sink: EventSink) {
+    loop {
+        let next = {
+            let now = Instant::now();
+            let mut st = lock(&state);
+            while let Some(Reverse((at, run_id))) = st.timers.peek().copied() {
+                if at > now {
+                    break;
+                }
+                st.timers.pop();
+                if let Some(run) = st.runs.get_mut(&run_id).filter(|r| !r.finished) {
+                    run.finished = true;
+                    sink.send(final_event(run_id, run.job_id, run.exit_code));
+                }
+            }
+            st.timers.peek().map(|Reverse((at, _))| *at)
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
+
+fn final_event(run_id: RunId, job_id: JobId, exit_code: i32) -> crate::model::api::RunEventReport {
+    let kind = if exit_code == 0 { RunEventKind::Succeeded } else { RunEventKind::Failed };
+    let mut ev = run_event(run_id, job_id, kind);
+    ev.exit_code = Some(exit_code);
+    ev
+}
+
+/// Run time and exit code from the annotations.
+fn parse_annotations(lease: &LeaseOrder) -> Result<(Duration, i32), RuntimeError> {
+    let runtime = match lease.annotations.get(ANNOTATION_RUNTIME) {
+        None => Duration::ZERO,
+        Some(s) => s
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .and_then(|v| Duration::try_from_secs_f64(v).ok())
+            .ok_or_else(|| RuntimeError::InvalidJob(format!("annotation {ANNOTATION_RUNTIME}: {s:?} is not a number of seconds")))?,
+    };
+    let exit_code = match lease.annotations.get(ANNOTATION_EXIT_CODE) {
+        None => 0,
+        Some(s) => s
+            .trim()
+            .parse::<i32>()
+            .map_err(|_| RuntimeError::InvalidJob(format!("annotation {ANNOTATION_EXIT_CODE}: {s:?} is not an integer")))?,
+    };
+    Ok((runtime, exit_code))
+}
+
+impl Runtime for FakeRuntime {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {
+        // Fake runs live in memory only: an agent restart loses them, as a node loss would.
+        Ok(Vec::new())
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeReport>, RuntimeError> {
+        Ok(self.nodes.clone())
+    }
+
+    async fn start(&self, lease: LeaseOrder) -> Result<Started, RuntimeError> {
+        let (run_id, job_id) = (lease.run_id, lease.job_id);
+        if lock(&self.state).runs.contains_key(&run_id) {
+            return Ok(Started::AlreadyKnown);
+        }
+        if !self.node_names.contains(&lease.node) {
+            return Err(RuntimeError::NodeUnavailable(format!("no fake node {}", lease.node)));
+        }
+        let (runtime, exit_code) = parse_annotations(&lease)?;
+        self.sink.send(run_event(run_id, job_id, RunEventKind::Pending));
+        self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
+        let mut st = lock(&self.state);
+        if runtime.is_zero() {
+            st.runs.insert(
+                run_id,
+                FakeRun {
+                    job_id,
+                    exit_code,
+                    finished: true,
+                },
+            );
+            self.sink.send(final_event(run_id, job_id, exit_code));
+        } else {
+            st.runs.insert(
+                run_id,
+                FakeRun {
+                    job_id,
+                    exit_code,
+                    finished: false,
+                },
+            );
+            let at = Instant::now() + runtime;
+            let earliest = st.timers.peek().is_none_or(|Reverse((t, _))| at < *t);
+            st.timers.push(Reverse((at, run_id)));
+            if earliest {
+                self.wake.notify_one();
+            }
+        }
+        Ok(Started::New)
+    }
+
+    async fn kill(&self, run_id: RunId, _grace: Duration, reason: &str) -> Result<bool, RuntimeError> {
+        let mut st = lock(&self.state);
+        let Some(run) = st.runs.get_mut(&run_id) else { return Ok(false) };
+        if !run.finished {
+            run.finished = true;
+            let mut ev = run_event(run_id, run.job_id, RunEventKind::Failed);
+            ev.exit_code = Some(128 + libc::SIGTERM);
+            ev.reason = Some("killed".into());
+            ev.message = Some(reason.to_string());
+            self.sink.send(ev);
+        }
+        Ok(true)
+    }
+
+    async fn forget(&self, run_id: RunId) -> Result<(), RuntimeError> {
+        lock(&self.state).runs.remove(&run_id);
+        Ok(())
+    }
+}

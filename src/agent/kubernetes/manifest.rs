@@ -1,0 +1,254 @@
+//! Kubernetes objects for a lease (pod, services, ingresses) and the node inventory from the API's
+//! nodes and pods.
+
+use crate::agent::config::is_label_value;
+use crate::agent::runtime::RuntimeError;
+use crate::model::api::{LeaseOrder, NodeReport};
+use crate::model::{Labels, NodeName, PoolName, Resources, RunId, Taint, TaintEffect};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use std::collections::BTreeMap;
+
+/// Label: the run a pod belongs to (present on every pod Convoy starts).
+pub const LABEL_RUN_ID: &str = "convoy.io/run-id";
+/// Label: the job a pod runs.
+pub const LABEL_JOB_ID: &str = "convoy.io/job-id";
+/// Label: the executor that started the pod.
+pub const LABEL_EXECUTOR: &str = "convoy.io/executor";
+/// Label and annotation: the job's queue.
+pub const LABEL_QUEUE: &str = "convoy.io/queue";
+/// Label and annotation: the job's job set.
+pub const LABEL_JOB_SET: &str = "convoy.io/job-set";
+
+/// Name of the pod of a run: `convoy-<run id in lower case>`.
+pub fn pod_name(run_id: RunId) -> String {
+    format!("convoy-{}", run_id.to_string().to_ascii_lowercase())
+}
+
+/// Label selector of the pods this executor started.
+pub fn selector(executor: &str) -> String {
+    format!("{LABEL_EXECUTOR}={executor},{LABEL_RUN_ID}")
+}
+
+/// Labels Convoy puts on every object of a run (values that are not valid label values, such as
+/// job sets with `/`, are left to the annotations).
+fn convoy_labels(lease: &LeaseOrder, executor: &str) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    l.insert(LABEL_RUN_ID.to_string(), lease.run_id.to_string());
+    l.insert(LABEL_JOB_ID.to_string(), lease.job_id.to_string());
+    l.insert(LABEL_EXECUTOR.to_string(), executor.to_string());
+    for (k, v) in [(LABEL_QUEUE, lease.queue.as_str()), (LABEL_JOB_SET, lease.job_set.as_str())] {
+        if is_label_value(v) {
+            l.insert(k.to_string(), v.to_string());
+        }
+    }
+    l
+}
+
+/// The pod for a lease: the job's PodSpec bound to the leased node, never restarted, with the
+/// lease's grace period and deadline.
+pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Pod, RuntimeError> {
+    let mut spec: PodSpec = serde_path_to_error::deserialize(lease.pod_spec.clone()).map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
+    if spec.containers.is_empty() {
+        return Err(RuntimeError::InvalidJob("pod spec: no containers".into()));
+    }
+    spec.node_name = Some(lease.node.to_string());
+    spec.restart_policy = Some("Never".into());
+    let grace = lease.termination_grace_period_seconds;
+    spec.termination_grace_period_seconds = Some(if grace.is_finite() && grace > 0.0 { grace.ceil() as i64 } else { 1 });
+    if lease.active_deadline_seconds > 0 {
+        spec.active_deadline_seconds = Some(i64::try_from(lease.active_deadline_seconds).unwrap_or(i64::MAX));
+    }
+    let mut labels: BTreeMap<String, String> = lease.labels.clone();
+    labels.extend(convoy_labels(lease, executor));
+    let mut annotations: BTreeMap<String, String> = lease.annotations.clone();
+    annotations.insert(LABEL_QUEUE.to_string(), lease.queue.to_string());
+    annotations.insert(LABEL_JOB_SET.to_string(), lease.job_set.to_string());
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(lease.run_id)),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// Owner reference to the run's pod, so Kubernetes deletes services and ingresses with it.
+pub fn owner_reference(pod_name: &str, pod_uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: pod_name.to_string(),
+        uid: pod_uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn object_meta(mut meta: ObjectMeta, default_name: String, lease: &LeaseOrder, executor: &str, namespace: &str) -> ObjectMeta {
+    if meta.name.as_deref().is_none_or(str::is_empty) {
+        meta.name = Some(default_name);
+    }
+    meta.generate_name = None;
+    meta.namespace = Some(namespace.to_string());
+    meta.labels.get_or_insert_with(BTreeMap::new).extend(convoy_labels(lease, executor));
+    meta
+}
+
+/// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
+/// select something themselves. Owner references are added once the pod exists.
+pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Service>, RuntimeError> {
+    let pod = pod_name(lease.run_id);
+    lease
+        .services
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut s: Service = serde_path_to_error::deserialize(v.clone()).map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
+            s.metadata = object_meta(std::mem::take(&mut s.metadata), format!("{pod}-svc-{i}"), lease, executor, namespace);
+            let spec = s.spec.get_or_insert_with(Default::default);
+            if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
+                spec.selector = Some(BTreeMap::from([(LABEL_RUN_ID.to_string(), lease.run_id.to_string())]));
+            }
+            s.status = None;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// The job's ingresses, named `<pod>-ing-<i>` unless named.
+pub fn build_ingresses(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Ingress>, RuntimeError> {
+    let pod = pod_name(lease.run_id);
+    lease
+        .ingresses
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut g: Ingress = serde_path_to_error::deserialize(v.clone()).map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
+            g.metadata = object_meta(std::mem::take(&mut g.metadata), format!("{pod}-ing-{i}"), lease, executor, namespace);
+            g.status = None;
+            Ok(g)
+        })
+        .collect()
+}
+
+/// Parses a map of quantities, skipping (and logging) those that do not parse.
+fn resources(map: Option<&BTreeMap<String, Quantity>>, what: &str) -> Resources {
+    let mut out = Resources::new();
+    for (name, q) in map.into_iter().flatten() {
+        match Resources::parse([(name.as_str(), q.0.as_str())]) {
+            Ok(r) => out.add(&r),
+            Err(e) => tracing::debug!(what, error = %e, "quantity skipped"),
+        }
+    }
+    out
+}
+
+/// Effective requests of a pod: the sum over containers, at least the largest init container,
+/// plus the pod overhead.
+pub fn pod_requests(spec: &PodSpec) -> Resources {
+    let mut sum = Resources::new();
+    for c in &spec.containers {
+        sum.add(&resources(c.resources.as_ref().and_then(|r| r.requests.as_ref()), "container request"));
+    }
+    for c in spec.init_containers.iter().flatten() {
+        sum.max_with(&resources(c.resources.as_ref().and_then(|r| r.requests.as_ref()), "init container request"));
+    }
+    sum.add(&resources(spec.overhead.as_ref(), "pod overhead"));
+    sum
+}
+
+/// A node as the agent reports it; `used_by_others` is what pods Convoy did not start request.
+pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> Option<NodeReport> {
+    let raw_name = node.metadata.name.as_deref()?;
+    let name = match NodeName::new(raw_name) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(node = raw_name, error = %e, "node skipped");
+            return None;
+        }
+    };
+    let labels: Labels = node.metadata.labels.clone().unwrap_or_default();
+    let pool = labels
+        .get(pool_label)
+        .and_then(|p| PoolName::new(p).ok())
+        .unwrap_or_else(PoolName::default_pool);
+    let spec = node.spec.as_ref();
+    let taints = spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let effect = match t.effect.as_str() {
+                "NoSchedule" => TaintEffect::NoSchedule,
+                "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+                "NoExecute" => TaintEffect::NoExecute,
+                _ => return None,
+            };
+            Some(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect,
+            })
+        })
+        .collect();
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    Some(NodeReport {
+        name,
+        pool,
+        labels,
+        taints,
+        allocatable: resources(status.and_then(|s| s.allocatable.as_ref()), "node allocatable"),
+        unallocatable: used_by_others,
+        unschedulable: cordoned || !ready,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_sum_containers_and_cover_init_containers() {
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "1"}}}
+            ],
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2", "memory": "512Mi"}}}],
+            "overhead": {"cpu": "100m"}
+        }))
+        .expect("spec");
+        let r = pod_requests(&spec);
+        assert_eq!(r.get("cpu"), 2100);
+        assert_eq!(r.get("memory"), 1 << 30);
+    }
+
+    #[test]
+    fn node_report_reads_pool_taints_and_readiness() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"convoy.io/pool": "gpu", "zone": "a"}},
+            "spec": {"taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .expect("node");
+        let r = node_report(&node, "convoy.io/pool", Resources::new()).expect("report");
+        assert_eq!(r.pool.as_str(), "gpu");
+        assert_eq!(r.taints.len(), 1);
+        assert_eq!(r.allocatable.get("cpu"), 8000);
+        assert!(r.unschedulable, "a node that is not Ready takes no jobs");
+    }
+}

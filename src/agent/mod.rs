@@ -1,0 +1,86 @@
+//! `convoy agent`: the executor. It long-polls a server for leases, runs them on its runtime
+//! (local processes, Kubernetes pods, or simulated nodes), stops the runs it is told to stop, and
+//! reports every run state change. Depends only on [`crate::model`] and the HTTP contract
+//! ([`crate::model::api`]).
+//!
+//! Entry point: [`run`].
+
+pub mod client;
+pub mod config;
+pub mod fake;
+pub mod kubernetes;
+mod lease_loop;
+mod os;
+pub mod process;
+pub mod rundir;
+pub mod runtime;
+pub mod supervise;
+
+pub use config::{AgentConfig, ConfigError, RuntimeKind};
+pub use runtime::{EventReceiver, EventSink, Runtime, RuntimeError, Started};
+
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// Why the agent stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is not usable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be set up.
+    #[error(transparent)]
+    Client(#[from] client::ClientError),
+    /// The runtime could not be set up or could not recover its runs.
+    #[error("{runtime} runtime: {source}")]
+    Runtime { runtime: &'static str, source: RuntimeError },
+}
+
+/// Makes ring rustls's process-wide crypto provider (reqwest is built without one). Harmless
+/// when a provider is installed already.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Runs the agent until `shutdown` completes. Runs keep going on their runtime when the agent
+/// stops (process and Kubernetes runtimes); a restarted agent picks them up again.
+pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    config.validate()?;
+    install_crypto_provider();
+    let client = Arc::new(client::ExecutorClient::new(&config.servers, config.executor.clone(), config.resolved_token())?);
+    let settings = lease_loop::LoopSettings {
+        executor: config.executor.clone(),
+        poll_wait: Duration::from_secs(config.poll_wait),
+        max_leases: config.max_leases,
+        event_batch: config.event_batch,
+        max_backoff: Duration::from_secs(config.max_backoff),
+    };
+    let span = tracing::info_span!("agent", executor = %config.executor);
+    run_with_runtime(config, client, settings, shutdown).instrument(span).await
+}
+
+async fn run_with_runtime(
+    config: AgentConfig,
+    client: Arc<client::ExecutorClient>,
+    settings: lease_loop::LoopSettings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let (sink, events) = EventSink::channel();
+    let setup = |runtime: &'static str| move |source| AgentError::Runtime { runtime, source };
+    match config.runtime {
+        RuntimeKind::Process => {
+            let rt = process::ProcessRuntime::new(&config, sink.clone()).map_err(setup("process"))?;
+            lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
+        }
+        RuntimeKind::Fake => {
+            let rt = fake::FakeRuntime::new(&config.fake, sink.clone()).map_err(setup("fake"))?;
+            lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
+        }
+        RuntimeKind::Kubernetes => {
+            let kube_client = kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
+            let rt = kubernetes::KubernetesRuntime::new(kube_client, config.executor.as_str(), &config.kubernetes, sink.clone());
+            lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Thin wrappers over the Linux facilities the process runtime needs: `/proc` (machine size,
+//! process start times), signals and `flock`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+/// A process identified by pid and start time (clock ticks since boot), so a reused pid is never
+/// mistaken for the original process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStamp {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl ProcStamp {
+    /// The stamp of a live process, if it exists.
+    pub fn of(pid: i32) -> Option<ProcStamp> {
+        let (_, start_time) = stat(pid)?;
+        Some(ProcStamp { pid, start_time })
+    }
+
+    /// The stamp of this process.
+    pub fn current() -> Option<ProcStamp> {
+        Self::of(std::process::id() as i32)
+    }
+
+    /// True if the process still runs (same pid, same start time, not a zombie).
+    pub fn is_alive(&self) -> bool {
+        matches!(stat(self.pid), Some((state, start)) if start == self.start_time && state != 'Z' && state != 'X')
+    }
+
+    /// `pid start_time`, as stored in run directories.
+    pub fn encode(&self) -> String {
+        format!("{} {}\n", self.pid, self.start_time)
+    }
+
+    /// Parses [`ProcStamp::encode`]'s format.
+    pub fn decode(text: &str) -> Option<ProcStamp> {
+        let mut it = text.split_whitespace();
+        let pid = it.next()?.parse().ok()?;
+        let start_time = it.next()?.parse().ok()?;
+        (pid > 0).then_some(ProcStamp { pid, start_time })
+    }
+}
+
+/// State letter and start time of `pid` from `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 (state) is fields[0]; field 22 (starttime) is fields[19].
+    let state = fields.first()?.chars().next()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Number of CPUs this process may use.
+pub fn cpu_count() -> u64 {
+    std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
+}
+
+/// Total memory of the machine in bytes, from `/proc/meminfo`.
+pub fn mem_total_bytes() -> io::Result<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no MemTotal line in /proc/meminfo"))
+}
+
+/// Sends `sig` to one process. A process that is gone is not an error.
+pub fn signal_process(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, sig) };
+    check_signal(rc)
+}
+
+/// Sends `sig` to every process of the group `pgid`. A group that is gone is not an error.
+pub fn signal_group(pgid: i32, sig: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("refusing to signal process group {pgid}")));
+    }
+    // SAFETY: as above; a negative pid addresses the process group.
+    let rc = unsafe { libc::kill(-pgid, sig) };
+    check_signal(rc)
+}
+
+fn check_signal(rc: i32) -> io::Result<()> {
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) { Ok(()) } else { Err(e) }
+}
+
+/// Takes an exclusive `flock` on `file`, waiting for it.
+pub fn lock_exclusive(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: flock(2) on a descriptor we own.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// True if some process holds a `flock` on the file at `path`: probes with a non-blocking lock
+/// that is dropped at once.
+pub fn is_locked(path: &std::path::Path) -> io::Result<bool> {
+    let file = File::open(path)?;
+    // SAFETY: flock(2) on a descriptor we own; closing it releases our lock.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(false);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(true) } else { Err(e) }
+}
+
+/// Leaves the agent's session so terminal hang-ups and Ctrl-C do not reach the process.
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: setsid(2) has no memory effects.
+    let rc = unsafe { libc::setsid() };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_stamp_is_alive_and_round_trips() {
+        let me = ProcStamp::current().expect("/proc is readable");
+        assert!(me.is_alive());
+        assert_eq!(ProcStamp::decode(&me.encode()), Some(me));
+        let reused = ProcStamp {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!reused.is_alive(), "a different start time means a different process");
+        assert!(mem_total_bytes().expect("meminfo") > 0);
+    }
+
+    #[test]
+    fn flock_probe_sees_a_held_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("lock");
+        let f = File::create(&path).expect("create");
+        assert!(!is_locked(&path).expect("probe"));
+        lock_exclusive(&f).expect("lock");
+        assert!(is_locked(&path).expect("probe"));
+        drop(f);
+        assert!(!is_locked(&path).expect("probe"));
+    }
+}

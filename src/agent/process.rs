@@ -1,0 +1,526 @@
+//! The process runtime (bare metal): this machine is one node; each run is the job's first
+//! container command, run under a `convoy agent-supervise` process that outlives the agent.
+//!
+//! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`super::rundir`]) that appears
+//! atomically with the lease in it. Its existence makes `start` idempotent; after a restart the
+//! agent rebuilds its runs from these directories and reports what happened meanwhile.
+
+use super::config::AgentConfig;
+use super::os;
+use super::rundir::{self, ExitRecord, RunDir};
+use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
+use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
+use crate::model::{JobId, ResourceName, Resources, RunId};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// How often a run's directory is checked for progress.
+const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+/// How often directories of reported runs are swept.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+/// Lines of output sent with the final event.
+const LOG_TAIL_LINES: usize = 100;
+/// Reason of a run whose supervisor could not be kept alive: the node's fault, the job returns
+/// to the queue.
+const REASON_SUPERVISOR_FAILED: &str = "supervisor failed";
+
+/// Runs jobs as local processes.
+pub struct ProcessRuntime {
+    inner: Arc<Inner>,
+    /// Watchers of runs and the sweeper; aborted when the runtime is dropped.
+    tasks: Mutex<JoinSet<()>>,
+}
+
+struct Inner {
+    runs_dir: PathBuf,
+    node: NodeReport,
+    supervisor_exe: PathBuf,
+    keep_finished: Duration,
+    sink: EventSink,
+    /// Runs not yet forgotten: started here or found at recovery.
+    runs: Mutex<HashMap<RunId, JobId>>,
+}
+
+/// The command line and environment of a job, taken from its pod spec.
+#[derive(Debug, Clone, PartialEq)]
+struct JobCommand {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    workdir: Option<PathBuf>,
+}
+
+impl ProcessRuntime {
+    /// A runtime for this machine; creates `<data_dir>/runs`.
+    pub fn new(config: &AgentConfig, sink: EventSink) -> Result<Self, RuntimeError> {
+        // Absolute, so supervisors and jobs (which get it as CONVOY_RUN_DIR) see the same path
+        // whatever their working directory.
+        let data_dir = std::path::absolute(&config.data_dir).map_err(|e| RuntimeError::io(format!("resolving {}", config.data_dir.display()), e))?;
+        let runs_dir = data_dir.join("runs");
+        std::fs::create_dir_all(&runs_dir).map_err(|e| RuntimeError::io(format!("creating {}", runs_dir.display()), e))?;
+        let supervisor_exe = match &config.process.supervisor {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(|e| RuntimeError::io("finding the convoy executable", e))?,
+        };
+        let mut allocatable = Resources::new();
+        allocatable.set(ResourceName::cpu(), os::cpu_count() as i64 * 1000);
+        let mem = os::mem_total_bytes().map_err(|e| RuntimeError::io("reading /proc/meminfo", e))?;
+        allocatable.set(ResourceName::memory(), i64::try_from(mem).unwrap_or(i64::MAX));
+        if let Some(over) = &config.process.allocatable {
+            for (name, v) in over.iter() {
+                allocatable.set(name.clone(), v);
+            }
+        }
+        let p = &config.process;
+        let node = NodeReport {
+            name: p.node.clone(),
+            pool: p.pool.clone(),
+            labels: p.labels.clone(),
+            taints: p.taints.clone(),
+            allocatable,
+            unallocatable: Resources::new(),
+            unschedulable: false,
+        };
+        let inner = Inner {
+            runs_dir,
+            node,
+            supervisor_exe,
+            keep_finished: Duration::from_secs(p.keep_finished_hours.saturating_mul(3600)),
+            sink,
+            runs: Mutex::new(HashMap::new()),
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+            tasks: Mutex::new(JoinSet::new()),
+        })
+    }
+
+    fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = lock(&self.tasks);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(tracing::Instrument::in_current_span(fut));
+    }
+}
+
+impl Drop for ProcessRuntime {
+    fn drop(&mut self) {
+        lock(&self.tasks).abort_all();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    fn run_dir(&self, run_id: RunId) -> RunDir {
+        RunDir::new(self.runs_dir.join(run_id.to_string()))
+    }
+
+    /// Starts `convoy agent-supervise` for the run in `dir`.
+    fn spawn_supervisor(&self, dir: &RunDir, lease: &LeaseOrder, cmd: &JobCommand) -> std::io::Result<tokio::process::Child> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.file(rundir::SUPERVISOR_LOG))?;
+        let log2 = log.try_clone()?;
+        let mut c = tokio::process::Command::new(&self.supervisor_exe);
+        c.arg("agent-supervise")
+            .arg("--run-dir")
+            .arg(&dir.path)
+            .arg("--grace-seconds")
+            .arg(lease.termination_grace_period_seconds.to_string());
+        if lease.active_deadline_seconds > 0 {
+            c.arg("--deadline-seconds").arg(lease.active_deadline_seconds.to_string());
+        }
+        if let Some(w) = &cmd.workdir {
+            c.arg("--workdir").arg(w);
+        }
+        c.arg("--").args(&cmd.argv);
+        c.envs(cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("CONVOY_RUN_ID", lease.run_id.to_string())
+            .env("CONVOY_JOB_ID", lease.job_id.to_string())
+            .env("CONVOY_QUEUE", lease.queue.as_str())
+            .env("CONVOY_JOB_SET", lease.job_set.as_str())
+            .env("CONVOY_RUN_DIR", &dir.path)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .kill_on_drop(false);
+        c.spawn()
+    }
+
+    /// The final event for an exit record.
+    fn final_event(&self, dir: &RunDir, run_id: RunId, job_id: JobId, rec: &ExitRecord) -> RunEventReport {
+        let kind = if rec.succeeded() {
+            RunEventKind::Succeeded
+        } else if rec.exit_code.is_none() && rec.reason.as_deref() == Some(REASON_SUPERVISOR_FAILED) {
+            RunEventKind::Returned
+        } else {
+            RunEventKind::Failed
+        };
+        let mut ev = run_event(run_id, job_id, kind);
+        ev.time_ms = Some(rec.finished_at_ms);
+        ev.exit_code = rec.exit_code;
+        ev.reason = rec.reason.clone();
+        ev.message = rec.message.clone();
+        ev.log_tail = dir.log_tail(LOG_TAIL_LINES, LOG_TAIL_MAX_BYTES);
+        ev
+    }
+
+    /// Follows a run until its exit record appears, reporting `running` and the final event. Also
+    /// takes over when the supervisor vanished without an exit record.
+    async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, mut child: Option<tokio::process::Child>, mut last: RunEventKind) {
+        let mut respawned = false;
+        loop {
+            match dir.read_exit() {
+                Ok(Some(rec)) => {
+                    if let Some(c) = child.as_mut() {
+                        let _ = c.try_wait();
+                    }
+                    if last == RunEventKind::Pending && dir.has(rundir::PID) {
+                        // A job quicker than one check still ran: say so before its end.
+                        self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
+                    }
+                    tracing::info!(%run_id, %job_id, exit_code = ?rec.exit_code, reason = ?rec.reason, "run ended");
+                    self.sink.send(self.final_event(&dir, run_id, job_id, &rec));
+                    return;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(%run_id, %job_id, error = %e, "unreadable exit record");
+                    let mut ev = run_event(run_id, job_id, RunEventKind::Failed);
+                    ev.reason = Some("unreadable exit record".into());
+                    ev.message = Some(e.to_string());
+                    self.sink.send(ev);
+                    return;
+                }
+            }
+            if last == RunEventKind::Pending && dir.has(rundir::PID) {
+                self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
+                last = RunEventKind::Running;
+            }
+            let own_alive = child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            let alive = own_alive || os::is_locked(&dir.file(rundir::LOCK)).unwrap_or(false);
+            if !alive && matches!(dir.read_exit(), Ok(None)) {
+                child = self.take_over(&dir, run_id, job_id, &mut respawned);
+            }
+            tokio::time::sleep(WATCH_INTERVAL).await;
+        }
+    }
+
+    /// The supervisor is gone and left no exit record: stop what is left of the job and record
+    /// that, or start a supervisor if the job never started.
+    fn take_over(&self, dir: &RunDir, run_id: RunId, job_id: JobId, respawned: &mut bool) -> Option<tokio::process::Child> {
+        let record = |reason: &str, message: String| ExitRecord {
+            exit_code: None,
+            signal: None,
+            reason: Some(reason.into()),
+            message: Some(message),
+            finished_at_ms: now_ms(),
+        };
+        let write = |rec: ExitRecord| {
+            if let Err(e) = dir.write_exit_once(&rec) {
+                tracing::error!(%run_id, %job_id, error = %e, "cannot write the exit record");
+            }
+        };
+        if let Ok(Some(job)) = dir.read_stamp(rundir::PID) {
+            if job.is_alive() {
+                let _ = os::signal_group(job.pid, libc::SIGKILL);
+            }
+            tracing::warn!(%run_id, %job_id, "the job's supervisor vanished; job stopped");
+            write(record(
+                "supervisor lost",
+                "the job's supervisor ended without recording the exit status; the job was stopped".into(),
+            ));
+            return None;
+        }
+        if dir.has(rundir::KILL) {
+            write(record(rundir::REASON_KILLED, "stopped before it started".into()));
+            return None;
+        }
+        if !*respawned {
+            *respawned = true;
+            let started = dir.read_lease().and_then(|lease| {
+                let cmd = JobCommand::from_lease(&lease).map_err(std::io::Error::other)?;
+                self.spawn_supervisor(dir, &lease, &cmd)
+            });
+            match started {
+                Ok(c) => {
+                    tracing::info!(%run_id, %job_id, "started a supervisor for a run that had none");
+                    return Some(c);
+                }
+                Err(e) => tracing::error!(%run_id, %job_id, error = %e, "cannot start a supervisor"),
+            }
+        }
+        let log = std::fs::read_to_string(dir.file(rundir::SUPERVISOR_LOG)).unwrap_or_default();
+        write(record(
+            REASON_SUPERVISOR_FAILED,
+            format!(
+                "the supervisor exited without starting the job: {}",
+                super::runtime::tail_text(log.trim(), 2000)
+            ),
+        ));
+        None
+    }
+
+    /// Deletes directories of reported runs older than `keep_finished`.
+    fn sweep(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.runs_dir) else { return };
+        for entry in entries.flatten() {
+            let reported = entry.path().join(rundir::REPORTED);
+            let old = std::fs::metadata(&reported)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > self.keep_finished);
+            if old && let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(dir = %entry.path().display(), error = %e, "cannot remove an old run directory");
+            }
+        }
+    }
+}
+
+impl JobCommand {
+    /// `command` + `args`, plain `env` values and `workingDir` of the first container.
+    fn from_lease(lease: &LeaseOrder) -> Result<Self, RuntimeError> {
+        let c = lease
+            .pod_spec
+            .get("containers")
+            .and_then(|c| c.get(0))
+            .ok_or_else(|| RuntimeError::InvalidJob("the pod spec has no containers".into()))?;
+        let strings = |key: &str| -> Result<Vec<String>, RuntimeError> {
+            match c.get(key) {
+                None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+                Some(serde_json::Value::Array(a)) => a
+                    .iter()
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| RuntimeError::InvalidJob(format!("containers[0].{key} must be a list of strings")))
+                    })
+                    .collect(),
+                Some(_) => Err(RuntimeError::InvalidJob(format!("containers[0].{key} must be a list of strings"))),
+            }
+        };
+        let mut argv = strings("command")?;
+        if argv.is_empty() {
+            return Err(RuntimeError::InvalidJob(
+                "the process runtime runs containers[0].command, and the pod spec has none".into(),
+            ));
+        }
+        argv.extend(strings("args")?);
+        let mut env = Vec::new();
+        if let Some(list) = c.get("env").and_then(|e| e.as_array()) {
+            for e in list {
+                let Some(name) = e.get("name").and_then(|n| n.as_str()) else {
+                    return Err(RuntimeError::InvalidJob("containers[0].env has an entry without a name".into()));
+                };
+                match e.get("value") {
+                    Some(serde_json::Value::String(v)) => env.push((name.to_string(), v.clone())),
+                    None | Some(serde_json::Value::Null) if e.get("valueFrom").is_some() => {
+                        tracing::warn!(run_id = %lease.run_id, env = name, "valueFrom is not supported by the process runtime; variable left unset");
+                    }
+                    None | Some(serde_json::Value::Null) => env.push((name.to_string(), String::new())),
+                    Some(_) => return Err(RuntimeError::InvalidJob(format!("containers[0].env {name}: value must be a string"))),
+                }
+            }
+        }
+        let workdir = c.get("workingDir").and_then(|w| w.as_str()).filter(|w| !w.is_empty()).map(PathBuf::from);
+        Ok(JobCommand { argv, env, workdir })
+    }
+}
+
+impl Runtime for ProcessRuntime {
+    fn name(&self) -> &'static str {
+        "process"
+    }
+
+    async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {
+        let inner = &self.inner;
+        let entries = std::fs::read_dir(&inner.runs_dir).map_err(|e| RuntimeError::io(format!("listing {}", inner.runs_dir.display()), e))?;
+        let mut held = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+                continue;
+            };
+            if name.starts_with(".tmp-") {
+                // Creation never completed, so nothing started: the lease will come again.
+                let _ = std::fs::remove_dir_all(&path);
+                continue;
+            }
+            let Ok(run_id) = name.parse::<RunId>() else {
+                tracing::warn!(dir = %path.display(), "not a run directory; ignored");
+                continue;
+            };
+            let dir = RunDir::new(path);
+            if dir.has(rundir::REPORTED) {
+                continue;
+            }
+            let lease = match dir.read_lease() {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(%run_id, error = %e, "run directory without a readable lease; ignored");
+                    continue;
+                }
+            };
+            let job_id = lease.job_id;
+            lock(&inner.runs).insert(run_id, job_id);
+            match dir.read_exit() {
+                Ok(Some(rec)) => {
+                    let ev = inner.final_event(&dir, run_id, job_id, &rec);
+                    tracing::info!(%run_id, %job_id, kind = ?ev.kind, "found a run that ended while the agent was away");
+                    held.push(HeldRun {
+                        run_id,
+                        job_id,
+                        state: state_after(ev.kind),
+                    });
+                    inner.sink.send(ev);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%run_id, error = %e, "unreadable exit record; watching the run"),
+            }
+            let kind = if dir.has(rundir::PID) { RunEventKind::Running } else { RunEventKind::Pending };
+            tracing::info!(%run_id, %job_id, state = ?kind, "adopted a run from an earlier agent");
+            inner.sink.send(run_event(run_id, job_id, kind));
+            held.push(HeldRun {
+                run_id,
+                job_id,
+                state: state_after(kind),
+            });
+            self.spawn_task(inner.clone().watch(dir, run_id, job_id, None, kind));
+        }
+        inner.sweep();
+        let sweeper = inner.clone();
+        self.spawn_task(async move {
+            loop {
+                tokio::time::sleep(SWEEP_INTERVAL).await;
+                sweeper.sweep();
+            }
+        });
+        Ok(held)
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeReport>, RuntimeError> {
+        Ok(vec![self.inner.node.clone()])
+    }
+
+    async fn start(&self, lease: LeaseOrder) -> Result<Started, RuntimeError> {
+        let inner = &self.inner;
+        let (run_id, job_id) = (lease.run_id, lease.job_id);
+        let dir = inner.run_dir(run_id);
+        if lock(&inner.runs).contains_key(&run_id) || dir.path.exists() {
+            return Ok(Started::AlreadyKnown);
+        }
+        if lease.node != inner.node.name {
+            return Err(RuntimeError::NodeUnavailable(format!(
+                "this agent runs node {}, not {}",
+                inner.node.name, lease.node
+            )));
+        }
+        let cmd = JobCommand::from_lease(&lease)?;
+        create_run_dir(&inner.runs_dir, &dir.path, &lease)?;
+        lock(&inner.runs).insert(run_id, job_id);
+        let child = match inner.spawn_supervisor(&dir, &lease, &cmd) {
+            Ok(c) => c,
+            Err(e) => {
+                lock(&inner.runs).remove(&run_id);
+                let _ = std::fs::remove_dir_all(&dir.path);
+                return Err(RuntimeError::io(format!("starting {}", inner.supervisor_exe.display()), e));
+            }
+        };
+        tracing::info!(%run_id, %job_id, command = ?cmd.argv, "started");
+        inner.sink.send(run_event(run_id, job_id, RunEventKind::Pending));
+        self.spawn_task(inner.clone().watch(dir, run_id, job_id, Some(child), RunEventKind::Pending));
+        Ok(Started::New)
+    }
+
+    async fn kill(&self, run_id: RunId, grace: Duration, reason: &str) -> Result<bool, RuntimeError> {
+        let dir = self.inner.run_dir(run_id);
+        if !dir.path.exists() {
+            return Ok(false);
+        }
+        if dir.has(rundir::EXIT) {
+            return Ok(true);
+        }
+        let order = rundir::KillRecord {
+            grace_seconds: grace.as_secs_f64(),
+            reason: reason.to_string(),
+        };
+        let bytes = serde_json::to_vec(&order).map_err(|e| RuntimeError::Setup(e.to_string()))?;
+        dir.write_atomic(rundir::KILL, &bytes)
+            .map_err(|e| RuntimeError::io(format!("writing {}", dir.file(rundir::KILL).display()), e))?;
+        // The supervisor also polls for the kill file; the signal only makes it react at once.
+        if let Ok(Some(sup)) = dir.read_stamp(rundir::SUPERVISOR)
+            && sup.is_alive()
+        {
+            os::signal_process(sup.pid, libc::SIGTERM).map_err(|e| RuntimeError::io("signalling the supervisor", e))?;
+        }
+        tracing::info!(%run_id, grace_seconds = grace.as_secs_f64(), reason, "stopping");
+        Ok(true)
+    }
+
+    async fn forget(&self, run_id: RunId) -> Result<(), RuntimeError> {
+        lock(&self.inner.runs).remove(&run_id);
+        let dir = self.inner.run_dir(run_id);
+        if dir.path.exists() {
+            std::fs::write(dir.file(rundir::REPORTED), b"").map_err(|e| RuntimeError::io(format!("marking {} reported", dir.path.display()), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates the run directory with its lease and lock file, atomically (a temporary directory
+/// renamed into place), so a half-made directory is never mistaken for a started run.
+fn create_run_dir(runs_dir: &Path, final_path: &Path, lease: &LeaseOrder) -> Result<(), RuntimeError> {
+    let tmp = runs_dir.join(format!(".tmp-{}", lease.run_id));
+    let ctx = |what: &str| format!("{what} {}", tmp.display());
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).map_err(|e| RuntimeError::io(ctx("creating"), e))?;
+    let bytes = serde_json::to_vec_pretty(lease).map_err(|e| RuntimeError::Setup(e.to_string()))?;
+    rundir::write_atomic(&tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
+    std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
+    std::fs::rename(&tmp, final_path).map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{JobSetName, NodeName, PriorityClassName, QueueName};
+
+    fn lease(spec: serde_json::Value) -> LeaseOrder {
+        LeaseOrder {
+            run_id: RunId::from_parts(1, 1),
+            job_id: JobId::from_parts(1, 2),
+            queue: QueueName::new("q").expect("name"),
+            job_set: JobSetName::new("s").expect("name"),
+            node: NodeName::new("n").expect("name"),
+            priority_class: PriorityClassName::new("default").expect("name"),
+            pod_spec: spec,
+            services: vec![],
+            ingresses: vec![],
+            annotations: Default::default(),
+            labels: Default::default(),
+            termination_grace_period_seconds: 1.0,
+            active_deadline_seconds: 0,
+        }
+    }
+
+    #[test]
+    fn command_from_pod_spec() {
+        let l = lease(
+            serde_json::json!({"containers": [{"name": "main", "image": "x", "command": ["sh", "-c"], "args": ["echo $A"],
+            "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"secretKeyRef": {}}}], "workingDir": "/tmp"}]}),
+        );
+        let c = JobCommand::from_lease(&l).expect("valid");
+        assert_eq!(c.argv, ["sh", "-c", "echo $A"]);
+        assert_eq!(c.env, [("A".to_string(), "1".to_string())]);
+        assert_eq!(c.workdir.as_deref(), Some(Path::new("/tmp")));
+        let e = JobCommand::from_lease(&lease(serde_json::json!({"containers": [{"name": "main", "image": "x"}]}))).unwrap_err();
+        assert!(matches!(e, RuntimeError::InvalidJob(_)), "{e}");
+        let e = JobCommand::from_lease(&lease(serde_json::json!({"containers": [{"command": "sh"}]}))).unwrap_err();
+        assert!(e.to_string().contains("list of strings"), "{e}");
+    }
+}

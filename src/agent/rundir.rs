@@ -1,0 +1,239 @@
+//! The directory of one process run (`<data_dir>/runs/<run_id>/`): the files the agent and the
+//! job's supervisor exchange. They are the durable record that lets a restarted agent find its
+//! runs again.
+//!
+//! | file | written by | meaning |
+//! |---|---|---|
+//! | `lease.json` | agent, before the supervisor starts | the lease (the directory appears atomically with it) |
+//! | `lock` | held (`flock`) by the supervisor while it lives | liveness of the supervisor |
+//! | `supervisor` | supervisor | its pid and start time (for signals) |
+//! | `pid` | supervisor, once the job was spawned | the job's pid and start time (= process group) |
+//! | `stdout`, `stderr` | the job | its output |
+//! | `kill` | agent | stop order: grace period and reason |
+//! | `exit` | supervisor (agent if the supervisor vanished) | how the job ended |
+//! | `reported` | agent | the server acknowledged the final event |
+
+use super::os::ProcStamp;
+use crate::model::api::LeaseOrder;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+pub const LEASE: &str = "lease.json";
+pub const LOCK: &str = "lock";
+pub const SUPERVISOR: &str = "supervisor";
+pub const PID: &str = "pid";
+pub const STDOUT: &str = "stdout";
+pub const STDERR: &str = "stderr";
+pub const SUPERVISOR_LOG: &str = "supervisor.log";
+pub const KILL: &str = "kill";
+pub const EXIT: &str = "exit";
+pub const REPORTED: &str = "reported";
+
+/// Reason recorded when a kill order stopped the job.
+pub const REASON_KILLED: &str = "killed";
+/// Reason recorded when the job outlived `activeDeadlineSeconds`.
+pub const REASON_DEADLINE: &str = "deadline exceeded";
+
+/// How a job ended, as recorded in `exit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// Exit status; `128 + n` when signal `n` ended the job; none when it never ran.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the job, if one did.
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// Why the job was stopped or did not start (`killed`, `deadline exceeded`, …); none for a job
+    /// that exited on its own.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+    pub finished_at_ms: i64,
+}
+
+impl ExitRecord {
+    /// True for a job that exited 0 by itself.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == Some(0) && self.reason.is_none()
+    }
+}
+
+/// A stop order, as recorded in `kill`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillRecord {
+    pub grace_seconds: f64,
+    pub reason: String,
+}
+
+/// Paths of one run directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// The directory at `path`.
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+
+    /// Path of a file in the directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// True if the file exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.file(name).exists()
+    }
+
+    /// The lease the run was started for.
+    pub fn read_lease(&self) -> io::Result<LeaseOrder> {
+        let text = std::fs::read(self.file(LEASE))?;
+        serde_json::from_slice(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.file(LEASE).display())))
+    }
+
+    /// The exit record, if the job ended.
+    pub fn read_exit(&self) -> io::Result<Option<ExitRecord>> {
+        read_json(&self.file(EXIT))
+    }
+
+    /// The stop order, if one was given.
+    pub fn read_kill(&self) -> io::Result<Option<KillRecord>> {
+        read_json(&self.file(KILL))
+    }
+
+    /// A pid file (`supervisor` or `pid`).
+    pub fn read_stamp(&self, name: &str) -> io::Result<Option<ProcStamp>> {
+        match std::fs::read_to_string(self.file(name)) {
+            Ok(t) => Ok(ProcStamp::decode(&t)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes a file atomically (temporary file, then rename), so readers never see half of it.
+    pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        write_atomic(&self.file(name), bytes)
+    }
+
+    /// Writes `exit` unless it exists already (the first writer wins).
+    pub fn write_exit_once(&self, rec: &ExitRecord) -> io::Result<bool> {
+        if self.has(EXIT) {
+            return Ok(false);
+        }
+        let bytes = serde_json::to_vec(rec).map_err(io::Error::other)?;
+        let tmp = self.file(&format!(".{EXIT}.{}", std::process::id()));
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        // hard_link fails if `exit` appeared meanwhile: the record already there stays.
+        let linked = match std::fs::hard_link(&tmp, self.file(EXIT)) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        let _ = std::fs::remove_file(&tmp);
+        Ok(linked)
+    }
+
+    /// The last lines of the job's output (stdout, then stderr under a marker), at most
+    /// `max_bytes` in all.
+    pub fn log_tail(&self, lines: usize, max_bytes: usize) -> Option<String> {
+        let out = read_tail(&self.file(STDOUT), max_bytes).unwrap_or_default();
+        let err = read_tail(&self.file(STDERR), max_bytes).unwrap_or_default();
+        let out = super::runtime::last_lines(&out, lines);
+        let err = super::runtime::last_lines(&err, lines);
+        let text = match (out.is_empty(), err.is_empty()) {
+            (true, true) => return None,
+            (false, true) => out.to_string(),
+            (true, false) => format!("--- stderr ---\n{err}"),
+            (false, false) => {
+                let half = max_bytes / 2;
+                let out = super::runtime::tail_text(out, half);
+                let err = super::runtime::tail_text(err, max_bytes - half - 16);
+                let sep = if out.ends_with('\n') { "" } else { "\n" };
+                format!("{out}{sep}--- stderr ---\n{err}")
+            }
+        };
+        Some(super::runtime::tail_text(&text, max_bytes))
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    match std::fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `path` through a temporary sibling and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// The last `max_bytes` of a file as text (invalid UTF-8 replaced).
+fn read_tail(path: &Path, max_bytes: usize) -> io::Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(max_bytes as u64);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity((len - start) as usize);
+    f.take(max_bytes as u64).read_to_end(&mut buf)?;
+    let mut text = String::from_utf8_lossy(&buf).into_owned();
+    if start > 0 {
+        // Drop the partial first line.
+        if let Some(i) = text.find('\n') {
+            text.drain(..=i);
+        }
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_is_written_once_and_tail_combines_outputs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rd = RunDir::new(dir.path().to_path_buf());
+        let first = ExitRecord {
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            message: None,
+            finished_at_ms: 1,
+        };
+        assert!(rd.write_exit_once(&first).expect("write"));
+        let second = ExitRecord {
+            exit_code: Some(1),
+            ..first.clone()
+        };
+        assert!(!rd.write_exit_once(&second).expect("write"));
+        assert_eq!(rd.read_exit().expect("read"), Some(first));
+        assert_eq!(rd.log_tail(10, 1024), None);
+        std::fs::write(rd.file(STDOUT), (1..=50).map(|i| format!("out {i}\n")).collect::<String>()).expect("write");
+        std::fs::write(rd.file(STDERR), "boom\n").expect("write");
+        let tail = rd.log_tail(3, 1024).expect("tail");
+        assert_eq!(tail, "out 48\nout 49\nout 50\n--- stderr ---\nboom\n");
+        let small = rd.log_tail(100, 64).expect("tail");
+        assert!(small.len() <= 64 && small.ends_with("boom\n"), "{small:?}");
+    }
+}

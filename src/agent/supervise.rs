@@ -1,0 +1,200 @@
+//! `convoy agent-supervise`: the small process that owns one job of the process runtime.
+//!
+//! It leaves the agent's session, takes the run directory's lock for its whole life (so a second
+//! supervisor for the same run waits and then finds the job already done), starts the job in a
+//! process group of its own, enforces the deadline and stop orders (SIGTERM to the group, SIGKILL
+//! after the grace period) and writes the exit status atomically. It outlives the agent, so jobs
+//! keep running and their results stay on disk while the agent restarts.
+
+use super::os::{self, ProcStamp};
+use super::rundir::{self, ExitRecord, RunDir};
+use super::runtime::now_ms;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+/// How often the supervisor looks for a `kill` file (signals make it react sooner).
+const KILL_POLL: Duration = Duration::from_millis(200);
+
+/// What to supervise.
+#[derive(Debug, Clone)]
+pub struct SuperviseArgs {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Grace period between SIGTERM and SIGKILL when no `kill` file says otherwise.
+    pub grace_seconds: f64,
+    /// Stop the job after this many seconds (0 or none: no deadline).
+    pub deadline_seconds: Option<u64>,
+    /// Working directory of the job (default: the run directory).
+    pub workdir: Option<PathBuf>,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// Why supervising failed before an exit status could be recorded.
+#[derive(Debug, thiserror::Error)]
+#[error("supervising {run_dir}: {context}: {source}")]
+pub struct SuperviseError {
+    pub run_dir: PathBuf,
+    pub context: &'static str,
+    pub source: std::io::Error,
+}
+
+/// Runs the supervisor to the end (blocks; builds its own single-threaded runtime).
+pub fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
+    let err = |context: &'static str| {
+        let run_dir = args.run_dir.clone();
+        move |source| SuperviseError { run_dir, context, source }
+    };
+    // Not fatal: without a session of its own the supervisor still works, it just shares the
+    // agent's terminal signals.
+    let _ = os::new_session();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(err("starting the runtime"))?;
+    rt.block_on(supervise_async(args))
+}
+
+async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
+    let run_dir = args.run_dir.clone();
+    let err = |context: &'static str| {
+        let run_dir = run_dir.clone();
+        move |source| SuperviseError { run_dir, context, source }
+    };
+    let dir = RunDir::new(args.run_dir.clone());
+    // Handlers first: from here on a SIGTERM is a stop order, not the supervisor's death.
+    let mut sigterm = signal(SignalKind::terminate()).map_err(err("installing the SIGTERM handler"))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(err("installing the SIGINT handler"))?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(err("installing the SIGHUP handler"))?;
+
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.file(rundir::LOCK))
+        .map_err(err("opening the lock file"))?;
+    os::lock_exclusive(&lock).map_err(err("locking the run directory"))?;
+    if dir.has(rundir::EXIT) || dir.has(rundir::PID) {
+        // Another supervisor started this job already.
+        return Ok(());
+    }
+    if let Some(me) = ProcStamp::current() {
+        dir.write_atomic(rundir::SUPERVISOR, me.encode().as_bytes())
+            .map_err(err("writing the supervisor file"))?;
+    }
+    let record = |exit_code, signal, reason: Option<&str>, message: Option<String>| ExitRecord {
+        exit_code,
+        signal,
+        reason: reason.map(str::to_string),
+        message,
+        finished_at_ms: now_ms(),
+    };
+    if let Some(k) = dir.read_kill().map_err(err("reading the kill file"))? {
+        let rec = record(
+            None,
+            None,
+            Some(rundir::REASON_KILLED),
+            Some(format!("stopped before it started: {}", k.reason)),
+        );
+        dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+        return Ok(());
+    }
+    let Some((program, program_args)) = args.command.split_first() else {
+        let rec = record(None, None, Some("invalid job"), Some("no command to run".into()));
+        dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+        return Ok(());
+    };
+    let open_out = |name| std::fs::OpenOptions::new().create(true).append(true).open(dir.file(name));
+    let stdout = open_out(rundir::STDOUT).map_err(err("opening stdout"))?;
+    let stderr = open_out(rundir::STDERR).map_err(err("opening stderr"))?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(program_args)
+        .current_dir(args.workdir.as_deref().unwrap_or(&dir.path))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            let rec = record(Some(code), None, Some("failed to start"), Some(format!("{program}: {e}")));
+            dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+            return Ok(());
+        }
+    };
+    let Some(pid) = child.id().map(|p| p as i32) else {
+        return Err(err("reading the job's pid")(std::io::Error::other("the job has no pid")));
+    };
+    let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
+    dir.write_atomic(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
+
+    let deadline = args.deadline_seconds.filter(|d| *d > 0).map(|d| Instant::now() + Duration::from_secs(d));
+    let default_grace = Duration::try_from_secs_f64(args.grace_seconds).unwrap_or(Duration::from_secs(1));
+    // (reason, message, SIGKILL time) once a stop began.
+    let mut stopping: Option<(&'static str, Option<String>, Instant)> = None;
+    let mut forced = false;
+    let mut poll = tokio::time::interval(KILL_POLL);
+    let begin_stop = |reason: &'static str, message: Option<String>, grace: Duration| {
+        let _ = os::signal_group(pid, libc::SIGTERM);
+        (reason, message, Instant::now() + grace)
+    };
+    let kill_order = |dir: &RunDir| -> Option<(Option<String>, Duration)> {
+        let k = dir.read_kill().ok().flatten()?;
+        Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
+    };
+    let status = loop {
+        let force_at = stopping.as_ref().map(|s| s.2).filter(|_| !forced);
+        tokio::select! {
+            st = child.wait() => break st,
+            _ = sigterm.recv(), if stopping.is_none() => {
+                let (msg, grace) = kill_order(&dir).unwrap_or((Some("the supervisor received SIGTERM".into()), default_grace));
+                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+            }
+            _ = sigint.recv(), if stopping.is_none() => {
+                let (msg, grace) = kill_order(&dir).unwrap_or((Some("the supervisor received SIGINT".into()), default_grace));
+                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+            }
+            _ = sighup.recv() => {}
+            _ = sleep_until_opt(deadline), if stopping.is_none() && deadline.is_some() => {
+                let msg = format!("ran longer than activeDeadlineSeconds ({}s)", args.deadline_seconds.unwrap_or(0));
+                stopping = Some(begin_stop(rundir::REASON_DEADLINE, Some(msg), default_grace));
+            }
+            _ = poll.tick(), if stopping.is_none() => {
+                if let Some((msg, grace)) = kill_order(&dir) {
+                    stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+                }
+            }
+            _ = sleep_until_opt(force_at), if force_at.is_some() => {
+                let _ = os::signal_group(pid, libc::SIGKILL);
+                forced = true;
+            }
+        }
+    };
+    // Whatever the job left in its group goes with it.
+    let _ = os::signal_group(pid, libc::SIGKILL);
+    let status = status.map_err(err("waiting for the job"))?;
+    let (exit_code, sig) = match (status.code(), status.signal()) {
+        (Some(c), _) => (c, None),
+        (None, Some(s)) => (128 + s, Some(s)),
+        (None, None) => (255, None),
+    };
+    let rec = match stopping {
+        Some((reason, message, _)) => record(Some(exit_code), sig, Some(reason), message),
+        None => record(Some(exit_code), sig, None, sig.map(|s| format!("terminated by signal {s}"))),
+    };
+    dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+    drop(lock);
+    Ok(())
+}
+
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
