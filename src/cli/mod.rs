@@ -8,11 +8,11 @@ use std::io::Write;
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Server address.
-    #[arg(long, global = true, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
+    /// Server address (before the verb: `convoy --server URL jobs`).
+    #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// Bearer token.
-    #[arg(long, global = true, env = "CONVOY_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
 

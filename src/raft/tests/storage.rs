@@ -99,7 +99,7 @@ fn commands_round_trip_through_the_log_codec() {
         Command::CreateQueue { queue },
         Command::Submit { queue: QueueName::new("team-a").unwrap(), job_set: JobSetName::new("set-1").unwrap(), at_ms: 7, jobs: vec![job] },
         Command::UpsertExecutor { executor: executor.clone(), nodes: vec![node], at_ms: 8 },
-        Command::RunEvents { executor, at_ms: 9, events: vec![event] },
+        Command::RunEvents { executor, at_ms: 9, events: vec![event], max_attempted_runs: 5 },
     ];
     let batch = entry(3, 9, EntryPayload::Normal(Command::Batch(commands)));
     let back: Entry = decode(&encode(&batch).unwrap()).unwrap();
@@ -144,7 +144,7 @@ async fn snapshot_carries_state_and_survives_reopen() {
             entry(1, 2, EntryPayload::Normal(create_queue("q1"))),
             entry(1, 3, EntryPayload::Blank),
             entry(1, 4, EntryPayload::Normal(create_queue("q2"))),
-            entry(1, 5, EntryPayload::Normal(Command::ExecutorLost { executor: ExecutorName::new("x").unwrap(), at_ms: 0 })),
+            entry(1, 5, EntryPayload::Normal(Command::ExecutorLost { executor: ExecutorName::new("x").unwrap(), at_ms: 0, max_attempted_runs: 5 })),
         ])
         .await
         .unwrap();
