@@ -1,6 +1,6 @@
 //! `convoy agent` and the hidden `convoy agent-supervise`: flags, logging, signals.
 
-use anyhow::Context;
+use crate::shell::{init_logging, runtime, shutdown_signal};
 use convoy::agent::{self, AgentConfig, RuntimeKind};
 use convoy::model::ExecutorName;
 use std::path::PathBuf;
@@ -69,8 +69,7 @@ pub fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
         config.data_dir = d;
     }
     config.validate()?;
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(agent::run(config, shutdown_signal()))?;
+    runtime()?.block_on(agent::run(config, shutdown_signal()))?;
     Ok(())
 }
 
@@ -84,29 +83,4 @@ pub fn run_supervise(args: SuperviseArgs) -> anyhow::Result<()> {
         command: args.command,
     })?;
     Ok(())
-}
-
-fn init_logging(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    // try_init: a subscriber set up elsewhere in the process stays.
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
-}
-
-/// Completes on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM; stop with Ctrl-C");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
-    }
 }

@@ -3,6 +3,10 @@
 mod agent_cmd;
 mod bench;
 mod cli;
+mod shell;
+mod up;
+
+use shell::{init_logging, runtime, shutdown_signal};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -47,6 +51,9 @@ enum Command {
     /// Supervise one job of the process runtime (started by the agent).
     #[command(hide = true)]
     AgentSupervise(agent_cmd::SuperviseArgs),
+    /// Run everything on this machine: a one-node server on 127.0.0.1:8080 and a process agent
+    /// for this machine, with data in ./convoy-data and a queue called `default`.
+    Up(up::UpArgs),
     #[command(flatten)]
     Client(cli::ClientCommand),
 }
@@ -64,37 +71,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
-/// Logs to stderr through `tracing`; `RUST_LOG` filters (default `info`).
-fn init_logging(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -129,6 +105,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { which } => bench::run(which),
         Command::Agent(args) => agent_cmd::run_agent(args),
         Command::AgentSupervise(args) => agent_cmd::run_supervise(args),
+        Command::Up(args) => up::run(args),
         Command::Client(cmd) => runtime()?.block_on(cli::run(cli.client, cmd)),
     }
 }
