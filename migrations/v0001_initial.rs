@@ -20,7 +20,6 @@ pub fn run(tx: &redb::WriteTransaction) -> Result<(), String> {
     tx.open_table(QUEUES).map_err(|x| e(&x))?;
     tx.open_table(PAYLOADS).map_err(|x| e(&x))?;
     tx.open_table(EVENTS).map_err(|x| e(&x))?;
-    tx.open_table(JOB_EVENTS).map_err(|x| e(&x))?;
     tx.open_table(EVENT_SEQS).map_err(|x| e(&x))?;
     tx.open_table(CLIENT_IDS).map_err(|x| e(&x))?;
     tx.open_table(EXECUTORS).map_err(|x| e(&x))?;

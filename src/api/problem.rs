@@ -95,14 +95,26 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             let status = e.status();
             ApiError::new(status, format!("reading the request body: {}", e.body_text()))
         })?;
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
+        let value = parse_json(&bytes).map_err(|(path, message)| {
             let field = if path == "." { "body".to_string() } else { path };
-            ApiError::bad_request(field, format!("invalid request body: {}", e.into_inner()))
+            ApiError::bad_request(field, format!("invalid request body: {message}"))
         })?;
-        de.end().map_err(|e| ApiError::bad_request("body", format!("invalid request body: {e}")))?;
         Ok(ApiJson(value))
+    }
+}
+
+/// Parses JSON; on failure returns the path of the offending field (`.` for the whole text)
+/// and the message. The path is only tracked when parsing fails, so good input costs nothing
+/// extra.
+pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String)> {
+    match serde_json::from_slice(text) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            let mut de = serde_json::Deserializer::from_slice(text);
+            let v: T = serde_path_to_error::deserialize(&mut de).map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+            de.end().map_err(|e| (".".to_string(), e.to_string()))?;
+            Ok(v)
+        }
     }
 }
 

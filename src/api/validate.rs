@@ -1,6 +1,7 @@
 //! Submission checks (DESIGN.md §8): a whole request is checked before anything is stored, and
 //! the first problem is reported with the job index and the field. Pure: no state, no I/O.
 
+use super::problem::parse_json;
 use crate::config::ServerConfig;
 use crate::model::api::{SubmitItem, SubmitRequest};
 use crate::model::placement::{NodeAffinity, NodeSelector, NodeSelectorTerm, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator};
@@ -73,11 +74,9 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     check_metadata("annotations", &item.annotations)?;
     check_metadata("labels", &item.labels)?;
 
-    let mut de = serde_json::Deserializer::from_str(item.pod_spec.get());
-    let spec: PodSpec = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+    let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
         let field = if path == "." { "pod_spec".to_string() } else { format!("pod_spec.{path}") };
-        FieldError::new(field, format!("is not a valid Kubernetes PodSpec: {}", e.into_inner()))
+        FieldError::new(field, format!("is not a valid Kubernetes PodSpec: {message}"))
     })?;
     if spec.containers.is_empty() {
         return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
@@ -120,16 +119,14 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
 
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
-        let mut de = serde_json::Deserializer::from_str(s.get());
-        let _: k8s_openapi::api::core::v1::Service = serde_path_to_error::deserialize(&mut de)
-            .map_err(|e| FieldError::new(format!("services[{i}].{}", e.path()), format!("is not a valid Kubernetes Service: {}", e.into_inner())))?;
+        let _: k8s_openapi::api::core::v1::Service = parse_json(s.get().as_bytes())
+            .map_err(|(path, message)| FieldError::new(format!("services[{i}].{path}"), format!("is not a valid Kubernetes Service: {message}")))?;
         services.push(s.get().to_string());
     }
     let mut ingresses = Vec::with_capacity(item.ingresses.len());
     for (i, s) in item.ingresses.iter().enumerate() {
-        let mut de = serde_json::Deserializer::from_str(s.get());
-        let _: k8s_openapi::api::networking::v1::Ingress = serde_path_to_error::deserialize(&mut de)
-            .map_err(|e| FieldError::new(format!("ingresses[{i}].{}", e.path()), format!("is not a valid Kubernetes Ingress: {}", e.into_inner())))?;
+        let _: k8s_openapi::api::networking::v1::Ingress = parse_json(s.get().as_bytes())
+            .map_err(|(path, message)| FieldError::new(format!("ingresses[{i}].{path}"), format!("is not a valid Kubernetes Ingress: {message}")))?;
         ingresses.push(s.get().to_string());
     }
     Ok(CheckedJob {

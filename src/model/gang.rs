@@ -31,6 +31,9 @@ impl GangSpec {
     /// Reads gang annotations. No `gang-id` → not a gang. A gang id without a cardinality is a
     /// gang of one.
     pub fn from_annotations(ann: &BTreeMap<String, String>) -> Result<Option<GangSpec>, FieldError> {
+        if !ann.keys().any(|k| k.contains("/gang-")) {
+            return Ok(None);
+        }
         let Some((_, id)) = lookup(ann, "gang-id") else {
             for k in ["gang-cardinality", "gang-minimum-cardinality", "gang-node-uniformity-label"] {
                 if let Some((full, _)) = lookup(ann, k) {

@@ -145,6 +145,9 @@ pub struct JobRecord {
     /// Why the job ended (failed, cancelled, preempted), if it did.
     pub state_reason: Option<String>,
     pub runs: Vec<Run>,
+    /// Sequence numbers of this job's events in its job set's stream.
+    #[serde(default)]
+    pub event_seqs: Vec<u64>,
 }
 
 impl JobRecord {

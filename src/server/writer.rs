@@ -36,8 +36,8 @@ pub struct Writer {
 
 /// Most commands in one log entry.
 const MAX_BATCH: usize = 512;
-/// Batches being committed at once.
-const IN_FLIGHT: usize = 1;
+/// Batches being committed at once (measured: 2 beats 1 and 3 on this path).
+const IN_FLIGHT: usize = 2;
 
 impl Writer {
     /// Starts the batching task over `log`.

@@ -2,7 +2,7 @@
 
 use super::changes::Change;
 use super::command::{NewJob, Response};
-use super::machine::{Applied, LiveJob, State, reject};
+use super::machine::{Applied, State, reject};
 use crate::model::{EventKind, JobId, JobRecord, JobSetName, JobState, KillRequest, QueueName};
 
 impl State {
@@ -24,7 +24,7 @@ impl State {
             }
             let seq = self.next_seq;
             self.next_seq += 1;
-            let record = JobRecord {
+            let mut record = JobRecord {
                 id: nj.id,
                 queue: queue.clone(),
                 job_set: job_set.clone(),
@@ -42,6 +42,7 @@ impl State {
                 state: JobState::Queued,
                 state_reason: None,
                 runs: vec![],
+                event_seqs: vec![],
             };
             if let Some(cid) = nj.client_id {
                 self.client_ids.insert((queue.clone(), cid.clone()), nj.id);
@@ -49,11 +50,10 @@ impl State {
             }
             out.changes.push(Change::PutPayload(nj.id, Box::new(nj.payload)));
             out.changes.push(Change::AddToJobSet { queue: queue.clone(), job_set: job_set.clone(), job: nj.id });
-            out.changes.push(Change::PutJob { record: Box::new(record.clone()), live: true });
-            self.event(out, &record, at_ms, EventKind::Submitted, None, None);
-            self.event(out, &record, at_ms, EventKind::Queued, None, None);
-            let info = self.job_info(&record);
-            self.index_job(LiveJob { record, info });
+            let submitted = self.event(out, &record, at_ms, EventKind::Submitted, None, None);
+            let queued = self.event(out, &record, at_ms, EventKind::Queued, None, None);
+            record.event_seqs = vec![submitted, queued];
+            self.add_job(out, record);
             ids.push(nj.id);
         }
         out.changes.push(Change::PutSubmitSeq(self.next_seq));
@@ -131,7 +131,9 @@ impl State {
             Some(e) => {
                 out.effects.executors.insert(e);
             }
-            None => self.event(out, &record, at_ms, done, None, Some(reason.to_string())),
+            None => {
+                self.event(out, &record, at_ms, done, None, Some(reason.to_string()));
+            }
         }
         out.effects.schedule = true;
     }

@@ -47,6 +47,10 @@ pub struct Applied {
     pub response: Option<Response>,
     pub changes: Vec<Change>,
     pub effects: Effects,
+    /// Live jobs changed by the command (written once, at the end).
+    touched: Vec<JobId>,
+    /// Jobs the command finished (no longer in memory), as they end.
+    finished: HashMap<JobId, JobRecord>,
 }
 
 /// Settings that shape local indexes but are not replicated (they come from configuration).
@@ -115,6 +119,20 @@ impl State {
         let mut out = Applied::default();
         let response = self.apply_into(cmd, ctx, &mut out);
         out.response = Some(response);
+        // Every job the command changed is written once, in its final state.
+        let mut touched = std::mem::take(&mut out.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for id in touched {
+            if let Some(j) = self.jobs.get(&id) {
+                out.changes.push(Change::PutJob { record: Box::new(j.record.clone()), live: true });
+            }
+        }
+        let mut finished: Vec<_> = std::mem::take(&mut out.finished).into_values().collect();
+        finished.sort_unstable_by_key(|r| r.id);
+        for record in finished {
+            out.changes.push(Change::PutJob { record: Box::new(record), live: false });
+        }
         out
     }
 
@@ -194,14 +212,23 @@ impl State {
         self.interned.retain(|_, b| !b.is_empty());
     }
 
-    /// Appends an event to the job's job set.
-    pub(super) fn event(&mut self, out: &mut Applied, r: &JobRecord, at_ms: i64, kind: EventKind, run_id: Option<RunId>, message: Option<String>) {
+    /// Appends an event to the job's job set (and its sequence number to the job, if it is in
+    /// memory or finished by this command); returns the sequence number.
+    pub(super) fn event(&mut self, out: &mut Applied, r: &JobRecord, at_ms: i64, kind: EventKind, run_id: Option<RunId>, message: Option<String>) -> u64 {
         let key = (r.queue.clone(), r.job_set.clone());
         let seq = self.event_seqs.entry(key.clone()).or_insert(0);
         *seq += 1;
         let event = crate::model::Event { seq: *seq, job_id: r.id, at_ms, kind, run_id, message };
+        if let Some(j) = self.jobs.get_mut(&r.id) {
+            j.record.event_seqs.push(event.seq);
+            out.touched.push(r.id);
+        } else if let Some(done) = out.finished.get_mut(&r.id) {
+            done.event_seqs.push(event.seq);
+        }
+        let seq = event.seq;
         out.changes.push(Change::AppendEvent { queue: key.0.clone(), job_set: key.1.clone(), event });
         out.effects.job_sets.insert(key);
+        seq
     }
 
     /// Adds a live job to the indexes (queued ones to their queue).
@@ -275,10 +302,20 @@ impl State {
             job.info = self.job_info(&job.record);
         }
         let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
-        out.changes.push(Change::PutJob { record: Box::new(job.record.clone()), live });
         if live {
+            out.touched.push(id);
             self.index_job(job);
+        } else {
+            out.finished.insert(id, job.record);
         }
+    }
+
+    /// Records a new live job (submission), to be written at the end of the command.
+    pub(super) fn add_job(&mut self, out: &mut Applied, record: JobRecord) {
+        let id = record.id;
+        let info = self.job_info(&record);
+        self.index_job(LiveJob { record, info });
+        out.touched.push(id);
     }
 
     /// Puts a live job read back from storage into memory (start-up, snapshot install).

@@ -126,18 +126,13 @@ impl Store {
         Ok(out)
     }
 
-    /// A job's events.
+    /// A job's events (the record lists their sequence numbers).
     pub fn job_events(&self, record: &JobRecord) -> Result<Vec<Event>, StoreError> {
         let tx = self.read()?;
-        let index = tx.open_table(JOB_EVENTS)?;
         let events = tx.open_table(EVENTS)?;
-        let mut out = Vec::new();
-        let (lo, hi) = (job_event_key(record.id, 0), job_event_key(record.id, u64::MAX));
-        for row in index.range::<&[u8; 24]>(&lo..=&hi)? {
-            let (k, _) = row?;
-            let key = k.value();
-            let seq = u64::from_be_bytes(key[16..].try_into().unwrap_or([0; 8]));
-            if let Some(v) = events.get(event_key(&record.queue, &record.job_set, seq).as_slice())? {
+        let mut out = Vec::with_capacity(record.event_seqs.len());
+        for seq in &record.event_seqs {
+            if let Some(v) = events.get(event_key(&record.queue, &record.job_set, *seq).as_slice())? {
                 out.push(decode(v.value(), "event")?);
             }
         }

@@ -18,7 +18,6 @@ struct Export {
     live_jobs: Vec<[u8; 16]>,
     job_sets: Vec<Vec<u8>>,
     events: Vec<(Vec<u8>, Vec<u8>)>,
-    job_events: Vec<[u8; 24]>,
     event_seqs: Vec<(Vec<u8>, u64)>,
     client_ids: Vec<(Vec<u8>, [u8; 16])>,
     executors: Vec<(String, Vec<u8>)>,
@@ -63,9 +62,6 @@ impl Store {
             let (k, v) = row?;
             e.events.push((k.value().to_vec(), v.value().to_vec()));
         }
-        for row in tx.open_table(JOB_EVENTS)?.iter()? {
-            e.job_events.push(*row?.0.value());
-        }
         for row in tx.open_table(EVENT_SEQS)?.iter()? {
             let (k, v) = row?;
             e.event_seqs.push((k.value().to_vec(), v.value()));
@@ -98,7 +94,6 @@ impl Store {
         clear(tx, LIVE_JOBS)?;
         clear(tx, JOB_SETS)?;
         clear(tx, EVENTS)?;
-        clear(tx, JOB_EVENTS)?;
         clear(tx, EVENT_SEQS)?;
         clear(tx, CLIENT_IDS)?;
         clear(tx, EXECUTORS)?;
@@ -142,12 +137,6 @@ impl Store {
             let mut t = tx.open_table(EVENTS)?;
             for (k, v) in &e.events {
                 t.insert(k.as_slice(), v.as_slice())?;
-            }
-        }
-        {
-            let mut t = tx.open_table(JOB_EVENTS)?;
-            for k in &e.job_events {
-                t.insert(k, ())?;
             }
         }
         {

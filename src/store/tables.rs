@@ -17,8 +17,6 @@ pub const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live
 pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
 /// Events: `queue 0 job_set 0 seq(u64 BE)` → bincode `Event`.
 pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
-/// Events of one job: `job_id seq(u64 BE)` (the event itself is in `EVENTS`).
-pub const JOB_EVENTS: TableDefinition<&[u8; 24], ()> = TableDefinition::new("job_events");
 /// Last event sequence number per job set: `queue 0 job_set` → u64.
 pub const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
 /// Idempotency keys: `queue 0 client_id` → job id.
@@ -63,14 +61,6 @@ pub fn event_key(queue: &QueueName, job_set: &JobSetName, seq: u64) -> Vec<u8> {
     let mut k = set_prefix(queue, job_set);
     k.push(0);
     k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-/// `job_id seq`.
-pub fn job_event_key(id: JobId, seq: u64) -> [u8; 24] {
-    let mut k = [0u8; 24];
-    k[..16].copy_from_slice(&job_key(id));
-    k[16..].copy_from_slice(&seq.to_be_bytes());
     k
 }
 

@@ -19,7 +19,6 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let mut job_sets = tx.open_table(JOB_SETS)?;
     let mut events = tx.open_table(EVENTS)?;
     let mut event_seqs = tx.open_table(EVENT_SEQS)?;
-    let mut job_events = tx.open_table(JOB_EVENTS)?;
     let mut client_ids = tx.open_table(CLIENT_IDS)?;
     let mut executors = tx.open_table(EXECUTORS)?;
     // Only the last sequence number of each job set matters: write it once per batch.
@@ -54,7 +53,6 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 events.insert(event_key(queue, job_set, event.seq).as_slice(), encode(event)?.as_slice())?;
                 let e = last_seq.entry(set_prefix(queue, job_set)).or_insert(event.seq);
                 *e = (*e).max(event.seq);
-                job_events.insert(&job_event_key(event.job_id, event.seq), ())?;
             }
             Change::PutExecutor(e) => {
                 executors.insert(e.name.as_str(), encode(e)?.as_slice())?;
