@@ -57,6 +57,8 @@ pub struct ServerConfig {
     /// How long a write may wait for its batch to be committed before the client gets a 503.
     #[serde(with = "serde_text")]
     pub write_timeout: Duration,
+    /// Size of the database's page cache, in MiB.
+    pub db_cache_mb: usize,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
 }
@@ -78,6 +80,7 @@ impl Default for ServerConfig {
             reject_jobs_larger_than_any_node: true,
             max_lease_wait: Duration::from_secs(60),
             write_timeout: Duration::from_secs(30),
+            db_cache_mb: 256,
             log_json: false,
         }
     }
@@ -183,6 +186,9 @@ impl Config {
         }
         if s.max_request_bytes < 1024 {
             return Err(FieldError::new("server.max_request_bytes", "must be at least 1024"));
+        }
+        if s.db_cache_mb < 16 {
+            return Err(FieldError::new("server.db_cache_mb", "must be at least 16"));
         }
         if s.node_id == 0 {
             return Err(FieldError::new("server.node_id", "must be at least 1"));

@@ -71,7 +71,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
 /// Starts the server and returns once it listens.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     let t0 = Instant::now();
-    let store = Store::open(&database_path(&config))?;
+    let store = Store::open_with_cache(&database_path(&config), config.server.db_cache_mb << 20)?;
     let settings = StateSettings::from_config(&config.scheduler);
     let state = {
         let store = store.clone();

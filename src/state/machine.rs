@@ -28,11 +28,29 @@ pub struct QueueState {
 }
 
 /// A job that is not over (or whose last run is still being stopped).
+///
+/// To keep memory per queued job small, `record.requirements` is left empty in memory: the
+/// requirements live once, interned, in `info` (use [`LiveJob::full_record`] for the whole
+/// record), and names are shared with the queue and job-set indexes.
 #[derive(Debug, Clone)]
 pub struct LiveJob {
     pub record: JobRecord,
     /// The scheduler's view, shared with snapshots.
     pub info: Arc<JobInfo>,
+}
+
+impl LiveJob {
+    /// The whole record, requirements included.
+    pub fn full_record(&self) -> JobRecord {
+        let mut r = self.record.clone();
+        r.requirements = (*self.info.requirements).clone();
+        r
+    }
+
+    /// The job's requests.
+    pub fn requests(&self) -> &crate::model::Resources {
+        &self.info.requirements.requests
+    }
 }
 
 /// Where applying happens: the log entry's term (for refusing a deposed leader's decisions).
@@ -125,7 +143,7 @@ impl State {
         touched.dedup();
         for id in touched {
             if let Some(j) = self.jobs.get(&id) {
-                out.changes.push(Change::PutJob { record: Box::new(j.record.clone()), live: true });
+                out.changes.push(Change::PutJob { record: Box::new(j.full_record()), live: true });
             }
         }
         let mut finished: Vec<_> = std::mem::take(&mut out.finished).into_values().collect();
@@ -177,8 +195,7 @@ impl State {
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
-    pub(super) fn job_info(&mut self, r: &JobRecord) -> Arc<JobInfo> {
-        let requirements = self.intern(&r.requirements);
+    fn job_info(&mut self, r: &JobRecord, requirements: Requirements) -> Arc<JobInfo> {
         let priority_class = self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
         let queue = self.queues.get(&r.queue).map(|q| q.queue.name.clone()).unwrap_or_else(|| r.queue.clone());
         Arc::new(JobInfo {
@@ -248,7 +265,7 @@ impl State {
             *q.counts.entry(r.state).or_default() += 1;
             if r.state == JobState::Queued {
                 q.queued.insert(key, id);
-                q.demand.add(&r.requirements.requests);
+                q.demand.add(&job.info.requirements.requests);
             }
         }
         self.jobs.insert(id, job);
@@ -286,7 +303,7 @@ impl State {
                 *c = c.saturating_sub(1);
             }
             if r.state == JobState::Queued && q.queued.remove(&key).is_some() {
-                q.demand.sub(&r.requirements.requests);
+                q.demand.sub(&job.info.requirements.requests);
             }
         }
         Some(job)
@@ -299,29 +316,43 @@ impl State {
         let before_priority = job.record.priority;
         f(&mut job.record);
         if job.record.priority != before_priority {
-            job.info = self.job_info(&job.record);
+            job.info = self.job_info(&job.record, job.info.requirements.clone());
         }
         let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
         if live {
             out.touched.push(id);
             self.index_job(job);
         } else {
-            out.finished.insert(id, job.record);
+            out.finished.insert(id, job.full_record());
         }
+    }
+
+    /// Makes a record a live job: interned requirements, shared names.
+    fn live(&mut self, mut record: JobRecord) -> LiveJob {
+        let requirements = self.intern(&std::mem::take(&mut record.requirements));
+        if let Some(q) = self.queues.get(&record.queue) {
+            record.queue = q.queue.name.clone();
+        }
+        if let Some(((_, set), _)) = self.job_sets.get_key_value(&(record.queue.clone(), record.job_set.clone())) {
+            record.job_set = set.clone();
+        }
+        record.priority_class = self.class_names.entry(record.priority_class.clone()).or_insert_with(|| record.priority_class.clone()).clone();
+        let info = self.job_info(&record, requirements);
+        LiveJob { record, info }
     }
 
     /// Records a new live job (submission), to be written at the end of the command.
     pub(super) fn add_job(&mut self, out: &mut Applied, record: JobRecord) {
         let id = record.id;
-        let info = self.job_info(&record);
-        self.index_job(LiveJob { record, info });
+        let job = self.live(record);
+        self.index_job(job);
         out.touched.push(id);
     }
 
     /// Puts a live job read back from storage into memory (start-up, snapshot install).
     pub fn restore_job(&mut self, record: JobRecord) {
-        let info = self.job_info(&record);
-        self.index_job(LiveJob { record, info });
+        let job = self.live(record);
+        self.index_job(job);
     }
 
     /// Number of live jobs.

@@ -20,7 +20,7 @@ impl State {
                 let Some(job) = self.jobs.get(id) else { continue };
                 let Some(run) = job.record.active_run() else { continue };
                 if run.kill.is_some() {
-                    stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(&job.record.requirements.requests);
+                    stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                 } else {
                     running.push(RunningJob { job: job.info.clone(), executor: run.executor.clone(), node: run.node.clone() });
                 }

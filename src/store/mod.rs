@@ -43,6 +43,10 @@ macro_rules! db_err {
 }
 db_err!(redb::Error, redb::DatabaseError, redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError, redb::SetDurabilityError);
 
+/// Default size of redb's page cache: the state lives in memory anyway, so the cache serves
+/// writes and the API's reads of job records and events.
+pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
+
 /// The server's database.
 #[derive(Clone)]
 pub struct Store {
@@ -52,10 +56,15 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Like [`Store::open`], with redb's page cache limited to `cache_bytes`.
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(format!("creating {}: {e}", dir.display())))?;
         }
-        let db = Database::create(path)?;
+        let db = Database::builder().set_cache_size(cache_bytes).create(path)?;
         migrate::run(&db, &path.display().to_string())?;
         Ok(Store { db: Arc::new(db) })
     }
