@@ -185,3 +185,113 @@ async fn unknown_endpoints_and_methods_are_problems() {
     let r = s.client.get(format!("{}/healthz", s.url)).send().await.unwrap();
     assert!(r.headers().get("x-request-id").is_some());
 }
+
+/// The schema of the answer `status` of `method path` in the document, for `content_type`.
+fn response_schema<'a>(doc: &'a Value, method: &str, path: &str, status: u16, content_type: &str) -> &'a Value {
+    let s = &doc["paths"][path][method]["responses"][status.to_string()]["content"][content_type]["schema"];
+    assert!(s.is_object(), "{method} {path} documents no {status} {content_type} answer");
+    s
+}
+
+/// Checks a real answer against the document.
+fn conforms(doc: &Value, method: &str, path: &str, status: u16, body: &Value) {
+    let ct = if status >= 400 { "application/problem+json" } else { "application/json" };
+    if let Err(e) = convoy::api::openapi::check_value(doc, response_schema(doc, method, path, status, ct), body) {
+        panic!("{method} {path} {status}: {e}\n{body:#}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_document_describes_the_real_server() {
+    let s = Server::start("");
+    s.ready().await;
+    let r = s.client.get(format!("{}/openapi.json", s.url)).send().await.expect("request");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/json"));
+    let doc: Value = r.json().await.expect("JSON");
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")), "{}", doc["openapi"]);
+    assert_eq!(doc["info"]["title"], "Convoy");
+    assert!(doc["paths"]["/v1/jobs"]["post"]["requestBody"].is_object());
+    assert!(doc["paths"]["/v1/jobs"]["post"]["responses"]["200"].is_object());
+
+    // Real answers conform to their documented schemas.
+    let (st, v) = s.post("/v1/queues", &json!({"name": "A", "owners": ["alice"], "resource_limits": {"cpu": 0.5}})).await;
+    assert_eq!(st, 201, "{v}");
+    conforms(&doc, "post", "/v1/queues", 201, &v);
+    let (st, v) = s.post("/v1/queues", &json!({"name": "A"})).await;
+    conforms(&doc, "post", "/v1/queues", st, &v);
+    let (st, v) = s.post("/v1/queues", &json!({"name": "B", "colour": "blue"})).await;
+    assert_eq!(st, 400);
+    conforms(&doc, "post", "/v1/queues", st, &v);
+    let (st, v) = s.get("/v1/queues").await;
+    conforms(&doc, "get", "/v1/queues", st, &v);
+    let (st, v) = s.get("/v1/queues/nope").await;
+    assert_eq!(st, 404);
+    conforms(&doc, "get", "/v1/queues/{queue}", st, &v);
+    let ids = s.submit("A", "s", vec![job("1"), json!({"pod_spec": common::pod("1", "true"), "client_id": "c1", "labels": {"x": "y"}})]).await;
+    let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job("1")]})).await;
+    conforms(&doc, "post", "/v1/jobs", st, &v);
+    // Lease the jobs to a fake executor and report one running, so jobs have runs and events.
+    let (st, v) = s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "4")], "wait_seconds": 10})).await;
+    assert_eq!(st, 200, "{v}");
+    conforms(&doc, "post", "/v1/executors/{executor}/lease", st, &v);
+    let leases = v["leases"].as_array().cloned().unwrap_or_default();
+    assert!(!leases.is_empty(), "{v}");
+    let events: Vec<Value> = leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "kind": "running"})).collect();
+    let (st, v) = s.post("/v1/executors/e1/events", &json!({ "events": events })).await;
+    conforms(&doc, "post", "/v1/executors/{executor}/events", st, &v);
+    let (st, v) = s.get(&format!("/v1/jobs/{}", ids[0])).await;
+    conforms(&doc, "get", "/v1/jobs/{id}", st, &v);
+    let (st, v) = s.get("/v1/jobs?queue=A&limit=2").await;
+    assert!(v["next"].is_string(), "{v}");
+    conforms(&doc, "get", "/v1/jobs", st, &v);
+    let (st, v) = s.get("/v1/jobs?limit=0").await;
+    assert_eq!(st, 400);
+    conforms(&doc, "get", "/v1/jobs", st, &v);
+    let (st, v) = s.post("/v1/jobs/reprioritize", &json!({"queue": "A", "job_set": "s", "priority": 2})).await;
+    conforms(&doc, "post", "/v1/jobs/reprioritize", st, &v);
+    let (st, v) = s.post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": [ids[1]]})).await;
+    conforms(&doc, "post", "/v1/jobs/cancel", st, &v);
+    let (st, v) = s.get("/v1/queues/A/report").await;
+    conforms(&doc, "get", "/v1/queues/{queue}/report", st, &v);
+    let (st, v) = s.get("/v1/cluster").await;
+    conforms(&doc, "get", "/v1/cluster", st, &v);
+    let (st, v) = s.get("/healthz").await;
+    conforms(&doc, "get", "/healthz", st, &v);
+    let (st, v) = s.get("/readyz").await;
+    conforms(&doc, "get", "/readyz", st, &v);
+    for (path, ct) in [("/metrics", "text/plain"), ("/v1/jobs/nope/logs", "application/problem+json")] {
+        let r = s.client.get(format!("{}{path}", s.url)).send().await.expect("request");
+        let got = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        assert!(got.starts_with(ct), "{path}: {got}");
+    }
+    // The event stream: text/event-stream whose data are EventViews.
+    let r = s.client.get(format!("{}/v1/queues/A/job-sets/s/events?follow=false", s.url)).send().await.expect("request");
+    assert_eq!(r.status(), 200);
+    let got = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert!(got.starts_with("text/event-stream"), "{got}");
+    assert!(response_schema(&doc, "get", "/v1/queues/{queue}/job-sets/{job_set}/events", 200, "text/event-stream").is_object());
+    let text = r.text().await.expect("the stream ends");
+    let data: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| serde_json::from_str(d.trim()).expect("JSON data")).collect();
+    assert!(data.len() >= 3, "{text}");
+    for d in &data {
+        convoy::api::openapi::check_value(&doc, &json!({"$ref": "#/components/schemas/EventView"}), d).unwrap_or_else(|e| panic!("{e}: {d}"));
+    }
+
+    // Every documented method of every documented path is served, and no other method is.
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        let concrete = path
+            .replace("{queue}", "q")
+            .replace("{job_set}", "s")
+            .replace("{id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
+            .replace("{executor}", "e9");
+        assert!(!concrete.contains('{'), "{path} has a parameter this test does not know");
+        let concrete = if path.ends_with("/events") && path.starts_with("/v1/queues") { format!("{concrete}?follow=false") } else { concrete };
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+            let r = s.client.request(m, format!("{}{concrete}", s.url)).send().await.expect("request");
+            let documented = item.get(method.to_lowercase()).is_some();
+            assert_eq!(r.status() != 405, documented, "{method} {path}: {}", r.status());
+        }
+    }
+}

@@ -5,6 +5,7 @@ use super::auth::Principal;
 use super::jobs::event_view;
 use super::problem::ApiError;
 use super::queues::queue_name;
+use crate::model::api::Problem;
 use crate::model::{Event, JobSetName, QueueName};
 use crate::server::app::App;
 use axum::extract::{Path, Query, State};
@@ -19,11 +20,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-#[derive(Deserialize)]
+/// Query of the event stream.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StreamParams {
+    /// First sequence number to send (default 1, or one past `Last-Event-ID`); wins over `Last-Event-ID`.
+    #[param(minimum = 0)]
     from: Option<u64>,
-    /// Stop after the events stored so far instead of waiting for new ones.
+    /// `false`: stop after the events stored so far instead of waiting for new ones.
     #[serde(default = "yes")]
+    #[param(default = true)]
     follow: bool,
 }
 
@@ -42,6 +48,32 @@ struct Cursor {
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
+/// A job set's events as server-sent events
+///
+/// Each event has `id` = its sequence number, `event` = its kind, and `data` = the `EventView`
+/// as JSON. Resumable with `?from=N` or `Last-Event-ID`; stays open for new events unless
+/// `follow=false` (keep-alive comments every 15 s).
+#[utoipa::path(
+    get,
+    path = "/v1/queues/{queue}/job-sets/{job_set}/events",
+    operation_id = "streamEvents",
+    tag = "events",
+    security(("bearer" = [])),
+    params(
+        ("queue" = QueueName, Path, description = "Queue name"),
+        ("job_set" = JobSetName, Path, description = "Job set name"),
+        StreamParams,
+        ("Last-Event-ID" = Option<u64>, Header, description = "Sequence number of the last event received; the stream resumes after it"),
+    ),
+    responses(
+        (status = 200, description = "The stream: `id: <seq>`, `event: <kind>`, `data: <EventView JSON>` per event", body = String, content_type = "text/event-stream"),
+        (status = 400, description = "A name, `Last-Event-ID` or the query is invalid (problem; plain text if the query does not parse at all)", content(
+            (Problem = "application/problem+json"),
+            (String = "text/plain"),
+        )),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn stream(
     State(app): State<Arc<App>>,
     _p: Principal,

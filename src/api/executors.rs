@@ -3,7 +3,7 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
-use crate::model::api::{EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport};
+use crate::model::api::{EventsRequest, Problem, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport};
 use crate::model::{ExecutorName, JobId, RunId};
 use crate::server::app::{App, now_ms};
 use crate::state::{Command, Response};
@@ -67,6 +67,29 @@ fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &
     out
 }
 
+/// Poll for work (long poll)
+///
+/// Reports the agent's nodes and the runs it holds; answers as soon as there are new runs to start
+/// or runs to kill for this executor, or after `wait_seconds`. Only the leader answers.
+#[utoipa::path(
+    post,
+    path = "/v1/executors/{executor}/lease",
+    operation_id = "lease",
+    tag = "executors",
+    security(("bearer" = [])),
+    params(("executor" = ExecutorName, Path, description = "Executor name")),
+    request_body = LeaseRequest,
+    responses(
+        (status = 200, description = "Runs to start and runs to kill (both may be empty)", body = LeaseResponse),
+        (status = 400, description = "The body is invalid, e.g. a node is listed twice", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks the executor role", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<LeaseRequest>) -> Result<HttpResponse, ApiError> {
     p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;
@@ -146,6 +169,28 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
     Ok(json(LeaseResponse { leases, kills: pending.kills }))
 }
 
+/// Report run events
+///
+/// Run state changes as the agent saw them: pending, running, succeeded, failed, returned.
+/// Only the leader answers.
+#[utoipa::path(
+    post,
+    path = "/v1/executors/{executor}/events",
+    operation_id = "reportRunEvents",
+    tag = "executors",
+    security(("bearer" = [])),
+    params(("executor" = ExecutorName, Path, description = "Executor name")),
+    request_body = EventsRequest,
+    responses(
+        (status = 200, description = "How many events were applied", body = EventsResponse),
+        (status = 400, description = "The body is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks the executor role", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn events(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<EventsRequest>) -> Result<HttpResponse, ApiError> {
     p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;

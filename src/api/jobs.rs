@@ -4,7 +4,7 @@ use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use super::queues::queue_name;
 use super::validate::{SubmitContext, check_submission};
-use crate::model::api::{CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, ReprioritizeRequest, RunView, SubmitRequest, SubmitResponse};
+use crate::model::api::{CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView, SubmitRequest, SubmitResponse};
 use crate::model::{Event, JobId, JobRecord, JobSetName, JobState, Queue, QueueName, Resources};
 use crate::server::app::{App, now_ms, rfc3339};
 use crate::server::ids;
@@ -27,6 +27,29 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
     }
 }
 
+/// Submit jobs
+///
+/// All or nothing: every job is checked before any is stored. Jobs with a `client_id` already
+/// used in the queue answer the existing job's id.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    operation_id = "submitJobs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    request_body = SubmitRequest,
+    responses(
+        (status = 200, description = "One job id per submitted job, in order", body = SubmitResponse),
+        (status = 400, description = "A job is invalid; `field` names it, e.g. `jobs[3].pod_spec.containers[0].resources`", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller may not submit to or cancel in this queue (not an owner nor in one of its groups)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The queue is cordoned", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn submit(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<SubmitRequest>) -> Result<HttpResponse, ApiError> {
     let queue = queue_of(&app, &req.queue)?;
     p.require_queue(&queue)?;
@@ -70,6 +93,27 @@ fn largest_node(app: &App) -> Resources {
     out
 }
 
+/// Cancel jobs
+///
+/// The whole job set, or only `job_ids`, or only jobs in `states`; answers the jobs cancelled.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/cancel",
+    operation_id = "cancelJobs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    request_body = CancelRequest,
+    responses(
+        (status = 200, description = "The jobs cancelled", body = JobIdsResponse),
+        (status = 400, description = "The body is invalid, e.g. names a terminal state", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller may not submit to or cancel in this queue (not an owner nor in one of its groups)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue, or a job is not in the job set", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn cancel(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<CancelRequest>) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
     if let Some(states) = &req.states {
@@ -82,12 +126,54 @@ pub async fn cancel(State(app): State<Arc<App>>, p: Principal, ApiJson(req): Api
     Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
 }
 
+/// Change jobs' priority
+///
+/// The whole job set, or only `job_ids`; answers the jobs changed.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/reprioritize",
+    operation_id = "reprioritizeJobs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    request_body = ReprioritizeRequest,
+    responses(
+        (status = 200, description = "The jobs reprioritized", body = JobIdsResponse),
+        (status = 400, description = "The body is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller may not submit to or cancel in this queue (not an owner nor in one of its groups)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue, or a job is not in the job set", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn reprioritize(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<ReprioritizeRequest>) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
     let r = app.write(Command::Reprioritize { queue: req.queue, job_set: req.job_set, job_ids: req.job_ids, priority: req.priority, at_ms: now_ms() }).await?;
     Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
 }
 
+/// Preempt running jobs
+///
+/// The jobs' runs are stopped and the jobs end as preempted; answers the jobs preempted.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/preempt",
+    operation_id = "preemptJobs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    request_body = PreemptRequest,
+    responses(
+        (status = 200, description = "The jobs preempted", body = JobIdsResponse),
+        (status = 400, description = "The body is invalid, or names no job", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller may not submit to or cancel in this queue (not an owner nor in one of its groups)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue, or a job is not in the job set", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn preempt(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<PreemptRequest>) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
     if req.job_ids.is_empty() {
@@ -155,6 +241,24 @@ fn job_id(s: &str) -> Result<JobId, ApiError> {
     s.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("id", e.to_string()))
 }
 
+/// Get a job
+///
+/// With its runs, its events, its pod spec, and the reason it waits if it is queued.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    operation_id = "getJob",
+    tag = "jobs",
+    security(("bearer" = [])),
+    params(("id" = JobId, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The job, with `events` and `pod_spec`", body = JobView),
+        (status = 400, description = "The id is not a ULID", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(id): Path<String>) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
     let store = app.store.clone();
@@ -173,16 +277,47 @@ pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(id): Path<Stri
     Ok(json(v))
 }
 
-#[derive(Deserialize)]
+/// Query of `GET /v1/jobs`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Only jobs of this queue.
+    #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
+    /// Only jobs of this job set (needs `queue`).
+    #[param(value_type = Option<JobSetName>)]
     job_set: Option<String>,
-    /// Comma-separated states.
+    /// Comma-separated states (`queued,running`).
+    #[param(example = "queued,running")]
     state: Option<String>,
+    /// Page size, 1 to 1000.
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     limit: Option<usize>,
+    /// The `next` of the previous page: jobs after this id.
+    #[param(value_type = Option<JobId>)]
     after: Option<String>,
 }
 
+/// List jobs
+///
+/// In id (submission) order, a page at a time; `next` is the `after` of the next page.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    operation_id = "listJobs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page of jobs (without `events` and `pod_spec`)", body = JobList),
+        (status = 400, description = "A query parameter is invalid (problem naming it; plain text if it does not parse at all)", content(
+            (Problem = "application/problem+json"),
+            (String = "text/plain"),
+        )),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(State(app): State<Arc<App>>, _p: Principal, Query(q): Query<ListParams>) -> Result<HttpResponse, ApiError> {
     let queue = q.queue.as_deref().map(queue_name).transpose()?;
     let job_set = q.job_set.as_deref().map(|s| JobSetName::new(s).map_err(|e| ApiError::bad_request("job_set", e.to_string()))).transpose()?;
@@ -205,6 +340,25 @@ pub async fn list(State(app): State<Arc<App>>, _p: Principal, Query(q): Query<Li
     Ok(json(JobList { jobs: records.iter().map(|r| job_view(&app, r)).collect(), next }))
 }
 
+/// A job's output
+///
+/// The last lines of output of the job's latest run that shipped any (at most 64 KiB, shipped when
+/// a run ends).
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/logs",
+    operation_id = "jobLogs",
+    tag = "jobs",
+    security(("bearer" = [])),
+    params(("id" = JobId, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "The output", body = String, content_type = "text/plain"),
+        (status = 400, description = "The id is not a ULID", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job, or no output yet", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn logs(State(app): State<Arc<App>>, _p: Principal, Path(id): Path<String>) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
     let r = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;

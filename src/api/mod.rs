@@ -5,6 +5,7 @@ pub mod auth;
 pub mod events;
 pub mod executors;
 pub mod jobs;
+pub mod openapi;
 pub mod ops;
 pub mod problem;
 pub mod queues;
@@ -14,11 +15,12 @@ use crate::server::app::App;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
-use axum::routing::{get, post};
 use problem::ApiError;
 use std::sync::Arc;
 use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -32,26 +34,35 @@ impl MakeRequestId for Ulids {
     }
 }
 
-/// The whole HTTP API.
+/// Every route of the API with its OpenAPI description. Each handler carries a `#[utoipa::path]`
+/// annotation that gives its method and path; `routes!` registers it with the router and its
+/// operation with the document, so the two cannot disagree. Add routes here, and only this way.
+pub fn routes() -> OpenApiRouter<Arc<App>> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(queues::create, queues::list))
+        .routes(routes!(queues::get, queues::update, queues::delete))
+        .routes(routes!(queues::report))
+        .routes(routes!(events::stream))
+        .routes(routes!(jobs::submit, jobs::list))
+        .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::reprioritize))
+        .routes(routes!(jobs::preempt))
+        .routes(routes!(jobs::get))
+        .routes(routes!(jobs::logs))
+        .routes(routes!(executors::lease))
+        .routes(routes!(executors::events))
+        .routes(routes!(ops::cluster))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(openapi::document))
+}
+
+/// The whole HTTP API: [`routes`], problem+json fallbacks, body limit, request ids and tracing.
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.server.max_request_bytes;
-    Router::new()
-        .route("/v1/queues", post(queues::create).get(queues::list))
-        .route("/v1/queues/{queue}", get(queues::get).put(queues::update).delete(queues::delete))
-        .route("/v1/queues/{queue}/report", get(queues::report))
-        .route("/v1/queues/{queue}/job-sets/{job_set}/events", get(events::stream))
-        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
-        .route("/v1/jobs/cancel", post(jobs::cancel))
-        .route("/v1/jobs/reprioritize", post(jobs::reprioritize))
-        .route("/v1/jobs/preempt", post(jobs::preempt))
-        .route("/v1/jobs/{id}", get(jobs::get))
-        .route("/v1/jobs/{id}/logs", get(jobs::logs))
-        .route("/v1/executors/{executor}/lease", post(executors::lease))
-        .route("/v1/executors/{executor}/events", post(executors::events))
-        .route("/v1/cluster", get(ops::cluster))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
+    let (routes, _) = routes().split_for_parts();
+    routes
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .method_not_allowed_fallback(|| async { ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint") })
         .layer(DefaultBodyLimit::max(limit))

@@ -2,30 +2,127 @@
 
 use super::auth::Principal;
 use super::problem::{ApiError, json};
+use crate::model::api::Problem;
 use crate::server::app::App;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
 
-pub async fn healthz() -> Response {
-    json(serde_json::json!({ "status": "ok" }))
+/// Answer of `GET /healthz`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    #[schema(examples("ok"))]
+    pub status: String,
 }
 
+/// Answer of `GET /readyz` (fields in the order `serde_json::json!` wrote them).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// Address of the leader.
+    pub leader: Option<String>,
+    /// Always `ready`.
+    #[schema(examples("ready"))]
+    pub status: String,
+}
+
+/// Answer of `GET /v1/cluster`: this server's view of the Raft cluster. The server builds it as
+/// JSON (see `ClusterView::status`); this type only documents it.
+#[derive(Debug, Clone, utoipa::ToSchema)]
+pub struct ClusterStatus {
+    /// This server's Raft node id.
+    pub id: u64,
+    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
+    pub state: String,
+    /// The current Raft term.
+    pub term: u64,
+    /// The leader's node id, if one is known.
+    pub leader: Option<u64>,
+    /// The leader's address, if one is known.
+    pub leader_addr: Option<String>,
+    /// Index of the last entry in this server's log.
+    pub last_log_index: Option<u64>,
+    /// Index of the last entry this server applied.
+    pub last_applied: Option<u64>,
+    /// Voters and learners.
+    pub members: Vec<ClusterMember>,
+}
+
+/// One member of the Raft cluster.
+#[derive(Debug, Clone, utoipa::ToSchema)]
+pub struct ClusterMember {
+    /// Raft node id.
+    pub id: u64,
+    /// Address its peers reach it at.
+    pub addr: String,
+    /// False for learners.
+    pub voter: bool,
+}
+
+/// Liveness
+///
+/// Answers as long as the process serves HTTP.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "operations",
+    responses((status = 200, description = "The server is up", body = Health))
+)]
+pub async fn healthz() -> Response {
+    json(Health { status: "ok".into() })
+}
+
+/// Readiness
+///
+/// Ready once the replicated log is applied and a leader is known.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Not ready yet", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn readyz(State(app): State<Arc<App>>) -> Response {
     if app.cluster.ready() {
-        json(serde_json::json!({ "status": "ready", "leader": app.cluster.leader_addr() }))
+        json(Readiness { leader: app.cluster.leader_addr(), status: "ready".into() })
     } else {
         ApiError::unavailable("not ready: the log is not applied yet or no leader is known").into_response()
     }
 }
 
+/// Raft cluster status
+#[utoipa::path(
+    get,
+    path = "/v1/cluster",
+    operation_id = "clusterStatus",
+    tag = "operations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "This server's view of the cluster", body = ClusterStatus),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn cluster(State(app): State<Arc<App>>, _p: Principal) -> Response {
     json(app.cluster.status())
 }
 
-/// Prometheus text format, computed from the state at scrape time.
+/// Prometheus metrics
+///
+/// Prometheus text format (0.0.4), computed from the state at scrape time.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses((status = 200, description = "Metrics in the Prometheus text exposition format, version 0.0.4", body = String, content_type = "text/plain"))
+)]
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     let mut out = String::new();
     {

@@ -3,7 +3,7 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
-use crate::model::api::{QueuePoolReport, QueueReport};
+use crate::model::api::{Problem, QueuePoolReport, QueueReport};
 use crate::model::{Queue, QueueName};
 use crate::server::app::{App, now_ms};
 use crate::state::Command;
@@ -17,6 +17,27 @@ pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
     QueueName::new(s).map_err(|e| ApiError::bad_request("queue", e.to_string()))
 }
 
+/// Create a queue
+///
+/// Admins only. Answers the queue as stored.
+#[utoipa::path(
+    post,
+    path = "/v1/queues",
+    operation_id = "createQueue",
+    tag = "queues",
+    security(("bearer" = [])),
+    request_body = Queue,
+    responses(
+        (status = 201, description = "The queue was created", body = Queue),
+        (status = 400, description = "The body is not a valid queue; `field` names the offending field", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A queue of that name exists", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn create(State(app): State<Arc<App>>, p: Principal, ApiJson(queue): ApiJson<Queue>) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     queue.validate()?;
@@ -24,17 +45,66 @@ pub async fn create(State(app): State<Arc<App>>, p: Principal, ApiJson(queue): A
     Ok((StatusCode::CREATED, axum::Json(queue)).into_response())
 }
 
+/// List queues
+#[utoipa::path(
+    get,
+    path = "/v1/queues",
+    operation_id = "listQueues",
+    tag = "queues",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every queue", body = Vec<Queue>),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn list(State(app): State<Arc<App>>, _p: Principal) -> Response {
     let queues: Vec<Queue> = app.state().queues.values().map(|q| q.queue.clone()).collect();
     json(queues)
 }
 
+/// Get a queue
+#[utoipa::path(
+    get,
+    path = "/v1/queues/{queue}",
+    operation_id = "getQueue",
+    tag = "queues",
+    security(("bearer" = [])),
+    params(("queue" = QueueName, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "The queue", body = Queue),
+        (status = 400, description = "The queue name is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<String>) -> Result<Response, ApiError> {
     let name = queue_name(&name)?;
     let q = app.state().queues.get(&name).map(|q| q.queue.clone());
     q.map(json).ok_or_else(|| ApiError::not_found(format!("queue {name} does not exist")))
 }
 
+/// Replace a queue's settings
+///
+/// Admins only. The body's `name` must be the path's.
+#[utoipa::path(
+    put,
+    path = "/v1/queues/{queue}",
+    operation_id = "updateQueue",
+    tag = "queues",
+    security(("bearer" = [])),
+    params(("queue" = QueueName, Path, description = "Queue name")),
+    request_body = Queue,
+    responses(
+        (status = 200, description = "The queue as stored", body = Queue),
+        (status = 400, description = "The body is not a valid queue, or names another queue; `field` names the offending field", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn update(State(app): State<Arc<App>>, p: Principal, Path(name): Path<String>, ApiJson(queue): ApiJson<Queue>) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     let name = queue_name(&name)?;
@@ -46,12 +116,39 @@ pub async fn update(State(app): State<Arc<App>>, p: Principal, Path(name): Path<
     Ok(json(queue))
 }
 
-#[derive(Deserialize)]
+/// Query of `DELETE /v1/queues/{queue}`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeleteParams {
+    /// Delete even if the queue has jobs that are not finished.
     #[serde(default)]
+    #[param(default = false)]
     force: bool,
 }
 
+/// Delete a queue
+///
+/// Admins only. A queue with jobs that are not finished is only deleted with `force=true`.
+#[utoipa::path(
+    delete,
+    path = "/v1/queues/{queue}",
+    operation_id = "deleteQueue",
+    tag = "queues",
+    security(("bearer" = [])),
+    params(("queue" = QueueName, Path, description = "Queue name"), DeleteParams),
+    responses(
+        (status = 204, description = "The queue is gone"),
+        (status = 400, description = "The queue name is invalid (problem), or the query is (plain text)", content(
+            (Problem = "application/problem+json"),
+            (String = "text/plain"),
+        )),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The queue has jobs that are not finished and `force` is not set", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn delete(State(app): State<Arc<App>>, p: Principal, Path(name): Path<String>, Query(params): Query<DeleteParams>) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     let name = queue_name(&name)?;
@@ -59,6 +156,24 @@ pub async fn delete(State(app): State<Arc<App>>, p: Principal, Path(name): Path<
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// A queue's fair-share report
+///
+/// Per pool: fair share, adjusted fair share, actual share, allocation and demand, from the
+/// leader's latest scheduling cycle; and the queue's jobs per state.
+#[utoipa::path(
+    get,
+    path = "/v1/queues/{queue}/report",
+    operation_id = "queueReport",
+    tag = "queues",
+    security(("bearer" = [])),
+    params(("queue" = QueueName, Path, description = "Queue name")),
+    responses(
+        (status = 200, description = "The report", body = QueueReport),
+        (status = 400, description = "The queue name is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
+    )
+)]
 pub async fn report(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<String>) -> Result<Response, ApiError> {
     let name = queue_name(&name)?;
     let (queue, jobs) = {

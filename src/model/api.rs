@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 // ---------------------------------------------------------------------------------------------
 
 /// `POST /v1/jobs`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     pub queue: QueueName,
@@ -23,7 +23,7 @@ pub struct SubmitRequest {
 
 /// One job of a submission. The pod spec, services and ingresses are kept as the client's JSON
 /// text: checked once, stored as sent.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitItem {
     /// Lower runs first within the queue.
@@ -33,6 +33,7 @@ pub struct SubmitItem {
     #[serde(default)]
     pub priority_class: Option<String>,
     /// A Kubernetes PodSpec.
+    #[schema(value_type = Object)]
     pub pod_spec: Box<serde_json::value::RawValue>,
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
@@ -40,9 +41,11 @@ pub struct SubmitItem {
     pub labels: BTreeMap<String, String>,
     /// Kubernetes Service objects to create with the pod.
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     pub services: Vec<Box<serde_json::value::RawValue>>,
     /// Kubernetes Ingress objects to create with the pod.
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     pub ingresses: Vec<Box<serde_json::value::RawValue>>,
     /// Resubmitting with the same client id (within the queue) returns the same job id.
     #[serde(default)]
@@ -50,13 +53,13 @@ pub struct SubmitItem {
 }
 
 /// Answer to a submission: one id per submitted job, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmitResponse {
     pub job_ids: Vec<JobId>,
 }
 
 /// `POST /v1/jobs/cancel`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     pub queue: QueueName,
@@ -72,13 +75,13 @@ pub struct CancelRequest {
 }
 
 /// Jobs a cancel, reprioritize or preempt request changed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobIdsResponse {
     pub job_ids: Vec<JobId>,
 }
 
 /// `POST /v1/jobs/reprioritize`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReprioritizeRequest {
     pub queue: QueueName,
@@ -89,7 +92,7 @@ pub struct ReprioritizeRequest {
 }
 
 /// `POST /v1/jobs/preempt`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreemptRequest {
     pub queue: QueueName,
@@ -100,16 +103,20 @@ pub struct PreemptRequest {
 }
 
 /// A run as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     pub run_id: RunId,
     pub executor: String,
     pub node: NodeName,
     pub pool: PoolName,
     pub state: RunState,
+    #[schema(format = DateTime)]
     pub leased_at: String,
+    #[schema(format = DateTime)]
     pub pending_at: Option<String>,
+    #[schema(format = DateTime)]
     pub running_at: Option<String>,
+    #[schema(format = DateTime)]
     pub finished_at: Option<String>,
     pub exit_code: Option<i32>,
     pub reason: Option<String>,
@@ -117,7 +124,7 @@ pub struct RunView {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: JobId,
     pub queue: QueueName,
@@ -125,6 +132,7 @@ pub struct JobView {
     pub state: JobState,
     pub priority: u32,
     pub priority_class: PriorityClassName,
+    #[schema(format = DateTime)]
     pub submitted_at: String,
     pub requests: Resources,
     pub annotations: BTreeMap<String, String>,
@@ -138,11 +146,12 @@ pub struct JobView {
     pub events: Option<Vec<EventView>>,
     /// The PodSpec (only on `GET /v1/jobs/{id}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub pod_spec: Option<serde_json::Value>,
 }
 
 /// `GET /v1/jobs`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobList {
     pub jobs: Vec<JobView>,
     /// Pass as `after` for the next page; absent on the last page.
@@ -150,10 +159,11 @@ pub struct JobList {
 }
 
 /// One event as the API and the event stream show it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventView {
     pub seq: u64,
     pub job_id: JobId,
+    #[schema(format = DateTime)]
     pub at: String,
     pub kind: EventKind,
     pub run_id: Option<RunId>,
@@ -161,7 +171,7 @@ pub struct EventView {
 }
 
 /// A queue's standing, per pool (`GET /v1/queues/{queue}/report`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueReport {
     pub queue: QueueName,
     pub weight: f64,
@@ -171,7 +181,7 @@ pub struct QueueReport {
 }
 
 /// A queue's standing in one pool.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueuePoolReport {
     pub pool: PoolName,
     pub fair_share: f64,
@@ -187,13 +197,14 @@ pub struct QueuePoolReport {
 // ---------------------------------------------------------------------------------------------
 
 /// A node as an agent reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeReport {
     pub name: NodeName,
     #[serde(default = "PoolName::default_pool")]
     pub pool: PoolName,
     #[serde(default)]
+    #[schema(value_type = BTreeMap<String, String>)]
     pub labels: Labels,
     #[serde(default)]
     pub taints: Vec<Taint>,
@@ -206,7 +217,7 @@ pub struct NodeReport {
 }
 
 /// A run an agent holds, with its state as the agent sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeldRun {
     pub run_id: RunId,
@@ -215,7 +226,7 @@ pub struct HeldRun {
 }
 
 /// `POST /v1/executors/{executor}/lease`: the agent's inventory and runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     pub nodes: Vec<NodeReport>,
@@ -230,7 +241,7 @@ pub struct LeaseRequest {
 }
 
 /// A job to start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseOrder {
     pub run_id: RunId,
     pub job_id: JobId,
@@ -238,8 +249,14 @@ pub struct LeaseOrder {
     pub job_set: JobSetName,
     pub node: NodeName,
     pub priority_class: PriorityClassName,
+    /// The Kubernetes PodSpec as submitted.
+    #[schema(value_type = Object)]
     pub pod_spec: serde_json::Value,
+    /// Kubernetes Service objects as submitted.
+    #[schema(value_type = Vec<Object>)]
     pub services: Vec<serde_json::Value>,
+    /// Kubernetes Ingress objects as submitted.
+    #[schema(value_type = Vec<Object>)]
     pub ingresses: Vec<serde_json::Value>,
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
@@ -248,7 +265,7 @@ pub struct LeaseOrder {
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KillOrder {
     pub run_id: RunId,
     pub job_id: Option<JobId>,
@@ -257,14 +274,14 @@ pub struct KillOrder {
 }
 
 /// Answer to a lease poll.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseResponse {
     pub leases: Vec<LeaseOrder>,
     pub kills: Vec<KillOrder>,
 }
 
 /// What happened to a run, as an agent reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEventKind {
     /// Accepted by the runtime, not started yet (pod created, image pulling).
@@ -280,7 +297,7 @@ pub enum RunEventKind {
 }
 
 /// One run event from an agent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunEventReport {
     pub run_id: RunId,
@@ -302,20 +319,20 @@ pub struct RunEventReport {
 }
 
 /// `POST /v1/executors/{executor}/events`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventsRequest {
     pub events: Vec<RunEventReport>,
 }
 
 /// Answer to an events report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventsResponse {
     pub accepted: u32,
 }
 
 /// Body of every error answer (`application/problem+json`, RFC 9457).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,

@@ -83,7 +83,31 @@ macro_rules! name_type {
                 Self::new(&s).map_err(serde::de::Error::custom)
             }
         }
+
+        /// A string with the rules of [`Self::new`].
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                name_schema($kind, $max, $extra, $rule)
+            }
+        }
+
+        impl utoipa::ToSchema for $ty {}
     };
+}
+
+/// The OpenAPI schema of a name: 1 to `max` characters of letters, digits and `extra`, starting
+/// with a letter or digit.
+fn name_schema(kind: &str, max: usize, extra: &str, rule: &str) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    // Inside a character class only `-` (and `\`, `]`, `^`, which names never allow) needs escaping.
+    let class: String = extra.chars().map(|c| if c == '-' { "\\-".to_string() } else { c.to_string() }).collect();
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(format!("A {kind}: {rule}.")))
+        .min_length(Some(1))
+        .max_length(Some(max))
+        .pattern(Some(format!("^[A-Za-z0-9][A-Za-z0-9{class}]{{0,{}}}$", max - 1)))
+        .into()
 }
 
 name_type!(
@@ -215,7 +239,31 @@ macro_rules! ulid_type {
                 }
             }
         }
+
+        /// A 26-character ULID string, as in JSON.
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                ulid_schema($kind)
+            }
+        }
+
+        impl utoipa::ToSchema for $ty {}
     };
+}
+
+/// The OpenAPI schema of an id: a ULID in Crockford base 32 (written in upper case, read in
+/// either case).
+fn ulid_schema(kind: &str) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::Custom("ulid".into())))
+        .description(Some(format!("A {kind}: a 26-character ULID.")))
+        .min_length(Some(26))
+        .max_length(Some(26))
+        .pattern(Some("^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$"))
+        .examples(["01J9Z8Q6M3X2V7N5K4H1G0F9E8"])
+        .into()
 }
 
 ulid_type!(

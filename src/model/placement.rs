@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 pub type Labels = BTreeMap<String, String>;
 
 /// Effect of a taint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum TaintEffect {
     NoSchedule,
     PreferNoSchedule,
@@ -17,7 +17,7 @@ pub enum TaintEffect {
 
 /// A node taint: jobs that do not tolerate it are not placed on the node (unless the effect is
 /// only `PreferNoSchedule`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Taint {
     pub key: String,
     #[serde(default)]

@@ -9,11 +9,13 @@ pub type ResourceFractions = BTreeMap<ResourceName, f64>;
 
 /// A queue. Weight is `1 / priority_factor`: a queue with factor 2 gets half the share of a queue
 /// with factor 1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Queue {
     pub name: QueueName,
+    /// Share divisor: a queue with factor 2 gets half the share of a queue with factor 1 (> 0).
     #[serde(default = "default_priority_factor")]
+    #[schema(default = 1.0, exclusive_minimum = 0.0)]
     pub priority_factor: f64,
     /// Users who may submit to and cancel in this queue.
     #[serde(default)]
@@ -23,9 +25,11 @@ pub struct Queue {
     pub groups: Vec<String>,
     /// Maximum fraction of a pool this queue may use, per resource.
     #[serde(default)]
+    #[schema(value_type = BTreeMap<ResourceName, f64>)]
     pub resource_limits: ResourceFractions,
     /// Maximum fraction of a pool this queue's jobs of one priority class may use.
     #[serde(default)]
+    #[schema(value_type = BTreeMap<PriorityClassName, BTreeMap<ResourceName, f64>>)]
     pub resource_limits_by_priority_class: BTreeMap<PriorityClassName, ResourceFractions>,
     /// A cordoned queue refuses new submissions; its jobs keep running.
     #[serde(default)]

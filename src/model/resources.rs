@@ -201,6 +201,31 @@ impl<'de> Deserialize<'de> for Resources {
     }
 }
 
+/// An object of Kubernetes quantity strings keyed by resource name, as in JSON
+/// (`{"cpu": "1500m", "memory": "4Gi"}`). Requests may also give plain numbers.
+impl utoipa::PartialSchema for Resources {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let quantity = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("A Kubernetes quantity: cpu and devices in units or milli-units (`2`, `500m`), memory and storage in bytes with an optional suffix (`4Gi`, `512M`)."))
+            .examples(["1500m", "4Gi"]);
+        let name = match <ResourceName as utoipa::PartialSchema>::schema() {
+            utoipa::openapi::RefOr::T(s) => Some(s),
+            utoipa::openapi::RefOr::Ref(_) => None,
+        };
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some("Amounts per resource name; absent names are zero."))
+            .property_names(name)
+            .additional_properties(Some(quantity))
+            .examples([serde_json::json!({"cpu": "1500m", "memory": "4Gi", "nvidia.com/gpu": "1"})])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Resources {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
