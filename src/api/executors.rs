@@ -45,12 +45,19 @@ struct Pending {
 fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &LeaseRequest, max_leases: usize) -> Pending {
     let st = app.state();
     let mut out = Pending { leases: vec![], kills: vec![] };
-    for id in st.by_executor.get(executor).into_iter().flatten() {
-        let Some(job) = st.jobs.get(id) else { continue };
-        let Some(run) = job.record.active_run() else { continue };
+    for id in st.killing.get(executor).into_iter().flatten() {
+        let Some(run) = st.jobs.get(id).and_then(|j| j.record.active_run()) else { continue };
         if let Some(k) = &run.kill {
             out.kills.push(KillOrder { run_id: run.run_id, job_id: Some(*id), grace_period_seconds: k.grace_period_ms as f64 / 1000.0, reason: k.reason.clone() });
-        } else if run.state == crate::model::RunState::Leased && !held.contains(&run.run_id) && out.leases.len() < max_leases {
+        }
+    }
+    for id in st.unacked.get(executor).into_iter().flatten() {
+        if out.leases.len() >= max_leases {
+            break;
+        }
+        let Some(job) = st.jobs.get(id) else { continue };
+        let Some(run) = job.record.active_run() else { continue };
+        if !held.contains(&run.run_id) {
             out.leases.push((*id, run.run_id, job.record.clone()));
         }
     }

@@ -1,6 +1,7 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod e2e;
 mod harness;
 mod recovery;
 mod schedule;
@@ -17,6 +18,8 @@ pub enum BenchCommand {
     Submit(submit::SubmitArgs),
     /// Restart time and memory of a server holding many jobs.
     Recovery(recovery::RecoveryArgs),
+    /// Lease latency and end-to-end throughput with a server and a fake agent.
+    E2e(e2e::E2eArgs),
 }
 
 /// Runs a benchmark.
@@ -25,6 +28,7 @@ pub fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Schedule(args) => schedule::run(args),
         BenchCommand::Submit(args) => submit::run(args),
         BenchCommand::Recovery(args) => recovery::run(args),
+        BenchCommand::E2e(args) => e2e::run(args),
     }
 }
 

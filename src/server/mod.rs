@@ -115,6 +115,12 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let live = tokio::spawn(liveness::run(app.clone(), stop_rx.clone()));
     let mut serve_stop = stop_rx.clone();
     let done = tokio::spawn(async move {
+        // No Nagle: small answers (long-poll leases, SSE events) must not wait for a delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY");
+            }
+        });
         let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
             let _ = serve_stop.wait_for(|s| *s).await;
         });

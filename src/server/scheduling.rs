@@ -28,6 +28,11 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
         if *shutdown.borrow() {
             break;
         }
+        // With nothing queued a cycle can neither place nor usefully preempt anything; skipping
+        // it keeps the next submission from waiting out the minimum interval.
+        if app.state().queues.values().all(|q| q.queued.is_empty()) {
+            continue;
+        }
         let since = last.elapsed();
         if since < min {
             tokio::time::sleep(min - since).await;

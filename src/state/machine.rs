@@ -97,6 +97,11 @@ pub struct State {
     pub runs: HashMap<RunId, JobId>,
     /// Jobs with an active run, per executor.
     pub by_executor: HashMap<ExecutorName, BTreeSet<JobId>>,
+    /// Jobs whose run is leased and not yet reported by its executor (sent on every poll until
+    /// then), per executor.
+    pub unacked: HashMap<ExecutorName, BTreeSet<JobId>>,
+    /// Jobs whose run must be stopped, per executor.
+    pub killing: HashMap<ExecutorName, BTreeSet<JobId>>,
     /// Live jobs per job set.
     pub job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
@@ -121,6 +126,8 @@ impl State {
             jobs: HashMap::new(),
             runs: HashMap::new(),
             by_executor: HashMap::new(),
+            unacked: HashMap::new(),
+            killing: HashMap::new(),
             job_sets: HashMap::new(),
             gangs: HashMap::new(),
             client_ids: HashMap::new(),
@@ -259,6 +266,11 @@ impl State {
         if let Some(run) = r.active_run() {
             self.runs.insert(run.run_id, id);
             self.by_executor.entry(run.executor.clone()).or_default().insert(id);
+            if run.kill.is_some() {
+                self.killing.entry(run.executor.clone()).or_default().insert(id);
+            } else if run.state == crate::model::RunState::Leased {
+                self.unacked.entry(run.executor.clone()).or_default().insert(id);
+            }
         }
         let key = self.queue_key(r);
         if let Some(q) = self.queues.get_mut(&r.queue) {
@@ -293,8 +305,10 @@ impl State {
         }
         if let Some(run) = r.active_run() {
             self.runs.remove(&run.run_id);
-            if let Some(s) = self.by_executor.get_mut(&run.executor) {
-                s.remove(&id);
+            for index in [&mut self.by_executor, &mut self.unacked, &mut self.killing] {
+                if let Some(s) = index.get_mut(&run.executor) {
+                    s.remove(&id);
+                }
             }
         }
         let key = self.queue_key(r);
