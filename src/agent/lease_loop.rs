@@ -281,7 +281,8 @@ async fn kill_one<R: Runtime>(shared: &Arc<Shared<R>>, k: KillOrder) -> bool {
         .unwrap_or(Duration::from_secs(1))
         .min(Duration::from_secs(86_400));
     let now = Instant::now();
-    {
+    // Whether this agent was ever given the run (leased in this life or found at recovery).
+    let known = {
         let mut t = shared.table();
         let t = &mut *t;
         match t.runs.get_mut(&k.run_id) {
@@ -291,21 +292,37 @@ async fn kill_one<R: Runtime>(shared: &Arc<Shared<R>>, k: KillOrder) -> bool {
                     return false;
                 }
                 h.kill_sent = Some((now, grace));
+                true
             }
             None if t.done.contains(&k.run_id) => return false,
-            None => {}
+            None => false,
         }
-    }
+    };
     let run_id = k.run_id;
     match shared.runtime.kill(run_id, grace, &k.reason).await {
         Ok(true) => {
             tracing::info!(%executor, %run_id, job_id = ?k.job_id, reason = %k.reason, grace_seconds = grace.as_secs_f64(), "kill order");
             true
         }
-        Ok(false) => {
-            tracing::debug!(%executor, %run_id, "kill order for a run this agent does not have");
-            false
-        }
+        Ok(false) => match k.job_id.filter(|_| !known) {
+            // A run stopped before its lease reached this agent (cancelled while the agent was
+            // away, or between the lease and the poll that would have carried it): it never
+            // started here, and the server keeps it, and its resources, until told it is over.
+            Some(job_id) => {
+                tracing::info!(%executor, %run_id, %job_id, reason = %k.reason, "kill order for a run that never started here; reporting it stopped");
+                let mut ev = run_event(run_id, job_id, RunEventKind::Failed);
+                ev.reason = Some("killed".into());
+                ev.message = Some(format!("stopped before it started: {}", k.reason));
+                // Over at once in the table, so a repeated order does not report it twice.
+                shared.table().apply(&ev);
+                shared.sink.send(ev);
+                true
+            }
+            None => {
+                tracing::debug!(%executor, %run_id, "kill order for a run this agent does not have");
+                false
+            }
+        },
         Err(e) => {
             tracing::error!(%executor, %run_id, error = %e, "kill failed; will retry when ordered again");
             if let Some(h) = shared.table().runs.get_mut(&run_id) {

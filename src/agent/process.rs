@@ -371,6 +371,11 @@ impl Runtime for ProcessRuntime {
                 Ok(Some(rec)) => {
                     let ev = inner.final_event(&dir, run_id, job_id, &rec);
                     tracing::info!(%run_id, %job_id, kind = ?ev.kind, "found a run that ended while the agent was away");
+                    if dir.has(rundir::PID) {
+                        // It ran, maybe before the earlier agent could say so: say so before its
+                        // end (the server ignores a repeated `running`).
+                        inner.sink.send(run_event(run_id, job_id, RunEventKind::Running));
+                    }
                     held.push(HeldRun {
                         run_id,
                         job_id,

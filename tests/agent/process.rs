@@ -375,3 +375,50 @@ async fn restarted_agent_adopts_runs_and_kills_orphans_on_order() {
     assert!(fin.log_tail.is_some_and(|t| t.contains("kept")));
     second.stop().await.expect("clean stop");
 }
+
+/// A kill order for a run whose lease never reached the agent (cancelled in between): nothing
+/// starts, and the run is reported stopped once, so the server can let it (and its resources) go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_order_for_a_lease_never_received_reports_the_run_stopped() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let never = shell_lease("node-1", "echo must not run");
+    cp.push_kill(never.run_id, never.job_id, 5.0, "cancelled by user");
+    let fin = cp.wait_final(never.run_id, T).await;
+    assert_eq!(
+        (fin.kind, fin.exit_code, fin.reason.as_deref(), fin.message.as_deref()),
+        (RunEventKind::Failed, None, Some("killed"), Some("stopped before it started: cancelled by user")),
+        "{fin:?}"
+    );
+    assert_eq!(fin.job_id, never.job_id);
+    // Acknowledged: it leaves the polls; reported once, and nothing ran.
+    wait_for(T, "a poll without the run", || cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != never.run_id))).await;
+    assert_eq!(cp.events_of(never.run_id).len(), 1);
+    assert!(!dir.path().join("runs").join(never.run_id.to_string()).exists());
+    agent.stop().await.expect("clean stop");
+}
+
+/// A run that started and ended while no agent ran (its directory has a pid and an exit record;
+/// the agent before may have died before reporting even `pending`): the next agent reports it
+/// running, then over, so its history never skips `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
+    use convoy::agent::rundir::{self, ExitRecord, RunDir};
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = shell_lease("node-1", "echo ran");
+    let run = RunDir::new(dir.path().join("runs").join(l.run_id.to_string()));
+    std::fs::create_dir_all(&run.path).expect("run dir");
+    run.write_atomic(rundir::LEASE, &serde_json::to_vec(&l).expect("lease JSON")).expect("lease");
+    run.write_atomic(rundir::PID, b"999999 1\n").expect("pid");
+    std::fs::write(run.file(rundir::STDOUT), "ran\n").expect("stdout");
+    let rec = ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1 };
+    assert!(run.write_exit_once(&rec).expect("exit"));
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let fin = cp.wait_final(l.run_id, T).await;
+    assert_eq!((fin.kind, fin.exit_code, fin.log_tail.as_deref()), (RunEventKind::Succeeded, Some(0), Some("ran\n")), "{fin:?}");
+    let kinds: Vec<_> = cp.events_of(l.run_id).iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [RunEventKind::Running, RunEventKind::Succeeded]);
+    agent.stop().await.expect("clean stop");
+}

@@ -1,6 +1,8 @@
 //! Test harness: starts real `convoy` processes on 127.0.0.1 and talks HTTP to them.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -61,6 +63,7 @@ impl Server {
             .arg("server")
             .arg("--config")
             .arg(&cfg)
+            .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::from(std::fs::File::create(dir.join("server.log")).expect("log file")))
             .spawn()
