@@ -81,16 +81,7 @@ pub async fn submit(State(app): State<Arc<App>>, p: Principal, ApiJson(req): Api
 
 /// Largest amount of each resource on any known node.
 fn largest_node(app: &App) -> Resources {
-    let st = app.state();
-    let mut out = Resources::new();
-    for e in st.executors.values() {
-        for n in &e.nodes {
-            let mut cap = n.allocatable.clone();
-            cap.sub(&n.unallocatable);
-            out.max_with(&cap);
-        }
-    }
-    out
+    app.state().largest_node.clone()
 }
 
 /// Cancel jobs

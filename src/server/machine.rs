@@ -43,6 +43,8 @@ impl ServerMachine {
         tx.set_durability(Durability::None)?;
         let mut responses = Vec::with_capacity(entries.len());
         let mut effects = Effects::default();
+        let mut changes = Vec::new();
+        // Memory first, under the lock; the disk writes after it, so readers wait less.
         {
             let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
             for e in entries {
@@ -50,13 +52,14 @@ impl ServerMachine {
                     None => responses.push(Response::Ok),
                     Some(cmd) => {
                         let applied = state.apply(cmd, ApplyContext { term: e.term });
-                        write_changes(&tx, &applied.changes)?;
+                        changes.extend(applied.changes);
                         effects.merge(applied.effects);
                         responses.push(applied.response.unwrap_or(Response::Ok));
                     }
                 }
             }
         }
+        write_changes(&tx, &changes)?;
         {
             let mut meta = tx.open_table(META)?;
             for (k, v) in raft_meta {

@@ -110,6 +110,8 @@ pub struct State {
     /// Last event sequence number per job set.
     pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
     pub executors: BTreeMap<ExecutorName, ExecutorRecord>,
+    /// Largest amount of each resource on any known node (allocatable minus used by others).
+    pub largest_node: Resources,
     pub next_seq: u64,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
@@ -133,6 +135,7 @@ impl State {
             client_ids: HashMap::new(),
             event_seqs: HashMap::new(),
             executors: BTreeMap::new(),
+            largest_node: Resources::new(),
             next_seq: 0,
             interned: HashMap::new(),
             class_names: HashMap::new(),
@@ -367,6 +370,19 @@ impl State {
     pub fn restore_job(&mut self, record: JobRecord) {
         let job = self.live(record);
         self.index_job(job);
+    }
+
+    /// Recomputes [`State::largest_node`] after the executors changed.
+    pub fn refresh_largest_node(&mut self) {
+        let mut out = Resources::new();
+        for e in self.executors.values() {
+            for n in &e.nodes {
+                let mut cap = n.allocatable.clone();
+                cap.sub(&n.unallocatable);
+                out.max_with(&cap);
+            }
+        }
+        self.largest_node = out;
     }
 
     /// Number of live jobs.

@@ -75,6 +75,7 @@ impl State {
         let record = ExecutorRecord { name: name.clone(), nodes, updated_at_ms: at_ms };
         out.changes.push(Change::PutExecutor(record.clone()));
         self.executors.insert(name, record);
+        self.refresh_largest_node();
         out.effects.schedule = true;
         Response::Ok
     }
@@ -214,6 +215,7 @@ impl State {
         self.by_executor.remove(executor);
         if self.executors.remove(executor).is_some() {
             out.changes.push(Change::DeleteExecutor(executor.clone()));
+            self.refresh_largest_node();
         }
         out.effects.schedule = true;
         Response::Ok

@@ -29,6 +29,7 @@ impl Store {
             let e: ExecutorRecord = decode(v.value(), &format!("executor {}", k.value()))?;
             state.executors.insert(e.name.clone(), e);
         }
+        state.refresh_largest_node();
         for row in tx.open_table(EVENT_SEQS)?.iter()? {
             let (k, v) = row?;
             if let Some((q, s)) = split_pair(k.value()) {
