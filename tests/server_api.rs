@@ -295,3 +295,16 @@ async fn openapi_document_describes_the_real_server() {
         }
     }
 }
+
+#[tokio::test]
+async fn oversized_requests_are_refused() {
+    let s = Server::start("max_request_bytes = 4096");
+    s.ready().await;
+    s.create_queue("A").await;
+    let jobs: Vec<Value> = (0..50).map(|_| job("1")).collect();
+    let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": jobs})).await;
+    assert_eq!(st, 413, "{v}");
+    assert_eq!(v["status"], 413);
+    let (_, v) = s.get("/v1/jobs?queue=A").await;
+    assert_eq!(v["jobs"].as_array().map(|a| a.len()), Some(0));
+}
