@@ -18,7 +18,7 @@ mod tests;
 
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
-pub use state_machine::{ApplyItem, ApplyPayload, ReplicatedState, SnapshotExport, StateMachine};
+pub use state_machine::{ApplyItem, ApplyPayload, ExportJob, ReplicatedState, SnapshotExport, StateMachine};
 pub use types::{Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote};
 
 use crate::state::{Command, Response};

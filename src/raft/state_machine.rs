@@ -81,15 +81,20 @@ pub trait ReplicatedState: Send + Sync + 'static {
     /// `redb::Durability::Immediate`, which persists the earlier non-durable commits too).
     fn make_durable(&mut self) -> io::Result<()>;
 
-    /// A consistent export of the whole state (one redb read transaction) with its applied log id
-    /// and membership. Applying waits while this runs, so keep it a straight copy.
-    fn export(&self) -> io::Result<SnapshotExport>;
+    /// Starts a consistent export of the whole state with its applied log id and membership.
+    /// Called with applying paused, right after [`make_durable`](Self::make_durable): pin a
+    /// consistent view, e.g. a redb read transaction. The returned job reads that view while
+    /// applying goes on, so a large state does not stall writes.
+    fn export(&mut self) -> io::Result<ExportJob>;
 
     /// Replaces the whole state with a snapshot's contents, atomically. Afterwards
     /// [`applied_state`](Self::applied_state) returns `meta.last_log_id` and
     /// `meta.last_membership`.
     fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()>;
 }
+
+/// Reads a pinned view of the state into a [`SnapshotExport`], away from the state lock.
+pub type ExportJob = Box<dyn FnOnce() -> io::Result<SnapshotExport> + Send>;
 
 /// openraft's state machine over a [`ReplicatedState`].
 pub struct StateMachine<S: ReplicatedState> {
@@ -153,6 +158,15 @@ fn save_snapshot(db: &Database, meta: &SnapshotMeta, data: &[u8]) -> io::Result<
     tx.commit().map_err(io_err)
 }
 
+fn load_snapshot_meta(db: &Database) -> io::Result<Option<SnapshotMeta>> {
+    let tx = db.begin_read().map_err(io_err)?;
+    let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
+    match t.get(KEY_META).map_err(io_err)? {
+        Some(v) => Ok(Some(decode::<SnapshotMeta>(v.value())?)),
+        None => Ok(None),
+    }
+}
+
 fn load_snapshot(db: &Database) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
     let tx = db.begin_read().map_err(io_err)?;
     let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
@@ -186,17 +200,28 @@ fn snapshot_err(verb: ErrorVerb) -> impl Fn(io::Error) -> StorageError {
 
 impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (meta, data) = self
+        // Only pinning the view holds the state lock; the copy runs while entries keep applying.
+        let job = self
             .shared
-            .with_state(|state, db| {
+            .with_state(|state, _| {
                 // Durable first: once the snapshot exists, Raft may purge the log it covers.
                 state.make_durable()?;
-                let export = state.export()?;
-                let meta = SnapshotMeta { snapshot_id: snapshot_id(export.last_applied.as_ref()), last_log_id: export.last_applied, last_membership: export.membership };
-                // Saved under the state lock, so a concurrent install cannot be overwritten by
-                // this older snapshot.
-                save_snapshot(db, &meta, &export.data)?;
-                Ok((meta, export.data))
+                state.export()
+            })
+            .await
+            .map_err(snapshot_err(ErrorVerb::Read))?;
+        let export = blocking(job).await.map_err(snapshot_err(ErrorVerb::Read))?;
+        let meta = SnapshotMeta { snapshot_id: snapshot_id(export.last_applied.as_ref()), last_log_id: export.last_applied, last_membership: export.membership };
+        let data = export.data;
+        let (m, d) = (meta.clone(), data.clone());
+        // Saved under the state lock, and only if no newer snapshot was installed meanwhile.
+        self.shared
+            .with_state(move |_, db| {
+                let saved = load_snapshot_meta(db)?;
+                if saved.as_ref().is_some_and(|s| s.last_log_id > m.last_log_id) {
+                    return Ok(());
+                }
+                save_snapshot(db, &m, &d)
             })
             .await
             .map_err(snapshot_err(ErrorVerb::Write))?;

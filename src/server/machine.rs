@@ -2,16 +2,21 @@
 //! writes their changes to redb, with the Raft bookkeeping, in one write transaction.
 //!
 //! Durability: applied batches are committed with `Durability::None` (visible at once, fsync'd
-//! later) because the Raft log, which is fsync'd before anything is acknowledged, can replay
-//! them after a crash. `make_durable` is called before a snapshot is built, and only then may
-//! the log be purged.
+//! later) because the Raft log, which is fsync'd before anything is acknowledged and lives in a
+//! file of its own, can replay them after a crash. One apply per [`DURABLE_EVERY`] is committed
+//! durably, which bounds the replay at start-up and lets redb reuse freed pages. `make_durable`
+//! is called before a snapshot is built, and only then may the log be purged.
 
 use super::app::Notifier;
 use crate::state::{ApplyContext, Command, Effects, Response, State, StateSettings};
 use crate::store::tables::META;
 use crate::store::{Store, StoreError, write_changes};
 use redb::{Durability, ReadableDatabase};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Longest stretch of applied entries that may be lost in a crash (and replayed from the log).
+pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 /// One committed log entry to apply.
 pub struct Entry {
@@ -27,11 +32,12 @@ pub struct ServerMachine {
     state: Arc<RwLock<State>>,
     notify: Arc<Notifier>,
     settings: StateSettings,
+    last_durable: Mutex<Instant>,
 }
 
 impl ServerMachine {
     pub fn new(store: Store, state: Arc<RwLock<State>>, notify: Arc<Notifier>, settings: StateSettings) -> Self {
-        ServerMachine { store, state, notify, settings }
+        ServerMachine { store, state, notify, settings, last_durable: Mutex::new(Instant::now()) }
     }
 
     /// Applies entries in order inside one write transaction that also stores `raft_meta`
@@ -40,7 +46,15 @@ impl ServerMachine {
     /// reloads from disk and replays the log.
     pub fn apply(&self, entries: Vec<Entry>, raft_meta: &[(&str, Vec<u8>)]) -> Result<Vec<Response>, StoreError> {
         let mut tx = self.store.write()?;
-        tx.set_durability(Durability::None)?;
+        let durable = {
+            let mut last = self.last_durable.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.elapsed() >= DURABLE_EVERY;
+            if due {
+                *last = Instant::now();
+            }
+            due
+        };
+        tx.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
         let mut responses = Vec::with_capacity(entries.len());
         let mut effects = Effects::default();
         let mut changes = Vec::new();
@@ -86,9 +100,9 @@ impl ServerMachine {
         Ok(meta.get(key)?.map(|v| v.value().to_vec()))
     }
 
-    /// Exports the state tables (one read transaction).
-    pub fn export(&self) -> Result<Vec<u8>, StoreError> {
-        self.store.export()
+    /// Pins a consistent view of the state for a snapshot.
+    pub fn pin_export(&self) -> Result<crate::store::ExportView, StoreError> {
+        self.store.pin_export()
     }
 
     /// Replaces the state with a snapshot, durably, with its Raft bookkeeping, and reloads the

@@ -39,6 +39,20 @@ pub fn database_path(config: &Config) -> std::path::PathBuf {
     config.server.data_dir.join("convoy.redb")
 }
 
+/// The Raft log's own database file, beside the state's.
+pub fn log_database_path(config: &Config) -> std::path::PathBuf {
+    config.server.data_dir.join("raft.redb")
+}
+
+fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
+    let path = log_database_path(config);
+    let db = redb::Database::builder()
+        .set_cache_size(16 << 20)
+        .create(&path)
+        .map_err(|e| crate::store::StoreError::Database(format!("opening {}: {e}", path.display())))?;
+    Ok(Arc::new(db))
+}
+
 /// A started server: its address and the means to stop it.
 pub struct Running {
     /// Base URL it serves on.
@@ -92,7 +106,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let advertise = config.server.advertise.clone().unwrap_or_else(|| format!("http://{local}"));
 
     let raft_settings = RaftSettings { cluster_secret: config.auth.cluster_secret.clone(), initialize_single: true, ..RaftSettings::default() };
-    let raft = RaftNode::start(config.server.node_id, advertise.clone(), store.db(), Replicated::new(machine), raft_settings).await?;
+    let log_db = open_log_db(&config)?;
+    let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, Replicated::new(machine), raft_settings).await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {

@@ -5,7 +5,7 @@
 use super::app::ClusterView;
 use super::machine::{Entry, ServerMachine};
 use super::writer::{Replicate, WriteError};
-use crate::raft::{ApplyItem, ApplyPayload, LogId, RaftNode, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
+use crate::raft::{ApplyItem, ApplyPayload, ExportJob, LogId, RaftNode, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
 use crate::state::{Command, Response};
 use futures::future::BoxFuture;
 use std::io;
@@ -83,8 +83,19 @@ impl ReplicatedState for Replicated {
         self.machine.make_durable().map_err(io_err)
     }
 
-    fn export(&self) -> io::Result<SnapshotExport> {
-        Ok(SnapshotExport { last_applied: self.applied()?, membership: self.membership()?, data: self.machine.export().map_err(io_err)? })
+    fn export(&mut self) -> io::Result<ExportJob> {
+        let view = self.machine.pin_export().map_err(io_err)?;
+        Ok(Box::new(move || {
+            let last_applied = match view.raft_meta(APPLIED).map_err(io_err)? {
+                Some(b) => decode(&b, "raft applied log id")?,
+                None => None,
+            };
+            let membership = match view.raft_meta(MEMBERSHIP).map_err(io_err)? {
+                Some(b) => decode(&b, "raft membership")?,
+                None => StoredMembership::default(),
+            };
+            Ok(SnapshotExport { last_applied, membership, data: view.export().map_err(io_err)? })
+        }))
     }
 
     fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {

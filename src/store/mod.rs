@@ -11,6 +11,7 @@ pub mod tables;
 mod writes;
 
 pub use queries::JobFilter;
+pub use snapshot::ExportView;
 pub use writes::write_changes;
 
 use redb::{Database, ReadableDatabase};
@@ -69,7 +70,7 @@ impl Store {
         Ok(Store { db: Arc::new(db) })
     }
 
-    /// The shared database handle (the Raft log lives in the same file).
+    /// The database handle (the Raft log lives in a file of its own, `raft.redb`).
     pub fn db(&self) -> Arc<Database> {
         self.db.clone()
     }

@@ -29,54 +29,86 @@ fn clear<K: redb::Key + 'static, V: redb::Value + 'static>(tx: &WriteTransaction
     Ok(())
 }
 
+/// A consistent view of the state tables, pinned for a snapshot export (a redb read transaction:
+/// writes committed after it was taken are not seen).
+pub struct ExportView {
+    tx: redb::ReadTransaction,
+}
+
+impl ExportView {
+    /// A `meta` value as of this view.
+    pub fn raft_meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let meta = self.tx.open_table(META)?;
+        Ok(meta.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Exports the state tables as of this view.
+    pub fn export(&self) -> Result<Vec<u8>, StoreError> {
+        export_from(&self.tx)
+    }
+}
+
 impl Store {
     /// Exports the state tables.
     pub fn export(&self) -> Result<Vec<u8>, StoreError> {
-        let tx = self.read()?;
-        let mut e = Export { schema_version: super::migrate::CURRENT_VERSION, ..Default::default() };
-        for row in tx.open_table(META)?.iter()? {
-            let (k, v) = row?;
-            if k.value() != SCHEMA_VERSION {
-                e.meta.push((k.value().to_string(), v.value().to_vec()));
-            }
-        }
-        for row in tx.open_table(QUEUES)?.iter()? {
-            let (k, v) = row?;
-            e.queues.push((k.value().to_string(), v.value().to_vec()));
-        }
-        for row in tx.open_table(JOBS)?.iter()? {
-            let (k, v) = row?;
-            e.jobs.push((*k.value(), v.value().to_vec()));
-        }
-        for row in tx.open_table(PAYLOADS)?.iter()? {
-            let (k, v) = row?;
-            e.payloads.push((*k.value(), v.value().to_vec()));
-        }
-        for row in tx.open_table(LIVE_JOBS)?.iter()? {
-            e.live_jobs.push(*row?.0.value());
-        }
-        for row in tx.open_table(JOB_SETS)?.iter()? {
-            e.job_sets.push(row?.0.value().to_vec());
-        }
-        for row in tx.open_table(EVENTS)?.iter()? {
-            let (k, v) = row?;
-            e.events.push((k.value().to_vec(), v.value().to_vec()));
-        }
-        for row in tx.open_table(EVENT_SEQS)?.iter()? {
-            let (k, v) = row?;
-            e.event_seqs.push((k.value().to_vec(), v.value()));
-        }
-        for row in tx.open_table(CLIENT_IDS)?.iter()? {
-            let (k, v) = row?;
-            e.client_ids.push((k.value().to_vec(), *v.value()));
-        }
-        for row in tx.open_table(EXECUTORS)?.iter()? {
-            let (k, v) = row?;
-            e.executors.push((k.value().to_string(), v.value().to_vec()));
-        }
-        encode(&e)
+        export_from(&self.read()?)
     }
 
+    /// Pins the current state for a later [`ExportView::export`].
+    pub fn pin_export(&self) -> Result<ExportView, StoreError> {
+        Ok(ExportView { tx: self.read()? })
+    }
+}
+
+fn export_from(tx: &redb::ReadTransaction) -> Result<Vec<u8>, StoreError> {
+    let mut e = Export {
+        schema_version: super::migrate::CURRENT_VERSION,
+        ..Default::default()
+    };
+    for row in tx.open_table(META)?.iter()? {
+        let (k, v) = row?;
+        if k.value() != SCHEMA_VERSION {
+            e.meta.push((k.value().to_string(), v.value().to_vec()));
+        }
+    }
+    for row in tx.open_table(QUEUES)?.iter()? {
+        let (k, v) = row?;
+        e.queues.push((k.value().to_string(), v.value().to_vec()));
+    }
+    for row in tx.open_table(JOBS)?.iter()? {
+        let (k, v) = row?;
+        e.jobs.push((*k.value(), v.value().to_vec()));
+    }
+    for row in tx.open_table(PAYLOADS)?.iter()? {
+        let (k, v) = row?;
+        e.payloads.push((*k.value(), v.value().to_vec()));
+    }
+    for row in tx.open_table(LIVE_JOBS)?.iter()? {
+        e.live_jobs.push(*row?.0.value());
+    }
+    for row in tx.open_table(JOB_SETS)?.iter()? {
+        e.job_sets.push(row?.0.value().to_vec());
+    }
+    for row in tx.open_table(EVENTS)?.iter()? {
+        let (k, v) = row?;
+        e.events.push((k.value().to_vec(), v.value().to_vec()));
+    }
+    for row in tx.open_table(EVENT_SEQS)?.iter()? {
+        let (k, v) = row?;
+        e.event_seqs.push((k.value().to_vec(), v.value()));
+    }
+    for row in tx.open_table(CLIENT_IDS)?.iter()? {
+        let (k, v) = row?;
+        e.client_ids.push((k.value().to_vec(), *v.value()));
+    }
+    for row in tx.open_table(EXECUTORS)?.iter()? {
+        let (k, v) = row?;
+        e.executors.push((k.value().to_string(), v.value().to_vec()));
+    }
+    encode(&e)
+}
+
+impl Store {
     /// Replaces the state tables with an export, inside `tx` (the caller commits, so the raft
     /// metadata can go in the same transaction).
     pub fn import_into(&self, tx: &WriteTransaction, data: &[u8]) -> Result<(), StoreError> {

@@ -135,6 +135,25 @@ fn export_and_import_round_trip() {
 }
 
 #[test]
+fn pinned_export_ignores_later_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.redb")).unwrap();
+    let mut state = sample(&store);
+    let before = store.export().unwrap();
+    let view = store.pin_export().unwrap();
+    // Writes after pinning (the server keeps applying while a snapshot is copied).
+    let q = QueueName::new("A").unwrap();
+    apply_all(&store, &mut state, vec![Command::Submit { queue: q, job_set: JobSetName::new("later").unwrap(), at_ms: 9, jobs: vec![job(7, None)] }]);
+    let tx = store.write().unwrap();
+    tx.open_table(META).unwrap().insert("raft_applied", b"later".as_slice()).unwrap();
+    tx.commit().unwrap();
+
+    assert_eq!(view.export().unwrap(), before, "the view exports the state as it was when pinned");
+    assert_eq!(view.raft_meta("raft_applied").unwrap(), None);
+    assert_ne!(store.export().unwrap(), before, "the later writes are in the store");
+}
+
+#[test]
 fn newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");

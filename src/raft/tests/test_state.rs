@@ -1,7 +1,7 @@
 //! A small [`ReplicatedState`] for tests: `CreateQueue` stores the queue name in a redb table;
 //! other commands are refused. Applies commit with `Durability::None`, like the server's state.
 
-use crate::raft::{ApplyItem, ApplyPayload, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
+use crate::raft::{ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
 use crate::raft::codec::{decode, encode, io_err};
 use crate::state::{Command, Rejection, Response};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
@@ -106,16 +106,18 @@ impl ReplicatedState for QueueNames {
         tx.commit().map_err(io_err)
     }
 
-    fn export(&self) -> io::Result<SnapshotExport> {
+    fn export(&mut self) -> io::Result<ExportJob> {
         self.record("export");
         let tx = self.db.begin_read().map_err(io_err)?;
         let (last_applied, membership) = self.read_applied(&tx)?;
-        let t = tx.open_table(QUEUES).map_err(io_err)?;
-        let mut names = Vec::new();
-        for item in t.iter().map_err(io_err)? {
-            names.push(item.map_err(io_err)?.0.value().to_string());
-        }
-        Ok(SnapshotExport { last_applied, membership, data: encode(&names)? })
+        Ok(Box::new(move || {
+            let t = tx.open_table(QUEUES).map_err(io_err)?;
+            let mut names = Vec::new();
+            for item in t.iter().map_err(io_err)? {
+                names.push(item.map_err(io_err)?.0.value().to_string());
+            }
+            Ok(SnapshotExport { last_applied, membership, data: encode(&names)? })
+        }))
     }
 
     fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
