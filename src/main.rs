@@ -12,11 +12,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
-/// mimalloc rather than glibc's malloc: the submit path allocates many small, short-lived
-/// buffers, and glibc's allocator took about a fifth of the server's CPU there.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "convoy", version, about = "Batch-job scheduler with Armada's fair-share model, in one binary")]
 struct Cli {
