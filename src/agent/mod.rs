@@ -15,6 +15,7 @@ pub mod process;
 pub mod rundir;
 pub mod runtime;
 pub mod supervise;
+mod tasks;
 
 pub use config::{AgentConfig, ConfigError, RuntimeKind};
 pub use runtime::{EventReceiver, EventSink, Runtime, RuntimeError, Started};

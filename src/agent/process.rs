@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinSet;
+use super::tasks::OwnedTasks;
 
 /// How often a run's directory is checked for progress.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
@@ -32,7 +32,7 @@ const REASON_SUPERVISOR_FAILED: &str = "supervisor failed";
 pub struct ProcessRuntime {
     inner: Arc<Inner>,
     /// Watchers of runs and the sweeper; aborted when the runtime is dropped.
-    tasks: Mutex<JoinSet<()>>,
+    tasks: OwnedTasks,
 }
 
 struct Inner {
@@ -94,22 +94,15 @@ impl ProcessRuntime {
         };
         Ok(Self {
             inner: Arc::new(inner),
-            tasks: Mutex::new(JoinSet::new()),
+            tasks: OwnedTasks::default(),
         })
     }
 
     fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        let mut tasks = lock(&self.tasks);
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(tracing::Instrument::in_current_span(fut));
+        self.tasks.spawn(fut);
     }
 }
 
-impl Drop for ProcessRuntime {
-    fn drop(&mut self) {
-        lock(&self.tasks).abort_all();
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -25,7 +25,7 @@ use status::{Observation, classify};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::task::JoinSet;
+use crate::agent::tasks::OwnedTasks;
 use tokio::time::Instant;
 
 /// Builds a Kubernetes client from the config: the given kubeconfig (and context), else the
@@ -68,7 +68,7 @@ fn api_code(e: &kube::Error) -> Option<u16> {
 /// Runs jobs as pods.
 pub struct KubernetesRuntime {
     inner: Arc<Inner>,
-    tasks: Mutex<JoinSet<()>>,
+    tasks: OwnedTasks,
 }
 
 struct Inner {
@@ -119,22 +119,15 @@ impl KubernetesRuntime {
         };
         Self {
             inner: Arc::new(inner),
-            tasks: Mutex::new(JoinSet::new()),
+            tasks: OwnedTasks::default(),
         }
     }
 
     fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
-        let mut tasks = lock(&self.tasks);
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(tracing::Instrument::in_current_span(fut));
+        self.tasks.spawn(fut);
     }
 }
 
-impl Drop for KubernetesRuntime {
-    fn drop(&mut self) {
-        lock(&self.tasks).abort_all();
-    }
-}
 
 impl Inner {
     /// Reports what a pod's status says, if it is news for a run this agent follows.
