@@ -317,6 +317,62 @@ impl NodeDb {
         None
     }
 
+    /// Up to `k` nodes where `req` fits at `level`, in the order [`find`](Self::find) prefers
+    /// them (tier, then best fit); the first is what `find` returns.
+    pub(crate) fn find_candidates(&mut self, level: u8, types: &[u32], queue: u32, req: &[i64], k: usize) -> Vec<u32> {
+        let level = level as usize;
+        self.ensure_index(level);
+        let Some(idx) = self.indexes[level].as_ref() else { return Vec::new() };
+        let lower = self.key_of(req, 0);
+        let mut out = Vec::with_capacity(k);
+        for tier in 0..3 {
+            // The `want` smallest fitting keys over all types, sorted; a type's scan stops at
+            // the first key that could not make the list.
+            let want = k - out.len();
+            let mut found: Vec<Key> = Vec::with_capacity(want + 1);
+            for &t in types {
+                let ti = &idx[t as usize];
+                let set = match tier {
+                    0 => ti.sole.get(&queue),
+                    1 => Some(&ti.empty),
+                    _ => Some(&ti.nonempty),
+                };
+                let Some(set) = set else { continue };
+                for key in set.range(lower..) {
+                    if found.len() == want && found.last().is_some_and(|last| key >= last) {
+                        break;
+                    }
+                    if fits(req, &self.nodes[key.1 as usize].free[level]) {
+                        let at = found.partition_point(|f| f < key);
+                        found.insert(at, *key);
+                        found.truncate(want);
+                    }
+                }
+            }
+            out.extend(found.into_iter().map(|key| key.1));
+            if out.len() >= k {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Over node `n`'s occupants freed at or below `level`: the lowest level they are freed at,
+    /// and the largest `overshare` of their queues (bounds on what displacing any of them costs).
+    pub(crate) fn eligible_bounds(&self, n: u32, level: u8, overshare: impl Fn(u32) -> f64) -> (u8, f64) {
+        let (mut lowest, mut most) = (u8::MAX, f64::NEG_INFINITY);
+        for o in self.nodes[n as usize].occupants.iter().filter(|o| o.freed_at <= level) {
+            lowest = lowest.min(o.freed_at);
+            most = most.max(overshare(o.queue));
+        }
+        (lowest, most)
+    }
+
+    /// The occupant `job` of node `n`.
+    pub(crate) fn occupant(&self, n: u32, job: u32) -> Option<&Occupant> {
+        self.nodes[n as usize].occupants.iter().find(|o| o.job == job)
+    }
+
     /// True if `req` fits on node `n` at `level`.
     pub(crate) fn fits_at(&self, n: u32, level: u8, req: &[i64]) -> bool {
         fits(req, &self.nodes[n as usize].free[level as usize])

@@ -11,6 +11,10 @@ use crate::model::quantity::{Unit, format_quantity};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+/// Nodes compared when a placement must displace someone: enough to find a better victim in
+/// practice, few enough that preemption-heavy cycles stay fast.
+const DISPLACE_CANDIDATES: usize = 8;
+
 impl PoolCycle<'_> {
     /// Tries the queue's candidate.
     pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
@@ -183,12 +187,51 @@ impl PoolCycle<'_> {
             if self.db.level_is_redundant(l) {
                 continue;
             }
-            if let Some(n) = self.db.find(l, types, q, req) {
+            let found = if l == 0 { self.db.find(l, types, q, req) } else { self.least_harmful_node(l, types, q, req) };
+            if let Some(n) = found {
                 self.place(j, n, l, req);
                 return Some(l);
             }
         }
         None
+    }
+
+    /// Where placing at displacing level `level` does the least harm, among the
+    /// [`DISPLACE_CANDIDATES`] nodes the tier and best-fit order ranks first: victims of the
+    /// lowest priority class, then victims whose queues are furthest above their fair share
+    /// (judged by the least over-served victim's queue); ties keep the tier/best-fit order.
+    fn least_harmful_node(&mut self, level: u8, types: &[u32], q: u32, req: &ResVec) -> Option<u32> {
+        let cands = self.db.find_candidates(level, types, q, req, DISPLACE_CANDIDATES);
+        if cands.len() <= 1 {
+            return cands.first().copied();
+        }
+        let queues = &self.queues;
+        let overshare = |q: u32| queues[q as usize].overshare;
+        let mut best: Option<(u32, u8, f64)> = None;
+        for n in cands {
+            if let Some((_, h, l)) = best {
+                // Cheap bound from the node's eligible occupants: skip nodes that cannot win.
+                let (lowest, most) = self.db.eligible_bounds(n, level, overshare);
+                if lowest > h || (lowest == h && most <= l) {
+                    continue;
+                }
+            }
+            let (mut highest, mut least) = (0u8, f64::INFINITY);
+            for v in self.db.victims(n, level, req, overshare) {
+                if let Some(o) = self.db.occupant(n, v) {
+                    highest = highest.max(o.freed_at);
+                    least = least.min(overshare(o.queue));
+                }
+            }
+            let better = match best {
+                None => true,
+                Some((_, h, l)) => highest < h || (highest == h && least > l),
+            };
+            if better {
+                best = Some((n, highest, least));
+            }
+        }
+        best.map(|(n, _, _)| n)
     }
 
     /// Puts `j` on node `n`, displacing what level `level` requires.

@@ -145,6 +145,18 @@ fn urgency_preemption_picks_lowest_and_never_equal_or_higher() {
 }
 
 #[test]
+fn urgency_preemption_takes_from_the_queue_furthest_above_its_share() {
+    let out = run("urgency_victim_queue.yaml");
+    let r = &out.rounds[2];
+    assert_eq!(state(r, "c"), "running");
+    assert_eq!(node(r, "c"), Some("n2"));
+    assert_eq!(counts(&r.preempted), map(&[("A", 2)]));
+    assert_eq!((state(r, "a-3"), state(r, "a-4")), ("preempted", "preempted"), "the newest go first");
+    assert_eq!(on_node(r, "n1"), map(&[("B", 4)]));
+    assert_eq!(on_node(r, "n2"), map(&[("A", 2), ("C", 1)]));
+}
+
+#[test]
 fn queue_resource_limit() {
     let out = run("queue_limit.yaml");
     let r0 = &out.rounds[0];

@@ -313,7 +313,11 @@ fn decisions_json(d: &Decisions) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    // 300 cases per run by default; PROPTEST_CASES=100000 for a long search.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn invariants_determinism_and_stability(w in world()) {
