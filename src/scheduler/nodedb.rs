@@ -12,7 +12,9 @@
 //!
 //! **Tiers.** Within a level, nodes used (by non-evicted jobs) only by the job's queue come
 //! first, then empty nodes, then the rest; within a tier, the node with the least free of the
-//! indexed resources (lexicographically) that fits: best fit.
+//! indexed resources (lexicographically) that fits: best fit. At a displacing level the placement
+//! compares the first few nodes in this order by whom they would displace (lowest class, then
+//! the queue furthest above its fair share) before tier and best fit decide.
 //!
 //! **Index.** Per level and node type, ordered sets keyed by the free amounts of the indexed
 //! resources. A level's index is only built when a job first searches it (cycles without
