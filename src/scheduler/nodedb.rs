@@ -77,6 +77,17 @@ struct TypeIndex {
     sole: HashMap<u32, BTreeSet<Key>>,
 }
 
+impl TypeIndex {
+    /// The nodes of search tier `tier` for `queue`: 0 = used only by it, 1 = empty, 2 = the rest.
+    fn tier(&self, tier: u8, queue: u32) -> Option<&BTreeSet<Key>> {
+        match tier {
+            0 => self.sole.get(&queue),
+            1 => Some(&self.empty),
+            _ => Some(&self.nonempty),
+        }
+    }
+}
+
 /// Priority levels of a cycle.
 #[derive(Debug, Clone)]
 pub(crate) struct Levels {
@@ -295,13 +306,7 @@ impl NodeDb {
         for tier in 0..3 {
             let mut best: Option<Key> = None;
             for &t in types {
-                let ti = &idx[t as usize];
-                let set = match tier {
-                    0 => ti.sole.get(&queue),
-                    1 => Some(&ti.empty),
-                    _ => Some(&ti.nonempty),
-                };
-                let Some(set) = set else { continue };
+                let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if best.as_ref().is_some_and(|b| key >= b) {
                         break;
@@ -333,13 +338,7 @@ impl NodeDb {
             let want = k - out.len();
             let mut found: Vec<Key> = Vec::with_capacity(want + 1);
             for &t in types {
-                let ti = &idx[t as usize];
-                let set = match tier {
-                    0 => ti.sole.get(&queue),
-                    1 => Some(&ti.empty),
-                    _ => Some(&ti.nonempty),
-                };
-                let Some(set) = set else { continue };
+                let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if found.len() == want && found.last().is_some_and(|last| key >= last) {
                         break;
