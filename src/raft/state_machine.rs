@@ -212,16 +212,16 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             .map_err(snapshot_err(ErrorVerb::Read))?;
         let export = blocking(job).await.map_err(snapshot_err(ErrorVerb::Read))?;
         let meta = SnapshotMeta { snapshot_id: snapshot_id(export.last_applied.as_ref()), last_log_id: export.last_applied, last_membership: export.membership };
-        let data = export.data;
-        let (m, d) = (meta.clone(), data.clone());
+        let (m, d) = (meta.clone(), export.data);
         // Saved under the state lock, and only if no newer snapshot was installed meanwhile.
-        self.shared
+        let data = self
+            .shared
             .with_state(move |_, db| {
                 let saved = load_snapshot_meta(db)?;
-                if saved.as_ref().is_some_and(|s| s.last_log_id > m.last_log_id) {
-                    return Ok(());
+                if !saved.as_ref().is_some_and(|s| s.last_log_id > m.last_log_id) {
+                    save_snapshot(db, &m, &d)?;
                 }
-                save_snapshot(db, &m, &d)
+                Ok(d)
             })
             .await
             .map_err(snapshot_err(ErrorVerb::Write))?;

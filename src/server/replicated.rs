@@ -26,6 +26,14 @@ fn decode<T: serde::de::DeserializeOwned>(b: &[u8], what: &str) -> io::Result<T>
     crate::store::codec::decode(b, what).map_err(io_err)
 }
 
+fn decode_applied(stored: Option<Vec<u8>>) -> io::Result<Option<LogId>> {
+    stored.map_or(Ok(None), |b| decode(&b, "raft applied log id"))
+}
+
+fn decode_membership(stored: Option<Vec<u8>>) -> io::Result<StoredMembership> {
+    stored.map_or_else(|| Ok(StoredMembership::default()), |b| decode(&b, "raft membership"))
+}
+
 /// The server's state machine as the Raft adapter sees it.
 pub struct Replicated {
     machine: ServerMachine,
@@ -37,17 +45,11 @@ impl Replicated {
     }
 
     fn membership(&self) -> io::Result<StoredMembership> {
-        match self.machine.raft_meta(MEMBERSHIP).map_err(io_err)? {
-            Some(b) => decode(&b, "raft membership"),
-            None => Ok(StoredMembership::default()),
-        }
+        decode_membership(self.machine.raft_meta(MEMBERSHIP).map_err(io_err)?)
     }
 
     fn applied(&self) -> io::Result<Option<LogId>> {
-        match self.machine.raft_meta(APPLIED).map_err(io_err)? {
-            Some(b) => decode(&b, "raft applied log id"),
-            None => Ok(None),
-        }
+        decode_applied(self.machine.raft_meta(APPLIED).map_err(io_err)?)
     }
 }
 
@@ -86,15 +88,11 @@ impl ReplicatedState for Replicated {
     fn export(&mut self) -> io::Result<ExportJob> {
         let view = self.machine.pin_export().map_err(io_err)?;
         Ok(Box::new(move || {
-            let last_applied = match view.raft_meta(APPLIED).map_err(io_err)? {
-                Some(b) => decode(&b, "raft applied log id")?,
-                None => None,
-            };
-            let membership = match view.raft_meta(MEMBERSHIP).map_err(io_err)? {
-                Some(b) => decode(&b, "raft membership")?,
-                None => StoredMembership::default(),
-            };
-            Ok(SnapshotExport { last_applied, membership, data: view.export().map_err(io_err)? })
+            Ok(SnapshotExport {
+                last_applied: decode_applied(view.raft_meta(APPLIED).map_err(io_err)?)?,
+                membership: decode_membership(view.raft_meta(MEMBERSHIP).map_err(io_err)?)?,
+                data: view.export().map_err(io_err)?,
+            })
         }))
     }
 
