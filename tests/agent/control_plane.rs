@@ -157,34 +157,18 @@ impl ControlPlane {
 
     /// Waits for the run's final event.
     pub async fn wait_final(&self, run_id: RunId, within: Duration) -> RunEventReport {
-        let shared = self.shared.clone();
-        wait_for(within, &format!("final event of {run_id}"), || {
-            shared
-                .script
-                .lock()
-                .expect("lock")
-                .events
-                .iter()
-                .find(|e| e.run_id == run_id && is_final(e.kind))
-                .cloned()
-        })
-        .await
+        self.wait_event(run_id, &format!("final event of {run_id}"), within, |k| is_final(k)).await
     }
 
     /// Waits for an event of `kind` for the run.
     pub async fn wait_kind(&self, run_id: RunId, kind: RunEventKind, within: Duration) -> RunEventReport {
+        self.wait_event(run_id, &format!("{kind:?} event of {run_id}"), within, move |k| k == kind).await
+    }
+
+    /// Waits for an event of the run whose kind passes `pick`.
+    async fn wait_event(&self, run_id: RunId, what: &str, within: Duration, pick: impl Fn(RunEventKind) -> bool) -> RunEventReport {
         let shared = self.shared.clone();
-        wait_for(within, &format!("{kind:?} event of {run_id}"), || {
-            shared
-                .script
-                .lock()
-                .expect("lock")
-                .events
-                .iter()
-                .find(|e| e.run_id == run_id && e.kind == kind)
-                .cloned()
-        })
-        .await
+        wait_for(within, what, || shared.script.lock().expect("lock").events.iter().find(|e| e.run_id == run_id && pick(e.kind)).cloned()).await
     }
 
     /// The `runs` of the latest poll.

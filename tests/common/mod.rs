@@ -4,9 +4,8 @@
 pub mod procs;
 
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A running `convoy server`.
@@ -59,32 +58,9 @@ impl Server {
         install_crypto();
         let cfg = dir.join("convoy.toml");
         std::fs::write(&cfg, config_text).expect("write config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_convoy"))
-            .arg("server")
-            .arg("--config")
-            .arg(&cfg)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(std::fs::File::create(dir.join("server.log")).expect("log file")))
-            .spawn()
-            .expect("convoy server starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(u) = line.strip_prefix("convoy server listening on ") {
-                        break u.trim().to_string();
-                    }
-                }
-                _ => {
-                    let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-                    panic!("server exited before listening:\n{log}");
-                }
-            }
-        };
-        // Keep draining stdout so the server never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_convoy"));
+        cmd.arg("server").arg("--config").arg(&cfg).env("NO_COLOR", "1");
+        let (child, url) = procs::spawn_listening(cmd, &dir.join("server.log"));
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         Server { child, url, dir: dir.to_path_buf(), _tmp: None, client }
     }
