@@ -369,11 +369,6 @@ impl NodeDb {
         (lowest, most)
     }
 
-    /// The occupant `job` of node `n`.
-    pub(crate) fn occupant(&self, n: u32, job: u32) -> Option<&Occupant> {
-        self.nodes[n as usize].occupants.iter().find(|o| o.job == job)
-    }
-
     /// True if `req` fits on node `n` at `level`.
     pub(crate) fn fits_at(&self, n: u32, level: u8, req: &[i64]) -> bool {
         fits(req, &self.nodes[n as usize].free[level as usize])
@@ -383,6 +378,11 @@ impl NodeDb {
     /// below `level`: lowest level first, then jobs of the queue furthest above its fair share,
     /// then the newest; jobs not actually needed are kept.
     pub(crate) fn victims(&self, n: u32, level: u8, req: &[i64], overshare: impl Fn(u32) -> f64) -> Vec<u32> {
+        self.victim_occupants(n, level, req, overshare).into_iter().map(|o| o.job).collect()
+    }
+
+    /// [`victims`](Self::victims), as the occupants themselves.
+    pub(crate) fn victim_occupants(&self, n: u32, level: u8, req: &[i64], overshare: impl Fn(u32) -> f64) -> Vec<&Occupant> {
         let node = &self.nodes[n as usize];
         let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level).collect();
         cands.sort_by(|a, b| {
@@ -411,7 +411,7 @@ impl NodeDb {
                 keep[i] = true;
             }
         }
-        removed.iter().zip(keep).filter(|(_, k)| !k).map(|(o, _)| o.job).collect()
+        removed.into_iter().zip(keep).filter(|(_, k)| !k).map(|(o, _)| o).collect()
     }
 
     /// Free resources summed over the nodes of type `t` at `level`.

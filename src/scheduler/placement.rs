@@ -187,9 +187,9 @@ impl PoolCycle<'_> {
             if self.db.level_is_redundant(l) {
                 continue;
             }
-            let found = if l == 0 { self.db.find(l, types, q, req) } else { self.least_harmful_node(l, types, q, req) };
-            if let Some(n) = found {
-                self.place(j, n, l, req);
+            let found = if l == 0 { self.db.find(l, types, q, req).map(|n| (n, Vec::new())) } else { self.least_harmful_node(l, types, q, req) };
+            if let Some((n, victims)) = found {
+                self.place_displacing(j, n, req, victims);
                 return Some(l);
             }
         }
@@ -200,50 +200,49 @@ impl PoolCycle<'_> {
     /// [`DISPLACE_CANDIDATES`] nodes the tier and best-fit order ranks first: victims of the
     /// lowest priority class, then victims whose queues are furthest above their fair share
     /// (judged by the least over-served victim's queue); ties keep the tier/best-fit order.
-    fn least_harmful_node(&mut self, level: u8, types: &[u32], q: u32, req: &ResVec) -> Option<u32> {
+    fn least_harmful_node(&mut self, level: u8, types: &[u32], q: u32, req: &ResVec) -> Option<(u32, Vec<u32>)> {
         let cands = self.db.find_candidates(level, types, q, req, DISPLACE_CANDIDATES);
-        if cands.len() <= 1 {
-            return cands.first().copied();
-        }
         let queues = &self.queues;
         let overshare = |q: u32| queues[q as usize].overshare;
-        let mut best: Option<(u32, u8, f64)> = None;
+        // (node, its victims, their highest level, the least overshare of their queues)
+        let mut best: Option<(u32, Vec<u32>, u8, f64)> = None;
         for n in cands {
-            if let Some((_, h, l)) = best {
+            if let Some((_, _, h, l)) = best {
                 // Cheap bound from the node's eligible occupants: skip nodes that cannot win.
                 let (lowest, most) = self.db.eligible_bounds(n, level, overshare);
                 if lowest > h || (lowest == h && most <= l) {
                     continue;
                 }
             }
-            let (mut highest, mut least) = (0u8, f64::INFINITY);
-            for v in self.db.victims(n, level, req, overshare) {
-                if let Some(o) = self.db.occupant(n, v) {
-                    highest = highest.max(o.freed_at);
-                    least = least.min(overshare(o.queue));
-                }
-            }
+            let victims = self.db.victim_occupants(n, level, req, overshare);
+            let highest = victims.iter().map(|o| o.freed_at).max().unwrap_or(0);
+            let least = victims.iter().map(|o| overshare(o.queue)).fold(f64::INFINITY, f64::min);
             let better = match best {
                 None => true,
-                Some((_, h, l)) => highest < h || (highest == h && least > l),
+                Some((_, _, h, l)) => highest < h || (highest == h && least > l),
             };
             if better {
-                best = Some((n, highest, least));
+                best = Some((n, victims.iter().map(|o| o.job).collect(), highest, least));
             }
         }
-        best.map(|(n, _, _)| n)
+        best.map(|(n, victims, _, _)| (n, victims))
     }
 
     /// Puts `j` on node `n`, displacing what level `level` requires.
     pub(super) fn place(&mut self, j: u32, n: u32, level: u8, req: &ResVec) {
-        if level > 0 {
-            let victims = {
-                let queues = &self.queues;
-                self.db.victims(n, level, req, |q| queues[q as usize].overshare)
-            };
-            for v in victims {
-                self.displace(v, j, req);
-            }
+        let victims = if level > 0 {
+            let queues = &self.queues;
+            self.db.victims(n, level, req, |q| queues[q as usize].overshare)
+        } else {
+            Vec::new()
+        };
+        self.place_displacing(j, n, req, victims);
+    }
+
+    /// Puts `j` on node `n` after displacing `victims` (as the node db chose them).
+    fn place_displacing(&mut self, j: u32, n: u32, req: &ResVec, victims: Vec<u32>) {
+        for v in victims {
+            self.displace(v, j, req);
         }
         let job = &self.jobs[j as usize];
         let occ = Occupant {
