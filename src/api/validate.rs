@@ -48,8 +48,7 @@ pub fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<
     }
     let mut out = Vec::with_capacity(req.jobs.len());
     for (i, item) in req.jobs.iter().enumerate() {
-        let prefix = format!("jobs[{i}]");
-        out.push(check_job(item, ctx).map_err(|e| e.within(&prefix))?);
+        out.push(check_job(item, ctx).map_err(|e| e.within(&format!("jobs[{i}]")))?);
     }
     check_gangs(&out)?;
     Ok(out)
@@ -156,16 +155,17 @@ fn check_metadata(field: &str, m: &BTreeMap<String, String>) -> Result<(), Field
 }
 
 /// Requests of one container; every container must have some.
-fn container_requests(c: &Container, field: &str) -> Result<Resources, FieldError> {
+fn container_requests(c: &Container, list: &str, i: usize) -> Result<Resources, FieldError> {
+    // Field names are only formatted for an error: this runs for every job of every request.
+    let field = || format!("pod_spec.{list}[{i}].resources.requests");
     let reqs = c.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|r| !r.is_empty());
     let Some(reqs) = reqs else {
-        return Err(FieldError::new(format!("{field}.resources.requests"), "every container must request resources (e.g. cpu and memory)"));
+        return Err(FieldError::new(field(), "every container must request resources (e.g. cpu and memory)"));
     };
     let mut out = Resources::new();
     for (name, q) in reqs {
-        let f = format!("{field}.resources.requests.{name}");
-        let rn = ResourceName::new(name).map_err(|e| FieldError::new(&f, e.to_string()))?;
-        let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(&f, e.to_string()))?;
+        let rn = ResourceName::new(name).map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
+        let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
         out.set(rn, v);
     }
     Ok(out)
@@ -176,20 +176,20 @@ fn container_requests(c: &Container, field: &str) -> Result<Resources, FieldErro
 pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
     let mut sum = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        sum.add(&container_requests(c, &format!("pod_spec.containers[{i}]"))?);
+        sum.add(&container_requests(c, "containers", i)?);
     }
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
         // Init containers without requests are allowed; they run one at a time.
         let has = c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| !r.is_empty());
         if has {
-            sum.max_with(&container_requests(c, &format!("pod_spec.initContainers[{i}]"))?);
+            sum.max_with(&container_requests(c, "initContainers", i)?);
         }
     }
     if let Some(overhead) = &spec.overhead {
         for (name, q) in overhead {
-            let f = format!("pod_spec.overhead.{name}");
-            let rn = ResourceName::new(name).map_err(|e| FieldError::new(&f, e.to_string()))?;
-            let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(&f, e.to_string()))?;
+            let f = || format!("pod_spec.overhead.{name}");
+            let rn = ResourceName::new(name).map_err(|e| FieldError::new(f(), e.to_string()))?;
+            let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(f(), e.to_string()))?;
             let cur = sum.get(name);
             sum.set(rn, cur + v);
         }

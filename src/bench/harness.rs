@@ -60,6 +60,19 @@ impl BenchServer {
         }
     }
 
+    /// CPU time (user + system) the server process has used so far. A steadier measure of cost
+    /// than throughput on a shared machine: it does not count time spent waiting for a core.
+    pub fn cpu_time(&self) -> Duration {
+        let ticks = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok().and_then(|s| {
+            // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        });
+        // Linux reports these in USER_HZ, 100 per second on every architecture it runs on.
+        Duration::from_millis(ticks.unwrap_or(0) * 10)
+    }
+
     /// Resident set size of the server process, in MiB.
     pub fn rss_mb(&self) -> f64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

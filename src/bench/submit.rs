@@ -86,8 +86,12 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
 
         let batches = args.batched_jobs.div_ceil(args.batch as u64);
+        let cpu0 = server.cpu_time();
         let (bwall, blat, bjobs) = drive(&server.url, args.batch_clients, batches, args.batch).await?;
+        let cpu1 = server.cpu_time();
         let (swall, slat, sjobs) = drive(&server.url, args.single_clients, args.single_requests, 1).await?;
+        let cpu2 = server.cpu_time();
+        let us_per = |cpu: std::time::Duration, n: u64| (cpu.as_secs_f64() * 1e6 / n.max(1) as f64).round();
         let out = json!({
             "batched_jobs": bjobs,
             "batch_size": args.batch,
@@ -95,11 +99,13 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
             "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
             "batched_p50_ms": (percentile(&blat, 50.0) * 10.0).round() / 10.0,
             "batched_p99_ms": (percentile(&blat, 99.0) * 10.0).round() / 10.0,
+            "batched_server_cpu_us_per_job": us_per(cpu1.saturating_sub(cpu0), bjobs),
             "single_requests": sjobs,
             "single_clients": args.single_clients,
             "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
             "single_p50_ms": (percentile(&slat, 50.0) * 10.0).round() / 10.0,
             "single_p99_ms": (percentile(&slat, 99.0) * 10.0).round() / 10.0,
+            "single_server_cpu_us_per_request": us_per(cpu2.saturating_sub(cpu1), sjobs),
             "server_rss_mb": server.rss_mb().round(),
         });
         println!("{out}");

@@ -1,9 +1,9 @@
 //! The Raft log on redb: entries in `raft_log` (index → bincode entry), and the vote, the
 //! committed log id and the last purged log id in `raft_meta`.
 //!
-//! The log shares the server's `redb::Database` with the state tables. Every write that Raft
-//! relies on for safety (vote, appended entries, truncation, purge) commits with
-//! `Durability::Immediate`, so it is on disk before openraft is told it happened. Only the
+//! The log has a redb file of its own (the state is in another). Every write that Raft relies on
+//! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,
+//! so it is on disk before openraft is told it happened. Only the
 //! committed log id is written with `Durability::None`: losing it in a crash is harmless (it is an
 //! optimisation for re-applying the log at start-up, and an older value is always valid), and a
 //! later durable commit of any transaction persists it anyway.
@@ -15,8 +15,9 @@ use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::fmt::Debug;
 use std::io;
+use std::collections::BTreeMap;
 use std::ops::RangeBounds;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Log entries by index.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -34,8 +35,15 @@ pub struct LogStore {
     /// The latest committed log id, not yet written: it rides along with the next append
     /// instead of costing a transaction of its own. Losing it in a crash only means applying
     /// again from the durable applied id.
-    committed: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    committed: Arc<Mutex<Option<Vec<u8>>>>,
+    /// Entries appended but not read yet. Nearly every entry is read exactly once, right after
+    /// it commits, to be applied: handing over the appended value saves decoding it again on
+    /// Raft's core task. Reads of anything else go to disk.
+    recent: Arc<Mutex<BTreeMap<u64, Entry>>>,
 }
+
+/// Most entries kept in [`LogStore::recent`]; older ones are dropped (and read from disk).
+const RECENT_MAX: usize = 256;
 
 impl LogStore {
     /// Opens the log in `db`, creating its tables if they do not exist yet (so that read
@@ -47,7 +55,7 @@ impl LogStore {
             tx.open_table(META).map_err(io_err)?;
         }
         tx.commit().map_err(io_err)?;
-        Ok(Self { db, committed: Arc::new(std::sync::Mutex::new(None)) })
+        Ok(Self { db, committed: Arc::new(Mutex::new(None)), recent: Arc::new(Mutex::new(BTreeMap::new())) })
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
@@ -90,7 +98,52 @@ impl LogStore {
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last.or(last_purged) })
     }
 
+    fn recent(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entries of `range` from [`LogStore::recent`], removed from it, if it holds all of them.
+    fn take_recent<RB: RangeBounds<u64>>(&self, range: &RB) -> Option<Vec<Entry>> {
+        use std::ops::Bound;
+        let mut recent = self.recent();
+        let start = match range.start_bound() {
+            Bound::Included(s) => *s,
+            Bound::Excluded(s) => s.checked_add(1)?,
+            Bound::Unbounded => return None,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(e) => e.checked_add(1)?,
+            Bound::Excluded(e) => *e,
+            Bound::Unbounded => return None,
+        };
+        if end <= start {
+            return Some(vec![]);
+        }
+        let held = recent.range(start..end).count() as u64;
+        if held != end - start {
+            return None;
+        }
+        let mut rest = recent.split_off(&start);
+        let mut after = rest.split_off(&end);
+        recent.append(&mut after);
+        Some(rest.into_values().collect())
+    }
+
+    /// Keeps durably appended entries for the read that applies them.
+    fn remember(&self, appended: Vec<Entry>) {
+        let mut recent = self.recent();
+        for entry in appended {
+            recent.insert(entry.log_id.index, entry);
+        }
+        while recent.len() > RECENT_MAX {
+            recent.pop_first();
+        }
+    }
+
     fn read_range<RB: RangeBounds<u64>>(&self, range: RB) -> io::Result<Vec<Entry>> {
+        if let Some(entries) = self.take_recent(&range) {
+            return Ok(entries);
+        }
         let tx = self.db.begin_read().map_err(io_err)?;
         let log = tx.open_table(LOG).map_err(io_err)?;
         let mut out = Vec::new();
@@ -160,8 +213,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Encode on this thread, then write the whole batch in one durable transaction (group
         // commit: one fsync per batch, not per entry).
         let mut batch = Vec::new();
+        let mut appended = Vec::new();
         for entry in entries {
             batch.push((entry.log_id.index, encode(&entry).map_err(write_err)?));
+            appended.push(entry);
         }
         let (first, last, count) = (batch.first().map(|b| b.0), batch.last().map(|b| b.0), batch.len());
         let db = self.db.clone();
@@ -183,6 +238,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await;
         match res {
             Ok(()) => {
+                self.remember(appended);
                 tracing::trace!(first, last, count, "raft log entries appended");
                 callback.log_io_completed(Ok(()));
                 Ok(())
@@ -197,6 +253,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating raft log since");
+        self.recent().split_off(&log_id.index);
         let db = self.db.clone();
         blocking(move || {
             let tx = db.begin_write().map_err(io_err)?;
@@ -212,6 +269,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "purging raft log up to");
+        {
+            let mut recent = self.recent();
+            let keep = log_id.index.checked_add(1).map(|k| recent.split_off(&k)).unwrap_or_default();
+            *recent = keep;
+        }
         let db = self.db.clone();
         let bytes = encode(&Some(log_id)).map_err(write_err)?;
         // The purge mark and the deletion commit together, so the log never has a hole.
@@ -227,5 +289,37 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         })
         .await
         .map_err(|e| storage_err(ErrorSubject::Log(log_id), ErrorVerb::Delete, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    fn blank(index: u64) -> Entry {
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn appended_entries_are_handed_over_once_then_read_from_disk() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(Database::create(dir.path().join("raft.redb")).unwrap());
+        let mut log = LogStore::open(db).unwrap();
+        // Only remembered, never written: every read that reaches the disk finds nothing.
+        log.remember((1..=5).map(blank).collect());
+        assert_eq!(indexes(&log.try_get_log_entries(1..3).await.unwrap()), vec![1, 2]);
+        assert!(log.try_get_log_entries(1..3).await.unwrap().is_empty(), "handed over once");
+        assert!(log.try_get_log_entries(2..5).await.unwrap().is_empty(), "a partly held range is read from disk");
+        log.truncate(LogId::new(CommittedLeaderId::new(1, 1), 4)).await.unwrap();
+        assert!(log.try_get_log_entries(4..5).await.unwrap().is_empty(), "truncated entries are forgotten");
+        assert_eq!(indexes(&log.try_get_log_entries(3..=3).await.unwrap()), vec![3]);
+        log.remember((6..=6 + RECENT_MAX as u64).map(blank).collect());
+        assert!(log.try_get_log_entries(6..7).await.unwrap().is_empty(), "the oldest beyond the cap were dropped");
+        assert_eq!(log.try_get_log_entries(7..=6 + RECENT_MAX as u64).await.unwrap().len(), RECENT_MAX);
     }
 }

@@ -92,7 +92,9 @@ impl StateSettings {
 pub struct State {
     pub settings: StateSettings,
     pub queues: BTreeMap<QueueName, QueueState>,
-    pub jobs: HashMap<JobId, LiveJob>,
+    /// Boxed so that growing the map moves pointers, not records: a burst of submissions
+    /// doubles it many times, and at half load an inline record would waste its size per job.
+    pub jobs: HashMap<JobId, Box<LiveJob>>,
     /// Active runs.
     pub runs: HashMap<RunId, JobId>,
     /// Jobs with an active run, per executor.
@@ -259,7 +261,7 @@ impl State {
     }
 
     /// Adds a live job to the indexes (queued ones to their queue).
-    pub(super) fn index_job(&mut self, job: LiveJob) {
+    pub(super) fn index_job(&mut self, job: Box<LiveJob>) {
         let id = job.record.id;
         let r = &job.record;
         self.job_sets.entry((r.queue.clone(), r.job_set.clone())).or_default().insert(id);
@@ -287,7 +289,7 @@ impl State {
     }
 
     /// Takes a job out of every index; returns it.
-    pub(super) fn unindex_job(&mut self, id: JobId) -> Option<LiveJob> {
+    pub(super) fn unindex_job(&mut self, id: JobId) -> Option<Box<LiveJob>> {
         let job = self.jobs.remove(&id)?;
         let r = &job.record;
         let set_key = (r.queue.clone(), r.job_set.clone());
@@ -345,7 +347,7 @@ impl State {
     }
 
     /// Makes a record a live job: interned requirements, shared names.
-    fn live(&mut self, mut record: JobRecord) -> LiveJob {
+    fn live(&mut self, mut record: JobRecord) -> Box<LiveJob> {
         let requirements = self.intern(&std::mem::take(&mut record.requirements));
         if let Some(q) = self.queues.get(&record.queue) {
             record.queue = q.queue.name.clone();
@@ -355,7 +357,7 @@ impl State {
         }
         record.priority_class = self.class_names.entry(record.priority_class.clone()).or_insert_with(|| record.priority_class.clone()).clone();
         let info = self.job_info(&record, requirements);
-        LiveJob { record, info }
+        Box::new(LiveJob { record, info })
     }
 
     /// Records a new live job (submission), to be written at the end of the command.
