@@ -3,6 +3,7 @@
 //! every change of the stored format.
 
 pub mod v0001_initial;
+pub mod v0002_event_chunks;
 
 /// A migration step.
 pub struct Migration {
@@ -13,4 +14,7 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const ALL: &[Migration] = &[Migration { version: 1, name: "initial schema", run: v0001_initial::run }];
+pub const ALL: &[Migration] = &[
+    Migration { version: 1, name: "initial schema", run: v0001_initial::run },
+    Migration { version: 2, name: "events in chunks", run: v0002_event_chunks::run },
+];

@@ -13,13 +13,17 @@ use redb::{ReadableTable, TableDefinition, TableHandle};
 /// The prototype's job table.
 pub const JOBS_JSON_V0: TableDefinition<&str, &str> = TableDefinition::new("jobs_json");
 
+/// Version 1's events, one row per event: `queue 0 job_set 0 seq(u64 BE)` → bincode `Event`.
+/// Version 2 stores them in chunks.
+pub const EVENTS_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
+
 pub fn run(tx: &redb::WriteTransaction) -> Result<(), String> {
     let e = |x: &dyn std::fmt::Display| x.to_string();
     // Create every table.
     tx.open_table(META).map_err(|x| e(&x))?;
     tx.open_table(QUEUES).map_err(|x| e(&x))?;
     tx.open_table(PAYLOADS).map_err(|x| e(&x))?;
-    tx.open_table(EVENTS).map_err(|x| e(&x))?;
+    tx.open_table(EVENTS_V1).map_err(|x| e(&x))?;
     tx.open_table(EVENT_SEQS).map_err(|x| e(&x))?;
     tx.open_table(CLIENT_IDS).map_err(|x| e(&x))?;
     tx.open_table(EXECUTORS).map_err(|x| e(&x))?;

@@ -10,7 +10,7 @@ use redb::{Database, ReadableDatabase, TableHandle};
 pub mod steps;
 
 /// The schema version this binary reads and writes.
-pub const CURRENT_VERSION: u32 = 1;
+pub const CURRENT_VERSION: u32 = 2;
 
 /// The database's schema version (0 if it has none).
 pub fn version(db: &Database) -> Result<u32, StoreError> {

@@ -113,14 +113,23 @@ impl Store {
     pub fn events(&self, queue: &QueueName, job_set: &JobSetName, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
         let tx = self.read()?;
         let t = tx.open_table(EVENTS)?;
-        let start = event_key(queue, job_set, from);
-        let end = prefix_end(&set_prefix(queue, job_set));
+        let prefix = set_prefix(queue, job_set);
+        let end = prefix_end(&prefix);
+        // Start at the chunk holding `from` (the last one starting at or before it).
+        let at = event_key(&prefix, from);
+        let start = match t.range(event_key(&prefix, 0).as_slice()..=at.as_slice())?.next_back() {
+            Some(row) => row?.0.value().to_vec(),
+            None => at,
+        };
         let mut out = Vec::new();
         for row in t.range(start.as_slice()..end.as_slice())? {
             let (_, v) = row?;
-            out.push(decode(v.value(), "event")?);
-            if out.len() >= limit {
-                break;
+            let chunk: Vec<Event> = decode(v.value(), "event chunk")?;
+            for e in chunk.into_iter().filter(|e| e.seq >= from) {
+                out.push(e);
+                if out.len() >= limit {
+                    return Ok(out);
+                }
             }
         }
         Ok(out)
@@ -130,10 +139,21 @@ impl Store {
     pub fn job_events(&self, record: &JobRecord) -> Result<Vec<Event>, StoreError> {
         let tx = self.read()?;
         let events = tx.open_table(EVENTS)?;
+        let prefix = set_prefix(&record.queue, &record.job_set);
+        let first = event_key(&prefix, 0);
         let mut out = Vec::with_capacity(record.event_seqs.len());
-        for seq in &record.event_seqs {
-            if let Some(v) = events.get(event_key(&record.queue, &record.job_set, *seq).as_slice())? {
-                out.push(decode(v.value(), "event")?);
+        // A job's events are often in the same chunk: decode each chunk once.
+        let mut chunk: Vec<Event> = Vec::new();
+        for &seq in &record.event_seqs {
+            if !chunk.first().is_some_and(|e| e.seq <= seq) || !chunk.last().is_some_and(|e| e.seq >= seq) {
+                let key = event_key(&prefix, seq);
+                chunk = match events.range(first.as_slice()..=key.as_slice())?.next_back() {
+                    Some(row) => decode(row?.1.value(), "event chunk")?,
+                    None => Vec::new(),
+                };
+            }
+            if let Ok(i) = chunk.binary_search_by_key(&seq, |e| e.seq) {
+                out.push(chunk[i].clone());
             }
         }
         Ok(out)

@@ -15,8 +15,14 @@ pub const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("pa
 pub const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
 /// Job-set membership: `queue 0 job_set 0 job_id`.
 pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
-/// Events: `queue 0 job_set 0 seq(u64 BE)` → bincode `Event`.
-pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
+/// Events in chunks: `queue 0 job_set 0 first_seq(u64 BE)` → bincode `Vec<Event>` with the
+/// consecutive sequence numbers from `first_seq`. One chunk holds a job set's events from one
+/// write transaction (at most [`EVENT_CHUNK_MAX`]), so a batch of submissions costs a few rows,
+/// not two per job. Chunks of a job set never overlap.
+pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("event_chunks");
+
+/// Most events in one chunk: reading one job's events decodes at most this many.
+pub const EVENT_CHUNK_MAX: usize = 256;
 /// Last event sequence number per job set: `queue 0 job_set` → u64.
 pub const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
 /// Idempotency keys: `queue 0 client_id` → job id.
@@ -56,9 +62,10 @@ pub fn job_set_key(queue: &QueueName, job_set: &JobSetName, id: JobId) -> Vec<u8
     k
 }
 
-/// `queue 0 job_set 0 seq`.
-pub fn event_key(queue: &QueueName, job_set: &JobSetName, seq: u64) -> Vec<u8> {
-    let mut k = set_prefix(queue, job_set);
+/// `queue 0 job_set 0 seq`, from the job set's [`set_prefix`].
+pub fn event_key(prefix: &[u8], seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 9);
+    k.extend_from_slice(prefix);
     k.push(0);
     k.extend_from_slice(&seq.to_be_bytes());
     k
@@ -93,11 +100,11 @@ mod tests {
     #[test]
     fn keys_sort_naturally() {
         let (q, s) = (QueueName::new("a").unwrap(), JobSetName::new("s").unwrap());
-        assert!(event_key(&q, &s, 2) < event_key(&q, &s, 10));
-        assert!(event_key(&q, &s, u64::MAX) < prefix_end(&set_prefix(&q, &s)));
+        assert!(event_key(&set_prefix(&q, &s), 2) < event_key(&set_prefix(&q, &s), 10));
+        assert!(event_key(&set_prefix(&q, &s), u64::MAX) < prefix_end(&set_prefix(&q, &s)));
         let s2 = JobSetName::new("s2").unwrap();
         // The job set "s" and "s2" never interleave.
-        assert!(prefix_end(&set_prefix(&q, &s)) <= event_key(&q, &s2, 0));
+        assert!(prefix_end(&set_prefix(&q, &s)) <= event_key(&set_prefix(&q, &s2), 0));
         assert!(job_key(JobId::from_u128(1)) < job_key(JobId::from_u128(256)));
         assert_eq!(job_from_key(&job_key(JobId::from_u128(77))), JobId::from_u128(77));
         let key = client_id_key(&q, "x\0y");

@@ -206,3 +206,86 @@ fn prototype_database_is_upgraded() {
     let again = Store::open(&path).unwrap();
     assert_eq!(again.load_state(settings()).unwrap().jobs.len(), 2);
 }
+
+fn event(seq: u64, job: u128) -> crate::model::Event {
+    crate::model::Event { seq, job_id: JobId::from_u128(job), at_ms: seq as i64, kind: crate::model::EventKind::Queued, run_id: None, message: None }
+}
+
+#[test]
+fn events_resume_from_any_sequence_number_across_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db.redb")).unwrap();
+    let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
+    // Three transactions of 3, 300 (two chunks) and 1 events, and another job set between.
+    let mut seq = 0;
+    for n in [3, 300, 1] {
+        let tx = store.write().unwrap();
+        let mut changes = Vec::new();
+        for _ in 0..n {
+            seq += 1;
+            changes.push(crate::state::Change::AppendEvent { queue: q.clone(), job_set: s.clone(), event: event(seq, seq as u128) });
+            changes.push(crate::state::Change::AppendEvent { queue: q.clone(), job_set: JobSetName::new("s2").unwrap(), event: event(seq, 0) });
+        }
+        write_changes(&tx, &changes).unwrap();
+        tx.commit().unwrap();
+    }
+    for from in [0, 1, 3, 4, 5, 259, 260, 303, 304, 305] {
+        let got: Vec<u64> = store.events(&q, &s, from, 1000).unwrap().iter().map(|e| e.seq).collect();
+        let want: Vec<u64> = (from.max(1)..=304).collect();
+        assert_eq!(got, want, "from {from}");
+    }
+    let page: Vec<u64> = store.events(&q, &s, 255, 4).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(page, vec![255, 256, 257, 258], "a page may span two chunks");
+    // A job's events, looked up by sequence number in several chunks.
+    let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
+    let job = sample(&other).jobs.values().next().unwrap().full_record();
+    let record = crate::model::JobRecord { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
+    let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(found, vec![1, 4, 200, 304], "sequence numbers that were never written are skipped");
+}
+
+#[test]
+fn version_1_events_are_regrouped_into_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let (q, s, big) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap(), JobSetName::new("big").unwrap());
+    // The events and a job record as version 2 stores them, from the same commands.
+    let (expected, record) = {
+        let scratch = Store::open(&dir.path().join("scratch.redb")).unwrap();
+        sample(&scratch);
+        (scratch.events(&q, &s, 1, 1000).unwrap(), scratch.job(JobId::from_u128(2)).unwrap().unwrap())
+    };
+    assert!(expected.len() >= 8 && record.event_seqs.len() >= 3, "{expected:?}");
+    let v1_key = |set: &JobSetName, seq: u64| event_key(&set_prefix(&q, set), seq);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        (migrate::steps::ALL[0].run)(&tx).unwrap();
+        {
+            tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 1u32.to_be_bytes().as_slice()).unwrap();
+            tx.open_table(JOBS).unwrap().insert(&job_key(record.id), codec::encode(&record).unwrap().as_slice()).unwrap();
+            let mut t = tx.open_table(migrate::steps::v0001_initial::EVENTS_V1).unwrap();
+            for e in &expected {
+                t.insert(v1_key(&s, e.seq).as_slice(), codec::encode(e).unwrap().as_slice()).unwrap();
+            }
+            for seq in 1..=600 {
+                t.insert(v1_key(&big, seq).as_slice(), codec::encode(&event(seq, 7)).unwrap().as_slice()).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), 2);
+    assert_eq!(store.events(&q, &s, 1, 1000).unwrap(), expected);
+    let all_big: Vec<u64> = store.events(&q, &big, 1, 1000).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(all_big, (1..=600).collect::<Vec<_>>());
+    let mid: Vec<u64> = store.events(&q, &big, 300, 3).unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(mid, vec![300, 301, 302]);
+    let job_events = store.job_events(&record).unwrap();
+    assert_eq!(job_events.iter().map(|e| e.seq).collect::<Vec<_>>(), record.event_seqs);
+    assert!(job_events.iter().all(|e| e.job_id == record.id));
+    use redb::{ReadableTableMetadata, TableHandle};
+    let rows = store.db().begin_read().unwrap().open_table(EVENTS).unwrap().len().unwrap();
+    assert_eq!(rows, 4, "one chunk for the small set, three (256 + 256 + 88) for the big one");
+    assert!(!store.db().begin_read().unwrap().list_tables().unwrap().any(|t| t.name() == "events"), "the old table is gone");
+}

@@ -3,8 +3,10 @@
 use super::StoreError;
 use super::codec::encode;
 use super::tables::*;
+use crate::model::{Event, JobSetName, QueueName};
 use crate::state::Change;
 use redb::WriteTransaction;
+use std::collections::HashMap;
 
 /// Writes `changes` in `tx` (the caller commits).
 pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), StoreError> {
@@ -21,8 +23,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let mut event_seqs = tx.open_table(EVENT_SEQS)?;
     let mut client_ids = tx.open_table(CLIENT_IDS)?;
     let mut executors = tx.open_table(EXECUTORS)?;
-    // Only the last sequence number of each job set matters: write it once per batch.
-    let mut last_seq: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
+    // A job set's events of this transaction become chunks, written at the end.
+    let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&Event>> = HashMap::new();
     for c in changes {
         match c {
             Change::PutQueue(q) => {
@@ -50,9 +52,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 job_sets.insert(job_set_key(queue, job_set, *job).as_slice(), ())?;
             }
             Change::AppendEvent { queue, job_set, event } => {
-                events.insert(event_key(queue, job_set, event.seq).as_slice(), encode(event)?.as_slice())?;
-                let e = last_seq.entry(set_prefix(queue, job_set)).or_insert(event.seq);
-                *e = (*e).max(event.seq);
+                new_events.entry((queue, job_set)).or_default().push(event);
             }
             Change::PutExecutor(e) => {
                 executors.insert(e.name.as_str(), encode(e)?.as_slice())?;
@@ -65,8 +65,16 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
         }
     }
-    for (k, seq) in last_seq {
-        event_seqs.insert(k.as_slice(), seq)?;
+    for ((queue, job_set), mut list) in new_events {
+        // Applying hands out sequence numbers in order; sorting keeps chunks contiguous anyway.
+        list.sort_by_key(|e| e.seq);
+        let prefix = set_prefix(queue, job_set);
+        for chunk in list.chunks(EVENT_CHUNK_MAX) {
+            events.insert(event_key(&prefix, chunk[0].seq).as_slice(), encode(&chunk)?.as_slice())?;
+        }
+        if let Some(last) = list.last() {
+            event_seqs.insert(prefix.as_slice(), last.seq)?;
+        }
     }
     Ok(())
 }
