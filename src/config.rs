@@ -221,9 +221,8 @@ mod tests {
     fn example_file_parses_and_is_the_defaults() {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml")).unwrap();
         let c = Config::parse(&text, "config.example.toml").unwrap();
-        let mut d = Config::default();
         // The example turns auth off and shows a token, the rest are defaults.
-        d.auth = c.auth.clone();
+        let d = Config { auth: c.auth.clone(), ..Config::default() };
         assert_eq!(c, d);
     }
 

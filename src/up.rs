@@ -61,10 +61,10 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
 async fn wait_ready(url: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     for _ in 0..600 {
-        if let Ok(r) = http.get(format!("{url}/readyz")).send().await {
-            if r.status().is_success() {
-                return Ok(());
-            }
+        if let Ok(r) = http.get(format!("{url}/readyz")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -106,10 +106,10 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
             return Err(ApiError::bad_request(format!("nodes[{i}].name"), format!("node {} is listed twice", n.name)));
         }
     }
-    if let Some(w) = req.wait_seconds {
-        if !(w.is_finite() && w >= 0.0) {
-            return Err(ApiError::bad_request("wait_seconds", "must be a number of seconds >= 0"));
-        }
+    if let Some(w) = req.wait_seconds
+        && !(w.is_finite() && w >= 0.0)
+    {
+        return Err(ApiError::bad_request("wait_seconds", "must be a number of seconds >= 0"));
     }
     require_leader(&app)?;
     app.liveness.touch(&executor);

@@ -107,10 +107,10 @@ fn largest_node(app: &App) -> Resources {
 )]
 pub async fn cancel(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<CancelRequest>) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
-    if let Some(states) = &req.states {
-        if let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal()) {
-            return Err(ApiError::bad_request(format!("states[{i}]"), format!("{s} jobs are already over and cannot be cancelled")));
-        }
+    if let Some(states) = &req.states
+        && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
+    {
+        return Err(ApiError::bad_request(format!("states[{i}]"), format!("{s} jobs are already over and cannot be cancelled")));
     }
     let reason = req.reason.clone().unwrap_or_else(|| format!("cancelled by {}", p.name));
     let r = app.write(Command::Cancel { queue: req.queue, job_set: req.job_set, job_ids: req.job_ids, states: req.states, reason, at_ms: now_ms() }).await?;

@@ -65,10 +65,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
             }
         },
     };
-    if let Some(c) = &item.client_id {
-        if c.is_empty() || c.len() > MAX_CLIENT_ID {
-            return Err(FieldError::new("client_id", format!("must be 1 to {MAX_CLIENT_ID} characters")));
-        }
+    if let Some(c) = &item.client_id
+        && (c.is_empty() || c.len() > MAX_CLIENT_ID)
+    {
+        return Err(FieldError::new("client_id", format!("must be 1 to {MAX_CLIENT_ID} characters")));
     }
     check_metadata("annotations", &item.annotations)?;
     check_metadata("labels", &item.labels)?;

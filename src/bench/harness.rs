@@ -48,10 +48,10 @@ impl BenchServer {
     pub async fn ready(&self, client: &reqwest::Client) -> anyhow::Result<Duration> {
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
-            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await {
-                if r.status().is_success() {
-                    return Ok(self.started.elapsed());
-                }
+            if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return Ok(self.started.elapsed());
             }
             if Instant::now() > deadline {
                 bail!("server not ready after 10 minutes");

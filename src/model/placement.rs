@@ -51,10 +51,10 @@ pub struct Toleration {
 impl Toleration {
     /// True if this toleration tolerates `taint`.
     pub fn tolerates(&self, taint: &Taint) -> bool {
-        if let Some(e) = self.effect {
-            if e != taint.effect {
-                return false;
-            }
+        if let Some(e) = self.effect
+            && e != taint.effect
+        {
+            return false;
         }
         if self.key.is_empty() {
             return self.operator == TolerationOperator::Exists;

@@ -218,7 +218,7 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             .shared
             .with_state(move |_, db| {
                 let saved = load_snapshot_meta(db)?;
-                if !saved.as_ref().is_some_and(|s| s.last_log_id > m.last_log_id) {
+                if saved.as_ref().is_none_or(|s| s.last_log_id <= m.last_log_id) {
                     save_snapshot(db, &m, &d)?;
                 }
                 Ok(d)

@@ -227,6 +227,10 @@ pub(super) struct PcInfo {
     pub prio_idx: u8,
 }
 
+/// A gang of identical members as far as placement goes: (class, priority level, members,
+/// minimum cardinality, uniformity label).
+pub(super) type GangShape = (u32, u8, u32, u32, Option<String>);
+
 /// One pool's cycle.
 pub(super) struct PoolCycle<'a> {
     pub cfg: &'a SchedulerConfig,
@@ -248,8 +252,8 @@ pub(super) struct PoolCycle<'a> {
     pub recording: bool,
     /// (class, priority level) → why nothing fits; valid until a displacement frees more than it takes.
     pub unschedulable: HashMap<(u32, u8), Arc<Reason>>,
-    /// Same for gangs of identical members: (class, level, members, minimum, uniformity label).
-    pub gang_unschedulable: HashMap<(u32, u8, u32, u32, Option<String>), Arc<Reason>>,
+    /// Same for gangs of identical members.
+    pub gang_unschedulable: HashMap<GangShape, Arc<Reason>>,
     /// Running gang members by (queue, gang id).
     pub running_gangs: HashMap<(u32, &'a str), Vec<u32>>,
     /// Members of queued gangs offered in this cycle, by (queue, gang id).
@@ -292,11 +296,11 @@ impl<'a> PoolCycle<'a> {
             return c;
         }
         let fp = info.requirements.fingerprint();
-        if let Some(cands) = interner.classes.get(&fp) {
-            if let Some(&c) = cands.iter().find(|&&c| *self.classes[c as usize].reqs == *reqs) {
-                interner.by_ptr.insert(ptr, c);
-                return c;
-            }
+        if let Some(cands) = interner.classes.get(&fp)
+            && let Some(&c) = cands.iter().find(|&&c| *self.classes[c as usize].reqs == *reqs)
+        {
+            interner.by_ptr.insert(ptr, c);
+            return c;
         }
         let cfp = constraint_fingerprint(reqs);
         let constraint = match interner.constraints.get(&cfp).and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs))) {
@@ -515,10 +519,10 @@ impl<'a> PoolCycle<'a> {
                 prev = Some(k);
                 let c = cycle.intern(&mut interner, j);
                 srcs.push(SrcJob::of(j, c, pc));
-                if qs.queued_demand.is_none() {
-                    if let Ok(v) = &cycle.classes[c as usize].dense {
-                        add_to(&mut demand, v);
-                    }
+                if qs.queued_demand.is_none()
+                    && let Ok(v) = &cycle.classes[c as usize].dense
+                {
+                    add_to(&mut demand, v);
                 }
                 if let Some(g) = &j.gang {
                     gang_src.entry(g.id.as_str()).or_default().push(i as u32);
@@ -732,13 +736,12 @@ impl<'a> PoolCycle<'a> {
                 qc.queued_pos += 1;
                 continue;
             }
-            if sj.gang {
-                if let Some(g) = &qc.src[pos as usize].gang {
-                    if qc.gangs_done.contains(g.id.as_str()) {
-                        qc.queued_pos += 1;
-                        continue;
-                    }
-                }
+            if sj.gang
+                && let Some(g) = &qc.src[pos as usize].gang
+                && qc.gangs_done.contains(g.id.as_str())
+            {
+                qc.queued_pos += 1;
+                continue;
             }
             return Some(pos);
         }
@@ -784,13 +787,13 @@ impl<'a> PoolCycle<'a> {
                 (next_retry.map(|r| self.jobs[r as usize].order_key()), 1),
                 (queued_key, 2),
             ] {
-                if let Some(k) = key {
-                    if pick.is_none_or(|(best, _)| k < best) {
-                        pick = Some((k, stream));
-                    }
+                if let Some(k) = key
+                    && pick.is_none_or(|(best, _)| k < best)
+                {
+                    pick = Some((k, stream));
                 }
             }
-            let Some((_, stream)) = pick else { return None };
+            let (_, stream) = pick?;
             let take_evicted = stream == 0;
             let members: SmallVec<[u32; 1]> = match stream {
                 0 | 1 => {
@@ -802,7 +805,7 @@ impl<'a> PoolCycle<'a> {
                         qc.retry_pos += 1;
                         (next_retry, Status::Waiting)
                     };
-                    let Some(first) = first else { return None };
+                    let first = first?;
                     let job = &self.jobs[first as usize];
                     // Skip jobs already dealt with (members of a gang handled with its first member).
                     if job.status != expected {
@@ -814,7 +817,7 @@ impl<'a> PoolCycle<'a> {
                     }
                 }
                 _ => {
-                    let Some(pos) = next_queued else { return None };
+                    let pos = next_queued?;
                     self.queues[q as usize].queued_pos += 1;
                     let src = self.queues[q as usize].src;
                     let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };

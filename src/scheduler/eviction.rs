@@ -138,10 +138,10 @@ impl PoolCycle<'_> {
             if !waiting {
                 continue;
             }
-            if let Some(g) = &job.info.gang {
-                if !seen_gangs.insert((job.queue, g.id.clone())) {
-                    continue;
-                }
+            if let Some(g) = &job.info.gang
+                && !seen_gangs.insert((job.queue, g.id.clone()))
+            {
+                continue;
             }
             retry[job.queue as usize].push(j);
         }

@@ -194,10 +194,10 @@ pub(crate) fn mismatch(node: &Node, r: &SchedulingRequirements) -> Option<String
     if let Some((k, v)) = r.node_selector.iter().find(|(k, v)| node.labels.get(*k) != Some(*v)) {
         return Some(format!("do not match node selector {k}={v}"));
     }
-    if let Some(a) = &r.node_affinity {
-        if !a.matches(node.name.as_str(), &node.labels) {
-            return Some("do not match the required node affinity".to_string());
-        }
+    if let Some(a) = &r.node_affinity
+        && !a.matches(node.name.as_str(), &node.labels)
+    {
+        return Some("do not match the required node affinity".to_string());
     }
     None
 }

@@ -231,8 +231,8 @@ impl NodeDb {
         let node = &self.nodes[n as usize];
         let new_tier = node.tier();
         let limit = if new_tier != old_tier { self.levels } else { upto.min(self.levels) };
-        for l in 0..limit {
-            let Some(old) = old_keys[l] else { continue };
+        for (l, old) in old_keys.into_iter().enumerate().take(limit) {
+            let Some(old) = old else { continue };
             let new = self.key_of(&self.nodes[n as usize].free[l], n);
             if new == old && new_tier == old_tier {
                 continue;
@@ -284,12 +284,12 @@ impl NodeDb {
             for l in 0..upto {
                 add_to(&mut node.free[l], &occ.req);
             }
-            if !occ.evicted {
-                if let Some(i) = node.users.iter().position(|(q, _)| *q == occ.queue) {
-                    node.users[i].1 -= 1;
-                    if node.users[i].1 == 0 {
-                        node.users.remove(i);
-                    }
+            if !occ.evicted
+                && let Some(i) = node.users.iter().position(|(q, _)| *q == occ.queue)
+            {
+                node.users[i].1 -= 1;
+                if node.users[i].1 == 0 {
+                    node.users.remove(i);
                 }
             }
             out = Some(occ);

@@ -37,10 +37,10 @@ impl PoolCycle<'_> {
                 };
                 let mut req = self.layout.zero();
                 for &j in &members {
-                    if self.jobs[j as usize].status == Status::Evicted {
-                        if let Some(node) = self.jobs[j as usize].node() {
-                            self.db.remove(node, j);
-                        }
+                    if self.jobs[j as usize].status == Status::Evicted
+                        && let Some(node) = self.jobs[j as usize].node()
+                    {
+                        self.db.remove(node, j);
                     }
                     self.set_status(j, Status::Waiting, None);
                     add_to(&mut req, &self.req(j));
@@ -295,10 +295,10 @@ impl PoolCycle<'_> {
             Status::Waiting | Status::Preempted | Status::Failed => {}
         }
         // Gang members need each other: the rest of the gang goes too.
-        if matches!(status, Status::Placed | Status::Returned | Status::Running) {
-            if let Some(g) = self.jobs[v as usize].info.gang.clone() {
-                self.break_gang(q, &g.id, v, by);
-            }
+        if matches!(status, Status::Placed | Status::Returned | Status::Running)
+            && let Some(g) = self.jobs[v as usize].info.gang.clone()
+        {
+            self.break_gang(q, &g.id, v, by);
         }
     }
 
@@ -409,10 +409,10 @@ impl PoolCycle<'_> {
         let Some(node) = self.jobs[e as usize].node else { return false };
         let req = self.req(e);
         let had = self.db.remove(node, e);
-        if let Some(occ) = &had {
-            if self.recording {
-                self.undo.push(Undo::Removed { node, occ: occ.clone() });
-            }
+        if let Some(occ) = &had
+            && self.recording
+        {
+            self.undo.push(Undo::Removed { node, occ: occ.clone() });
         }
         let max = self.levels.max_search_level(self.jobs[e as usize].prio_idx as usize);
         for l in 0..=max {

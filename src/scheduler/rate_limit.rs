@@ -84,15 +84,15 @@ impl RateLimits {
 
     /// Ok if `n` tokens are available in both the global and the queue's bucket.
     pub(crate) fn check(&mut self, q: &QueueName, n: u64) -> Result<(), RateScope> {
-        if let Some(g) = &self.global {
-            if g.whole_tokens() < n {
-                return Err(RateScope::Global);
-            }
+        if let Some(g) = &self.global
+            && g.whole_tokens() < n
+        {
+            return Err(RateScope::Global);
         }
-        if let Some(b) = self.queue_bucket(q) {
-            if b.whole_tokens() < n {
-                return Err(RateScope::Queue);
-            }
+        if let Some(b) = self.queue_bucket(q)
+            && b.whole_tokens() < n
+        {
+            return Err(RateScope::Queue);
         }
         Ok(())
     }

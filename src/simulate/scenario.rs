@@ -175,10 +175,10 @@ impl Scenario {
                 if !queues.contains(&sub.queue) {
                     return Err(ScenarioError::new(format!("{f}.queue"), format!("queue {} is not declared in queues", sub.queue)));
                 }
-                if let Some(pc) = &sub.priority_class {
-                    if self.config.priority_class(pc.as_str()).is_none() {
-                        return Err(ScenarioError::new(format!("{f}.priority_class"), format!("priority class {pc} is not configured")));
-                    }
+                if let Some(pc) = &sub.priority_class
+                    && self.config.priority_class(pc.as_str()).is_none()
+                {
+                    return Err(ScenarioError::new(format!("{f}.priority_class"), format!("priority class {pc} is not configured")));
                 }
                 if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
                     return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));

@@ -16,11 +16,11 @@ impl State {
         let queue = q.queue.name.clone();
         let mut ids = Vec::with_capacity(jobs.len());
         for nj in jobs {
-            if let Some(cid) = &nj.client_id {
-                if let Some(existing) = self.client_ids.get(&(queue.clone(), cid.clone())) {
-                    ids.push(*existing);
-                    continue;
-                }
+            if let Some(cid) = &nj.client_id
+                && let Some(existing) = self.client_ids.get(&(queue.clone(), cid.clone()))
+            {
+                ids.push(*existing);
+                continue;
             }
             let seq = self.next_seq;
             self.next_seq += 1;

@@ -72,10 +72,10 @@ impl State {
                                 if have.contains(m) {
                                     continue;
                                 }
-                                if let Some(j) = self.jobs.get(m) {
-                                    if j.record.state == crate::model::JobState::Queued {
-                                        extra.push(j.info.clone());
-                                    }
+                                if let Some(j) = self.jobs.get(m)
+                                    && j.record.state == crate::model::JobState::Queued
+                                {
+                                    extra.push(j.info.clone());
                                 }
                             }
                         }

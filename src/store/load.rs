@@ -32,18 +32,18 @@ impl Store {
         state.refresh_largest_node();
         for row in tx.open_table(EVENT_SEQS)?.iter()? {
             let (k, v) = row?;
-            if let Some((q, s)) = split_pair(k.value()) {
-                if let (Some(q), Some(s)) = (name::<QueueName>(q), name::<JobSetName>(s)) {
-                    state.event_seqs.insert((q, s), v.value());
-                }
+            if let Some((q, s)) = split_pair(k.value())
+                && let (Some(q), Some(s)) = (name::<QueueName>(q), name::<JobSetName>(s))
+            {
+                state.event_seqs.insert((q, s), v.value());
             }
         }
         for row in tx.open_table(CLIENT_IDS)?.iter()? {
             let (k, v) = row?;
-            if let Some((q, c)) = split_pair(k.value()) {
-                if let (Some(q), Ok(c)) = (name::<QueueName>(q), std::str::from_utf8(c)) {
-                    state.client_ids.insert((q, c.to_string()), job_from_key(&v.value()));
-                }
+            if let Some((q, c)) = split_pair(k.value())
+                && let (Some(q), Ok(c)) = (name::<QueueName>(q), std::str::from_utf8(c))
+            {
+                state.client_ids.insert((q, c.to_string()), job_from_key(v.value()));
             }
         }
         let live = tx.open_table(LIVE_JOBS)?;
@@ -53,9 +53,9 @@ impl Store {
             let (k, _) = row?;
             let key = k.value();
             let Some(bytes) = jobs.get(&key)? else {
-                return Err(StoreError::Corrupt(format!("live job {} has no record", job_from_key(&key))));
+                return Err(StoreError::Corrupt(format!("live job {} has no record", job_from_key(key))));
             };
-            let record: JobRecord = decode(bytes.value(), &format!("job {}", job_from_key(&key)))?;
+            let record: JobRecord = decode(bytes.value(), &format!("job {}", job_from_key(key)))?;
             state.restore_job(record);
         }
         Ok(state)

@@ -145,7 +145,7 @@ impl Store {
         // A job's events are often in the same chunk: decode each chunk once.
         let mut chunk: Vec<Event> = Vec::new();
         for &seq in &record.event_seqs {
-            if !chunk.first().is_some_and(|e| e.seq <= seq) || !chunk.last().is_some_and(|e| e.seq >= seq) {
+            if chunk.first().is_none_or(|e| e.seq > seq) || chunk.last().is_none_or(|e| e.seq < seq) {
                 let key = event_key(&prefix, seq);
                 chunk = match events.range(first.as_slice()..=key.as_slice())?.next_back() {
                     Some(row) => decode(row?.1.value(), "event chunk")?,

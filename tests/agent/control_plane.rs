@@ -157,7 +157,7 @@ impl ControlPlane {
 
     /// Waits for the run's final event.
     pub async fn wait_final(&self, run_id: RunId, within: Duration) -> RunEventReport {
-        self.wait_event(run_id, &format!("final event of {run_id}"), within, |k| is_final(k)).await
+        self.wait_event(run_id, &format!("final event of {run_id}"), within, is_final).await
     }
 
     /// Waits for an event of `kind` for the run.

@@ -73,10 +73,10 @@ impl Server {
     pub async fn ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await {
-                if r.status().is_success() {
-                    return;
-                }
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await
+                && r.status().is_success()
+            {
+                return;
             }
             assert!(Instant::now() < deadline, "server not ready in time:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(50)).await;
