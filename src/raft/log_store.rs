@@ -13,9 +13,9 @@ use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io;
-use std::collections::BTreeMap;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex};
 
@@ -253,7 +253,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "truncating raft log since");
-        self.recent().split_off(&log_id.index);
+        self.recent().retain(|&i, _| i < log_id.index);
         let db = self.db.clone();
         blocking(move || {
             let tx = db.begin_write().map_err(io_err)?;
@@ -269,11 +269,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         tracing::debug!(%log_id, "purging raft log up to");
-        {
-            let mut recent = self.recent();
-            let keep = log_id.index.checked_add(1).map(|k| recent.split_off(&k)).unwrap_or_default();
-            *recent = keep;
-        }
+        self.recent().retain(|&i, _| i > log_id.index);
         let db = self.db.clone();
         let bytes = encode(&Some(log_id)).map_err(write_err)?;
         // The purge mark and the deletion commit together, so the log never has a hole.

@@ -3,6 +3,7 @@
 use super::codec::decode;
 use super::tables::*;
 use super::{Store, StoreError};
+use redb::ReadableTable;
 use crate::model::{Event, JobId, JobPayload, JobRecord, JobSetName, JobState, QueueName};
 
 /// Which jobs to list.
@@ -115,11 +116,9 @@ impl Store {
         let t = tx.open_table(EVENTS)?;
         let prefix = set_prefix(queue, job_set);
         let end = prefix_end(&prefix);
-        // Start at the chunk holding `from` (the last one starting at or before it).
-        let at = event_key(&prefix, from);
-        let start = match t.range(event_key(&prefix, 0).as_slice()..=at.as_slice())?.next_back() {
-            Some(row) => row?.0.value().to_vec(),
-            None => at,
+        let start = match chunk_holding(&t, &prefix, from)? {
+            Some((key, _)) => key,
+            None => event_key(&prefix, from),
         };
         let mut out = Vec::new();
         for row in t.range(start.as_slice()..end.as_slice())? {
@@ -140,15 +139,13 @@ impl Store {
         let tx = self.read()?;
         let events = tx.open_table(EVENTS)?;
         let prefix = set_prefix(&record.queue, &record.job_set);
-        let first = event_key(&prefix, 0);
         let mut out = Vec::with_capacity(record.event_seqs.len());
         // A job's events are often in the same chunk: decode each chunk once.
         let mut chunk: Vec<Event> = Vec::new();
         for &seq in &record.event_seqs {
             if chunk.first().is_none_or(|e| e.seq > seq) || chunk.last().is_none_or(|e| e.seq < seq) {
-                let key = event_key(&prefix, seq);
-                chunk = match events.range(first.as_slice()..=key.as_slice())?.next_back() {
-                    Some(row) => decode(row?.1.value(), "event chunk")?,
+                chunk = match chunk_holding(&events, &prefix, seq)? {
+                    Some((_, bytes)) => decode(&bytes, "event chunk")?,
                     None => Vec::new(),
                 };
             }
@@ -157,5 +154,21 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+/// A stored row's key and value.
+type Row = (Vec<u8>, Vec<u8>);
+
+/// The key and bytes of the job set's event chunk that would hold `seq`: the last one starting at
+/// or before it.
+fn chunk_holding(t: &impl ReadableTable<&'static [u8], &'static [u8]>, prefix: &[u8], seq: u64) -> Result<Option<Row>, StoreError> {
+    let (first, at) = (event_key(prefix, 0), event_key(prefix, seq));
+    match t.range(first.as_slice()..=at.as_slice())?.next_back() {
+        Some(row) => {
+            let (k, v) = row?;
+            Ok(Some((k.value().to_vec(), v.value().to_vec())))
+        }
+        None => Ok(None),
     }
 }
