@@ -185,6 +185,39 @@ pub struct RaftNode {
     addr: String,
     raft: Raft,
     secret: Option<String>,
+    flushed: watch::Receiver<u64>,
+    _runtime: Arc<RaftRuntime>,
+}
+
+/// The tokio runtime openraft's tasks run on: its core, state-machine worker, replication and
+/// timers. It is separate from the server's so that the log and state-machine adapters can
+/// commit to redb on their own threads (a blocked thread here delays only Raft), with no hop to
+/// the blocking pool: measured on the single-job submit path, the hop cost ~150 µs per append.
+struct RaftRuntime(Option<tokio::runtime::Runtime>);
+
+/// Worker threads of the Raft runtime: one for the core while it appends, one for the
+/// state-machine worker while it applies; the two overlap on the write path.
+const RAFT_THREADS: usize = 2;
+
+impl RaftRuntime {
+    fn new() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(RAFT_THREADS).thread_name("convoy-raft").enable_all().build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.0.as_ref().map(|rt| rt.handle())
+    }
+}
+
+impl Drop for RaftRuntime {
+    fn drop(&mut self) {
+        // The last clone of a node may be dropped inside an async context, where a blocking
+        // runtime shutdown would panic.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl RaftNode {
@@ -199,9 +232,16 @@ impl RaftNode {
         let config = Arc::new(settings.to_config()?);
         let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref())?;
         let log_store = LogStore::open(db.clone())?;
+        let flushed = log_store.flushed();
         let state_machine = StateMachine::new(db, state)?;
-        let raft = Raft::new(node_id, config, network, log_store, state_machine).await?;
-        let node = Self { id: node_id, addr, raft, secret: settings.cluster_secret };
+        let runtime = Arc::new(RaftRuntime::new()?);
+        let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
+        // openraft spawns its tasks on the runtime it is created in.
+        let raft = handle
+            .spawn(Raft::new(node_id, config, network, log_store, state_machine))
+            .await
+            .map_err(|e| RaftError::Shutdown(format!("starting raft: {e}")))??;
+        let node = Self { id: node_id, addr, raft, secret: settings.cluster_secret, flushed, _runtime: runtime };
         if settings.initialize_single && !node.raft.is_initialized().await? {
             let members = BTreeMap::from([(node_id, BasicNode { addr: node.addr.clone() })]);
             node.initialize(members).await?;
@@ -266,6 +306,12 @@ impl RaftNode {
     /// The current Raft term as this node knows it.
     pub fn current_term(&self) -> u64 {
         self.raft.metrics().borrow().current_term
+    }
+
+    /// Ticks each time a log append is durable: a proposer that batches can wait for it to send
+    /// its next batch while the log is free.
+    pub fn log_flushed(&self) -> watch::Receiver<u64> {
+        self.flushed.clone()
     }
 
     /// Proposes `cmd` and waits until it is committed and applied; returns what applying it

@@ -116,6 +116,10 @@ impl Replicate for RaftReplicate {
             })
         })
     }
+
+    fn log_flushed(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.0.log_flushed())
+    }
 }
 
 /// Leadership as the API sees it.
