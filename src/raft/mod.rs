@@ -191,13 +191,14 @@ pub struct RaftNode {
 
 /// The tokio runtime openraft's tasks run on: its core, state-machine worker, replication and
 /// timers. It is separate from the server's so that the log and state-machine adapters can
-/// commit to redb on their own threads (a blocked thread here delays only Raft), with no hop to
-/// the blocking pool: measured on the single-job submit path, the hop cost ~150 µs per append.
+/// commit small writes to redb on its thread (blocking it delays only Raft), with no hop to the
+/// blocking pool: measured on the single-job submit path, the hop cost ~150 µs per append.
 struct RaftRuntime(Option<tokio::runtime::Runtime>);
 
-/// Worker threads of the Raft runtime: one for the core while it appends, one for the
-/// state-machine worker while it applies; the two overlap on the write path.
-const RAFT_THREADS: usize = 2;
+/// Worker threads of the Raft runtime. One: the core appends an entry and the state-machine
+/// worker applies it on the same thread, without a wake-up across threads; measured against two
+/// workers, single-job submits went ~10% faster (5.2k against 4.7k req/s, five runs each).
+const RAFT_THREADS: usize = 1;
 
 impl RaftRuntime {
     fn new() -> std::io::Result<Self> {

@@ -1,13 +1,14 @@
 //! The state-machine side of openraft, as an adapter over a plain synchronous
 //! [`ReplicatedState`] that the server implements on its redb tables.
 //!
-//! Concurrency choice: the state lives behind an `Arc<std::sync::Mutex<_>>`. Applying, the hot
-//! path, runs on the calling task: openraft's tasks live on a runtime of their own (see
-//! `RaftNode::start`), so blocking it for a sub-millisecond redb commit holds up nothing else.
-//! Everything that may take long (making the state durable, exporting, importing) runs on tokio's
-//! blocking pool (`spawn_blocking`). openraft builds snapshots in a task of their own, in parallel with applying;
-//! the mutex serialises the two, so an export always sees a state between two apply batches, and a
-//! slow export delays applying for its duration (see [`ReplicatedState::export`]).
+//! Concurrency choice: the state lives behind an `Arc<std::sync::Mutex<_>>`. Small applies, the
+//! hot path, run on the calling task, on the Raft runtime's own thread (see `RaftNode::start`):
+//! a sub-millisecond redb commit there costs less than a hop to another thread. Everything that
+//! may take long (large applies, making the state durable, exporting, importing) runs on tokio's
+//! blocking pool (`spawn_blocking`), so Raft's core keeps its timers. openraft builds snapshots in
+//! a task of their own, in parallel with applying; the mutex serialises the two, so an export
+//! always sees a state between two apply batches, and a slow export delays applying for its
+//! duration (see [`ReplicatedState::export`]).
 //!
 //! The latest snapshot (meta and bytes) is kept in the `raft_snapshot` table so that
 //! `get_current_snapshot` answers after a restart, and a lagging follower can be sent it without
@@ -130,11 +131,19 @@ impl<S: ReplicatedState> StateMachine<S> {
     }
 }
 
+/// Largest [`Command::apply_weight`] applied on the Raft runtime's thread: about 5 ms of work.
+const INLINE_APPLY_WEIGHT: usize = 256;
+
 impl<S: ReplicatedState> Shared<S> {
-    /// The state, on this thread. A panic while holding the lock leaves the state unknown:
-    /// refuse to go on.
-    fn lock(&self) -> io::Result<std::sync::MutexGuard<'_, S>> {
-        self.state.lock().map_err(|_| io::Error::other("replicated state lock poisoned by an earlier panic"))
+    /// Applies `items` on this thread if the state is free; hands them back if it is busy (an
+    /// export may hold it for seconds, and this thread is Raft's).
+    fn try_apply_here(&self, items: Vec<ApplyItem>) -> Result<io::Result<Vec<Response>>, Vec<ApplyItem>> {
+        match self.state.try_lock() {
+            Ok(mut state) => Ok(state.apply(items)),
+            Err(std::sync::TryLockError::WouldBlock) => Err(items),
+            // A panic while holding the lock leaves the state unknown: refuse to go on.
+            Err(std::sync::TryLockError::Poisoned(_)) => Ok(Err(io::Error::other("replicated state lock poisoned by an earlier panic"))),
+        }
     }
 
     /// Runs `f` on the state on a blocking thread.
@@ -265,10 +274,19 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachine<S> {
             return Ok(Vec::new());
         };
         let count = items.len();
-        // Applied right here rather than on the blocking pool: this task runs on the Raft
-        // runtime's own threads (see `RaftNode::start`), and a batch takes well under a
-        // millisecond, less than the two thread wake-ups of the hop.
-        let responses = self.shared.lock().and_then(|mut state| state.apply(items)).map_err(|e| storage_err(ErrorSubject::Apply(last), ErrorVerb::Write, &e))?;
+        let weight = items.iter().fold(0usize, |sum, i| match &i.payload {
+            ApplyPayload::Command(cmd) => sum.saturating_add(cmd.apply_weight()),
+            ApplyPayload::Blank | ApplyPayload::Membership(_) => sum.saturating_add(1),
+        });
+        // Small applies run right here, on the Raft runtime's thread (see `RaftNode::start`):
+        // they take less than the two thread wake-ups of a hop to the blocking pool. Large ones
+        // go to the pool so that Raft's core, which shares the thread, keeps its timers.
+        let here = if weight <= INLINE_APPLY_WEIGHT { self.shared.try_apply_here(items) } else { Err(items) };
+        let responses = match here {
+            Ok(applied) => applied,
+            Err(items) => self.shared.with_state(move |state, _| state.apply(items)).await,
+        }
+        .map_err(|e| storage_err(ErrorSubject::Apply(last), ErrorVerb::Write, &e))?;
         // openraft pairs responses with entries by position: a short answer would misroute them.
         if responses.len() != count {
             let e = io::Error::other(format!("state answered {} responses to {count} entries", responses.len()));
@@ -307,5 +325,31 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachine<S> {
         let db = self.shared.db.clone();
         let loaded = blocking(move || load_snapshot(&db)).await.map_err(snapshot_err(ErrorVerb::Read))?;
         Ok(loaded.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Queue, QueueName};
+    use crate::raft::tests::test_state::QueueNames;
+    use openraft::CommittedLeaderId;
+
+    #[test]
+    fn a_busy_state_hands_the_apply_back_instead_of_blocking_raft() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = Arc::new(Database::create(dir.path().join("state.redb")).unwrap());
+        let shared = Shared { state: Arc::new(Mutex::new(QueueNames::open(db.clone()).unwrap())), db };
+        let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
+        let items = vec![ApplyItem { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: ApplyPayload::Command(Command::CreateQueue { queue }) }];
+        let items = {
+            let _export = shared.state.lock().unwrap();
+            shared.try_apply_here(items).expect_err("the state is busy: the items come back")
+        };
+        assert_eq!(items.len(), 1);
+        assert_eq!(QueueNames::names(&shared.db).unwrap(), Vec::<String>::new(), "nothing was applied");
+        let responses = shared.try_apply_here(items).expect("the state is free: applied here").unwrap();
+        assert_eq!(responses, vec![Response::Ok]);
+        assert_eq!(QueueNames::names(&shared.db).unwrap(), vec!["q1"]);
     }
 }

@@ -65,6 +65,28 @@ pub enum Command {
     ExecutorLost { executor: ExecutorName, at_ms: i64, max_attempted_runs: u32 },
 }
 
+impl Command {
+    /// Roughly how many jobs, runs or nodes applying this touches: where the Raft adapter runs
+    /// an apply depends on it. Commands whose reach is a whole job set, queue or executor count
+    /// as [`UNBOUNDED_WEIGHT`].
+    pub fn apply_weight(&self) -> usize {
+        match self {
+            Command::Batch(cmds) => cmds.iter().fold(0, |sum, c| sum.saturating_add(c.apply_weight())),
+            Command::CreateQueue { .. } | Command::UpdateQueue { .. } => 1,
+            Command::Submit { jobs, .. } => jobs.len(),
+            Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
+            Command::Preempt { job_ids, .. } => job_ids.len(),
+            Command::Schedule { leases, preemptions, failures, .. } => leases.len() + preemptions.len() + failures.len(),
+            Command::UpsertExecutor { nodes, .. } => nodes.len(),
+            Command::RunEvents { events, .. } => events.len(),
+            Command::DeleteQueue { .. } | Command::Cancel { job_ids: None, .. } | Command::Reprioritize { job_ids: None, .. } | Command::ExecutorLost { .. } => UNBOUNDED_WEIGHT,
+        }
+    }
+}
+
+/// [`Command::apply_weight`] of a command whose reach is not known before applying it.
+pub const UNBOUNDED_WEIGHT: usize = usize::MAX / 2;
+
 /// Why a command was refused at apply time (the API checked it, but the state moved on).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {

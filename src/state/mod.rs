@@ -10,7 +10,7 @@ mod runs;
 mod snapshot;
 
 pub use changes::{Change, Effects, ExecutorRecord};
-pub use command::{Command, JobVerdict, NewJob, NewLease, Rejection, Response};
+pub use command::{Command, JobVerdict, NewJob, NewLease, Rejection, Response, UNBOUNDED_WEIGHT};
 pub use machine::{Applied, ApplyContext, LiveJob, QueueState, State, StateSettings};
 
 #[cfg(test)]

@@ -323,3 +323,16 @@ fn apply_is_deterministic() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn apply_weight_counts_what_a_command_touches() {
+    let submit = |n: u128| Command::Submit { queue: q("a"), job_set: set("s"), at_ms: 0, jobs: (0..n).map(|i| new_job(i, None, "1")).collect() };
+    assert_eq!(submit(3).apply_weight(), 3);
+    assert_eq!(Command::Batch(vec![submit(3), submit(4)]).apply_weight(), 7);
+    let lost = Command::ExecutorLost { executor: exec("e"), at_ms: 0, max_attempted_runs: 1 };
+    assert_eq!(lost.apply_weight(), UNBOUNDED_WEIGHT);
+    // Sums saturate rather than wrap around to a small weight.
+    assert!(Command::Batch(vec![lost.clone(), lost.clone(), lost]).apply_weight() >= UNBOUNDED_WEIGHT);
+    let cancel_set = Command::Cancel { queue: q("a"), job_set: set("s"), job_ids: None, states: None, reason: String::new(), at_ms: 0 };
+    assert_eq!(cancel_set.apply_weight(), UNBOUNDED_WEIGHT);
+}

@@ -3,7 +3,7 @@
 
 mod cluster;
 mod storage;
-mod test_state;
+pub(crate) mod test_state;
 
 /// Installs the process-wide rustls provider reqwest needs (the binary does this in `main`).
 pub(crate) fn install_crypto_provider() {
