@@ -3,10 +3,10 @@
 //!
 //! The log has a redb file of its own (the state is in another). Every write that Raft relies on
 //! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,
-//! so it is on disk before openraft is told it happened. Only the
-//! committed log id is written with `Durability::None`: losing it in a crash is harmless (it is an
-//! optimisation for re-applying the log at start-up, and an older value is always valid), and a
-//! later durable commit of any transaction persists it anyway.
+//! so it is on disk before openraft is told it happened. Only the committed log id is not saved
+//! when openraft hands it over: it is kept in memory and written with the next append. Losing it
+//! in a crash is harmless (it is an optimisation for re-applying the log at start-up, and an older
+//! value is always valid).
 
 use super::codec::{blocking, decode, encode, io_err, storage_err};
 use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
@@ -221,7 +221,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         // One durable transaction for the whole batch (one fsync), committed right here: openraft
         // 0.9 waits for the flush before it does anything else anyway, and this runs on the Raft
-        // runtime's own threads (see `RaftNode::start`), so a hop to the blocking pool would only
+        // runtime's own thread (see `RaftNode::start`), so a hop to the blocking pool would only
         // add two thread wake-ups to every append.
         let mut appended = Vec::new();
         let res = (|| {
