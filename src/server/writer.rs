@@ -75,20 +75,21 @@ impl Writer {
                 }
                 let log = log.clone();
                 tokio::spawn(async move {
-                    let mut permit = Some(permit);
                     let done = commit(log.as_ref(), batch);
                     tokio::pin!(done);
-                    loop {
-                        tokio::select! {
-                            () = &mut done => break,
-                            // The first append made durable after proposing is this batch's (or,
-                            // rarely, another proposer's, which only lets the next batch go early).
-                            // An error means the log is gone: stop gating on it either way.
-                            _ = async { flushed.as_mut()?.changed().await.ok() }, if permit.is_some() && flushed.is_some() => {
-                                permit = None;
-                            }
-                        }
+                    let Some(mut flushed) = flushed else {
+                        done.await;
+                        drop(permit);
+                        return;
+                    };
+                    // The first append made durable after proposing is this batch's (or, rarely,
+                    // another proposer's, which only lets the next batch go early). An error means
+                    // the log is gone: stop gating on it either way.
+                    tokio::select! {
+                        () = &mut done => return,
+                        _ = flushed.changed() => drop(permit),
                     }
+                    done.await;
                 });
             }
         });
