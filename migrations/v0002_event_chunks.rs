@@ -21,7 +21,9 @@ pub fn run(tx: &redb::WriteTransaction) -> Result<(), String> {
         let mut chunk: Vec<Event> = Vec::new();
         let mut flush = |prefix: &[u8], chunk: &mut Vec<Event>| -> Result<(), String> {
             if let Some(first) = chunk.first() {
-                chunks.insert(event_key(prefix, first.seq).as_slice(), encode(&*chunk).map_err(|x| e(&x))?.as_slice()).map_err(|x| e(&x))?;
+                chunks
+                    .insert(event_key(prefix, first.seq).as_slice(), encode(&*chunk).map_err(|x| e(&x))?.as_slice())
+                    .map_err(|x| e(&x))?;
             }
             chunk.clear();
             Ok(())

@@ -144,7 +144,11 @@ impl Config {
     pub fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
         let Some(path) = path else {
             let c = Config::local();
-            c.validate().map_err(|e| ConfigError::Invalid { path: "defaults".into(), key: e.field, message: e.message })?;
+            c.validate().map_err(|e| ConfigError::Invalid {
+                path: "defaults".into(),
+                key: e.field,
+                message: e.message,
+            })?;
             return Ok(c);
         };
         let shown = path.display().to_string();
@@ -159,12 +163,17 @@ impl Config {
 
     /// Parses TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             ConfigError::Invalid { path: origin.to_string(), key, message: e.into_inner().message().to_string() }
         })?;
-        config.validate().map_err(|e| ConfigError::Invalid { path: origin.to_string(), key: e.field, message: e.message })?;
+        config.validate().map_err(|e| ConfigError::Invalid {
+            path: origin.to_string(),
+            key: e.field,
+            message: e.message,
+        })?;
         Ok(config)
     }
 
@@ -194,7 +203,10 @@ impl Config {
             return Err(FieldError::new("server.node_id", "must be at least 1"));
         }
         if self.auth.enabled && self.auth.tokens.is_empty() {
-            return Err(FieldError::new("auth.tokens", "auth is enabled but no tokens are configured; add tokens or set auth.enabled = false"));
+            return Err(FieldError::new(
+                "auth.tokens",
+                "auth is enabled but no tokens are configured; add tokens or set auth.enabled = false",
+            ));
         }
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.token.len() < 16 {
@@ -228,13 +240,16 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key() {
-        let e = Config::parse("[server]\nmax_attempted_runs = 0\n[auth]\nenabled = false\n", "f").unwrap_err().to_string();
+        let e =
+            Config::parse("[server]\nmax_attempted_runs = 0\n[auth]\nenabled = false\n", "f").unwrap_err().to_string();
         assert!(e.contains("server.max_attempted_runs"), "{e}");
         let e = Config::parse("[server]\nexecutor_timeout = \"soon\"\n", "f").unwrap_err().to_string();
         assert!(e.contains("server.executor_timeout"), "{e}");
         let e = Config::parse("[server]\nbogus = 1\n", "f").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
-        let e = Config::parse("[scheduler]\nnode_eviction_probability = 2.0\n[auth]\nenabled = false\n", "f").unwrap_err().to_string();
+        let e = Config::parse("[scheduler]\nnode_eviction_probability = 2.0\n[auth]\nenabled = false\n", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("scheduler.node_eviction_probability"), "{e}");
         let e = Config::parse("", "f").unwrap_err().to_string();
         assert!(e.contains("auth.tokens"), "{e}");

@@ -76,7 +76,6 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server { config, log_json } => {
@@ -100,9 +99,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let text = if scenario.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading the scenario from standard input")?
             } else {
-                std::fs::read_to_string(&scenario).with_context(|| format!("reading scenario {}", scenario.display()))?
+                std::fs::read_to_string(&scenario)
+                    .with_context(|| format!("reading scenario {}", scenario.display()))?
             };
-            let output = convoy::simulate::run_text(&text).with_context(|| format!("scenario {}", scenario.display()))?;
+            let output =
+                convoy::simulate::run_text(&text).with_context(|| format!("scenario {}", scenario.display()))?;
             let json = if compact { serde_json::to_string(&output)? } else { serde_json::to_string_pretty(&output)? };
             println!("{json}");
             Ok(())

@@ -95,13 +95,20 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
         if total >= slots * 98 / 100 {
             break per_queue;
         }
-        assert!(Instant::now() < deadline, "the cluster never filled up ({total} of {slots} slots); agent log:\n{}", std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never filled up ({total} of {slots} slots); agent log:\n{}",
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(sample.len(), QUEUES, "{sample:?}");
     for (q, n) in &sample {
         let share = *n as f64 / slots as f64;
-        assert!((share - fair).abs() <= 0.05 * fair, "queue {q} holds {n} of {slots} slots ({share:.4}); fair share {fair}: {sample:?}");
+        assert!(
+            (share - fair).abs() <= 0.05 * fair,
+            "queue {q} holds {n} of {slots} slots ({share:.4}); fair share {fair}: {sample:?}"
+        );
     }
     // The scheduler's own report agrees on the fair share.
     let (_, report) = s.get("/v1/queues/q0/report").await;
@@ -115,7 +122,17 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
         if live == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "{live} jobs still live; agent log tail:\n{}", std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default().lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+        assert!(
+            Instant::now() < deadline,
+            "{live} jobs still live; agent log tail:\n{}",
+            std::fs::read_to_string(dir.join("agent.log"))
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let drain = t.elapsed();
@@ -126,7 +143,11 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
     assert_eq!(st, 200);
     let page = v["jobs"].as_array().cloned().unwrap_or_default();
     assert_eq!(page.len(), 1000);
-    assert!(page.iter().all(|j| j["state"] == "succeeded" && j["runs"].as_array().is_some_and(|r| r.len() == 1)), "{}", page[0]);
+    assert!(
+        page.iter().all(|j| j["state"] == "succeeded" && j["runs"].as_array().is_some_and(|r| r.len() == 1)),
+        "{}",
+        page[0]
+    );
     let _ = agent.kill();
     let _ = agent.wait();
     eprintln!("submitted {JOBS} jobs in {submit:?}; all succeeded {drain:?} after the agent started");

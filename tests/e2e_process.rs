@@ -120,11 +120,15 @@ impl E2e {
     /// Waits until the job is over and its (only) run too; a cancelled job is over at once, its
     /// run when the agent reports it.
     async fn wait_over(&self, id: &str) -> Value {
-        self.wait_job(id, "over", |j| is_terminal(&j["state"]) && runs(j).iter().all(|r| is_terminal(&r["state"]))).await
+        self.wait_job(id, "over", |j| is_terminal(&j["state"]) && runs(j).iter().all(|r| is_terminal(&r["state"])))
+            .await
     }
 
     async fn cancel(&self, job_set: &str, id: &str, reason: &str) {
-        let (s, v) = self.server().post("/v1/jobs/cancel", &json!({"queue": QUEUE, "job_set": job_set, "job_ids": [id], "reason": reason})).await;
+        let (s, v) = self
+            .server()
+            .post("/v1/jobs/cancel", &json!({"queue": QUEUE, "job_set": job_set, "job_ids": [id], "reason": reason}))
+            .await;
         assert_eq!((s, &v["job_ids"]), (200, &json!([id])), "{v}");
     }
 
@@ -149,7 +153,10 @@ impl Drop for E2e {
                     eprintln!("===== server log (run {n}) =====\n{l}");
                 }
             }
-            eprintln!("===== server log =====\n{}", std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default());
+            eprintln!(
+                "===== server log =====\n{}",
+                std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+            );
         }
         self.agent = None;
         reap_runs(&self.agent_dir());
@@ -198,7 +205,8 @@ fn mtime_ms(path: &Path) -> i64 {
 
 /// `finished_at_ms` of the run directory's exit record.
 fn exit_ms(run_dir: &Path) -> i64 {
-    let text = std::fs::read_to_string(run_dir.join("exit")).unwrap_or_else(|e| panic!("{}/exit: {e}", run_dir.display()));
+    let text =
+        std::fs::read_to_string(run_dir.join("exit")).unwrap_or_else(|e| panic!("{}/exit: {e}", run_dir.display()));
     let v: Value = serde_json::from_str(&text).expect("exit record is JSON");
     v["finished_at_ms"].as_i64().expect("finished_at_ms")
 }
@@ -247,7 +255,10 @@ async fn until(what: &str, f: impl Fn() -> bool) {
 /// Waits until the run's stdout holds `text` (the job is past its set-up, e.g. its trap).
 async fn wait_output(run_dir: &Path, text: &str) {
     let path = run_dir.join("stdout");
-    until(&format!("{text:?} in {}", path.display()), || std::fs::read_to_string(&path).is_ok_and(|s| s.contains(text))).await;
+    until(&format!("{text:?} in {}", path.display()), || {
+        std::fs::read_to_string(&path).is_ok_and(|s| s.contains(text))
+    })
+    .await;
 }
 
 const HAPPY_EVENTS: [&str; 6] = ["submitted", "queued", "leased", "pending", "running", "succeeded"];
@@ -273,7 +284,11 @@ async fn success_reports_exit_code_zero_and_output() {
     assert_eq!(j["state"], "succeeded", "{j:#}");
     assert_eq!(j["reason"], Value::Null, "{j:#}");
     let run = only_run(&j);
-    assert_eq!((&run["state"], &run["exit_code"], &run["reason"]), (&json!("succeeded"), &json!(0), &Value::Null), "{run:#}");
+    assert_eq!(
+        (&run["state"], &run["exit_code"], &run["reason"]),
+        (&json!("succeeded"), &json!(0), &Value::Null),
+        "{run:#}"
+    );
     assert_eq!((&run["executor"], &run["node"]), (&json!(EXECUTOR), &json!(NODE)));
     assert_eq!(e.logs(id).await, format!("hello\ngreeting=world\ncwd={}\n", workdir.display()));
     assert_eq!(event_kinds(&j), HAPPY_EVENTS);
@@ -287,7 +302,11 @@ async fn non_zero_exit_fails_naming_the_code() {
     let j = e.wait_over(id).await;
     assert_eq!((&j["state"], &j["reason"]), (&json!("failed"), &json!("exit code 3")), "{j:#}");
     let run = only_run(&j);
-    assert_eq!((&run["state"], &run["exit_code"], &run["reason"]), (&json!("failed"), &json!(3), &Value::Null), "{run:#}");
+    assert_eq!(
+        (&run["state"], &run["exit_code"], &run["reason"]),
+        (&json!("failed"), &json!(3), &Value::Null),
+        "{run:#}"
+    );
     assert_eq!(e.logs(id).await, "about to fail\n");
     let kinds = event_kinds(&j);
     assert_eq!(kinds, ["submitted", "queued", "leased", "pending", "running", "failed"]);
@@ -323,7 +342,10 @@ async fn cancel_of_a_job_honouring_sigterm_ends_it_well_within_the_grace_period(
         "{run:#}"
     );
     assert_eq!(e.logs(id).await, "started\ngot TERM\n");
-    assert_eq!(event_kinds(&j), ["submitted", "queued", "leased", "pending", "running", "cancel_requested", "cancelled"]);
+    assert_eq!(
+        event_kinds(&j),
+        ["submitted", "queued", "leased", "pending", "running", "cancel_requested", "cancelled"]
+    );
     assert_group_gone(&run_dir).await;
 }
 
@@ -332,7 +354,9 @@ async fn cancel_of_a_job_honouring_sigterm_ends_it_well_within_the_grace_period(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_of_a_job_ignoring_sigterm_kills_it_after_the_grace_period() {
     let e = E2e::start(None).await;
-    let id = &e.submit("c", vec![sh_job("trap '' TERM; echo stubborn; sleep 60", json!({"terminationGracePeriodSeconds": 2}))]).await[0];
+    let id = &e
+        .submit("c", vec![sh_job("trap '' TERM; echo stubborn; sleep 60", json!({"terminationGracePeriodSeconds": 2}))])
+        .await[0];
     let j = e.wait_state(id, "running").await;
     let run_dir = e.run_dir(&j);
     wait_output(&run_dir, "stubborn").await;
@@ -341,7 +365,10 @@ async fn cancel_of_a_job_ignoring_sigterm_kills_it_after_the_grace_period() {
     e.cancel("c", id, "e2e cancel").await;
     let j = e.wait_over(id).await;
     let took = t0.elapsed();
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "SIGKILL ~2 s after the cancel; took {took:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(4),
+        "SIGKILL ~2 s after the cancel; took {took:?}"
+    );
     let stop_ms = exit_ms(&run_dir) - mtime_ms(&run_dir.join("kill"));
     assert!((1950..2800).contains(&stop_ms), "SIGTERM to SIGKILL took {stop_ms} ms, the grace period is 2000 ms");
 
@@ -352,7 +379,10 @@ async fn cancel_of_a_job_ignoring_sigterm_kills_it_after_the_grace_period() {
         (&json!("cancelled"), &json!(137), &json!("killed"), &json!("e2e cancel")),
         "{run:#}"
     );
-    assert_eq!(event_kinds(&j), ["submitted", "queued", "leased", "pending", "running", "cancel_requested", "cancelled"]);
+    assert_eq!(
+        event_kinds(&j),
+        ["submitted", "queued", "leased", "pending", "running", "cancel_requested", "cancelled"]
+    );
     assert_group_gone(&run_dir).await;
 }
 
@@ -375,7 +405,12 @@ async fn active_deadline_fails_the_job_after_its_deadline() {
     let run = only_run(&j);
     assert_eq!(
         (&run["state"], &run["exit_code"], &run["reason"], &run["message"]),
-        (&json!("failed"), &json!(143), &json!("deadline exceeded"), &json!("ran longer than activeDeadlineSeconds (2s)")),
+        (
+            &json!("failed"),
+            &json!(143),
+            &json!("deadline exceeded"),
+            &json!("ran longer than activeDeadlineSeconds (2s)")
+        ),
         "{run:#}"
     );
     assert_eq!(event_kinds(&j), ["submitted", "queued", "leased", "pending", "running", "failed"]);
@@ -387,7 +422,9 @@ async fn active_deadline_fails_the_job_after_its_deadline() {
 /// once `<markers>/<go>` exists.
 fn marker_job(markers: &Path, go: &str) -> Value {
     let mut j = sh_job(
-        &format!("echo $CONVOY_RUN_ID >> \"$MARKERS/$CONVOY_JOB_ID\"; while [ ! -e \"$MARKERS/{go}\" ]; do sleep 0.05; done; echo done"),
+        &format!(
+            "echo $CONVOY_RUN_ID >> \"$MARKERS/$CONVOY_JOB_ID\"; while [ ! -e \"$MARKERS/{go}\" ]; do sleep 0.05; done; echo done"
+        ),
         json!({}),
     );
     j["pod_spec"]["containers"][0]["env"] = json!([{"name": "MARKERS", "value": markers.display().to_string()}]);
@@ -404,10 +441,17 @@ async fn assert_each_ran_once_and_succeeded(e: &E2e, ids: &[String], markers: &P
         let run = only_run(&j);
         assert_eq!((&run["state"], &run["exit_code"]), (&json!("succeeded"), &json!(0)), "{run:#}");
         let starts = std::fs::read_to_string(markers.join(id)).expect("marker file");
-        assert_eq!(starts, format!("{}\n", run["run_id"].as_str().expect("run id")), "job {id} started once, by its one run");
+        assert_eq!(
+            starts,
+            format!("{}\n", run["run_id"].as_str().expect("run id")),
+            "job {id} started once, by its one run"
+        );
         let kinds = event_kinds(&j);
         let without_pending = ["submitted", "queued", "leased", "running", "succeeded"];
-        assert!(kinds == HAPPY_EVENTS || (pending_may_be_lost && kinds == without_pending), "job {id}: events {kinds:?}");
+        assert!(
+            kinds == HAPPY_EVENTS || (pending_may_be_lost && kinds == without_pending),
+            "job {id}: events {kinds:?}"
+        );
         assert_eq!(e.logs(id).await, "done\n");
     }
 }
@@ -420,7 +464,12 @@ async fn agent_kill9_and_restart_while_jobs_run_starts_nothing_twice() {
     let markers = e.dir.join("markers");
     std::fs::create_dir(&markers).expect("markers dir");
     // Two jobs end while no agent runs, two after the new agent took over.
-    let jobs = vec![marker_job(&markers, "go1"), marker_job(&markers, "go1"), marker_job(&markers, "go2"), marker_job(&markers, "go2")];
+    let jobs = vec![
+        marker_job(&markers, "go1"),
+        marker_job(&markers, "go1"),
+        marker_job(&markers, "go2"),
+        marker_job(&markers, "go2"),
+    ];
     let ids = e.submit("k", jobs).await;
     let mut dirs = Vec::new();
     for id in &ids {
@@ -441,7 +490,8 @@ async fn agent_kill9_and_restart_while_jobs_run_starts_nothing_twice() {
     e.start_agent();
     until("the new agent recovered all four runs", || {
         let log = e.agent_log();
-        log.matches("found a run that ended while the agent was away").count() == 2 && log.matches("adopted a run from an earlier agent").count() == 2
+        log.matches("found a run that ended while the agent was away").count() == 2
+            && log.matches("adopted a run from an earlier agent").count() == 2
     })
     .await;
     std::fs::write(markers.join("go2"), b"").expect("go2");
@@ -476,7 +526,12 @@ async fn server_restart_while_the_agent_runs_loses_no_final_event() {
     let markers = e.dir.join("markers");
     std::fs::create_dir(&markers).expect("markers dir");
     // Two jobs end while the server is down, two after it is back.
-    let jobs = vec![marker_job(&markers, "go1"), marker_job(&markers, "go1"), marker_job(&markers, "go2"), marker_job(&markers, "go2")];
+    let jobs = vec![
+        marker_job(&markers, "go1"),
+        marker_job(&markers, "go1"),
+        marker_job(&markers, "go2"),
+        marker_job(&markers, "go2"),
+    ];
     let ids = e.submit("r", jobs).await;
     let mut dirs = Vec::new();
     for id in &ids {
@@ -486,7 +541,8 @@ async fn server_restart_while_the_agent_runs_loses_no_final_event() {
 
     assert_eq!(e.stop_server(), Some(0), "SIGTERM stops the server cleanly");
     std::fs::write(markers.join("go1"), b"").expect("go1");
-    until("the first two jobs ended while the server was down", || dirs[..2].iter().all(|d| d.join("exit").exists())).await;
+    until("the first two jobs ended while the server was down", || dirs[..2].iter().all(|d| d.join("exit").exists()))
+        .await;
     until("the agent tried to report them", || e.agent_log().contains("event delivery failed")).await;
 
     e.restart_server().await;
@@ -583,7 +639,14 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     assert_eq!(up.url, format!("http://127.0.0.1:{port}"));
     // The README's job, as its curl line sends it.
     let body = r#"{"queue":"default","job_set":"hello","jobs":[{"pod_spec":{"containers":[{"name":"hello","image":"busybox","command":["echo","hello from convoy"],"resources":{"requests":{"cpu":"100m","memory":"64Mi"}}}]}}]}"#;
-    let r = up.client.post(format!("{}/v1/jobs", up.url)).header("content-type", "application/json").body(body).send().await.expect("submit");
+    let r = up
+        .client
+        .post(format!("{}/v1/jobs", up.url))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("submit");
     assert_eq!(r.status().as_u16(), 200);
     let v: Value = r.json().await.expect("JSON");
     let id = v["job_ids"][0].as_str().expect("job id").to_string();
@@ -596,7 +659,12 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     // A job still running when convoy up stops is picked up by the next one.
     let go = tmp.path().join("go");
     let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done; echo picked up", go.display());
-    let (s, v) = up.post("/v1/jobs", &json!({"queue": "default", "job_set": "hello", "jobs": [{"pod_spec": pod("100m", &script)}]})).await;
+    let (s, v) = up
+        .post(
+            "/v1/jobs",
+            &json!({"queue": "default", "job_set": "hello", "jobs": [{"pod_spec": pod("100m", &script)}]}),
+        )
+        .await;
     assert_eq!(s, 200, "{v}");
     let long = v["job_ids"][0].as_str().expect("job id").to_string();
     up.wait_job(&long, |j| j["state"] == "running").await;

@@ -19,7 +19,8 @@ async fn queue_crud() {
     let (st, v) = s.get("/v1/queues").await;
     assert_eq!(st, 200);
     assert_eq!(v.as_array().map(|a| a.len()), Some(1));
-    let (st, v) = s.put("/v1/queues/team-a", &json!({"name": "team-a", "priority_factor": 3.0, "cordoned": true})).await;
+    let (st, v) =
+        s.put("/v1/queues/team-a", &json!({"name": "team-a", "priority_factor": 3.0, "cordoned": true})).await;
     assert_eq!(st, 200, "{v}");
     let (_, v) = s.get("/v1/queues/team-a").await;
     assert_eq!((v["priority_factor"].as_f64(), v["cordoned"].as_bool()), (Some(3.0), Some(true)));
@@ -78,7 +79,9 @@ async fn submit_get_list_reprioritize_cancel() {
     assert_eq!(v["jobs"][0]["id"].as_str(), Some(ids[2].as_str()));
     assert!(v["next"].is_null());
 
-    let (st, v) = s.post("/v1/jobs/reprioritize", &json!({"queue": "A", "job_set": "set-1", "job_ids": [ids[0]], "priority": 7})).await;
+    let (st, v) = s
+        .post("/v1/jobs/reprioritize", &json!({"queue": "A", "job_set": "set-1", "job_ids": [ids[0]], "priority": 7}))
+        .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(s.job(&ids[0]).await["priority"], 7);
 
@@ -123,7 +126,8 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
     s.ready().await;
     s.create_queue("A").await;
     // An executor with 16-cpu nodes, so jobs larger than any node can be recognised.
-    let (st, v) = s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "16")], "wait_seconds": 0})).await;
+    let (st, v) =
+        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "16")], "wait_seconds": 0})).await;
     assert_eq!(st, 200, "{v}");
     let no_requests = json!({"containers": [{"name": "main", "image": "x"}]});
     let bad_quantity = json!({"containers": [{"name": "main", "resources": {"requests": {"cpu": "many"}}}]});
@@ -134,12 +138,36 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
     let gang = |card: &str| json!({"pod_spec": pod("1", "true"), "annotations": {"convoy.io/gang-id": "g", "convoy.io/gang-cardinality": card}});
     let cases: Vec<(Value, u16, &str)> = vec![
         (json!({"queue": "nope", "job_set": "s", "jobs": [job("1")]}), 404, "queue"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [job("1"), {"pod_spec": pod("1", "true"), "priority_class": "gold"}]}), 400, "jobs[1].priority_class"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": no_requests}]}), 400, "jobs[0].pod_spec.containers[0].resources.requests"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": bad_quantity}]}), 400, "jobs[0].pod_spec.containers[0].resources.requests.cpu"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": {"containers": 5}}]}), 400, "jobs[0].pod_spec.containers"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": grace_long}]}), 400, "jobs[0].pod_spec.terminationGracePeriodSeconds"),
-        (json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": grace_fraction}]}), 400, "jobs[0].pod_spec.terminationGracePeriodSeconds"),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [job("1"), {"pod_spec": pod("1", "true"), "priority_class": "gold"}]}),
+            400,
+            "jobs[1].priority_class",
+        ),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": no_requests}]}),
+            400,
+            "jobs[0].pod_spec.containers[0].resources.requests",
+        ),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": bad_quantity}]}),
+            400,
+            "jobs[0].pod_spec.containers[0].resources.requests.cpu",
+        ),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": {"containers": 5}}]}),
+            400,
+            "jobs[0].pod_spec.containers",
+        ),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": grace_long}]}),
+            400,
+            "jobs[0].pod_spec.terminationGracePeriodSeconds",
+        ),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [{"pod_spec": grace_fraction}]}),
+            400,
+            "jobs[0].pod_spec.terminationGracePeriodSeconds",
+        ),
         (json!({"queue": "A", "job_set": "s", "jobs": [job("64")]}), 400, "jobs[0].pod_spec.resources.cpu"),
         (json!({"queue": "A", "job_set": "s", "jobs": [gang("3"), gang("3")]}), 400, "jobs[0].annotations"),
         (json!({"queue": "A", "job_set": "s", "jobs": []}), 400, "jobs"),
@@ -164,7 +192,14 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
     assert_eq!((st, v["field"].as_str()), (400, Some("jobs")));
     assert_eq!(job_count(&s).await, 0);
     // Not JSON at all.
-    let r = s.client.post(format!("{}/v1/jobs", s.url)).header("content-type", "application/json").body("{not json").send().await.unwrap();
+    let r = s
+        .client
+        .post(format!("{}/v1/jobs", s.url))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(r.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/problem+json"));
     assert_eq!(job_count(&s).await, 0);
@@ -215,7 +250,8 @@ async fn openapi_document_describes_the_real_server() {
     assert!(doc["paths"]["/v1/jobs"]["post"]["responses"]["200"].is_object());
 
     // Real answers conform to their documented schemas.
-    let (st, v) = s.post("/v1/queues", &json!({"name": "A", "owners": ["alice"], "resource_limits": {"cpu": 0.5}})).await;
+    let (st, v) =
+        s.post("/v1/queues", &json!({"name": "A", "owners": ["alice"], "resource_limits": {"cpu": 0.5}})).await;
     assert_eq!(st, 201, "{v}");
     conforms(&doc, "post", "/v1/queues", 201, &v);
     let (st, v) = s.post("/v1/queues", &json!({"name": "A"})).await;
@@ -228,16 +264,24 @@ async fn openapi_document_describes_the_real_server() {
     let (st, v) = s.get("/v1/queues/nope").await;
     assert_eq!(st, 404);
     conforms(&doc, "get", "/v1/queues/{queue}", st, &v);
-    let ids = s.submit("A", "s", vec![job("1"), json!({"pod_spec": common::pod("1", "true"), "client_id": "c1", "labels": {"x": "y"}})]).await;
+    let ids = s
+        .submit(
+            "A",
+            "s",
+            vec![job("1"), json!({"pod_spec": common::pod("1", "true"), "client_id": "c1", "labels": {"x": "y"}})],
+        )
+        .await;
     let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job("1")]})).await;
     conforms(&doc, "post", "/v1/jobs", st, &v);
     // Lease the jobs to a fake executor and report one running, so jobs have runs and events.
-    let (st, v) = s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "4")], "wait_seconds": 10})).await;
+    let (st, v) =
+        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "4")], "wait_seconds": 10})).await;
     assert_eq!(st, 200, "{v}");
     conforms(&doc, "post", "/v1/executors/{executor}/lease", st, &v);
     let leases = v["leases"].as_array().cloned().unwrap_or_default();
     assert!(!leases.is_empty(), "{v}");
-    let events: Vec<Value> = leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "kind": "running"})).collect();
+    let events: Vec<Value> =
+        leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "kind": "running"})).collect();
     let (st, v) = s.post("/v1/executors/e1/events", &json!({ "events": events })).await;
     conforms(&doc, "post", "/v1/executors/{executor}/events", st, &v);
     let (st, v) = s.get(&format!("/v1/jobs/{}", ids[0])).await;
@@ -266,16 +310,25 @@ async fn openapi_document_describes_the_real_server() {
         assert!(got.starts_with(ct), "{path}: {got}");
     }
     // The event stream: text/event-stream whose data are EventViews.
-    let r = s.client.get(format!("{}/v1/queues/A/job-sets/s/events?follow=false", s.url)).send().await.expect("request");
+    let r =
+        s.client.get(format!("{}/v1/queues/A/job-sets/s/events?follow=false", s.url)).send().await.expect("request");
     assert_eq!(r.status(), 200);
     let got = r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     assert!(got.starts_with("text/event-stream"), "{got}");
-    assert!(response_schema(&doc, "get", "/v1/queues/{queue}/job-sets/{job_set}/events", 200, "text/event-stream").is_object());
+    assert!(
+        response_schema(&doc, "get", "/v1/queues/{queue}/job-sets/{job_set}/events", 200, "text/event-stream")
+            .is_object()
+    );
     let text = r.text().await.expect("the stream ends");
-    let data: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| serde_json::from_str(d.trim()).expect("JSON data")).collect();
+    let data: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).expect("JSON data"))
+        .collect();
     assert!(data.len() >= 3, "{text}");
     for d in &data {
-        convoy::api::openapi::check_value(&doc, &json!({"$ref": "#/components/schemas/EventView"}), d).unwrap_or_else(|e| panic!("{e}: {d}"));
+        convoy::api::openapi::check_value(&doc, &json!({"$ref": "#/components/schemas/EventView"}), d)
+            .unwrap_or_else(|e| panic!("{e}: {d}"));
     }
 
     // Every documented method of every documented path is served, and no other method is.
@@ -286,7 +339,11 @@ async fn openapi_document_describes_the_real_server() {
             .replace("{id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
             .replace("{executor}", "e9");
         assert!(!concrete.contains('{'), "{path} has a parameter this test does not know");
-        let concrete = if path.ends_with("/events") && path.starts_with("/v1/queues") { format!("{concrete}?follow=false") } else { concrete };
+        let concrete = if path.ends_with("/events") && path.starts_with("/v1/queues") {
+            format!("{concrete}?follow=false")
+        } else {
+            concrete
+        };
         for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
             let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
             let r = s.client.request(m, format!("{}{concrete}", s.url)).send().await.expect("request");

@@ -27,7 +27,13 @@ tokens = [
     )
 }
 
-async fn call(s: &Server, method: reqwest::Method, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
+async fn call(
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut r = s.client.request(method, format!("{}{path}", s.url));
     if let Some(t) = token {
         r = r.bearer_auth(t);
@@ -61,7 +67,8 @@ async fn tokens_and_roles() {
     // Only admins manage queues.
     let (st, _) = call(&s, M::POST, "/v1/queues", Some(ALICE), Some(json!({"name": "physics"}))).await;
     assert_eq!(st, 403);
-    let (st, v) = call(&s, M::POST, "/v1/queues", Some(ADMIN), Some(json!({"name": "physics", "groups": ["physics"]}))).await;
+    let (st, v) =
+        call(&s, M::POST, "/v1/queues", Some(ADMIN), Some(json!({"name": "physics", "groups": ["physics"]}))).await;
     assert_eq!(st, 201, "{v}");
     let (st, _) = call(&s, M::POST, "/v1/queues", Some(ADMIN), Some(json!({"name": "bobs", "owners": ["bob"]}))).await;
     assert_eq!(st, 201);
@@ -76,7 +83,8 @@ async fn tokens_and_roles() {
     assert!(v["detail"].as_str().unwrap_or("").contains("bob"), "{v}");
     let (st, _) = call(&s, M::POST, "/v1/jobs", Some(BOB), Some(submit("bobs"))).await;
     assert_eq!(st, 200);
-    let (st, _) = call(&s, M::POST, "/v1/jobs/cancel", Some(BOB), Some(json!({"queue": "physics", "job_set": "s"}))).await;
+    let (st, _) =
+        call(&s, M::POST, "/v1/jobs/cancel", Some(BOB), Some(json!({"queue": "physics", "job_set": "s"}))).await;
     assert_eq!(st, 403);
     // The executor token may not submit.
     let (st, _) = call(&s, M::POST, "/v1/jobs", Some(EXEC), Some(submit("bobs"))).await;

@@ -60,7 +60,12 @@ async fn stream_resumes_and_follows() {
         let id = ids[0].clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            client.post(format!("{base}/v1/jobs/cancel")).json(&json!({"queue": "A", "job_set": "s", "job_ids": [id]})).send().await.unwrap();
+            client
+                .post(format!("{base}/v1/jobs/cancel"))
+                .json(&json!({"queue": "A", "job_set": "s", "job_ids": [id]}))
+                .send()
+                .await
+                .unwrap();
         })
     };
     let mut buf = String::new();

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 /// Long-polls once; `runs` are the runs the fake executor holds.
 async fn poll(s: &Server, executor: &str, nodes: &[Value], runs: &[Value], wait: f64) -> Value {
-    let (st, v) = s.post(&format!("/v1/executors/{executor}/lease"), &json!({"nodes": nodes, "runs": runs, "wait_seconds": wait})).await;
+    let (st, v) = s
+        .post(&format!("/v1/executors/{executor}/lease"), &json!({"nodes": nodes, "runs": runs, "wait_seconds": wait}))
+        .await;
     assert_eq!(st, 200, "{v}");
     v
 }
@@ -41,7 +43,8 @@ async fn leases_events_and_kill_orders() {
     let mut leases = v["leases"].as_array().cloned().unwrap_or_default();
     // Collect all three (they may come in more than one answer).
     while leases.len() < 3 {
-        let held: Vec<Value> = leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
+        let held: Vec<Value> =
+            leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
         let v = poll(&s, "e1", &nodes, &held, 5.0).await;
         leases.extend(v["leases"].as_array().cloned().unwrap_or_default());
     }
@@ -56,7 +59,8 @@ async fn leases_events_and_kill_orders() {
     }
 
     // At-least-once delivery: a lease the executor does not report is sent again.
-    let held: Vec<Value> = leases[1..].iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
+    let held: Vec<Value> =
+        leases[1..].iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
     let v = poll(&s, "e1", &nodes, &held, 0.0).await;
     assert_eq!(v["leases"].as_array().map(|l| l.len()), Some(1));
     assert_eq!(v["leases"][0]["run_id"], lease["run_id"]);
@@ -71,7 +75,8 @@ async fn leases_events_and_kill_orders() {
     let j = s.job(leases[0]["job_id"].as_str().unwrap()).await;
     assert_eq!(j["state"], "succeeded");
     assert_eq!(j["runs"][0]["state"], "succeeded");
-    let r = s.client.get(format!("{}/v1/jobs/{}/logs", s.url, leases[0]["job_id"].as_str().unwrap())).send().await.unwrap();
+    let r =
+        s.client.get(format!("{}/v1/jobs/{}/logs", s.url, leases[0]["job_id"].as_str().unwrap())).send().await.unwrap();
     assert_eq!(r.text().await.unwrap(), "hello from the test\n");
     let mut failed = ev(&leases[1], "failed");
     failed["exit_code"] = json!(3);
@@ -80,11 +85,16 @@ async fn leases_events_and_kill_orders() {
     assert_eq!(j["state"], "failed");
     assert!(j["reason"].as_str().unwrap_or("").contains("exit code 3"), "{j}");
     // An event for an unknown run is ignored.
-    assert_eq!(report(&s, "e1", vec![json!({"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "job_id": ids[0], "kind": "running"})]).await, 0);
+    assert_eq!(
+        report(&s, "e1", vec![json!({"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "job_id": ids[0], "kind": "running"})])
+            .await,
+        0
+    );
 
     // Cancelling the running job becomes a kill order with its grace period.
     report(&s, "e1", vec![ev(&leases[2], "running")]).await;
-    let (st, _) = s.post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": [leases[2]["job_id"]]})).await;
+    let (st, _) =
+        s.post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": [leases[2]["job_id"]]})).await;
     assert_eq!(st, 200);
     let held = vec![json!({"run_id": leases[2]["run_id"], "job_id": leases[2]["job_id"], "state": "running"})];
     let v = poll(&s, "e1", &nodes, &held, 5.0).await;

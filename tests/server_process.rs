@@ -73,7 +73,14 @@ async fn kill9_loses_no_acknowledged_job() {
         assert_eq!(st, 200, "{v}");
         for j in v["jobs"].as_array().cloned().unwrap_or_default() {
             // At most one run that is not over, ever.
-            let active = j["runs"].as_array().map(|r| r.iter().filter(|r| ["leased", "pending", "running"].contains(&r["state"].as_str().unwrap_or(""))).count()).unwrap_or(0);
+            let active = j["runs"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .filter(|r| ["leased", "pending", "running"].contains(&r["state"].as_str().unwrap_or("")))
+                        .count()
+                })
+                .unwrap_or(0);
             assert!(active <= 1, "job with {active} active runs: {j}");
             seen.insert(j["id"].as_str().unwrap_or("").to_string());
         }
@@ -107,7 +114,15 @@ async fn state_survives_a_clean_restart() {
     assert_eq!(v["name"], "A");
     // The event stream continues its numbering.
     let ids2 = s.submit("A", "s", vec![job("1")]).await;
-    let body = s.client.get(format!("{}/v1/queues/A/job-sets/s/events?follow=false&from=5", s.url)).send().await.unwrap().text().await.unwrap();
+    let body = s
+        .client
+        .get(format!("{}/v1/queues/A/job-sets/s/events?follow=false&from=5", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(body.contains("id: 5") && body.contains(&ids2[0]), "{body}");
     drop(tmp);
 }
@@ -128,7 +143,8 @@ fn bad_configuration_exits_naming_the_key() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(key), "error for {text:?} should name {key}: {err}");
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config", "/no/such/file.toml"]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config", "/no/such/file.toml"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.toml"));
 }

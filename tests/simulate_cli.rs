@@ -9,7 +9,12 @@ fn simulate(args: &[&str], stdin: Option<&str>) -> std::process::Output {
         None => cmd.output().expect("convoy runs"),
         Some(text) => {
             use std::io::Write;
-            let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("convoy runs");
+            let mut child = cmd
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("convoy runs");
             child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write scenario");
             child.wait_with_output().expect("convoy finishes")
         }
@@ -54,7 +59,10 @@ fn malformed_scenarios_fail_naming_the_field() {
     for (text, field) in [
         ("nodes: [{name: n, allocatable: {cpu: four}}]", "nodes[0].allocatable"),
         ("queues: [{name: A, priority_factor: 0}]", "queues[0].priority_factor"),
-        ("queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: A, priority_class: gold}]}]", "rounds[0].submit[0].priority_class"),
+        (
+            "queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: A, priority_class: gold}]}]",
+            "rounds[0].submit[0].priority_class",
+        ),
         ("rounds: [{submit: [{id: a, queue: Z}]}]", "rounds[0].submit[0].queue"),
         ("config: {max_queue_lookback: -1}", "config.max_queue_lookback"),
     ] {

@@ -35,23 +35,13 @@ pub enum ClientError {
     Unauthorized { server: String, status: u16, detail: String },
     /// Something answered that does not speak the executor API (wrong address or path).
     #[error("{server} does not look like a Convoy server (HTTP {status} at {path}): {detail}")]
-    WrongAddress {
-        server: String,
-        status: u16,
-        path: String,
-        detail: String,
-    },
+    WrongAddress { server: String, status: u16, path: String, detail: String },
     /// The server is up but cannot serve the request now (5xx, 429, not the leader).
     #[error("the server at {server} is unavailable (HTTP {status}): {detail}")]
     Unavailable { server: String, status: u16, detail: String },
     /// The server refused the request itself; sending it again will not help.
     #[error("the server at {server} rejected the request (HTTP {status}): {detail}")]
-    Rejected {
-        server: String,
-        status: u16,
-        problem: Option<Box<Problem>>,
-        detail: String,
-    },
+    Rejected { server: String, status: u16, problem: Option<Box<Problem>>, detail: String },
 }
 
 impl ClientError {
@@ -81,17 +71,12 @@ impl ExecutorClient {
     pub fn new(servers: &[String], executor: ExecutorName, token: Option<String>) -> Result<Self, ClientError> {
         super::install_crypto_provider();
         if servers.is_empty() {
-            return Err(ClientError::BadAddress {
-                address: String::new(),
-                message: "no server address given".into(),
-            });
+            return Err(ClientError::BadAddress { address: String::new(), message: "no server address given".into() });
         }
         let mut bases = Vec::with_capacity(servers.len());
         for s in servers {
-            let url = reqwest::Url::parse(s).map_err(|e| ClientError::BadAddress {
-                address: s.clone(),
-                message: e.to_string(),
-            })?;
+            let url = reqwest::Url::parse(s)
+                .map_err(|e| ClientError::BadAddress { address: s.clone(), message: e.to_string() })?;
             if !matches!(url.scheme(), "http" | "https") {
                 return Err(ClientError::BadAddress {
                     address: s.clone(),
@@ -105,13 +90,7 @@ impl ExecutorClient {
             .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ClientError::Build(e.to_string()))?;
-        Ok(Self {
-            http,
-            servers: bases,
-            executor,
-            token,
-            current: AtomicUsize::new(0),
-        })
+        Ok(Self { http, servers: bases, executor, token, current: AtomicUsize::new(0) })
     }
 
     /// The base URL requests go to first.
@@ -131,8 +110,14 @@ impl ExecutorClient {
     }
 
     /// Sends the request to the current server, then to each other one until one answers.
-    async fn post<Req: Serialize, Resp: DeserializeOwned>(&self, endpoint: &str, body: &Req, timeout: Duration) -> Result<Resp, ClientError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Build(format!("encoding the {endpoint} request: {e}")))?;
+    async fn post<Req: Serialize, Resp: DeserializeOwned>(
+        &self,
+        endpoint: &str,
+        body: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, ClientError> {
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| ClientError::Build(format!("encoding the {endpoint} request: {e}")))?;
         let n = self.servers.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut last_error = None;
@@ -160,7 +145,13 @@ impl ExecutorClient {
         Err(last_error.unwrap_or_else(|| ClientError::Build("no server address".into())))
     }
 
-    async fn post_one<Resp: DeserializeOwned>(&self, idx: usize, endpoint: &str, body: Vec<u8>, timeout: Duration) -> Result<Resp, ClientError> {
+    async fn post_one<Resp: DeserializeOwned>(
+        &self,
+        idx: usize,
+        endpoint: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Resp, ClientError> {
         let server = &self.servers[idx];
         let path = format!("/v1/executors/{}/{endpoint}", self.executor);
         let mut rb = self
@@ -173,20 +164,20 @@ impl ExecutorClient {
         if let Some(t) = &self.token {
             rb = rb.bearer_auth(t);
         }
-        let resp = rb.send().await.map_err(|e| ClientError::Unreachable {
-            server: server.clone(),
-            message: error_chain(&e),
-        })?;
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: error_chain(&e) })?;
         let status = resp.status();
         let is_problem = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.starts_with("application/problem+json") || ct.starts_with("application/json"));
-        let text = resp.text().await.map_err(|e| ClientError::Unreachable {
-            server: server.clone(),
-            message: error_chain(&e),
-        })?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: error_chain(&e) })?;
         if status.is_success() {
             return serde_json::from_str(&text).map_err(|e| ClientError::WrongAddress {
                 server: server.clone(),
@@ -202,28 +193,14 @@ impl ExecutorClient {
         };
         let code = status.as_u16();
         Err(match code {
-            401 | 403 => ClientError::Unauthorized {
-                server: server.clone(),
-                status: code,
-                detail,
-            },
-            404 | 405 if problem.is_none() => ClientError::WrongAddress {
-                server: server.clone(),
-                status: code,
-                path,
-                detail,
-            },
-            408 | 421 | 425 | 429 | 500..=599 => ClientError::Unavailable {
-                server: server.clone(),
-                status: code,
-                detail,
-            },
-            _ => ClientError::Rejected {
-                server: server.clone(),
-                status: code,
-                problem: problem.map(Box::new),
-                detail,
-            },
+            401 | 403 => ClientError::Unauthorized { server: server.clone(), status: code, detail },
+            404 | 405 if problem.is_none() => {
+                ClientError::WrongAddress { server: server.clone(), status: code, path, detail }
+            }
+            408 | 421 | 425 | 429 | 500..=599 => {
+                ClientError::Unavailable { server: server.clone(), status: code, detail }
+            }
+            _ => ClientError::Rejected { server: server.clone(), status: code, problem: problem.map(Box::new), detail },
         })
     }
 }
@@ -266,11 +243,7 @@ pub struct Backoff {
 impl Backoff {
     /// Pauses from `min`, doubling up to `max`.
     pub fn new(min: Duration, max: Duration) -> Self {
-        Self {
-            min,
-            max: max.max(min),
-            next: min,
-        }
+        Self { min, max: max.max(min), next: min }
     }
 
     /// The next pause (with ±20 % jitter so agents do not retry in step).
@@ -291,12 +264,7 @@ impl Backoff {
 fn random_fraction() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 

@@ -25,10 +25,7 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.to_string(),
-        message: message.into(),
-    }
+    ConfigError::Invalid { key: key.to_string(), message: message.into() }
 }
 
 /// Which runtime runs the leased jobs.
@@ -268,19 +265,14 @@ impl AgentConfig {
 
     /// Reads and parses a TOML file (see [`AgentConfig::from_toml_str`]).
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Self::from_toml_str(&text)
     }
 
     /// The token to send: `token`, else `CONVOY_EXECUTOR_TOKEN`, else none.
     pub fn resolved_token(&self) -> Option<String> {
-        self.token
-            .clone()
-            .filter(|t| !t.is_empty())
-            .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()))
+        self.token.clone().filter(|t| !t.is_empty()).or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()))
     }
 
     /// Checks every key; the error names the first offending one.
@@ -330,7 +322,10 @@ impl AgentConfig {
         if let Some(p) = &self.process.supervisor
             && !p.is_file()
         {
-            return Err(invalid("process.supervisor", format!("{} is not a file (it must be the convoy executable)", p.display())));
+            return Err(invalid(
+                "process.supervisor",
+                format!("{} is not a file (it must be the convoy executable)", p.display()),
+            ));
         }
         if self.process.keep_finished_hours == 0 {
             return Err(invalid("process.keep_finished_hours", "must be at least 1"));
@@ -353,7 +348,10 @@ impl AgentConfig {
                 return Err(invalid(&format!("{key}.name_prefix"), e.to_string()));
             }
             if !prefixes.insert(g.name_prefix.as_str()) {
-                return Err(invalid(&format!("{key}.name_prefix"), format!("{:?} is used by two groups", g.name_prefix)));
+                return Err(invalid(
+                    &format!("{key}.name_prefix"),
+                    format!("{:?} is used by two groups", g.name_prefix),
+                ));
             }
             if g.allocatable.is_zero() {
                 return Err(invalid(
@@ -399,7 +397,11 @@ pub fn is_label_value(s: &str) -> bool {
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 63 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') && !s.starts_with('-') && !s.ends_with('-')
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
 }
 
 /// This machine's host name, if it is a valid node name.
@@ -410,9 +412,7 @@ pub fn host_name() -> Option<String> {
 }
 
 fn default_executor() -> ExecutorName {
-    host_name()
-        .and_then(|h| ExecutorName::new(&h).ok())
-        .unwrap_or_else(ExecutorName::default_executor)
+    host_name().and_then(|h| ExecutorName::new(&h).ok()).unwrap_or_else(ExecutorName::default_executor)
 }
 
 fn default_node_name() -> NodeName {

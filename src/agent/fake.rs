@@ -52,7 +52,8 @@ impl FakeRuntime {
         let mut nodes = Vec::new();
         for g in &config.node_groups {
             for i in 0..g.count {
-                let name = NodeName::new(&format!("{}-{i}", g.name_prefix)).map_err(|e| RuntimeError::Setup(format!("fake node name: {e}")))?;
+                let name = NodeName::new(&format!("{}-{i}", g.name_prefix))
+                    .map_err(|e| RuntimeError::Setup(format!("fake node name: {e}")))?;
                 nodes.push(NodeReport {
                     name,
                     pool: g.pool.clone(),
@@ -70,15 +71,9 @@ impl FakeRuntime {
         }
         let state = Arc::new(Mutex::new(FakeState::default()));
         let wake = Arc::new(Notify::new());
-        let timer = tokio::spawn(tracing::Instrument::in_current_span(run_timers(state.clone(), wake.clone(), sink.clone())));
-        Ok(Self {
-            nodes,
-            node_names,
-            state,
-            wake,
-            sink,
-            timer,
-        })
+        let timer =
+            tokio::spawn(tracing::Instrument::in_current_span(run_timers(state.clone(), wake.clone(), sink.clone())));
+        Ok(Self { nodes, node_names, state, wake, sink, timer })
     }
 }
 
@@ -129,19 +124,15 @@ fn final_event(run_id: RunId, job_id: JobId, exit_code: i32) -> crate::model::ap
 fn parse_annotations(lease: &LeaseOrder) -> Result<(Duration, i32), RuntimeError> {
     let runtime = match lease.annotations.get(ANNOTATION_RUNTIME) {
         None => Duration::ZERO,
-        Some(s) => s
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .and_then(|v| Duration::try_from_secs_f64(v).ok())
-            .ok_or_else(|| RuntimeError::InvalidJob(format!("annotation {ANNOTATION_RUNTIME}: {s:?} is not a number of seconds")))?,
+        Some(s) => s.trim().parse::<f64>().ok().and_then(|v| Duration::try_from_secs_f64(v).ok()).ok_or_else(|| {
+            RuntimeError::InvalidJob(format!("annotation {ANNOTATION_RUNTIME}: {s:?} is not a number of seconds"))
+        })?,
     };
     let exit_code = match lease.annotations.get(ANNOTATION_EXIT_CODE) {
         None => 0,
-        Some(s) => s
-            .trim()
-            .parse::<i32>()
-            .map_err(|_| RuntimeError::InvalidJob(format!("annotation {ANNOTATION_EXIT_CODE}: {s:?} is not an integer")))?,
+        Some(s) => s.trim().parse::<i32>().map_err(|_| {
+            RuntimeError::InvalidJob(format!("annotation {ANNOTATION_EXIT_CODE}: {s:?} is not an integer"))
+        })?,
     };
     Ok((runtime, exit_code))
 }
@@ -173,24 +164,10 @@ impl Runtime for FakeRuntime {
         self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
         let mut st = lock(&self.state);
         if runtime.is_zero() {
-            st.runs.insert(
-                run_id,
-                FakeRun {
-                    job_id,
-                    exit_code,
-                    finished: true,
-                },
-            );
+            st.runs.insert(run_id, FakeRun { job_id, exit_code, finished: true });
             self.sink.send(final_event(run_id, job_id, exit_code));
         } else {
-            st.runs.insert(
-                run_id,
-                FakeRun {
-                    job_id,
-                    exit_code,
-                    finished: false,
-                },
-            );
+            st.runs.insert(run_id, FakeRun { job_id, exit_code, finished: false });
             let at = Instant::now() + runtime;
             let earliest = st.timers.peek().is_none_or(|Reverse((t, _))| at < *t);
             st.timers.push(Reverse((at, run_id)));

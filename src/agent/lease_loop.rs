@@ -9,7 +9,9 @@
 use super::AgentError;
 use super::client::{Backoff, ClientError, ExecutorClient};
 use super::runtime::{EventReceiver, EventSink, Runtime, RuntimeError, is_final, run_event, state_after};
-use crate::model::api::{EventsRequest, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, RunEventKind, RunEventReport};
+use crate::model::api::{
+    EventsRequest, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, RunEventKind, RunEventReport,
+};
 use crate::model::{ExecutorName, JobId, RunId, RunState};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -63,14 +65,7 @@ struct RunTable {
 
 impl RunTable {
     fn held(&self) -> Vec<HeldRun> {
-        self.runs
-            .iter()
-            .map(|(id, h)| HeldRun {
-                run_id: *id,
-                job_id: h.job_id,
-                state: h.state,
-            })
-            .collect()
+        self.runs.iter().map(|(id, h)| HeldRun { run_id: *id, job_id: h.job_id, state: h.state }).collect()
     }
 
     /// Records a new lease; false if the run is known already.
@@ -78,14 +73,7 @@ impl RunTable {
         if self.runs.contains_key(&run_id) || self.done.contains(&run_id) {
             return false;
         }
-        self.runs.insert(
-            run_id,
-            Held {
-                job_id,
-                state: RunState::Leased,
-                kill_sent: None,
-            },
-        );
+        self.runs.insert(run_id, Held { job_id, state: RunState::Leased, kill_sent: None });
         true
     }
 
@@ -93,11 +81,8 @@ impl RunTable {
         if self.done.contains(&ev.run_id) {
             return;
         }
-        let held = self.runs.entry(ev.run_id).or_insert(Held {
-            job_id: ev.job_id,
-            state: RunState::Leased,
-            kill_sent: None,
-        });
+        let held =
+            self.runs.entry(ev.run_id).or_insert(Held { job_id: ev.job_id, state: RunState::Leased, kill_sent: None });
         // A final state never goes back (a late `running` after `failed` changes nothing).
         if !held.state.is_terminal() {
             held.state = state_after(ev.kind);
@@ -143,29 +128,14 @@ pub(crate) async fn run_loop<R: Runtime>(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
     let executor = settings.executor.clone();
-    let recovered = runtime.recover().await.map_err(|source| AgentError::Runtime {
-        runtime: runtime.name(),
-        source,
-    })?;
+    let recovered =
+        runtime.recover().await.map_err(|source| AgentError::Runtime { runtime: runtime.name(), source })?;
     tracing::info!(%executor, runtime = runtime.name(), recovered = recovered.len(), server = client.current_server(), "agent started");
-    let shared = Arc::new(Shared {
-        settings,
-        client,
-        runtime,
-        sink,
-        table: Mutex::new(RunTable::default()),
-    });
+    let shared = Arc::new(Shared { settings, client, runtime, sink, table: Mutex::new(RunTable::default()) });
     {
         let mut t = shared.table();
         for r in recovered {
-            t.runs.insert(
-                r.run_id,
-                Held {
-                    job_id: r.job_id,
-                    state: r.state,
-                    kill_sent: None,
-                },
-            );
+            t.runs.insert(r.run_id, Held { job_id: r.job_id, state: r.state, kill_sent: None });
         }
     }
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -199,12 +169,8 @@ async fn poll_forever<R: Runtime>(shared: &Arc<Shared<R>>) {
             }
         };
         let runs = shared.table().held();
-        let req = LeaseRequest {
-            nodes,
-            runs,
-            wait_seconds: Some(s.poll_wait.as_secs_f64()),
-            max_leases: Some(s.max_leases),
-        };
+        let req =
+            LeaseRequest { nodes, runs, wait_seconds: Some(s.poll_wait.as_secs_f64()), max_leases: Some(s.max_leases) };
         match shared.client.lease(&req).await {
             Ok(resp) => {
                 backoff.reset();
@@ -239,9 +205,7 @@ async fn handle_response<R: Runtime>(shared: &Arc<Shared<R>>, resp: LeaseRespons
         resp.leases.into_iter().filter(|l| t.begin(l.run_id, l.job_id)).collect()
     };
     let mut acted = !fresh.is_empty();
-    futures::stream::iter(fresh)
-        .for_each_concurrent(START_CONCURRENCY, |lease| start_one(shared, lease))
-        .await;
+    futures::stream::iter(fresh).for_each_concurrent(START_CONCURRENCY, |lease| start_one(shared, lease)).await;
     for k in resp.kills {
         acted |= kill_one(shared, k).await;
     }
@@ -383,9 +347,7 @@ async fn pump<R: Runtime>(shared: Arc<Shared<R>>, mut rx: EventReceiver, mut sto
             continue;
         }
         let n = if singles > 0 { 1 } else { s.event_batch.min(outbox.len()) };
-        let req = EventsRequest {
-            events: outbox.iter().take(n).cloned().collect(),
-        };
+        let req = EventsRequest { events: outbox.iter().take(n).cloned().collect() };
         let result = match stop_by {
             Some(by) => match tokio::time::timeout_at(by, shared.client.events(&req)).await {
                 Ok(r) => r,

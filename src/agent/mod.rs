@@ -49,7 +49,8 @@ pub fn install_crypto_provider() {
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     config.validate()?;
     install_crypto_provider();
-    let client = Arc::new(client::ExecutorClient::new(&config.servers, config.executor.clone(), config.resolved_token())?);
+    let client =
+        Arc::new(client::ExecutorClient::new(&config.servers, config.executor.clone(), config.resolved_token())?);
     let settings = lease_loop::LoopSettings {
         executor: config.executor.clone(),
         poll_wait: Duration::from_secs(config.poll_wait),
@@ -80,7 +81,12 @@ async fn run_with_runtime(
         }
         RuntimeKind::Kubernetes => {
             let kube_client = kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
-            let rt = kubernetes::KubernetesRuntime::new(kube_client, config.executor.as_str(), &config.kubernetes, sink.clone());
+            let rt = kubernetes::KubernetesRuntime::new(
+                kube_client,
+                config.executor.as_str(),
+                &config.kubernetes,
+                sink.clone(),
+            );
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
     }

@@ -140,10 +140,7 @@ mod tests {
         let me = ProcStamp::current().expect("/proc is readable");
         assert!(me.is_alive());
         assert_eq!(ProcStamp::decode(&me.encode()), Some(me));
-        let reused = ProcStamp {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let reused = ProcStamp { start_time: me.start_time + 1, ..me };
         assert!(!reused.is_alive(), "a different start time means a different process");
         assert!(mem_total_bytes().expect("meminfo") > 0);
     }

@@ -9,6 +9,7 @@ use super::config::AgentConfig;
 use super::os;
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
+use super::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
 use crate::model::{JobId, ResourceName, Resources, RunId};
 use std::collections::HashMap;
@@ -16,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use super::tasks::OwnedTasks;
 
 /// How often a run's directory is checked for progress.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
@@ -58,9 +58,11 @@ impl ProcessRuntime {
     pub fn new(config: &AgentConfig, sink: EventSink) -> Result<Self, RuntimeError> {
         // Absolute, so supervisors and jobs (which get it as CONVOY_RUN_DIR) see the same path
         // whatever their working directory.
-        let data_dir = std::path::absolute(&config.data_dir).map_err(|e| RuntimeError::io(format!("resolving {}", config.data_dir.display()), e))?;
+        let data_dir = std::path::absolute(&config.data_dir)
+            .map_err(|e| RuntimeError::io(format!("resolving {}", config.data_dir.display()), e))?;
         let runs_dir = data_dir.join("runs");
-        std::fs::create_dir_all(&runs_dir).map_err(|e| RuntimeError::io(format!("creating {}", runs_dir.display()), e))?;
+        std::fs::create_dir_all(&runs_dir)
+            .map_err(|e| RuntimeError::io(format!("creating {}", runs_dir.display()), e))?;
         let supervisor_exe = match &config.process.supervisor {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| RuntimeError::io("finding the convoy executable", e))?,
@@ -92,17 +94,13 @@ impl ProcessRuntime {
             sink,
             runs: Mutex::new(HashMap::new()),
         };
-        Ok(Self {
-            inner: Arc::new(inner),
-            tasks: OwnedTasks::default(),
-        })
+        Ok(Self { inner: Arc::new(inner), tasks: OwnedTasks::default() })
     }
 
     fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(fut);
     }
 }
-
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -114,7 +112,12 @@ impl Inner {
     }
 
     /// Starts `convoy agent-supervise` for the run in `dir`.
-    fn spawn_supervisor(&self, dir: &RunDir, lease: &LeaseOrder, cmd: &JobCommand) -> std::io::Result<tokio::process::Child> {
+    fn spawn_supervisor(
+        &self,
+        dir: &RunDir,
+        lease: &LeaseOrder,
+        cmd: &JobCommand,
+    ) -> std::io::Result<tokio::process::Child> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.file(rundir::SUPERVISOR_LOG))?;
         let log2 = log.try_clone()?;
         let mut c = tokio::process::Command::new(&self.supervisor_exe);
@@ -163,7 +166,14 @@ impl Inner {
 
     /// Follows a run until its exit record appears, reporting `running` and the final event. Also
     /// takes over when the supervisor vanished without an exit record.
-    async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, mut child: Option<tokio::process::Child>, mut last: RunEventKind) {
+    async fn watch(
+        self: Arc<Self>,
+        dir: RunDir,
+        run_id: RunId,
+        job_id: JobId,
+        mut child: Option<tokio::process::Child>,
+        mut last: RunEventKind,
+    ) {
         let mut respawned = false;
         loop {
             match dir.read_exit() {
@@ -204,7 +214,13 @@ impl Inner {
 
     /// The supervisor is gone and left no exit record: stop what is left of the job and record
     /// that, or start a supervisor if the job never started.
-    fn take_over(&self, dir: &RunDir, run_id: RunId, job_id: JobId, respawned: &mut bool) -> Option<tokio::process::Child> {
+    fn take_over(
+        &self,
+        dir: &RunDir,
+        run_id: RunId,
+        job_id: JobId,
+        respawned: &mut bool,
+    ) -> Option<tokio::process::Child> {
         let record = |reason: &str, message: String| ExitRecord {
             exit_code: None,
             signal: None,
@@ -249,10 +265,7 @@ impl Inner {
         let log = std::fs::read_to_string(dir.file(rundir::SUPERVISOR_LOG)).unwrap_or_default();
         write(record(
             REASON_SUPERVISOR_FAILED,
-            format!(
-                "the supervisor exited without starting the job: {}",
-                super::runtime::tail_text(log.trim(), 2000)
-            ),
+            format!("the supervisor exited without starting the job: {}", super::runtime::tail_text(log.trim(), 2000)),
         ));
         None
     }
@@ -288,9 +301,9 @@ impl JobCommand {
                 Some(serde_json::Value::Array(a)) => a
                     .iter()
                     .map(|v| {
-                        v.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| RuntimeError::InvalidJob(format!("containers[0].{key} must be a list of strings")))
+                        v.as_str().map(str::to_string).ok_or_else(|| {
+                            RuntimeError::InvalidJob(format!("containers[0].{key} must be a list of strings"))
+                        })
                     })
                     .collect(),
                 Some(_) => Err(RuntimeError::InvalidJob(format!("containers[0].{key} must be a list of strings"))),
@@ -315,7 +328,11 @@ impl JobCommand {
                         tracing::warn!(run_id = %lease.run_id, env = name, "valueFrom is not supported by the process runtime; variable left unset");
                     }
                     None | Some(serde_json::Value::Null) => env.push((name.to_string(), String::new())),
-                    Some(_) => return Err(RuntimeError::InvalidJob(format!("containers[0].env {name}: value must be a string"))),
+                    Some(_) => {
+                        return Err(RuntimeError::InvalidJob(format!(
+                            "containers[0].env {name}: value must be a string"
+                        )));
+                    }
                 }
             }
         }
@@ -331,7 +348,8 @@ impl Runtime for ProcessRuntime {
 
     async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {
         let inner = &self.inner;
-        let entries = std::fs::read_dir(&inner.runs_dir).map_err(|e| RuntimeError::io(format!("listing {}", inner.runs_dir.display()), e))?;
+        let entries = std::fs::read_dir(&inner.runs_dir)
+            .map_err(|e| RuntimeError::io(format!("listing {}", inner.runs_dir.display()), e))?;
         let mut held = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
@@ -369,11 +387,7 @@ impl Runtime for ProcessRuntime {
                         // end (the server ignores a repeated `running`).
                         inner.sink.send(run_event(run_id, job_id, RunEventKind::Running));
                     }
-                    held.push(HeldRun {
-                        run_id,
-                        job_id,
-                        state: state_after(ev.kind),
-                    });
+                    held.push(HeldRun { run_id, job_id, state: state_after(ev.kind) });
                     inner.sink.send(ev);
                     continue;
                 }
@@ -383,11 +397,7 @@ impl Runtime for ProcessRuntime {
             let kind = if dir.has(rundir::PID) { RunEventKind::Running } else { RunEventKind::Pending };
             tracing::info!(%run_id, %job_id, state = ?kind, "adopted a run from an earlier agent");
             inner.sink.send(run_event(run_id, job_id, kind));
-            held.push(HeldRun {
-                run_id,
-                job_id,
-                state: state_after(kind),
-            });
+            held.push(HeldRun { run_id, job_id, state: state_after(kind) });
             self.spawn_task(inner.clone().watch(dir, run_id, job_id, None, kind));
         }
         inner.sweep();
@@ -443,10 +453,7 @@ impl Runtime for ProcessRuntime {
         if dir.has(rundir::EXIT) {
             return Ok(true);
         }
-        let order = rundir::KillRecord {
-            grace_seconds: grace.as_secs_f64(),
-            reason: reason.to_string(),
-        };
+        let order = rundir::KillRecord { grace_seconds: grace.as_secs_f64(), reason: reason.to_string() };
         let bytes = serde_json::to_vec(&order).map_err(|e| RuntimeError::Setup(e.to_string()))?;
         dir.write_atomic(rundir::KILL, &bytes)
             .map_err(|e| RuntimeError::io(format!("writing {}", dir.file(rundir::KILL).display()), e))?;
@@ -464,7 +471,8 @@ impl Runtime for ProcessRuntime {
         lock(&self.inner.runs).remove(&run_id);
         let dir = self.inner.run_dir(run_id);
         if dir.path.exists() {
-            std::fs::write(dir.file(rundir::REPORTED), b"").map_err(|e| RuntimeError::io(format!("marking {} reported", dir.path.display()), e))?;
+            std::fs::write(dir.file(rundir::REPORTED), b"")
+                .map_err(|e| RuntimeError::io(format!("marking {} reported", dir.path.display()), e))?;
         }
         Ok(())
     }
@@ -478,9 +486,11 @@ fn create_run_dir(runs_dir: &Path, final_path: &Path, lease: &LeaseOrder) -> Res
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| RuntimeError::io(ctx("creating"), e))?;
     let bytes = serde_json::to_vec_pretty(lease).map_err(|e| RuntimeError::Setup(e.to_string()))?;
-    rundir::write_atomic(&tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
+    rundir::write_atomic(&tmp.join(rundir::LEASE), &bytes)
+        .map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
     std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
-    std::fs::rename(&tmp, final_path).map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))
+    std::fs::rename(&tmp, final_path)
+        .map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))
 }
 
 #[cfg(test)]
@@ -516,7 +526,8 @@ mod tests {
         assert_eq!(c.argv, ["sh", "-c", "echo $A"]);
         assert_eq!(c.env, [("A".to_string(), "1".to_string())]);
         assert_eq!(c.workdir.as_deref(), Some(Path::new("/tmp")));
-        let e = JobCommand::from_lease(&lease(serde_json::json!({"containers": [{"name": "main", "image": "x"}]}))).unwrap_err();
+        let e = JobCommand::from_lease(&lease(serde_json::json!({"containers": [{"name": "main", "image": "x"}]})))
+            .unwrap_err();
         assert!(matches!(e, RuntimeError::InvalidJob(_)), "{e}");
         let e = JobCommand::from_lease(&lease(serde_json::json!({"containers": [{"command": "sh"}]}))).unwrap_err();
         assert!(e.to_string().contains("list of strings"), "{e}");

@@ -91,7 +91,8 @@ impl RunDir {
     /// The lease the run was started for.
     pub fn read_lease(&self) -> io::Result<LeaseOrder> {
         let text = std::fs::read(self.file(LEASE))?;
-        serde_json::from_slice(&text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.file(LEASE).display())))
+        serde_json::from_slice(&text)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", self.file(LEASE).display())))
     }
 
     /// The exit record, if the job ended.
@@ -214,18 +215,9 @@ mod tests {
     fn exit_is_written_once_and_tail_combines_outputs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
-        let first = ExitRecord {
-            exit_code: Some(0),
-            signal: None,
-            reason: None,
-            message: None,
-            finished_at_ms: 1,
-        };
+        let first = ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1 };
         assert!(rd.write_exit_once(&first).expect("write"));
-        let second = ExitRecord {
-            exit_code: Some(1),
-            ..first.clone()
-        };
+        let second = ExitRecord { exit_code: Some(1), ..first.clone() };
         assert!(!rd.write_exit_once(&second).expect("write"));
         assert_eq!(rd.read_exit().expect("read"), Some(first));
         assert_eq!(rd.log_tail(10, 1024), None);

@@ -33,10 +33,7 @@ pub enum RuntimeError {
 impl RuntimeError {
     /// An I/O error with what was being done.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        RuntimeError::Io {
-            context: context.into(),
-            source,
-        }
+        RuntimeError::Io { context: context.into(), source }
     }
 }
 
@@ -68,7 +65,12 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Stops a run: a graceful stop, then a forced one once `grace` has passed. Returns false when
     /// the runtime has no such run. The final event follows through the sink.
-    fn kill(&self, run_id: RunId, grace: Duration, reason: &str) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
+    fn kill(
+        &self,
+        run_id: RunId,
+        grace: Duration,
+        reason: &str,
+    ) -> impl Future<Output = Result<bool, RuntimeError>> + Send;
 
     /// The server has the run's final event: the runtime may release what it keeps for it.
     fn forget(&self, run_id: RunId) -> impl Future<Output = Result<(), RuntimeError>> + Send;
@@ -113,10 +115,7 @@ pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventRe
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// The run state an event moves a run to.

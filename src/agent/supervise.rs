@@ -52,10 +52,7 @@ pub fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // Not fatal: without a session of its own the supervisor still works, it just shares the
     // agent's terminal signals.
     let _ = os::new_session();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(err("starting the runtime"))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(err("starting the runtime"))?;
     rt.block_on(supervise_async(args))
 }
 
@@ -82,8 +79,7 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
         return Ok(());
     }
     if let Some(me) = ProcStamp::current() {
-        dir.write_atomic(rundir::SUPERVISOR, me.encode().as_bytes())
-            .map_err(err("writing the supervisor file"))?;
+        dir.write_atomic(rundir::SUPERVISOR, me.encode().as_bytes()).map_err(err("writing the supervisor file"))?;
     }
     let record = |exit_code, signal, reason: Option<&str>, message: Option<String>| ExitRecord {
         exit_code,
@@ -93,12 +89,8 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
         finished_at_ms: now_ms(),
     };
     if let Some(k) = dir.read_kill().map_err(err("reading the kill file"))? {
-        let rec = record(
-            None,
-            None,
-            Some(rundir::REASON_KILLED),
-            Some(format!("stopped before it started: {}", k.reason)),
-        );
+        let rec =
+            record(None, None, Some(rundir::REASON_KILLED), Some(format!("stopped before it started: {}", k.reason)));
         dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
         return Ok(());
     }

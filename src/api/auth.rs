@@ -33,11 +33,15 @@ impl Principal {
             return Ok(());
         }
         self.require(Role::Submitter)?;
-        let owner = queue.owners.iter().any(|o| o == &self.name) || queue.groups.iter().any(|g| self.groups.contains(g));
+        let owner =
+            queue.owners.iter().any(|o| o == &self.name) || queue.groups.iter().any(|g| self.groups.contains(g));
         if owner {
             Ok(())
         } else {
-            Err(ApiError::forbidden(format!("{} is not an owner of queue {} (nor in one of its groups)", self.name, queue.name)))
+            Err(ApiError::forbidden(format!(
+                "{} is not an owner of queue {} (nor in one of its groups)",
+                self.name, queue.name
+            )))
         }
     }
 }

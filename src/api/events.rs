@@ -84,7 +84,9 @@ pub async fn stream(
     let queue = queue_name(&queue)?;
     let job_set = JobSetName::new(&job_set).map_err(|e| ApiError::bad_request("job_set", e.to_string()))?;
     let last_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(|v| {
-        v.trim().parse::<u64>().map_err(|_| ApiError::bad_request("Last-Event-ID", format!("{v:?} is not an event sequence number")))
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| ApiError::bad_request("Last-Event-ID", format!("{v:?} is not an event sequence number")))
     });
     let from = match (params.from, last_id) {
         (Some(f), _) => f.max(1),
@@ -93,7 +95,8 @@ pub async fn stream(
     };
     let rx = app.notify.subscribe_job_sets();
     let stopping = app.shutdown.clone();
-    let cursor = Cursor { stopping, app, queue, job_set, next: from, follow: params.follow, buffer: VecDeque::new(), rx };
+    let cursor =
+        Cursor { stopping, app, queue, job_set, next: from, follow: params.follow, buffer: VecDeque::new(), rx };
     Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -103,13 +106,20 @@ fn events(cursor: Cursor) -> impl Stream<Item = Result<SseEvent, Infallible>> {
             if let Some(e) = c.buffer.pop_front() {
                 let view = event_view(&e);
                 let data = serde_json::to_string(&view).unwrap_or_default();
-                let kind = serde_json::to_value(view.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+                let kind = serde_json::to_value(view.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
                 return Some((Ok(SseEvent::default().id(e.seq.to_string()).event(kind).data(data)), c));
             }
             // Fetch what is stored; drain notifications first so none is missed in between.
             while c.rx.try_recv().is_ok() {}
             let (store, q, s, next) = (c.app.store.clone(), c.queue.clone(), c.job_set.clone(), c.next);
-            let batch = tokio::task::spawn_blocking(move || store.events(&q, &s, next, 1000)).await.ok().and_then(Result::ok).unwrap_or_default();
+            let batch = tokio::task::spawn_blocking(move || store.events(&q, &s, next, 1000))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
             if let Some(last) = batch.last() {
                 c.next = last.seq + 1;
                 c.buffer.extend(batch);

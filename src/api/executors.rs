@@ -3,7 +3,9 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
-use crate::model::api::{EventsRequest, Problem, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport};
+use crate::model::api::{
+    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, Problem,
+};
 use crate::model::{ExecutorName, JobId, RunId};
 use crate::server::app::{App, now_ms};
 use crate::state::{Command, Response};
@@ -42,13 +44,24 @@ struct Pending {
     kills: Vec<KillOrder>,
 }
 
-fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &LeaseRequest, max_leases: usize) -> Pending {
+fn pending_for(
+    app: &App,
+    executor: &ExecutorName,
+    held: &HashSet<RunId>,
+    req: &LeaseRequest,
+    max_leases: usize,
+) -> Pending {
     let st = app.state();
     let mut out = Pending { leases: vec![], kills: vec![] };
     for id in st.killing.get(executor).into_iter().flatten() {
         let Some(run) = st.jobs.get(id).and_then(|j| j.record.active_run()) else { continue };
         if let Some(k) = &run.kill {
-            out.kills.push(KillOrder { run_id: run.run_id, job_id: Some(*id), grace_period_seconds: k.grace_period_ms as f64 / 1000.0, reason: k.reason.clone() });
+            out.kills.push(KillOrder {
+                run_id: run.run_id,
+                job_id: Some(*id),
+                grace_period_seconds: k.grace_period_ms as f64 / 1000.0,
+                reason: k.reason.clone(),
+            });
         }
     }
     for id in st.unacked.get(executor).into_iter().flatten() {
@@ -66,9 +79,19 @@ fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &
         if h.state.is_terminal() {
             continue;
         }
-        let known = st.runs.get(&h.run_id).and_then(|j| st.jobs.get(j)).and_then(|j| j.record.active_run()).is_some_and(|r| &r.executor == executor);
+        let known = st
+            .runs
+            .get(&h.run_id)
+            .and_then(|j| st.jobs.get(j))
+            .and_then(|j| j.record.active_run())
+            .is_some_and(|r| &r.executor == executor);
         if !known {
-            out.kills.push(KillOrder { run_id: h.run_id, job_id: Some(h.job_id), grace_period_seconds: ORPHAN_GRACE_SECONDS, reason: "the server does not know this run".into() });
+            out.kills.push(KillOrder {
+                run_id: h.run_id,
+                job_id: Some(h.job_id),
+                grace_period_seconds: ORPHAN_GRACE_SECONDS,
+                reason: "the server does not know this run".into(),
+            });
         }
     }
     out
@@ -97,7 +120,12 @@ fn pending_for(app: &App, executor: &ExecutorName, held: &HashSet<RunId>, req: &
         (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<LeaseRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn lease(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    Path(executor): Path<String>,
+    ApiJson(req): ApiJson<LeaseRequest>,
+) -> Result<HttpResponse, ApiError> {
     p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;
     let mut names = HashSet::new();
@@ -118,7 +146,12 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
         st.executors.get(&executor).is_none_or(|e| normalized(&e.nodes) != normalized(&req.nodes))
     };
     if changed {
-        app.write(Command::UpsertExecutor { executor: executor.clone(), nodes: normalized(&req.nodes), at_ms: now_ms() }).await?;
+        app.write(Command::UpsertExecutor {
+            executor: executor.clone(),
+            nodes: normalized(&req.nodes),
+            at_ms: now_ms(),
+        })
+        .await?;
     }
     let max_wait = app.config.server.max_lease_wait.as_secs_f64();
     let wait = Duration::from_secs_f64(req.wait_seconds.unwrap_or(30.0).clamp(0.0, max_wait));
@@ -147,7 +180,9 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
     };
     let ids: Vec<JobId> = pending.leases.iter().map(|(id, _, _)| *id).collect();
     let store = app.store.clone();
-    let payloads = tokio::task::spawn_blocking(move || store.payloads(&ids)).await.map_err(|e| ApiError::internal(e.to_string()))??;
+    let payloads = tokio::task::spawn_blocking(move || store.payloads(&ids))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
     let mut leases = Vec::with_capacity(pending.leases.len());
     for ((id, run_id, r), payload) in pending.leases.into_iter().zip(payloads) {
         let Some(payload) = payload else {
@@ -198,7 +233,12 @@ pub async fn lease(State(app): State<Arc<App>>, p: Principal, Path(executor): Pa
         (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn events(State(app): State<Arc<App>>, p: Principal, Path(executor): Path<String>, ApiJson(req): ApiJson<EventsRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn events(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    Path(executor): Path<String>,
+    ApiJson(req): ApiJson<EventsRequest>,
+) -> Result<HttpResponse, ApiError> {
     p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;
     require_leader(&app)?;
@@ -207,7 +247,12 @@ pub async fn events(State(app): State<Arc<App>>, p: Principal, Path(executor): P
         return Ok(json(EventsResponse { accepted: 0 }));
     }
     let r = app
-        .write(Command::RunEvents { executor, at_ms: now_ms(), events: req.events, max_attempted_runs: app.config.server.max_attempted_runs })
+        .write(Command::RunEvents {
+            executor,
+            at_ms: now_ms(),
+            events: req.events,
+            max_attempted_runs: app.config.server.max_attempted_runs,
+        })
         .await?;
     let accepted = match r {
         Response::Accepted(n) => n,

@@ -4,7 +4,10 @@ use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use super::queues::queue_name;
 use super::validate::{SubmitContext, check_submission};
-use crate::model::api::{CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView, SubmitRequest, SubmitResponse};
+use crate::model::api::{
+    CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView,
+    SubmitRequest, SubmitResponse,
+};
 use crate::model::{Event, JobId, JobRecord, JobSetName, JobState, Queue, QueueName, Resources};
 use crate::server::app::{App, now_ms, rfc3339};
 use crate::server::ids;
@@ -17,7 +20,9 @@ use std::sync::Arc;
 
 /// The queue, for an owner check; 404 if it does not exist.
 fn queue_of(app: &App, name: &QueueName) -> Result<Queue, ApiError> {
-    app.state().queues.get(name).map(|q| q.queue.clone()).ok_or_else(|| ApiError::field(axum::http::StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist")))
+    app.state().queues.get(name).map(|q| q.queue.clone()).ok_or_else(|| {
+        ApiError::field(axum::http::StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist"))
+    })
 }
 
 fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
@@ -50,13 +55,22 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn submit(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<SubmitRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn submit(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    ApiJson(req): ApiJson<SubmitRequest>,
+) -> Result<HttpResponse, ApiError> {
     let queue = queue_of(&app, &req.queue)?;
     p.require_queue(&queue)?;
     if queue.cordoned {
-        return Err(ApiError::field(axum::http::StatusCode::CONFLICT, "queue", format!("queue {} is cordoned and accepts no new jobs", queue.name)));
+        return Err(ApiError::field(
+            axum::http::StatusCode::CONFLICT,
+            "queue",
+            format!("queue {} is cordoned and accepts no new jobs", queue.name),
+        ));
     }
-    let largest = if app.config.server.reject_jobs_larger_than_any_node { largest_node(&app) } else { Resources::new() };
+    let largest =
+        if app.config.server.reject_jobs_larger_than_any_node { largest_node(&app) } else { Resources::new() };
     let ctx = SubmitContext { server: &app.config.server, scheduler: &app.config.scheduler, largest_node: &largest };
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked
@@ -105,15 +119,31 @@ fn largest_node(app: &App) -> Resources {
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cancel(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<CancelRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn cancel(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    ApiJson(req): ApiJson<CancelRequest>,
+) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
     if let Some(states) = &req.states
         && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
     {
-        return Err(ApiError::bad_request(format!("states[{i}]"), format!("{s} jobs are already over and cannot be cancelled")));
+        return Err(ApiError::bad_request(
+            format!("states[{i}]"),
+            format!("{s} jobs are already over and cannot be cancelled"),
+        ));
     }
     let reason = req.reason.clone().unwrap_or_else(|| format!("cancelled by {}", p.name));
-    let r = app.write(Command::Cancel { queue: req.queue, job_set: req.job_set, job_ids: req.job_ids, states: req.states, reason, at_ms: now_ms() }).await?;
+    let r = app
+        .write(Command::Cancel {
+            queue: req.queue,
+            job_set: req.job_set,
+            job_ids: req.job_ids,
+            states: req.states,
+            reason,
+            at_ms: now_ms(),
+        })
+        .await?;
     Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
 }
 
@@ -138,9 +168,21 @@ pub async fn cancel(State(app): State<Arc<App>>, p: Principal, ApiJson(req): Api
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn reprioritize(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<ReprioritizeRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn reprioritize(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    ApiJson(req): ApiJson<ReprioritizeRequest>,
+) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
-    let r = app.write(Command::Reprioritize { queue: req.queue, job_set: req.job_set, job_ids: req.job_ids, priority: req.priority, at_ms: now_ms() }).await?;
+    let r = app
+        .write(Command::Reprioritize {
+            queue: req.queue,
+            job_set: req.job_set,
+            job_ids: req.job_ids,
+            priority: req.priority,
+            at_ms: now_ms(),
+        })
+        .await?;
     Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
 }
 
@@ -165,18 +207,37 @@ pub async fn reprioritize(State(app): State<Arc<App>>, p: Principal, ApiJson(req
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn preempt(State(app): State<Arc<App>>, p: Principal, ApiJson(req): ApiJson<PreemptRequest>) -> Result<HttpResponse, ApiError> {
+pub async fn preempt(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    ApiJson(req): ApiJson<PreemptRequest>,
+) -> Result<HttpResponse, ApiError> {
     p.require_queue(&queue_of(&app, &req.queue)?)?;
     if req.job_ids.is_empty() {
         return Err(ApiError::bad_request("job_ids", "name at least one job to preempt"));
     }
     let reason = req.reason.clone().unwrap_or_else(|| format!("preempted by {}", p.name));
-    let r = app.write(Command::Preempt { queue: req.queue, job_set: req.job_set, job_ids: req.job_ids, reason, at_ms: now_ms() }).await?;
+    let r = app
+        .write(Command::Preempt {
+            queue: req.queue,
+            job_set: req.job_set,
+            job_ids: req.job_ids,
+            reason,
+            at_ms: now_ms(),
+        })
+        .await?;
     Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
 }
 
 pub(super) fn event_view(e: &Event) -> EventView {
-    EventView { seq: e.seq, job_id: e.job_id, at: rfc3339(e.at_ms), kind: e.kind, run_id: e.run_id, message: e.message.clone() }
+    EventView {
+        seq: e.seq,
+        job_id: e.job_id,
+        at: rfc3339(e.at_ms),
+        kind: e.kind,
+        run_id: e.run_id,
+        message: e.message.clone(),
+    }
 }
 
 /// A job for the API; `reason` is the scheduler's latest for queued jobs, the end reason else.
@@ -309,9 +370,17 @@ pub struct ListParams {
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(State(app): State<Arc<App>>, _p: Principal, Query(q): Query<ListParams>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    State(app): State<Arc<App>>,
+    _p: Principal,
+    Query(q): Query<ListParams>,
+) -> Result<HttpResponse, ApiError> {
     let queue = q.queue.as_deref().map(queue_name).transpose()?;
-    let job_set = q.job_set.as_deref().map(|s| JobSetName::new(s).map_err(|e| ApiError::bad_request("job_set", e.to_string()))).transpose()?;
+    let job_set = q
+        .job_set
+        .as_deref()
+        .map(|s| JobSetName::new(s).map_err(|e| ApiError::bad_request("job_set", e.to_string())))
+        .transpose()?;
     if job_set.is_some() && queue.is_none() {
         return Err(ApiError::bad_request("job_set", "filtering by job set needs the queue too"));
     }
@@ -326,7 +395,9 @@ pub async fn list(State(app): State<Arc<App>>, _p: Principal, Query(q): Query<Li
     let after = q.after.as_deref().map(job_id).transpose().map_err(|e| ApiError::bad_request("after", e.detail))?;
     let filter = JobFilter { queue, job_set, states, after, limit };
     let store = app.store.clone();
-    let (records, more) = tokio::task::spawn_blocking(move || store.list_jobs(&filter)).await.map_err(|e| ApiError::internal(e.to_string()))??;
+    let (records, more) = tokio::task::spawn_blocking(move || store.list_jobs(&filter))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
     let next = if more { records.last().map(|r| r.id) } else { None };
     Ok(json(JobList { jobs: records.iter().map(|r| job_view(&app, r)).collect(), next }))
 }
@@ -350,12 +421,19 @@ pub async fn list(State(app): State<Arc<App>>, _p: Principal, Query(q): Query<Li
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn logs(State(app): State<Arc<App>>, _p: Principal, Path(id): Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn logs(
+    State(app): State<Arc<App>>,
+    _p: Principal,
+    Path(id): Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
     let r = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
     let tail = r.runs.iter().rev().find_map(|run| run.log_tail.clone());
     match tail {
-        Some(t) => Ok(axum::response::IntoResponse::into_response(([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], t))),
+        Some(t) => Ok(axum::response::IntoResponse::into_response((
+            [(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            t,
+        ))),
         None => Err(ApiError::not_found(format!("job {id} has no output yet (output is shipped when a run ends)"))),
     }
 }

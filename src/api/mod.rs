@@ -64,7 +64,9 @@ pub fn router(app: Arc<App>) -> Router {
     let (routes, _) = routes().split_for_parts();
     routes
         .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .method_not_allowed_fallback(|| async { ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
+        })
         .layer(DefaultBodyLimit::max(limit))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<_>| {

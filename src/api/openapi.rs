@@ -53,7 +53,8 @@ pub fn base() -> OpenApi {
         .schema_from::<JobId>()
         .security_scheme(BEARER, SecurityScheme::Http(bearer))
         .build();
-    let tags = TAGS.iter().map(|(name, description)| TagBuilder::new().name(*name).description(Some(*description)).build());
+    let tags =
+        TAGS.iter().map(|(name, description)| TagBuilder::new().name(*name).description(Some(*description)).build());
     OpenApiBuilder::new().info(info).components(Some(components)).tags(Some(tags)).build()
 }
 
@@ -108,7 +109,10 @@ fn check_at(doc: &Value, schema: &Value, value: &Value, at: &str, depth: usize) 
         other => return Err(format!("{at}: {other} is not a schema")),
     };
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let target = r.strip_prefix('#').and_then(|p| doc.pointer(p)).ok_or_else(|| format!("{at}: unresolved reference {r}"))?;
+        let target = r
+            .strip_prefix('#')
+            .and_then(|p| doc.pointer(p))
+            .ok_or_else(|| format!("{at}: unresolved reference {r}"))?;
         check_at(doc, target, value, at, depth + 1)?;
     }
     if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
@@ -147,7 +151,8 @@ fn check_at(doc: &Value, schema: &Value, value: &Value, at: &str, depth: usize) 
     match value {
         Value::Object(fields) => {
             let properties = schema.get("properties").and_then(Value::as_object);
-            for name in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+            for name in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+            {
                 if !fields.contains_key(name) {
                     return Err(format!("{at}: required property {name:?} is missing"));
                 }
@@ -161,7 +166,9 @@ fn check_at(doc: &Value, schema: &Value, value: &Value, at: &str, depth: usize) 
                 match (properties.and_then(|p| p.get(name)), extra) {
                     (Some(s), _) => check_at(doc, s, v, &here, depth + 1)?,
                     (None, Some(s)) => check_at(doc, s, v, &here, depth + 1)?,
-                    (None, None) if properties.is_some() => return Err(format!("{here}: the schema lists no such property")),
+                    (None, None) if properties.is_some() => {
+                        return Err(format!("{here}: the schema lists no such property"));
+                    }
                     (None, None) => {}
                 }
             }
@@ -219,8 +226,12 @@ mod tests {
         let mut out = BTreeMap::new();
         for entry in routes.split("RouteId(").skip(1) {
             let (id, rest) = entry.split_once("): ").expect("route id");
-            let allow = rest.split_once("allow_header: Bytes(b\"").map(|(_, a)| a.split('"').next().unwrap_or("")).unwrap_or("");
-            let methods: BTreeSet<String> = allow.split(',').filter(|m| !m.is_empty() && *m != "HEAD").map(str::to_string).collect();
+            let allow = rest
+                .split_once("allow_header: Bytes(b\"")
+                .map(|(_, a)| a.split('"').next().unwrap_or(""))
+                .unwrap_or("");
+            let methods: BTreeSet<String> =
+                allow.split(',').filter(|m| !m.is_empty() && *m != "HEAD").map(str::to_string).collect();
             let path = paths.get(id).unwrap_or_else(|| panic!("route {id} has no path in {text}"));
             out.insert(path.clone(), methods);
         }
@@ -274,7 +285,10 @@ mod tests {
         assert_eq!(d["openapi"], "3.1.0");
         assert_eq!(d["info"]["title"], "Convoy");
         assert_eq!(d["info"]["version"], env!("CARGO_PKG_VERSION"));
-        assert_eq!(d["components"]["securitySchemes"][BEARER], json!({"type": "http", "scheme": "bearer", "description": d["components"]["securitySchemes"][BEARER]["description"]}));
+        assert_eq!(
+            d["components"]["securitySchemes"][BEARER],
+            json!({"type": "http", "scheme": "bearer", "description": d["components"]["securitySchemes"][BEARER]["description"]})
+        );
         let mut ids = BTreeSet::new();
         for (path, item) in d["paths"].as_object().expect("paths") {
             for (method, op) in item.as_object().expect("path item") {
@@ -307,12 +321,19 @@ mod tests {
     #[test]
     fn content_types_of_streams_and_text() {
         let d = doc();
-        let ok = |path: &str| d["paths"][path]["get"]["responses"]["200"]["content"].as_object().map(|c| c.keys().cloned().collect::<Vec<_>>());
+        let ok = |path: &str| {
+            d["paths"][path]["get"]["responses"]["200"]["content"]
+                .as_object()
+                .map(|c| c.keys().cloned().collect::<Vec<_>>())
+        };
         assert_eq!(ok("/v1/queues/{queue}/job-sets/{job_set}/events"), Some(vec!["text/event-stream".to_string()]));
         assert_eq!(ok("/metrics"), Some(vec!["text/plain".to_string()]));
         assert_eq!(ok("/v1/jobs/{id}/logs"), Some(vec!["text/plain".to_string()]));
         assert_eq!(ok("/v1/jobs/{id}"), Some(vec!["application/json".to_string()]));
-        assert_eq!(d["paths"]["/v1/queues"]["post"]["responses"]["201"]["content"]["application/json"]["schema"], schema_ref("Queue"));
+        assert_eq!(
+            d["paths"]["/v1/queues"]["post"]["responses"]["201"]["content"]["application/json"]["schema"],
+            schema_ref("Queue")
+        );
         assert!(d["paths"]["/v1/queues/{queue}"]["delete"]["responses"]["204"]["content"].is_null());
         let params: Vec<String> = d["paths"]["/v1/jobs"]["get"]["parameters"]
             .as_array()
@@ -322,7 +343,8 @@ mod tests {
             .collect();
         assert_eq!(params, ["query:queue", "query:job_set", "query:state", "query:limit", "query:after"]);
         let stream = &d["paths"]["/v1/queues/{queue}/job-sets/{job_set}/events"]["get"]["parameters"];
-        let names: Vec<&str> = stream.as_array().expect("parameters").iter().filter_map(|p| p["name"].as_str()).collect();
+        let names: Vec<&str> =
+            stream.as_array().expect("parameters").iter().filter_map(|p| p["name"].as_str()).collect();
         assert_eq!(names, ["queue", "job_set", "from", "follow", "Last-Event-ID"]);
         let force = &d["paths"]["/v1/queues/{queue}"]["delete"]["parameters"][1];
         assert_eq!((force["name"].as_str(), force["in"].as_str()), (Some("force"), Some("query")));
@@ -333,14 +355,55 @@ mod tests {
         let d = doc();
         let schemas = d["components"]["schemas"].as_object().expect("schemas");
         for name in [
-            "Queue", "SubmitRequest", "SubmitItem", "SubmitResponse", "CancelRequest", "ReprioritizeRequest", "PreemptRequest",
-            "JobIdsResponse", "JobView", "RunView", "JobList", "EventView", "QueueReport", "QueuePoolReport", "LeaseRequest",
-            "NodeReport", "HeldRun", "LeaseResponse", "LeaseOrder", "KillOrder", "EventsRequest", "RunEventReport",
-            "RunEventKind", "EventsResponse", "Problem", "JobState", "RunState", "EventKind", "Taint", "TaintEffect",
-            "Resources", "QueueName", "JobSetName", "JobId", "RunId", "NodeName", "PoolName", "PriorityClassName",
-            "ExecutorName", "Health", "Readiness", "ClusterStatus", "ClusterMember",
+            "Queue",
+            "SubmitRequest",
+            "SubmitItem",
+            "SubmitResponse",
+            "CancelRequest",
+            "ReprioritizeRequest",
+            "PreemptRequest",
+            "JobIdsResponse",
+            "JobView",
+            "RunView",
+            "JobList",
+            "EventView",
+            "QueueReport",
+            "QueuePoolReport",
+            "LeaseRequest",
+            "NodeReport",
+            "HeldRun",
+            "LeaseResponse",
+            "LeaseOrder",
+            "KillOrder",
+            "EventsRequest",
+            "RunEventReport",
+            "RunEventKind",
+            "EventsResponse",
+            "Problem",
+            "JobState",
+            "RunState",
+            "EventKind",
+            "Taint",
+            "TaintEffect",
+            "Resources",
+            "QueueName",
+            "JobSetName",
+            "JobId",
+            "RunId",
+            "NodeName",
+            "PoolName",
+            "PriorityClassName",
+            "ExecutorName",
+            "Health",
+            "Readiness",
+            "ClusterStatus",
+            "ClusterMember",
         ] {
-            assert!(schemas.contains_key(name), "no component schema {name}; have {:?}", schemas.keys().collect::<Vec<_>>());
+            assert!(
+                schemas.contains_key(name),
+                "no component schema {name}; have {:?}",
+                schemas.keys().collect::<Vec<_>>()
+            );
         }
         fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
             match v {
@@ -361,7 +424,10 @@ mod tests {
             let target = r.strip_prefix('#').and_then(|p| d.pointer(p));
             assert!(target.is_some_and(Value::is_object), "unresolved {r}");
         }
-        assert_eq!(schemas["JobState"]["enum"], json!(["queued", "leased", "pending", "running", "succeeded", "failed", "cancelled", "preempted"]));
+        assert_eq!(
+            schemas["JobState"]["enum"],
+            json!(["queued", "leased", "pending", "running", "succeeded", "failed", "cancelled", "preempted"])
+        );
         assert_eq!(schemas["QueueName"]["pattern"], "^[A-Za-z0-9][A-Za-z0-9._\\-]{0,62}$");
         assert_eq!(schemas["JobSetName"]["maxLength"], 253);
         assert_eq!(schemas["Resources"]["additionalProperties"]["type"], "string");
@@ -383,7 +449,8 @@ mod tests {
         let value = serde_json::to_value(v).expect("serializes");
         check_value(d, &schema_ref(name), &value).unwrap_or_else(|e| panic!("{name}: {e}\n{value:#}"));
         if exact {
-            let listed: BTreeSet<&String> = d["components"]["schemas"][name]["properties"].as_object().expect("properties").keys().collect();
+            let listed: BTreeSet<&String> =
+                d["components"]["schemas"][name]["properties"].as_object().expect("properties").keys().collect();
             let present: BTreeSet<&String> = value.as_object().expect("an object").keys().collect();
             assert_eq!(listed, present, "{name}");
         }
@@ -397,7 +464,8 @@ mod tests {
         q.owners.push("alice".into());
         q.groups.push("ml".into());
         q.resource_limits.insert(crate::model::ResourceName::cpu(), 0.5);
-        q.resource_limits_by_priority_class.insert(crate::model::PriorityClassName::new("default").expect("name"), q.resource_limits.clone());
+        q.resource_limits_by_priority_class
+            .insert(crate::model::PriorityClassName::new("default").expect("name"), q.resource_limits.clone());
         q.cordoned = true;
         q.labels.insert("team".into(), "a".into());
         conforms(&d, "Queue", &q, true);
@@ -418,7 +486,14 @@ mod tests {
             message: Some("boom".into()),
         };
         conforms(&d, "RunView", &run, true);
-        let event = EventView { seq: 3, job_id, at: "2026-01-01T00:00:00.000Z".into(), kind: EventKind::CancelRequested, run_id: Some(run_id), message: None };
+        let event = EventView {
+            seq: 3,
+            job_id,
+            at: "2026-01-01T00:00:00.000Z".into(),
+            kind: EventKind::CancelRequested,
+            run_id: Some(run_id),
+            message: None,
+        };
         conforms(&d, "EventView", &event, true);
         let job = JobView {
             id: job_id,
@@ -484,7 +559,12 @@ mod tests {
                 termination_grace_period_seconds: 30.0,
                 active_deadline_seconds: 0,
             }],
-            kills: vec![KillOrder { run_id, job_id: Some(job_id), grace_period_seconds: 5.0, reason: "cancelled".into() }],
+            kills: vec![KillOrder {
+                run_id,
+                job_id: Some(job_id),
+                grace_period_seconds: 5.0,
+                reason: "cancelled".into(),
+            }],
         };
         conforms(&d, "LeaseResponse", &lease, true);
         conforms(&d, "EventsResponse", &EventsResponse { accepted: 2 }, true);

@@ -59,7 +59,11 @@ impl From<crate::store::StoreError> for ApiError {
 
 impl From<crate::state::Rejection> for ApiError {
     fn from(r: crate::state::Rejection) -> Self {
-        ApiError { status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST), detail: r.message, field: r.field }
+        ApiError {
+            status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST),
+            detail: r.message,
+            field: r.field,
+        }
     }
 }
 
@@ -89,7 +93,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let ct = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
         if !ct.is_empty() && !ct.starts_with("application/json") {
-            return Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, format!("content type {ct:?} is not application/json")));
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("content type {ct:?} is not application/json"),
+            ));
         }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             let status = e.status();
@@ -111,7 +118,8 @@ pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String
         Ok(v) => Ok(v),
         Err(_) => {
             let mut de = serde_json::Deserializer::from_slice(text);
-            let v: T = serde_path_to_error::deserialize(&mut de).map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+            let v: T = serde_path_to_error::deserialize(&mut de)
+                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
             de.end().map_err(|e| (".".to_string(), e.to_string()))?;
             Ok(v)
         }

@@ -38,7 +38,11 @@ pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn create(State(app): State<Arc<App>>, p: Principal, ApiJson(queue): ApiJson<Queue>) -> Result<Response, ApiError> {
+pub async fn create(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    ApiJson(queue): ApiJson<Queue>,
+) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     queue.validate()?;
     app.write(Command::CreateQueue { queue: queue.clone() }).await?;
@@ -105,11 +109,19 @@ pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<St
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn update(State(app): State<Arc<App>>, p: Principal, Path(name): Path<String>, ApiJson(queue): ApiJson<Queue>) -> Result<Response, ApiError> {
+pub async fn update(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    Path(name): Path<String>,
+    ApiJson(queue): ApiJson<Queue>,
+) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     let name = queue_name(&name)?;
     if queue.name != name {
-        return Err(ApiError::bad_request("name", format!("the body names queue {} but the path names {name}", queue.name)));
+        return Err(ApiError::bad_request(
+            "name",
+            format!("the body names queue {} but the path names {name}", queue.name),
+        ));
     }
     queue.validate()?;
     app.write(Command::UpdateQueue { queue: queue.clone() }).await?;
@@ -149,7 +161,12 @@ pub struct DeleteParams {
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn delete(State(app): State<Arc<App>>, p: Principal, Path(name): Path<String>, Query(params): Query<DeleteParams>) -> Result<Response, ApiError> {
+pub async fn delete(
+    State(app): State<Arc<App>>,
+    p: Principal,
+    Path(name): Path<String>,
+    Query(params): Query<DeleteParams>,
+) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     let name = queue_name(&name)?;
     app.write(Command::DeleteQueue { name, force: params.force, at_ms: now_ms() }).await?;
@@ -174,7 +191,11 @@ pub async fn delete(State(app): State<Arc<App>>, p: Principal, Path(name): Path<
         (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn report(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn report(
+    State(app): State<Arc<App>>,
+    _p: Principal,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
     let name = queue_name(&name)?;
     let (queue, jobs) = {
         let st = app.state();

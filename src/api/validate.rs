@@ -4,9 +4,14 @@
 use super::problem::parse_json;
 use crate::config::ServerConfig;
 use crate::model::api::{SubmitItem, SubmitRequest};
-use crate::model::placement::{NodeAffinity, NodeSelector, NodeSelectorTerm, SelectorOperator, SelectorRequirement, TaintEffect, Toleration, TolerationOperator};
+use crate::model::placement::{
+    NodeAffinity, NodeSelector, NodeSelectorTerm, SelectorOperator, SelectorRequirement, TaintEffect, Toleration,
+    TolerationOperator,
+};
 use crate::model::quantity::{Unit, parse_quantity};
-use crate::model::{FieldError, GangSpec, JobPayload, PriorityClassName, ResourceName, Resources, SchedulingRequirements};
+use crate::model::{
+    FieldError, GangSpec, JobPayload, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
+};
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use std::collections::BTreeMap;
@@ -44,7 +49,10 @@ pub fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<
         return Err(FieldError::new("jobs", "at least one job is needed"));
     }
     if req.jobs.len() > ctx.server.max_jobs_per_request {
-        return Err(FieldError::new("jobs", format!("{} jobs in one request; at most {} are allowed", req.jobs.len(), ctx.server.max_jobs_per_request)));
+        return Err(FieldError::new(
+            "jobs",
+            format!("{} jobs in one request; at most {} are allowed", req.jobs.len(), ctx.server.max_jobs_per_request),
+        ));
     }
     let mut out = Vec::with_capacity(req.jobs.len());
     for (i, item) in req.jobs.iter().enumerate() {
@@ -61,7 +69,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
             Some(pc) => pc.name.clone(),
             None => {
                 let known: Vec<&str> = ctx.scheduler.priority_classes.iter().map(|p| p.name.as_str()).collect();
-                return Err(FieldError::new("priority_class", format!("unknown priority class {name:?} (known: {})", known.join(", "))));
+                return Err(FieldError::new(
+                    "priority_class",
+                    format!("unknown priority class {name:?} (known: {})", known.join(", ")),
+                ));
             }
         },
     };
@@ -97,11 +108,17 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         ));
     }
     let deadline = match spec.active_deadline_seconds {
-        Some(d) if d <= 0 => return Err(FieldError::new("pod_spec.activeDeadlineSeconds", "must be a positive number of seconds")),
+        Some(d) if d <= 0 => {
+            return Err(FieldError::new("pod_spec.activeDeadlineSeconds", "must be a positive number of seconds"));
+        }
         Some(d) => d as u64,
         None => {
             let gpu = requests.iter().any(|(r, v)| v > 0 && r.as_str().contains("gpu"));
-            if gpu { ctx.server.default_gpu_job_deadline.as_secs() } else { ctx.server.default_cpu_job_deadline.as_secs() }
+            if gpu {
+                ctx.server.default_gpu_job_deadline.as_secs()
+            } else {
+                ctx.server.default_cpu_job_deadline.as_secs()
+            }
         }
     };
 
@@ -118,14 +135,20 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
 
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
-        let _: k8s_openapi::api::core::v1::Service = parse_json(s.get().as_bytes())
-            .map_err(|(path, message)| FieldError::new(format!("services[{i}].{path}"), format!("is not a valid Kubernetes Service: {message}")))?;
+        let _: k8s_openapi::api::core::v1::Service = parse_json(s.get().as_bytes()).map_err(|(path, message)| {
+            FieldError::new(format!("services[{i}].{path}"), format!("is not a valid Kubernetes Service: {message}"))
+        })?;
         services.push(s.get().to_string());
     }
     let mut ingresses = Vec::with_capacity(item.ingresses.len());
     for (i, s) in item.ingresses.iter().enumerate() {
-        let _: k8s_openapi::api::networking::v1::Ingress = parse_json(s.get().as_bytes())
-            .map_err(|(path, message)| FieldError::new(format!("ingresses[{i}].{path}"), format!("is not a valid Kubernetes Ingress: {message}")))?;
+        let _: k8s_openapi::api::networking::v1::Ingress =
+            parse_json(s.get().as_bytes()).map_err(|(path, message)| {
+                FieldError::new(
+                    format!("ingresses[{i}].{path}"),
+                    format!("is not a valid Kubernetes Ingress: {message}"),
+                )
+            })?;
         ingresses.push(s.get().to_string());
     }
     Ok(CheckedJob {
@@ -145,10 +168,16 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
 fn check_metadata(field: &str, m: &BTreeMap<String, String>) -> Result<(), FieldError> {
     for (k, v) in m {
         if k.is_empty() || k.len() > MAX_META_KEY {
-            return Err(FieldError::new(format!("{field}.{k}"), format!("keys must be 1 to {MAX_META_KEY} characters")));
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                format!("keys must be 1 to {MAX_META_KEY} characters"),
+            ));
         }
         if v.len() > MAX_META_VALUE {
-            return Err(FieldError::new(format!("{field}.{k}"), format!("values must be at most {MAX_META_VALUE} bytes")));
+            return Err(FieldError::new(
+                format!("{field}.{k}"),
+                format!("values must be at most {MAX_META_VALUE} bytes"),
+            ));
         }
     }
     Ok(())
@@ -165,7 +194,8 @@ fn container_requests(c: &Container, list: &str, i: usize) -> Result<Resources, 
     let mut out = Resources::new();
     for (name, q) in reqs {
         let rn = ResourceName::new(name).map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
-        let v = parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
+        let v = parse_quantity(&q.0, Unit::for_resource(name))
+            .map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
         out.set(rn, v);
     }
     Ok(out)
@@ -225,16 +255,28 @@ fn convert_tolerations(ts: &[k8s_openapi::api::core::v1::Toleration]) -> Result<
             let operator = match t.operator.as_deref() {
                 None | Some("Equal") => TolerationOperator::Equal,
                 Some("Exists") => TolerationOperator::Exists,
-                Some(o) => return Err(FieldError::new(format!("{f}.operator"), format!("{o:?} is not Equal or Exists"))),
+                Some(o) => {
+                    return Err(FieldError::new(format!("{f}.operator"), format!("{o:?} is not Equal or Exists")));
+                }
             };
             let effect = match t.effect.as_deref() {
                 None | Some("") => None,
                 Some("NoSchedule") => Some(TaintEffect::NoSchedule),
                 Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
                 Some("NoExecute") => Some(TaintEffect::NoExecute),
-                Some(e) => return Err(FieldError::new(format!("{f}.effect"), format!("{e:?} is not NoSchedule, PreferNoSchedule or NoExecute"))),
+                Some(e) => {
+                    return Err(FieldError::new(
+                        format!("{f}.effect"),
+                        format!("{e:?} is not NoSchedule, PreferNoSchedule or NoExecute"),
+                    ));
+                }
             };
-            Ok(Toleration { key: t.key.clone().unwrap_or_default(), operator, value: t.value.clone().unwrap_or_default(), effect })
+            Ok(Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                operator,
+                value: t.value.clone().unwrap_or_default(),
+                effect,
+            })
         })
         .collect()
 }
@@ -248,7 +290,9 @@ fn convert_affinity(spec: &PodSpec) -> Result<Option<NodeAffinity>, FieldError> 
     else {
         return Ok(None);
     };
-    let convert = |reqs: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>, f: &str| -> Result<Vec<SelectorRequirement>, FieldError> {
+    let convert = |reqs: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
+                   f: &str|
+     -> Result<Vec<SelectorRequirement>, FieldError> {
         reqs.iter()
             .flatten()
             .enumerate()
@@ -260,7 +304,12 @@ fn convert_affinity(spec: &PodSpec) -> Result<Option<NodeAffinity>, FieldError> 
                     "DoesNotExist" => SelectorOperator::DoesNotExist,
                     "Gt" => SelectorOperator::Gt,
                     "Lt" => SelectorOperator::Lt,
-                    o => return Err(FieldError::new(format!("{f}[{i}].operator"), format!("{o:?} is not a node selector operator"))),
+                    o => {
+                        return Err(FieldError::new(
+                            format!("{f}[{i}].operator"),
+                            format!("{o:?} is not a node selector operator"),
+                        ));
+                    }
                 };
                 Ok(SelectorRequirement { key: r.key.clone(), operator, values: r.values.clone().unwrap_or_default() })
             })
@@ -278,7 +327,9 @@ fn convert_affinity(spec: &PodSpec) -> Result<Option<NodeAffinity>, FieldError> 
             })
         })
         .collect::<Result<Vec<_>, FieldError>>()?;
-    Ok(Some(NodeAffinity { required_during_scheduling_ignored_during_execution: Some(NodeSelector { node_selector_terms: terms }) }))
+    Ok(Some(NodeAffinity {
+        required_during_scheduling_ignored_during_execution: Some(NodeSelector { node_selector_terms: terms }),
+    }))
 }
 
 /// Gangs must arrive whole: every member in this request, agreeing on cardinality, minimum,
@@ -298,17 +349,27 @@ fn check_gangs(jobs: &[CheckedJob]) -> Result<(), FieldError> {
             if other.gang.as_ref() != Some(g) {
                 return Err(FieldError::new(
                     format!("jobs[{m}].annotations"),
-                    format!("gang {id}: cardinality, minimum cardinality and node-uniformity label must be the same for every member (see jobs[{}])", members[0]),
+                    format!(
+                        "gang {id}: cardinality, minimum cardinality and node-uniformity label must be the same for every member (see jobs[{}])",
+                        members[0]
+                    ),
                 ));
             }
             if other.priority_class != first.priority_class {
-                return Err(FieldError::new(format!("jobs[{m}].priority_class"), format!("gang {id}: every member must have the same priority class")));
+                return Err(FieldError::new(
+                    format!("jobs[{m}].priority_class"),
+                    format!("gang {id}: every member must have the same priority class"),
+                ));
             }
         }
         if members.len() as u32 != g.cardinality {
             return Err(FieldError::new(
                 format!("jobs[{}].annotations", members[0]),
-                format!("gang {id} has cardinality {} but {} members are in this request; a gang must be submitted whole", g.cardinality, members.len()),
+                format!(
+                    "gang {id} has cardinality {} but {} members are in this request; a gang must be submitted whole",
+                    g.cardinality,
+                    members.len()
+                ),
             ));
         }
     }
@@ -374,15 +435,33 @@ mod tests {
     fn every_rule_names_its_field() {
         let cases: Vec<(serde_json::Value, &str)> = vec![
             (json!({"containers": [{"name": "a"}]}), "jobs[0].pod_spec.containers[0].resources.requests"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}), "jobs[0].pod_spec.containers[0].resources.requests.cpu"),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]}),
+                "jobs[0].pod_spec.containers[0].resources.requests.cpu",
+            ),
             (json!({"containers": "nope"}), "jobs[0].pod_spec.containers"),
             (json!({}), "jobs[0].pod_spec.containers"),
             (json!({"containers": []}), "jobs[0].pod_spec.containers"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 100000}), "jobs[0].pod_spec.terminationGracePeriodSeconds"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 0.5}), "jobs[0].pod_spec.terminationGracePeriodSeconds"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "activeDeadlineSeconds": 0}), "jobs[0].pod_spec.activeDeadlineSeconds"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "128"}}}]}), "jobs[0].pod_spec.resources.cpu"),
-            (json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "tolerations": [{"operator": "Sometimes"}]}), "jobs[0].pod_spec.tolerations[0].operator"),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 100000}),
+                "jobs[0].pod_spec.terminationGracePeriodSeconds",
+            ),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "terminationGracePeriodSeconds": 0.5}),
+                "jobs[0].pod_spec.terminationGracePeriodSeconds",
+            ),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "activeDeadlineSeconds": 0}),
+                "jobs[0].pod_spec.activeDeadlineSeconds",
+            ),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "128"}}}]}),
+                "jobs[0].pod_spec.resources.cpu",
+            ),
+            (
+                json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "tolerations": [{"operator": "Sometimes"}]}),
+                "jobs[0].pod_spec.tolerations[0].operator",
+            ),
         ];
         for (spec, field) in cases {
             let e = check(vec![item(pod("1")), item(spec.clone())]).map(|_| ()).unwrap_err();

@@ -55,7 +55,12 @@ impl Probe {
     }
 
     async fn poll(&self, held: &[Value], wait: f64) -> anyhow::Result<Value> {
-        let r = self.http.post(format!("{}/v1/executors/probe/lease", self.url)).json(&json!({"nodes": [Probe::node()], "runs": held, "wait_seconds": wait})).send().await?;
+        let r = self
+            .http
+            .post(format!("{}/v1/executors/probe/lease", self.url))
+            .json(&json!({"nodes": [Probe::node()], "runs": held, "wait_seconds": wait}))
+            .send()
+            .await?;
         if !r.status().is_success() {
             bail!("probe lease poll: {}", r.status());
         }
@@ -65,7 +70,12 @@ impl Probe {
     /// One sample: submit, then long-poll until the lease arrives; acknowledges and ends the run.
     async fn sample(&self) -> anyhow::Result<Duration> {
         let t0 = Instant::now();
-        let r = self.http.post(format!("{}/v1/jobs", self.url)).json(&json!({"queue": "probe", "job_set": "probe", "jobs": [probe_job()]})).send().await?;
+        let r = self
+            .http
+            .post(format!("{}/v1/jobs", self.url))
+            .json(&json!({"queue": "probe", "job_set": "probe", "jobs": [probe_job()]}))
+            .send()
+            .await?;
         let v: Value = r.json().await?;
         let id = v["job_ids"][0].as_str().context("probe job id")?.to_string();
         loop {
@@ -73,8 +83,15 @@ impl Probe {
             let leases = v["leases"].as_array().cloned().unwrap_or_default();
             if let Some(l) = leases.iter().find(|l| l["job_id"].as_str() == Some(id.as_str())) {
                 let took = t0.elapsed();
-                let events: Vec<Value> = ["running", "succeeded"].iter().map(|k| json!({"run_id": l["run_id"], "job_id": l["job_id"], "kind": k, "exit_code": 0})).collect();
-                self.http.post(format!("{}/v1/executors/probe/events", self.url)).json(&json!({"events": events})).send().await?;
+                let events: Vec<Value> = ["running", "succeeded"]
+                    .iter()
+                    .map(|k| json!({"run_id": l["run_id"], "job_id": l["job_id"], "kind": k, "exit_code": 0}))
+                    .collect();
+                self.http
+                    .post(format!("{}/v1/executors/probe/events", self.url))
+                    .json(&json!({"events": events}))
+                    .send()
+                    .await?;
                 return Ok(took);
             }
             if t0.elapsed() > Duration::from_secs(60) {

@@ -77,7 +77,11 @@ impl BenchServer {
     pub fn rss_mb(&self) -> f64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            })
             .map(|kb| kb / 1024.0)
             .unwrap_or(0.0)
     }

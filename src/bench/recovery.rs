@@ -3,7 +3,9 @@
 
 use super::harness::{BenchServer, config};
 use super::submit::tempfile_dir;
-use convoy::model::{JobId, JobPayload, JobSetName, PriorityClassName, Queue, QueueName, Resources, SchedulingRequirements};
+use convoy::model::{
+    JobId, JobPayload, JobSetName, PriorityClassName, Queue, QueueName, Resources, SchedulingRequirements,
+};
 use convoy::scheduler::SchedulerConfig;
 use convoy::state::{ApplyContext, Command, NewJob, State, StateSettings};
 use convoy::store::{Store, write_changes};
@@ -29,7 +31,10 @@ fn new_job(i: u64) -> NewJob {
         client_id: None,
         priority: 0,
         priority_class: PriorityClassName::new("default").expect("valid"),
-        requirements: SchedulingRequirements { requests: Resources::parse([("cpu", "100m"), ("memory", "64Mi")]).expect("valid"), ..Default::default() },
+        requirements: SchedulingRequirements {
+            requests: Resources::parse([("cpu", "100m"), ("memory", "64Mi")]).expect("valid"),
+            ..Default::default()
+        },
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
@@ -50,7 +55,9 @@ pub fn run(args: RecoveryArgs) -> anyhow::Result<()> {
         let set = JobSetName::new("bench").expect("valid");
         let mut cmds = Vec::new();
         for q in 0..args.queues {
-            cmds.push(Command::CreateQueue { queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0) });
+            cmds.push(Command::CreateQueue {
+                queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0),
+            });
         }
         let batch = 1000u64;
         let mut i = 0;
@@ -62,7 +69,14 @@ pub fn run(args: RecoveryArgs) -> anyhow::Result<()> {
             cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
             // Every other job ends (cancelled) so half the stored jobs are history.
             let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
-            cmds.push(Command::Cancel { queue, job_set: set.clone(), job_ids: Some(ended), states: None, reason: "bench".into(), at_ms: 0 });
+            cmds.push(Command::Cancel {
+                queue,
+                job_set: set.clone(),
+                job_ids: Some(ended),
+                states: None,
+                reason: "bench".into(),
+                at_ms: 0,
+            });
             i += n;
             if cmds.len() >= 20 {
                 let tx = store.write()?;

@@ -4,8 +4,8 @@
 
 use crate::bench::peak_rss_mb;
 use convoy::model::{
-    ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements, Resources, SchedulingRequirements, Taint,
-    TaintEffect, Toleration,
+    ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
+    Resources, SchedulingRequirements, Taint, TaintEffect, Toleration,
 };
 use convoy::scheduler::{JobInfo, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
 use std::sync::Arc;
@@ -93,16 +93,30 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
         .collect();
 
     // A fixed menu of job shapes, shared between jobs as the server shares identical specs.
-    let tolerate = vec![Toleration { key: "nvidia.com/gpu".into(), operator: Default::default(), value: "true".into(), effect: None }];
+    let tolerate = vec![Toleration {
+        key: "nvidia.com/gpu".into(),
+        operator: Default::default(),
+        value: "true".into(),
+        effect: None,
+    }];
     let mut shapes: Vec<Requirements> = Vec::new();
     for cpu in [1, 2, 4, 8, 16] {
         for mem_per_cpu in [2, 4, 8] {
-            shapes.push(Requirements::new(SchedulingRequirements { requests: res(cpu, cpu * mem_per_cpu, 0), ..Default::default() }));
+            shapes.push(Requirements::new(SchedulingRequirements {
+                requests: res(cpu, cpu * mem_per_cpu, 0),
+                ..Default::default()
+            }));
         }
     }
     let gpu_shapes: Vec<Requirements> = [1, 2, 4, 8]
         .iter()
-        .map(|g| Requirements::new(SchedulingRequirements { requests: res(8 * g, 64 * g, *g), tolerations: tolerate.clone(), ..Default::default() }))
+        .map(|g| {
+            Requirements::new(SchedulingRequirements {
+                requests: res(8 * g, 64 * g, *g),
+                tolerations: tolerate.clone(),
+                ..Default::default()
+            })
+        })
         .collect();
     let gang_shape = Requirements::new(SchedulingRequirements { requests: res(8, 32, 0), ..Default::default() });
 
@@ -118,7 +132,12 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
         let pc = if rng.below(10) < 3 { preemptible_pc.clone() } else { default_pc.clone() };
         if roll < 2 && (seq as usize) + 4 <= jobs {
             gang_no += 1;
-            let gang = Arc::new(GangSpec { id: format!("gang-{gang_no}"), cardinality: 4, min_cardinality: 4, node_uniformity_label: None });
+            let gang = Arc::new(GangSpec {
+                id: format!("gang-{gang_no}"),
+                cardinality: 4,
+                min_cardinality: 4,
+                node_uniformity_label: None,
+            });
             for _ in 0..4 {
                 per_queue[q].push(Arc::new(JobInfo {
                     id: JobId::from_u128(seq as u128 + 1),
@@ -134,7 +153,11 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
             }
             continue;
         }
-        let requirements = if roll < 7 { gpu_shapes[rng.below(4) as usize].clone() } else { shapes[rng.below(shapes.len() as u64) as usize].clone() };
+        let requirements = if roll < 7 {
+            gpu_shapes[rng.below(4) as usize].clone()
+        } else {
+            shapes[rng.below(shapes.len() as u64) as usize].clone()
+        };
         per_queue[q].push(Arc::new(JobInfo {
             id: JobId::from_u128(seq as u128 + 1),
             queue: queue_names[q].clone(),
@@ -150,7 +173,13 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
     let cfg = SchedulerConfig::default();
     for list in &mut per_queue {
         // The server keeps queues in scheduling order; do the same.
-        list.sort_by_key(|j| (std::cmp::Reverse(cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0)), j.priority, j.submit_seq));
+        list.sort_by_key(|j| {
+            (
+                std::cmp::Reverse(cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0)),
+                j.priority,
+                j.submit_seq,
+            )
+        });
     }
 
     // Optionally fill part of the cluster with running preemptible jobs of a few queues.
@@ -189,7 +218,11 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
             .iter()
             .zip(per_queue)
             .enumerate()
-            .map(|(i, (qn, queued))| QueueSnapshot { queue: Queue::new(qn.clone(), 1.0 + (i % 3) as f64), queued, queued_demand: None })
+            .map(|(i, (qn, queued))| QueueSnapshot {
+                queue: Queue::new(qn.clone(), 1.0 + (i % 3) as f64),
+                queued,
+                queued_demand: None,
+            })
             .collect(),
         running,
         rate_limits: Default::default(),

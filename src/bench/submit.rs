@@ -33,7 +33,12 @@ fn item(i: u64) -> Value {
 }
 
 /// Sends `total` requests from `clients` tasks; returns (wall time, sorted latencies, jobs acked).
-async fn drive(url: &str, clients: usize, total: u64, per_request: usize) -> anyhow::Result<(Duration, Vec<Duration>, u64)> {
+async fn drive(
+    url: &str,
+    clients: usize,
+    total: u64,
+    per_request: usize,
+) -> anyhow::Result<(Duration, Vec<Duration>, u64)> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));

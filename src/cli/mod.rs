@@ -77,12 +77,7 @@ pub enum ClientCommand {
         states: Option<String>,
     },
     /// Change the priority of jobs within their queue.
-    Reprioritize {
-        queue: String,
-        job_set: String,
-        priority: u32,
-        job_ids: Vec<String>,
-    },
+    Reprioritize { queue: String, job_set: String, priority: u32, job_ids: Vec<String> },
     /// List jobs.
     Jobs {
         #[arg(long)]
@@ -133,7 +128,8 @@ impl Client {
         let resp = r.send().await.with_context(|| format!("cannot reach the convoy server at {}", self.base))?;
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
-        let body: Value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body: Value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         if !status.is_success() {
             let detail = body["detail"].as_str().unwrap_or("");
             match body["field"].as_str() {
@@ -169,9 +165,13 @@ pub async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
     let c = Client::new(&args)?;
     match cmd {
         ClientCommand::Queue(q) => match q {
-            QueueCommand::Create { name, priority_factor, owners, groups } => {
-                print(&c.post("/v1/queues", &json!({"name": name, "priority_factor": priority_factor, "owners": owners, "groups": groups})).await?)
-            }
+            QueueCommand::Create { name, priority_factor, owners, groups } => print(
+                &c.post(
+                    "/v1/queues",
+                    &json!({"name": name, "priority_factor": priority_factor, "owners": owners, "groups": groups}),
+                )
+                .await?,
+            ),
             QueueCommand::List => print(&c.get("/v1/queues").await?),
             QueueCommand::Get { name } => print(&c.get(&format!("/v1/queues/{name}")).await?),
             QueueCommand::Update { name, file } => {
@@ -249,7 +249,10 @@ pub async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ClientCommand::Watch { queue, job_set, from } => {
-            let mut resp = c.req(reqwest::Method::GET, &format!("/v1/queues/{queue}/job-sets/{job_set}/events?from={from}")).send().await?;
+            let mut resp = c
+                .req(reqwest::Method::GET, &format!("/v1/queues/{queue}/job-sets/{job_set}/events?from={from}"))
+                .send()
+                .await?;
             if !resp.status().is_success() {
                 bail!("{}: {}", resp.status(), resp.text().await.unwrap_or_default());
             }

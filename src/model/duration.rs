@@ -7,7 +7,8 @@ use std::time::Duration;
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|_| format!("duration {s:?} must be a non-negative number of seconds"));
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("duration {s:?} must be a non-negative number of seconds"));
     }
     humantime::parse_duration(t).map_err(|e| format!("duration {s:?} is invalid ({e}); use e.g. 100ms, 5s, 10m, 3d"))
 }
@@ -33,7 +34,9 @@ pub mod serde_text {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Num(n) => Duration::try_from_secs_f64(n).map_err(|_| serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))),
+            Raw::Num(n) => Duration::try_from_secs_f64(n).map_err(|_| {
+                serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))
+            }),
             Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
         }
     }

@@ -48,13 +48,9 @@ impl GangSpec {
         let parse = |key: &str| -> Result<Option<u32>, FieldError> {
             match lookup(ann, key) {
                 None => Ok(None),
-                Some((full, v)) => v
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| *n >= 1)
-                    .map(Some)
-                    .ok_or_else(|| FieldError::new(format!("annotations.{full}"), format!("must be an integer >= 1, got {v:?}"))),
+                Some((full, v)) => v.trim().parse::<u32>().ok().filter(|n| *n >= 1).map(Some).ok_or_else(|| {
+                    FieldError::new(format!("annotations.{full}"), format!("must be an integer >= 1, got {v:?}"))
+                }),
             }
         };
         let cardinality = parse("gang-cardinality")?.unwrap_or(1);
@@ -83,7 +79,9 @@ mod tests {
 
     #[test]
     fn parses_both_spellings() {
-        let g = GangSpec::from_annotations(&ann(&[("convoy.io/gang-id", "g1"), ("convoy.io/gang-cardinality", "4")])).unwrap().unwrap();
+        let g = GangSpec::from_annotations(&ann(&[("convoy.io/gang-id", "g1"), ("convoy.io/gang-cardinality", "4")]))
+            .unwrap()
+            .unwrap();
         assert_eq!((g.cardinality, g.min_cardinality), (4, 4));
         let g = GangSpec::from_annotations(&ann(&[
             ("armadaproject.io/gang-id", "g1"),
@@ -99,7 +97,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_values() {
-        let e = GangSpec::from_annotations(&ann(&[("convoy.io/gang-id", "g"), ("convoy.io/gang-cardinality", "x")])).unwrap_err();
+        let e = GangSpec::from_annotations(&ann(&[("convoy.io/gang-id", "g"), ("convoy.io/gang-cardinality", "x")]))
+            .unwrap_err();
         assert_eq!(e.field, "annotations.convoy.io/gang-cardinality");
         let e = GangSpec::from_annotations(&ann(&[
             ("convoy.io/gang-id", "g"),

@@ -15,7 +15,9 @@ pub mod resources;
 
 pub use gang::GangSpec;
 pub use job::{Event, EventKind, JobPayload, JobRecord, JobState, KillRequest, Run, RunState};
-pub use names::{ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId};
+pub use names::{
+    ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
+};
 pub use node::Node;
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
 pub use priority::PriorityClass;

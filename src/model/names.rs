@@ -97,7 +97,12 @@ macro_rules! name_type {
 
 /// The OpenAPI schema of a name: 1 to `max` characters of letters, digits and `extra`, starting
 /// with a letter or digit.
-fn name_schema(kind: &str, max: usize, extra: &str, rule: &str) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+fn name_schema(
+    kind: &str,
+    max: usize,
+    extra: &str,
+    rule: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
     use utoipa::openapi::schema::{ObjectBuilder, Type};
     // Inside a character class only `-` (and `\`, `]`, `^`, which names never allow) needs escaping.
     let class: String = extra.chars().map(|c| if c == '-' { "\\-".to_string() } else { c.to_string() }).collect();

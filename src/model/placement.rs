@@ -106,7 +106,10 @@ impl SelectorRequirement {
             SelectorOperator::Exists => value.is_some(),
             SelectorOperator::DoesNotExist => value.is_none(),
             SelectorOperator::Gt | SelectorOperator::Lt => {
-                let (Some(v), Some(bound)) = (value.and_then(|v| v.parse::<i64>().ok()), self.values.first().and_then(|b| b.parse::<i64>().ok())) else {
+                let (Some(v), Some(bound)) = (
+                    value.and_then(|v| v.parse::<i64>().ok()),
+                    self.values.first().and_then(|b| b.parse::<i64>().ok()),
+                ) else {
                     return false;
                 };
                 if self.operator == SelectorOperator::Gt { v > bound } else { v < bound }
@@ -126,7 +129,10 @@ impl SelectorRequirement {
             SelectorOperator::Gt | SelectorOperator::Lt
                 if self.values.len() != 1 || self.values[0].parse::<i64>().is_err() =>
             {
-                Err(format!("requirement on {:?}: operator {:?} needs exactly one integer value", self.key, self.operator))
+                Err(format!(
+                    "requirement on {:?}: operator {:?} needs exactly one integer value",
+                    self.key, self.operator
+                ))
             }
             _ if self.key.is_empty() => Err("requirement with an empty key".to_string()),
             _ => Ok(()),
@@ -214,7 +220,12 @@ mod tests {
     #[test]
     fn tolerations() {
         let t = Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule };
-        let eq = Toleration { key: "gpu".into(), operator: TolerationOperator::Equal, value: "true".into(), effect: Some(TaintEffect::NoSchedule) };
+        let eq = Toleration {
+            key: "gpu".into(),
+            operator: TolerationOperator::Equal,
+            value: "true".into(),
+            effect: Some(TaintEffect::NoSchedule),
+        };
         let wrong_val = Toleration { value: "false".into(), ..eq.clone() };
         let exists_any = Toleration { key: String::new(), operator: TolerationOperator::Exists, ..Default::default() };
         let wrong_effect = Toleration { effect: Some(TaintEffect::NoExecute), ..eq.clone() };

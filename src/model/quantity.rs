@@ -14,7 +14,9 @@ pub enum QuantityError {
     Empty(String),
     #[error("quantity {0:?} is not a number with an optional suffix (e.g. 500m, 2, 1.5, 4Gi, 1e3)")]
     Malformed(String),
-    #[error("quantity {0:?} has an unknown suffix {1:?} (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent)")]
+    #[error(
+        "quantity {0:?} has an unknown suffix {1:?} (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent)"
+    )]
     UnknownSuffix(String, String),
     #[error("quantity {0:?} is negative")]
     Negative(String),
@@ -34,11 +36,7 @@ pub enum Unit {
 impl Unit {
     /// The unit for a resource name: bytes for memory-like resources, milli-units otherwise.
     pub fn for_resource(name: &str) -> Unit {
-        if name == "memory"
-            || name == "ephemeral-storage"
-            || name == "storage"
-            || name.starts_with("hugepages-")
-        {
+        if name == "memory" || name == "ephemeral-storage" || name == "storage" || name.starts_with("hugepages-") {
             Unit::Whole
         } else {
             Unit::Milli
@@ -66,11 +64,8 @@ pub fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
         _ => (false, s),
     };
     // Split the numeric part (digits with at most one '.') from the suffix.
-    let num_end = body
-        .char_indices()
-        .find(|&(_, c)| !(c.is_ascii_digit() || c == '.'))
-        .map(|(i, _)| i)
-        .unwrap_or(body.len());
+    let num_end =
+        body.char_indices().find(|&(_, c)| !(c.is_ascii_digit() || c == '.')).map(|(i, _)| i).unwrap_or(body.len());
     let (num, suffix) = body.split_at(num_end);
     if num.is_empty() || num == "." || num.matches('.').count() > 1 {
         return Err(QuantityError::Malformed(orig.to_string()));
@@ -84,11 +79,8 @@ pub fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
     if digits.len() > 30 {
         return Err(QuantityError::TooLarge(orig.to_string()));
     }
-    let mantissa: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().map_err(|_| QuantityError::Malformed(orig.to_string()))?
-    };
+    let mantissa: i128 =
+        if digits.is_empty() { 0 } else { digits.parse().map_err(|_| QuantityError::Malformed(orig.to_string()))? };
     let mut exp10: i32 = -(frac_part.len() as i32);
     let mut exp2: i32 = 0;
     match suffix {
@@ -110,9 +102,8 @@ pub fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
         "Ei" => exp2 += 60,
         other => {
             if let Some(rest) = other.strip_prefix(['e', 'E']) {
-                let e: i32 = rest
-                    .parse()
-                    .map_err(|_| QuantityError::UnknownSuffix(orig.to_string(), other.to_string()))?;
+                let e: i32 =
+                    rest.parse().map_err(|_| QuantityError::UnknownSuffix(orig.to_string(), other.to_string()))?;
                 if !(-30..=30).contains(&e) {
                     return Err(QuantityError::TooLarge(orig.to_string()));
                 }
@@ -218,7 +209,14 @@ mod tests {
 
     #[test]
     fn formats_round_trip() {
-        for (v, unit) in [(1500, Unit::Milli), (2000, Unit::Milli), (4i64 << 30, Unit::Whole), (1000, Unit::Whole), (0, Unit::Whole), (3 << 29, Unit::Whole)] {
+        for (v, unit) in [
+            (1500, Unit::Milli),
+            (2000, Unit::Milli),
+            (4i64 << 30, Unit::Whole),
+            (1000, Unit::Whole),
+            (0, Unit::Whole),
+            (3 << 29, Unit::Whole),
+        ] {
             let s = format_quantity(v, unit);
             assert_eq!(parse_quantity(&s, unit), Ok(v), "{s}");
         }

@@ -65,7 +65,10 @@ impl Queue {
     /// Checks field rules; the error names the field.
     pub fn validate(&self) -> Result<(), FieldError> {
         if !(self.priority_factor.is_finite() && self.priority_factor > 0.0) {
-            return Err(FieldError::new("priority_factor", format!("must be a finite number > 0, got {}", self.priority_factor)));
+            return Err(FieldError::new(
+                "priority_factor",
+                format!("must be a finite number > 0, got {}", self.priority_factor),
+            ));
         }
         validate_fractions("resource_limits", &self.resource_limits)?;
         for (pc, f) in &self.resource_limits_by_priority_class {
@@ -79,7 +82,10 @@ impl Queue {
 pub fn validate_fractions(field: &str, f: &ResourceFractions) -> Result<(), FieldError> {
     for (r, v) in f {
         if !(v.is_finite() && (0.0..=1.0).contains(v)) {
-            return Err(FieldError::new(format!("{field}.{r}"), format!("must be a fraction between 0 and 1, got {v}")));
+            return Err(FieldError::new(
+                format!("{field}.{r}"),
+                format!("must be a fraction between 0 and 1, got {v}"),
+            ));
         }
     }
     Ok(())

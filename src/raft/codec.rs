@@ -9,15 +9,20 @@ use std::io;
 
 /// Encodes a value with bincode's standard configuration.
 pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// Decodes a value written by [`encode`]. Trailing bytes are an error: they mean the bytes are
 /// not what we think they are.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
-    let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     if read != bytes.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} trailing bytes after a {}", bytes.len() - read, std::any::type_name::<T>())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} trailing bytes after a {}", bytes.len() - read, std::any::type_name::<T>()),
+        ));
     }
     Ok(value)
 }

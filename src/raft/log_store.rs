@@ -59,7 +59,12 @@ impl LogStore {
             tx.open_table(META).map_err(io_err)?;
         }
         tx.commit().map_err(io_err)?;
-        Ok(Self { db, committed: Arc::new(Mutex::new(None)), recent: Arc::new(Mutex::new(BTreeMap::new())), flushed: Arc::new(watch::Sender::new(0)) })
+        Ok(Self {
+            db,
+            committed: Arc::new(Mutex::new(None)),
+            recent: Arc::new(Mutex::new(BTreeMap::new())),
+            flushed: Arc::new(watch::Sender::new(0)),
+        })
     }
 
     /// Ticks once per append made durable (the value is a count; only its changes matter).
@@ -175,7 +180,10 @@ fn write_err(e: io::Error) -> StorageError {
 impl RaftLogReader<TypeConfig> for LogStore {
     // Reads run inline rather than on the blocking pool: they are bounded (openraft asks for at
     // most `max_payload_entries` at a time), mostly hit redb's page cache, and never fsync.
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(&mut self, range: RB) -> Result<Vec<Entry>, StorageError> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
         self.read_range(range).map_err(read_err)
     }
 }
@@ -193,7 +201,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote).map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))?;
-        self.write_meta(KEY_VOTE, bytes, Durability::Immediate).await.map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))
+        self.write_meta(KEY_VOTE, bytes, Durability::Immediate)
+            .await
+            .map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -239,7 +249,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
             tx.commit().map_err(io_err)
         })();
-        let (first, last, count) = (appended.first().map(|e| e.log_id.index), appended.last().map(|e| e.log_id.index), appended.len());
+        let (first, last, count) =
+            (appended.first().map(|e| e.log_id.index), appended.last().map(|e| e.log_id.index), appended.len());
         match res {
             Ok(()) => {
                 self.remember(appended);

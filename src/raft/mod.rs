@@ -19,10 +19,15 @@ mod tests;
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
 pub use state_machine::{ApplyItem, ApplyPayload, ExportJob, ReplicatedState, SnapshotExport, StateMachine};
-pub use types::{Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig, Vote};
+pub use types::{
+    Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig, Vote,
+};
 
 use crate::state::{Command, Response};
-use openraft::error::{ChangeMembershipError, CheckIsLeaderError, ClientWriteError, Fatal, ForwardToLeader, InitializeError};
+use openraft::error::{
+    ChangeMembershipError, CheckIsLeaderError, ClientWriteError, Fatal, ForwardToLeader, InitializeError,
+};
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -202,7 +207,11 @@ const RAFT_THREADS: usize = 1;
 
 impl RaftRuntime {
     fn new() -> std::io::Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(RAFT_THREADS).thread_name("convoy-raft").enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(RAFT_THREADS)
+            .thread_name("convoy-raft")
+            .enable_all()
+            .build()?;
         Ok(Self(Some(rt)))
     }
 
@@ -228,7 +237,13 @@ impl RaftNode {
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
-    pub async fn start<S: ReplicatedState>(node_id: NodeId, addr: impl Into<String>, db: Arc<redb::Database>, state: S, settings: RaftSettings) -> Result<Self, RaftError> {
+    pub async fn start<S: ReplicatedState>(
+        node_id: NodeId,
+        addr: impl Into<String>,
+        db: Arc<redb::Database>,
+        state: S,
+        settings: RaftSettings,
+    ) -> Result<Self, RaftError> {
         let addr = addr.into();
         let config = Arc::new(settings.to_config()?);
         let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref())?;

@@ -13,9 +13,14 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use openraft::error::{InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
 use openraft::network::RPCOption;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -39,7 +44,9 @@ const OCTET_STREAM: &str = "application/octet-stream";
 /// Why the network client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkSetupError {
-    #[error("no rustls crypto provider is installed; install one (rustls::crypto::ring::default_provider().install_default()) before starting Raft")]
+    #[error(
+        "no rustls crypto provider is installed; install one (rustls::crypto::ring::default_provider().install_default()) before starting Raft"
+    )]
     NoCryptoProvider,
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
@@ -79,7 +86,11 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let client = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(60)).build()?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()?;
         Ok(Self { node_id, client, secret })
     }
 }
@@ -103,7 +114,14 @@ type RpcResult<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
 
 impl PeerClient {
     /// POSTs `req` to `{addr}/raft/{path}` and decodes the remote Raft's answer.
-    async fn call<Req, Resp, E>(&self, action: RPCTypes, path: &str, req: &Req, option: &RPCOption, entries: u64) -> RpcResult<Resp, E>
+    async fn call<Req, Resp, E>(
+        &self,
+        action: RPCTypes,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+        entries: u64,
+    ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -111,11 +129,24 @@ impl PeerClient {
     {
         let url = format!("{}/raft/{path}", self.node.addr.trim_end_matches('/'));
         let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
-        let mut request = self.factory.client.post(&url).timeout(option.hard_ttl()).header(header::CONTENT_TYPE, OCTET_STREAM).body(body);
+        let mut request = self
+            .factory
+            .client
+            .post(&url)
+            .timeout(option.hard_ttl())
+            .header(header::CONTENT_TYPE, OCTET_STREAM)
+            .body(body);
         if let Some(secret) = &self.factory.secret {
             request = request.header(SECRET_HEADER, secret.clone());
         }
-        let timeout = |_| RPCError::Timeout(Timeout { action, id: self.factory.node_id, target: self.target, timeout: option.hard_ttl() });
+        let timeout = |_| {
+            RPCError::Timeout(Timeout {
+                action,
+                id: self.factory.node_id,
+                target: self.target,
+                timeout: option.hard_ttl(),
+            })
+        };
         let response = request.send().await.map_err(|e| {
             if e.is_connect() {
                 RPCError::Unreachable(Unreachable::new(&e))
@@ -126,7 +157,10 @@ impl PeerClient {
             }
         })?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| if e.is_timeout() { timeout(e) } else { RPCError::Network(NetworkError::new(&e)) })?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| if e.is_timeout() { timeout(e) } else { RPCError::Network(NetworkError::new(&e)) })?;
         if status == StatusCode::PAYLOAD_TOO_LARGE && action == RPCTypes::AppendEntries {
             // Ask openraft to resend with fewer entries.
             let hint = (entries / 2).max(1);
@@ -137,22 +171,35 @@ impl PeerClient {
             let body = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
             return Err(RPCError::Network(NetworkError::new(&PeerHttpError::Status { status: status.as_u16(), body })));
         }
-        let answer: Result<Resp, RaftError<NodeId, E>> = decode(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
+        let answer: Result<Resp, RaftError<NodeId, E>> =
+            decode(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
     }
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(&mut self, rpc: AppendEntriesRequest<TypeConfig>, option: RPCOption) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
         let entries = rpc.entries.len() as u64;
         self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await
     }
 
-    async fn install_snapshot(&mut self, rpc: InstallSnapshotRequest<TypeConfig>, option: RPCOption) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await
     }
 
-    async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.call(RPCTypes::Vote, "vote", &rpc, &option, 0).await
     }
 }

@@ -15,7 +15,9 @@
 //! rebuilding.
 
 use super::codec::{blocking, decode, encode, io_err, storage_err};
-use super::types::{Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use super::types::{
+    Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 use crate::state::{Command, Response};
 use openraft::storage::RaftStateMachine;
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
@@ -142,7 +144,9 @@ impl<S: ReplicatedState> Shared<S> {
             Ok(mut state) => Ok(state.apply(items)),
             Err(std::sync::TryLockError::WouldBlock) => Err(items),
             // A panic while holding the lock leaves the state unknown: refuse to go on.
-            Err(std::sync::TryLockError::Poisoned(_)) => Ok(Err(io::Error::other("replicated state lock poisoned by an earlier panic"))),
+            Err(std::sync::TryLockError::Poisoned(_)) => {
+                Ok(Err(io::Error::other("replicated state lock poisoned by an earlier panic")))
+            }
         }
     }
 
@@ -156,7 +160,8 @@ impl<S: ReplicatedState> Shared<S> {
         let db = self.db.clone();
         blocking(move || {
             // A panic while holding the lock leaves the state unknown: refuse to go on.
-            let mut guard = state.lock().map_err(|_| io::Error::other("replicated state lock poisoned by an earlier panic"))?;
+            let mut guard =
+                state.lock().map_err(|_| io::Error::other("replicated state lock poisoned by an earlier panic"))?;
             f(&mut guard, &db)
         })
         .await
@@ -193,7 +198,12 @@ fn load_snapshot(db: &Database) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
     };
     let data = match t.get(KEY_DATA).map_err(io_err)? {
         Some(v) => v.value().to_vec(),
-        None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("snapshot {} has meta but no data", meta.snapshot_id))),
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("snapshot {} has meta but no data", meta.snapshot_id),
+            ));
+        }
     };
     Ok(Some((meta, data)))
 }
@@ -228,7 +238,11 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             .await
             .map_err(snapshot_err(ErrorVerb::Read))?;
         let export = blocking(job).await.map_err(snapshot_err(ErrorVerb::Read))?;
-        let meta = SnapshotMeta { snapshot_id: snapshot_id(export.last_applied.as_ref()), last_log_id: export.last_applied, last_membership: export.membership };
+        let meta = SnapshotMeta {
+            snapshot_id: snapshot_id(export.last_applied.as_ref()),
+            last_log_id: export.last_applied,
+            last_membership: export.membership,
+        };
         let (m, d) = (meta.clone(), export.data);
         // Saved under the state lock, and only if no newer snapshot was installed meanwhile.
         let data = self
@@ -303,7 +317,11 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachine<S> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         let bytes = data.len();
         let m = meta.clone();
@@ -341,7 +359,10 @@ mod tests {
         let db = Arc::new(Database::create(dir.path().join("state.redb")).unwrap());
         let shared = Shared { state: Arc::new(Mutex::new(QueueNames::open(db.clone()).unwrap())), db };
         let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
-        let items = vec![ApplyItem { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: ApplyPayload::Command(Command::CreateQueue { queue }) }];
+        let items = vec![ApplyItem {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
+            payload: ApplyPayload::Command(Command::CreateQueue { queue }),
+        }];
         let items = {
             let _export = shared.state.lock().unwrap();
             shared.try_apply_here(items).expect_err("the state is busy: the items come back")

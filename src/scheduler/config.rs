@@ -77,11 +77,19 @@ impl Default for SchedulerConfig {
             maximum_scheduling_burst: 0,
             maximum_per_queue_scheduling_rate: 0.0,
             maximum_per_queue_scheduling_burst: 0,
-            dominant_resource_fairness_resources: vec![ResourceName::cpu(), ResourceName::memory(), ResourceName::gpu()],
+            dominant_resource_fairness_resources: vec![
+                ResourceName::cpu(),
+                ResourceName::memory(),
+                ResourceName::gpu(),
+            ],
             fairness_model: FairnessModel::DominantResource,
-            resource_cost_weights: [(ResourceName::cpu(), 1.0), (ResourceName::memory(), 0.0), (ResourceName::gpu(), 0.0)]
-                .into_iter()
-                .collect(),
+            resource_cost_weights: [
+                (ResourceName::cpu(), 1.0),
+                (ResourceName::memory(), 0.0),
+                (ResourceName::gpu(), 0.0),
+            ]
+            .into_iter()
+            .collect(),
             indexed_resources: vec![ResourceName::gpu(), ResourceName::cpu(), ResourceName::memory()],
             schedule_interval_min: Duration::from_millis(100),
             schedule_interval_max: Duration::from_secs(5),
@@ -98,7 +106,10 @@ impl SchedulerConfig {
         let mut seen = std::collections::BTreeSet::new();
         for (i, pc) in self.priority_classes.iter().enumerate() {
             if !seen.insert(pc.name.clone()) {
-                return Err(FieldError::new(format!("priority_classes[{i}].name"), format!("{} is defined twice", pc.name)));
+                return Err(FieldError::new(
+                    format!("priority_classes[{i}].name"),
+                    format!("{} is defined twice", pc.name),
+                ));
             }
             pc.validate().map_err(|e| e.within(&format!("priority_classes[{i}]")))?;
         }
@@ -121,7 +132,11 @@ impl SchedulerConfig {
         }
         for (key, rate, burst) in [
             ("maximum_scheduling", self.maximum_scheduling_rate, self.maximum_scheduling_burst),
-            ("maximum_per_queue_scheduling", self.maximum_per_queue_scheduling_rate, self.maximum_per_queue_scheduling_burst),
+            (
+                "maximum_per_queue_scheduling",
+                self.maximum_per_queue_scheduling_rate,
+                self.maximum_per_queue_scheduling_burst,
+            ),
         ] {
             if !(rate.is_finite() && rate >= 0.0) {
                 return Err(FieldError::new(format!("{key}_rate"), "must be a number >= 0 (0 = unlimited)"));
@@ -130,7 +145,9 @@ impl SchedulerConfig {
                 return Err(FieldError::new(format!("{key}_burst"), "must be >= 1 when the rate is set"));
             }
         }
-        if self.dominant_resource_fairness_resources.is_empty() && self.fairness_model == FairnessModel::DominantResource {
+        if self.dominant_resource_fairness_resources.is_empty()
+            && self.fairness_model == FairnessModel::DominantResource
+        {
             return Err(FieldError::new("dominant_resource_fairness_resources", "at least one resource is needed"));
         }
         for (r, w) in &self.resource_cost_weights {
@@ -139,7 +156,10 @@ impl SchedulerConfig {
             }
         }
         if self.fairness_model == FairnessModel::WeightedSum && self.resource_cost_weights.values().all(|w| *w == 0.0) {
-            return Err(FieldError::new("resource_cost_weights", "at least one weight must be > 0 for the weighted_sum model"));
+            return Err(FieldError::new(
+                "resource_cost_weights",
+                "at least one weight must be > 0 for the weighted_sum model",
+            ));
         }
         if self.indexed_resources.is_empty() || self.indexed_resources.len() > MAX_INDEXED_RESOURCES {
             return Err(FieldError::new("indexed_resources", format!("needs 1 to {MAX_INDEXED_RESOURCES} resources")));
@@ -174,13 +194,15 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "node_eviction_probability");
         let c = SchedulerConfig { maximum_scheduling_rate: 10.0, ..Default::default() };
         assert_eq!(c.validate().unwrap_err().field, "maximum_scheduling_burst");
-        let c = SchedulerConfig { default_priority_class: PriorityClassName::new("nope").unwrap(), ..Default::default() };
+        let c =
+            SchedulerConfig { default_priority_class: PriorityClassName::new("nope").unwrap(), ..Default::default() };
         assert_eq!(c.validate().unwrap_err().field, "default_priority_class");
     }
 
     #[test]
     fn parses_partial_yaml() {
-        let c: SchedulerConfig = serde_yaml_ng::from_str("max_queue_lookback: 5\nschedule_interval_min: 250ms\n").unwrap();
+        let c: SchedulerConfig =
+            serde_yaml_ng::from_str("max_queue_lookback: 5\nschedule_interval_min: 250ms\n").unwrap();
         assert_eq!(c.max_queue_lookback, 5);
         assert_eq!(c.schedule_interval_min, Duration::from_millis(250));
         assert_eq!(c.priority_classes.len(), 2);

@@ -2,7 +2,9 @@
 //! then turn what happened into decisions.
 
 use super::config::SchedulerConfig;
-use super::decisions::{Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled};
+use super::decisions::{
+    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+};
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
@@ -12,8 +14,8 @@ use super::resvec::{Layout, ResVec, add_to, sub_from};
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
 use crate::model::{GangSpec, Node, PoolName, QueueName, ResourceName, SchedulingRequirements};
 use rand_core::{Rng, SeedableRng};
-use smallvec::SmallVec;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
@@ -303,7 +305,11 @@ impl<'a> PoolCycle<'a> {
             return c;
         }
         let cfp = constraint_fingerprint(reqs);
-        let constraint = match interner.constraints.get(&cfp).and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs))) {
+        let constraint = match interner
+            .constraints
+            .get(&cfp)
+            .and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs)))
+        {
             Some(&c) => c,
             None => {
                 self.constraints.push(Constraint { reqs, matching: None });
@@ -371,7 +377,12 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// Builds the pool's view: nodes, running jobs, queues and their candidates.
-    pub(super) fn new(snap: &'a Snapshot, cfg: &'a SchedulerConfig, pool: &PoolName, done: &HashSet<crate::model::JobId>) -> Self {
+    pub(super) fn new(
+        snap: &'a Snapshot,
+        cfg: &'a SchedulerConfig,
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+    ) -> Self {
         let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
         nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
         nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
@@ -390,9 +401,15 @@ impl<'a> PoolCycle<'a> {
         let pcs: Vec<PcInfo> = cfg
             .priority_classes
             .iter()
-            .map(|p| PcInfo { name: p.name.clone(), priority: p.priority, preemptible: p.preemptible, prio_idx: levels.index_of(p.priority) as u8 })
+            .map(|p| PcInfo {
+                name: p.name.clone(),
+                priority: p.priority,
+                preemptible: p.preemptible,
+                prio_idx: levels.index_of(p.priority) as u8,
+            })
             .collect();
-        let default_pc = cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
+        let default_pc =
+            cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
 
         let capacities: Vec<ResVec> = nodes
             .iter()
@@ -412,7 +429,8 @@ impl<'a> PoolCycle<'a> {
         let mut qsnaps: Vec<&QueueSnapshot> = snap.queues.iter().collect();
         qsnaps.sort_by(|a, b| a.queue.name.cmp(&b.queue.name));
         qsnaps.dedup_by(|a, b| a.queue.name == b.queue.name);
-        let queue_index: HashMap<&str, u32> = qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
+        let queue_index: HashMap<&str, u32> =
+            qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
         let queues: Vec<QCtx> = qsnaps
             .iter()
             .map(|qs| QCtx {
@@ -477,7 +495,12 @@ impl<'a> PoolCycle<'a> {
             evicted_count: 0,
             jobs_tried: 0,
         };
-        let mut interner = Interner { classes: HashMap::default(), constraints: HashMap::default(), by_ptr: HashMap::default(), _p: Default::default() };
+        let mut interner = Interner {
+            classes: HashMap::default(),
+            constraints: HashMap::default(),
+            by_ptr: HashMap::default(),
+            _p: Default::default(),
+        };
 
         // Running jobs on this pool's nodes.
         let mut running: Vec<(u32, u32)> = Vec::new(); // (job, node)
@@ -498,7 +521,9 @@ impl<'a> PoolCycle<'a> {
         let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
         for (qi, qs) in qsnaps.iter().enumerate() {
             let src: &'a [Arc<JobInfo>] = &qs.queued;
-            let eligible = |j: &JobInfo| (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool));
+            let eligible = |j: &JobInfo| {
+                (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
+            };
             let mut srcs: Vec<SrcJob> = Vec::with_capacity(src.len());
             let mut sorted = true;
             let mut any = false;
@@ -573,12 +598,17 @@ impl<'a> PoolCycle<'a> {
             spec.add_full(l);
         }
         cycle.types = NodeTypes::build(&cycle.nodes, &spec);
-        let key_slots: Vec<Option<usize>> = cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
-        cycle.db = NodeDb::new(capacities, &cycle.types.type_of, cycle.types.types.len(), &key_slots, cycle.levels.count());
+        let key_slots: Vec<Option<usize>> =
+            cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
+        cycle.db =
+            NodeDb::new(capacities, &cycle.types.type_of, cycle.types.types.len(), &key_slots, cycle.levels.count());
 
         for (j, node) in running {
             let job = &cycle.jobs[j as usize];
-            let req = cycle.classes[job.class as usize].dense.clone().unwrap_or_else(|_| cycle.layout.dense_lossy(&job.info.requirements.requests));
+            let req = cycle.classes[job.class as usize]
+                .dense
+                .clone()
+                .unwrap_or_else(|_| cycle.layout.dense_lossy(&job.info.requirements.requests));
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
@@ -688,7 +718,8 @@ impl<'a> PoolCycle<'a> {
     /// rebalance, or its gang broke) return if their node still has room: nothing else will use
     /// that room in this cycle, and preempting them would help no one.
     fn reclaim(&mut self) {
-        let mut evicted: Vec<u32> = (0..self.jobs.len() as u32).filter(|&j| self.jobs[j as usize].status == Status::Evicted).collect();
+        let mut evicted: Vec<u32> =
+            (0..self.jobs.len() as u32).filter(|&j| self.jobs[j as usize].status == Status::Evicted).collect();
         evicted.sort_by_key(|&j| (self.jobs[j as usize].queue, self.jobs[j as usize].order_key(), j));
         for j in evicted {
             let job = &self.jobs[j as usize];
@@ -700,8 +731,11 @@ impl<'a> PoolCycle<'a> {
                     self.return_evicted(j);
                 }
                 Some(g) => {
-                    let members: SmallVec<[u32; 1]> =
-                        self.gang_members(job.queue, g.id.as_str()).into_iter().filter(|&m| self.jobs[m as usize].status == Status::Evicted).collect();
+                    let members: SmallVec<[u32; 1]> = self
+                        .gang_members(job.queue, g.id.as_str())
+                        .into_iter()
+                        .filter(|&m| self.jobs[m as usize].status == Status::Evicted)
+                        .collect();
                     let req = self.layout.zero();
                     let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
                     self.return_evicted_gang(&cand);
@@ -750,7 +784,8 @@ impl<'a> PoolCycle<'a> {
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
     fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
         if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: super::decisions::RateScope::Global }));
+            self.global_rate_stopped =
+                Some(Arc::new(Reason::RateLimited { scope: super::decisions::RateScope::Global }));
         }
         let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
         loop {
@@ -760,9 +795,10 @@ impl<'a> PoolCycle<'a> {
             if next_queued.is_some() {
                 let stop = match &self.global_rate_stopped {
                     Some(r) => Some(r.clone()),
-                    None if self.queues[q as usize].taken >= lookback => {
-                        Some(Arc::new(Reason::LookbackLimit { queue: self.queues[q as usize].name.clone(), limit: self.cfg.max_queue_lookback }))
-                    }
+                    None if self.queues[q as usize].taken >= lookback => Some(Arc::new(Reason::LookbackLimit {
+                        queue: self.queues[q as usize].name.clone(),
+                        limit: self.cfg.max_queue_lookback,
+                    })),
                     None => None,
                 };
                 if let Some(r) = stop {
@@ -779,7 +815,12 @@ impl<'a> PoolCycle<'a> {
             // The three streams (evicted, offered again, queued) merge in queue order.
             let queued_key = next_queued.map(|w| {
                 let sj = &self.queues[q as usize].srcs[w as usize];
-                OrderKey { class_priority: self.pcs[sj.pc as usize].priority, evicted: false, priority: sj.priority, seq: sj.seq }
+                OrderKey {
+                    class_priority: self.pcs[sj.pc as usize].priority,
+                    evicted: false,
+                    priority: sj.priority,
+                    seq: sj.seq,
+                }
             });
             let mut pick: Option<(OrderKey, u8)> = None;
             for (key, stream) in [
@@ -812,7 +853,11 @@ impl<'a> PoolCycle<'a> {
                         continue;
                     }
                     match &job.info.gang {
-                        Some(g) => self.gang_members(q, g.id.as_str()).into_iter().filter(|&m| self.jobs[m as usize].status == expected).collect(),
+                        Some(g) => self
+                            .gang_members(q, g.id.as_str())
+                            .into_iter()
+                            .filter(|&m| self.jobs[m as usize].status == expected)
+                            .collect(),
                         None => smallvec::smallvec![first],
                     }
                 }
@@ -820,12 +865,19 @@ impl<'a> PoolCycle<'a> {
                     let pos = next_queued?;
                     self.queues[q as usize].queued_pos += 1;
                     let src = self.queues[q as usize].src;
-                    let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+                    let gang = if self.queues[q as usize].srcs[pos as usize].gang {
+                        src[pos as usize].gang.as_ref()
+                    } else {
+                        None
+                    };
                     let positions: SmallVec<[u32; 1]> = match gang {
                         Some(g) => {
                             let qc = &mut self.queues[q as usize];
                             qc.gangs_done.insert(g.id.as_str());
-                            qc.gang_src.get(g.id.as_str()).map(|m| m.iter().copied().collect()).unwrap_or_else(|| smallvec::smallvec![pos])
+                            qc.gang_src
+                                .get(g.id.as_str())
+                                .map(|m| m.iter().copied().collect())
+                                .unwrap_or_else(|| smallvec::smallvec![pos])
                         }
                         None => smallvec::smallvec![pos],
                     };
@@ -859,7 +911,11 @@ impl<'a> PoolCycle<'a> {
             let urgency = self.jobs[first as usize].class_priority;
             let qc = &self.queues[q as usize];
             let cost_after = self.cost.share_with(&qc.alloc, &req) * qc.priority_factor;
-            let gang = if members.len() > 1 || self.jobs[first as usize].gang { self.jobs[first as usize].info.gang.clone() } else { None };
+            let gang = if members.len() > 1 || self.jobs[first as usize].gang {
+                self.jobs[first as usize].info.gang.clone()
+            } else {
+                None
+            };
             let qc = &mut self.queues[q as usize];
             qc.current = Some(Candidate { jobs: members, evicted: take_evicted, gang, req });
             return Some(Turn { urgency, cost_after, queue: q });
@@ -870,7 +926,13 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn set_reason(&mut self, j: u32, reason: Arc<Reason>) {
         if self.recording {
             let job = &self.jobs[j as usize];
-            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone(), node: job.node });
+            self.undo.push(Undo::Status {
+                job: j,
+                status: job.status,
+                displaced_by: job.displaced_by,
+                reason: job.reason.clone(),
+                node: job.node,
+            });
         }
         self.jobs[j as usize].reason = Some(reason);
     }
@@ -929,7 +991,10 @@ impl<'a> PoolCycle<'a> {
                         (Some(by), _) => {
                             let b = &self.jobs[by as usize];
                             if b.class_priority > j.class_priority {
-                                PreemptionReason::Urgency { by: b.id, by_priority_class: self.pcs[b.pc as usize].name.clone() }
+                                PreemptionReason::Urgency {
+                                    by: b.id,
+                                    by_priority_class: self.pcs[b.pc as usize].name.clone(),
+                                }
                             } else {
                                 PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
                             }
@@ -939,7 +1004,10 @@ impl<'a> PoolCycle<'a> {
                             PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
                         }
                         (None, None) => PreemptionReason::NotRescheduled {
-                            reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity { pool: self.pool.clone(), missing: "its resources".to_string() }),
+                            reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
+                                pool: self.pool.clone(),
+                                missing: "its resources".to_string(),
+                            }),
                         },
                     };
                     out.preemptions.push(Preemption {
@@ -961,7 +1029,9 @@ impl<'a> PoolCycle<'a> {
                 // Placed earlier in the cycle, then evicted again and not back: stays queued.
                 Status::Evicted | Status::Waiting | Status::Preempted => {
                     let reason = match (j.displaced_by, &j.reason) {
-                        (Some(by), _) if j.status != Status::Waiting => Some(Arc::new(Reason::Displaced { by: self.jobs[resolve(by, j.node) as usize].id })),
+                        (Some(by), _) if j.status != Status::Waiting => {
+                            Some(Arc::new(Reason::Displaced { by: self.jobs[resolve(by, j.node) as usize].id }))
+                        }
                         (_, r) => r.clone(),
                     };
                     if let Some(r) = reason {

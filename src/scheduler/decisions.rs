@@ -50,7 +50,9 @@ pub enum RateScope {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reason::NoMatchingNode { pool, detail } => write!(f, "no node in pool {pool} matches the job's constraints: {detail}"),
+            Reason::NoMatchingNode { pool, detail } => {
+                write!(f, "no node in pool {pool} matches the job's constraints: {detail}")
+            }
             Reason::UnknownResource { pool, resource } => write!(f, "no node in pool {pool} offers {resource}"),
             Reason::NoCapacity { pool, missing } => write!(f, "no node with {missing} free in pool {pool}"),
             Reason::QueueLimit { queue, resource } => write!(f, "queue {queue} at its {resource} limit"),
@@ -70,7 +72,9 @@ impl fmt::Display for Reason {
             Reason::GangIncomplete { gang, queued, cardinality } => {
                 write!(f, "gang {gang}: only {queued} of {cardinality} members are queued")
             }
-            Reason::LookbackLimit { queue, limit } => write!(f, "lookback limit reached ({limit} jobs tried in queue {queue} this cycle)"),
+            Reason::LookbackLimit { queue, limit } => {
+                write!(f, "lookback limit reached ({limit} jobs tried in queue {queue} this cycle)")
+            }
             Reason::RateLimited { scope: RateScope::Global } => write!(f, "rate limited (global scheduling rate)"),
             Reason::RateLimited { scope: RateScope::Queue } => write!(f, "rate limited (queue scheduling rate)"),
             Reason::Displaced { by } => write!(f, "lease withdrawn in the same cycle for more urgent job {by}"),
@@ -107,7 +111,9 @@ impl fmt::Display for PreemptionReason {
             PreemptionReason::GangMember { gang, by, by_queue } => {
                 write!(f, "preempted with its gang {gang}: a member's node was given to job {by} of queue {by_queue}")
             }
-            PreemptionReason::NotRescheduled { reason } => write!(f, "evicted for fair share and not rescheduled: {reason}"),
+            PreemptionReason::NotRescheduled { reason } => {
+                write!(f, "evicted for fair share and not rescheduled: {reason}")
+            }
         }
     }
 }

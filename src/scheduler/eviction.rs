@@ -81,7 +81,12 @@ impl PoolCycle<'_> {
                 }
                 chosen.insert(o.job);
                 if let Some(g) = &job.info.gang {
-                    chosen.extend(self.gang_members(job.queue, g.id.as_str()).iter().copied().filter(|&m| self.jobs[m as usize].node().is_some()));
+                    chosen.extend(
+                        self.gang_members(job.queue, g.id.as_str())
+                            .iter()
+                            .copied()
+                            .filter(|&m| self.jobs[m as usize].node().is_some()),
+                    );
                 }
             }
         }
@@ -95,7 +100,17 @@ impl PoolCycle<'_> {
             let req = self.req(j);
             let (q, pc, prio_idx, seq) = (job.queue, job.pc, job.prio_idx, job.seq);
             self.db.remove(node, j);
-            self.db.add(node, Occupant { job: j, queue: q, freed_at: self.levels.evicted_freed_at(prio_idx as usize), evicted: true, seq, req: req.clone() });
+            self.db.add(
+                node,
+                Occupant {
+                    job: j,
+                    queue: q,
+                    freed_at: self.levels.evicted_freed_at(prio_idx as usize),
+                    evicted: true,
+                    seq,
+                    req: req.clone(),
+                },
+            );
             self.jobs[j as usize].status = Status::Evicted;
             sub_from(&mut self.queues[q as usize].alloc, &req);
             sub_from(&mut self.queues[q as usize].alloc_by_pc[pc as usize], &req);
@@ -134,7 +149,15 @@ impl PoolCycle<'_> {
         for j in self.running_count as u32..self.jobs.len() as u32 {
             let job = &self.jobs[j as usize];
             let waiting = job.status == Status::Waiting
-                && matches!(job.reason.as_deref(), Some(Reason::NoCapacity { .. } | Reason::Gang { .. } | Reason::Displaced { .. } | Reason::GangMemberLost { .. }));
+                && matches!(
+                    job.reason.as_deref(),
+                    Some(
+                        Reason::NoCapacity { .. }
+                            | Reason::Gang { .. }
+                            | Reason::Displaced { .. }
+                            | Reason::GangMemberLost { .. }
+                    )
+                );
             if !waiting {
                 continue;
             }

@@ -34,7 +34,10 @@ impl PoolCycle<'_> {
             }
         };
         if present < gang.min_cardinality {
-            fail_all(self, Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality });
+            fail_all(
+                self,
+                Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality },
+            );
             return 0;
         }
         // Every member's requests and node types.
@@ -76,7 +79,9 @@ impl PoolCycle<'_> {
         }
         let domains: Vec<Vec<u32>> = domains.into_values().collect();
         if domains.is_empty() {
-            let detail = label.map(|l| format!("no matching node has label {l}")).unwrap_or_else(|| "no matching node".to_string());
+            let detail = label
+                .map(|l| format!("no matching node has label {l}"))
+                .unwrap_or_else(|| "no matching node".to_string());
             fail_all(
                 self,
                 Reason::Gang {
@@ -93,7 +98,8 @@ impl PoolCycle<'_> {
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class.then(|| (first.class, first.prio_idx, present, gang.min_cardinality, gang.node_uniformity_label.clone()));
+        let cache_key = same_class
+            .then(|| (first.class, first.prio_idx, present, gang.min_cardinality, gang.node_uniformity_label.clone()));
         if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
             let r = r.clone();
             for &m in &members {
@@ -117,11 +123,16 @@ impl PoolCycle<'_> {
                     total
                 })
                 .collect();
-            let viable: Vec<Vec<u32>> =
-                domains.iter().zip(&totals).filter(|(_, total)| super::resvec::fits(&need, total)).map(|(d, _)| d.clone()).collect();
+            let viable: Vec<Vec<u32>> = domains
+                .iter()
+                .zip(&totals)
+                .filter(|(_, total)| super::resvec::fits(&need, total))
+                .map(|(d, _)| d.clone())
+                .collect();
             if viable.is_empty() {
                 // Nothing can work; one trial in the roomiest domain says how close it came.
-                let roomiest = (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
+                let roomiest =
+                    (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
                 vec![domains[roomiest].clone()]
             } else {
                 viable
@@ -141,7 +152,8 @@ impl PoolCycle<'_> {
                 let better = match &best {
                     None => true,
                     Some((_, b)) => {
-                        (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover) < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
+                        (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover)
+                            < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
                     }
                 };
                 if better {
@@ -155,7 +167,13 @@ impl PoolCycle<'_> {
         if trial.placed < min || trial.placed == 0 {
             self.rollback(mark);
             let detail = trial.first_failure;
-            let reason = Reason::Gang { gang: gang.id.clone(), fit: trial.placed as u32, cardinality: gang.cardinality, minimum: gang.min_cardinality, detail };
+            let reason = Reason::Gang {
+                gang: gang.id.clone(),
+                fit: trial.placed as u32,
+                cardinality: gang.cardinality,
+                minimum: gang.min_cardinality,
+                detail,
+            };
             if let Some(k) = cache_key {
                 self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
             }

@@ -26,7 +26,9 @@ pub mod snapshot;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;
-pub use decisions::{Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled};
+pub use decisions::{
+    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+};
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 

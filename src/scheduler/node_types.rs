@@ -49,7 +49,9 @@ impl LabelSpec {
         for (k, v) in &r.node_selector {
             self.add_value(k, v);
         }
-        if let Some(sel) = r.node_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()) {
+        if let Some(sel) =
+            r.node_affinity.as_ref().and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+        {
             for term in &sel.node_selector_terms {
                 for req in &term.match_expressions {
                     self.add_requirement(&req.key, req);
@@ -108,8 +110,10 @@ pub(crate) struct NodeTypes {
 impl NodeTypes {
     /// Partitions `nodes` (already in a deterministic order).
     pub(crate) fn build(nodes: &[&Node], spec: &LabelSpec) -> Self {
-        let executors: Vec<String> = nodes.iter().map(|n| n.executor.to_string()).collect::<BTreeSet<_>>().into_iter().collect();
-        let exec_index: HashMap<&str, u32> = executors.iter().enumerate().map(|(i, e)| (e.as_str(), i as u32)).collect();
+        let executors: Vec<String> =
+            nodes.iter().map(|n| n.executor.to_string()).collect::<BTreeSet<_>>().into_iter().collect();
+        let exec_index: HashMap<&str, u32> =
+            executors.iter().enumerate().map(|(i, e)| (e.as_str(), i as u32)).collect();
         let mut by_key: HashMap<TypeKey, u32> = HashMap::default();
         let mut types = Vec::new();
         let mut type_of = Vec::with_capacity(nodes.len());

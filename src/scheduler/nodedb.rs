@@ -22,8 +22,8 @@
 
 use super::config::MAX_INDEXED_RESOURCES;
 use super::resvec::{ResVec, add_to, fits, sub_from};
-use smallvec::SmallVec;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 /// Index key: free amounts of the indexed resources, then the node index for uniqueness.
@@ -138,7 +138,13 @@ pub(crate) struct NodeDb {
 impl NodeDb {
     /// Nodes with their capacities and types; `key_slots` are the layout slots of the indexed
     /// resources.
-    pub(crate) fn new(capacities: Vec<ResVec>, type_of: &[u32], n_types: usize, key_slots: &[Option<usize>], levels: usize) -> Self {
+    pub(crate) fn new(
+        capacities: Vec<ResVec>,
+        type_of: &[u32],
+        n_types: usize,
+        key_slots: &[Option<usize>],
+        levels: usize,
+    ) -> Self {
         let mut ks = [None; MAX_INDEXED_RESOURCES];
         for (i, s) in key_slots.iter().take(MAX_INDEXED_RESOURCES).enumerate() {
             ks[i] = *s;
@@ -154,10 +160,23 @@ impl NodeDb {
             .enumerate()
             .map(|(i, cap)| {
                 type_nodes[type_of[i] as usize].push(i as u32);
-                NodeEntry { type_id: type_of[i], free: vec![cap; levels], occupants: Vec::new(), users: SmallVec::new() }
+                NodeEntry {
+                    type_id: type_of[i],
+                    free: vec![cap; levels],
+                    occupants: Vec::new(),
+                    users: SmallVec::new(),
+                }
             })
             .collect();
-        NodeDb { nodes, type_nodes, key_slots: ks, levels, freed_counts: vec![0; levels], indexes: vec![None; levels], type_free: vec![type_free; levels] }
+        NodeDb {
+            nodes,
+            type_nodes,
+            key_slots: ks,
+            levels,
+            freed_counts: vec![0; levels],
+            indexes: vec![None; levels],
+            type_free: vec![type_free; levels],
+        }
     }
 
     fn key_of(&self, v: &[i64], node: u32) -> Key {
@@ -382,7 +401,13 @@ impl NodeDb {
     }
 
     /// [`victims`](Self::victims), as the occupants themselves.
-    pub(crate) fn victim_occupants(&self, n: u32, level: u8, req: &[i64], overshare: impl Fn(u32) -> f64) -> Vec<&Occupant> {
+    pub(crate) fn victim_occupants(
+        &self,
+        n: u32,
+        level: u8,
+        req: &[i64],
+        overshare: impl Fn(u32) -> f64,
+    ) -> Vec<&Occupant> {
         let node = &self.nodes[n as usize];
         let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level).collect();
         cands.sort_by(|a, b| {

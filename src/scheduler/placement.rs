@@ -20,7 +20,8 @@ impl PoolCycle<'_> {
     pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
         self.jobs_tried += cand.jobs.len();
         if cand.evicted {
-            let back = if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
+            let back =
+                if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
             // Jobs leased earlier in this cycle are not tied to a node: if their place is gone
             // they may go anywhere (their tokens are already taken).
             let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].origin == Origin::Queued);
@@ -31,7 +32,9 @@ impl PoolCycle<'_> {
                     Some(g) => self
                         .gang_members(q, g.id.as_str())
                         .into_iter()
-                        .filter(|&m| matches!(self.jobs[m as usize].status, Status::Evicted | Status::Failed | Status::Waiting))
+                        .filter(|&m| {
+                            matches!(self.jobs[m as usize].status, Status::Evicted | Status::Failed | Status::Waiting)
+                        })
                         .collect(),
                     None => cand.jobs.clone(),
                 };
@@ -74,11 +77,8 @@ impl PoolCycle<'_> {
             }
             return;
         }
-        let placed = if self.is_gang(&cand) {
-            self.place_gang(q, &cand)
-        } else {
-            usize::from(self.place_single(cand.jobs[0]))
-        };
+        let placed =
+            if self.is_gang(&cand) { self.place_gang(q, &cand) } else { usize::from(self.place_single(cand.jobs[0])) };
         if placed > 0 {
             rate.take(&self.queues[q as usize].name, placed as u64);
         }
@@ -187,7 +187,11 @@ impl PoolCycle<'_> {
             if self.db.level_is_redundant(l) {
                 continue;
             }
-            let found = if l == 0 { self.db.find(l, types, q, req).map(|n| (n, Vec::new())) } else { self.least_harmful_node(l, types, q, req) };
+            let found = if l == 0 {
+                self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
+            } else {
+                self.least_harmful_node(l, types, q, req)
+            };
             if let Some((n, victims)) = found {
                 self.place_displacing(j, n, req, victims);
                 return Some(l);
@@ -339,7 +343,13 @@ impl PoolCycle<'_> {
     pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
         let job = &mut self.jobs[j as usize];
         if self.recording {
-            self.undo.push(Undo::Status { job: j, status: job.status, displaced_by: job.displaced_by, reason: job.reason.clone(), node: job.node });
+            self.undo.push(Undo::Status {
+                job: j,
+                status: job.status,
+                displaced_by: job.displaced_by,
+                reason: job.reason.clone(),
+                node: job.node,
+            });
         }
         job.status = status;
         if displaced_by.is_some() {

@@ -73,9 +73,24 @@ mod tests {
     #[test]
     fn order_key_sorts_as_documented() {
         let k = |class_priority, evicted, priority, seq| OrderKey { class_priority, evicted, priority, seq };
-        let mut v = vec![k(20000, false, 0, 1), k(30000, false, 5, 9), k(20000, true, 9, 7), k(20000, false, 0, 0), k(30000, false, 1, 10)];
+        let mut v = vec![
+            k(20000, false, 0, 1),
+            k(30000, false, 5, 9),
+            k(20000, true, 9, 7),
+            k(20000, false, 0, 0),
+            k(30000, false, 1, 10),
+        ];
         v.sort();
-        assert_eq!(v, vec![k(30000, false, 1, 10), k(30000, false, 5, 9), k(20000, true, 9, 7), k(20000, false, 0, 0), k(20000, false, 0, 1)]);
+        assert_eq!(
+            v,
+            vec![
+                k(30000, false, 1, 10),
+                k(30000, false, 5, 9),
+                k(20000, true, 9, 7),
+                k(20000, false, 0, 0),
+                k(20000, false, 0, 1)
+            ]
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! checks and sums are plain integer loops instead of map lookups.
 
 use crate::model::{ResourceName, Resources};
-use smallvec::SmallVec;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 
 /// Amounts per slot of a [`Layout`].
 pub(crate) type ResVec = SmallVec<[i64; 6]>;

@@ -1,7 +1,10 @@
 //! The scheduler's input: everything one cycle looks at, as plain data.
 
 use super::rate_limit::RateLimiterState;
-use crate::model::{ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements, Resources};
+use crate::model::{
+    ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
+    Resources,
+};
 use std::sync::Arc;
 
 /// The scheduling-relevant facts about one job. Shared (`Arc`) between the state indexes and

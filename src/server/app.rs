@@ -38,7 +38,11 @@ pub struct Notifier {
 
 impl Default for Notifier {
     fn default() -> Self {
-        Notifier { executors: Mutex::new(HashMap::new()), job_sets: broadcast::channel(4096).0, schedule: Notify::new() }
+        Notifier {
+            executors: Mutex::new(HashMap::new()),
+            job_sets: broadcast::channel(4096).0,
+            schedule: Notify::new(),
+        }
     }
 }
 

@@ -37,7 +37,11 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
                 continue;
             }
             tracing::warn!(executor = %e, silent_for_s = now.duration_since(seen).as_secs(), "executor lost");
-            let cmd = Command::ExecutorLost { executor: e.clone(), at_ms: now_ms(), max_attempted_runs: app.config.server.max_attempted_runs };
+            let cmd = Command::ExecutorLost {
+                executor: e.clone(),
+                at_ms: now_ms(),
+                max_attempted_runs: app.config.server.max_attempted_runs,
+            };
             if let Err(err) = app.writer.write(cmd).await {
                 tracing::warn!(executor = %e, error = %err, "could not record a lost executor");
             }

@@ -94,7 +94,12 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             .await
             .map_err(|e| crate::store::StoreError::Database(e.to_string()))??
     };
-    tracing::info!(live_jobs = state.live_jobs(), queues = state.queues.len(), load_ms = t0.elapsed().as_millis() as u64, "state loaded");
+    tracing::info!(
+        live_jobs = state.live_jobs(),
+        queues = state.queues.len(),
+        load_ms = t0.elapsed().as_millis() as u64,
+        "state loaded"
+    );
     let state = Arc::new(RwLock::new(state));
     let notify = Arc::new(Notifier::default());
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
@@ -102,12 +107,19 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .map_err(|error| ServerError::Listen { addr: config.server.listen.to_string(), error })?;
-    let local = listener.local_addr().map_err(|error| ServerError::Listen { addr: config.server.listen.to_string(), error })?;
+    let local =
+        listener.local_addr().map_err(|error| ServerError::Listen { addr: config.server.listen.to_string(), error })?;
     let advertise = config.server.advertise.clone().unwrap_or_else(|| format!("http://{local}"));
 
-    let raft_settings = RaftSettings { cluster_secret: config.auth.cluster_secret.clone(), initialize_single: true, ..RaftSettings::default() };
+    let raft_settings = RaftSettings {
+        cluster_secret: config.auth.cluster_secret.clone(),
+        initialize_single: true,
+        ..RaftSettings::default()
+    };
     let log_db = open_log_db(&config)?;
-    let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, Replicated::new(machine), raft_settings).await?;
+    let raft =
+        RaftNode::start(config.server.node_id, advertise.clone(), log_db, Replicated::new(machine), raft_settings)
+            .await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {

@@ -5,7 +5,10 @@
 use super::app::ClusterView;
 use super::machine::{Entry, ServerMachine};
 use super::writer::{Replicate, WriteError};
-use crate::raft::{ApplyItem, ApplyPayload, ExportJob, LogId, RaftNode, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
+use crate::raft::{
+    ApplyItem, ApplyPayload, ExportJob, LogId, RaftNode, ReplicatedState, SnapshotExport, SnapshotMeta,
+    StoredMembership,
+};
 use crate::state::{Command, Response};
 use futures::future::BoxFuture;
 use std::io;

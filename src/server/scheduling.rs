@@ -80,10 +80,24 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             leases: decisions
                 .leases
                 .iter()
-                .map(|l| NewLease { job_id: l.job_id, run_id: ids::run_id(), executor: l.executor.clone(), node: l.node.clone(), pool: l.pool.clone() })
+                .map(|l| NewLease {
+                    job_id: l.job_id,
+                    run_id: ids::run_id(),
+                    executor: l.executor.clone(),
+                    node: l.node.clone(),
+                    pool: l.pool.clone(),
+                })
                 .collect(),
-            preemptions: decisions.preemptions.iter().map(|p| JobVerdict { job_id: p.job_id, reason: p.reason.to_string() }).collect(),
-            failures: decisions.failures.iter().map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() }).collect(),
+            preemptions: decisions
+                .preemptions
+                .iter()
+                .map(|p| JobVerdict { job_id: p.job_id, reason: p.reason.to_string() })
+                .collect(),
+            failures: decisions
+                .failures
+                .iter()
+                .map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() })
+                .collect(),
         };
         if let Err(e) = app.writer.write(cmd).await {
             tracing::warn!(error = %e, "scheduling decisions were not committed");

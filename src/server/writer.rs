@@ -99,7 +99,10 @@ impl Writer {
     /// Commits a command and returns its response.
     pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Pending { cmd, reply }).await.map_err(|_| WriteError::Unavailable("the server is shutting down".into()))?;
+        self.tx
+            .send(Pending { cmd, reply })
+            .await
+            .map_err(|_| WriteError::Unavailable("the server is shutting down".into()))?;
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(WriteError::Unavailable("the write was dropped".into())),
@@ -166,10 +169,12 @@ mod tests {
         let log = Arc::new(Log(Mutex::new(vec![])));
         let w = Writer::start(log.clone(), std::time::Duration::from_secs(5));
         let cmd = || Command::ExecutorLost { executor: "e".parse().unwrap(), at_ms: 0, max_attempted_runs: 1 };
-        let tasks: Vec<_> = (0..200).map(|_| {
-            let w = w.clone();
-            tokio::spawn(async move { w.write(cmd()).await })
-        }).collect();
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let w = w.clone();
+                tokio::spawn(async move { w.write(cmd()).await })
+            })
+            .collect();
         for t in tasks {
             assert_eq!(t.await.unwrap(), Ok(Response::Ok));
         }
@@ -214,7 +219,11 @@ mod tests {
 
     #[tokio::test]
     async fn next_batch_waits_for_the_append_to_be_durable_not_applied() {
-        let log = Arc::new(GatedLog { entries: Mutex::new(0), flushed: watch::Sender::new(0), release: watch::Sender::new(false) });
+        let log = Arc::new(GatedLog {
+            entries: Mutex::new(0),
+            flushed: watch::Sender::new(0),
+            release: watch::Sender::new(false),
+        });
         let w = Writer::start(log.clone(), std::time::Duration::from_secs(5));
         let cmd = || Command::ExecutorLost { executor: "e".parse().unwrap(), at_ms: 0, max_attempted_runs: 1 };
         let first = tokio::spawn({

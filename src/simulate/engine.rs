@@ -77,11 +77,15 @@ impl Simulation {
                 });
             }
         }
-        let node_index = nodes.iter().enumerate().map(|(i, n)| ((n.executor.to_string(), n.name.to_string()), i)).collect();
+        let node_index =
+            nodes.iter().enumerate().map(|(i, n)| ((n.executor.to_string(), n.name.to_string()), i)).collect();
         // Node names label the output; executors disambiguate only when names repeat.
         let mut seen = HashSet::new();
         let clash = nodes.iter().any(|n| !seen.insert(n.name.to_string()));
-        let node_labels = nodes.iter().map(|n| if clash { format!("{}/{}", n.executor, n.name) } else { n.name.to_string() }).collect();
+        let node_labels = nodes
+            .iter()
+            .map(|n| if clash { format!("{}/{}", n.executor, n.name) } else { n.name.to_string() })
+            .collect();
         Simulation {
             scenario,
             nodes,
@@ -176,7 +180,11 @@ impl Simulation {
                 SimState::Running => {
                     if let Some(n) = j.node {
                         let node = &self.nodes[n];
-                        running.push(RunningJob { job: j.info.clone(), executor: node.executor.clone(), node: node.name.clone() });
+                        running.push(RunningJob {
+                            job: j.info.clone(),
+                            executor: node.executor.clone(),
+                            node: node.name.clone(),
+                        });
                     }
                 }
                 _ => {}
@@ -186,7 +194,11 @@ impl Simulation {
             .scenario
             .queues
             .iter()
-            .map(|q| QueueSnapshot { queue: q.clone(), queued: queued.remove(&q.name).unwrap_or_default(), queued_demand: None })
+            .map(|q| QueueSnapshot {
+                queue: q.clone(),
+                queued: queued.remove(&q.name).unwrap_or_default(),
+                queued_demand: None,
+            })
             .collect();
         Snapshot { nodes: self.nodes.clone(), queues, running, rate_limits: self.rate_limits.clone() }
     }
@@ -245,7 +257,11 @@ impl Simulation {
                 SimState::Running => {
                     *out.running.entry(j.info.queue.clone()).or_default() += 1;
                     if let Some(n) = j.node {
-                        *out.nodes.entry(self.node_labels[n].clone()).or_default().entry(j.info.queue.clone()).or_default() += 1;
+                        *out.nodes
+                            .entry(self.node_labels[n].clone())
+                            .or_default()
+                            .entry(j.info.queue.clone())
+                            .or_default() += 1;
                     }
                 }
                 SimState::Queued => *out.queued.entry(j.info.queue.clone()).or_default() += 1,

@@ -2,7 +2,10 @@
 //! rounds of submissions, parsed from YAML or JSON and checked with errors that name the field.
 
 use crate::model::placement::NodeAffinity;
-use crate::model::{ExecutorName, GangSpec, JobSetName, Labels, PoolName, PriorityClassName, Queue, QueueName, Resources, Taint, Toleration};
+use crate::model::{
+    ExecutorName, GangSpec, JobSetName, Labels, PoolName, PriorityClassName, Queue, QueueName, Resources, Taint,
+    Toleration,
+};
 use crate::scheduler::SchedulerConfig;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -153,9 +156,13 @@ impl Scenario {
                 return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
             }
             for name in n.names() {
-                crate::model::NodeName::new(&name).map_err(|e| ScenarioError::new(format!("{f}.name"), e.to_string()))?;
+                crate::model::NodeName::new(&name)
+                    .map_err(|e| ScenarioError::new(format!("{f}.name"), e.to_string()))?;
                 if !node_names.insert((n.executor.clone(), name.clone())) {
-                    return Err(ScenarioError::new(format!("{f}.name"), format!("node {name} of executor {} is declared twice", n.executor)));
+                    return Err(ScenarioError::new(
+                        format!("{f}.name"),
+                        format!("node {name} of executor {} is declared twice", n.executor),
+                    ));
                 }
             }
         }
@@ -163,7 +170,10 @@ impl Scenario {
         for (i, q) in self.queues.iter().enumerate() {
             q.validate().map_err(|e| ScenarioError::new(format!("queues[{i}].{}", e.field), e.message))?;
             if !queues.insert(q.name.clone()) {
-                return Err(ScenarioError::new(format!("queues[{i}].name"), format!("queue {} is declared twice", q.name)));
+                return Err(ScenarioError::new(
+                    format!("queues[{i}].name"),
+                    format!("queue {} is declared twice", q.name),
+                ));
             }
         }
         let mut jobs: HashSet<String> = HashSet::new();
@@ -173,12 +183,18 @@ impl Scenario {
             for (s, sub) in round.submit.iter().enumerate() {
                 let f = format!("rounds[{r}].submit[{s}]");
                 if !queues.contains(&sub.queue) {
-                    return Err(ScenarioError::new(format!("{f}.queue"), format!("queue {} is not declared in queues", sub.queue)));
+                    return Err(ScenarioError::new(
+                        format!("{f}.queue"),
+                        format!("queue {} is not declared in queues", sub.queue),
+                    ));
                 }
                 if let Some(pc) = &sub.priority_class
                     && self.config.priority_class(pc.as_str()).is_none()
                 {
-                    return Err(ScenarioError::new(format!("{f}.priority_class"), format!("priority class {pc} is not configured")));
+                    return Err(ScenarioError::new(
+                        format!("{f}.priority_class"),
+                        format!("priority class {pc} is not configured"),
+                    ));
                 }
                 if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
                     return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
@@ -189,7 +205,8 @@ impl Scenario {
                 if let Some(a) = &sub.node_affinity {
                     a.validate().map_err(|m| ScenarioError::new(format!("{f}.node_affinity"), m))?;
                 }
-                let gang = GangSpec::from_annotations(&sub.annotations).map_err(|e| ScenarioError::new(format!("{f}.{}", e.field), e.message))?;
+                let gang = GangSpec::from_annotations(&sub.annotations)
+                    .map_err(|e| ScenarioError::new(format!("{f}.{}", e.field), e.message))?;
                 for name in sub.names() {
                     if !jobs.insert(name.clone()) {
                         return Err(ScenarioError::new(format!("{f}.id"), format!("job {name} is submitted twice")));
@@ -199,7 +216,10 @@ impl Scenario {
                     let n = sub.names().len() as u32;
                     let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));
                     if e.0 != g {
-                        return Err(ScenarioError::new(format!("{f}.annotations"), format!("gang {} is annotated differently in {}", g.id, e.2)));
+                        return Err(ScenarioError::new(
+                            format!("{f}.annotations"),
+                            format!("gang {} is annotated differently in {}", g.id, e.2),
+                        ));
                     }
                     e.1 += n;
                 }
@@ -208,14 +228,20 @@ impl Scenario {
                 if *n != g.cardinality {
                     return Err(ScenarioError::new(
                         format!("{f}.annotations"),
-                        format!("gang {id} has cardinality {} but {n} members are submitted in this round", g.cardinality),
+                        format!(
+                            "gang {id} has cardinality {} but {n} members are submitted in this round",
+                            g.cardinality
+                        ),
                     ));
                 }
             }
             for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel)] {
                 for (i, name) in list.iter().enumerate() {
                     if !jobs.contains(name) {
-                        return Err(ScenarioError::new(format!("rounds[{r}].{key}[{i}]"), format!("job {name} has not been submitted")));
+                        return Err(ScenarioError::new(
+                            format!("rounds[{r}].{key}[{i}]"),
+                            format!("job {name} has not been submitted"),
+                        ));
                     }
                 }
             }

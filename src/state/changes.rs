@@ -19,11 +19,26 @@ pub enum Change {
     PutQueue(Queue),
     DeleteQueue(QueueName),
     /// The job record; `live` says whether it is non-terminal (kept in the live-jobs index).
-    PutJob { record: Box<JobRecord>, live: bool },
+    PutJob {
+        record: Box<JobRecord>,
+        live: bool,
+    },
     PutPayload(JobId, Box<JobPayload>),
-    PutClientId { queue: QueueName, client_id: String, job: JobId },
-    AddToJobSet { queue: QueueName, job_set: JobSetName, job: JobId },
-    AppendEvent { queue: QueueName, job_set: JobSetName, event: Event },
+    PutClientId {
+        queue: QueueName,
+        client_id: String,
+        job: JobId,
+    },
+    AddToJobSet {
+        queue: QueueName,
+        job_set: JobSetName,
+        job: JobId,
+    },
+    AppendEvent {
+        queue: QueueName,
+        job_set: JobSetName,
+        event: Event,
+    },
     PutExecutor(ExecutorRecord),
     DeleteExecutor(ExecutorName),
     /// Next global submit sequence number.

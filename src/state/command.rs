@@ -2,7 +2,10 @@
 //! chooses ids and timestamps before proposing, so applying a command is deterministic.
 
 use crate::model::api::{NodeReport, RunEventReport};
-use crate::model::{ExecutorName, GangSpec, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, RunId, SchedulingRequirements};
+use crate::model::{
+    ExecutorName, GangSpec, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue,
+    QueueName, RunId, SchedulingRequirements,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -44,25 +47,76 @@ pub struct JobVerdict {
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
     Batch(Vec<Command>),
-    CreateQueue { queue: Queue },
-    UpdateQueue { queue: Queue },
+    CreateQueue {
+        queue: Queue,
+    },
+    UpdateQueue {
+        queue: Queue,
+    },
     /// Refused if the queue has non-terminal jobs, unless `force` (they are cancelled).
-    DeleteQueue { name: QueueName, force: bool, at_ms: i64 },
-    Submit { queue: QueueName, job_set: JobSetName, at_ms: i64, jobs: Vec<NewJob> },
+    DeleteQueue {
+        name: QueueName,
+        force: bool,
+        at_ms: i64,
+    },
+    Submit {
+        queue: QueueName,
+        job_set: JobSetName,
+        at_ms: i64,
+        jobs: Vec<NewJob>,
+    },
     /// Cancels the given jobs (or the whole job set), optionally only those in `states`.
-    Cancel { queue: QueueName, job_set: JobSetName, job_ids: Option<Vec<JobId>>, states: Option<Vec<JobState>>, reason: String, at_ms: i64 },
-    Reprioritize { queue: QueueName, job_set: JobSetName, job_ids: Option<Vec<JobId>>, priority: u32, at_ms: i64 },
-    Preempt { queue: QueueName, job_set: JobSetName, job_ids: Vec<JobId>, reason: String, at_ms: i64 },
+    Cancel {
+        queue: QueueName,
+        job_set: JobSetName,
+        job_ids: Option<Vec<JobId>>,
+        states: Option<Vec<JobState>>,
+        reason: String,
+        at_ms: i64,
+    },
+    Reprioritize {
+        queue: QueueName,
+        job_set: JobSetName,
+        job_ids: Option<Vec<JobId>>,
+        priority: u32,
+        at_ms: i64,
+    },
+    Preempt {
+        queue: QueueName,
+        job_set: JobSetName,
+        job_ids: Vec<JobId>,
+        reason: String,
+        at_ms: i64,
+    },
     /// One scheduling cycle's decisions. Refused unless `term` is the term of the log entry that
     /// carries it, so a deposed leader's decisions never apply.
-    Schedule { term: u64, at_ms: i64, leases: Vec<NewLease>, preemptions: Vec<JobVerdict>, failures: Vec<JobVerdict> },
+    Schedule {
+        term: u64,
+        at_ms: i64,
+        leases: Vec<NewLease>,
+        preemptions: Vec<JobVerdict>,
+        failures: Vec<JobVerdict>,
+    },
     /// An executor's node inventory changed (or the executor is new).
-    UpsertExecutor { executor: ExecutorName, nodes: Vec<NodeReport>, at_ms: i64 },
+    UpsertExecutor {
+        executor: ExecutorName,
+        nodes: Vec<NodeReport>,
+        at_ms: i64,
+    },
     /// Run state changes reported by an executor. A lost run sends its job back to the queue
     /// unless it already had `max_attempted_runs` runs.
-    RunEvents { executor: ExecutorName, at_ms: i64, events: Vec<RunEventReport>, max_attempted_runs: u32 },
+    RunEvents {
+        executor: ExecutorName,
+        at_ms: i64,
+        events: Vec<RunEventReport>,
+        max_attempted_runs: u32,
+    },
     /// The executor stopped polling: its nodes leave the pool and its runs are lost.
-    ExecutorLost { executor: ExecutorName, at_ms: i64, max_attempted_runs: u32 },
+    ExecutorLost {
+        executor: ExecutorName,
+        at_ms: i64,
+        max_attempted_runs: u32,
+    },
 }
 
 impl Command {
@@ -76,10 +130,15 @@ impl Command {
             Command::Submit { jobs, .. } => jobs.len(),
             Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
             Command::Preempt { job_ids, .. } => job_ids.len(),
-            Command::Schedule { leases, preemptions, failures, .. } => leases.len() + preemptions.len() + failures.len(),
+            Command::Schedule { leases, preemptions, failures, .. } => {
+                leases.len() + preemptions.len() + failures.len()
+            }
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
-            Command::DeleteQueue { .. } | Command::Cancel { job_ids: None, .. } | Command::Reprioritize { job_ids: None, .. } | Command::ExecutorLost { .. } => UNBOUNDED_WEIGHT,
+            Command::DeleteQueue { .. }
+            | Command::Cancel { job_ids: None, .. }
+            | Command::Reprioritize { job_ids: None, .. }
+            | Command::ExecutorLost { .. } => UNBOUNDED_WEIGHT,
         }
     }
 }
@@ -103,7 +162,11 @@ pub enum Response {
     /// The jobs a command created or touched (submit: one id per submitted job, in order).
     JobIds(Vec<JobId>),
     /// Counts of what a scheduling cycle changed.
-    Scheduled { leased: u32, preempted: u32, failed: u32 },
+    Scheduled {
+        leased: u32,
+        preempted: u32,
+        failed: u32,
+    },
     /// Run events taken in.
     Accepted(u32),
     Rejected(Rejection),

@@ -6,7 +6,14 @@ use super::machine::{Applied, State, reject};
 use crate::model::{EventKind, JobId, JobRecord, JobSetName, JobState, KillRequest, QueueName};
 
 impl State {
-    pub(super) fn submit(&mut self, queue: &QueueName, job_set: &JobSetName, at_ms: i64, jobs: Vec<NewJob>, out: &mut Applied) -> Response {
+    pub(super) fn submit(
+        &mut self,
+        queue: &QueueName,
+        job_set: &JobSetName,
+        at_ms: i64,
+        jobs: Vec<NewJob>,
+        out: &mut Applied,
+    ) -> Response {
         let Some(q) = self.queues.get(queue) else {
             return reject(404, Some("queue"), format!("queue {queue} does not exist"));
         };
@@ -62,9 +69,18 @@ impl State {
     }
 
     /// Live jobs of a job set, or the given ones (which must belong to it).
-    fn select(&self, queue: &QueueName, job_set: &JobSetName, job_ids: Option<&[JobId]>) -> Result<Vec<JobId>, Response> {
+    fn select(
+        &self,
+        queue: &QueueName,
+        job_set: &JobSetName,
+        job_ids: Option<&[JobId]>,
+    ) -> Result<Vec<JobId>, Response> {
         match job_ids {
-            None => Ok(self.job_sets.get(&(queue.clone(), job_set.clone())).map(|s| s.iter().copied().collect()).unwrap_or_default()),
+            None => Ok(self
+                .job_sets
+                .get(&(queue.clone(), job_set.clone()))
+                .map(|s| s.iter().copied().collect())
+                .unwrap_or_default()),
             Some(ids) => {
                 let mut out = Vec::with_capacity(ids.len());
                 for (i, id) in ids.iter().enumerate() {
@@ -72,7 +88,13 @@ impl State {
                         Some(j) if &j.record.queue == queue && &j.record.job_set == job_set => out.push(*id),
                         // Finished jobs (no longer live) are simply not selected.
                         None => {}
-                        Some(_) => return Err(reject(404, Some(&format!("job_ids[{i}]")), format!("job {id} is not in job set {job_set} of queue {queue}"))),
+                        Some(_) => {
+                            return Err(reject(
+                                404,
+                                Some(&format!("job_ids[{i}]")),
+                                format!("job {id} is not in job set {job_set} of queue {queue}"),
+                            ));
+                        }
                     }
                 }
                 Ok(out)
@@ -138,7 +160,15 @@ impl State {
         out.effects.schedule = true;
     }
 
-    pub(super) fn reprioritize(&mut self, queue: &QueueName, job_set: &JobSetName, job_ids: Option<&[JobId]>, priority: u32, at_ms: i64, out: &mut Applied) -> Response {
+    pub(super) fn reprioritize(
+        &mut self,
+        queue: &QueueName,
+        job_set: &JobSetName,
+        job_ids: Option<&[JobId]>,
+        priority: u32,
+        at_ms: i64,
+        out: &mut Applied,
+    ) -> Response {
         let ids = match self.select(queue, job_set, job_ids) {
             Ok(ids) => ids,
             Err(r) => return r,
@@ -160,7 +190,15 @@ impl State {
         Response::JobIds(changed)
     }
 
-    pub(super) fn preempt(&mut self, queue: &QueueName, job_set: &JobSetName, job_ids: &[JobId], reason: &str, at_ms: i64, out: &mut Applied) -> Response {
+    pub(super) fn preempt(
+        &mut self,
+        queue: &QueueName,
+        job_set: &JobSetName,
+        job_ids: &[JobId],
+        reason: &str,
+        at_ms: i64,
+        out: &mut Applied,
+    ) -> Response {
         let ids = match self.select(queue, job_set, Some(job_ids)) {
             Ok(ids) => ids,
             Err(r) => return r,

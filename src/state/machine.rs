@@ -5,8 +5,8 @@
 use super::changes::{Change, Effects, ExecutorRecord};
 use super::command::{Command, Rejection, Response};
 use crate::model::{
-    EventKind, ExecutorName, JobId, JobRecord, JobSetName, JobState, PriorityClassName, Queue, QueueName, Requirements, Resources, RunId,
-    SchedulingRequirements,
+    EventKind, ExecutorName, JobId, JobRecord, JobSetName, JobState, PriorityClassName, Queue, QueueName, Requirements,
+    Resources, RunId, SchedulingRequirements,
 };
 use crate::scheduler::JobInfo;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -81,7 +81,8 @@ pub struct StateSettings {
 impl StateSettings {
     /// From the scheduler configuration.
     pub fn from_config(cfg: &crate::scheduler::SchedulerConfig) -> Self {
-        let class_priority: HashMap<PriorityClassName, i32> = cfg.priority_classes.iter().map(|p| (p.name.clone(), p.priority)).collect();
+        let class_priority: HashMap<PriorityClassName, i32> =
+            cfg.priority_classes.iter().map(|p| (p.name.clone(), p.priority)).collect();
         let default_class_priority = class_priority.get(&cfg.default_priority_class).copied().unwrap_or(0);
         StateSettings { class_priority, default_class_priority }
     }
@@ -179,16 +180,26 @@ impl State {
             Command::Reprioritize { queue, job_set, job_ids, priority, at_ms } => {
                 self.reprioritize(&queue, &job_set, job_ids.as_deref(), priority, at_ms, out)
             }
-            Command::Preempt { queue, job_set, job_ids, reason, at_ms } => self.preempt(&queue, &job_set, &job_ids, &reason, at_ms, out),
+            Command::Preempt { queue, job_set, job_ids, reason, at_ms } => {
+                self.preempt(&queue, &job_set, &job_ids, &reason, at_ms, out)
+            }
             Command::Schedule { term, at_ms, leases, preemptions, failures } => {
                 if term != ctx.term {
-                    return reject(409, None, format!("scheduling decisions of term {term} arrived in term {}: the leader changed", ctx.term));
+                    return reject(
+                        409,
+                        None,
+                        format!("scheduling decisions of term {term} arrived in term {}: the leader changed", ctx.term),
+                    );
                 }
                 self.schedule(at_ms, leases, preemptions, failures, out)
             }
             Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
-            Command::RunEvents { executor, at_ms, events, max_attempted_runs } => self.run_events(&executor, at_ms, events, max_attempted_runs, out),
-            Command::ExecutorLost { executor, at_ms, max_attempted_runs } => self.executor_lost(&executor, at_ms, max_attempted_runs, out),
+            Command::RunEvents { executor, at_ms, events, max_attempted_runs } => {
+                self.run_events(&executor, at_ms, events, max_attempted_runs, out)
+            }
+            Command::ExecutorLost { executor, at_ms, max_attempted_runs } => {
+                self.executor_lost(&executor, at_ms, max_attempted_runs, out)
+            }
         }
     }
 
@@ -208,7 +219,8 @@ impl State {
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
     fn job_info(&mut self, r: &JobRecord, requirements: Requirements) -> Arc<JobInfo> {
-        let priority_class = self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
+        let priority_class =
+            self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
         let queue = self.queues.get(&r.queue).map(|q| q.queue.name.clone()).unwrap_or_else(|| r.queue.clone());
         Arc::new(JobInfo {
             id: r.id,
@@ -243,7 +255,15 @@ impl State {
 
     /// Appends an event to the job's job set (and its sequence number to the job, if it is in
     /// memory or finished by this command); returns the sequence number.
-    pub(super) fn event(&mut self, out: &mut Applied, r: &JobRecord, at_ms: i64, kind: EventKind, run_id: Option<RunId>, message: Option<String>) -> u64 {
+    pub(super) fn event(
+        &mut self,
+        out: &mut Applied,
+        r: &JobRecord,
+        at_ms: i64,
+        kind: EventKind,
+        run_id: Option<RunId>,
+        message: Option<String>,
+    ) -> u64 {
         let key = (r.queue.clone(), r.job_set.clone());
         let seq = self.event_seqs.entry(key.clone()).or_insert(0);
         *seq += 1;
@@ -355,7 +375,11 @@ impl State {
         if let Some(((_, set), _)) = self.job_sets.get_key_value(&(record.queue.clone(), record.job_set.clone())) {
             record.job_set = set.clone();
         }
-        record.priority_class = self.class_names.entry(record.priority_class.clone()).or_insert_with(|| record.priority_class.clone()).clone();
+        record.priority_class = self
+            .class_names
+            .entry(record.priority_class.clone())
+            .or_insert_with(|| record.priority_class.clone())
+            .clone();
         let info = self.job_info(&record, requirements);
         Box::new(LiveJob { record, info })
     }

@@ -12,7 +12,10 @@ impl State {
             return reject(409, Some("name"), format!("queue {} already exists", queue.name));
         }
         out.changes.push(Change::PutQueue(queue.clone()));
-        self.queues.insert(queue.name.clone(), QueueState { queue, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() });
+        self.queues.insert(
+            queue.name.clone(),
+            QueueState { queue, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
+        );
         out.effects.schedule = true;
         Response::Ok
     }
@@ -33,7 +36,13 @@ impl State {
         };
         let live: u64 = q.counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, c)| *c).sum();
         if live > 0 && !force {
-            return reject(409, None, format!("queue {name} has {live} jobs that are not finished; cancel them first or delete with force=true"));
+            return reject(
+                409,
+                None,
+                format!(
+                    "queue {name} has {live} jobs that are not finished; cancel them first or delete with force=true"
+                ),
+            );
         }
         if live > 0 {
             let sets: Vec<_> = self.job_sets.keys().filter(|(q, _)| q == name).cloned().collect();

@@ -10,7 +10,14 @@ use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState};
 const LOG_TAIL_LIMIT: usize = 64 * 1024;
 
 impl State {
-    pub(super) fn schedule(&mut self, at_ms: i64, leases: Vec<NewLease>, preemptions: Vec<JobVerdict>, failures: Vec<JobVerdict>, out: &mut Applied) -> Response {
+    pub(super) fn schedule(
+        &mut self,
+        at_ms: i64,
+        leases: Vec<NewLease>,
+        preemptions: Vec<JobVerdict>,
+        failures: Vec<JobVerdict>,
+        out: &mut Applied,
+    ) -> Response {
         let (mut leased, mut preempted, mut failed) = (0u32, 0u32, 0u32);
         for l in leases {
             let Some(job) = self.jobs.get(&l.job_id) else { continue };
@@ -44,7 +51,14 @@ impl State {
                 r.state_reason = None;
                 r.runs.push(run);
             });
-            self.event(out, &record, at_ms, EventKind::Leased, Some(l.run_id), Some(format!("node {} of executor {}", l.node, l.executor)));
+            self.event(
+                out,
+                &record,
+                at_ms,
+                EventKind::Leased,
+                Some(l.run_id),
+                Some(format!("node {} of executor {}", l.node, l.executor)),
+            );
             out.effects.executors.insert(l.executor);
             leased += 1;
         }
@@ -71,7 +85,13 @@ impl State {
         Response::Scheduled { leased, preempted, failed }
     }
 
-    pub(super) fn upsert_executor(&mut self, name: ExecutorName, nodes: Vec<NodeReport>, at_ms: i64, out: &mut Applied) -> Response {
+    pub(super) fn upsert_executor(
+        &mut self,
+        name: ExecutorName,
+        nodes: Vec<NodeReport>,
+        at_ms: i64,
+        out: &mut Applied,
+    ) -> Response {
         let record = ExecutorRecord { name: name.clone(), nodes, updated_at_ms: at_ms };
         out.changes.push(Change::PutExecutor(record.clone()));
         self.executors.insert(name, record);
@@ -80,7 +100,14 @@ impl State {
         Response::Ok
     }
 
-    pub(super) fn run_events(&mut self, executor: &ExecutorName, at_ms: i64, events: Vec<RunEventReport>, max_attempted_runs: u32, out: &mut Applied) -> Response {
+    pub(super) fn run_events(
+        &mut self,
+        executor: &ExecutorName,
+        at_ms: i64,
+        events: Vec<RunEventReport>,
+        max_attempted_runs: u32,
+        out: &mut Applied,
+    ) -> Response {
         let mut accepted = 0u32;
         for ev in events {
             let Some(&id) = self.runs.get(&ev.run_id) else { continue };
@@ -158,7 +185,8 @@ impl State {
                         JobState::Preempted => EventKind::Preempted,
                         _ => EventKind::Failed,
                     };
-                    let message = if succeeded && kind == EventKind::Succeeded { None } else { Some(failure_reason(&ev)) };
+                    let message =
+                        if succeeded && kind == EventKind::Succeeded { None } else { Some(failure_reason(&ev)) };
                     self.event(out, &record, at_ms, kind, Some(run_id), message);
                     out.effects.schedule = true;
                 }
@@ -189,7 +217,8 @@ impl State {
             if !r.state.is_terminal() {
                 if attempts >= max_attempted_runs as usize {
                     r.state = JobState::Failed;
-                    r.state_reason = Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"));
+                    r.state_reason =
+                        Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"));
                 } else {
                     r.state = JobState::Queued;
                     r.state_reason = None;
@@ -199,7 +228,9 @@ impl State {
         });
         let (kind, message) = match outcome {
             JobState::Queued => (EventKind::Requeued, format!("run lost: {reason}")),
-            JobState::Failed => (EventKind::Failed, format!("run lost: {reason}; gave up after {attempts} attempted runs")),
+            JobState::Failed => {
+                (EventKind::Failed, format!("run lost: {reason}; gave up after {attempts} attempted runs"))
+            }
             JobState::Cancelled => (EventKind::Cancelled, format!("run lost: {reason}")),
             _ => (EventKind::Preempted, format!("run lost: {reason}")),
         };
@@ -207,7 +238,13 @@ impl State {
         out.effects.schedule = true;
     }
 
-    pub(super) fn executor_lost(&mut self, executor: &ExecutorName, at_ms: i64, max_attempted_runs: u32, out: &mut Applied) -> Response {
+    pub(super) fn executor_lost(
+        &mut self,
+        executor: &ExecutorName,
+        at_ms: i64,
+        max_attempted_runs: u32,
+        out: &mut Applied,
+    ) -> Response {
         let jobs: Vec<JobId> = self.by_executor.get(executor).map(|s| s.iter().copied().collect()).unwrap_or_default();
         for id in jobs {
             self.lose_run(out, id, at_ms, &format!("executor {executor} lost"), max_attempted_runs);

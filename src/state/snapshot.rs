@@ -22,7 +22,11 @@ impl State {
                 if run.kill.is_some() {
                     stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                 } else {
-                    running.push(RunningJob { job: job.info.clone(), executor: run.executor.clone(), node: run.node.clone() });
+                    running.push(RunningJob {
+                        job: job.info.clone(),
+                        executor: run.executor.clone(),
+                        node: run.node.clone(),
+                    });
                 }
             }
         }

@@ -3,8 +3,8 @@
 use super::*;
 use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
 use crate::model::{
-    EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources, RunId, RunState,
-    SchedulingRequirements,
+    EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue,
+    QueueName, Resources, RunId, RunState, SchedulingRequirements,
 };
 use crate::scheduler::SchedulerConfig;
 
@@ -24,7 +24,10 @@ fn new_job(id: u128, client_id: Option<&str>, cpu: &str) -> NewJob {
         client_id: client_id.map(str::to_string),
         priority: 0,
         priority_class: PriorityClassName::new("default").unwrap(),
-        requirements: SchedulingRequirements { requests: Resources::parse([("cpu", cpu)]).unwrap(), ..Default::default() },
+        requirements: SchedulingRequirements {
+            requests: Resources::parse([("cpu", cpu)]).unwrap(),
+            ..Default::default()
+        },
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
@@ -60,7 +63,13 @@ fn lease(s: &mut State, job: u128, run: u128, term: u64, ctx_term: u64) -> Appli
         Command::Schedule {
             term,
             at_ms: 20,
-            leases: vec![NewLease { job_id: JobId::from_u128(job), run_id: RunId::from_u128(run), executor: exec("e1"), node: NodeName::new("n1").unwrap(), pool: PoolName::default_pool() }],
+            leases: vec![NewLease {
+                job_id: JobId::from_u128(job),
+                run_id: RunId::from_u128(run),
+                executor: exec("e1"),
+                node: NodeName::new("n1").unwrap(),
+                pool: PoolName::default_pool(),
+            }],
             preemptions: vec![],
             failures: vec![],
         },
@@ -73,7 +82,16 @@ fn report(s: &mut State, run: u128, job: u128, kind: RunEventKind, exit: Option<
         Command::RunEvents {
             executor: exec("e1"),
             at_ms: 30,
-            events: vec![RunEventReport { run_id: RunId::from_u128(run), job_id: JobId::from_u128(job), kind, time_ms: None, exit_code: exit, reason: None, message: None, log_tail: Some("hello\n".into()) }],
+            events: vec![RunEventReport {
+                run_id: RunId::from_u128(run),
+                job_id: JobId::from_u128(job),
+                kind,
+                time_ms: None,
+                exit_code: exit,
+                reason: None,
+                message: None,
+                log_tail: Some("hello\n".into()),
+            }],
             max_attempted_runs: 2,
         },
         ApplyContext::default(),
@@ -105,7 +123,11 @@ fn submit_queues_jobs_in_order_with_events() {
     assert_eq!(qs.demand.get("cpu"), 3000);
     assert!(a.effects.schedule);
     // Event sequence numbers are dense per job set.
-    let seqs: Vec<u64> = a.changes.iter().filter_map(|c| if let Change::AppendEvent { event, .. } = c { Some(event.seq) } else { None }).collect();
+    let seqs: Vec<u64> = a
+        .changes
+        .iter()
+        .filter_map(|c| if let Change::AppendEvent { event, .. } = c { Some(event.seq) } else { None })
+        .collect();
     assert_eq!(seqs, vec![1, 2, 3, 4]);
 }
 
@@ -121,7 +143,10 @@ fn client_id_makes_resubmission_idempotent() {
 #[test]
 fn submit_to_missing_or_cordoned_queue_is_refused() {
     let mut s = state();
-    let a = s.apply(Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] }, ApplyContext::default());
+    let a = s.apply(
+        Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
+        ApplyContext::default(),
+    );
     assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 404, .. }))));
     assert!(a.changes.is_empty());
     let mut cordoned = Queue::new(q("A"), 1.0);
@@ -150,7 +175,9 @@ fn lease_run_and_succeed() {
     // Over: out of memory, stored as not live with the output tail.
     assert!(!s.jobs.contains_key(&JobId::from_u128(1)));
     assert!(s.runs.is_empty());
-    let Some(Change::PutJob { record, live }) = a.changes.iter().find(|c| matches!(c, Change::PutJob { .. })) else { panic!("no PutJob") };
+    let Some(Change::PutJob { record, live }) = a.changes.iter().find(|c| matches!(c, Change::PutJob { .. })) else {
+        panic!("no PutJob")
+    };
     assert!(!live);
     assert_eq!(record.state, JobState::Succeeded);
     assert_eq!(record.runs[0].state, RunState::Succeeded);
@@ -177,7 +204,16 @@ fn events_from_other_executors_or_unknown_runs_are_ignored() {
         Command::RunEvents {
             executor: exec("other"),
             at_ms: 1,
-            events: vec![RunEventReport { run_id: RunId::from_u128(100), job_id: JobId::from_u128(1), kind: RunEventKind::Running, time_ms: None, exit_code: None, reason: None, message: None, log_tail: None }],
+            events: vec![RunEventReport {
+                run_id: RunId::from_u128(100),
+                job_id: JobId::from_u128(1),
+                kind: RunEventKind::Running,
+                time_ms: None,
+                exit_code: None,
+                reason: None,
+                message: None,
+                log_tail: None,
+            }],
             max_attempted_runs: 5,
         },
         ApplyContext::default(),
@@ -192,7 +228,14 @@ fn cancel_queued_and_running() {
     submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
     lease(&mut s, 2, 200, 1, 1);
     let a = s.apply(
-        Command::Cancel { queue: q("A"), job_set: set("s"), job_ids: None, states: None, reason: "user".into(), at_ms: 40 },
+        Command::Cancel {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: None,
+            states: None,
+            reason: "user".into(),
+            at_ms: 40,
+        },
         ApplyContext::default(),
     );
     let Some(Response::JobIds(ids)) = a.response else { panic!() };
@@ -215,7 +258,14 @@ fn cancel_filtered_by_state() {
     submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
     lease(&mut s, 2, 200, 1, 1);
     let a = s.apply(
-        Command::Cancel { queue: q("A"), job_set: set("s"), job_ids: None, states: Some(vec![JobState::Queued]), reason: "x".into(), at_ms: 1 },
+        Command::Cancel {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: None,
+            states: Some(vec![JobState::Queued]),
+            reason: "x".into(),
+            at_ms: 1,
+        },
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
@@ -243,7 +293,10 @@ fn executor_lost_requeues_its_runs_and_removes_its_nodes() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "1")]);
     lease(&mut s, 1, 100, 1, 1);
-    let a = s.apply(Command::ExecutorLost { executor: exec("e1"), at_ms: 50, max_attempted_runs: 5 }, ApplyContext::default());
+    let a = s.apply(
+        Command::ExecutorLost { executor: exec("e1"), at_ms: 50, max_attempted_runs: 5 },
+        ApplyContext::default(),
+    );
     assert_eq!(job_state(&s, 1), Some(JobState::Queued));
     assert!(s.executors.is_empty());
     assert!(a.changes.contains(&Change::DeleteExecutor(exec("e1"))));
@@ -258,7 +311,13 @@ fn reprioritize_reorders_the_queue() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
     let a = s.apply(
-        Command::Reprioritize { queue: q("A"), job_set: set("s"), job_ids: Some(vec![JobId::from_u128(1)]), priority: 5, at_ms: 1 },
+        Command::Reprioritize {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: Some(vec![JobId::from_u128(1)]),
+            priority: 5,
+            at_ms: 1,
+        },
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
@@ -285,7 +344,13 @@ fn snapshot_counts_stopping_runs_as_used_by_others() {
     lease(&mut s, 1, 100, 1, 1);
     lease(&mut s, 2, 200, 1, 1);
     s.apply(
-        Command::Preempt { queue: q("A"), job_set: set("s"), job_ids: vec![JobId::from_u128(2)], reason: "admin".into(), at_ms: 5 },
+        Command::Preempt {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: vec![JobId::from_u128(2)],
+            reason: "admin".into(),
+            at_ms: 5,
+        },
         ApplyContext::default(),
     );
     let snap = s.scheduling_snapshot(0, Default::default());
@@ -315,10 +380,18 @@ fn apply_is_deterministic() {
     let run = || {
         let mut s = state();
         let mut all = Vec::new();
-        all.extend(submit(&mut s, vec![new_job(1, Some("a"), "1"), new_job(2, None, "2"), new_job(3, None, "3")]).changes);
+        all.extend(
+            submit(&mut s, vec![new_job(1, Some("a"), "1"), new_job(2, None, "2"), new_job(3, None, "3")]).changes,
+        );
         all.extend(lease(&mut s, 2, 200, 1, 1).changes);
         all.extend(report(&mut s, 200, 2, RunEventKind::Failed, Some(1)).changes);
-        all.extend(s.apply(Command::ExecutorLost { executor: exec("e1"), at_ms: 9, max_attempted_runs: 3 }, ApplyContext::default()).changes);
+        all.extend(
+            s.apply(
+                Command::ExecutorLost { executor: exec("e1"), at_ms: 9, max_attempted_runs: 3 },
+                ApplyContext::default(),
+            )
+            .changes,
+        );
         format!("{all:?}")
     };
     assert_eq!(run(), run());
@@ -326,13 +399,25 @@ fn apply_is_deterministic() {
 
 #[test]
 fn apply_weight_counts_what_a_command_touches() {
-    let submit = |n: u128| Command::Submit { queue: q("a"), job_set: set("s"), at_ms: 0, jobs: (0..n).map(|i| new_job(i, None, "1")).collect() };
+    let submit = |n: u128| Command::Submit {
+        queue: q("a"),
+        job_set: set("s"),
+        at_ms: 0,
+        jobs: (0..n).map(|i| new_job(i, None, "1")).collect(),
+    };
     assert_eq!(submit(3).apply_weight(), 3);
     assert_eq!(Command::Batch(vec![submit(3), submit(4)]).apply_weight(), 7);
     let lost = Command::ExecutorLost { executor: exec("e"), at_ms: 0, max_attempted_runs: 1 };
     assert_eq!(lost.apply_weight(), UNBOUNDED_WEIGHT);
     // Sums saturate rather than wrap around to a small weight.
     assert!(Command::Batch(vec![lost.clone(), lost.clone(), lost]).apply_weight() >= UNBOUNDED_WEIGHT);
-    let cancel_set = Command::Cancel { queue: q("a"), job_set: set("s"), job_ids: None, states: None, reason: String::new(), at_ms: 0 };
+    let cancel_set = Command::Cancel {
+        queue: q("a"),
+        job_set: set("s"),
+        job_ids: None,
+        states: None,
+        reason: String::new(),
+        at_ms: 0,
+    };
     assert_eq!(cancel_set.apply_weight(), UNBOUNDED_WEIGHT);
 }

@@ -16,13 +16,17 @@ impl Store {
         let mut state = State::new(settings);
         let meta = tx.open_table(META)?;
         if let Some(v) = meta.get(SUBMIT_SEQ)? {
-            let b: [u8; 8] = v.value().try_into().map_err(|_| StoreError::Corrupt("meta.submit_seq is not 8 bytes".into()))?;
+            let b: [u8; 8] =
+                v.value().try_into().map_err(|_| StoreError::Corrupt("meta.submit_seq is not 8 bytes".into()))?;
             state.next_seq = u64::from_be_bytes(b);
         }
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: Queue = decode(v.value(), &format!("queue {}", k.value()))?;
-            state.queues.insert(q.name.clone(), QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() });
+            state.queues.insert(
+                q.name.clone(),
+                QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
+            );
         }
         for row in tx.open_table(EXECUTORS)?.iter()? {
             let (k, v) = row?;

@@ -21,7 +21,8 @@ pub fn version(db: &Database) -> Result<u32, StoreError> {
     }
     let meta = tx.open_table(META)?;
     let Some(v) = meta.get(SCHEMA_VERSION)? else { return Ok(0) };
-    let b: [u8; 4] = v.value().try_into().map_err(|_| StoreError::Corrupt("meta.schema_version is not 4 bytes".into()))?;
+    let b: [u8; 4] =
+        v.value().try_into().map_err(|_| StoreError::Corrupt("meta.schema_version is not 4 bytes".into()))?;
     Ok(u32::from_be_bytes(b))
 }
 

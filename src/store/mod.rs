@@ -27,7 +27,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("encoding failed: {0}")]
     Encode(String),
-    #[error("the database at {path} has schema version {found}, newer than this binary supports ({supported}); run a newer convoy")]
+    #[error(
+        "the database at {path} has schema version {found}, newer than this binary supports ({supported}); run a newer convoy"
+    )]
     TooNew { path: String, found: u32, supported: u32 },
     #[error("migration to schema version {version} failed: {message}")]
     Migration { version: u32, message: String },
@@ -42,7 +44,15 @@ macro_rules! db_err {
         }
     )*};
 }
-db_err!(redb::Error, redb::DatabaseError, redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError, redb::SetDurabilityError);
+db_err!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
 
 /// Default size of redb's page cache: the state lives in memory anyway, so the cache serves
 /// writes and the API's reads of job records and events.
@@ -63,7 +73,8 @@ impl Store {
     /// Like [`Store::open`], with redb's page cache limited to `cache_bytes`.
     pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(format!("creating {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Database(format!("creating {}: {e}", dir.display())))?;
         }
         let db = Database::builder().set_cache_size(cache_bytes).create(path)?;
         migrate::run(&db, &path.display().to_string())?;

@@ -3,8 +3,8 @@
 use super::codec::decode;
 use super::tables::*;
 use super::{Store, StoreError};
-use redb::ReadableTable;
 use crate::model::{Event, JobId, JobPayload, JobRecord, JobSetName, JobState, QueueName};
+use redb::ReadableTable;
 
 /// Which jobs to list.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +82,10 @@ impl Store {
                 for row in sets.range(start.as_slice()..end.as_slice())? {
                     let (k, _) = row?;
                     let key = k.value();
-                    let Some(id) = key.get(key.len().saturating_sub(16)..).and_then(|b| <[u8; 16]>::try_from(b).ok()) else { continue };
+                    let Some(id) = key.get(key.len().saturating_sub(16)..).and_then(|b| <[u8; 16]>::try_from(b).ok())
+                    else {
+                        continue;
+                    };
                     let Some(v) = jobs.get(&id)? else { continue };
                     let r: JobRecord = decode(v.value(), "job")?;
                     if keep(&r) {
@@ -111,7 +114,13 @@ impl Store {
     }
 
     /// Events of a job set with sequence numbers from `from` on, at most `limit`.
-    pub fn events(&self, queue: &QueueName, job_set: &JobSetName, from: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+    pub fn events(
+        &self,
+        queue: &QueueName,
+        job_set: &JobSetName,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
         let tx = self.read()?;
         let t = tx.open_table(EVENTS)?;
         let prefix = set_prefix(queue, job_set);
@@ -162,7 +171,11 @@ type Row = (Vec<u8>, Vec<u8>);
 
 /// The key and bytes of the job set's event chunk that would hold `seq`: the last one starting at
 /// or before it.
-fn chunk_holding(t: &impl ReadableTable<&'static [u8], &'static [u8]>, prefix: &[u8], seq: u64) -> Result<Option<Row>, StoreError> {
+fn chunk_holding(
+    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    prefix: &[u8],
+    seq: u64,
+) -> Result<Option<Row>, StoreError> {
     let (first, at) = (event_key(prefix, 0), event_key(prefix, seq));
     match t.range(first.as_slice()..=at.as_slice())?.next_back() {
         Some(row) => {

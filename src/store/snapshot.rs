@@ -23,7 +23,10 @@ struct Export {
     executors: Vec<(String, Vec<u8>)>,
 }
 
-fn clear<K: redb::Key + 'static, V: redb::Value + 'static>(tx: &WriteTransaction, t: TableDefinition<K, V>) -> Result<(), StoreError> {
+fn clear<K: redb::Key + 'static, V: redb::Value + 'static>(
+    tx: &WriteTransaction,
+    t: TableDefinition<K, V>,
+) -> Result<(), StoreError> {
     let mut table = tx.open_table(t)?;
     table.retain(|_, _| false)?;
     Ok(())
@@ -61,10 +64,7 @@ impl Store {
 }
 
 fn export_from(tx: &redb::ReadTransaction) -> Result<Vec<u8>, StoreError> {
-    let mut e = Export {
-        schema_version: super::migrate::CURRENT_VERSION,
-        ..Default::default()
-    };
+    let mut e = Export { schema_version: super::migrate::CURRENT_VERSION, ..Default::default() };
     for row in tx.open_table(META)?.iter()? {
         let (k, v) = row?;
         if k.value() != SCHEMA_VERSION {

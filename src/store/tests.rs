@@ -2,7 +2,10 @@
 
 use super::*;
 use crate::model::api::NodeReport;
-use crate::model::{JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources, SchedulingRequirements};
+use crate::model::{
+    JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources,
+    SchedulingRequirements,
+};
 use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
 use crate::store::tables::*;
@@ -17,7 +20,10 @@ fn job(id: u128, client: Option<&str>) -> NewJob {
         client_id: client.map(str::to_string),
         priority: 0,
         priority_class: PriorityClassName::new("default").unwrap(),
-        requirements: SchedulingRequirements { requests: Resources::parse([("cpu", "1")]).unwrap(), ..Default::default() },
+        requirements: SchedulingRequirements {
+            requests: Resources::parse([("cpu", "1")]).unwrap(),
+            ..Default::default()
+        },
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
@@ -55,15 +61,33 @@ fn sample(store: &Store) -> State {
         vec![
             Command::CreateQueue { queue: Queue::new(q.clone(), 1.0) },
             Command::UpsertExecutor { executor: "e1".parse().unwrap(), nodes: vec![node], at_ms: 1 },
-            Command::Submit { queue: q.clone(), job_set: s.clone(), at_ms: 2, jobs: vec![job(1, Some("c1")), job(2, None), job(3, None)] },
+            Command::Submit {
+                queue: q.clone(),
+                job_set: s.clone(),
+                at_ms: 2,
+                jobs: vec![job(1, Some("c1")), job(2, None), job(3, None)],
+            },
             Command::Schedule {
                 term: 1,
                 at_ms: 3,
-                leases: vec![NewLease { job_id: JobId::from_u128(2), run_id: crate::model::RunId::from_u128(20), executor: "e1".parse().unwrap(), node: NodeName::new("n1").unwrap(), pool: PoolName::default_pool() }],
+                leases: vec![NewLease {
+                    job_id: JobId::from_u128(2),
+                    run_id: crate::model::RunId::from_u128(20),
+                    executor: "e1".parse().unwrap(),
+                    node: NodeName::new("n1").unwrap(),
+                    pool: PoolName::default_pool(),
+                }],
                 preemptions: vec![],
                 failures: vec![],
             },
-            Command::Cancel { queue: q, job_set: s, job_ids: Some(vec![JobId::from_u128(3)]), states: None, reason: "x".into(), at_ms: 4 },
+            Command::Cancel {
+                queue: q,
+                job_set: s,
+                job_ids: Some(vec![JobId::from_u128(3)]),
+                states: None,
+                reason: "x".into(),
+                at_ms: 4,
+            },
         ],
     );
     state
@@ -97,15 +121,34 @@ fn queries_list_jobs_and_events() {
     let store = Store::open(&dir.path().join("db.redb")).unwrap();
     sample(&store);
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
-    let (all, more) = store.list_jobs(&JobFilter { queue: Some(q.clone()), job_set: Some(s.clone()), limit: 10, ..Default::default() }).unwrap();
+    let (all, more) = store
+        .list_jobs(&JobFilter { queue: Some(q.clone()), job_set: Some(s.clone()), limit: 10, ..Default::default() })
+        .unwrap();
     assert_eq!(all.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>(), vec![1, 2, 3]);
     assert!(!more);
-    let (page, more) = store.list_jobs(&JobFilter { queue: Some(q.clone()), job_set: Some(s.clone()), limit: 2, ..Default::default() }).unwrap();
+    let (page, more) = store
+        .list_jobs(&JobFilter { queue: Some(q.clone()), job_set: Some(s.clone()), limit: 2, ..Default::default() })
+        .unwrap();
     assert_eq!(page.len(), 2);
     assert!(more);
-    let (rest, _) = store.list_jobs(&JobFilter { queue: Some(q.clone()), job_set: Some(s.clone()), limit: 2, after: Some(page[1].id), ..Default::default() }).unwrap();
+    let (rest, _) = store
+        .list_jobs(&JobFilter {
+            queue: Some(q.clone()),
+            job_set: Some(s.clone()),
+            limit: 2,
+            after: Some(page[1].id),
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(rest.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>(), vec![3]);
-    let (queued, _) = store.list_jobs(&JobFilter { queue: Some(q.clone()), states: vec![JobState::Queued], limit: 10, ..Default::default() }).unwrap();
+    let (queued, _) = store
+        .list_jobs(&JobFilter {
+            queue: Some(q.clone()),
+            states: vec![JobState::Queued],
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
     assert_eq!(queued.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>(), vec![1]);
     let events = store.events(&q, &s, 1, 100).unwrap();
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=events.len() as u64).collect::<Vec<_>>());
@@ -143,7 +186,16 @@ fn pinned_export_ignores_later_writes() {
     let view = store.pin_export().unwrap();
     // Writes after pinning (the server keeps applying while a snapshot is copied).
     let q = QueueName::new("A").unwrap();
-    apply_all(&store, &mut state, vec![Command::Submit { queue: q, job_set: JobSetName::new("later").unwrap(), at_ms: 9, jobs: vec![job(7, None)] }]);
+    apply_all(
+        &store,
+        &mut state,
+        vec![Command::Submit {
+            queue: q,
+            job_set: JobSetName::new("later").unwrap(),
+            at_ms: 9,
+            jobs: vec![job(7, None)],
+        }],
+    );
     let tx = store.write().unwrap();
     tx.open_table(META).unwrap().insert("raft_applied", b"later".as_slice()).unwrap();
     tx.commit().unwrap();
@@ -199,7 +251,8 @@ fn prototype_database_is_upgraded() {
     assert_eq!(store.job(JobId::from_u128(3)).unwrap().map(|r| r.state), Some(JobState::Cancelled));
     assert_eq!(loaded.next_seq, 3);
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
-    let (listed, _) = store.list_jobs(&JobFilter { queue: Some(q), job_set: Some(s), limit: 10, ..Default::default() }).unwrap();
+    let (listed, _) =
+        store.list_jobs(&JobFilter { queue: Some(q), job_set: Some(s), limit: 10, ..Default::default() }).unwrap();
     assert_eq!(listed.len(), 3);
     // Opening again changes nothing.
     drop(store);
@@ -208,7 +261,14 @@ fn prototype_database_is_upgraded() {
 }
 
 fn event(seq: u64, job: u128) -> crate::model::Event {
-    crate::model::Event { seq, job_id: JobId::from_u128(job), at_ms: seq as i64, kind: crate::model::EventKind::Queued, run_id: None, message: None }
+    crate::model::Event {
+        seq,
+        job_id: JobId::from_u128(job),
+        at_ms: seq as i64,
+        kind: crate::model::EventKind::Queued,
+        run_id: None,
+        message: None,
+    }
 }
 
 #[test]
@@ -223,8 +283,16 @@ fn events_resume_from_any_sequence_number_across_chunks() {
         let mut changes = Vec::new();
         for _ in 0..n {
             seq += 1;
-            changes.push(crate::state::Change::AppendEvent { queue: q.clone(), job_set: s.clone(), event: event(seq, seq as u128) });
-            changes.push(crate::state::Change::AppendEvent { queue: q.clone(), job_set: JobSetName::new("s2").unwrap(), event: event(seq, 0) });
+            changes.push(crate::state::Change::AppendEvent {
+                queue: q.clone(),
+                job_set: s.clone(),
+                event: event(seq, seq as u128),
+            });
+            changes.push(crate::state::Change::AppendEvent {
+                queue: q.clone(),
+                job_set: JobSetName::new("s2").unwrap(),
+                event: event(seq, 0),
+            });
         }
         write_changes(&tx, &changes).unwrap();
         tx.commit().unwrap();
@@ -239,7 +307,8 @@ fn events_resume_from_any_sequence_number_across_chunks() {
     // A job's events, looked up by sequence number in several chunks.
     let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
     let job = sample(&other).jobs.values().next().unwrap().full_record();
-    let record = crate::model::JobRecord { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
+    let record =
+        crate::model::JobRecord { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
     let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(found, vec![1, 4, 200, 304], "sequence numbers that were never written are skipped");
 }
@@ -263,7 +332,10 @@ fn version_1_events_are_regrouped_into_chunks() {
         (migrate::steps::ALL[0].run)(&tx).unwrap();
         {
             tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 1u32.to_be_bytes().as_slice()).unwrap();
-            tx.open_table(JOBS).unwrap().insert(&job_key(record.id), codec::encode(&record).unwrap().as_slice()).unwrap();
+            tx.open_table(JOBS)
+                .unwrap()
+                .insert(&job_key(record.id), codec::encode(&record).unwrap().as_slice())
+                .unwrap();
             let mut t = tx.open_table(migrate::steps::v0001_initial::EVENTS_V1).unwrap();
             for e in &expected {
                 t.insert(v1_key(&s, e.seq).as_slice(), codec::encode(e).unwrap().as_slice()).unwrap();
@@ -287,5 +359,8 @@ fn version_1_events_are_regrouped_into_chunks() {
     use redb::{ReadableTableMetadata, TableHandle};
     let rows = store.db().begin_read().unwrap().open_table(EVENTS).unwrap().len().unwrap();
     assert_eq!(rows, 4, "one chunk for the small set, three (256 + 256 + 88) for the big one");
-    assert!(!store.db().begin_read().unwrap().list_tables().unwrap().any(|t| t.name() == "events"), "the old table is gone");
+    assert!(
+        !store.db().begin_read().unwrap().list_tables().unwrap().any(|t| t.name() == "events"),
+        "the old table is gone"
+    );
 }

@@ -51,7 +51,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 open(&mut payloads, tx, PAYLOADS)?.insert(&job_key(*id), encode(p.as_ref())?.as_slice())?;
             }
             Change::PutClientId { queue, client_id, job } => {
-                open(&mut client_ids, tx, CLIENT_IDS)?.insert(client_id_key(queue, client_id).as_slice(), &job_key(*job))?;
+                open(&mut client_ids, tx, CLIENT_IDS)?
+                    .insert(client_id_key(queue, client_id).as_slice(), &job_key(*job))?;
             }
             Change::AddToJobSet { queue, job_set, job } => {
                 open(&mut job_sets, tx, JOB_SETS)?.insert(job_set_key(queue, job_set, *job).as_slice(), ())?;

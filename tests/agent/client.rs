@@ -6,12 +6,7 @@ use convoy::model::ExecutorName;
 use convoy::model::api::{EventsRequest, LeaseRequest};
 
 fn empty_poll() -> LeaseRequest {
-    LeaseRequest {
-        nodes: vec![],
-        runs: vec![],
-        wait_seconds: Some(0.0),
-        max_leases: Some(1),
-    }
+    LeaseRequest { nodes: vec![], runs: vec![], wait_seconds: Some(0.0), max_leases: Some(1) }
 }
 
 fn executor() -> ExecutorName {

@@ -38,10 +38,7 @@ pub fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
 
 /// A lease running `sh -c script` on `node`.
 pub fn shell_lease(node: &str, script: &str) -> LeaseOrder {
-    lease(
-        node,
-        serde_json::json!({"containers": [{"name": "main", "image": "none", "command": ["sh", "-c", script]}]}),
-    )
+    lease(node, serde_json::json!({"containers": [{"name": "main", "image": "none", "command": ["sh", "-c", script]}]}))
 }
 
 /// An agent config for tests: quick polls and retries.
@@ -69,10 +66,7 @@ impl InProcessAgent {
         let task = tokio::spawn(convoy::agent::run(config, async move {
             let _ = rx.await;
         }));
-        Self {
-            stop: Some(tx),
-            task: Some(task),
-        }
+        Self { stop: Some(tx), task: Some(task) }
     }
 
     /// Graceful stop; returns what `run` returned.
@@ -81,10 +75,7 @@ impl InProcessAgent {
             let _ = s.send(());
         }
         let task = self.task.take().expect("task");
-        tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .expect("agent stops within 10 s")
-            .expect("agent task")
+        tokio::time::timeout(Duration::from_secs(10), task).await.expect("agent stops within 10 s").expect("agent task")
     }
 }
 

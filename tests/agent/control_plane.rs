@@ -7,7 +7,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use convoy::model::api::{EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, Problem, RunEventKind, RunEventReport};
+use convoy::model::api::{
+    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, Problem, RunEventKind,
+    RunEventReport,
+};
 use convoy::model::{JobId, RunId};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -72,11 +75,8 @@ impl ControlPlane {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let state = shared.clone();
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.expect("bind 127.0.0.1");
                 addr_tx.send(listener.local_addr().expect("addr")).expect("report addr");
@@ -93,12 +93,7 @@ impl ControlPlane {
             rt.shutdown_timeout(Duration::from_millis(100));
         });
         let addr = addr_rx.recv().expect("server address");
-        Self {
-            shared,
-            addr,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
+        Self { shared, addr, stop: Some(stop_tx), thread: Some(thread) }
     }
 
     pub fn url(&self) -> String {
@@ -166,9 +161,18 @@ impl ControlPlane {
     }
 
     /// Waits for an event of the run whose kind passes `pick`.
-    async fn wait_event(&self, run_id: RunId, what: &str, within: Duration, pick: impl Fn(RunEventKind) -> bool) -> RunEventReport {
+    async fn wait_event(
+        &self,
+        run_id: RunId,
+        what: &str,
+        within: Duration,
+        pick: impl Fn(RunEventKind) -> bool,
+    ) -> RunEventReport {
         let shared = self.shared.clone();
-        wait_for(within, what, || shared.script.lock().expect("lock").events.iter().find(|e| e.run_id == run_id && pick(e.kind)).cloned()).await
+        wait_for(within, what, || {
+            shared.script.lock().expect("lock").events.iter().find(|e| e.run_id == run_id && pick(e.kind)).cloned()
+        })
+        .await
     }
 
     /// The `runs` of the latest poll.
@@ -208,11 +212,7 @@ fn problem(status: StatusCode, title: &str, detail: &str) -> Response {
         field: None,
         request_id: None,
     };
-    (
-        status,
-        [("content-type", "application/problem+json")],
-        serde_json::to_string(&body).expect("json"),
-    )
+    (status, [("content-type", "application/problem+json")], serde_json::to_string(&body).expect("json"))
         .into_response()
 }
 
@@ -222,7 +222,12 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
     got == Some(format!("Bearer {token}").as_str())
 }
 
-async fn lease(State(shared): State<Arc<Shared>>, Path(executor): Path<String>, headers: HeaderMap, Json(req): Json<LeaseRequest>) -> Response {
+async fn lease(
+    State(shared): State<Arc<Shared>>,
+    Path(executor): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<LeaseRequest>,
+) -> Response {
     if !authorized(&shared, &headers) {
         shared.script.lock().expect("lock").unauthorized += 1;
         return problem(StatusCode::UNAUTHORIZED, "Unauthorized", "unknown executor token");
@@ -248,7 +253,8 @@ async fn lease(State(shared): State<Arc<Shared>>, Path(executor): Path<String>, 
             let mut s = shared.script.lock().expect("lock");
             let held: std::collections::HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
             s.unacked.retain(|l| !held.contains(&l.run_id));
-            let finished: std::collections::HashSet<RunId> = s.events.iter().filter(|e| is_final(e.kind)).map(|e| e.run_id).collect();
+            let finished: std::collections::HashSet<RunId> =
+                s.events.iter().filter(|e| is_final(e.kind)).map(|e| e.run_id).collect();
             let mut leases: Vec<LeaseOrder> = s.unacked.iter().take(max).cloned().collect();
             while leases.len() < max {
                 let Some(l) = s.queued.pop_front() else { break };
@@ -267,7 +273,12 @@ async fn lease(State(shared): State<Arc<Shared>>, Path(executor): Path<String>, 
     }
 }
 
-async fn events(State(shared): State<Arc<Shared>>, Path(_executor): Path<String>, headers: HeaderMap, Json(req): Json<EventsRequest>) -> Response {
+async fn events(
+    State(shared): State<Arc<Shared>>,
+    Path(_executor): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<EventsRequest>,
+) -> Response {
     if !authorized(&shared, &headers) {
         shared.script.lock().expect("lock").unauthorized += 1;
         return problem(StatusCode::UNAUTHORIZED, "Unauthorized", "unknown executor token");

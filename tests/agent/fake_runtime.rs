@@ -27,11 +27,7 @@ fn groups() -> Vec<FakeNodeGroup> {
             pool: PoolName::new("gpu").expect("pool"),
             allocatable: Resources::parse([("cpu", "8"), ("nvidia.com/gpu", "4")]).expect("resources"),
             labels: Default::default(),
-            taints: vec![Taint {
-                key: "gpu".into(),
-                value: "true".into(),
-                effect: TaintEffect::NoSchedule,
-            }],
+            taints: vec![Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule }],
         },
     ]
 }
@@ -99,10 +95,7 @@ async fn thousands_of_jobs_flow_quickly_in_batches() {
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = config(vec![cp.url()], RuntimeKind::Fake, dir.path());
-    cfg.fake.node_groups = vec![FakeNodeGroup {
-        count: 1000,
-        ..groups().remove(0)
-    }];
+    cfg.fake.node_groups = vec![FakeNodeGroup { count: 1000, ..groups().remove(0) }];
     cfg.max_leases = 500;
     let agent = InProcessAgent::start(cfg);
     let mut want = HashMap::new();

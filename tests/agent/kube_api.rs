@@ -47,16 +47,9 @@ struct Ctx {
 
 impl KubeApi {
     pub async fn start() -> Self {
-        let state = Arc::new(Mutex::new(KubeState {
-            log: "line 1\nline 2\n".into(),
-            rv: 100,
-            ..Default::default()
-        }));
+        let state = Arc::new(Mutex::new(KubeState { log: "line 1\nline 2\n".into(), rv: 100, ..Default::default() }));
         let (watch, _) = broadcast::channel(256);
-        let ctx = Ctx {
-            state: state.clone(),
-            watch: watch.clone(),
-        };
+        let ctx = Ctx { state: state.clone(), watch: watch.clone() };
         let app = axum::Router::new()
             .route("/api/v1/nodes", axum::routing::get(list_nodes))
             .route("/api/v1/pods", axum::routing::get(list_all_pods))
@@ -88,12 +81,7 @@ impl KubeApi {
 
     /// Calls matching a method and path suffix.
     pub fn calls(&self, method: Method, path_suffix: &str) -> Vec<Call> {
-        self.state()
-            .calls
-            .iter()
-            .filter(|c| c.method == method && c.path.ends_with(path_suffix))
-            .cloned()
-            .collect()
+        self.state().calls.iter().filter(|c| c.method == method && c.path.ends_with(path_suffix)).cloned().collect()
     }
 
     /// True once some client watches pods.
@@ -136,12 +124,7 @@ impl Drop for KubeApi {
 
 fn record(ctx: &Ctx, method: Method, uri: &Uri, query: &HashMap<String, String>, body: Option<Value>) -> u64 {
     let mut s = ctx.state.lock().expect("lock");
-    s.calls.push(Call {
-        method,
-        path: uri.path().to_string(),
-        query: query.clone(),
-        body,
-    });
+    s.calls.push(Call { method, path: uri.path().to_string(), query: query.clone(), body });
     s.rv += 1;
     s.rv
 }
@@ -152,7 +135,10 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
 }
 
 fn list(kind: &str, rv: u64, items: Vec<Value>) -> Response {
-    axum::Json(json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items})).into_response()
+    axum::Json(
+        json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}, "items": items}),
+    )
+    .into_response()
 }
 
 fn matches_selector(pod: &Value, selector: Option<&String>) -> bool {
@@ -164,20 +150,35 @@ fn matches_selector(pod: &Value, selector: Option<&String>) -> bool {
     })
 }
 
-async fn list_nodes(State(ctx): State<Ctx>, method: Method, uri: Uri, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_nodes(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let rv = record(&ctx, method, &uri, &q, None);
     let nodes = ctx.state.lock().expect("lock").nodes.clone();
     list("NodeList", rv, nodes)
 }
 
-async fn list_all_pods(State(ctx): State<Ctx>, method: Method, uri: Uri, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_all_pods(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let rv = record(&ctx, method, &uri, &q, None);
     let s = ctx.state.lock().expect("lock");
     let items = s.pods.values().cloned().chain(s.foreign_pods.iter().cloned()).collect();
     list("PodList", rv, items)
 }
 
-async fn list_or_watch_pods(State(ctx): State<Ctx>, method: Method, uri: Uri, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_or_watch_pods(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let rv = record(&ctx, method, &uri, &q, None);
     if q.get("watch").map(String::as_str) == Some("true") || q.get("watch").map(String::as_str) == Some("1") {
         let rx = ctx.watch.subscribe();
@@ -276,7 +277,13 @@ async fn pod_log(
     s.log.clone().into_response()
 }
 
-async fn create_other(State(ctx): State<Ctx>, method: Method, uri: Uri, Query(q): Query<HashMap<String, String>>, body: Bytes) -> Response {
+async fn create_other(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
     let obj: Value = serde_json::from_slice(&body).expect("object JSON");
     record(&ctx, method, &uri, &q, Some(obj.clone()));
     (StatusCode::CREATED, axum::Json(obj)).into_response()
@@ -300,7 +307,9 @@ pub fn rbac_need(call: &Call) -> (String, String, String, bool) {
         rest => (true, rest),
     };
     let (resource, verb) = match (rest, &call.method) {
-        ([r], &Method::GET) if call.query.get("watch").is_some_and(|w| w == "true" || w == "1") => (r.to_string(), "watch"),
+        ([r], &Method::GET) if call.query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            (r.to_string(), "watch")
+        }
         ([r], &Method::GET) => (r.to_string(), "list"),
         ([r], &Method::POST) => (r.to_string(), "create"),
         ([r, _name], &Method::GET) => (r.to_string(), "get"),
@@ -314,7 +323,8 @@ pub fn rbac_need(call: &Call) -> (String, String, String, bool) {
 /// Checks every recorded call against `packaging/kubernetes/agent-rbac.yaml`: cluster-wide calls
 /// need the ClusterRole, namespaced ones the ClusterRole or the Role.
 pub fn assert_rbac_allows(calls: &[Call]) {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-rbac.yaml")).expect("RBAC manifest");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-rbac.yaml"))
+        .expect("RBAC manifest");
     let mut cluster = Vec::new();
     let mut namespaced = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {

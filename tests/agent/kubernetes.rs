@@ -55,10 +55,7 @@ impl Harness {
     }
 
     async fn next_event(&mut self) -> RunEventReport {
-        tokio::time::timeout(T, self.rx.recv())
-            .await
-            .expect("an event within the timeout")
-            .expect("channel open")
+        tokio::time::timeout(T, self.rx.recv()).await.expect("an event within the timeout").expect("channel open")
     }
 
     async fn no_event(&mut self) {
@@ -74,11 +71,7 @@ fn container_status(state: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
-    let mut h = harness(KubernetesConfig {
-        namespace: "batch".into(),
-        ..Default::default()
-    })
-    .await;
+    let mut h = harness(KubernetesConfig { namespace: "batch".into(), ..Default::default() }).await;
     h.recover().await;
     let mut l = kube_lease();
     l.services = vec![json!({"spec": {"ports": [{"port": 8080}]}})];
@@ -229,11 +222,7 @@ async fn watch_events_become_run_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_deletes_with_the_grace_period_then_forces() {
-    let mut h = harness(KubernetesConfig {
-        force_delete_after_seconds: 0,
-        ..Default::default()
-    })
-    .await;
+    let mut h = harness(KubernetesConfig { force_delete_after_seconds: 0, ..Default::default() }).await;
     h.recover().await;
     let l = kube_lease();
     let name = pod_name(l.run_id);
@@ -284,20 +273,21 @@ async fn restart_adopts_existing_pods_without_duplicates() {
     };
     {
         let mut s = h0.api.state();
-        s.pods
-            .insert(pod_name(running.run_id), pod(&running, "test-executor", json!({"phase": "Running"})));
+        s.pods.insert(pod_name(running.run_id), pod(&running, "test-executor", json!({"phase": "Running"})));
         s.pods.insert(pod_name(done.run_id), pod(&done, "test-executor", json!({"phase": "Succeeded"})));
         s.pods.insert(pod_name(other.run_id), pod(&other, "someone-else", json!({"phase": "Running"})));
     }
     let mut h = h0;
-    let held: std::collections::HashMap<RunId, RunState> = h.recover().await.into_iter().map(|r| (r.run_id, r.state)).collect();
+    let held: std::collections::HashMap<RunId, RunState> =
+        h.recover().await.into_iter().map(|r| (r.run_id, r.state)).collect();
     assert_eq!(held, [(running.run_id, RunState::Running), (done.run_id, RunState::Succeeded)].into());
     let list = h.api.calls(Method::GET, "/api/v1/namespaces/default/pods");
     assert_eq!(
         list[0].query.get("labelSelector").map(String::as_str),
         Some("convoy.io/executor=test-executor,convoy.io/run-id")
     );
-    let got: std::collections::HashMap<RunId, RunEventKind> = [h.next_event().await, h.next_event().await].into_iter().map(|e| (e.run_id, e.kind)).collect();
+    let got: std::collections::HashMap<RunId, RunEventKind> =
+        [h.next_event().await, h.next_event().await].into_iter().map(|e| (e.run_id, e.kind)).collect();
     assert_eq!(got, [(running.run_id, RunEventKind::Running), (done.run_id, RunEventKind::Succeeded)].into());
     // The relist of the watch brings nothing new.
     h.no_event().await;
@@ -307,10 +297,7 @@ async fn restart_adopts_existing_pods_without_duplicates() {
     assert!(h.api.calls(Method::POST, "/pods").is_empty());
     // A pod that exists without being tracked (created just before a crash) is adopted on create.
     let late = kube_lease();
-    h.api
-        .state()
-        .pods
-        .insert(pod_name(late.run_id), pod(&late, "test-executor", json!({"phase": "Running"})));
+    h.api.state().pods.insert(pod_name(late.run_id), pod(&late, "test-executor", json!({"phase": "Running"})));
     assert_eq!(h.rt.start(late.clone()).await.expect("start"), Started::New);
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1, "one create attempt, answered 409");
     assert_eq!(h.api.calls(Method::GET, &format!("/pods/{}", pod_name(late.run_id))).len(), 1);
@@ -320,11 +307,7 @@ async fn restart_adopts_existing_pods_without_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_subtracts_pods_convoy_did_not_start() {
-    let h = harness(KubernetesConfig {
-        pool_label: "pool".into(),
-        ..Default::default()
-    })
-    .await;
+    let h = harness(KubernetesConfig { pool_label: "pool".into(), ..Default::default() }).await;
     {
         let mut s = h.api.state();
         s.nodes = vec![
@@ -392,10 +375,8 @@ async fn agent_runs_a_lease_as_a_pod_end_to_end() {
     let fin = cp.wait_final(l.run_id, T).await;
     assert_eq!(fin.kind, RunEventKind::Succeeded);
     // Acknowledged → the finished pod is deleted.
-    wait_for(T, "pod deletion", || {
-        (!api.calls(Method::DELETE, &format!("/pods/{name}")).is_empty()).then_some(())
-    })
-    .await;
+    wait_for(T, "pod deletion", || (!api.calls(Method::DELETE, &format!("/pods/{name}")).is_empty()).then_some(()))
+        .await;
     agent.stop().await.expect("clean stop");
     crate::agent::kube_api::assert_rbac_allows(&api.state().calls);
 }
@@ -403,7 +384,9 @@ async fn agent_runs_a_lease_as_a_pod_end_to_end() {
 /// The example Deployment's agent config is valid.
 #[test]
 fn example_deployment_config_is_valid() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-deployment.yaml")).expect("manifest");
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-deployment.yaml"))
+            .expect("manifest");
     let config_map = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("YAML document"))
         .find(|v| v["kind"] == "ConfigMap")

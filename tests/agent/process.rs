@@ -33,14 +33,9 @@ async fn job_succeeds_with_output_in_log_tail() {
     // Acknowledged: the run leaves the polls and its directory is marked reported.
     let run_dir = dir.path().join("runs").join(run_id.to_string());
     wait_for(T, "reported marker", || run_dir.join("reported").exists().then_some(())).await;
-    wait_for(T, "a poll without the run", || {
-        cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != run_id))
-    })
-    .await;
-    assert_eq!(
-        std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"),
-        format!("hello from {job_id}\n")
-    );
+    wait_for(T, "a poll without the run", || cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != run_id)))
+        .await;
+    assert_eq!(std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"), format!("hello from {job_id}\n"));
     agent.stop().await.expect("clean stop");
 }
 
@@ -53,11 +48,7 @@ async fn non_zero_exit_fails_with_the_code() {
     let run_id = l.run_id;
     cp.push_lease(l);
     let fin = cp.wait_final(run_id, T).await;
-    assert_eq!(
-        (fin.kind, fin.exit_code, fin.reason.as_deref()),
-        (RunEventKind::Failed, Some(3), None),
-        "{fin:?}"
-    );
+    assert_eq!((fin.kind, fin.exit_code, fin.reason.as_deref()), (RunEventKind::Failed, Some(3), None), "{fin:?}");
     assert!(fin.log_tail.is_some_and(|t| t.contains("about to fail")));
     // A job without a command cannot run here: failed as invalid, not started.
     let bad = crate::common::lease("node-1", serde_json::json!({"containers": [{"name": "main", "image": "busybox"}]}));
@@ -207,7 +198,9 @@ impl Drop for ChildGuard {
 /// A job that records its start, then waits (at most 20 s) for the file `go-<name>` and exits 0.
 fn gated_script(marks: &std::path::Path, name: &str) -> String {
     let m = marks.display();
-    format!("echo start >> {m}/{name}; for i in $(seq 200); do [ -e {m}/go-{name} ] && break; sleep 0.1; done; echo {name} done")
+    format!(
+        "echo start >> {m}/{name}; for i in $(seq 200); do [ -e {m}/go-{name} ] && break; sleep 0.1; done; echo {name} done"
+    )
 }
 
 /// A real `convoy agent` process, killed with SIGKILL while its jobs run, then started again.
@@ -295,11 +288,8 @@ async fn wrong_token_is_reported_clearly_and_retried() {
     assert!(text.contains("fake.node_groups"), "{text}");
 
     let cfg_path = dir.path().join("agent.toml");
-    std::fs::write(
-        &cfg_path,
-        "runtime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nallocatable = { cpu = \"1\" }\n",
-    )
-    .expect("config");
+    std::fs::write(&cfg_path, "runtime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nallocatable = { cpu = \"1\" }\n")
+        .expect("config");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
         .args(["agent", "--executor", "e1", "--server", &cp.url(), "--config"])
         .arg(&cfg_path)
@@ -363,10 +353,22 @@ async fn restarted_agent_adopts_runs_and_kills_orphans_on_order() {
     let second = InProcessAgent::start(cfg);
     // The first poll of the new agent holds both runs again.
     let poll = wait_for(T, "a poll with both runs", || {
-        cp.script().polls.iter().rev().find(|p| p.runs.iter().any(|r| r.run_id == orphan.run_id) && p.runs.iter().any(|r| r.run_id == keep.run_id)).cloned()
+        cp.script()
+            .polls
+            .iter()
+            .rev()
+            .find(|p| {
+                p.runs.iter().any(|r| r.run_id == orphan.run_id) && p.runs.iter().any(|r| r.run_id == keep.run_id)
+            })
+            .cloned()
     })
     .await;
-    assert!(poll.runs.iter().all(|r| r.state == convoy::model::RunState::Running || r.state == convoy::model::RunState::Succeeded), "{poll:?}");
+    assert!(
+        poll.runs
+            .iter()
+            .all(|r| r.state == convoy::model::RunState::Running || r.state == convoy::model::RunState::Succeeded),
+        "{poll:?}"
+    );
     cp.push_kill(orphan.run_id, orphan.job_id, 1.0, "unknown run");
     let fin = cp.wait_final(orphan.run_id, T).await;
     assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("killed")), "{fin:?}");
@@ -393,7 +395,10 @@ async fn kill_order_for_a_lease_never_received_reports_the_run_stopped() {
     );
     assert_eq!(fin.job_id, never.job_id);
     // Acknowledged: it leaves the polls; reported once, and nothing ran.
-    wait_for(T, "a poll without the run", || cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != never.run_id))).await;
+    wait_for(T, "a poll without the run", || {
+        cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != never.run_id))
+    })
+    .await;
     assert_eq!(cp.events_of(never.run_id).len(), 1);
     assert!(!dir.path().join("runs").join(never.run_id.to_string()).exists());
     agent.stop().await.expect("clean stop");
@@ -417,7 +422,11 @@ async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
     assert!(run.write_exit_once(&rec).expect("exit"));
     let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
     let fin = cp.wait_final(l.run_id, T).await;
-    assert_eq!((fin.kind, fin.exit_code, fin.log_tail.as_deref()), (RunEventKind::Succeeded, Some(0), Some("ran\n")), "{fin:?}");
+    assert_eq!(
+        (fin.kind, fin.exit_code, fin.log_tail.as_deref()),
+        (RunEventKind::Succeeded, Some(0), Some("ran\n")),
+        "{fin:?}"
+    );
     let kinds: Vec<_> = cp.events_of(l.run_id).iter().map(|e| e.kind).collect();
     assert_eq!(kinds, [RunEventKind::Running, RunEventKind::Succeeded]);
     agent.stop().await.expect("clean stop");

@@ -50,14 +50,16 @@ fn convoy_labels(lease: &LeaseOrder, executor: &str) -> BTreeMap<String, String>
 /// The pod for a lease: the job's PodSpec bound to the leased node, never restarted, with the
 /// lease's grace period and deadline.
 pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Pod, RuntimeError> {
-    let mut spec: PodSpec = serde_path_to_error::deserialize(lease.pod_spec.clone()).map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
+    let mut spec: PodSpec = serde_path_to_error::deserialize(lease.pod_spec.clone())
+        .map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
     if spec.containers.is_empty() {
         return Err(RuntimeError::InvalidJob("pod spec: no containers".into()));
     }
     spec.node_name = Some(lease.node.to_string());
     spec.restart_policy = Some("Never".into());
     let grace = lease.termination_grace_period_seconds;
-    spec.termination_grace_period_seconds = Some(if grace.is_finite() && grace > 0.0 { grace.ceil() as i64 } else { 1 });
+    spec.termination_grace_period_seconds =
+        Some(if grace.is_finite() && grace > 0.0 { grace.ceil() as i64 } else { 1 });
     if lease.active_deadline_seconds > 0 {
         spec.active_deadline_seconds = Some(i64::try_from(lease.active_deadline_seconds).unwrap_or(i64::MAX));
     }
@@ -91,7 +93,13 @@ pub fn owner_reference(pod_name: &str, pod_uid: &str) -> OwnerReference {
     }
 }
 
-fn object_meta(mut meta: ObjectMeta, default_name: String, lease: &LeaseOrder, executor: &str, namespace: &str) -> ObjectMeta {
+fn object_meta(
+    mut meta: ObjectMeta,
+    default_name: String,
+    lease: &LeaseOrder,
+    executor: &str,
+    namespace: &str,
+) -> ObjectMeta {
     if meta.name.as_deref().is_none_or(str::is_empty) {
         meta.name = Some(default_name);
     }
@@ -110,8 +118,10 @@ pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Re
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let mut s: Service = serde_path_to_error::deserialize(v.clone()).map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
-            s.metadata = object_meta(std::mem::take(&mut s.metadata), format!("{pod}-svc-{i}"), lease, executor, namespace);
+            let mut s: Service = serde_path_to_error::deserialize(v.clone())
+                .map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
+            s.metadata =
+                object_meta(std::mem::take(&mut s.metadata), format!("{pod}-svc-{i}"), lease, executor, namespace);
             let spec = s.spec.get_or_insert_with(Default::default);
             if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
                 spec.selector = Some(BTreeMap::from([(LABEL_RUN_ID.to_string(), lease.run_id.to_string())]));
@@ -130,8 +140,10 @@ pub fn build_ingresses(lease: &LeaseOrder, executor: &str, namespace: &str) -> R
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let mut g: Ingress = serde_path_to_error::deserialize(v.clone()).map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
-            g.metadata = object_meta(std::mem::take(&mut g.metadata), format!("{pod}-ing-{i}"), lease, executor, namespace);
+            let mut g: Ingress = serde_path_to_error::deserialize(v.clone())
+                .map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
+            g.metadata =
+                object_meta(std::mem::take(&mut g.metadata), format!("{pod}-ing-{i}"), lease, executor, namespace);
             g.status = None;
             Ok(g)
         })
@@ -175,10 +187,7 @@ pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> 
         }
     };
     let labels: Labels = node.metadata.labels.clone().unwrap_or_default();
-    let pool = labels
-        .get(pool_label)
-        .and_then(|p| PoolName::new(p).ok())
-        .unwrap_or_else(PoolName::default_pool);
+    let pool = labels.get(pool_label).and_then(|p| PoolName::new(p).ok()).unwrap_or_else(PoolName::default_pool);
     let spec = node.spec.as_ref();
     let taints = spec
         .and_then(|s| s.taints.as_ref())
@@ -191,11 +200,7 @@ pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> 
                 "NoExecute" => TaintEffect::NoExecute,
                 _ => return None,
             };
-            Some(Taint {
-                key: t.key.clone(),
-                value: t.value.clone().unwrap_or_default(),
-                effect,
-            })
+            Some(Taint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect })
         })
         .collect();
     let status = node.status.as_ref();

@@ -11,7 +11,10 @@ pub mod manifest;
 pub mod status;
 
 use super::config::KubernetesConfig;
-use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, is_final, run_event, state_after, tail_text};
+use super::runtime::{
+    EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, is_final, run_event, state_after, tail_text,
+};
+use crate::agent::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind};
 use crate::model::{JobId, Resources, RunId, RunState};
 use futures::StreamExt;
@@ -25,30 +28,27 @@ use status::{Observation, classify};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use crate::agent::tasks::OwnedTasks;
 use tokio::time::Instant;
 
 /// Builds a Kubernetes client from the config: the given kubeconfig (and context), else the
 /// in-cluster configuration or the default kubeconfig.
 pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, RuntimeError> {
     use kube::config::{Config, KubeConfigOptions, Kubeconfig};
-    let opts = KubeConfigOptions {
-        context: cfg.context.clone(),
-        ..Default::default()
-    };
+    let opts = KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
     let config = match &cfg.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| RuntimeError::Setup(format!("reading kubeconfig {}: {e}", path.display())))?;
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| RuntimeError::Setup(format!("reading kubeconfig {}: {e}", path.display())))?;
             Config::from_custom_kubeconfig(kc, &opts)
                 .await
                 .map_err(|e| RuntimeError::Setup(format!("kubeconfig {}: {e}", path.display())))?
         }
-        None if cfg.context.is_some() => Config::from_kubeconfig(&opts)
-            .await
-            .map_err(|e| RuntimeError::Setup(format!("kubeconfig: {e}")))?,
-        None => Config::infer()
-            .await
-            .map_err(|e| RuntimeError::Setup(format!("no Kubernetes configuration found (in-cluster or kubeconfig): {e}")))?,
+        None if cfg.context.is_some() => {
+            Config::from_kubeconfig(&opts).await.map_err(|e| RuntimeError::Setup(format!("kubeconfig: {e}")))?
+        }
+        None => Config::infer().await.map_err(|e| {
+            RuntimeError::Setup(format!("no Kubernetes configuration found (in-cluster or kubeconfig): {e}"))
+        })?,
     };
     Client::try_from(config).map_err(|e| RuntimeError::Setup(format!("building the Kubernetes client: {e}")))
 }
@@ -117,17 +117,13 @@ impl KubernetesRuntime {
             runs: Mutex::new(HashMap::new()),
             inventory: tokio::sync::Mutex::new(None),
         };
-        Self {
-            inner: Arc::new(inner),
-            tasks: OwnedTasks::default(),
-        }
+        Self { inner: Arc::new(inner), tasks: OwnedTasks::default() }
     }
 
     fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(fut);
     }
 }
-
 
 impl Inner {
     /// Reports what a pod's status says, if it is news for a run this agent follows.
@@ -333,10 +329,7 @@ impl Inner {
     }
 
     async fn delete_pod(&self, name: &str, grace_seconds: u32) -> Result<bool, RuntimeError> {
-        let dp = DeleteParams {
-            grace_period_seconds: Some(grace_seconds),
-            ..Default::default()
-        };
+        let dp = DeleteParams { grace_period_seconds: Some(grace_seconds), ..Default::default() };
         match self.pods.delete(name, &dp).await {
             Ok(_) => Ok(true),
             Err(e) if api_code(&e) == Some(404) => Ok(false),
@@ -425,16 +418,7 @@ impl Runtime for KubernetesRuntime {
                 return Ok(Started::AlreadyKnown);
             }
             // Tracked before the create so the watch never sees an unknown pod of ours.
-            runs.insert(
-                run_id,
-                Tracked {
-                    job_id,
-                    pod: name.clone(),
-                    last: None,
-                    killed: None,
-                    finished: false,
-                },
-            );
+            runs.insert(run_id, Tracked { job_id, pod: name.clone(), last: None, killed: None, finished: false });
         }
         let untrack = || {
             lock(&inner.runs).remove(&run_id);
@@ -507,7 +491,8 @@ impl Runtime for KubernetesRuntime {
             return Ok(lock(&inner.runs).contains_key(&run_id));
         }
         // A node that does not answer leaves the pod terminating forever: force it out later.
-        let force_after = Duration::from_secs(u64::from(grace_s)) + Duration::from_secs(inner.cfg.force_delete_after_seconds);
+        let force_after =
+            Duration::from_secs(u64::from(grace_s)) + Duration::from_secs(inner.cfg.force_delete_after_seconds);
         let inner2 = inner.clone();
         self.spawn_task(async move {
             tokio::time::sleep(force_after).await;

@@ -9,13 +9,8 @@ pub const REASON_IMAGE_PULL: &str = "image pull error";
 pub const REASON_UNSCHEDULABLE: &str = "unschedulable";
 
 /// Waiting reasons that mean the image cannot be pulled.
-const IMAGE_PULL_REASONS: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "RegistryUnavailable",
-];
+const IMAGE_PULL_REASONS: &[&str] =
+    &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"];
 /// Waiting reasons that mean the container cannot be created as specified.
 const CONFIG_REASONS: &[&str] = &["CreateContainerConfigError", "CreateContainerError"];
 /// Pod failure reasons set by the kubelet when it refuses the pod: the node's fault.
@@ -40,24 +35,15 @@ pub struct Observation {
 
 impl Observation {
     fn new(kind: RunEventKind) -> Self {
-        Self {
-            kind,
-            exit_code: None,
-            reason: None,
-            message: None,
-        }
+        Self { kind, exit_code: None, reason: None, message: None }
     }
 }
 
 /// Classifies a pod; none when its status says nothing yet (no phase, or `Unknown`).
 pub fn classify(pod: &Pod) -> Option<Observation> {
     let status = pod.status.as_ref()?;
-    let containers: Vec<&ContainerStatus> = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten())
-        .collect();
+    let containers: Vec<&ContainerStatus> =
+        status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten()).collect();
     for cs in &containers {
         let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
             continue;
@@ -80,11 +66,9 @@ pub fn classify(pod: &Pod) -> Option<Observation> {
     }
     match status.phase.as_deref()? {
         "Pending" => {
-            let unschedulable = status
-                .conditions
-                .iter()
-                .flatten()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"));
+            let unschedulable = status.conditions.iter().flatten().find(|c| {
+                c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+            });
             Some(match unschedulable {
                 Some(c) => Observation {
                     kind: RunEventKind::Returned,
@@ -96,10 +80,7 @@ pub fn classify(pod: &Pod) -> Option<Observation> {
             })
         }
         "Running" => Some(Observation::new(RunEventKind::Running)),
-        "Succeeded" => Some(Observation {
-            exit_code: Some(0),
-            ..Observation::new(RunEventKind::Succeeded)
-        }),
+        "Succeeded" => Some(Observation { exit_code: Some(0), ..Observation::new(RunEventKind::Succeeded) }),
         "Failed" => Some(failed(pod, &containers)),
         _ => None,
     }
@@ -110,7 +91,8 @@ fn failed(pod: &Pod, containers: &[&ContainerStatus]) -> Observation {
     let pod_reason = status.and_then(|s| s.reason.as_deref()).unwrap_or("");
     let pod_message = status.and_then(|s| s.message.clone());
     let ran = containers.iter().any(|cs| {
-        cs.state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some()) || cs.last_state.as_ref().is_some_and(|s| s.terminated.is_some())
+        cs.state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+            || cs.last_state.as_ref().is_some_and(|s| s.terminated.is_some())
     });
     if !ran && (pod_reason.starts_with("OutOf") || NODE_REASONS.contains(&pod_reason)) {
         return Observation {
@@ -179,7 +161,8 @@ mod tests {
         ))
         .expect("observation");
         assert_eq!(refused.kind, RunEventKind::Returned);
-        let deadline = classify(&pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}))).expect("observation");
+        let deadline =
+            classify(&pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}))).expect("observation");
         assert_eq!(deadline.reason.as_deref(), Some("deadline exceeded"));
     }
 }

@@ -129,7 +129,12 @@ async fn write(members: &[&Member], cmd: Command) -> Response {
 }
 
 async fn wait_applied(m: &Member, index: u64) {
-    m.node.raft().wait(Some(WAIT)).applied_index_at_least(Some(index), format!("node {} applies up to {index}", m.id)).await.expect("member catches up");
+    m.node
+        .raft()
+        .wait(Some(WAIT))
+        .applied_index_at_least(Some(index), format!("node {} applies up to {index}", m.id))
+        .await
+        .expect("member catches up");
 }
 
 fn names(range: std::ops::Range<usize>) -> Vec<String> {

@@ -5,7 +5,10 @@
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db};
 use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
-use crate::model::{ExecutorName, JobId, JobPayload, JobSetName, NodeName, PoolName, PriorityClassName, Queue, QueueName, ResourceName, Resources, RunId, SchedulingRequirements};
+use crate::model::{
+    ExecutorName, JobId, JobPayload, JobSetName, NodeName, PoolName, PriorityClassName, Queue, QueueName, ResourceName,
+    Resources, RunId, SchedulingRequirements,
+};
 use crate::raft::codec::{decode, encode};
 use crate::raft::{Entry, LogId, LogStore, RaftNode, RaftSettings, StateMachine, StorageError, TypeConfig};
 use crate::state::{Command, NewJob, Response};
@@ -22,7 +25,9 @@ struct RedbStoreBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine<QueueNames>, TempDir> for RedbStoreBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine<QueueNames>), StorageError> {
-        let io = |e: std::io::Error| crate::raft::codec::storage_err(openraft::ErrorSubject::Store, openraft::ErrorVerb::Write, &e);
+        let io = |e: std::io::Error| {
+            crate::raft::codec::storage_err(openraft::ErrorSubject::Store, openraft::ErrorVerb::Write, &e)
+        };
         let dir = TempDir::new().map_err(io)?;
         let db = Arc::new(Database::create(dir.path().join("convoy.redb")).map_err(|e| io(std::io::Error::other(e)))?);
         let log = LogStore::open(db.clone()).map_err(io)?;
@@ -97,7 +102,12 @@ fn commands_round_trip_through_the_log_codec() {
     let executor = ExecutorName::new("cluster-1").unwrap();
     let commands = vec![
         Command::CreateQueue { queue },
-        Command::Submit { queue: QueueName::new("team-a").unwrap(), job_set: JobSetName::new("set-1").unwrap(), at_ms: 7, jobs: vec![job] },
+        Command::Submit {
+            queue: QueueName::new("team-a").unwrap(),
+            job_set: JobSetName::new("set-1").unwrap(),
+            at_ms: 7,
+            jobs: vec![job],
+        },
         Command::UpsertExecutor { executor: executor.clone(), nodes: vec![node], at_ms: 8 },
         Command::RunEvents { executor, at_ms: 9, events: vec![event], max_attempted_runs: 5 },
     ];
@@ -144,7 +154,15 @@ async fn snapshot_carries_state_and_survives_reopen() {
             entry(1, 2, EntryPayload::Normal(create_queue("q1"))),
             entry(1, 3, EntryPayload::Blank),
             entry(1, 4, EntryPayload::Normal(create_queue("q2"))),
-            entry(1, 5, EntryPayload::Normal(Command::ExecutorLost { executor: ExecutorName::new("x").unwrap(), at_ms: 0, max_attempted_runs: 5 })),
+            entry(
+                1,
+                5,
+                EntryPayload::Normal(Command::ExecutorLost {
+                    executor: ExecutorName::new("x").unwrap(),
+                    at_ms: 0,
+                    max_attempted_runs: 5,
+                }),
+            ),
         ])
         .await
         .unwrap();
@@ -196,7 +214,10 @@ fn single_node_settings() -> RaftSettings {
 async fn wait_leader_applied(node: &RaftNode, index: u64) {
     node.raft()
         .wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.current_leader == Some(m.id) && m.last_applied.map(|l| l.index) >= Some(index), "leader with entries applied")
+        .metrics(
+            |m| m.current_leader == Some(m.id) && m.last_applied.map(|l| l.index) >= Some(index),
+            "leader with entries applied",
+        )
         .await
         .expect("single node elects itself and applies its log");
 }
@@ -209,7 +230,9 @@ async fn restart_keeps_log_vote_and_state() {
     let addr = "http://127.0.0.1:1"; // a one-member cluster never calls its peers
 
     let db = open_db(&path).await;
-    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings()).await.unwrap();
+    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings())
+        .await
+        .unwrap();
     wait_leader_applied(&node, 1).await;
     for name in ["a", "b", "c"] {
         assert_eq!(node.write(create_queue(name)).await.unwrap(), Response::Ok);
@@ -240,7 +263,9 @@ async fn restart_keeps_log_vote_and_state() {
     drop(log);
 
     // The restarted node has the applied state back and keeps accepting writes.
-    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings()).await.unwrap();
+    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings())
+        .await
+        .unwrap();
     wait_leader_applied(&node, last_index).await;
     assert_eq!(QueueNames::names(&db).unwrap(), ["a", "b", "c"]);
     assert_eq!(node.write(create_queue("d")).await.unwrap(), Response::Ok);

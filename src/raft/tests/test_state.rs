@@ -1,13 +1,15 @@
 //! A small [`ReplicatedState`] for tests: `CreateQueue` stores the queue name in a redb table;
 //! other commands are refused. Applies commit with `Durability::None`, like the server's state.
 
-use crate::raft::{ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership};
 use crate::raft::codec::{decode, encode, io_err};
+use crate::raft::{
+    ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership,
+};
 use crate::state::{Command, Rejection, Response};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::io;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 const QUEUES: TableDefinition<&str, ()> = TableDefinition::new("test_queues");
 const APPLIED: TableDefinition<&str, &[u8]> = TableDefinition::new("test_applied");
@@ -78,14 +80,20 @@ impl ReplicatedState for QueueNames {
                 responses.push(match item.payload {
                     ApplyPayload::Blank => Response::Ok,
                     ApplyPayload::Membership(m) => {
-                        applied.insert(KEY_MEMBERSHIP, encode(&StoredMembership::new(Some(item.log_id), m))?.as_slice()).map_err(io_err)?;
+                        applied
+                            .insert(KEY_MEMBERSHIP, encode(&StoredMembership::new(Some(item.log_id), m))?.as_slice())
+                            .map_err(io_err)?;
                         Response::Ok
                     }
                     ApplyPayload::Command(Command::CreateQueue { queue }) => {
                         queues.insert(queue.name.as_str(), ()).map_err(io_err)?;
                         Response::Ok
                     }
-                    ApplyPayload::Command(_) => Response::Rejected(Rejection { status: 400, field: None, message: "test state only creates queues".into() }),
+                    ApplyPayload::Command(_) => Response::Rejected(Rejection {
+                        status: 400,
+                        field: None,
+                        message: "test state only creates queues".into(),
+                    }),
                 });
             }
             applied.insert(KEY_LAST_APPLIED, encode(&last)?.as_slice()).map_err(io_err)?;

@@ -188,4 +188,3 @@ fn contract_example_runs() {
     // The gang of four fits on the tainted nodes it tolerates.
     assert_eq!(counts(&out.rounds[0].scheduled).get("B"), Some(&4));
 }
-

@@ -3,10 +3,12 @@
 //! stability (a second cycle with nothing new changes nothing).
 
 use crate::model::{
-    ExecutorName, GangSpec, JobId, Labels, Node, NodeName, PoolName, PriorityClass, PriorityClassName, Queue, QueueName, Requirements, Resources,
-    SchedulingRequirements,
+    ExecutorName, GangSpec, JobId, Labels, Node, NodeName, PoolName, PriorityClass, PriorityClassName, Queue,
+    QueueName, Requirements, Resources, SchedulingRequirements,
 };
-use crate::scheduler::{Decisions, JobInfo, PreemptionReason, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
+use crate::scheduler::{
+    Decisions, JobInfo, PreemptionReason, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule,
+};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -38,7 +40,15 @@ struct World {
 }
 
 fn job_gen() -> impl Strategy<Value = JobGen> {
-    (0usize..4, 0usize..3, 1i64..=8, 1i64..=16, 0u32..3, prop::option::weighted(0.2, 0u8..2), prop::option::weighted(0.15, (2u32..=3, 0u32..=1)))
+    (
+        0usize..4,
+        0usize..3,
+        1i64..=8,
+        1i64..=16,
+        0u32..3,
+        prop::option::weighted(0.2, 0u8..2),
+        prop::option::weighted(0.15, (2u32..=3, 0u32..=1)),
+    )
         .prop_map(|(queue, class, cpu, mem, priority, rack, gang)| JobGen {
             queue,
             class,
@@ -52,14 +62,24 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
 
 fn world() -> impl Strategy<Value = World> {
     (
-        prop::collection::vec((prop::sample::select(vec![4i64, 8, 16, 32]), prop::sample::select(vec![16i64, 32, 64]), 0u8..2, 0u8..2), 1..6),
+        prop::collection::vec(
+            (prop::sample::select(vec![4i64, 8, 16, 32]), prop::sample::select(vec![16i64, 32, 64]), 0u8..2, 0u8..2),
+            1..6,
+        ),
         prop::collection::vec(prop::sample::select(vec![1.0, 2.0, 3.0]), 1..4),
         prop::collection::vec(job_gen(), 0..30),
         prop::collection::vec(job_gen(), 0..40),
         prop::sample::select(vec![1.0, 0.5]),
         any::<u64>(),
     )
-        .prop_map(|(nodes, factors, before, after, eviction_probability, seed)| World { nodes, factors, before, after, eviction_probability, seed })
+        .prop_map(|(nodes, factors, before, after, eviction_probability, seed)| World {
+            nodes,
+            factors,
+            before,
+            after,
+            eviction_probability,
+            seed,
+        })
 }
 
 fn config(w: &World) -> SchedulerConfig {
@@ -70,7 +90,12 @@ fn config(w: &World) -> SchedulerConfig {
         preemptible: false,
         max_resource_fraction_per_queue: Default::default(),
     });
-    SchedulerConfig { priority_classes: pcs, node_eviction_probability: w.eviction_probability, max_queue_lookback: 0, ..Default::default() }
+    SchedulerConfig {
+        priority_classes: pcs,
+        node_eviction_probability: w.eviction_probability,
+        max_queue_lookback: 0,
+        ..Default::default()
+    }
 }
 
 const CLASSES: [&str; 3] = ["default", "preemptible", "urgent"];
@@ -105,7 +130,12 @@ impl Harness {
                 }
             })
             .collect();
-        let queues = w.factors.iter().enumerate().map(|(i, f)| Queue::new(QueueName::new(&format!("q{i}")).expect("valid"), *f)).collect();
+        let queues = w
+            .factors
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Queue::new(QueueName::new(&format!("q{i}")).expect("valid"), *f))
+            .collect();
         Harness { cfg: config(w), nodes, queues, queued: vec![], running: vec![], seq: 0 }
     }
 
@@ -116,11 +146,20 @@ impl Harness {
             if let Some(r) = g.rack {
                 node_selector.insert("rack".into(), format!("r{r}"));
             }
-            let reqs = Requirements::new(SchedulingRequirements { requests: res(g.cpu, g.mem), node_selector, ..Default::default() });
+            let reqs = Requirements::new(SchedulingRequirements {
+                requests: res(g.cpu, g.mem),
+                node_selector,
+                ..Default::default()
+            });
             let (count, gang) = match g.gang {
                 Some((c, m)) => (
                     c,
-                    Some(Arc::new(GangSpec { id: format!("g{}", self.seq + 1), cardinality: c, min_cardinality: m, node_uniformity_label: None })),
+                    Some(Arc::new(GangSpec {
+                        id: format!("g{}", self.seq + 1),
+                        cardinality: c,
+                        min_cardinality: m,
+                        node_uniformity_label: None,
+                    })),
                 ),
                 None => (1, None),
             };
@@ -144,7 +183,11 @@ impl Harness {
         let queues = self
             .queues
             .iter()
-            .map(|q| QueueSnapshot { queue: q.clone(), queued: self.queued.iter().filter(|j| j.queue == q.name).cloned().collect(), queued_demand: None })
+            .map(|q| QueueSnapshot {
+                queue: q.clone(),
+                queued: self.queued.iter().filter(|j| j.queue == q.name).cloned().collect(),
+                queued_demand: None,
+            })
             .collect();
         Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), rate_limits: Default::default() }
     }
@@ -156,7 +199,11 @@ impl Harness {
         let failed: BTreeSet<JobId> = d.failures.iter().map(|f| f.job_id).collect();
         self.running.retain(|r| !preempted.contains(&r.job.id));
         for l in &d.leases {
-            self.running.push(RunningJob { job: by_id[&l.job_id].clone(), executor: l.executor.clone(), node: l.node.clone() });
+            self.running.push(RunningJob {
+                job: by_id[&l.job_id].clone(),
+                executor: l.executor.clone(),
+                node: l.node.clone(),
+            });
         }
         self.queued.retain(|j| !leased.contains(&j.id) && !failed.contains(&j.id));
     }
@@ -165,7 +212,8 @@ impl Harness {
 /// Checks the invariants of one cycle's decisions against the snapshot it was made from.
 fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
     let running_before: HashMap<JobId, &RunningJob> = snap.running.iter().map(|r| (r.job.id, r)).collect();
-    let queued: HashMap<JobId, &Arc<JobInfo>> = snap.queues.iter().flat_map(|q| q.queued.iter()).map(|j| (j.id, j)).collect();
+    let queued: HashMap<JobId, &Arc<JobInfo>> =
+        snap.queues.iter().flat_map(|q| q.queued.iter()).map(|j| (j.id, j)).collect();
     let preempted: BTreeSet<JobId> = d.preemptions.iter().map(|p| p.job_id).collect();
     let leased: HashMap<JobId, &crate::scheduler::Lease> = d.leases.iter().map(|l| (l.job_id, l)).collect();
     let failed: BTreeSet<JobId> = d.failures.iter().map(|f| f.job_id).collect();
@@ -186,7 +234,9 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
         }
     }
     for l in d.leases.iter() {
-        used.entry((l.executor.to_string(), l.node.to_string())).or_default().add(&queued[&l.job_id].requirements.requests);
+        used.entry((l.executor.to_string(), l.node.to_string()))
+            .or_default()
+            .add(&queued[&l.job_id].requirements.requests);
     }
     for n in &snap.nodes {
         if let Some(u) = used.get(&(n.executor.to_string(), n.name.to_string())) {
@@ -197,7 +247,8 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
     // Leases respect node selectors.
     for l in &d.leases {
         let job = queued[&l.job_id];
-        let node = snap.nodes.iter().find(|n| n.name == l.node && n.executor == l.executor).expect("leased node exists");
+        let node =
+            snap.nodes.iter().find(|n| n.name == l.node && n.executor == l.executor).expect("leased node exists");
         for (k, v) in &job.requirements.node_selector {
             prop_assert_eq!(node.labels.get(k), Some(v), "lease of {} ignores its node selector", l.job_id);
         }
@@ -217,7 +268,12 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
         if placed.is_empty() {
             prop_assert_eq!(nfailed, 0, "gang {} failed members without placing any", id);
         } else {
-            prop_assert!(placed.len() >= g.min_cardinality as usize, "gang {id}: {} placed < minimum {}", placed.len(), g.min_cardinality);
+            prop_assert!(
+                placed.len() >= g.min_cardinality as usize,
+                "gang {id}: {} placed < minimum {}",
+                placed.len(),
+                g.min_cardinality
+            );
             prop_assert_eq!(placed.len() + nfailed, members.len(), "gang {}: members neither placed nor failed", id);
             let execs: BTreeSet<_> = placed.iter().map(|m| leased[&m.id].executor.clone()).collect();
             prop_assert_eq!(execs.len(), 1, "gang {} spans executors", id);
@@ -232,13 +288,17 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
             (PreemptionReason::GangMember { .. }, Some(g)) => d
                 .preemptions
                 .iter()
-                .filter(|o| running_before[&o.job_id].job.gang.as_ref().is_some_and(|og| og.id == g.id) && o.queue == p.queue)
+                .filter(|o| {
+                    running_before[&o.job_id].job.gang.as_ref().is_some_and(|og| og.id == g.id) && o.queue == p.queue
+                })
                 .map(|o| (o.executor.to_string(), o.node.to_string()))
                 .collect(),
             _ => [(p.executor.to_string(), p.node.to_string())].into_iter().collect(),
         };
         let by = match &p.reason {
-            PreemptionReason::FairShare { by, .. } | PreemptionReason::Urgency { by, .. } | PreemptionReason::GangMember { by, .. } => *by,
+            PreemptionReason::FairShare { by, .. }
+            | PreemptionReason::Urgency { by, .. }
+            | PreemptionReason::GangMember { by, .. } => *by,
             PreemptionReason::NotRescheduled { reason } => {
                 return Err(TestCaseError::fail(format!("{} preempted without helping anyone: {reason}", p.job_id)));
             }
@@ -246,7 +306,10 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
         let on_same_node = match leased.get(&by) {
             Some(l) => victim_nodes.contains(&(l.executor.to_string(), l.node.to_string())),
             None => {
-                running_before.get(&by).is_some_and(|r| victim_nodes.contains(&(r.executor.to_string(), r.node.to_string()))) && !preempted.contains(&by)
+                running_before
+                    .get(&by)
+                    .is_some_and(|r| victim_nodes.contains(&(r.executor.to_string(), r.node.to_string())))
+                    && !preempted.contains(&by)
             }
         };
         prop_assert!(on_same_node, "{} preempted for {by}, which is not scheduled on {}", p.job_id, p.node);
@@ -256,9 +319,12 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
             "default" => 30000,
             _ => 20000,
         };
-        let by_job: &JobInfo = leased.get(&by).map(|_| queued[&by].as_ref()).unwrap_or_else(|| running_before[&by].job.as_ref());
+        let by_job: &JobInfo =
+            leased.get(&by).map(|_| queued[&by].as_ref()).unwrap_or_else(|| running_before[&by].job.as_ref());
         match &p.reason {
-            PreemptionReason::Urgency { .. } => prop_assert!(prio(by_job) > prio(&victim.job), "urgency preemption of an equal or higher class"),
+            PreemptionReason::Urgency { .. } => {
+                prop_assert!(prio(by_job) > prio(&victim.job), "urgency preemption of an equal or higher class")
+            }
             _ => prop_assert!(prio(by_job) >= prio(&victim.job), "fair-share displacement of a higher class"),
         }
     }
@@ -272,7 +338,10 @@ fn round_seed(seed: u64, round: u64) -> u64 {
 
 /// The world as a scenario file (same jobs, ids, seeds and rounds), for replaying a failure.
 fn world_yaml(w: &World) -> String {
-    let mut out = format!("seed: {}\nconfig:\n  node_eviction_probability: {}\n  max_queue_lookback: 0\n  priority_classes:\n", w.seed, w.eviction_probability);
+    let mut out = format!(
+        "seed: {}\nconfig:\n  node_eviction_probability: {}\n  max_queue_lookback: 0\n  priority_classes:\n",
+        w.seed, w.eviction_probability
+    );
     out.push_str("    - {name: default, priority: 30000, preemptible: false}\n    - {name: preemptible, priority: 20000, preemptible: true}\n    - {name: urgent, priority: 35000, preemptible: false}\nnodes:\n");
     for (i, (cpu, mem, rack, exec)) in w.nodes.iter().enumerate() {
         out.push_str(&format!("  - {{name: n{i}, executor: e{exec}, labels: {{rack: r{rack}}}, allocatable: {{cpu: \"{cpu}\", memory: {mem}Gi}}}}\n"));
@@ -349,9 +418,15 @@ fn run_world(w: &World) -> Result<(), TestCaseError> {
         let s2 = h.snapshot();
         let d2 = schedule(&s2, &h.cfg, round_seed(w.seed, 2), 2000);
         check_cycle(&s2, &d2)?;
-        prop_assert!(w.eviction_probability < 1.0 || (d2.leases.is_empty() && d2.preemptions.is_empty() && d2.failures.is_empty()),
+        prop_assert!(
+            w.eviction_probability < 1.0
+                || (d2.leases.is_empty() && d2.preemptions.is_empty() && d2.failures.is_empty()),
             "second cycle changed things: {} leases {:?}, {} preemptions {:?}",
-            d2.leases.len(), d2.leases.iter().map(|l| l.job_id).collect::<Vec<_>>(), d2.preemptions.len(), d2.preemptions);
+            d2.leases.len(),
+            d2.leases.iter().map(|l| l.job_id).collect::<Vec<_>>(),
+            d2.preemptions.len(),
+            d2.preemptions
+        );
     }
     Ok(())
 }
