@@ -1,6 +1,9 @@
 //! Schema migrations, applied in order at start-up by `store::migrate`. Each takes the database
 //! from version `N - 1` to `N` inside one write transaction; add a file and a line to `ALL` for
 //! every change of the stored format.
+//!
+//! A migration never uses today's row types or table definitions: it keeps its own frozen copies
+//! of what it reads and writes, so that later format changes cannot change what it does.
 
 pub mod v0001_initial;
 pub mod v0002_event_chunks;
@@ -10,7 +13,7 @@ pub struct Migration {
     /// The version the database has after this step.
     pub version: u32,
     pub name: &'static str,
-    pub run: fn(&redb::WriteTransaction) -> Result<(), String>,
+    pub run: fn(&redb::WriteTransaction) -> Result<(), crate::store::StoreError>,
 }
 
 /// Every migration, in order.

@@ -3,8 +3,10 @@
 pub mod agent;
 pub mod api;
 pub mod config;
+pub mod control;
 pub mod model;
 pub mod raft;
+pub mod record;
 pub mod scheduler;
 pub mod server;
 pub mod simulate;

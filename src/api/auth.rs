@@ -2,8 +2,8 @@
 
 use super::problem::ApiError;
 use crate::config::Role;
+use crate::control::Control;
 use crate::model::Queue;
-use crate::server::app::App;
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
@@ -54,10 +54,10 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-impl FromRequestParts<Arc<App>> for Principal {
+impl FromRequestParts<Arc<Control>> for Principal {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<Control>) -> Result<Self, ApiError> {
         let auth = &app.config.auth;
         if !auth.enabled {
             return Ok(Principal { name: "anonymous".into(), groups: vec![], roles: vec![Role::Admin] });

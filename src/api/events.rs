@@ -5,9 +5,9 @@ use super::auth::Principal;
 use super::jobs::event_view;
 use super::problem::ApiError;
 use super::queues::queue_name;
+use crate::control::Control;
 use crate::model::api::Problem;
 use crate::model::{Event, JobSetName, QueueName};
-use crate::server::app::App;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
@@ -38,7 +38,7 @@ fn yes() -> bool {
 }
 
 struct Cursor {
-    app: Arc<App>,
+    app: Arc<Control>,
     queue: QueueName,
     job_set: JobSetName,
     next: u64,
@@ -75,7 +75,7 @@ struct Cursor {
     )
 )]
 pub async fn stream(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     _p: Principal,
     Path((queue, job_set)): Path<(String, String)>,
     Query(params): Query<StreamParams>,

@@ -3,12 +3,14 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
+use crate::control::{Control, now_ms};
 use crate::model::api::{
     EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, Problem,
+    RunEventKind, RunEventReport,
 };
-use crate::model::{ExecutorName, JobId, RunId};
-use crate::server::app::{App, now_ms};
-use crate::state::{Command, Response};
+use crate::model::{ExecutorName, JobId, Node, RunId};
+use crate::record::NodeRecord;
+use crate::state::{Command, Response, RunReport, RunReportKind};
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
 use std::collections::HashSet;
@@ -22,7 +24,7 @@ fn executor_name(s: &str) -> Result<ExecutorName, ApiError> {
     ExecutorName::new(s).map_err(|e| ApiError::bad_request("executor", e.to_string()))
 }
 
-fn require_leader(app: &App) -> Result<(), ApiError> {
+fn require_leader(app: &Control) -> Result<(), ApiError> {
     if app.cluster.is_leader() {
         return Ok(());
     }
@@ -32,20 +34,40 @@ fn require_leader(app: &App) -> Result<(), ApiError> {
     }))
 }
 
-fn normalized(nodes: &[NodeReport]) -> Vec<NodeReport> {
-    let mut v = nodes.to_vec();
+/// The reported nodes as the state keeps them, in name order.
+fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
+    let mut v: Vec<Node> = reports
+        .iter()
+        .map(|r| {
+            let NodeReport { name, pool, labels, taints, allocatable, unallocatable, unschedulable } = r.clone();
+            Node { name, executor: executor.clone(), pool, labels, taints, allocatable, unallocatable, unschedulable }
+        })
+        .collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
     v
 }
 
+/// A run event as the log records it.
+fn run_report(e: RunEventReport) -> RunReport {
+    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail } = e;
+    let kind = match kind {
+        RunEventKind::Pending => RunReportKind::Pending,
+        RunEventKind::Running => RunReportKind::Running,
+        RunEventKind::Succeeded => RunReportKind::Succeeded,
+        RunEventKind::Failed => RunReportKind::Failed,
+        RunEventKind::Returned => RunReportKind::Returned,
+    };
+    RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail }
+}
+
 /// A lease answer's jobs, without their payloads yet.
 struct Pending {
-    leases: Vec<(JobId, RunId, crate::model::JobRecord)>,
+    leases: Vec<(JobId, RunId, crate::model::Job)>,
     kills: Vec<KillOrder>,
 }
 
 fn pending_for(
-    app: &App,
+    app: &Control,
     executor: &ExecutorName,
     held: &HashSet<RunId>,
     req: &LeaseRequest,
@@ -121,7 +143,7 @@ fn pending_for(
     )
 )]
 pub async fn lease(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     Path(executor): Path<String>,
     ApiJson(req): ApiJson<LeaseRequest>,
@@ -141,14 +163,12 @@ pub async fn lease(
     }
     require_leader(&app)?;
     app.liveness.touch(&executor);
-    let changed = {
-        let st = app.state();
-        st.executors.get(&executor).is_none_or(|e| normalized(&e.nodes) != normalized(&req.nodes))
-    };
+    let nodes = nodes_of(&executor, &req.nodes);
+    let changed = app.state().executors.get(&executor).is_none_or(|e| e.nodes != nodes);
     if changed {
         app.write(Command::UpsertExecutor {
             executor: executor.clone(),
-            nodes: normalized(&req.nodes),
+            nodes: nodes.into_iter().map(NodeRecord::from).collect(),
             at_ms: now_ms(),
         })
         .await?;
@@ -234,7 +254,7 @@ pub async fn lease(
     )
 )]
 pub async fn events(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     Path(executor): Path<String>,
     ApiJson(req): ApiJson<EventsRequest>,
@@ -250,7 +270,7 @@ pub async fn events(
         .write(Command::RunEvents {
             executor,
             at_ms: now_ms(),
-            events: req.events,
+            events: req.events.into_iter().map(run_report).collect(),
             max_attempted_runs: app.config.server.max_attempted_runs,
         })
         .await?;

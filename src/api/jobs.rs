@@ -4,13 +4,13 @@ use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use super::queues::queue_name;
 use super::validate::{SubmitContext, check_submission};
+use crate::control::ids;
+use crate::control::{Control, now_ms, rfc3339};
 use crate::model::api::{
     CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView,
     SubmitRequest, SubmitResponse,
 };
-use crate::model::{Event, JobId, JobRecord, JobSetName, JobState, Queue, QueueName, Resources};
-use crate::server::app::{App, now_ms, rfc3339};
-use crate::server::ids;
+use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources};
 use crate::state::{Command, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
@@ -19,7 +19,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// The queue, for an owner check; 404 if it does not exist.
-fn queue_of(app: &App, name: &QueueName) -> Result<Queue, ApiError> {
+fn queue_of(app: &Control, name: &QueueName) -> Result<Queue, ApiError> {
     app.state().queues.get(name).map(|q| q.queue.clone()).ok_or_else(|| {
         ApiError::field(axum::http::StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist"))
     })
@@ -56,7 +56,7 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
     )
 )]
 pub async fn submit(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<SubmitRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -80,13 +80,13 @@ pub async fn submit(
             client_id: c.client_id,
             priority: c.priority,
             priority_class: c.priority_class,
-            requirements: c.requirements,
-            gang: c.gang,
+            requirements: c.requirements.into(),
+            gang: c.gang.map(Into::into),
             annotations: c.annotations,
             labels: c.labels,
             termination_grace_period_ms: c.termination_grace_period_ms,
             active_deadline_seconds: c.active_deadline_seconds,
-            payload: c.payload,
+            payload: c.payload.into(),
         })
         .collect();
     let r = app.write(Command::Submit { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
@@ -94,7 +94,7 @@ pub async fn submit(
 }
 
 /// Largest amount of each resource on any known node.
-fn largest_node(app: &App) -> Resources {
+fn largest_node(app: &Control) -> Resources {
     app.state().largest_node.clone()
 }
 
@@ -120,7 +120,7 @@ fn largest_node(app: &App) -> Resources {
     )
 )]
 pub async fn cancel(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<CancelRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -139,7 +139,7 @@ pub async fn cancel(
             queue: req.queue,
             job_set: req.job_set,
             job_ids: req.job_ids,
-            states: req.states,
+            states: req.states.map(|s| s.into_iter().map(Into::into).collect()),
             reason,
             at_ms: now_ms(),
         })
@@ -169,7 +169,7 @@ pub async fn cancel(
     )
 )]
 pub async fn reprioritize(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<ReprioritizeRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -208,7 +208,7 @@ pub async fn reprioritize(
     )
 )]
 pub async fn preempt(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<PreemptRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -241,7 +241,7 @@ pub(super) fn event_view(e: &Event) -> EventView {
 }
 
 /// A job for the API; `reason` is the scheduler's latest for queued jobs, the end reason else.
-fn job_view(app: &App, r: &JobRecord) -> JobView {
+fn job_view(app: &Control, r: &Job) -> JobView {
     let reason = if r.state == JobState::Queued {
         let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
         sched
@@ -311,7 +311,11 @@ fn job_id(s: &str) -> Result<JobId, ApiError> {
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(id): Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn get(
+    State(app): State<Arc<Control>>,
+    _p: Principal,
+    Path(id): Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
     let store = app.store.clone();
     let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
@@ -371,7 +375,7 @@ pub struct ListParams {
     )
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     _p: Principal,
     Query(q): Query<ListParams>,
 ) -> Result<HttpResponse, ApiError> {
@@ -422,7 +426,7 @@ pub async fn list(
     )
 )]
 pub async fn logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,
 ) -> Result<HttpResponse, ApiError> {

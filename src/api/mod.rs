@@ -11,7 +11,7 @@ pub mod problem;
 pub mod queues;
 pub mod validate;
 
-use crate::server::app::App;
+use crate::control::Control;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
@@ -30,14 +30,14 @@ struct Ulids;
 
 impl MakeRequestId for Ulids {
     fn make_request_id<B>(&mut self, _: &Request<B>) -> Option<RequestId> {
-        axum::http::HeaderValue::from_str(&crate::server::ids::run_id().to_string()).ok().map(RequestId::new)
+        axum::http::HeaderValue::from_str(&crate::control::ids::run_id().to_string()).ok().map(RequestId::new)
     }
 }
 
 /// Every route of the API with its OpenAPI description. Each handler carries a `#[utoipa::path]`
 /// annotation that gives its method and path; `routes!` registers it with the router and its
 /// operation with the document, so the two cannot disagree. Add routes here, and only this way.
-pub fn routes() -> OpenApiRouter<Arc<App>> {
+pub fn routes() -> OpenApiRouter<Arc<Control>> {
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(queues::create, queues::list))
         .routes(routes!(queues::get, queues::update, queues::delete))
@@ -59,7 +59,7 @@ pub fn routes() -> OpenApiRouter<Arc<App>> {
 }
 
 /// The whole HTTP API: [`routes`], problem+json fallbacks, body limit, request ids and tracing.
-pub fn router(app: Arc<App>) -> Router {
+pub fn router(app: Arc<Control>) -> Router {
     let limit = app.config.server.max_request_bytes;
     let (routes, _) = routes().split_for_parts();
     routes

@@ -212,7 +212,7 @@ mod tests {
 
     /// Paths and methods (upper case, without the HEAD axum adds to GET) the router serves, read
     /// from its `Debug` output: axum has no other way to list routes.
-    fn served(router: &axum::Router<std::sync::Arc<crate::server::app::App>>) -> BTreeMap<String, BTreeSet<String>> {
+    fn served(router: &axum::Router<std::sync::Arc<crate::control::Control>>) -> BTreeMap<String, BTreeSet<String>> {
         let text = format!("{router:?}");
         // Only the main path router; the fallback router follows it.
         let main = text.split(", fallback_router:").next().expect("router debug output");

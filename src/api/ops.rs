@@ -2,8 +2,8 @@
 
 use super::auth::Principal;
 use super::problem::{ApiError, json};
+use crate::control::Control;
 use crate::model::api::Problem;
-use crate::server::app::App;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -89,7 +89,7 @@ pub async fn healthz() -> Response {
         (status = 503, description = "Not ready yet", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn readyz(State(app): State<Arc<App>>) -> Response {
+pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
     if app.cluster.ready() {
         json(Readiness { leader: app.cluster.leader_addr(), status: "ready".into() })
     } else {
@@ -109,7 +109,7 @@ pub async fn readyz(State(app): State<Arc<App>>) -> Response {
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cluster(State(app): State<Arc<App>>, _p: Principal) -> Response {
+pub async fn cluster(State(app): State<Arc<Control>>, _p: Principal) -> Response {
     json(app.cluster.status())
 }
 
@@ -123,7 +123,7 @@ pub async fn cluster(State(app): State<Arc<App>>, _p: Principal) -> Response {
     tag = "operations",
     responses((status = 200, description = "Metrics in the Prometheus text exposition format, version 0.0.4", body = String, content_type = "text/plain"))
 )]
-pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+pub async fn metrics(State(app): State<Arc<Control>>) -> Response {
     let mut out = String::new();
     {
         let st = app.state();

@@ -50,20 +50,48 @@ impl From<FieldError> for ApiError {
     }
 }
 
+/// An error with its sources: `a: b: c`.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        next = s.source();
+    }
+    text
+}
+
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        tracing::error!(error = %e, "storage error");
-        ApiError::internal(format!("storage error: {e}"))
+        let chain = error_chain(&e);
+        tracing::error!(error = %chain, "storage error");
+        ApiError::internal(format!("storage error: {chain}"))
+    }
+}
+
+impl From<crate::control::WriteError> for ApiError {
+    fn from(e: crate::control::WriteError) -> Self {
+        use crate::control::WriteError;
+        match e {
+            WriteError::Rejected(r) => r.into(),
+            WriteError::NotLeader { leader: Some(l) } => {
+                ApiError::unavailable(format!("this server is not the leader; send writes to {l}"))
+            }
+            WriteError::NotLeader { leader: None } => ApiError::unavailable("no leader is elected yet; retry shortly"),
+            e @ (WriteError::Unavailable(_) | WriteError::Timeout) => ApiError::unavailable(e.to_string()),
+        }
     }
 }
 
 impl From<crate::state::Rejection> for ApiError {
     fn from(r: crate::state::Rejection) -> Self {
-        ApiError {
-            status: StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_REQUEST),
-            detail: r.message,
-            field: r.field,
-        }
+        let status = match r.kind {
+            crate::state::RejectKind::Invalid => StatusCode::BAD_REQUEST,
+            crate::state::RejectKind::NotFound => StatusCode::NOT_FOUND,
+            crate::state::RejectKind::Conflict => StatusCode::CONFLICT,
+        };
+        ApiError { status, detail: r.message, field: r.field }
     }
 }
 

@@ -3,9 +3,9 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
+use crate::control::{Control, now_ms};
 use crate::model::api::{Problem, QueuePoolReport, QueueReport};
 use crate::model::{Queue, QueueName};
-use crate::server::app::{App, now_ms};
 use crate::state::Command;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -39,13 +39,13 @@ pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
     )
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
     queue.validate()?;
-    app.write(Command::CreateQueue { queue: queue.clone() }).await?;
+    app.write(Command::CreateQueue { queue: queue.clone().into() }).await?;
     Ok((StatusCode::CREATED, axum::Json(queue)).into_response())
 }
 
@@ -61,7 +61,7 @@ pub async fn create(
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(State(app): State<Arc<App>>, _p: Principal) -> Response {
+pub async fn list(State(app): State<Arc<Control>>, _p: Principal) -> Response {
     let queues: Vec<Queue> = app.state().queues.values().map(|q| q.queue.clone()).collect();
     json(queues)
 }
@@ -81,7 +81,11 @@ pub async fn list(State(app): State<Arc<App>>, _p: Principal) -> Response {
         (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn get(
+    State(app): State<Arc<Control>>,
+    _p: Principal,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
     let name = queue_name(&name)?;
     let q = app.state().queues.get(&name).map(|q| q.queue.clone());
     q.map(json).ok_or_else(|| ApiError::not_found(format!("queue {name} does not exist")))
@@ -110,7 +114,7 @@ pub async fn get(State(app): State<Arc<App>>, _p: Principal, Path(name): Path<St
     )
 )]
 pub async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
     ApiJson(queue): ApiJson<Queue>,
@@ -124,7 +128,7 @@ pub async fn update(
         ));
     }
     queue.validate()?;
-    app.write(Command::UpdateQueue { queue: queue.clone() }).await?;
+    app.write(Command::UpdateQueue { queue: queue.clone().into() }).await?;
     Ok(json(queue))
 }
 
@@ -162,7 +166,7 @@ pub struct DeleteParams {
     )
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
     Query(params): Query<DeleteParams>,
@@ -192,7 +196,7 @@ pub async fn delete(
     )
 )]
 pub async fn report(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<Control>>,
     _p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {

@@ -34,13 +34,14 @@ fn new_job(i: u64) -> NewJob {
         requirements: SchedulingRequirements {
             requests: Resources::parse([("cpu", "100m"), ("memory", "64Mi")]).expect("valid"),
             ..Default::default()
-        },
+        }
+        .into(),
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
         termination_grace_period_ms: 1000,
         active_deadline_seconds: 3600,
-        payload: JobPayload { pod_spec: pod.to_string(), services: vec![], ingresses: vec![] },
+        payload: JobPayload { pod_spec: pod.to_string(), services: vec![], ingresses: vec![] }.into(),
     }
 }
 
@@ -56,7 +57,7 @@ pub fn run(args: RecoveryArgs) -> anyhow::Result<()> {
         let mut cmds = Vec::new();
         for q in 0..args.queues {
             cmds.push(Command::CreateQueue {
-                queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0),
+                queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
             });
         }
         let batch = 1000u64;

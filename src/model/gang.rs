@@ -1,14 +1,13 @@
 //! Gangs: jobs that must be scheduled together, described by annotations.
 
 use super::queue::FieldError;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Annotation prefixes accepted for gang settings (Convoy's own and Armada's).
 const PREFIXES: [&str; 2] = ["convoy.io/", "armadaproject.io/"];
 
 /// A job's gang membership.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GangSpec {
     /// Gang id, unique within the queue.
     pub id: String,

@@ -96,7 +96,7 @@ impl RunState {
 }
 
 /// An order to stop a run, waiting for the agent to confirm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillRequest {
     pub at_ms: i64,
     pub grace_period_ms: u64,
@@ -104,7 +104,7 @@ pub struct KillRequest {
 }
 
 /// One attempt to run a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     pub run_id: RunId,
     pub executor: ExecutorName,
@@ -124,9 +124,10 @@ pub struct Run {
     pub log_tail: Option<String>,
 }
 
-/// A job as stored (the pod spec is stored apart, see [`JobPayload`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+/// A job: its spec, where it is in its life, and its runs (the pod spec is kept apart, see
+/// [`JobPayload`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
     pub id: JobId,
     pub queue: QueueName,
     pub job_set: JobSetName,
@@ -146,11 +147,10 @@ pub struct JobRecord {
     pub state_reason: Option<String>,
     pub runs: Vec<Run>,
     /// Sequence numbers of this job's events in its job set's stream.
-    #[serde(default)]
     pub event_seqs: Vec<u64>,
 }
 
-impl JobRecord {
+impl Job {
     /// The run that is not over, if any (there is at most one).
     pub fn active_run(&self) -> Option<&Run> {
         self.runs.iter().rev().find(|r| !r.state.is_terminal())
@@ -168,7 +168,7 @@ impl JobRecord {
 }
 
 /// What the agent needs to start a job, kept apart from the record so indexes never hold it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobPayload {
     /// Kubernetes PodSpec, as JSON text.
     pub pod_spec: String,
@@ -198,7 +198,7 @@ pub enum EventKind {
 }
 
 /// One event of a job set's stream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// Dense sequence number within the (queue, job set) stream, from 1.
     pub seq: u64,

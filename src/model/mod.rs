@@ -14,7 +14,7 @@ pub mod requirements;
 pub mod resources;
 
 pub use gang::GangSpec;
-pub use job::{Event, EventKind, JobPayload, JobRecord, JobState, KillRequest, Run, RunState};
+pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState};
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
 };

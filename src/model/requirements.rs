@@ -2,21 +2,17 @@
 
 use super::placement::{Labels, NodeAffinity, Toleration};
 use super::resources::Resources;
-use serde::{Deserialize, Serialize};
 use std::hash::{Hash, Hasher};
 
 /// The scheduling-relevant part of a job's pod spec.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SchedulingRequirements {
     /// Effective requests (sum of containers, max with init containers).
     pub requests: Resources,
     /// Labels a node must carry (Kubernetes `nodeSelector`).
-    #[serde(default)]
     pub node_selector: Labels,
-    #[serde(default)]
     pub tolerations: Vec<Toleration>,
     /// Required node affinity terms.
-    #[serde(default)]
     pub node_affinity: Option<NodeAffinity>,
 }
 
@@ -93,18 +89,6 @@ impl std::ops::Deref for Requirements {
     type Target = SchedulingRequirements;
     fn deref(&self) -> &SchedulingRequirements {
         &self.inner
-    }
-}
-
-impl Serialize for Requirements {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.inner.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for Requirements {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Self::new(SchedulingRequirements::deserialize(d)?))
     }
 }
 

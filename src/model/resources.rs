@@ -60,6 +60,11 @@ impl Resources {
         self.0.iter().map(|(k, v)| (k, *v))
     }
 
+    /// The non-zero amounts by name.
+    pub fn into_map(self) -> BTreeMap<ResourceName, i64> {
+        self.0
+    }
+
     /// Names with a non-zero amount.
     pub fn names(&self) -> impl Iterator<Item = &ResourceName> {
         self.0.keys()

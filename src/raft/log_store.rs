@@ -1,5 +1,8 @@
-//! The Raft log on redb: entries in `raft_log` (index → bincode entry), and the vote, the
-//! committed log id and the last purged log id in `raft_meta`.
+//! The Raft log on redb: entries in `raft_log` (index → [`LogEntryRecord`]), and the vote, the
+//! committed log id, the last purged log id and the log format version in `raft_meta`.
+//!
+//! The file carries its format version ([`LOG_FORMAT_VERSION`]); a log written by a newer Convoy
+//! is refused when opened.
 //!
 //! The log has a redb file of its own (the state is in another). Every write that Raft relies on
 //! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,
@@ -8,8 +11,10 @@
 //! in a crash is harmless (it is an optimisation for re-applying the log at start-up, and an older
 //! value is always valid).
 
-use super::codec::{blocking, decode, encode, io_err, storage_err};
-use super::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use super::io::{blocking, corrupt, encode_err, io_err, storage_err};
+use super::types::{Entry, EntryPayload, LogId, StorageError, TypeConfig, Vote};
+use crate::record::raft::{EntryPayloadRecord, EntryPayloadRef, LogEntryRecord, LogEntryRef, LogIdRecord, VoteRecord};
+use crate::record::{LOG_FORMAT_VERSION, decode, encode};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
@@ -28,6 +33,65 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
+/// The log's format version (u32 big-endian). Logs from before it was written are format 1.
+const KEY_FORMAT: &str = "format_version";
+
+/// Encodes a log entry (borrowing its command).
+fn encode_entry(entry: &Entry) -> io::Result<Vec<u8>> {
+    let payload = match &entry.payload {
+        EntryPayload::Blank => EntryPayloadRef::Blank,
+        EntryPayload::Normal(cmd) => EntryPayloadRef::Normal(cmd),
+        EntryPayload::Membership(m) => EntryPayloadRef::Membership(m.into()),
+    };
+    encode(&LogEntryRef { log_id: entry.log_id.into(), payload }).map_err(encode_err)
+}
+
+/// Decodes the log entry stored at `index`.
+fn decode_entry(index: u64, bytes: &[u8]) -> io::Result<Entry> {
+    let r: LogEntryRecord = decode(bytes).map_err(|e| corrupt(format!("raft log entry {index}"), e))?;
+    let payload = match r.payload {
+        EntryPayloadRecord::Blank => EntryPayload::Blank,
+        EntryPayloadRecord::Normal(cmd) => EntryPayload::Normal(cmd),
+        EntryPayloadRecord::Membership(m) => EntryPayload::Membership(m.into()),
+    };
+    Ok(Entry { log_id: r.log_id.into(), payload })
+}
+
+fn encode_log_id(id: Option<LogId>) -> io::Result<Vec<u8>> {
+    encode(&id.map(LogIdRecord::from)).map_err(encode_err)
+}
+
+fn decode_log_id(what: &str, bytes: &[u8]) -> io::Result<Option<LogId>> {
+    let r: Option<LogIdRecord> = decode(bytes).map_err(|e| corrupt(format!("raft {what}"), e))?;
+    Ok(r.map(Into::into))
+}
+
+/// Checks the log's format version, and writes it into a new log.
+fn check_format(tx: &redb::WriteTransaction) -> io::Result<()> {
+    let mut meta = tx.open_table(META).map_err(io_err)?;
+    let stored = meta.get(KEY_FORMAT).map_err(io_err)?.map(|v| v.value().to_vec());
+    match stored {
+        None => {
+            meta.insert(KEY_FORMAT, LOG_FORMAT_VERSION.to_be_bytes().as_slice()).map_err(io_err)?;
+            Ok(())
+        }
+        Some(bytes) => {
+            let found = <[u8; 4]>::try_from(bytes.as_slice())
+                .map(u32::from_be_bytes)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "raft_meta.format_version is not 4 bytes"))?;
+            if found > LOG_FORMAT_VERSION {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the raft log has format version {found}, newer than this binary reads \
+                         ({LOG_FORMAT_VERSION}): it was written by a newer convoy; run that version or newer"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
 
 /// The Raft log storage. Cheap to clone: clones share the database and serve as log readers.
 #[derive(Clone)]
@@ -51,12 +115,12 @@ const RECENT_MAX: usize = 256;
 
 impl LogStore {
     /// Opens the log in `db`, creating its tables if they do not exist yet (so that read
-    /// transactions never meet a missing table).
+    /// transactions never meet a missing table). Refuses a log of a newer format.
     pub fn open(db: Arc<Database>) -> io::Result<Self> {
         let tx = db.begin_write().map_err(io_err)?;
         {
             tx.open_table(LOG).map_err(io_err)?;
-            tx.open_table(META).map_err(io_err)?;
+            check_format(&tx)?;
         }
         tx.commit().map_err(io_err)?;
         Ok(Self {
@@ -72,13 +136,10 @@ impl LogStore {
         self.flushed.subscribe()
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &str) -> io::Result<Option<T>> {
+    fn read_meta(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         let tx = self.db.begin_read().map_err(io_err)?;
         let table = tx.open_table(META).map_err(io_err)?;
-        match table.get(key).map_err(io_err)? {
-            Some(v) => decode(v.value()).map(Some),
-            None => Ok(None),
-        }
+        Ok(table.get(key).map_err(io_err)?.map(|v| v.value().to_vec()))
     }
 
     /// Writes one meta record in its own transaction, off the async threads.
@@ -99,13 +160,13 @@ impl LogStore {
     fn log_state(&self) -> io::Result<LogState<TypeConfig>> {
         let tx = self.db.begin_read().map_err(io_err)?;
         let meta = tx.open_table(META).map_err(io_err)?;
-        let last_purged: Option<LogId> = match meta.get(KEY_LAST_PURGED).map_err(io_err)? {
-            Some(v) => decode(v.value())?,
+        let last_purged = match meta.get(KEY_LAST_PURGED).map_err(io_err)? {
+            Some(v) => decode_log_id("last purged log id", v.value())?,
             None => None,
         };
         let log = tx.open_table(LOG).map_err(io_err)?;
         let last = match log.last().map_err(io_err)? {
-            Some((_, v)) => Some(decode::<Entry>(v.value())?.log_id),
+            Some((k, v)) => Some(decode_entry(k.value(), v.value())?.log_id),
             None => None,
         };
         // With every entry purged, the last log id is the last purged one.
@@ -162,8 +223,8 @@ impl LogStore {
         let log = tx.open_table(LOG).map_err(io_err)?;
         let mut out = Vec::new();
         for item in log.range::<u64>(range).map_err(io_err)? {
-            let (_, v) = item.map_err(io_err)?;
-            out.push(decode(v.value())?);
+            let (k, v) = item.map_err(io_err)?;
+            out.push(decode_entry(k.value(), v.value())?);
         }
         Ok(out)
     }
@@ -200,18 +261,28 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        let bytes = encode(vote).map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))?;
+        let bytes = encode(&VoteRecord::from(*vote))
+            .map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &encode_err(e)))?;
         self.write_meta(KEY_VOTE, bytes, Durability::Immediate)
             .await
             .map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Write, &e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.read_meta(KEY_VOTE).map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Read, &e))
+        let read = || -> io::Result<Option<Vote>> {
+            match self.read_meta(KEY_VOTE)? {
+                Some(bytes) => {
+                    let v: VoteRecord = decode(&bytes).map_err(|e| corrupt("raft vote", e))?;
+                    Ok(Some(v.into()))
+                }
+                None => Ok(None),
+            }
+        };
+        read().map_err(|e| storage_err(ErrorSubject::Vote, ErrorVerb::Read, &e))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let bytes = encode(&committed).map_err(write_err)?;
+        let bytes = encode_log_id(committed).map_err(write_err)?;
         *self.committed.lock().unwrap_or_else(|p| p.into_inner()) = Some(bytes);
         Ok(())
     }
@@ -219,8 +290,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         let pending = self.committed.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match pending {
-            Some(bytes) => Ok(decode::<Option<LogId>>(&bytes).map_err(read_err)?),
-            None => Ok(self.read_meta::<Option<LogId>>(KEY_COMMITTED).map_err(read_err)?.flatten()),
+            Some(bytes) => decode_log_id("committed log id", &bytes).map_err(read_err),
+            None => match self.read_meta(KEY_COMMITTED).map_err(read_err)? {
+                Some(bytes) => decode_log_id("committed log id", &bytes).map_err(read_err),
+                None => Ok(None),
+            },
         }
     }
 
@@ -239,7 +313,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             {
                 let mut log = tx.open_table(LOG).map_err(io_err)?;
                 for entry in entries {
-                    log.insert(entry.log_id.index, encode(&entry)?.as_slice()).map_err(io_err)?;
+                    log.insert(entry.log_id.index, encode_entry(&entry)?.as_slice()).map_err(io_err)?;
                     appended.push(entry);
                 }
             }
@@ -287,7 +361,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         tracing::debug!(%log_id, "purging raft log up to");
         self.recent().retain(|&i, _| i > log_id.index);
         let db = self.db.clone();
-        let bytes = encode(&Some(log_id)).map_err(write_err)?;
+        let bytes = encode_log_id(Some(log_id)).map_err(write_err)?;
         // The purge mark and the deletion commit together, so the log never has a hole.
         blocking(move || {
             let tx = db.begin_write().map_err(io_err)?;

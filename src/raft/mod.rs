@@ -7,7 +7,7 @@
 //! Storage layout in the shared redb file: `raft_log` (entries), `raft_meta` (vote, committed,
 //! last purged), `raft_snapshot` (latest snapshot); the state tables belong to the server.
 
-mod codec;
+pub(crate) mod io;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;
@@ -127,7 +127,7 @@ pub enum RaftError {
 
 /// Why a write (or a linearizable read check, or a membership change) did not go through.
 #[derive(Debug, thiserror::Error)]
-pub enum WriteError {
+pub enum RequestError {
     /// This node is not the leader; send the request to `addr` (the leader's base URL).
     #[error("not the leader; the leader is node {leader_id} at {addr}")]
     ForwardToLeader { leader_id: NodeId, addr: String },
@@ -148,22 +148,22 @@ impl From<Fatal<NodeId>> for RaftError {
     }
 }
 
-impl From<Fatal<NodeId>> for WriteError {
+impl From<Fatal<NodeId>> for RequestError {
     fn from(f: Fatal<NodeId>) -> Self {
-        WriteError::Fatal(Box::new(f))
+        RequestError::Fatal(Box::new(f))
     }
 }
 
-impl From<ForwardToLeader<NodeId, Node>> for WriteError {
+impl From<ForwardToLeader<NodeId, Node>> for RequestError {
     fn from(f: ForwardToLeader<NodeId, Node>) -> Self {
         match (f.leader_id, f.leader_node) {
-            (Some(leader_id), Some(node)) => WriteError::ForwardToLeader { leader_id, addr: node.addr },
-            _ => WriteError::NoLeader,
+            (Some(leader_id), Some(node)) => RequestError::ForwardToLeader { leader_id, addr: node.addr },
+            _ => RequestError::NoLeader,
         }
     }
 }
 
-impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> for WriteError {
+impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> for RequestError {
     fn from(e: openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> Self {
         match e {
             openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => f.into(),
@@ -173,11 +173,11 @@ impl From<openraft::error::RaftError<NodeId, ClientWriteError<NodeId, Node>>> fo
     }
 }
 
-impl From<openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> for WriteError {
+impl From<openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> for RequestError {
     fn from(e: openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>) -> Self {
         match e {
             openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => f.into(),
-            openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => WriteError::NoLeader,
+            openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => RequestError::NoLeader,
             openraft::error::RaftError::Fatal(f) => f.into(),
         }
     }
@@ -331,30 +331,30 @@ impl RaftNode {
     }
 
     /// Proposes `cmd` and waits until it is committed and applied; returns what applying it
-    /// answered. Only the leader accepts writes: others answer [`WriteError::ForwardToLeader`].
+    /// answered. Only the leader accepts writes: others answer [`RequestError::ForwardToLeader`].
     /// A write that fails with `ForwardToLeader` or `NoLeader` after this node proposed it may
     /// still commit under the next leader, so retried commands must be idempotent.
-    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+    pub async fn write(&self, cmd: Command) -> Result<Response, RequestError> {
         Ok(self.raft.client_write(cmd).await?.data)
     }
 
     /// Returns once this node's state includes every write committed before the call (a
     /// linearizable read may follow). Only the leader can answer; others say where it is.
-    pub async fn ensure_linearizable(&self) -> Result<(), WriteError> {
+    pub async fn ensure_linearizable(&self) -> Result<(), RequestError> {
         self.raft.ensure_linearizable().await?;
         Ok(())
     }
 
     /// Adds node `id` at `addr` as a learner (it replicates but does not vote). With `blocking`,
     /// waits until it has caught up with the leader's log.
-    pub async fn add_learner(&self, id: NodeId, addr: impl Into<String>, blocking: bool) -> Result<(), WriteError> {
+    pub async fn add_learner(&self, id: NodeId, addr: impl Into<String>, blocking: bool) -> Result<(), RequestError> {
         self.raft.add_learner(id, BasicNode { addr: addr.into() }, blocking).await?;
         Ok(())
     }
 
     /// Makes `voters` the voting members (they must be members or learners already). With
     /// `retain`, removed voters stay as learners.
-    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), WriteError> {
+    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), RequestError> {
         self.raft.change_membership(voters, retain).await?;
         Ok(())
     }
@@ -364,7 +364,7 @@ impl RaftNode {
         self.raft.metrics()
     }
 
-    /// Stops the Raft tasks. Requests still in flight fail with [`WriteError::Fatal`].
+    /// Stops the Raft tasks. Requests still in flight fail with [`RequestError::Fatal`].
     pub async fn shutdown(&self) -> Result<(), RaftError> {
         self.raft.shutdown().await.map_err(|e| RaftError::Shutdown(e.to_string()))?;
         tracing::info!(node_id = self.id, "raft node stopped");

@@ -3,9 +3,12 @@
 //! bincode of the receiving Raft's `Result<Response, RaftError>`, so remote Raft errors reach the
 //! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
 //! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
+//!
+//! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
+//! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
-use super::codec::{decode, encode};
 use super::types::{Node, NodeId, Raft, TypeConfig};
+use crate::record::{CodecError, decode, encode};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -29,6 +32,14 @@ use std::time::Duration;
 
 /// Header carrying the cluster secret on peer RPCs.
 pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
+
+/// Header carrying the peer protocol version on peer RPCs.
+pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
+
+/// Version of the peer protocol: openraft's RPC messages (as openraft 0.9 encodes them) carrying
+/// log entries of log format [`crate::record::LOG_FORMAT_VERSION`]. It changes with either.
+/// Requests without the header come from servers older than it, which spoke version 1.
+pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// and append batches by `max_payload_entries`; a batch above this gets 413 and the sender retries
@@ -59,8 +70,8 @@ pub enum NetworkSetupError {
 enum PeerHttpError {
     #[error("peer answered HTTP {status}: {body}")]
     Status { status: u16, body: String },
-    #[error("cannot encode or decode an RPC body: {0}")]
-    Codec(#[from] std::io::Error),
+    #[error("cannot encode or decode an RPC body")]
+    Codec(#[from] CodecError),
 }
 
 /// Creates one [`PeerClient`] per target; all share one pooled HTTP client.
@@ -135,6 +146,7 @@ impl PeerClient {
             .post(&url)
             .timeout(option.hard_ttl())
             .header(header::CONTENT_TYPE, OCTET_STREAM)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
             .body(body);
         if let Some(secret) = &self.factory.secret {
             request = request.header(SECRET_HEADER, secret.clone());
@@ -217,10 +229,31 @@ pub fn raft_router(raft: Raft, secret: Option<String>) -> Router {
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        .layer(axum::middleware::from_fn(check_protocol))
         .with_state(ServerState { raft });
     match secret {
         Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
         None => routes,
+    }
+}
+
+/// Refuses requests of another peer protocol version before their body is read.
+async fn check_protocol(request: Request, next: Next) -> Response {
+    let presented = match request.headers().get(PROTOCOL_HEADER) {
+        None => Some(1),
+        Some(v) => v.to_str().ok().and_then(|s| s.trim().parse::<u32>().ok()),
+    };
+    match presented {
+        Some(PROTOCOL_VERSION) => next.run(request).await,
+        other => {
+            let theirs = other.map_or_else(|| "an unreadable version".to_string(), |v| format!("version {v}"));
+            tracing::warn!(path = %request.uri().path(), peer_protocol = ?other, "raft RPC refused: other protocol version");
+            let message = format!(
+                "this server speaks peer protocol version {PROTOCOL_VERSION} and the request {theirs}: every server of a \
+                 cluster must run a convoy release with the same peer protocol"
+            );
+            (StatusCode::BAD_REQUEST, message).into_response()
+        }
     }
 }
 
@@ -246,9 +279,10 @@ fn octets(bytes: Vec<u8>) -> Response {
     (StatusCode::OK, headers, bytes).into_response()
 }
 
-fn bad_request(what: &str, e: std::io::Error) -> Response {
-    tracing::warn!(rpc = what, error = %e, "undecodable raft RPC");
-    (StatusCode::BAD_REQUEST, format!("cannot decode {what} request: {e}")).into_response()
+fn bad_request(what: &str, e: CodecError) -> Response {
+    let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+    tracing::warn!(rpc = what, error = %e, cause, "undecodable raft RPC");
+    (StatusCode::BAD_REQUEST, format!("cannot decode {what} request: {e}{cause}")).into_response()
 }
 
 fn answer<T: Serialize>(what: &str, result: &T) -> Response {

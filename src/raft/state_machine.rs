@@ -14,10 +14,12 @@
 //! `get_current_snapshot` answers after a restart, and a lagging follower can be sent it without
 //! rebuilding.
 
-use super::codec::{blocking, decode, encode, io_err, storage_err};
+use super::io::{blocking, corrupt, encode_err, io_err, storage_err};
 use super::types::{
     Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use crate::record::raft::SnapshotMetaRecord;
+use crate::record::{decode, encode};
 use crate::state::{Command, Response};
 use openraft::storage::RaftStateMachine;
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
@@ -170,7 +172,7 @@ impl<S: ReplicatedState> Shared<S> {
 
 /// Persists `meta` and `data` as the current snapshot (durably: logs get purged behind it).
 fn save_snapshot(db: &Database, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-    let meta_bytes = encode(meta)?;
+    let meta_bytes = encode(&SnapshotMetaRecord::from(meta)).map_err(encode_err)?;
     let tx = db.begin_write().map_err(io_err)?;
     {
         let mut t = tx.open_table(SNAPSHOT).map_err(io_err)?;
@@ -180,11 +182,16 @@ fn save_snapshot(db: &Database, meta: &SnapshotMeta, data: &[u8]) -> io::Result<
     tx.commit().map_err(io_err)
 }
 
+fn decode_meta(bytes: &[u8]) -> io::Result<SnapshotMeta> {
+    let r: SnapshotMetaRecord = decode(bytes).map_err(|e| corrupt("raft snapshot meta", e))?;
+    Ok(r.into())
+}
+
 fn load_snapshot_meta(db: &Database) -> io::Result<Option<SnapshotMeta>> {
     let tx = db.begin_read().map_err(io_err)?;
     let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
     match t.get(KEY_META).map_err(io_err)? {
-        Some(v) => Ok(Some(decode::<SnapshotMeta>(v.value())?)),
+        Some(v) => Ok(Some(decode_meta(v.value())?)),
         None => Ok(None),
     }
 }
@@ -193,7 +200,7 @@ fn load_snapshot(db: &Database) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
     let tx = db.begin_read().map_err(io_err)?;
     let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
     let meta = match t.get(KEY_META).map_err(io_err)? {
-        Some(v) => decode::<SnapshotMeta>(v.value())?,
+        Some(v) => decode_meta(v.value())?,
         None => return Ok(None),
     };
     let data = match t.get(KEY_DATA).map_err(io_err)? {
@@ -361,7 +368,7 @@ mod tests {
         let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
         let items = vec![ApplyItem {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
-            payload: ApplyPayload::Command(Command::CreateQueue { queue }),
+            payload: ApplyPayload::Command(Command::CreateQueue { queue: queue.into() }),
         }];
         let items = {
             let _export = shared.state.lock().unwrap();

@@ -1,14 +1,14 @@
 //! Executor liveness: on the leader, an executor that has not polled for `executor_timeout` is
 //! declared lost (its nodes leave the pool, its runs are requeued as lost attempts).
 
-use super::app::{App, now_ms};
+use crate::control::{Control, now_ms};
 use crate::state::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let timeout = app.config.server.executor_timeout;
     let tick = (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut leading = false;

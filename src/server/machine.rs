@@ -1,5 +1,6 @@
-//! The server's replicated state machine: applies committed commands to the in-memory state and
-//! writes their changes to redb, with the Raft bookkeeping, in one write transaction.
+//! The server's replicated state machine, as the Raft adapter (`raft::StateMachine`) drives it:
+//! applies committed entries to the in-memory state and writes their changes to redb, with the
+//! Raft bookkeeping (last applied log id, membership), in one write transaction.
 //!
 //! Durability: applied batches are committed with `Durability::None` (visible at once, fsync'd
 //! later) because the Raft log, which is fsync'd before anything is acknowledged and lives in a
@@ -7,23 +8,52 @@
 //! durably, which bounds the replay at start-up and lets redb reuse freed pages. `make_durable`
 //! is called before a snapshot is built, and only then may the log be purged.
 
-use super::app::Notifier;
-use crate::state::{ApplyContext, Command, Effects, Response, State, StateSettings};
+use crate::control::Notifier;
+use crate::raft::{
+    ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership,
+};
+use crate::record::raft::{LogIdRecord, StoredMembershipRecord};
+use crate::record::{decode, encode};
+use crate::state::{ApplyContext, Change, Effects, Response, State, StateSettings};
 use crate::store::tables::META;
 use crate::store::{Store, StoreError, write_changes};
 use redb::{Durability, ReadableDatabase};
+use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Longest stretch of applied entries that may be lost in a crash (and replayed from the log).
 pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
-/// One committed log entry to apply.
-pub struct Entry {
-    /// Term of the leader that appended the entry.
-    pub term: u64,
-    /// `None` for blank and membership entries.
-    pub command: Option<Command>,
+/// `meta` key of the last applied log id (`Option<LogIdRecord>`).
+const APPLIED: &str = "raft_applied";
+/// `meta` key of the last applied membership (`StoredMembershipRecord`).
+const MEMBERSHIP: &str = "raft_membership";
+
+fn io_err(e: StoreError) -> io::Error {
+    io::Error::other(e)
+}
+
+fn encode_applied(id: Option<LogId>) -> io::Result<Vec<u8>> {
+    encode(&id.map(LogIdRecord::from)).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+fn encode_membership(m: &StoredMembership) -> io::Result<Vec<u8>> {
+    encode(&StoredMembershipRecord::from(m)).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+fn decode_applied(stored: Option<Vec<u8>>) -> io::Result<Option<LogId>> {
+    let Some(bytes) = stored else { return Ok(None) };
+    let r: Option<LogIdRecord> =
+        decode(&bytes).map_err(|source| io_err(StoreError::Corrupt { what: "meta.raft_applied".into(), source }))?;
+    Ok(r.map(Into::into))
+}
+
+fn decode_membership(stored: Option<Vec<u8>>) -> io::Result<StoredMembership> {
+    let Some(bytes) = stored else { return Ok(StoredMembership::default()) };
+    let r: StoredMembershipRecord =
+        decode(&bytes).map_err(|source| io_err(StoreError::Corrupt { what: "meta.raft_membership".into(), source }))?;
+    Ok(r.into())
 }
 
 /// Applies commands and keeps memory and disk in step.
@@ -36,15 +66,53 @@ pub struct ServerMachine {
 }
 
 impl ServerMachine {
+    /// A state machine over `store` and its loaded `state`, waking `notify` after each apply.
     pub fn new(store: Store, state: Arc<RwLock<State>>, notify: Arc<Notifier>, settings: StateSettings) -> Self {
         ServerMachine { store, state, notify, settings, last_durable: Mutex::new(Instant::now()) }
     }
 
-    /// Applies entries in order inside one write transaction that also stores `raft_meta`
-    /// (opaque key/value pairs such as the last applied log id). If the commit fails the
-    /// in-memory state no longer matches the disk: the error must stop the server, which then
-    /// reloads from disk and replays the log.
-    pub fn apply(&self, entries: Vec<Entry>, raft_meta: &[(&str, Vec<u8>)]) -> Result<Vec<Response>, StoreError> {
+    /// Applies items in order inside one write transaction that also stores the Raft
+    /// bookkeeping. If the commit fails the in-memory state no longer matches the disk: the error
+    /// stops Raft, and the server must restart (reloading from disk and replaying the log).
+    fn apply_items(&self, items: Vec<ApplyItem>) -> io::Result<Vec<Response>> {
+        // The transaction first: if it cannot begin, memory is left untouched.
+        let tx = self.begin().map_err(io_err)?;
+        let mut last = None;
+        let mut membership = None;
+        let mut responses = Vec::with_capacity(items.len());
+        let mut effects = Effects::default();
+        let mut changes = Vec::new();
+        // Memory first, under the lock; the disk writes after it, so readers wait less.
+        {
+            let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+            for item in items {
+                last = Some(item.log_id);
+                match item.payload {
+                    ApplyPayload::Blank => responses.push(Response::Ok),
+                    ApplyPayload::Membership(m) => {
+                        membership = Some(StoredMembership::new(Some(item.log_id), m));
+                        responses.push(Response::Ok);
+                    }
+                    ApplyPayload::Command(cmd) => {
+                        let applied = state.apply(cmd, ApplyContext { term: item.log_id.leader_id.term });
+                        changes.extend(applied.changes);
+                        effects.merge(applied.effects);
+                        responses.push(applied.response.unwrap_or(Response::Ok));
+                    }
+                }
+            }
+        }
+        let mut raft_meta = vec![(APPLIED, encode_applied(last)?)];
+        if let Some(m) = &membership {
+            raft_meta.push((MEMBERSHIP, encode_membership(m)?));
+        }
+        commit(tx, &changes, &raft_meta).map_err(io_err)?;
+        self.notify.effects(&effects);
+        Ok(responses)
+    }
+
+    /// Begins the write transaction of an apply: durable once per [`DURABLE_EVERY`].
+    fn begin(&self) -> Result<redb::WriteTransaction, StoreError> {
         let mut tx = self.store.write()?;
         let durable = {
             let mut last = self.last_durable.lock().unwrap_or_else(|p| p.into_inner());
@@ -55,59 +123,19 @@ impl ServerMachine {
             due
         };
         tx.set_durability(if durable { Durability::Immediate } else { Durability::None })?;
-        let mut responses = Vec::with_capacity(entries.len());
-        let mut effects = Effects::default();
-        let mut changes = Vec::new();
-        // Memory first, under the lock; the disk writes after it, so readers wait less.
-        {
-            let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
-            for e in entries {
-                match e.command {
-                    None => responses.push(Response::Ok),
-                    Some(cmd) => {
-                        let applied = state.apply(cmd, ApplyContext { term: e.term });
-                        changes.extend(applied.changes);
-                        effects.merge(applied.effects);
-                        responses.push(applied.response.unwrap_or(Response::Ok));
-                    }
-                }
-            }
-        }
-        write_changes(&tx, &changes)?;
-        {
-            let mut meta = tx.open_table(META)?;
-            for (k, v) in raft_meta {
-                meta.insert(*k, v.as_slice())?;
-            }
-        }
-        tx.commit()?;
-        self.notify.effects(&effects);
-        Ok(responses)
+        Ok(tx)
     }
 
-    /// Makes everything applied so far durable.
-    pub fn make_durable(&self) -> Result<(), StoreError> {
-        let mut tx = self.store.write()?;
-        tx.set_durability(Durability::Immediate)?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// A Raft bookkeeping value stored by `apply` or `import`.
-    pub fn raft_meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    /// A Raft bookkeeping value stored by an apply or an import.
+    fn raft_meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let tx = self.store.db().begin_read()?;
         let meta = tx.open_table(META)?;
         Ok(meta.get(key)?.map(|v| v.value().to_vec()))
     }
 
-    /// Pins a consistent view of the state for a snapshot.
-    pub fn pin_export(&self) -> Result<crate::store::ExportView, StoreError> {
-        self.store.pin_export()
-    }
-
     /// Replaces the state with a snapshot, durably, with its Raft bookkeeping, and reloads the
     /// in-memory state from it.
-    pub fn import(&self, data: &[u8], raft_meta: &[(&str, Vec<u8>)]) -> Result<(), StoreError> {
+    fn import_snapshot(&self, data: &[u8], raft_meta: &[(&str, Vec<u8>)]) -> Result<(), StoreError> {
         let mut tx = self.store.write()?;
         tx.set_durability(Durability::Immediate)?;
         self.store.import_into(&tx, data)?;
@@ -119,10 +147,57 @@ impl ServerMachine {
         }
         tx.commit()?;
         let fresh = self.store.load_state(self.settings.clone())?;
+        let executors = fresh.executors.keys().cloned().collect();
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = fresh;
-        let mut effects = Effects { schedule: true, ..Default::default() };
-        effects.executors = self.state.read().unwrap_or_else(|p| p.into_inner()).executors.keys().cloned().collect();
-        self.notify.effects(&effects);
+        self.notify.effects(&Effects { schedule: true, executors, ..Default::default() });
         Ok(())
+    }
+}
+
+/// Writes an apply's changes and Raft bookkeeping, and commits.
+fn commit(tx: redb::WriteTransaction, changes: &[Change], raft_meta: &[(&str, Vec<u8>)]) -> Result<(), StoreError> {
+    write_changes(&tx, changes)?;
+    {
+        let mut meta = tx.open_table(META)?;
+        for (k, v) in raft_meta {
+            meta.insert(*k, v.as_slice())?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+impl ReplicatedState for ServerMachine {
+    fn apply(&mut self, items: Vec<ApplyItem>) -> io::Result<Vec<Response>> {
+        self.apply_items(items)
+    }
+
+    fn applied_state(&self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        let applied = decode_applied(self.raft_meta(APPLIED).map_err(io_err)?)?;
+        let membership = decode_membership(self.raft_meta(MEMBERSHIP).map_err(io_err)?)?;
+        Ok((applied, membership))
+    }
+
+    fn make_durable(&mut self) -> io::Result<()> {
+        let mut tx = self.store.write().map_err(io_err)?;
+        tx.set_durability(Durability::Immediate).map_err(|e| io_err(e.into()))?;
+        tx.commit().map_err(|e| io_err(e.into()))
+    }
+
+    fn export(&mut self) -> io::Result<ExportJob> {
+        let view = self.store.pin_export().map_err(io_err)?;
+        Ok(Box::new(move || {
+            Ok(SnapshotExport {
+                last_applied: decode_applied(view.raft_meta(APPLIED).map_err(io_err)?)?,
+                membership: decode_membership(view.raft_meta(MEMBERSHIP).map_err(io_err)?)?,
+                data: view.export().map_err(io_err)?,
+            })
+        }))
+    }
+
+    fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let raft_meta =
+            [(APPLIED, encode_applied(meta.last_log_id)?), (MEMBERSHIP, encode_membership(&meta.last_membership)?)];
+        self.import_snapshot(data, &raft_meta).map_err(io_err)
     }
 }

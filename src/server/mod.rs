@@ -1,46 +1,74 @@
 //! The `convoy server` process: storage, Raft, the HTTP API, the scheduling loop and executor
 //! liveness, wired together.
 
-pub mod app;
-pub mod ids;
+pub mod cluster;
 pub mod liveness;
 pub mod machine;
-pub mod replicated;
 pub mod scheduling;
-pub mod writer;
 
 use crate::config::Config;
+use crate::control::{Control, Liveness, Notifier, SchedulingView, Writer};
 use crate::raft::{RaftNode, RaftSettings};
 use crate::state::StateSettings;
 use crate::store::Store;
-use app::{App, Liveness, Notifier, SchedulingView};
+use cluster::{RaftReplicate, RaftView};
 use machine::ServerMachine;
-use replicated::{RaftReplicate, RaftView, Replicated};
-use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use writer::Writer;
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The state database failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The Raft log's database could not be opened.
+    #[error("cannot open the raft log at {path}")]
+    LogDatabase {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: redb::DatabaseError,
+    },
+    /// Raft could not start or stop.
     #[error(transparent)]
     Raft(#[from] crate::raft::RaftError),
-    #[error("cannot listen on {addr}: {error}")]
-    Listen { addr: String, error: std::io::Error },
-    #[error("http server: {0}")]
-    Http(std::io::Error),
+    /// The listening socket could not be opened.
+    #[error("cannot listen on {addr}")]
+    Listen {
+        /// The configured address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("the http server failed")]
+    Http(#[source] std::io::Error),
+    /// A task of the server panicked or was cancelled.
+    #[error("the server's {task} task failed")]
+    Task {
+        /// Which task.
+        task: &'static str,
+        /// Why.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// Raft did not stop within the shutdown timeout; the state is still safe (the log is
+    /// durable), but the last applies may be replayed at the next start.
+    #[error("raft did not stop within {0:?}")]
+    RaftShutdownTimeout(Duration),
 }
 
 /// The database file inside the data directory.
-pub fn database_path(config: &Config) -> std::path::PathBuf {
+pub fn database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("convoy.redb")
 }
 
 /// The Raft log's own database file, beside the state's.
-pub fn log_database_path(config: &Config) -> std::path::PathBuf {
+pub fn log_database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("raft.redb")
 }
 
@@ -49,9 +77,12 @@ fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     let db = redb::Database::builder()
         .set_cache_size(16 << 20)
         .create(&path)
-        .map_err(|e| crate::store::StoreError::Database(format!("opening {}: {e}", path.display())))?;
+        .map_err(|source| ServerError::LogDatabase { path: path.clone(), source })?;
     Ok(Arc::new(db))
 }
+
+/// How long a stopping server waits for Raft to stop.
+const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A started server: its address and the means to stop it.
 pub struct Running {
@@ -65,21 +96,8 @@ impl Running {
     /// Stops the server gracefully and waits for it.
     pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.stop.send(true);
-        self.done.await.map_err(|e| ServerError::Http(std::io::Error::other(e.to_string())))?
+        self.done.await.map_err(|source| ServerError::Task { task: "http", source })?
     }
-
-    /// Waits until the server stops by itself (it does not, unless it fails).
-    pub async fn wait(self) -> Result<(), ServerError> {
-        self.done.await.map_err(|e| ServerError::Http(std::io::Error::other(e.to_string())))?
-    }
-}
-
-/// Runs the server until `shutdown` completes: stops accepting, finishes in-flight writes,
-/// makes the state durable.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServerError> {
-    let running = start(config).await?;
-    shutdown.await;
-    running.stop().await
 }
 
 /// Starts the server and returns once it listens.
@@ -92,7 +110,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         let settings = settings.clone();
         tokio::task::spawn_blocking(move || store.load_state(settings))
             .await
-            .map_err(|e| crate::store::StoreError::Database(e.to_string()))??
+            .map_err(|source| ServerError::Task { task: "state loading", source })??
     };
     tracing::info!(
         live_jobs = state.live_jobs(),
@@ -104,11 +122,11 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let notify = Arc::new(Notifier::default());
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
 
+    let listen = config.server.listen.to_string();
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
-        .map_err(|error| ServerError::Listen { addr: config.server.listen.to_string(), error })?;
-    let local =
-        listener.local_addr().map_err(|error| ServerError::Listen { addr: config.server.listen.to_string(), error })?;
+        .map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
+    let local = listener.local_addr().map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
     let advertise = config.server.advertise.clone().unwrap_or_else(|| format!("http://{local}"));
 
     let raft_settings = RaftSettings {
@@ -117,12 +135,10 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         ..RaftSettings::default()
     };
     let log_db = open_log_db(&config)?;
-    let raft =
-        RaftNode::start(config.server.node_id, advertise.clone(), log_db, Replicated::new(machine), raft_settings)
-            .await?;
+    let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, machine, raft_settings).await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let app = Arc::new(App {
+    let control = Arc::new(Control {
         config: config.clone(),
         store,
         state,
@@ -134,12 +150,12 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         started: Instant::now(),
         shutdown: stop_rx.clone(),
     });
-    let router = crate::api::router(app.clone()).merge(raft.router());
+    let router = crate::api::router(control.clone()).merge(raft.router());
     let url = format!("http://{local}");
     tracing::info!(%url, node_id = config.server.node_id, startup_ms = t0.elapsed().as_millis() as u64, "convoy server listening");
 
-    let sched = tokio::spawn(scheduling::run(app.clone(), stop_rx.clone()));
-    let live = tokio::spawn(liveness::run(app.clone(), stop_rx.clone()));
+    let sched = tokio::spawn(scheduling::run(control.clone(), stop_rx.clone()));
+    let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
     let mut serve_stop = stop_rx.clone();
     let done = tokio::spawn(async move {
         // No Nagle: small answers (long-poll leases, SSE events) must not wait for a delayed ACK.
@@ -151,15 +167,22 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
             let _ = serve_stop.wait_for(|s| *s).await;
         });
-        let result = serve.await.map_err(ServerError::Http);
-        let _ = sched.await;
-        let _ = live.await;
+        let served = serve.await.map_err(ServerError::Http);
+        for (task, handle) in [("scheduling", sched), ("liveness", live)] {
+            if let Err(e) = handle.await {
+                tracing::error!(task, error = %e, "server task failed");
+            }
+        }
         // In-flight writes have answered (their connections closed); stop Raft and flush.
-        if let Err(e) = tokio::time::timeout(Duration::from_secs(10), raft.shutdown()).await.unwrap_or(Ok(())) {
+        let stopped = match tokio::time::timeout(RAFT_SHUTDOWN_TIMEOUT, raft.shutdown()).await {
+            Ok(r) => r.map_err(ServerError::from),
+            Err(_) => Err(ServerError::RaftShutdownTimeout(RAFT_SHUTDOWN_TIMEOUT)),
+        };
+        if let Err(e) = &stopped {
             tracing::warn!(error = %e, "raft shutdown");
         }
         tracing::info!("convoy server stopped");
-        result
+        served.and(stopped)
     });
     Ok(Running { url, stop: stop_tx, done })
 }

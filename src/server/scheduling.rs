@@ -3,8 +3,8 @@
 //! snapshot of the in-memory indexes, runs the pure scheduler off the async runtime, and
 //! proposes the decisions as one command carrying the leader's term.
 
-use super::app::{App, now_ms};
-use super::ids;
+use crate::control::ids;
+use crate::control::{Control, now_ms};
 use crate::scheduler::{Decisions, RateLimiterState, schedule};
 use crate::state::{Command, JobVerdict, NewLease};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let cfg = app.config.scheduler.clone();
     let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
     let mut rate = RateLimiterState::default();
@@ -106,7 +106,7 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 }
 
 /// Keeps the cycle's reasons and shares for the API.
-fn record(app: &App, d: &Decisions, took: Duration) {
+fn record(app: &Control, d: &Decisions, took: Duration) {
     let mut view = app.scheduling.write().unwrap_or_else(|p| p.into_inner());
     view.reasons = d.unscheduled.iter().map(|u| (u.job_id, u.reason.clone())).collect();
     view.queue_notes = d.queue_notes.iter().map(|(q, r)| (q.clone(), r.clone())).collect();

@@ -1,45 +1,57 @@
-//! What applying a command changes: durable writes for the store, and effects for the server
-//! (whom to wake up). Applying is pure; the store and the server act on these.
+//! What applying a command changes: durable writes for the store, in their stored form, and
+//! effects for the server (whom to wake up). Applying is pure; the store and the server act on
+//! these.
 
-use crate::model::{Event, ExecutorName, JobId, JobPayload, JobRecord, JobSetName, Queue, QueueName};
-use serde::{Deserialize, Serialize};
+use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
+use crate::record::{EventRecord, ExecutorRecord, JobRecord, PayloadRecord, QueueRecord};
 use std::collections::BTreeSet;
-
-/// An executor as stored: its nodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExecutorRecord {
-    pub name: ExecutorName,
-    pub nodes: Vec<crate::model::api::NodeReport>,
-    pub updated_at_ms: i64,
-}
 
 /// One durable write.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
-    PutQueue(Queue),
+    /// Writes a queue.
+    PutQueue(QueueRecord),
+    /// Deletes a queue.
     DeleteQueue(QueueName),
     /// The job record; `live` says whether it is non-terminal (kept in the live-jobs index).
     PutJob {
+        /// The job as stored.
         record: Box<JobRecord>,
+        /// Whether the job stays in memory (and in the live-jobs index).
         live: bool,
     },
-    PutPayload(JobId, Box<JobPayload>),
+    /// Writes a job's payload.
+    PutPayload(JobId, Box<PayloadRecord>),
+    /// Records a client id as taken by a job.
     PutClientId {
+        /// The queue the client id is unique in.
         queue: QueueName,
+        /// The client's idempotency key.
         client_id: String,
+        /// The job it names.
         job: JobId,
     },
+    /// Adds a job to its job set's index.
     AddToJobSet {
+        /// The job's queue.
         queue: QueueName,
+        /// The job's job set.
         job_set: JobSetName,
+        /// The job.
         job: JobId,
     },
+    /// Appends an event to a job set's stream.
     AppendEvent {
+        /// The job set's queue.
         queue: QueueName,
+        /// The job set.
         job_set: JobSetName,
-        event: Event,
+        /// The event.
+        event: EventRecord,
     },
+    /// Writes an executor and its nodes.
     PutExecutor(ExecutorRecord),
+    /// Deletes an executor.
     DeleteExecutor(ExecutorName),
     /// Next global submit sequence number.
     PutSubmitSeq(u64),

@@ -1,123 +1,10 @@
-//! Commands: every change to the replicated state is one of these, in the Raft log. The leader
-//! chooses ids and timestamps before proposing, so applying a command is deterministic.
+//! Commands as the state machine sees them: what applying one may touch, and what it answers.
+//! The commands themselves are records of the Raft log (`record::command`).
 
-use crate::model::api::{NodeReport, RunEventReport};
-use crate::model::{
-    ExecutorName, GangSpec, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue,
-    QueueName, RunId, SchedulingRequirements,
-};
+use crate::model::JobId;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-/// A job as the leader proposes it (validated, ids chosen).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NewJob {
-    pub id: JobId,
-    pub client_id: Option<String>,
-    pub priority: u32,
-    pub priority_class: PriorityClassName,
-    pub requirements: SchedulingRequirements,
-    pub gang: Option<GangSpec>,
-    pub annotations: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
-    pub termination_grace_period_ms: u64,
-    pub active_deadline_seconds: u64,
-    pub payload: JobPayload,
-}
-
-/// A placement decided by the scheduler, with the run id the leader chose.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewLease {
-    pub job_id: JobId,
-    pub run_id: RunId,
-    pub executor: ExecutorName,
-    pub node: NodeName,
-    pub pool: PoolName,
-}
-
-/// A job the scheduler preempted or failed, with the reason.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobVerdict {
-    pub job_id: JobId,
-    pub reason: String,
-}
-
-/// A change to the replicated state.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Command {
-    /// Several commands in one log entry (group commit); answered with one response each.
-    Batch(Vec<Command>),
-    CreateQueue {
-        queue: Queue,
-    },
-    UpdateQueue {
-        queue: Queue,
-    },
-    /// Refused if the queue has non-terminal jobs, unless `force` (they are cancelled).
-    DeleteQueue {
-        name: QueueName,
-        force: bool,
-        at_ms: i64,
-    },
-    Submit {
-        queue: QueueName,
-        job_set: JobSetName,
-        at_ms: i64,
-        jobs: Vec<NewJob>,
-    },
-    /// Cancels the given jobs (or the whole job set), optionally only those in `states`.
-    Cancel {
-        queue: QueueName,
-        job_set: JobSetName,
-        job_ids: Option<Vec<JobId>>,
-        states: Option<Vec<JobState>>,
-        reason: String,
-        at_ms: i64,
-    },
-    Reprioritize {
-        queue: QueueName,
-        job_set: JobSetName,
-        job_ids: Option<Vec<JobId>>,
-        priority: u32,
-        at_ms: i64,
-    },
-    Preempt {
-        queue: QueueName,
-        job_set: JobSetName,
-        job_ids: Vec<JobId>,
-        reason: String,
-        at_ms: i64,
-    },
-    /// One scheduling cycle's decisions. Refused unless `term` is the term of the log entry that
-    /// carries it, so a deposed leader's decisions never apply.
-    Schedule {
-        term: u64,
-        at_ms: i64,
-        leases: Vec<NewLease>,
-        preemptions: Vec<JobVerdict>,
-        failures: Vec<JobVerdict>,
-    },
-    /// An executor's node inventory changed (or the executor is new).
-    UpsertExecutor {
-        executor: ExecutorName,
-        nodes: Vec<NodeReport>,
-        at_ms: i64,
-    },
-    /// Run state changes reported by an executor. A lost run sends its job back to the queue
-    /// unless it already had `max_attempted_runs` runs.
-    RunEvents {
-        executor: ExecutorName,
-        at_ms: i64,
-        events: Vec<RunEventReport>,
-        max_attempted_runs: u32,
-    },
-    /// The executor stopped polling: its nodes leave the pool and its runs are lost.
-    ExecutorLost {
-        executor: ExecutorName,
-        at_ms: i64,
-        max_attempted_runs: u32,
-    },
-}
+pub use crate::record::command::{Command, JobVerdict, NewJob, NewLease, RunReport, RunReportKind};
 
 impl Command {
     /// Roughly how many jobs, runs or nodes applying this touches: where the Raft adapter runs
@@ -146,29 +33,48 @@ impl Command {
 /// [`Command::apply_weight`] of a command whose reach is not known before applying it.
 pub const UNBOUNDED_WEIGHT: usize = usize::MAX / 2;
 
+/// What kind of rule a refused command broke. The API maps it to an HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RejectKind {
+    /// The command is malformed or asks for something impossible.
+    Invalid,
+    /// Something it names does not exist.
+    NotFound,
+    /// It conflicts with the current state (exists already, cordoned, not finished, stale term).
+    Conflict,
+}
+
 /// Why a command was refused at apply time (the API checked it, but the state moved on).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
-    /// HTTP status to answer with (400, 404, 409).
-    pub status: u16,
+    /// What kind of rule was broken.
+    pub kind: RejectKind,
+    /// The offending field of the request, if one is to blame.
     pub field: Option<String>,
+    /// What was wrong, for people.
     pub message: String,
 }
 
 /// The result of applying a command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
+    /// Done.
     Ok,
     /// The jobs a command created or touched (submit: one id per submitted job, in order).
     JobIds(Vec<JobId>),
     /// Counts of what a scheduling cycle changed.
     Scheduled {
+        /// Jobs placed.
         leased: u32,
+        /// Running jobs preempted.
         preempted: u32,
+        /// Queued jobs failed.
         failed: u32,
     },
     /// Run events taken in.
     Accepted(u32),
+    /// Refused.
     Rejected(Rejection),
+    /// One response per command of a batch.
     Batch(Vec<Response>),
 }

@@ -1,9 +1,9 @@
 //! Job commands from users: submit, cancel, reprioritize, preempt.
 
 use super::changes::Change;
-use super::command::{NewJob, Response};
+use super::command::{NewJob, RejectKind, Response};
 use super::machine::{Applied, State, reject};
-use crate::model::{EventKind, JobId, JobRecord, JobSetName, JobState, KillRequest, QueueName};
+use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, QueueName};
 
 impl State {
     pub(super) fn submit(
@@ -15,10 +15,14 @@ impl State {
         out: &mut Applied,
     ) -> Response {
         let Some(q) = self.queues.get(queue) else {
-            return reject(404, Some("queue"), format!("queue {queue} does not exist"));
+            return reject(RejectKind::NotFound, Some("queue"), format!("queue {queue} does not exist"));
         };
         if q.queue.cordoned {
-            return reject(409, Some("queue"), format!("queue {queue} is cordoned and accepts no new jobs"));
+            return reject(
+                RejectKind::Conflict,
+                Some("queue"),
+                format!("queue {queue} is cordoned and accepts no new jobs"),
+            );
         }
         let queue = q.queue.name.clone();
         let mut ids = Vec::with_capacity(jobs.len());
@@ -31,7 +35,7 @@ impl State {
             }
             let seq = self.next_seq;
             self.next_seq += 1;
-            let mut record = JobRecord {
+            let mut record = Job {
                 id: nj.id,
                 queue: queue.clone(),
                 job_set: job_set.clone(),
@@ -42,8 +46,8 @@ impl State {
                 client_id: nj.client_id.clone(),
                 annotations: nj.annotations,
                 labels: nj.labels,
-                requirements: nj.requirements,
-                gang: nj.gang,
+                requirements: nj.requirements.into(),
+                gang: nj.gang.map(Into::into),
                 termination_grace_period_ms: nj.termination_grace_period_ms,
                 active_deadline_seconds: nj.active_deadline_seconds,
                 state: JobState::Queued,
@@ -90,7 +94,7 @@ impl State {
                         None => {}
                         Some(_) => {
                             return Err(reject(
-                                404,
+                                RejectKind::NotFound,
                                 Some(&format!("job_ids[{i}]")),
                                 format!("job {id} is not in job set {job_set} of queue {queue}"),
                             ));

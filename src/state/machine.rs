@@ -2,12 +2,13 @@
 //! indexes the scheduler and the API read. `apply` is deterministic: the same commands in the
 //! same order give the same state and the same changes on every node.
 
-use super::changes::{Change, Effects, ExecutorRecord};
-use super::command::{Command, Rejection, Response};
+use super::changes::{Change, Effects};
+use super::command::{Command, RejectKind, Rejection, Response};
 use crate::model::{
-    EventKind, ExecutorName, JobId, JobRecord, JobSetName, JobState, PriorityClassName, Queue, QueueName, Requirements,
+    EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, PriorityClassName, Queue, QueueName, Requirements,
     Resources, RunId, SchedulingRequirements,
 };
+use crate::record::{EventRecord, ExecutorRecord, JobRecord};
 use crate::scheduler::JobInfo;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -27,6 +28,25 @@ pub struct QueueState {
     pub counts: BTreeMap<JobState, u64>,
 }
 
+/// An executor and its nodes, as last reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Executor {
+    /// The executor's name.
+    pub name: ExecutorName,
+    /// Its nodes.
+    pub nodes: Vec<Node>,
+    /// When they were last reported (ms since the epoch, the leader's clock).
+    pub updated_at_ms: i64,
+}
+
+impl From<ExecutorRecord> for Executor {
+    fn from(r: ExecutorRecord) -> Self {
+        let ExecutorRecord { name, nodes, updated_at_ms } = r;
+        let nodes = nodes.into_iter().map(|n| n.into_node(name.clone())).collect();
+        Executor { name, nodes, updated_at_ms }
+    }
+}
+
 /// A job that is not over (or whose last run is still being stopped).
 ///
 /// To keep memory per queued job small, `record.requirements` is left empty in memory: the
@@ -34,14 +54,14 @@ pub struct QueueState {
 /// record), and names are shared with the queue and job-set indexes.
 #[derive(Debug, Clone)]
 pub struct LiveJob {
-    pub record: JobRecord,
+    pub record: Job,
     /// The scheduler's view, shared with snapshots.
     pub info: Arc<JobInfo>,
 }
 
 impl LiveJob {
     /// The whole record, requirements included.
-    pub fn full_record(&self) -> JobRecord {
+    pub fn full_record(&self) -> Job {
         let mut r = self.record.clone();
         r.requirements = (*self.info.requirements).clone();
         r
@@ -68,7 +88,7 @@ pub struct Applied {
     /// Live jobs changed by the command (written once, at the end).
     touched: Vec<JobId>,
     /// Jobs the command finished (no longer in memory), as they end.
-    finished: HashMap<JobId, JobRecord>,
+    finished: HashMap<JobId, Job>,
 }
 
 /// Settings that shape local indexes but are not replicated (they come from configuration).
@@ -112,7 +132,7 @@ pub struct State {
     pub client_ids: HashMap<(QueueName, String), JobId>,
     /// Last event sequence number per job set.
     pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
-    pub executors: BTreeMap<ExecutorName, ExecutorRecord>,
+    pub executors: BTreeMap<ExecutorName, Executor>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
     pub largest_node: Resources,
     pub next_seq: u64,
@@ -156,13 +176,13 @@ impl State {
         touched.dedup();
         for id in touched {
             if let Some(j) = self.jobs.get(&id) {
-                out.changes.push(Change::PutJob { record: Box::new(j.full_record()), live: true });
+                out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(j.full_record())), live: true });
             }
         }
         let mut finished: Vec<_> = std::mem::take(&mut out.finished).into_values().collect();
         finished.sort_unstable_by_key(|r| r.id);
         for record in finished {
-            out.changes.push(Change::PutJob { record: Box::new(record), live: false });
+            out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(record)), live: false });
         }
         out
     }
@@ -170,11 +190,12 @@ impl State {
     fn apply_into(&mut self, cmd: Command, ctx: ApplyContext, out: &mut Applied) -> Response {
         match cmd {
             Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
-            Command::CreateQueue { queue } => self.create_queue(queue, out),
-            Command::UpdateQueue { queue } => self.update_queue(queue, out),
+            Command::CreateQueue { queue } => self.create_queue(Queue::from(queue), out),
+            Command::UpdateQueue { queue } => self.update_queue(Queue::from(queue), out),
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
             Command::Submit { queue, job_set, at_ms, jobs } => self.submit(&queue, &job_set, at_ms, jobs, out),
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
+                let states: Option<Vec<JobState>> = states.map(|s| s.into_iter().map(JobState::from).collect());
                 self.cancel(&queue, &job_set, job_ids.as_deref(), states.as_deref(), &reason, at_ms, out)
             }
             Command::Reprioritize { queue, job_set, job_ids, priority, at_ms } => {
@@ -186,7 +207,7 @@ impl State {
             Command::Schedule { term, at_ms, leases, preemptions, failures } => {
                 if term != ctx.term {
                     return reject(
-                        409,
+                        RejectKind::Conflict,
                         None,
                         format!("scheduling decisions of term {term} arrived in term {}: the leader changed", ctx.term),
                     );
@@ -213,12 +234,12 @@ impl State {
     }
 
     /// Queue-order key of a job.
-    pub(super) fn queue_key(&self, r: &JobRecord) -> QueueKey {
+    pub(super) fn queue_key(&self, r: &Job) -> QueueKey {
         (std::cmp::Reverse(self.class_priority(&r.priority_class)), r.priority, r.submit_seq)
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
-    fn job_info(&mut self, r: &JobRecord, requirements: Requirements) -> Arc<JobInfo> {
+    fn job_info(&mut self, r: &Job, requirements: Requirements) -> Arc<JobInfo> {
         let priority_class =
             self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
         let queue = self.queues.get(&r.queue).map(|q| q.queue.name.clone()).unwrap_or_else(|| r.queue.clone());
@@ -258,7 +279,7 @@ impl State {
     pub(super) fn event(
         &mut self,
         out: &mut Applied,
-        r: &JobRecord,
+        r: &Job,
         at_ms: i64,
         kind: EventKind,
         run_id: Option<RunId>,
@@ -267,7 +288,7 @@ impl State {
         let key = (r.queue.clone(), r.job_set.clone());
         let seq = self.event_seqs.entry(key.clone()).or_insert(0);
         *seq += 1;
-        let event = crate::model::Event { seq: *seq, job_id: r.id, at_ms, kind, run_id, message };
+        let event = EventRecord { seq: *seq, job_id: r.id, at_ms, kind: kind.into(), run_id, message };
         if let Some(j) = self.jobs.get_mut(&r.id) {
             j.record.event_seqs.push(event.seq);
             out.touched.push(r.id);
@@ -350,7 +371,7 @@ impl State {
 
     /// Changes a live job under `f`, keeping every index in step, persisting it, and dropping
     /// it from memory once it is over.
-    pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, f: impl FnOnce(&mut JobRecord)) {
+    pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, f: impl FnOnce(&mut Job)) {
         let Some(mut job) = self.unindex_job(id) else { return };
         let before_priority = job.record.priority;
         f(&mut job.record);
@@ -367,7 +388,7 @@ impl State {
     }
 
     /// Makes a record a live job: interned requirements, shared names.
-    fn live(&mut self, mut record: JobRecord) -> Box<LiveJob> {
+    fn live(&mut self, mut record: Job) -> Box<LiveJob> {
         let requirements = self.intern(&std::mem::take(&mut record.requirements));
         if let Some(q) = self.queues.get(&record.queue) {
             record.queue = q.queue.name.clone();
@@ -385,7 +406,7 @@ impl State {
     }
 
     /// Records a new live job (submission), to be written at the end of the command.
-    pub(super) fn add_job(&mut self, out: &mut Applied, record: JobRecord) {
+    pub(super) fn add_job(&mut self, out: &mut Applied, record: Job) {
         let id = record.id;
         let job = self.live(record);
         self.index_job(job);
@@ -393,7 +414,7 @@ impl State {
     }
 
     /// Puts a live job read back from storage into memory (start-up, snapshot install).
-    pub fn restore_job(&mut self, record: JobRecord) {
+    pub fn restore_job(&mut self, record: Job) {
         let job = self.live(record);
         self.index_job(job);
     }
@@ -418,6 +439,6 @@ impl State {
 }
 
 /// A refusal.
-pub(super) fn reject(status: u16, field: Option<&str>, message: impl Into<String>) -> Response {
-    Response::Rejected(Rejection { status, field: field.map(str::to_string), message: message.into() })
+pub(super) fn reject(kind: RejectKind, field: Option<&str>, message: impl Into<String>) -> Response {
+    Response::Rejected(Rejection { kind, field: field.map(str::to_string), message: message.into() })
 }

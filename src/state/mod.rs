@@ -9,9 +9,11 @@ mod queues;
 mod runs;
 mod snapshot;
 
-pub use changes::{Change, Effects, ExecutorRecord};
-pub use command::{Command, JobVerdict, NewJob, NewLease, Rejection, Response, UNBOUNDED_WEIGHT};
-pub use machine::{Applied, ApplyContext, LiveJob, QueueState, State, StateSettings};
+pub use changes::{Change, Effects};
+pub use command::{
+    Command, JobVerdict, NewJob, NewLease, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
+};
+pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 
 #[cfg(test)]
 mod tests;

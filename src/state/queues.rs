@@ -1,17 +1,18 @@
 //! Queue commands: create, update, delete.
 
 use super::changes::Change;
-use super::command::Response;
+use super::command::{RejectKind, Response};
 use super::machine::{Applied, QueueState, State, reject};
 use crate::model::{Queue, QueueName};
+use crate::record::QueueRecord;
 use std::collections::BTreeMap;
 
 impl State {
     pub(super) fn create_queue(&mut self, queue: Queue, out: &mut Applied) -> Response {
         if self.queues.contains_key(&queue.name) {
-            return reject(409, Some("name"), format!("queue {} already exists", queue.name));
+            return reject(RejectKind::Conflict, Some("name"), format!("queue {} already exists", queue.name));
         }
-        out.changes.push(Change::PutQueue(queue.clone()));
+        out.changes.push(Change::PutQueue(QueueRecord::from(queue.clone())));
         self.queues.insert(
             queue.name.clone(),
             QueueState { queue, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
@@ -22,22 +23,22 @@ impl State {
 
     pub(super) fn update_queue(&mut self, queue: Queue, out: &mut Applied) -> Response {
         let Some(q) = self.queues.get_mut(&queue.name) else {
-            return reject(404, Some("name"), format!("queue {} does not exist", queue.name));
+            return reject(RejectKind::NotFound, Some("name"), format!("queue {} does not exist", queue.name));
         };
         q.queue = queue.clone();
-        out.changes.push(Change::PutQueue(queue));
+        out.changes.push(Change::PutQueue(QueueRecord::from(queue)));
         out.effects.schedule = true;
         Response::Ok
     }
 
     pub(super) fn delete_queue(&mut self, name: &QueueName, force: bool, at_ms: i64, out: &mut Applied) -> Response {
         let Some(q) = self.queues.get(name) else {
-            return reject(404, Some("name"), format!("queue {name} does not exist"));
+            return reject(RejectKind::NotFound, Some("name"), format!("queue {name} does not exist"));
         };
         let live: u64 = q.counts.iter().filter(|(s, _)| !s.is_terminal()).map(|(_, c)| *c).sum();
         if live > 0 && !force {
             return reject(
-                409,
+                RejectKind::Conflict,
                 None,
                 format!(
                     "queue {name} has {live} jobs that are not finished; cancel them first or delete with force=true"

@@ -1,10 +1,10 @@
 //! Runs: scheduling decisions, what executors report, and executors going away.
 
-use super::changes::{Change, ExecutorRecord};
-use super::command::{JobVerdict, NewLease, Response};
-use super::machine::{Applied, State};
-use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
+use super::changes::Change;
+use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
+use super::machine::{Applied, Executor, State};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState};
+use crate::record::{ExecutorRecord, NodeRecord};
 
 /// Most bytes of output kept with a run.
 const LOG_TAIL_LIMIT: usize = 64 * 1024;
@@ -88,13 +88,13 @@ impl State {
     pub(super) fn upsert_executor(
         &mut self,
         name: ExecutorName,
-        nodes: Vec<NodeReport>,
+        nodes: Vec<NodeRecord>,
         at_ms: i64,
         out: &mut Applied,
     ) -> Response {
         let record = ExecutorRecord { name: name.clone(), nodes, updated_at_ms: at_ms };
         out.changes.push(Change::PutExecutor(record.clone()));
-        self.executors.insert(name, record);
+        self.executors.insert(name, Executor::from(record));
         self.refresh_largest_node();
         out.effects.schedule = true;
         Response::Ok
@@ -104,7 +104,7 @@ impl State {
         &mut self,
         executor: &ExecutorName,
         at_ms: i64,
-        events: Vec<RunEventReport>,
+        events: Vec<RunReport>,
         max_attempted_runs: u32,
         out: &mut Applied,
     ) -> Response {
@@ -121,7 +121,7 @@ impl State {
             let run_id = run.run_id;
             let killing = run.kill.is_some();
             match ev.kind {
-                RunEventKind::Pending => {
+                RunReportKind::Pending => {
                     if run.state != RunState::Leased {
                         continue;
                     }
@@ -136,7 +136,7 @@ impl State {
                     });
                     self.event(out, &record, at_ms, EventKind::Pending, Some(run_id), ev.message.clone());
                 }
-                RunEventKind::Running => {
+                RunReportKind::Running => {
                     if run.state == RunState::Running {
                         continue;
                     }
@@ -152,8 +152,8 @@ impl State {
                     });
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
                 }
-                RunEventKind::Succeeded | RunEventKind::Failed => {
-                    let succeeded = ev.kind == RunEventKind::Succeeded;
+                RunReportKind::Succeeded | RunReportKind::Failed => {
+                    let succeeded = ev.kind == RunReportKind::Succeeded;
                     let mut final_state = record.state;
                     let tail = ev.log_tail.as_deref().map(truncate_tail);
                     self.update_job(out, id, |r| {
@@ -190,7 +190,7 @@ impl State {
                     self.event(out, &record, at_ms, kind, Some(run_id), message);
                     out.effects.schedule = true;
                 }
-                RunEventKind::Returned => {
+                RunReportKind::Returned => {
                     let reason = ev.reason.clone().unwrap_or_else(|| "the run never started on its node".to_string());
                     self.lose_run(out, id, at_ms, &reason, max_attempted_runs);
                 }
@@ -259,7 +259,7 @@ impl State {
     }
 }
 
-fn failure_reason(ev: &RunEventReport) -> String {
+fn failure_reason(ev: &RunReport) -> String {
     match (&ev.reason, ev.exit_code, &ev.message) {
         (Some(r), Some(c), _) => format!("{r} (exit code {c})"),
         (Some(r), None, _) => r.clone(),

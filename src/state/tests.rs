@@ -1,12 +1,13 @@
 //! State machine tests: every command's effect on state, changes and events.
 
 use super::*;
-use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
 use crate::model::{
-    EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue,
-    QueueName, Resources, RunId, RunState, SchedulingRequirements,
+    EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, Node, NodeName, PoolName, PriorityClassName,
+    Queue, QueueName, Resources, RunId, RunState, SchedulingRequirements,
 };
+use crate::record::NodeRecord;
 use crate::scheduler::SchedulerConfig;
+use RunReportKind as RunEventKind;
 
 fn q(name: &str) -> QueueName {
     QueueName::new(name).unwrap()
@@ -27,29 +28,31 @@ fn new_job(id: u128, client_id: Option<&str>, cpu: &str) -> NewJob {
         requirements: SchedulingRequirements {
             requests: Resources::parse([("cpu", cpu)]).unwrap(),
             ..Default::default()
-        },
+        }
+        .into(),
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
         termination_grace_period_ms: 5000,
         active_deadline_seconds: 3600,
-        payload: JobPayload { pod_spec: "{}".into(), services: vec![], ingresses: vec![] },
+        payload: JobPayload { pod_spec: "{}".into(), services: vec![], ingresses: vec![] }.into(),
     }
 }
 
 fn state() -> State {
     let mut s = State::new(StateSettings::from_config(&SchedulerConfig::default()));
-    let r = s.apply(Command::CreateQueue { queue: Queue::new(q("A"), 1.0) }, ApplyContext::default());
+    let r = s.apply(Command::CreateQueue { queue: Queue::new(q("A"), 1.0).into() }, ApplyContext::default());
     assert_eq!(r.response, Some(Response::Ok));
-    let nodes = vec![NodeReport {
+    let nodes = vec![NodeRecord::from(Node {
         name: NodeName::new("n1").unwrap(),
+        executor: exec("e1"),
         pool: PoolName::default_pool(),
         labels: Default::default(),
         taints: vec![],
         allocatable: Resources::parse([("cpu", "8")]).unwrap(),
         unallocatable: Resources::new(),
         unschedulable: false,
-    }];
+    })];
     s.apply(Command::UpsertExecutor { executor: exec("e1"), nodes, at_ms: 1 }, ApplyContext::default());
     s
 }
@@ -82,7 +85,7 @@ fn report(s: &mut State, run: u128, job: u128, kind: RunEventKind, exit: Option<
         Command::RunEvents {
             executor: exec("e1"),
             at_ms: 30,
-            events: vec![RunEventReport {
+            events: vec![RunReport {
                 run_id: RunId::from_u128(run),
                 job_id: JobId::from_u128(job),
                 kind,
@@ -102,7 +105,7 @@ fn events(a: &Applied) -> Vec<EventKind> {
     a.changes
         .iter()
         .filter_map(|c| match c {
-            Change::AppendEvent { event, .. } => Some(event.kind),
+            Change::AppendEvent { event, .. } => Some(EventKind::from(event.kind)),
             _ => None,
         })
         .collect()
@@ -147,13 +150,13 @@ fn submit_to_missing_or_cordoned_queue_is_refused() {
         Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
         ApplyContext::default(),
     );
-    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 404, .. }))));
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::NotFound, .. }))));
     assert!(a.changes.is_empty());
     let mut cordoned = Queue::new(q("A"), 1.0);
     cordoned.cordoned = true;
-    s.apply(Command::UpdateQueue { queue: cordoned }, ApplyContext::default());
+    s.apply(Command::UpdateQueue { queue: cordoned.into() }, ApplyContext::default());
     let a = submit(&mut s, vec![new_job(1, None, "1")]);
-    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::Conflict, .. }))));
 }
 
 #[test]
@@ -179,8 +182,8 @@ fn lease_run_and_succeed() {
         panic!("no PutJob")
     };
     assert!(!live);
-    assert_eq!(record.state, JobState::Succeeded);
-    assert_eq!(record.runs[0].state, RunState::Succeeded);
+    assert_eq!(record.state, JobState::Succeeded.into());
+    assert_eq!(record.runs[0].state, RunState::Succeeded.into());
     assert_eq!(record.runs[0].log_tail.as_deref(), Some("hello\n"));
 }
 
@@ -189,7 +192,7 @@ fn decisions_of_a_stale_term_are_refused() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "1")]);
     let a = lease(&mut s, 1, 100, 2, 3);
-    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::Conflict, .. }))));
     assert_eq!(job_state(&s, 1), Some(JobState::Queued));
 }
 
@@ -204,7 +207,7 @@ fn events_from_other_executors_or_unknown_runs_are_ignored() {
         Command::RunEvents {
             executor: exec("other"),
             at_ms: 1,
-            events: vec![RunEventReport {
+            events: vec![RunReport {
                 run_id: RunId::from_u128(100),
                 job_id: JobId::from_u128(1),
                 kind: RunEventKind::Running,
@@ -262,7 +265,7 @@ fn cancel_filtered_by_state() {
             queue: q("A"),
             job_set: set("s"),
             job_ids: None,
-            states: Some(vec![JobState::Queued]),
+            states: Some(vec![JobState::Queued.into()]),
             reason: "x".into(),
             at_ms: 1,
         },
@@ -331,7 +334,7 @@ fn delete_queue_refuses_live_jobs_unless_forced() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "1")]);
     let a = s.apply(Command::DeleteQueue { name: q("A"), force: false, at_ms: 1 }, ApplyContext::default());
-    assert!(matches!(a.response, Some(Response::Rejected(Rejection { status: 409, .. }))));
+    assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::Conflict, .. }))));
     let a = s.apply(Command::DeleteQueue { name: q("A"), force: true, at_ms: 1 }, ApplyContext::default());
     assert_eq!(a.response, Some(Response::Ok));
     assert!(s.queues.is_empty() && s.jobs.is_empty());

@@ -1,11 +1,12 @@
 //! Rebuilding the in-memory state from the database at start-up: queues, executors, event
 //! counters, idempotency keys and the live jobs (terminal jobs stay on disk).
 
-use super::codec::decode;
+use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
-use crate::model::{JobRecord, JobSetName, Queue, QueueName};
-use crate::state::{ExecutorRecord, QueueState, State, StateSettings};
+use crate::model::{Job, JobSetName, Queue, QueueName};
+use crate::record::{ExecutorRecord, JobRecord, QueueRecord};
+use crate::state::{Executor, QueueState, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::BTreeMap;
 
@@ -16,13 +17,16 @@ impl Store {
         let mut state = State::new(settings);
         let meta = tx.open_table(META)?;
         if let Some(v) = meta.get(SUBMIT_SEQ)? {
-            let b: [u8; 8] =
-                v.value().try_into().map_err(|_| StoreError::Corrupt("meta.submit_seq is not 8 bytes".into()))?;
+            let b: [u8; 8] = v
+                .value()
+                .try_into()
+                .map_err(|_| StoreError::Malformed { what: "meta.submit_seq".into(), detail: "not 8 bytes".into() })?;
             state.next_seq = u64::from_be_bytes(b);
         }
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
-            let q: Queue = decode(v.value(), &format!("queue {}", k.value()))?;
+            let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;
+            let q = Queue::from(q);
             state.queues.insert(
                 q.name.clone(),
                 QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
@@ -30,8 +34,8 @@ impl Store {
         }
         for row in tx.open_table(EXECUTORS)?.iter()? {
             let (k, v) = row?;
-            let e: ExecutorRecord = decode(v.value(), &format!("executor {}", k.value()))?;
-            state.executors.insert(e.name.clone(), e);
+            let e: ExecutorRecord = decode_row(v.value(), || format!("executor {}", k.value()))?;
+            state.executors.insert(e.name.clone(), Executor::from(e));
         }
         state.refresh_largest_node();
         for row in tx.open_table(EVENT_SEQS)?.iter()? {
@@ -57,10 +61,13 @@ impl Store {
             let (k, _) = row?;
             let key = k.value();
             let Some(bytes) = jobs.get(&key)? else {
-                return Err(StoreError::Corrupt(format!("live job {} has no record", job_from_key(key))));
+                return Err(StoreError::Malformed {
+                    what: format!("live job {}", job_from_key(key)),
+                    detail: "it has no record in the jobs table".into(),
+                });
             };
-            let record: JobRecord = decode(bytes.value(), &format!("job {}", job_from_key(key)))?;
-            state.restore_job(record);
+            let record: JobRecord = decode_row(bytes.value(), || format!("job {}", job_from_key(key)))?;
+            state.restore_job(Job::from(record));
         }
         Ok(state)
     }

@@ -10,7 +10,7 @@ use redb::{Database, ReadableDatabase, TableHandle};
 pub mod steps;
 
 /// The schema version this binary reads and writes.
-pub const CURRENT_VERSION: u32 = 2;
+pub const CURRENT_VERSION: u32 = crate::record::STATE_SCHEMA_VERSION;
 
 /// The database's schema version (0 if it has none).
 pub fn version(db: &Database) -> Result<u32, StoreError> {
@@ -21,8 +21,10 @@ pub fn version(db: &Database) -> Result<u32, StoreError> {
     }
     let meta = tx.open_table(META)?;
     let Some(v) = meta.get(SCHEMA_VERSION)? else { return Ok(0) };
-    let b: [u8; 4] =
-        v.value().try_into().map_err(|_| StoreError::Corrupt("meta.schema_version is not 4 bytes".into()))?;
+    let b: [u8; 4] = v
+        .value()
+        .try_into()
+        .map_err(|_| StoreError::Malformed { what: "meta.schema_version".into(), detail: "not 4 bytes".into() })?;
     Ok(u32::from_be_bytes(b))
 }
 
@@ -35,7 +37,12 @@ pub fn run(db: &Database, path: &str) -> Result<(), StoreError> {
     for m in steps::ALL.iter().filter(|m| m.version > found) {
         tracing::info!(version = m.version, name = m.name, "migrating database");
         let tx = db.begin_write()?;
-        (m.run)(&tx).map_err(|message| StoreError::Migration { version: m.version, message })?;
+        (m.run)(&tx).map_err(|e| StoreError::Migration {
+            path: path.to_string(),
+            version: m.version,
+            name: m.name,
+            source: Box::new(e),
+        })?;
         {
             let mut meta = tx.open_table(META)?;
             meta.insert(SCHEMA_VERSION, m.version.to_be_bytes().as_slice())?;

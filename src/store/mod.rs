@@ -2,7 +2,7 @@
 //! loading the state at start-up, queries for the API, snapshot export/import and schema
 //! migrations.
 
-pub mod codec;
+mod codec;
 mod load;
 pub mod migrate;
 mod queries;
@@ -11,41 +11,111 @@ pub mod tables;
 mod writes;
 
 pub use queries::JobFilter;
+
+use crate::record::CodecError;
 pub use snapshot::ExportView;
 pub use writes::write_changes;
 
 use redb::{Database, ReadableDatabase};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Storage failures.
+/// Storage failures. redb's and the codec's errors are kept as sources.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database: {0}")]
-    Database(String),
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-    #[error("encoding failed: {0}")]
-    Encode(String),
+    /// redb failed (I/O, a corrupt file, a transaction or table error).
+    #[error(transparent)]
+    Database(#[from] redb::Error),
+    /// The database's directory could not be created.
+    #[error("cannot create the data directory {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored value does not decode as the record it should be.
+    #[error("stored {what} is corrupt")]
+    Corrupt {
+        /// Which value (table and key).
+        what: String,
+        /// The codec's reason.
+        #[source]
+        source: CodecError,
+    },
+    /// A stored value breaks a rule that is not the codec's (a wrong length, a missing row).
+    #[error("stored {what} is malformed: {detail}")]
+    Malformed {
+        /// Which value.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A record could not be encoded.
+    #[error("cannot encode {what}")]
+    Encode {
+        /// Which value.
+        what: &'static str,
+        /// The codec's reason.
+        #[source]
+        source: CodecError,
+    },
+    /// The database was written by a newer Convoy.
     #[error(
-        "the database at {path} has schema version {found}, newer than this binary supports ({supported}); run a newer convoy"
+        "the database at {path} has schema version {found}, newer than this binary supports ({supported}): it was \
+         written by a newer convoy; run that version or newer"
     )]
-    TooNew { path: String, found: u32, supported: u32 },
-    #[error("migration to schema version {version} failed: {message}")]
-    Migration { version: u32, message: String },
+    TooNew {
+        /// The database file.
+        path: String,
+        /// Its schema version.
+        found: u32,
+        /// The newest this binary reads.
+        supported: u32,
+    },
+    /// The database cannot be upgraded (a pre-release format).
+    #[error("the database cannot be upgraded: {reason}")]
+    Unsupported {
+        /// Why.
+        reason: String,
+    },
+    /// A snapshot from a server of another schema version.
+    #[error(
+        "the snapshot has state schema version {found} and this binary uses {expected}: every server of a \
+         cluster must run the same schema version"
+    )]
+    SnapshotVersion {
+        /// The snapshot's schema version.
+        found: u32,
+        /// This binary's.
+        expected: u32,
+    },
+    /// A migration step failed.
+    #[error("migrating the database at {path} to schema version {version} ({name}) failed")]
+    Migration {
+        /// The database file.
+        path: String,
+        /// The version the step leads to.
+        version: u32,
+        /// The step's name.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 macro_rules! db_err {
     ($($t:ty),*) => {$(
         impl From<$t> for StoreError {
             fn from(e: $t) -> Self {
-                StoreError::Database(e.to_string())
+                StoreError::Database(e.into())
             }
         }
     )*};
 }
 db_err!(
-    redb::Error,
     redb::DatabaseError,
     redb::TransactionError,
     redb::TableError,
@@ -73,8 +143,7 @@ impl Store {
     /// Like [`Store::open`], with redb's page cache limited to `cache_bytes`.
     pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Database(format!("creating {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
         }
         let db = Database::builder().set_cache_size(cache_bytes).create(path)?;
         migrate::run(&db, &path.display().to_string())?;

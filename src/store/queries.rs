@@ -1,9 +1,10 @@
 //! Reads for the API: jobs, payloads, listings and event streams.
 
-use super::codec::decode;
+use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
-use crate::model::{Event, JobId, JobPayload, JobRecord, JobSetName, JobState, QueueName};
+use crate::model::{Event, Job, JobId, JobPayload, JobSetName, JobState, QueueName};
+use crate::record::{EventRecord, JobRecord, PayloadRecord};
 use redb::ReadableTable;
 
 /// Which jobs to list.
@@ -19,11 +20,11 @@ pub struct JobFilter {
 
 impl Store {
     /// A job's record.
-    pub fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+    pub fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         let tx = self.read()?;
         let t = tx.open_table(JOBS)?;
         match t.get(&job_key(id))? {
-            Some(v) => Ok(Some(decode(v.value(), &format!("job {id}"))?)),
+            Some(v) => Ok(Some(decode_job(v.value(), id)?)),
             None => Ok(None),
         }
     }
@@ -33,7 +34,7 @@ impl Store {
         let tx = self.read()?;
         let t = tx.open_table(PAYLOADS)?;
         match t.get(&job_key(id))? {
-            Some(v) => Ok(Some(decode(v.value(), &format!("payload of job {id}"))?)),
+            Some(v) => Ok(Some(decode_payload(v.value(), id)?)),
             None => Ok(None),
         }
     }
@@ -44,7 +45,7 @@ impl Store {
         let t = tx.open_table(PAYLOADS)?;
         ids.iter()
             .map(|id| match t.get(&job_key(*id))? {
-                Some(v) => Ok(Some(decode(v.value(), &format!("payload of job {id}"))?)),
+                Some(v) => Ok(Some(decode_payload(v.value(), *id)?)),
                 None => Ok(None),
             })
             .collect()
@@ -52,11 +53,11 @@ impl Store {
 
     /// Jobs matching `filter`, in id (submission time) order, at most `filter.limit`, plus
     /// whether more follow.
-    pub fn list_jobs(&self, filter: &JobFilter) -> Result<(Vec<JobRecord>, bool), StoreError> {
+    pub fn list_jobs(&self, filter: &JobFilter) -> Result<(Vec<Job>, bool), StoreError> {
         let tx = self.read()?;
         let jobs = tx.open_table(JOBS)?;
         let mut out = Vec::new();
-        let keep = |r: &JobRecord| {
+        let keep = |r: &Job| {
             filter.queue.as_ref().is_none_or(|q| &r.queue == q)
                 && filter.job_set.as_ref().is_none_or(|s| &r.job_set == s)
                 && (filter.states.is_empty() || filter.states.contains(&r.state))
@@ -87,7 +88,7 @@ impl Store {
                         continue;
                     };
                     let Some(v) = jobs.get(&id)? else { continue };
-                    let r: JobRecord = decode(v.value(), "job")?;
+                    let r = decode_job(v.value(), job_from_key(&id))?;
                     if keep(&r) {
                         if out.len() == limit {
                             return Ok((out, true));
@@ -99,8 +100,8 @@ impl Store {
             _ => {
                 let start = filter.after.map(|a| a.as_u128().saturating_add(1).to_be_bytes()).unwrap_or([0; 16]);
                 for row in jobs.range::<&[u8; 16]>(&start..)? {
-                    let (_, v) = row?;
-                    let r: JobRecord = decode(v.value(), "job")?;
+                    let (k, v) = row?;
+                    let r = decode_job(v.value(), job_from_key(k.value()))?;
                     if keep(&r) {
                         if out.len() == limit {
                             return Ok((out, true));
@@ -132,9 +133,9 @@ impl Store {
         let mut out = Vec::new();
         for row in t.range(start.as_slice()..end.as_slice())? {
             let (_, v) = row?;
-            let chunk: Vec<Event> = decode(v.value(), "event chunk")?;
+            let chunk = decode_chunk(v.value(), queue, job_set)?;
             for e in chunk.into_iter().filter(|e| e.seq >= from) {
-                out.push(e);
+                out.push(Event::from(e));
                 if out.len() >= limit {
                     return Ok(out);
                 }
@@ -144,26 +145,38 @@ impl Store {
     }
 
     /// A job's events (the record lists their sequence numbers).
-    pub fn job_events(&self, record: &JobRecord) -> Result<Vec<Event>, StoreError> {
+    pub fn job_events(&self, record: &Job) -> Result<Vec<Event>, StoreError> {
         let tx = self.read()?;
         let events = tx.open_table(EVENTS)?;
         let prefix = set_prefix(&record.queue, &record.job_set);
         let mut out = Vec::with_capacity(record.event_seqs.len());
         // A job's events are often in the same chunk: decode each chunk once.
-        let mut chunk: Vec<Event> = Vec::new();
+        let mut chunk: Vec<EventRecord> = Vec::new();
         for &seq in &record.event_seqs {
             if chunk.first().is_none_or(|e| e.seq > seq) || chunk.last().is_none_or(|e| e.seq < seq) {
                 chunk = match chunk_holding(&events, &prefix, seq)? {
-                    Some((_, bytes)) => decode(&bytes, "event chunk")?,
+                    Some((_, bytes)) => decode_chunk(&bytes, &record.queue, &record.job_set)?,
                     None => Vec::new(),
                 };
             }
             if let Ok(i) = chunk.binary_search_by_key(&seq, |e| e.seq) {
-                out.push(chunk[i].clone());
+                out.push(Event::from(chunk[i].clone()));
             }
         }
         Ok(out)
     }
+}
+
+fn decode_job(bytes: &[u8], id: JobId) -> Result<Job, StoreError> {
+    decode_row::<JobRecord>(bytes, || format!("job {id}")).map(Job::from)
+}
+
+fn decode_payload(bytes: &[u8], id: JobId) -> Result<JobPayload, StoreError> {
+    decode_row::<PayloadRecord>(bytes, || format!("payload of job {id}")).map(JobPayload::from)
+}
+
+fn decode_chunk(bytes: &[u8], queue: &QueueName, job_set: &JobSetName) -> Result<Vec<EventRecord>, StoreError> {
+    decode_row(bytes, || format!("event chunk of job set {job_set} in queue {queue}"))
 }
 
 /// A stored row's key and value.

@@ -1,27 +1,11 @@
 //! Snapshot export and import: the whole state (every table but the Raft log) read in one
 //! consistent read transaction, and written back in one write transaction.
 
-use super::codec::{decode, encode};
+use super::codec::{decode_row, encode_row};
 use super::tables::*;
 use super::{Store, StoreError};
+use crate::record::{STATE_SCHEMA_VERSION, SnapshotRecord};
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
-use serde::{Deserialize, Serialize};
-
-/// Raw rows of every state table.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Export {
-    schema_version: u32,
-    meta: Vec<(String, Vec<u8>)>,
-    queues: Vec<(String, Vec<u8>)>,
-    jobs: Vec<([u8; 16], Vec<u8>)>,
-    payloads: Vec<([u8; 16], Vec<u8>)>,
-    live_jobs: Vec<[u8; 16]>,
-    job_sets: Vec<Vec<u8>>,
-    events: Vec<(Vec<u8>, Vec<u8>)>,
-    event_seqs: Vec<(Vec<u8>, u64)>,
-    client_ids: Vec<(Vec<u8>, [u8; 16])>,
-    executors: Vec<(String, Vec<u8>)>,
-}
 
 fn clear<K: redb::Key + 'static, V: redb::Value + 'static>(
     tx: &WriteTransaction,
@@ -64,7 +48,7 @@ impl Store {
 }
 
 fn export_from(tx: &redb::ReadTransaction) -> Result<Vec<u8>, StoreError> {
-    let mut e = Export { schema_version: super::migrate::CURRENT_VERSION, ..Default::default() };
+    let mut e = SnapshotRecord { schema_version: STATE_SCHEMA_VERSION, ..Default::default() };
     for row in tx.open_table(META)?.iter()? {
         let (k, v) = row?;
         if k.value() != SCHEMA_VERSION {
@@ -105,21 +89,21 @@ fn export_from(tx: &redb::ReadTransaction) -> Result<Vec<u8>, StoreError> {
         let (k, v) = row?;
         e.executors.push((k.value().to_string(), v.value().to_vec()));
     }
-    encode(&e)
+    encode_row("snapshot", &e)
 }
 
 impl Store {
     /// Replaces the state tables with an export, inside `tx` (the caller commits, so the raft
     /// metadata can go in the same transaction).
     pub fn import_into(&self, tx: &WriteTransaction, data: &[u8]) -> Result<(), StoreError> {
-        let e: Export = decode(data, "snapshot")?;
-        if e.schema_version != super::migrate::CURRENT_VERSION {
-            return Err(StoreError::Corrupt(format!(
-                "snapshot has schema version {}, this binary uses {}",
-                e.schema_version,
-                super::migrate::CURRENT_VERSION
-            )));
+        // The schema version comes first in every snapshot format: read it alone, so that a
+        // snapshot of another version is refused for what it is, not as corrupt.
+        let found = SnapshotRecord::schema_version_of(data)
+            .map_err(|source| StoreError::Corrupt { what: "snapshot".into(), source })?;
+        if found != STATE_SCHEMA_VERSION {
+            return Err(StoreError::SnapshotVersion { found, expected: STATE_SCHEMA_VERSION });
         }
+        let e: SnapshotRecord = decode_row(data, || "snapshot".into())?;
         clear(tx, QUEUES)?;
         clear(tx, JOBS)?;
         clear(tx, PAYLOADS)?;

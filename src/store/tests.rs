@@ -1,11 +1,11 @@
 //! Storage tests: changes written and loaded back, queries, snapshots, migrations.
 
 use super::*;
-use crate::model::api::NodeReport;
 use crate::model::{
     JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources,
     SchedulingRequirements,
 };
+use crate::record::{EventRecord, JobRecord, encode};
 use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
 use crate::store::tables::*;
@@ -23,13 +23,14 @@ fn job(id: u128, client: Option<&str>) -> NewJob {
         requirements: SchedulingRequirements {
             requests: Resources::parse([("cpu", "1")]).unwrap(),
             ..Default::default()
-        },
+        }
+        .into(),
         gang: None,
         annotations: Default::default(),
         labels: Default::default(),
         termination_grace_period_ms: 1000,
         active_deadline_seconds: 60,
-        payload: JobPayload { pod_spec: r#"{"containers":[]}"#.into(), services: vec![], ingresses: vec![] },
+        payload: JobPayload { pod_spec: r#"{"containers":[]}"#.into(), services: vec![], ingresses: vec![] }.into(),
     }
 }
 
@@ -46,20 +47,21 @@ fn apply_all(store: &Store, state: &mut State, cmds: Vec<Command>) {
 fn sample(store: &Store) -> State {
     let mut state = State::new(settings());
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
-    let node = NodeReport {
+    let node = crate::record::NodeRecord::from(crate::model::Node {
         name: NodeName::new("n1").unwrap(),
+        executor: "e1".parse().unwrap(),
         pool: PoolName::default_pool(),
         labels: Default::default(),
         taints: vec![],
         allocatable: Resources::parse([("cpu", "4")]).unwrap(),
         unallocatable: Resources::new(),
         unschedulable: false,
-    };
+    });
     apply_all(
         store,
         &mut state,
         vec![
-            Command::CreateQueue { queue: Queue::new(q.clone(), 1.0) },
+            Command::CreateQueue { queue: Queue::new(q.clone(), 1.0).into() },
             Command::UpsertExecutor { executor: "e1".parse().unwrap(), nodes: vec![node], at_ms: 1 },
             Command::Submit {
                 queue: q.clone(),
@@ -221,43 +223,26 @@ fn newer_schema_is_refused() {
 }
 
 #[test]
-fn prototype_database_is_upgraded() {
+fn prototype_database_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");
-    // A version-0 database: jobs as JSON text, no meta, no indexes.
-    let queued = {
-        let a = Store::open(&dir.path().join("scratch.redb")).unwrap();
-        let state = sample(&a);
-        let mut records: Vec<_> = state.jobs.values().map(|j| j.record.clone()).collect();
-        records.push(a.job(JobId::from_u128(3)).unwrap().unwrap());
-        records
-    };
+    // A version-0 database of the pre-release prototype: jobs as JSON text, no meta.
     {
         let db = redb::Database::create(&path).unwrap();
         let tx = db.begin_write().unwrap();
-        {
-            let mut t = tx.open_table(migrate::steps::v0001_initial::JOBS_JSON_V0).unwrap();
-            for r in &queued {
-                t.insert(r.id.to_string().as_str(), serde_json::to_string(r).unwrap().as_str()).unwrap();
-            }
-        }
+        tx.open_table(migrate::steps::v0001_initial::JOBS_JSON_V0).unwrap().insert("01J", "{}").unwrap();
         tx.commit().unwrap();
     }
+    let Err(e) = Store::open(&path) else { panic!("a prototype database must be refused") };
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg = format!("{msg}: {s}");
+        source = s.source();
+    }
+    assert!(msg.contains("pre-release prototype") && msg.contains("empty one"), "{msg}");
+    // Nothing was changed: it is still a version-0 database.
     assert_eq!(migrate::version(&redb::Database::open(&path).unwrap()).unwrap(), 0);
-    let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), migrate::CURRENT_VERSION);
-    let loaded = store.load_state(settings()).unwrap();
-    assert_eq!(loaded.jobs.len(), 2, "the two live jobs are live again");
-    assert_eq!(store.job(JobId::from_u128(3)).unwrap().map(|r| r.state), Some(JobState::Cancelled));
-    assert_eq!(loaded.next_seq, 3);
-    let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
-    let (listed, _) =
-        store.list_jobs(&JobFilter { queue: Some(q), job_set: Some(s), limit: 10, ..Default::default() }).unwrap();
-    assert_eq!(listed.len(), 3);
-    // Opening again changes nothing.
-    drop(store);
-    let again = Store::open(&path).unwrap();
-    assert_eq!(again.load_state(settings()).unwrap().jobs.len(), 2);
 }
 
 fn event(seq: u64, job: u128) -> crate::model::Event {
@@ -286,12 +271,12 @@ fn events_resume_from_any_sequence_number_across_chunks() {
             changes.push(crate::state::Change::AppendEvent {
                 queue: q.clone(),
                 job_set: s.clone(),
-                event: event(seq, seq as u128),
+                event: event(seq, seq as u128).into(),
             });
             changes.push(crate::state::Change::AppendEvent {
                 queue: q.clone(),
                 job_set: JobSetName::new("s2").unwrap(),
-                event: event(seq, 0),
+                event: event(seq, 0).into(),
             });
         }
         write_changes(&tx, &changes).unwrap();
@@ -308,7 +293,7 @@ fn events_resume_from_any_sequence_number_across_chunks() {
     let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
     let job = sample(&other).jobs.values().next().unwrap().full_record();
     let record =
-        crate::model::JobRecord { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
+        crate::model::Job { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
     let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(found, vec![1, 4, 200, 304], "sequence numbers that were never written are skipped");
 }
@@ -334,14 +319,16 @@ fn version_1_events_are_regrouped_into_chunks() {
             tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 1u32.to_be_bytes().as_slice()).unwrap();
             tx.open_table(JOBS)
                 .unwrap()
-                .insert(&job_key(record.id), codec::encode(&record).unwrap().as_slice())
+                .insert(&job_key(record.id), encode(&JobRecord::from(record.clone())).unwrap().as_slice())
                 .unwrap();
             let mut t = tx.open_table(migrate::steps::v0001_initial::EVENTS_V1).unwrap();
             for e in &expected {
-                t.insert(v1_key(&s, e.seq).as_slice(), codec::encode(e).unwrap().as_slice()).unwrap();
+                t.insert(v1_key(&s, e.seq).as_slice(), encode(&EventRecord::from(e.clone())).unwrap().as_slice())
+                    .unwrap();
             }
             for seq in 1..=600 {
-                t.insert(v1_key(&big, seq).as_slice(), codec::encode(&event(seq, 7)).unwrap().as_slice()).unwrap();
+                t.insert(v1_key(&big, seq).as_slice(), encode(&EventRecord::from(event(seq, 7))).unwrap().as_slice())
+                    .unwrap();
             }
         }
         tx.commit().unwrap();

@@ -1,9 +1,10 @@
 //! Writing the state machine's changes into a write transaction.
 
 use super::StoreError;
-use super::codec::encode;
+use super::codec::encode_row;
 use super::tables::*;
-use crate::model::{Event, JobSetName, QueueName};
+use crate::model::{JobSetName, QueueName};
+use crate::record::EventRecord;
 use crate::state::Change;
 use redb::{Key, Table, TableDefinition, Value, WriteTransaction};
 use std::collections::HashMap;
@@ -15,10 +16,11 @@ fn open<'s, 't, K: Key + 'static, V: Value + 'static>(
     tx: &'t WriteTransaction,
     def: TableDefinition<K, V>,
 ) -> Result<&'s mut Table<'t, K, V>, StoreError> {
-    if slot.is_none() {
-        *slot = Some(tx.open_table(def)?);
-    }
-    slot.as_mut().ok_or_else(|| StoreError::Database(format!("table {def} did not open")))
+    let table = match slot.take() {
+        Some(table) => table,
+        None => tx.open_table(def)?,
+    };
+    Ok(slot.insert(table))
 }
 
 /// Writes `changes` in `tx` (the caller commits).
@@ -29,18 +31,18 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let (mut meta, mut queues, mut jobs, mut payloads, mut live) = (None, None, None, None, None);
     let (mut job_sets, mut client_ids, mut executors) = (None, None, None);
     // A job set's events of this transaction become chunks, written at the end.
-    let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&Event>> = HashMap::new();
+    let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&EventRecord>> = HashMap::new();
     for c in changes {
         match c {
             Change::PutQueue(q) => {
-                open(&mut queues, tx, QUEUES)?.insert(q.name.as_str(), encode(q)?.as_slice())?;
+                open(&mut queues, tx, QUEUES)?.insert(q.name.as_str(), encode_row("queue", q)?.as_slice())?;
             }
             Change::DeleteQueue(name) => {
                 open(&mut queues, tx, QUEUES)?.remove(name.as_str())?;
             }
             Change::PutJob { record, live: is_live } => {
                 let k = job_key(record.id);
-                open(&mut jobs, tx, JOBS)?.insert(&k, encode(record.as_ref())?.as_slice())?;
+                open(&mut jobs, tx, JOBS)?.insert(&k, encode_row("job", record.as_ref())?.as_slice())?;
                 if *is_live {
                     open(&mut live, tx, LIVE_JOBS)?.insert(&k, ())?;
                 } else {
@@ -48,7 +50,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 }
             }
             Change::PutPayload(id, p) => {
-                open(&mut payloads, tx, PAYLOADS)?.insert(&job_key(*id), encode(p.as_ref())?.as_slice())?;
+                open(&mut payloads, tx, PAYLOADS)?
+                    .insert(&job_key(*id), encode_row("payload", p.as_ref())?.as_slice())?;
             }
             Change::PutClientId { queue, client_id, job } => {
                 open(&mut client_ids, tx, CLIENT_IDS)?
@@ -61,7 +64,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 new_events.entry((queue, job_set)).or_default().push(event);
             }
             Change::PutExecutor(e) => {
-                open(&mut executors, tx, EXECUTORS)?.insert(e.name.as_str(), encode(e)?.as_slice())?;
+                open(&mut executors, tx, EXECUTORS)?.insert(e.name.as_str(), encode_row("executor", e)?.as_slice())?;
             }
             Change::DeleteExecutor(name) => {
                 open(&mut executors, tx, EXECUTORS)?.remove(name.as_str())?;
@@ -81,7 +84,8 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
         list.sort_by_key(|e| e.seq);
         let prefix = set_prefix(queue, job_set);
         for chunk in list.chunks(EVENT_CHUNK_MAX) {
-            events.insert(event_key(&prefix, chunk[0].seq).as_slice(), encode(&chunk)?.as_slice())?;
+            events
+                .insert(event_key(&prefix, chunk[0].seq).as_slice(), encode_row("event chunk", &chunk)?.as_slice())?;
         }
         if let Some(last) = list.last() {
             event_seqs.insert(prefix.as_slice(), last.seq)?;

@@ -5,7 +5,7 @@
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db};
 use crate::model::{Queue, QueueName};
-use crate::raft::{Node, NodeId, RaftNode, RaftSettings, SECRET_HEADER, WriteError};
+use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError, SECRET_HEADER};
 use crate::state::{Command, Response};
 use redb::Database;
 use std::collections::BTreeMap;
@@ -109,7 +109,7 @@ async fn agreed_leader(members: &[&Member]) -> NodeId {
 }
 
 fn create_queue(name: &str) -> Command {
-    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0) }
+    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0).into() }
 }
 
 /// Writes through whichever member leads, retrying while leadership moves.
@@ -119,7 +119,7 @@ async fn write(members: &[&Member], cmd: Command) -> Response {
         if let Some(leader) = members.iter().find(|m| m.node.is_leader()) {
             match leader.node.write(cmd.clone()).await {
                 Ok(r) => return r,
-                Err(WriteError::NoLeader | WriteError::ForwardToLeader { .. }) => {}
+                Err(RequestError::NoLeader | RequestError::ForwardToLeader { .. }) => {}
                 Err(e) => panic!("write failed: {e}"),
             }
         }
@@ -183,13 +183,13 @@ async fn three_members_elect_replicate_fail_over_and_catch_up() {
     // --- a follower refuses writes and says where the leader is.
     let follower = members.iter().find(|m| m.id != leader_id).unwrap();
     match follower.node.write(create_queue("refused")).await {
-        Err(WriteError::ForwardToLeader { leader_id: id, addr }) => {
+        Err(RequestError::ForwardToLeader { leader_id: id, addr }) => {
             assert_eq!(id, leader_id);
             assert_eq!(addr, leader.addr);
         }
         other => panic!("a follower must forward writes, got {other:?}"),
     }
-    assert!(matches!(follower.node.ensure_linearizable().await, Err(WriteError::ForwardToLeader { .. })));
+    assert!(matches!(follower.node.ensure_linearizable().await, Err(RequestError::ForwardToLeader { .. })));
 
     // --- the leader goes down: the other two elect a new one and writes continue.
     let old_last = last;

@@ -1,22 +1,17 @@
 //! Storage tests: openraft's conformance suite on the redb log store and the state-machine
-//! adapter, snapshots across a reopen, decode errors, the codec on real commands, and a
+//! adapter, snapshots across a reopen, decode errors, and a
 //! single-node restart.
 
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db};
-use crate::model::api::{NodeReport, RunEventKind, RunEventReport};
-use crate::model::{
-    ExecutorName, JobId, JobPayload, JobSetName, NodeName, PoolName, PriorityClassName, Queue, QueueName, ResourceName,
-    Resources, RunId, SchedulingRequirements,
-};
-use crate::raft::codec::{decode, encode};
+use crate::model::{ExecutorName, Queue, QueueName};
 use crate::raft::{Entry, LogId, LogStore, RaftNode, RaftSettings, StateMachine, StorageError, TypeConfig};
-use crate::state::{Command, NewJob, Response};
+use crate::state::{Command, Response};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, EntryPayload, Membership, RaftLogReader, RaftSnapshotBuilder};
 use redb::{Database, TableDefinition};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
@@ -26,7 +21,7 @@ struct RedbStoreBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachine<QueueNames>, TempDir> for RedbStoreBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachine<QueueNames>), StorageError> {
         let io = |e: std::io::Error| {
-            crate::raft::codec::storage_err(openraft::ErrorSubject::Store, openraft::ErrorVerb::Write, &e)
+            crate::raft::io::storage_err(openraft::ErrorSubject::Store, openraft::ErrorVerb::Write, &e)
         };
         let dir = TempDir::new().map_err(io)?;
         let db = Arc::new(Database::create(dir.path().join("convoy.redb")).map_err(|e| io(std::io::Error::other(e)))?);
@@ -49,7 +44,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn create_queue(name: &str) -> Command {
-    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0) }
+    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0).into() }
 }
 
 fn entry(term: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
@@ -58,70 +53,6 @@ fn entry(term: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
 
 fn members(ids: &[u64]) -> Membership<u64, openraft::BasicNode> {
     Membership::new(vec![ids.iter().copied().collect::<BTreeSet<_>>()], None)
-}
-
-#[test]
-fn commands_round_trip_through_the_log_codec() {
-    let mut queue = Queue::new(QueueName::new("team-a").unwrap(), 2.5);
-    queue.resource_limits.insert(ResourceName::new("cpu").unwrap(), 0.5);
-    let mut requests = Resources::new();
-    requests.set(ResourceName::new("cpu").unwrap(), 1500);
-    requests.set(ResourceName::new("memory").unwrap(), 4 << 30);
-    let job = NewJob {
-        id: JobId::from_parts(1_700_000_000_000, 42),
-        client_id: Some("c-1".into()),
-        priority: 3,
-        priority_class: PriorityClassName::new("default").unwrap(),
-        requirements: SchedulingRequirements { requests: requests.clone(), ..Default::default() },
-        gang: None,
-        annotations: BTreeMap::from([("a".into(), "b".into())]),
-        labels: BTreeMap::new(),
-        termination_grace_period_ms: 1000,
-        active_deadline_seconds: 3600,
-        payload: JobPayload { pod_spec: r#"{"containers":[]}"#.into(), services: vec![], ingresses: vec![] },
-    };
-    let node = NodeReport {
-        name: NodeName::new("node-1").unwrap(),
-        pool: PoolName::default_pool(),
-        labels: BTreeMap::from([("zone".into(), "a".into())]),
-        taints: vec![],
-        allocatable: requests,
-        unallocatable: Resources::new(),
-        unschedulable: false,
-    };
-    let event = RunEventReport {
-        run_id: RunId::from_parts(1, 2),
-        job_id: job.id,
-        kind: RunEventKind::Failed,
-        time_ms: Some(5),
-        exit_code: Some(137),
-        reason: Some("killed".into()),
-        message: None,
-        log_tail: Some("out of memory".into()),
-    };
-    let executor = ExecutorName::new("cluster-1").unwrap();
-    let commands = vec![
-        Command::CreateQueue { queue },
-        Command::Submit {
-            queue: QueueName::new("team-a").unwrap(),
-            job_set: JobSetName::new("set-1").unwrap(),
-            at_ms: 7,
-            jobs: vec![job],
-        },
-        Command::UpsertExecutor { executor: executor.clone(), nodes: vec![node], at_ms: 8 },
-        Command::RunEvents { executor, at_ms: 9, events: vec![event], max_attempted_runs: 5 },
-    ];
-    let batch = entry(3, 9, EntryPayload::Normal(Command::Batch(commands)));
-    let back: Entry = decode(&encode(&batch).unwrap()).unwrap();
-    assert_eq!(back.log_id, batch.log_id);
-    match (back.payload, batch.payload) {
-        (EntryPayload::Normal(a), EntryPayload::Normal(b)) => assert_eq!(a, b),
-        other => panic!("payload changed kind: {other:?}"),
-    }
-    // Trailing garbage is refused rather than silently ignored.
-    let mut bytes = encode(&log_id(1, 1)).unwrap();
-    bytes.push(0);
-    assert!(decode::<LogId>(&bytes).is_err());
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! A small [`ReplicatedState`] for tests: `CreateQueue` stores the queue name in a redb table;
 //! other commands are refused. Applies commit with `Durability::None`, like the server's state.
 
-use crate::raft::codec::{decode, encode, io_err};
+use crate::raft::io::io_err;
 use crate::raft::{
     ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership,
 };
@@ -10,6 +10,15 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+// A test state may store openraft's types with openraft's own serde; the server's state does not.
+fn encode<T: serde::Serialize>(v: &T) -> io::Result<Vec<u8>> {
+    crate::record::encode(v).map_err(io::Error::other)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(b: &[u8]) -> io::Result<T> {
+    crate::record::decode(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
 
 const QUEUES: TableDefinition<&str, ()> = TableDefinition::new("test_queues");
 const APPLIED: TableDefinition<&str, &[u8]> = TableDefinition::new("test_applied");
@@ -90,7 +99,7 @@ impl ReplicatedState for QueueNames {
                         Response::Ok
                     }
                     ApplyPayload::Command(_) => Response::Rejected(Rejection {
-                        status: 400,
+                        kind: crate::state::RejectKind::Invalid,
                         field: None,
                         message: "test state only creates queues".into(),
                     }),

@@ -7,20 +7,34 @@
 //! and costing a whole fsync of its own. Without that signal, a fixed number of batches are in
 //! flight at once.
 
-use crate::state::{Command, Response};
+use crate::state::{Command, Rejection, Response};
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-/// Why a write did not happen.
+/// Why a write did not happen, or may not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WriteError {
+    /// This server does not lead the cluster: nothing was proposed.
     #[error("this server is not the leader{}", .leader.as_ref().map(|l| format!("; the leader is {l}")).unwrap_or_default())]
-    NotLeader { leader: Option<String> },
+    NotLeader {
+        /// The leader's address, if one is known.
+        leader: Option<String>,
+    },
+    /// The cluster could not commit it (no quorum, Raft stopped).
     #[error("the cluster cannot commit writes right now: {0}")]
     Unavailable(String),
-    #[error("the write was not committed within the write timeout")]
+    /// No answer within the write timeout. The command was proposed and may still be committed:
+    /// the outcome is unknown, so only a retry that is idempotent (a submission with the same
+    /// client ids) is safe.
+    #[error(
+        "the write was not confirmed within the write timeout; it may still be committed, so retry it only \
+         with the same client_id for each job (a retry without one may submit the jobs twice)"
+    )]
     Timeout,
+    /// Committed, and refused by the state machine (the state moved on since it was checked).
+    #[error("{}", .0.message)]
+    Rejected(Rejection),
 }
 
 /// Something that commits a command through the replicated log and returns its response.

@@ -1,14 +1,18 @@
-//! What the HTTP handlers and the background loops share: configuration, store, state, the
-//! writer, the cluster's view of leadership, and the wake-up signals.
+//! The control plane as the HTTP handlers and the server's background loops hold it:
+//! configuration, store, state, the writer, the cluster's view of leadership, and the wake-up
+//! signals. It lives below both the `api` (which reads and writes through it) and the `server`
+//! (which builds it, mounts the API and runs the loops), and knows nothing of HTTP.
 
-use super::writer::{WriteError, Writer};
-use crate::api::problem::ApiError;
+pub mod ids;
+pub mod writer;
+
+pub use writer::{Replicate, WriteError, Writer};
+
 use crate::config::Config;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
 use crate::scheduler::{PoolReport, Reason};
 use crate::state::{Command, Effects, Response, State};
 use crate::store::Store;
-use axum::http::StatusCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -106,8 +110,8 @@ impl Liveness {
     }
 }
 
-/// The server's shared context.
-pub struct App {
+/// The control plane's shared handle.
+pub struct Control {
     pub config: Config,
     pub store: Store,
     pub state: Arc<RwLock<State>>,
@@ -121,25 +125,18 @@ pub struct App {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
-impl App {
+impl Control {
     /// Reads the state.
     pub fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Commits a command; refusals and write failures become API errors.
-    pub async fn write(&self, cmd: Command) -> Result<Response, ApiError> {
-        match self.writer.write(cmd).await {
-            Ok(Response::Rejected(r)) => Err(r.into()),
-            Ok(r) => Ok(r),
-            Err(WriteError::NotLeader { leader }) => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                match leader {
-                    Some(l) => format!("this server is not the leader; send writes to {l}"),
-                    None => "no leader is elected yet; retry shortly".to_string(),
-                },
-            )),
-            Err(e) => Err(ApiError::unavailable(e.to_string())),
+    /// Commits a command and returns what applying it answered; a refusal by the state machine
+    /// is an error too ([`WriteError::Rejected`]).
+    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+        match self.writer.write(cmd).await? {
+            Response::Rejected(r) => Err(WriteError::Rejected(r)),
+            r => Ok(r),
         }
     }
 }

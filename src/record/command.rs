@@ -1,0 +1,220 @@
+//! The commands of the Raft log: every change to the replicated state is one of these. The leader
+//! chooses ids and timestamps before proposing, so applying a command is deterministic (see
+//! `state::State::apply`).
+
+use super::executor::NodeRecord;
+use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
+use super::queue::QueueRecord;
+use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A change to the replicated state. Format: log format 1 (the variant order is the format).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Several commands in one log entry (group commit); answered with one response each.
+    Batch(Vec<Command>),
+    /// Creates a queue.
+    CreateQueue {
+        /// The new queue.
+        queue: QueueRecord,
+    },
+    /// Replaces a queue's settings.
+    UpdateQueue {
+        /// The queue's new settings.
+        queue: QueueRecord,
+    },
+    /// Deletes a queue. Refused if the queue has non-terminal jobs, unless `force` (they are
+    /// cancelled).
+    DeleteQueue {
+        /// The queue.
+        name: QueueName,
+        /// Cancel its live jobs.
+        force: bool,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+    /// Submits jobs to a job set.
+    Submit {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// The jobs, validated, with their ids.
+        jobs: Vec<NewJob>,
+    },
+    /// Cancels the given jobs (or the whole job set), optionally only those in `states`.
+    Cancel {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// Only these jobs (default: the job set's live jobs).
+        job_ids: Option<Vec<JobId>>,
+        /// Only jobs in these states.
+        states: Option<Vec<JobStateRecord>>,
+        /// Why.
+        reason: String,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+    /// Changes the priority of the given jobs (or of the whole job set).
+    Reprioritize {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// Only these jobs (default: the job set's live jobs).
+        job_ids: Option<Vec<JobId>>,
+        /// The new priority.
+        priority: u32,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+    /// Preempts the given running jobs.
+    Preempt {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// The jobs.
+        job_ids: Vec<JobId>,
+        /// Why.
+        reason: String,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+    /// One scheduling cycle's decisions. Refused unless `term` is the term of the log entry that
+    /// carries it, so a deposed leader's decisions never apply.
+    Schedule {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// Jobs placed on nodes.
+        leases: Vec<NewLease>,
+        /// Running jobs preempted.
+        preemptions: Vec<JobVerdict>,
+        /// Queued jobs failed (e.g. a gang's remainder below its minimum).
+        failures: Vec<JobVerdict>,
+    },
+    /// An executor's node inventory changed (or the executor is new).
+    UpsertExecutor {
+        /// The executor.
+        executor: ExecutorName,
+        /// Its nodes.
+        nodes: Vec<NodeRecord>,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+    /// Run state changes reported by an executor. A lost run sends its job back to the queue
+    /// unless it already had `max_attempted_runs` runs.
+    RunEvents {
+        /// The executor reporting.
+        executor: ExecutorName,
+        /// When (ms since the epoch, the leader's clock).
+        at_ms: i64,
+        /// What happened to its runs.
+        events: Vec<RunReport>,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+    },
+    /// The executor stopped polling: its nodes leave the pool and its runs are lost.
+    ExecutorLost {
+        /// The executor.
+        executor: ExecutorName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+    },
+}
+
+/// A job as the leader proposes it: validated, id chosen. Format: log format 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewJob {
+    /// The job's id.
+    pub id: JobId,
+    /// Idempotency key within the queue.
+    pub client_id: Option<String>,
+    /// Priority within the queue (lower first).
+    pub priority: u32,
+    /// Priority class.
+    pub priority_class: PriorityClassName,
+    /// What the job needs from a node.
+    pub requirements: RequirementsRecord,
+    /// Gang membership.
+    pub gang: Option<GangRecord>,
+    /// Annotations as submitted.
+    pub annotations: BTreeMap<String, String>,
+    /// Labels as submitted.
+    pub labels: BTreeMap<String, String>,
+    /// Grace period between SIGTERM and SIGKILL.
+    pub termination_grace_period_ms: u64,
+    /// Longest the job may run.
+    pub active_deadline_seconds: u64,
+    /// What the agent needs to start it.
+    pub payload: PayloadRecord,
+}
+
+/// A placement decided by the scheduler, with the run id the leader chose. Format: log format 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewLease {
+    /// The job placed.
+    pub job_id: JobId,
+    /// The new run's id.
+    pub run_id: RunId,
+    /// Executor of the node.
+    pub executor: ExecutorName,
+    /// The node.
+    pub node: NodeName,
+    /// The node's pool.
+    pub pool: PoolName,
+}
+
+/// A job the scheduler preempted or failed, with the reason. Format: log format 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobVerdict {
+    /// The job.
+    pub job_id: JobId,
+    /// Why.
+    pub reason: String,
+}
+
+/// What happened to a run, as its executor reported it. Format: log format 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunReportKind {
+    /// Accepted by the runtime, not started yet.
+    Pending,
+    /// Started.
+    Running,
+    /// Exited 0.
+    Succeeded,
+    /// Exited non-zero, exceeded its deadline, or was killed.
+    Failed,
+    /// Never started for a reason of the node: the job goes back to the queue.
+    Returned,
+}
+
+/// One run event from an executor. Format: log format 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: RunId,
+    /// Its job.
+    pub job_id: JobId,
+    /// What happened.
+    pub kind: RunReportKind,
+    /// When, on the agent's clock (ms since the epoch).
+    pub time_ms: Option<i64>,
+    /// Exit code.
+    pub exit_code: Option<i32>,
+    /// Short cause.
+    pub reason: Option<String>,
+    /// Longer explanation.
+    pub message: Option<String>,
+    /// Last lines of output, with the final event.
+    pub log_tail: Option<String>,
+}

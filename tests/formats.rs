@@ -1,0 +1,138 @@
+//! Stored formats across versions, on real `convoy server` processes: a data directory written by
+//! an earlier release opens with everything in it, and one written by a newer release is refused
+//! with a message that says so.
+
+mod common;
+
+use common::{Server, config};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A copy of the fixture data directory `name` in a fresh temporary directory, at `<tmp>/data`
+/// (where [`config`] puts it).
+fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    for file in ["convoy.redb", "raft.redb"] {
+        std::fs::copy(src.join(file), data.join(file)).expect("copy fixture");
+    }
+    tmp
+}
+
+fn by_client_id(jobs: &Value) -> std::collections::BTreeMap<String, Value> {
+    jobs["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| (j["client_id"].as_str().expect("client id").to_string(), j.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_it() {
+    let tmp = copy_fixture("datadir-v2");
+    let dir = tmp.path();
+    let mut server = Server::start_in(dir, &config(dir, ""));
+    server.ready().await;
+
+    let (s, q) = server.get("/v1/queues/physics").await;
+    assert_eq!(s, 200, "{q}");
+    assert_eq!(
+        (q["priority_factor"].as_f64(), &q["owners"], &q["labels"]["dept"]),
+        (Some(2.0), &json!(["alice"]), &json!("science"))
+    );
+
+    let (s, jobs) = server.get("/v1/jobs?queue=physics&job_set=run-1").await;
+    assert_eq!(s, 200, "{jobs}");
+    let jobs = by_client_id(&jobs);
+    let state = |c: &str| jobs[c]["state"].as_str().unwrap_or_default().to_string();
+    assert_eq!((state("c1"), state("c2"), state("c3")), ("succeeded".into(), "running".into(), "queued".into()));
+    assert_eq!(jobs["c1"]["id"], "01M83SZBRQEV3E1YK9CW9XG4ZQ");
+    let running = &jobs["c2"]["runs"][0];
+    assert_eq!(
+        (&running["executor"], &running["node"], &running["state"]),
+        (&json!("ex1"), &json!("n1"), &json!("running"))
+    );
+    assert_eq!(jobs["c2"]["requests"]["cpu"], "2");
+
+    // The finished job's output and events are where the old server left them.
+    let r = server.client.get(format!("{}/v1/jobs/01M83SZBRQEV3E1YK9CW9XG4ZQ/logs", server.url)).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "hello\n");
+    let detail = server.job("01M83SZBRQEV3E1YK9CW9XG4ZQ").await;
+    let kinds: Vec<&str> = detail["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["submitted", "queued", "leased", "running", "succeeded"]);
+
+    // Resubmitting under an old client id is still idempotent, and new writes go to the old log.
+    let again =
+        server.submit("physics", "run-1", vec![json!({"client_id": "c3", "pod_spec": common::pod("1", "true")})]).await;
+    assert_eq!(again, vec!["01M83SZBRQEV3E1YK9CW9XG4ZS".to_string()]);
+    let new = server.submit("physics", "run-2", vec![common::job("100m")]).await;
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+
+    // And it all reads back after a restart.
+    let server = Server::start_in(dir, &config(dir, ""));
+    server.ready().await;
+    assert_eq!(server.job(&new[0]).await["job_set"], "run-2");
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+}
+
+/// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
+fn refused_start(dir: &Path) -> String {
+    std::fs::write(dir.join("convoy.toml"), config(dir, "")).expect("config");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .arg("server")
+        .arg("--config")
+        .arg(dir.join("convoy.toml"))
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("convoy starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("convoy server started on a data dir it must refuse");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+    assert!(!status.success(), "convoy server must exit with an error: {err}");
+    err
+}
+
+fn set_meta(db: &Path, table: &str, key: &str, value: &[u8]) {
+    let db = redb::Database::open(db).expect("open fixture");
+    let tx = db.begin_write().expect("write");
+    {
+        let def: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new(table);
+        tx.open_table(def).expect("table").insert(key, value).expect("insert");
+    }
+    tx.commit().expect("commit");
+}
+
+#[test]
+fn a_state_database_of_a_newer_schema_is_refused() {
+    let tmp = copy_fixture("datadir-v2");
+    let before = std::fs::read(tmp.path().join("data/raft.redb")).unwrap();
+    set_meta(&tmp.path().join("data/convoy.redb"), "meta", "schema_version", &99u32.to_be_bytes());
+    let err = refused_start(tmp.path());
+    assert!(err.contains("schema version 99") && err.contains("written by a newer convoy"), "{err}");
+    assert_eq!(std::fs::read(tmp.path().join("data/raft.redb")).unwrap(), before, "the log was not touched");
+}
+
+#[test]
+fn a_raft_log_of_a_newer_format_is_refused() {
+    let tmp = copy_fixture("datadir-v2");
+    set_meta(&tmp.path().join("data/raft.redb"), "raft_meta", "format_version", &7u32.to_be_bytes());
+    let err = refused_start(tmp.path());
+    assert!(err.contains("format version 7") && err.contains("written by a newer convoy"), "{err}");
+}
