@@ -13,6 +13,9 @@ use crate::scheduler::JobInfo;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+/// Fewest interned requirement sets at which unused ones are trimmed.
+const MIN_TRIM_INTERNED_AT: usize = 1024;
+
 /// Order of queued jobs within a queue: class priority (higher first), job priority (lower
 /// first), submission sequence.
 pub type QueueKey = (std::cmp::Reverse<i32>, u32, u64);
@@ -138,6 +141,10 @@ pub struct State {
     pub next_seq: u64,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
+    /// Number of requirement sets in `interned`.
+    interned_len: usize,
+    /// `interned_len` at which unused sets are dropped next (see [`State::intern`]).
+    trim_interned_at: usize,
     /// Shared class names, so the scheduler can compare them by address.
     class_names: HashMap<PriorityClassName, PriorityClassName>,
 }
@@ -161,6 +168,8 @@ impl State {
             largest_node: Resources::new(),
             next_seq: 0,
             interned: HashMap::new(),
+            interned_len: 0,
+            trim_interned_at: MIN_TRIM_INTERNED_AT,
             class_names: HashMap::new(),
         }
     }
@@ -263,15 +272,30 @@ impl State {
         }
         let new = Requirements::new(r.clone());
         bucket.push(new.clone());
+        self.interned_len += 1;
+        // Finished jobs leave their requirement sets behind; drop the unused ones whenever the
+        // table has doubled since the last time, so its size follows the live jobs' variety at
+        // an amortised constant cost per new set.
+        if self.interned_len >= self.trim_interned_at {
+            self.trim_interned();
+            self.trim_interned_at = (2 * self.interned_len).max(MIN_TRIM_INTERNED_AT);
+        }
         new
     }
 
     /// Drops interned requirements no job uses any more.
-    pub fn trim_interned(&mut self) {
+    fn trim_interned(&mut self) {
         for bucket in self.interned.values_mut() {
             bucket.retain(|r| r.strong_count() > 1);
         }
         self.interned.retain(|_, b| !b.is_empty());
+        self.interned_len = self.interned.values().map(Vec::len).sum();
+    }
+
+    /// Number of distinct requirement sets held for live jobs (and, until the next trim, for
+    /// jobs that finished).
+    pub fn interned_requirements(&self) -> usize {
+        self.interned_len
     }
 
     /// Appends an event to the job's job set (and its sequence number to the job, if it is in

@@ -2,7 +2,7 @@
 //! jobs, and the jobs holding resources. Only pointers are copied.
 
 use super::machine::State;
-use crate::model::{Node, NodeName, Resources};
+use crate::model::{Node, Resources};
 use crate::scheduler::{JobInfo, QueueSnapshot, RateLimiterState, RunningJob, Snapshot};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -90,11 +90,5 @@ impl State {
             })
             .collect();
         Snapshot { nodes, queues, running, rate_limits }
-    }
-
-    /// The node a live job's active run is on.
-    pub fn run_node(&self, job: &crate::model::JobId) -> Option<(&crate::model::ExecutorName, &NodeName)> {
-        let run = self.jobs.get(job)?.record.active_run()?;
-        Some((&run.executor, &run.node))
     }
 }

@@ -424,3 +424,25 @@ fn apply_weight_counts_what_a_command_touches() {
     };
     assert_eq!(cancel_set.apply_weight(), UNBOUNDED_WEIGHT);
 }
+
+#[test]
+fn requirement_sets_of_finished_jobs_are_dropped() {
+    let mut s = state();
+    let batch = |from: u128| (from..from + 1000).map(|i| new_job(i, None, &format!("{i}m"))).collect::<Vec<_>>();
+    submit(&mut s, batch(1));
+    assert_eq!(s.interned_requirements(), 1000);
+    let cancel = Command::Cancel {
+        queue: q("A"),
+        job_set: set("s"),
+        job_ids: None,
+        states: None,
+        reason: "done".into(),
+        at_ms: 40,
+    };
+    s.apply(cancel, ApplyContext::default());
+    assert_eq!(s.live_jobs(), 0);
+    // A thousand new shapes: the table is trimmed on the way, keeping only what live jobs use.
+    submit(&mut s, batch(5001));
+    assert_eq!(s.live_jobs(), 1000);
+    assert_eq!(s.interned_requirements(), 1000, "the cancelled jobs' sets are gone");
+}
