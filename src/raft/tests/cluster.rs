@@ -1,10 +1,12 @@
 //! Three Raft members in one process, talking over real HTTP on loopback: election, writes
 //! through the leader, forwarding answers, fail-over, and a member that was down catching up by
-//! snapshot after the others purged their logs. Also the cluster-secret check of the RPC routes.
+//! snapshot after the others purged their logs. Also the cluster-secret and protocol-version
+//! checks of the RPC routes.
 
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db};
 use crate::model::{Queue, QueueName};
+use crate::raft::network::{PROTOCOL_HEADER, PROTOCOL_VERSION};
 use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError, SECRET_HEADER};
 use crate::state::{Command, Response};
 use redb::Database;
@@ -242,7 +244,7 @@ async fn three_members_elect_replicate_fail_over_and_catch_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rpc_routes_require_the_cluster_secret() {
+async fn rpc_routes_require_the_cluster_secret_and_protocol_version() {
     install_crypto_provider();
     let dir = TempDir::new().unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -257,5 +259,17 @@ async fn rpc_routes_require_the_cluster_secret() {
     // With the secret, an undecodable body is a 400 (and the node keeps running).
     let garbage = client.post(&url).header(SECRET_HEADER, SECRET).body(vec![0xffu8; 3]).send().await.unwrap();
     assert_eq!(garbage.status(), 400);
+    // A peer of another protocol version is refused before its body is read, and told why.
+    let newer = client
+        .post(&url)
+        .header(SECRET_HEADER, SECRET)
+        .header(PROTOCOL_HEADER, (PROTOCOL_VERSION + 1).to_string())
+        .body(vec![0xffu8; 3])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(newer.status(), 400);
+    let text = newer.text().await.unwrap();
+    assert!(text.contains(&format!("request version {}", PROTOCOL_VERSION + 1)), "{text}");
     stop_member(m).await;
 }
