@@ -2,7 +2,7 @@
 //! across several executors) and workload (mixed sizes, some GPU jobs, some gangs, some
 //! preemptible), optionally with part of the cluster already running.
 
-use crate::bench::peak_rss_mb;
+use super::peak_rss_mb;
 use convoy::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources, SchedulingRequirements, Taint, TaintEffect, Toleration,

@@ -2,7 +2,8 @@
 //! one process, data in `./convoy-data`, a queue called `default`. Ctrl-C stops both; running it
 //! again keeps the data (and jobs still running are picked up again).
 
-use crate::shell::{init_logging, runtime, shutdown_signal};
+use super::logging::init_logging;
+use super::runtime::{runtime, shutdown_signal};
 use anyhow::Context;
 use convoy::agent::{self, AgentConfig, RuntimeKind};
 use convoy::config::Config;
@@ -24,6 +25,7 @@ pub struct UpArgs {
     log_json: bool,
 }
 
+/// Runs `convoy up` until SIGTERM or Ctrl-C.
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
     let mut config = Config::local();

@@ -1,6 +1,7 @@
-//! `convoy agent` and the hidden `convoy agent-supervise`: flags, logging, signals.
+//! `convoy agent`: an executor until SIGTERM or Ctrl-C.
 
-use crate::shell::{init_logging, runtime, shutdown_signal};
+use super::logging::init_logging;
+use super::runtime::{runtime, shutdown_signal};
 use convoy::agent::{self, AgentConfig, RuntimeKind};
 use convoy::model::ExecutorName;
 use std::path::PathBuf;
@@ -28,28 +29,8 @@ pub struct AgentArgs {
     log_json: bool,
 }
 
-/// Flags of `convoy agent-supervise` (started by the process runtime, not by people).
-#[derive(clap::Args, Debug)]
-pub struct SuperviseArgs {
-    /// The run directory.
-    #[arg(long)]
-    run_dir: PathBuf,
-    /// Seconds between SIGTERM and SIGKILL.
-    #[arg(long, default_value_t = 1.0)]
-    grace_seconds: f64,
-    /// Stop the job after this many seconds.
-    #[arg(long)]
-    deadline_seconds: Option<u64>,
-    /// Working directory of the job.
-    #[arg(long)]
-    workdir: Option<PathBuf>,
-    /// The command and its arguments.
-    #[arg(last = true, required = true)]
-    command: Vec<String>,
-}
-
 /// Runs `convoy agent` until SIGTERM or Ctrl-C.
-pub fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
     agent::install_crypto_provider();
     let mut config = match &args.config {
@@ -70,17 +51,5 @@ pub fn run_agent(args: AgentArgs) -> anyhow::Result<()> {
     }
     config.validate()?;
     runtime()?.block_on(agent::run(config, shutdown_signal()))?;
-    Ok(())
-}
-
-/// Runs one job under supervision (see `convoy::agent::supervise`).
-pub fn run_supervise(args: SuperviseArgs) -> anyhow::Result<()> {
-    agent::supervise::supervise(agent::supervise::SuperviseArgs {
-        run_dir: args.run_dir,
-        grace_seconds: args.grace_seconds,
-        deadline_seconds: args.deadline_seconds,
-        workdir: args.workdir,
-        command: args.command,
-    })?;
     Ok(())
 }

@@ -122,7 +122,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
 
 /// A scratch directory under the system temp dir.
 pub fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("convoy-bench-{}-{}", std::process::id(), crate::bench::nanos()));
+    let dir = std::env::temp_dir().join(format!("convoy-bench-{}-{}", std::process::id(), super::nanos()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
