@@ -1,6 +1,6 @@
 //! The executor API client on its own: errors that name the server, failover order.
 
-use crate::control_plane::ControlPlane;
+use super::control_plane::ControlPlane;
 use convoy::agent::client::{ClientError, ExecutorClient};
 use convoy::model::ExecutorName;
 use convoy::model::api::{EventsRequest, LeaseRequest};

@@ -1,9 +1,7 @@
 //! The server as a process: crash safety (kill -9 while a client submits), restart, bad
 //! configuration, graceful shutdown.
 
-mod common;
-
-use common::{Server, config, job, node};
+use crate::common::{Server, config, job, node};
 use serde_json::json;
 use std::collections::HashSet;
 use std::process::Command;
@@ -19,8 +17,7 @@ async fn kill9_loses_no_acknowledged_job() {
     s.ready().await;
     s.create_queue("A").await;
     // Some jobs get leases and runs before the crash.
-    let (st, _) = s.post("/v1/executors/e1/lease", &json!({"nodes": [node("n1", "8")], "wait_seconds": 0})).await;
-    assert_eq!(st, 200);
+    s.poll("e1", &[node("n1", "8")], &[], 0.0).await;
 
     let acked: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -114,15 +111,7 @@ async fn state_survives_a_clean_restart() {
     assert_eq!(v["name"], "A");
     // The event stream continues its numbering.
     let ids2 = s.submit("A", "s", vec![job("1")]).await;
-    let body = s
-        .client
-        .get(format!("{}/v1/queues/A/job-sets/s/events?follow=false&from=5", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, body) = s.text("/v1/queues/A/job-sets/s/events?follow=false&from=5").await;
     assert!(body.contains("id: 5") && body.contains(&ids2[0]), "{body}");
     drop(tmp);
 }

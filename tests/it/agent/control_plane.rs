@@ -3,6 +3,7 @@
 //! runtime, so `stop` is a crash (listener and open connections vanish at once) and the state
 //! survives into a `restart` on the same port.
 
+use crate::common::wait::wait_for;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -189,18 +190,6 @@ impl Drop for ControlPlane {
 
 pub fn is_final(kind: RunEventKind) -> bool {
     matches!(kind, RunEventKind::Succeeded | RunEventKind::Failed | RunEventKind::Returned)
-}
-
-/// Polls `check` every 20 ms until it yields a value; panics after `within`.
-pub async fn wait_for<T>(within: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn problem(status: StatusCode, title: &str, detail: &str) -> Response {

@@ -1,8 +1,6 @@
 //! The job-set event stream: server-sent events, resumable, staying open for new events.
 
-mod common;
-
-use common::{Server, job};
+use crate::common::{Server, job};
 use serde_json::{Value, json};
 use std::time::Duration;
 

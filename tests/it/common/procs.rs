@@ -160,3 +160,19 @@ fn same_process(pid: i32, start: Option<&str>) -> bool {
     let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
     after.split_whitespace().nth(19) == Some(start)
 }
+
+/// Processes of group `pgid` that are alive (not zombies: those may wait for a reaper that never
+/// comes in a container).
+pub fn live_group_members(pgid: i32) -> Vec<i32> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // After the command in parentheses: state, ppid, pgrp, ...
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) && fields.first() != Some(&"Z") {
+            live.push(pid);
+        }
+    }
+    live
+}

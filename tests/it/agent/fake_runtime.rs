@@ -1,7 +1,8 @@
 //! The fake runtime through `convoy::agent::run`, and failover between server addresses.
 
-use crate::common::{InProcessAgent, config, lease};
-use crate::control_plane::{ControlPlane, is_final, wait_for};
+use super::control_plane::{ControlPlane, is_final};
+use super::harness::{InProcessAgent, config, lease};
+use crate::common::wait::wait_for;
 use convoy::agent::RuntimeKind;
 use convoy::agent::config::FakeNodeGroup;
 use convoy::model::api::{LeaseOrder, RunEventKind};

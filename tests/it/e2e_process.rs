@@ -5,10 +5,11 @@
 //! was spawned, when it ended). A failing test prints the agent's and the server's logs
 //! (`E2E_LOGS=1 cargo nextest run --no-capture` prints them for passing tests too).
 
-mod common;
-
-use common::procs::{Agent, config_on_port, free_port, reap_runs, signal_and_wait, spawn_listening};
-use common::{Server, config, pod};
+use crate::common::procs::{
+    Agent, config_on_port, free_port, live_group_members, reap_runs, signal_and_wait, spawn_listening,
+};
+use crate::common::wait::{file_contains, until};
+use crate::common::{Api, Server, config, pod};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +19,7 @@ const QUEUE: &str = "e2e";
 const EXECUTOR: &str = "e2e-executor";
 const NODE: &str = "e2e-node";
 /// Longest wait for any state in these tests.
-const WAIT_SECS: u64 = 20;
+const WAIT: Duration = Duration::from_secs(20);
 /// The agent file: a fixed node, and quick retries so a restarted server is found again soon.
 const AGENT_TOML: &str = r#"
 max_backoff = 1
@@ -99,17 +100,9 @@ impl E2e {
         self.server().job(id).await
     }
 
-    /// Polls until `f(job)` holds, for at most `WAIT_SECS`.
+    /// Polls until `f(job)` holds, for at most `WAIT`.
     async fn wait_job(&self, id: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(WAIT_SECS);
-        loop {
-            let j = self.job(id).await;
-            if f(&j) {
-                return j;
-            }
-            assert!(Instant::now() < deadline, "job {id}: not {what} after {WAIT_SECS}s: {j:#}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.server().wait_job(id, WAIT, what, f).await
     }
 
     /// Waits until the job is in `state`.
@@ -133,9 +126,7 @@ impl E2e {
     }
 
     async fn logs(&self, id: &str) -> String {
-        let (s, v) = self.server().get(&format!("/v1/jobs/{id}/logs")).await;
-        assert_eq!(s, 200, "{v}");
-        v.as_str().expect("logs are text").to_string()
+        self.server().logs(id).await
     }
 
     /// The directory of the job's only run.
@@ -211,22 +202,11 @@ fn exit_ms(run_dir: &Path) -> i64 {
     v["finished_at_ms"].as_i64().expect("finished_at_ms")
 }
 
-/// Processes of the job's process group (its pid file) that are alive (not zombies waiting for
-/// a reaper).
-fn live_group_members(run_dir: &Path) -> Vec<i32> {
+/// Processes of the job's process group (its pid file) that are alive.
+fn job_group_members(run_dir: &Path) -> Vec<i32> {
     let text = std::fs::read_to_string(run_dir.join("pid")).expect("pid file");
     let pgid: i32 = text.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
-    let mut live = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // After the command in parentheses: state, ppid, pgrp, ...
-        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
-        if fields.get(2) == Some(&pgid.to_string().as_str()) && fields.first() != Some(&"Z") {
-            live.push(pid);
-        }
-    }
-    live
+    live_group_members(pgid)
 }
 
 /// Waits (briefly: SIGKILL is delivered asynchronously) until nothing of the job's process group
@@ -234,7 +214,7 @@ fn live_group_members(run_dir: &Path) -> Vec<i32> {
 async fn assert_group_gone(run_dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let live = live_group_members(run_dir);
+        let live = job_group_members(run_dir);
         if live.is_empty() {
             return;
         }
@@ -243,22 +223,9 @@ async fn assert_group_gone(run_dir: &Path) {
     }
 }
 
-/// Polls `f` every 25 ms until it holds, for at most `WAIT_SECS`.
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(WAIT_SECS);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 /// Waits until the run's stdout holds `text` (the job is past its set-up, e.g. its trap).
 async fn wait_output(run_dir: &Path, text: &str) {
-    let path = run_dir.join("stdout");
-    until(&format!("{text:?} in {}", path.display()), || {
-        std::fs::read_to_string(&path).is_ok_and(|s| s.contains(text))
-    })
-    .await;
+    file_contains(WAIT, &run_dir.join("stdout"), text).await;
 }
 
 const HAPPY_EVENTS: [&str; 6] = ["submitted", "queued", "leased", "pending", "running", "succeeded"];
@@ -477,18 +444,19 @@ async fn agent_kill9_and_restart_while_jobs_run_starts_nothing_twice() {
         dirs.push(e.run_dir(&j));
     }
     for id in &ids {
-        until("every job recorded its start", || markers.join(id).exists()).await;
+        until(WAIT, "every job recorded its start", || markers.join(id).exists()).await;
     }
 
     e.agent().kill9();
     std::fs::write(markers.join("go1"), b"").expect("go1");
-    until("the first two jobs ended without an agent", || dirs[..2].iter().all(|d| d.join("exit").exists())).await;
+    until(WAIT, "the first two jobs ended without an agent", || dirs[..2].iter().all(|d| d.join("exit").exists()))
+        .await;
     for id in &ids {
         assert_eq!(e.job(id).await["state"], "running", "the server still sees the run");
     }
 
     e.start_agent();
-    until("the new agent recovered all four runs", || {
+    until(WAIT, "the new agent recovered all four runs", || {
         let log = e.agent_log();
         log.matches("found a run that ended while the agent was away").count() == 2
             && log.matches("adopted a run from an earlier agent").count() == 2
@@ -512,7 +480,7 @@ async fn agent_kill9_while_runs_start_starts_nothing_twice() {
     std::fs::write(markers.join("go"), b"").expect("go");
     let ids = e.submit("k", (0..8).map(|_| marker_job(&markers, "go")).collect()).await;
     let runs_dir = e.agent_dir().join("runs");
-    until("the first run directory", || std::fs::read_dir(&runs_dir).is_ok_and(|mut d| d.next().is_some())).await;
+    until(WAIT, "the first run directory", || std::fs::read_dir(&runs_dir).is_ok_and(|mut d| d.next().is_some())).await;
     e.agent().kill9();
     e.start_agent();
     assert_each_ran_once_and_succeeded(&e, &ids, &markers, true).await;
@@ -541,9 +509,11 @@ async fn server_restart_while_the_agent_runs_loses_no_final_event() {
 
     assert_eq!(e.stop_server(), Some(0), "SIGTERM stops the server cleanly");
     std::fs::write(markers.join("go1"), b"").expect("go1");
-    until("the first two jobs ended while the server was down", || dirs[..2].iter().all(|d| d.join("exit").exists()))
-        .await;
-    until("the agent tried to report them", || e.agent_log().contains("event delivery failed")).await;
+    until(WAIT, "the first two jobs ended while the server was down", || {
+        dirs[..2].iter().all(|d| d.join("exit").exists())
+    })
+    .await;
+    until(WAIT, "the agent tried to report them", || e.agent_log().contains("event delivery failed")).await;
 
     e.restart_server().await;
     std::fs::write(markers.join("go2"), b"").expect("go2");
@@ -551,16 +521,23 @@ async fn server_restart_while_the_agent_runs_loses_no_final_event() {
     assert!(e.agent().alive(), "the agent rode out the server restart");
     // Each run was reported and acknowledged once: the agent marked its directory.
     for d in &dirs {
-        until("the run directory marked reported", || d.join("reported").exists()).await;
+        until(WAIT, "the run directory marked reported", || d.join("reported").exists()).await;
     }
 }
 
-/// `convoy up` as a child process in `dir` (its data in `dir/data`).
+/// `convoy up` as a child process in `dir` (its data in `dir/data`); its API helpers through
+/// `Deref`.
 struct Up {
     child: std::process::Child,
-    url: String,
-    client: reqwest::Client,
+    api: Api,
     log: PathBuf,
+}
+
+impl std::ops::Deref for Up {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
 }
 
 impl Up {
@@ -569,37 +546,7 @@ impl Up {
         cmd.args(["up", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"]).arg(dir.join("data")).current_dir(dir);
         let log = dir.join(format!("up.{n}.log"));
         let (child, url) = spawn_listening(cmd, &log);
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client");
-        Up { child, url, client, log }
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        let r = self.client.get(format!("{}{path}", self.url)).send().await.expect("request");
-        (r.status().as_u16(), r.text().await.unwrap_or_default())
-    }
-
-    async fn job(&self, id: &str) -> Value {
-        let (s, text) = self.get(&format!("/v1/jobs/{id}")).await;
-        assert_eq!(s, 200, "{text}");
-        serde_json::from_str(&text).expect("job JSON")
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self.client.post(format!("{}{path}", self.url)).json(body).send().await.expect("request");
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Polls until `f(job)` holds, for at most `WAIT_SECS`.
-    async fn wait_job(&self, id: &str, f: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(WAIT_SECS);
-        loop {
-            let j = self.job(id).await;
-            if f(&j) {
-                return j;
-            }
-            assert!(Instant::now() < deadline, "job {id} not as expected in time: {j:#}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        Up { child, api: Api::new(url), log }
     }
 
     /// Ctrl-C; the exit code.
@@ -631,7 +578,7 @@ impl Drop for ReapOnDrop {
 /// next `convoy up` on the same directory has the finished job and finishes the running one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
-    common::install_crypto();
+    crate::common::install_crypto();
     let tmp = tempfile::tempdir().expect("temp dir");
     let _reap = ReapOnDrop(tmp.path().join("data").join("agent"));
     let port = free_port();
@@ -651,10 +598,10 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     let v: Value = r.json().await.expect("JSON");
     let id = v["job_ids"][0].as_str().expect("job id").to_string();
 
-    let j = up.wait_job(&id, |j| is_terminal(&j["state"])).await;
+    let j = up.wait_job(&id, WAIT, "over", |j| is_terminal(&j["state"])).await;
     assert_eq!(j["state"], "succeeded", "{j:#}");
     assert_eq!(only_run(&j)["exit_code"], 0);
-    assert_eq!(up.get(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
+    assert_eq!(up.text(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
 
     // A job still running when convoy up stops is picked up by the next one.
     let go = tmp.path().join("go");
@@ -667,7 +614,7 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
         .await;
     assert_eq!(s, 200, "{v}");
     let long = v["job_ids"][0].as_str().expect("job id").to_string();
-    up.wait_job(&long, |j| j["state"] == "running").await;
+    up.wait_job(&long, WAIT, "running", |j| j["state"] == "running").await;
 
     let t = Instant::now();
     assert_eq!(up.interrupt(), Some(0), "Ctrl-C stops convoy up cleanly");
@@ -677,14 +624,14 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     let mut up = Up::start(tmp.path(), port, 2);
     let j = up.job(&id).await;
     assert_eq!((&j["state"], runs(&j).len()), (&json!("succeeded"), 1), "{j:#}");
-    assert_eq!(up.get(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
+    assert_eq!(up.text(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
     let (s, q) = up.get("/v1/queues/default").await;
     assert_eq!(s, 200, "{q}");
     std::fs::write(&go, b"").expect("go");
-    let j = up.wait_job(&long, |j| is_terminal(&j["state"])).await;
+    let j = up.wait_job(&long, WAIT, "over", |j| is_terminal(&j["state"])).await;
     assert_eq!(j["state"], "succeeded", "{j:#}");
     assert_eq!(only_run(&j)["exit_code"], 0);
-    assert_eq!(up.get(&format!("/v1/jobs/{long}/logs")).await, (200, "picked up\n".to_string()));
+    assert_eq!(up.text(&format!("/v1/jobs/{long}/logs")).await, (200, "picked up\n".to_string()));
     assert_eq!(up.interrupt(), Some(0));
 }
 

@@ -2,9 +2,7 @@
 //! 100,000 short jobs from 10 queues submitted over REST. Every job succeeds, and while the
 //! cluster is full each queue holds its fair share of it.
 
-mod common;
-
-use common::Server;
+use crate::common::Server;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -18,8 +16,7 @@ const BATCH: usize = 1000;
 
 /// Jobs holding a node (leased, pending or running) per queue, and all live jobs, from /metrics.
 async fn holding(s: &Server) -> (BTreeMap<String, u64>, u64) {
-    let r = s.client.get(format!("{}/metrics", s.url)).send().await.expect("metrics");
-    let text = r.text().await.unwrap_or_default();
+    let (_, text) = s.text("/metrics").await;
     let mut per_queue = BTreeMap::new();
     let mut live = 0;
     for line in text.lines().filter(|l| l.starts_with("convoy_jobs{")) {
@@ -33,12 +30,6 @@ async fn holding(s: &Server) -> (BTreeMap<String, u64>, u64) {
         }
     }
     (per_queue, live)
-}
-
-async fn count(s: &Server, state: &str) -> usize {
-    let (st, v) = s.get(&format!("/v1/jobs?state={state}&limit=1000")).await;
-    assert_eq!(st, 200, "{v}");
-    v["jobs"].as_array().map(|a| a.len()).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +128,7 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
     }
     let drain = t.elapsed();
     for state in ["failed", "cancelled", "preempted", "queued"] {
-        assert_eq!(count(&s, state).await, 0, "jobs {state}");
+        assert_eq!(s.count_jobs(&format!("state={state}&limit=1000")).await, 0, "jobs {state}");
     }
     let (st, v) = s.get("/v1/jobs?queue=q3&job_set=load&limit=1000").await;
     assert_eq!(st, 200);

@@ -1,9 +1,10 @@
 //! The Kubernetes runtime against the fake API server: the exact objects created, deletes, watch
 //! events turned into run events, inventory and reconciliation after a restart.
 
-use crate::agent::kube_api::KubeApi;
-use crate::common::{InProcessAgent, config, lease};
-use crate::control_plane::{ControlPlane, wait_for};
+use super::control_plane::ControlPlane;
+use super::harness::{InProcessAgent, config, lease};
+use super::kube_api::KubeApi;
+use crate::common::wait::wait_for;
 use axum::http::Method;
 use convoy::agent::config::KubernetesConfig;
 use convoy::agent::kubernetes::KubernetesRuntime;
@@ -123,7 +124,7 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1);
     h.no_event().await;
 
-    crate::agent::kube_api::assert_rbac_allows(&h.api.state().calls);
+    super::kube_api::assert_rbac_allows(&h.api.state().calls);
     // An invalid pod spec fails the run without any API call.
     let mut bad = kube_lease();
     bad.pod_spec = json!({"containers": [{"name": 5}]});
@@ -378,7 +379,7 @@ async fn agent_runs_a_lease_as_a_pod_end_to_end() {
     wait_for(T, "pod deletion", || (!api.calls(Method::DELETE, &format!("/pods/{name}")).is_empty()).then_some(()))
         .await;
     agent.stop().await.expect("clean stop");
-    crate::agent::kube_api::assert_rbac_allows(&api.state().calls);
+    super::kube_api::assert_rbac_allows(&api.state().calls);
 }
 
 /// The example Deployment's agent config is valid.

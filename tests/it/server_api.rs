@@ -1,9 +1,8 @@
 //! The public API of a real `convoy server`: queues, submissions, job control, bad input.
 
-mod common;
-
-use common::{Server, job, pod};
+use crate::common::{Server, job, node, pod};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 #[tokio::test]
 async fn queue_crud() {
@@ -68,7 +67,7 @@ async fn submit_get_list_reprioritize_cancel() {
     assert_eq!(j["events"].as_array().map(|e| e.len()), Some(2));
     assert_eq!(j["pod_spec"]["containers"][0]["name"], "main");
     // No executor yet: the scheduler says why the job waits.
-    let j = s.wait_job(&ids[0], 10, |j| j["reason"].is_string()).await;
+    let j = s.wait_job(&ids[0], Duration::from_secs(10), "waiting with a reason", |j| j["reason"].is_string()).await;
     assert!(j["reason"].as_str().unwrap_or("").contains("no pool"), "{j}");
 
     let (st, v) = s.get("/v1/jobs?queue=A&job_set=set-1&limit=2").await;
@@ -115,20 +114,13 @@ async fn client_id_resubmission_is_idempotent() {
     assert_eq!(v["jobs"].as_array().map(|a| a.len()), Some(2));
 }
 
-async fn job_count(s: &Server) -> usize {
-    let (_, v) = s.get("/v1/jobs?limit=1000").await;
-    v["jobs"].as_array().map(|a| a.len()).unwrap_or(0)
-}
-
 #[tokio::test]
 async fn bad_submissions_name_the_field_and_store_nothing() {
     let s = Server::start("[server]\nmax_jobs_per_request = 200\nmax_termination_grace_period = \"60s\"");
     s.ready().await;
     s.create_queue("A").await;
     // An executor with 16-cpu nodes, so jobs larger than any node can be recognised.
-    let (st, v) =
-        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "16")], "wait_seconds": 0})).await;
-    assert_eq!(st, 200, "{v}");
+    s.poll("e1", &[node("n1", "16")], &[], 0.0).await;
     let no_requests = json!({"containers": [{"name": "main", "image": "x"}]});
     let bad_quantity = json!({"containers": [{"name": "main", "resources": {"requests": {"cpu": "many"}}}]});
     let mut grace_long = pod("1", "true");
@@ -190,7 +182,7 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
     let too_many: Vec<Value> = (0..201).map(|_| job("1")).collect();
     let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": too_many})).await;
     assert_eq!((st, v["field"].as_str()), (400, Some("jobs")));
-    assert_eq!(job_count(&s).await, 0);
+    assert_eq!(s.count_jobs("limit=1000").await, 0);
     // Not JSON at all.
     let r = s
         .client
@@ -202,7 +194,7 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(r.headers().get("content-type").and_then(|v| v.to_str().ok()), Some("application/problem+json"));
-    assert_eq!(job_count(&s).await, 0);
+    assert_eq!(s.count_jobs("limit=1000").await, 0);
 }
 
 #[tokio::test]
@@ -215,8 +207,7 @@ async fn unknown_endpoints_and_methods_are_problems() {
     assert_eq!(st, 405);
     let (st, v) = s.get("/healthz").await;
     assert_eq!((st, v["status"].as_str()), (200, Some("ok")));
-    let r = s.client.get(format!("{}/metrics", s.url)).send().await.unwrap();
-    assert!(r.text().await.unwrap().contains("convoy_leader 1"));
+    assert!(s.text("/metrics").await.1.contains("convoy_leader 1"));
     let r = s.client.get(format!("{}/healthz", s.url)).send().await.unwrap();
     assert!(r.headers().get("x-request-id").is_some());
 }
@@ -268,14 +259,13 @@ async fn openapi_document_describes_the_real_server() {
         .submit(
             "A",
             "s",
-            vec![job("1"), json!({"pod_spec": common::pod("1", "true"), "client_id": "c1", "labels": {"x": "y"}})],
+            vec![job("1"), json!({"pod_spec": pod("1", "true"), "client_id": "c1", "labels": {"x": "y"}})],
         )
         .await;
     let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job("1")]})).await;
     conforms(&doc, "post", "/v1/jobs", st, &v);
     // Lease the jobs to a fake executor and report one running, so jobs have runs and events.
-    let (st, v) =
-        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "4")], "wait_seconds": 10})).await;
+    let (st, v) = s.post("/v1/executors/e1/lease", &json!({"nodes": [node("n1", "4")], "wait_seconds": 10})).await;
     assert_eq!(st, 200, "{v}");
     conforms(&doc, "post", "/v1/executors/{executor}/lease", st, &v);
     let leases = v["leases"].as_array().cloned().unwrap_or_default();

@@ -1,8 +1,10 @@
 //! The process runtime end to end: a fake control plane, `convoy::agent::run` (or the real
 //! binary) and real child processes under `convoy agent-supervise`.
 
-use crate::common::{InProcessAgent, config, init_tracing, shell_lease};
-use crate::control_plane::{ControlPlane, wait_for};
+use super::control_plane::ControlPlane;
+use super::harness::{InProcessAgent, config, init_tracing, shell_lease};
+use crate::common::procs::live_group_members;
+use crate::common::wait::{file_contains, wait_for};
 use convoy::agent::RuntimeKind;
 use convoy::model::api::RunEventKind;
 use std::time::{Duration, Instant};
@@ -51,7 +53,8 @@ async fn non_zero_exit_fails_with_the_code() {
     assert_eq!((fin.kind, fin.exit_code, fin.reason.as_deref()), (RunEventKind::Failed, Some(3), None), "{fin:?}");
     assert!(fin.log_tail.is_some_and(|t| t.contains("about to fail")));
     // A job without a command cannot run here: failed as invalid, not started.
-    let bad = crate::common::lease("node-1", serde_json::json!({"containers": [{"name": "main", "image": "busybox"}]}));
+    let bad =
+        super::harness::lease("node-1", serde_json::json!({"containers": [{"name": "main", "image": "busybox"}]}));
     let bad_id = bad.run_id;
     cp.push_lease(bad);
     let fin = cp.wait_final(bad_id, T).await;
@@ -304,34 +307,9 @@ async fn wrong_token_is_reported_clearly_and_retried() {
     assert!(text.contains("refused this executor's token") && text.contains(&cp.url()), "{text}");
 }
 
-/// Processes of group `pgid` that are not zombies (zombies may wait for a reaper that never comes
-/// in a container).
-fn live_group_members(pgid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // Fields after the name: state, ppid, pgrp.
-        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) && fields.first() != Some(&"Z") {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 /// Waits until the run's stdout holds `text` (the job got that far).
 async fn wait_for_output(data_dir: &std::path::Path, run_id: convoy::model::RunId, text: &str) {
-    let path = data_dir.join("runs").join(run_id.to_string()).join("stdout");
-    wait_for(T, &format!("{text:?} in the job's output"), || {
-        std::fs::read_to_string(&path).ok().filter(|s| s.contains(text)).map(|_| ())
-    })
-    .await;
+    file_contains(T, &data_dir.join("runs").join(run_id.to_string()).join("stdout"), text).await;
 }
 
 /// A graceful stop leaves jobs running; the next agent adopts them, and kills the ones the server
