@@ -7,6 +7,7 @@ use super::runtime::{runtime, shutdown_signal};
 use anyhow::Context;
 use convoy::agent::{self, AgentConfig, RuntimeKind};
 use convoy::config::Config;
+use convoy::model::{Queue, QueueName};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -75,7 +76,8 @@ async fn wait_ready(url: &str) -> anyhow::Result<()> {
 
 async fn ensure_default_queue(url: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let r = http.post(format!("{url}/v1/queues")).json(&serde_json::json!({"name": "default"})).send().await?;
+    let queue = Queue::new(QueueName::new("default")?, 1.0);
+    let r = http.post(format!("{url}/v1/queues")).json(&queue).send().await?;
     // 409: it exists from an earlier run.
     if r.status().is_success() || r.status().as_u16() == 409 {
         return Ok(());

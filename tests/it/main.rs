@@ -3,6 +3,7 @@
 //! harness and the request helpers every module shares.
 
 mod agent;
+mod cli_client;
 mod common;
 mod e2e_fake;
 mod e2e_process;
