@@ -4,6 +4,7 @@
 
 mod agent;
 mod cli_client;
+mod cli_submit;
 mod common;
 mod e2e_fake;
 mod e2e_process;

@@ -26,6 +26,18 @@ pub enum RequestError {
     Unexpected { what: String, message: String },
 }
 
+impl RequestError {
+    /// True when the request may not have been carried out and sending it again is the way to
+    /// find out: no answer, or 503 (no leader, or the write was not confirmed in time).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RequestError::Unreachable { .. } => true,
+            RequestError::Refused { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
+            RequestError::Unexpected { .. } => false,
+        }
+    }
+}
+
 /// `503 Service Unavailable: jobs[2].pod_spec: …`, as the server's problem body has it.
 fn refusal(status: StatusCode, problem: Option<&Problem>, text: &str) -> String {
     match problem {
@@ -96,6 +108,49 @@ impl Client {
     ) -> Result<T, RequestError> {
         let what = format!("{method} {path}");
         self.send(self.request(method, path).json(body), &what).await
+    }
+}
+
+/// How often a request is sent before giving up, and the pauses between: `first_pause`,
+/// doubling up to `max_pause`.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub attempts: u32,
+    pub first_pause: Duration,
+    pub max_pause: Duration,
+}
+
+impl Client {
+    /// Sends the same JSON body (`body`, serialized once) to `method path` until an answer is not
+    /// worth retrying ([`RequestError::is_retryable`]) or `retry.attempts` were made. Only for
+    /// requests that are safe to repeat, such as submissions whose jobs all carry client ids.
+    pub async fn send_json_retrying<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        retry: Retry,
+    ) -> Result<T, RequestError> {
+        let what = format!("{method} {path}");
+        let mut pause = retry.first_pause;
+        let mut attempt = 1;
+        loop {
+            let r = self.request(method.clone(), path).header("content-type", "application/json").body(body.clone());
+            match self.send(r, &what).await {
+                Err(e) if e.is_retryable() && attempt < retry.attempts => {
+                    let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+                    eprintln!(
+                        "{what} not confirmed ({e}{cause}); sending it again in {pause:?} (attempt {} of {})",
+                        attempt + 1,
+                        retry.attempts
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(retry.max_pause);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 }
 
