@@ -6,6 +6,7 @@ mod agent;
 mod cli_client;
 mod cli_submit;
 mod common;
+mod config_files;
 mod e2e_fake;
 mod e2e_process;
 mod packaging;

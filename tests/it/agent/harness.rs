@@ -47,8 +47,8 @@ pub fn config(servers: Vec<String>, runtime: RuntimeKind, data_dir: &std::path::
     c.executor = convoy::model::ExecutorName::new("test-executor").expect("executor");
     c.runtime = runtime;
     c.data_dir = data_dir.to_path_buf();
-    c.poll_wait = 1;
-    c.max_backoff = 1;
+    c.poll_wait = Duration::from_secs(1);
+    c.max_backoff = Duration::from_secs(1);
     c.process.node = NodeName::new("node-1").expect("node");
     c.process.supervisor = Some(env!("CARGO_BIN_EXE_convoy").into());
     c

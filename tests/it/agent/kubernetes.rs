@@ -223,7 +223,7 @@ async fn watch_events_become_run_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_deletes_with_the_grace_period_then_forces() {
-    let mut h = harness(KubernetesConfig { force_delete_after_seconds: 0, ..Default::default() }).await;
+    let mut h = harness(KubernetesConfig { force_delete_after: Duration::ZERO, ..Default::default() }).await;
     h.recover().await;
     let l = kube_lease();
     let name = pod_name(l.run_id);
