@@ -1,7 +1,10 @@
 //! The server's TOML configuration: `[server]`, `[scheduler]` (the same keys as a simulation
-//! scenario's `config`), `[auth]`. Every key has a default, so no file is needed; a bad value is
-//! refused with an error naming the key.
+//! scenario's `config`), `[auth]`, and in a file shared with `convoy agent`, `[agent]`. Every key
+//! has a default, so no file is needed; durations are text (`"30s"`, `"5m"`) or a number of
+//! seconds; an unknown key or a bad value is refused with an error naming the key
+//! (`server.max_lease_wait`).
 
+use crate::agent::AgentConfig;
 use crate::model::FieldError;
 use crate::model::duration::serde_text;
 use crate::scheduler::SchedulerConfig;
@@ -17,6 +20,11 @@ pub struct Config {
     pub server: ServerConfig,
     pub scheduler: SchedulerConfig,
     pub auth: AuthConfig,
+    /// `[agent]` of a file that configures both commands. Read so that its keys and values are
+    /// checked here too (a typo fails `convoy server` as it fails `convoy agent`); the server does
+    /// not use it. Rules that depend on the agent's machine are left to `convoy agent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentConfig>,
 }
 
 /// `[server]`.
@@ -127,15 +135,18 @@ impl Default for AuthConfig {
     }
 }
 
-/// A configuration problem, naming the key.
+/// Why a server configuration was refused; `origin` is the file (or `defaults`).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading {path}: {error}")]
-    Read { path: String, error: std::io::Error },
-    #[error("{path}: {message}")]
-    Parse { path: String, message: String },
-    #[error("{path}: {key}: {message}")]
-    Invalid { path: String, key: String, message: String },
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    /// The text is not TOML.
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    /// A key is unknown or holds a value that is not allowed.
+    #[error("{origin}: {key}: {message}")]
+    Invalid { origin: String, key: String, message: String },
 }
 
 impl Config {
@@ -145,14 +156,14 @@ impl Config {
         let Some(path) = path else {
             let c = Config::local();
             c.validate().map_err(|e| ConfigError::Invalid {
-                path: "defaults".into(),
+                origin: "defaults".into(),
                 key: e.field,
                 message: e.message,
             })?;
             return Ok(c);
         };
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: shown.clone(), error })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
         Config::parse(&text, &shown)
     }
 
@@ -164,13 +175,13 @@ impl Config {
     /// Parses TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
         let de = toml::Deserializer::parse(text)
-            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
-            ConfigError::Invalid { path: origin.to_string(), key, message: e.into_inner().message().to_string() }
+            ConfigError::Invalid { origin: origin.to_string(), key, message: e.into_inner().message().to_string() }
         })?;
         config.validate().map_err(|e| ConfigError::Invalid {
-            path: origin.to_string(),
+            origin: origin.to_string(),
             key: e.field,
             message: e.message,
         })?;
@@ -218,11 +229,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// The address others reach this server at.
-    pub fn advertise(&self) -> String {
-        self.server.advertise.clone().unwrap_or_else(|| format!("http://{}", self.server.listen))
-    }
 }
 
 #[cfg(test)]
@@ -233,9 +239,11 @@ mod tests {
     fn example_file_parses_and_is_the_defaults() {
         let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.example.toml")).unwrap();
         let c = Config::parse(&text, "config.example.toml").unwrap();
-        // The example turns auth off and shows a token, the rest are defaults.
-        let d = Config { auth: c.auth.clone(), ..Config::default() };
+        // The example turns auth off and shows a token, the rest are defaults; its agent section
+        // is the agent's defaults for a server on this machine.
+        let d = Config { auth: c.auth.clone(), agent: c.agent.clone(), ..Config::default() };
         assert_eq!(c, d);
+        assert_eq!(c.agent, Some(AgentConfig::new(vec!["http://127.0.0.1:8080".into()])));
     }
 
     #[test]
@@ -253,5 +261,20 @@ mod tests {
         assert!(e.contains("scheduler.node_eviction_probability"), "{e}");
         let e = Config::parse("", "f").unwrap_err().to_string();
         assert!(e.contains("auth.tokens"), "{e}");
+        let e = Config::parse("[server]\nmax_lease_wait = \"a while\"\n", "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: server.max_lease_wait: duration \"a while\" is invalid"), "{e}");
+    }
+
+    #[test]
+    fn an_agent_section_is_checked_but_not_used() {
+        let off = "[auth]\nenabled = false\n";
+        let c = Config::parse(&format!("{off}[agent]\nservers = [\"http://a:1\"]\npoll_wait = \"5s\"\n"), "f").unwrap();
+        let agent = c.agent.as_ref().expect("the agent section");
+        assert_eq!(agent.poll_wait, Duration::from_secs(5));
+        assert_eq!(Config { agent: None, ..c }, Config::local());
+        let e = Config::parse(&format!("{off}[agent]\n[agent.process]\nbogus = 1\n"), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: agent.process.bogus: unknown field"), "{e}");
+        let e = Config::parse(&format!("{off}[agent]\nmax_backoff = \"later\"\n"), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: agent.max_backoff: duration"), "{e}");
     }
 }

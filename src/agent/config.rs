@@ -1,31 +1,53 @@
-//! Agent configuration: a TOML file of its own or the `[agent]` section of the combined config.
+//! Agent configuration: a TOML file of its own, or the `[agent]` section of a combined file that
+//! `convoy server` reads too.
 //!
-//! Every key has a default except `servers`; `validate` checks the rest and names the offending
-//! key in its error.
+//! Every key has a default except `servers`; durations are text (`"20s"`, `"24h"`) or a number of
+//! seconds. Keys are named `agent.<key>` in errors whichever file they came from, and `validate`
+//! checks the rules serde cannot, naming the first offending key.
 
+use crate::model::duration::{format_duration, serde_text};
 use crate::model::{ExecutorName, Labels, NodeName, PoolName, Resources, Taint};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Environment variable read when `token` is not set in the file.
 pub const TOKEN_ENV: &str = "CONVOY_EXECUTOR_TOKEN";
 
-/// Why a configuration was refused.
+/// What `validate` names as the origin of its errors (the file and the flags together).
+const VALIDATED: &str = "agent config";
+
+/// Why an agent configuration was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum AgentConfigError {
     /// The file could not be read.
-    #[error("reading agent config {path}: {source}")]
+    #[error("reading {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    /// The text is not valid TOML for this structure.
-    #[error("agent config: {0}")]
-    Parse(#[from] toml::de::Error),
-    /// A key holds a value that is not allowed.
-    #[error("agent config: `{key}`: {message}")]
-    Invalid { key: String, message: String },
+    /// The text is not TOML.
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    /// A key is unknown or holds a value that is not allowed.
+    #[error("{origin}: {key}: {message}")]
+    Invalid { origin: String, key: String, message: String },
 }
 
-fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.to_string(), message: message.into() }
+/// An error about `agent.<key>`.
+fn invalid(key: &str, message: impl Into<String>) -> AgentConfigError {
+    AgentConfigError::Invalid { origin: VALIDATED.to_string(), key: format!("agent.{key}"), message: message.into() }
+}
+
+/// A combined file: the agent's section, and the server's sections (which `convoy server` reads
+/// and checks; the agent only lets them be).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CombinedFile {
+    agent: AgentConfig,
+    #[serde(default, rename = "server")]
+    _server: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "scheduler")]
+    _scheduler: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "auth")]
+    _auth: Option<serde::de::IgnoredAny>,
 }
 
 /// Which runtime runs the leased jobs.
@@ -84,18 +106,18 @@ pub struct AgentConfig {
     /// output and exit status). Default: `./convoy-agent`.
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
-    /// Longest the server may hold a lease poll open, in seconds (1 to 60). Default: 20.
-    #[serde(default = "default_poll_wait")]
-    pub poll_wait: u64,
+    /// Longest the server may hold a lease poll open (1s to 60s). Default: 20s.
+    #[serde(default = "default_poll_wait", with = "serde_text")]
+    pub poll_wait: Duration,
     /// At most this many new leases per poll answer. Default: 1000.
     #[serde(default = "default_max_leases")]
     pub max_leases: u32,
     /// At most this many run events per `/events` request. Default: 1000.
     #[serde(default = "default_event_batch")]
     pub event_batch: usize,
-    /// Longest pause between retries of a failed request, in seconds. Default: 30.
-    #[serde(default = "default_max_backoff")]
-    pub max_backoff: u64,
+    /// Longest pause between retries of a failed request (at least 1s). Default: 30s.
+    #[serde(default = "default_max_backoff", with = "serde_text")]
+    pub max_backoff: Duration,
     /// Which runtime runs the jobs: `process`, `fake` or `kubernetes`. Default: `process`.
     #[serde(default)]
     pub runtime: RuntimeKind,
@@ -112,7 +134,7 @@ pub struct AgentConfig {
 
 /// `[agent.process]`: run jobs as local processes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "ProcessFile")]
 pub struct ProcessConfig {
     /// Name of the one node this machine is. Default: the host name.
     #[serde(default = "default_node_name")]
@@ -134,9 +156,61 @@ pub struct ProcessConfig {
     /// running executable.
     #[serde(default)]
     pub supervisor: Option<PathBuf>,
-    /// Hours to keep the directories of runs whose result was reported. Default: 24.
-    #[serde(default = "default_keep_finished_hours")]
-    pub keep_finished_hours: u64,
+    /// How long to keep the directories of runs whose result was reported (at least 1s).
+    /// Default: 24h. Also read from `keep_finished_hours`, a number of hours, its older spelling.
+    #[serde(with = "serde_text")]
+    pub keep_finished: Duration,
+}
+
+/// `[agent.process]` as written: [`ProcessConfig`] with `keep_finished_hours` (a number of
+/// hours), the older spelling of `keep_finished`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcessFile {
+    #[serde(default = "default_node_name")]
+    node: NodeName,
+    #[serde(default = "PoolName::default_pool")]
+    pool: PoolName,
+    #[serde(default)]
+    labels: Labels,
+    #[serde(default)]
+    taints: Vec<Taint>,
+    #[serde(default)]
+    allocatable: Option<Resources>,
+    #[serde(default)]
+    supervisor: Option<PathBuf>,
+    #[serde(default, deserialize_with = "some_duration")]
+    keep_finished: Option<Duration>,
+    #[serde(default)]
+    keep_finished_hours: Option<u64>,
+}
+
+impl TryFrom<ProcessFile> for ProcessConfig {
+    type Error = String;
+    fn try_from(f: ProcessFile) -> Result<Self, String> {
+        let keep_finished = match (f.keep_finished, f.keep_finished_hours) {
+            (Some(_), Some(_)) => {
+                return Err("keep_finished and keep_finished_hours (its older spelling) are both set; keep one".into());
+            }
+            (Some(d), None) => d,
+            (None, Some(hours)) => Duration::from_secs(hours.saturating_mul(3600)),
+            (None, None) => default_keep_finished(),
+        };
+        Ok(ProcessConfig {
+            node: f.node,
+            pool: f.pool,
+            labels: f.labels,
+            taints: f.taints,
+            allocatable: f.allocatable,
+            supervisor: f.supervisor,
+            keep_finished,
+        })
+    }
+}
+
+/// A duration key that may be absent.
+fn some_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    serde_text::deserialize(d).map(Some)
 }
 
 impl Default for ProcessConfig {
@@ -148,7 +222,7 @@ impl Default for ProcessConfig {
             taints: Vec::new(),
             allocatable: None,
             supervisor: None,
-            keep_finished_hours: default_keep_finished_hours(),
+            keep_finished: default_keep_finished(),
         }
     }
 }
@@ -202,16 +276,18 @@ pub struct KubernetesConfig {
     /// Default: `convoy.io/pool`.
     #[serde(default = "default_pool_label")]
     pub pool_label: String,
-    /// Seconds between refreshes of the node inventory (nodes and foreign pods). Default: 10.
-    #[serde(default = "default_inventory_refresh")]
-    pub inventory_refresh_seconds: u64,
+    /// Time between refreshes of the node inventory (nodes and foreign pods; at least 1s).
+    /// Default: 10s. Also read from `inventory_refresh_seconds`, its older spelling.
+    #[serde(default = "default_inventory_refresh", alias = "inventory_refresh_seconds", with = "serde_text")]
+    pub inventory_refresh: Duration,
     /// Delete a pod once its result was reported. Default: true.
     #[serde(default = "default_true")]
     pub delete_finished_pods: bool,
-    /// Seconds past a kill's grace period after which a pod still present is deleted with grace
-    /// period 0 (a node that does not answer). Default: 30.
-    #[serde(default = "default_force_delete_after")]
-    pub force_delete_after_seconds: u64,
+    /// Time past a kill's grace period after which a pod still present is deleted with grace
+    /// period 0 (a node that does not answer). Default: 30s. Also read from
+    /// `force_delete_after_seconds`, its older spelling.
+    #[serde(default = "default_force_delete_after", alias = "force_delete_after_seconds", with = "serde_text")]
+    pub force_delete_after: Duration,
     /// Lines of the pod's log sent with its final event (0: none). Default: 100.
     #[serde(default = "default_log_tail_lines")]
     pub log_tail_lines: u32,
@@ -224,9 +300,9 @@ impl Default for KubernetesConfig {
             kubeconfig: None,
             context: None,
             pool_label: default_pool_label(),
-            inventory_refresh_seconds: default_inventory_refresh(),
+            inventory_refresh: default_inventory_refresh(),
             delete_finished_pods: true,
-            force_delete_after_seconds: default_force_delete_after(),
+            force_delete_after: default_force_delete_after(),
             log_tail_lines: default_log_tail_lines(),
         }
     }
@@ -251,23 +327,40 @@ impl AgentConfig {
         }
     }
 
-    /// Parses TOML text: either an agent file (keys at the top level) or a combined config, in
-    /// which case the `[agent]` table is used.
-    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table: toml::Table = toml::from_str(text)?;
-        let cfg: AgentConfig = match table.get("agent") {
-            Some(toml::Value::Table(agent)) => agent.clone().try_into()?,
-            Some(_) => return Err(invalid("agent", "must be a table")),
-            None => table.try_into()?,
+    /// Parses TOML text: either an agent file (keys at the top level) or a combined file, in
+    /// which case its `[agent]` section is used. Errors name `origin`.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, AgentConfigError> {
+        let syntax =
+            |e: toml::de::Error| AgentConfigError::Parse { origin: origin.to_string(), message: e.to_string() };
+        let table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let de = toml::Deserializer::parse(text).map_err(syntax)?;
+        let keyed = |e: serde_path_to_error::Error<toml::de::Error>, prefix: &str| {
+            let path = e.path().to_string();
+            let key = match (prefix, path.as_str()) {
+                ("", p) => p.to_string(),
+                (pre, ".") => pre.to_string(),
+                (pre, p) => format!("{pre}.{p}"),
+            };
+            AgentConfigError::Invalid { origin: origin.to_string(), key, message: e.into_inner().message().to_string() }
         };
-        Ok(cfg)
+        if table.contains_key("agent") {
+            let file: CombinedFile = serde_path_to_error::deserialize(de).map_err(|e| keyed(e, ""))?;
+            Ok(file.agent)
+        } else {
+            serde_path_to_error::deserialize(de).map_err(|e| keyed(e, "agent"))
+        }
     }
 
-    /// Reads and parses a TOML file (see [`AgentConfig::from_toml_str`]).
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Self::from_toml_str(&text)
+    /// Parses TOML text (see [`AgentConfig::parse`]).
+    pub fn from_toml_str(text: &str) -> Result<Self, AgentConfigError> {
+        Self::parse(text, VALIDATED)
+    }
+
+    /// Reads and parses a TOML file (see [`AgentConfig::parse`]).
+    pub fn from_file(path: &Path) -> Result<Self, AgentConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| AgentConfigError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(&text, &path.display().to_string())
     }
 
     /// The token to send: `token`, else `CONVOY_EXECUTOR_TOKEN`, else none.
@@ -276,7 +369,7 @@ impl AgentConfig {
     }
 
     /// Checks every key; the error names the first offending one.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), AgentConfigError> {
         if self.servers.is_empty() {
             return Err(invalid("servers", "at least one server address is needed, e.g. [\"http://127.0.0.1:8080\"]"));
         }
@@ -293,8 +386,8 @@ impl AgentConfig {
                 return Err(invalid(&key, format!("{s:?}: a base URL takes no query or fragment")));
             }
         }
-        if !(1..=60).contains(&self.poll_wait) {
-            return Err(invalid("poll_wait", format!("{} is outside 1..=60 seconds", self.poll_wait)));
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.poll_wait) {
+            return Err(invalid("poll_wait", format!("{} is outside 1s to 60s", format_duration(self.poll_wait))));
         }
         if self.max_leases == 0 {
             return Err(invalid("max_leases", "must be at least 1"));
@@ -302,8 +395,8 @@ impl AgentConfig {
         if self.event_batch == 0 {
             return Err(invalid("event_batch", "must be at least 1"));
         }
-        if self.max_backoff == 0 {
-            return Err(invalid("max_backoff", "must be at least 1 second"));
+        if self.max_backoff < Duration::from_secs(1) {
+            return Err(invalid("max_backoff", "must be at least 1s"));
         }
         if self.data_dir.as_os_str().is_empty() {
             return Err(invalid("data_dir", "must not be empty"));
@@ -315,7 +408,7 @@ impl AgentConfig {
         }
     }
 
-    fn validate_process(&self) -> Result<(), ConfigError> {
+    fn validate_process(&self) -> Result<(), AgentConfigError> {
         if let Some((name, v)) = self.process.allocatable.iter().flat_map(|a| a.iter()).find(|(_, v)| *v < 0) {
             return Err(invalid(&format!("process.allocatable.{name}"), format!("{v} is negative")));
         }
@@ -327,13 +420,13 @@ impl AgentConfig {
                 format!("{} is not a file (it must be the convoy executable)", p.display()),
             ));
         }
-        if self.process.keep_finished_hours == 0 {
-            return Err(invalid("process.keep_finished_hours", "must be at least 1"));
+        if self.process.keep_finished < Duration::from_secs(1) {
+            return Err(invalid("process.keep_finished", "must be at least 1s"));
         }
         Ok(())
     }
 
-    fn validate_fake(&self) -> Result<(), ConfigError> {
+    fn validate_fake(&self) -> Result<(), AgentConfigError> {
         if self.fake.node_groups.is_empty() {
             return Err(invalid("fake.node_groups", "the fake runtime needs at least one node group"));
         }
@@ -363,7 +456,7 @@ impl AgentConfig {
         Ok(())
     }
 
-    fn validate_kubernetes(&self) -> Result<(), ConfigError> {
+    fn validate_kubernetes(&self) -> Result<(), AgentConfigError> {
         let k = &self.kubernetes;
         if !is_dns_label(&k.namespace) {
             return Err(invalid("kubernetes.namespace", format!("{:?} is not a valid namespace name", k.namespace)));
@@ -380,8 +473,8 @@ impl AgentConfig {
         if k.pool_label.is_empty() {
             return Err(invalid("kubernetes.pool_label", "must not be empty"));
         }
-        if k.inventory_refresh_seconds == 0 {
-            return Err(invalid("kubernetes.inventory_refresh_seconds", "must be at least 1"));
+        if k.inventory_refresh < Duration::from_secs(1) {
+            return Err(invalid("kubernetes.inventory_refresh", "must be at least 1s"));
         }
         Ok(())
     }
@@ -424,8 +517,8 @@ fn default_node_name() -> NodeName {
 fn default_data_dir() -> PathBuf {
     PathBuf::from("convoy-agent")
 }
-fn default_poll_wait() -> u64 {
-    20
+fn default_poll_wait() -> Duration {
+    Duration::from_secs(20)
 }
 fn default_max_leases() -> u32 {
     1000
@@ -433,11 +526,11 @@ fn default_max_leases() -> u32 {
 fn default_event_batch() -> usize {
     1000
 }
-fn default_max_backoff() -> u64 {
-    30
+fn default_max_backoff() -> Duration {
+    Duration::from_secs(30)
 }
-fn default_keep_finished_hours() -> u64 {
-    24
+fn default_keep_finished() -> Duration {
+    Duration::from_secs(24 * 3600)
 }
 fn default_fake_prefix() -> String {
     "fake".to_string()
@@ -448,14 +541,14 @@ fn default_namespace() -> String {
 fn default_pool_label() -> String {
     "convoy.io/pool".to_string()
 }
-fn default_inventory_refresh() -> u64 {
-    10
+fn default_inventory_refresh() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_true() -> bool {
     true
 }
-fn default_force_delete_after() -> u64 {
-    30
+fn default_force_delete_after() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_log_tail_lines() -> u32 {
     100
@@ -483,7 +576,7 @@ mod tests {
         own.validate().expect("valid");
         assert_eq!(own.runtime, RuntimeKind::Fake);
         assert_eq!(own.fake.node_groups[0].allocatable.get("nvidia.com/gpu"), 2000);
-        assert_eq!(own.poll_wait, 20);
+        assert_eq!(own.poll_wait, Duration::from_secs(20));
 
         let combined = AgentConfig::from_toml_str(
             r#"
@@ -506,22 +599,66 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let mut c = AgentConfig::new(vec![]);
-        assert!(c.validate().unwrap_err().to_string().contains("`servers`"));
+        assert!(c.validate().unwrap_err().to_string().contains("agent.servers:"));
         c.servers = vec!["ftp://x".into()];
-        assert!(c.validate().unwrap_err().to_string().contains("`servers[0]`"));
+        assert!(c.validate().unwrap_err().to_string().contains("agent.servers[0]:"));
         c.servers = vec!["http://x:1".into()];
-        c.poll_wait = 0;
-        assert!(c.validate().unwrap_err().to_string().contains("`poll_wait`"));
-        c.poll_wait = 5;
+        c.poll_wait = Duration::ZERO;
+        assert!(c.validate().unwrap_err().to_string().contains("agent.poll_wait:"));
+        c.poll_wait = Duration::from_secs(5);
         c.runtime = RuntimeKind::Fake;
-        assert!(c.validate().unwrap_err().to_string().contains("`fake.node_groups`"));
+        assert!(c.validate().unwrap_err().to_string().contains("agent.fake.node_groups:"));
         c.runtime = RuntimeKind::Kubernetes;
         c.kubernetes.namespace = "Bad_NS".into();
-        assert!(c.validate().unwrap_err().to_string().contains("`kubernetes.namespace`"));
+        assert!(c.validate().unwrap_err().to_string().contains("agent.kubernetes.namespace:"));
         let e = AgentConfig::from_toml_str("servers = [\"http://x\"]\nbogus = 1\n").unwrap_err();
-        assert!(e.to_string().contains("bogus"), "{e}");
+        assert!(e.to_string().contains("agent.bogus: unknown field `bogus`"), "{e}");
         let e = AgentConfig::from_toml_str("executor = \"a b\"\nservers = [\"http://x\"]\n").unwrap_err();
-        assert!(e.to_string().contains("executor"), "{e}");
+        assert!(e.to_string().contains("agent.executor:"), "{e}");
+        let e = AgentConfig::parse("[agent]\n[agent.process]\nbogus = 1\n", "f.toml").unwrap_err();
+        assert!(e.to_string().starts_with("f.toml: agent.process.bogus: unknown field"), "{e}");
+        let e = AgentConfig::parse("[agent]\n[extra]\n", "f.toml").unwrap_err();
+        assert!(e.to_string().starts_with("f.toml: extra: unknown field"), "{e}");
+        let e = AgentConfig::parse("servers = [\"http://x\"]\n[server]\n", "f.toml").unwrap_err();
+        assert!(e.to_string().starts_with("f.toml: agent.server: unknown field"), "{e}");
+        let e = AgentConfig::parse("servers = [", "f.toml").unwrap_err();
+        assert!(e.to_string().starts_with("f.toml: TOML parse error"), "{e}");
+    }
+
+    #[test]
+    fn durations_are_text_or_seconds_and_bad_ones_name_the_key() {
+        let c = AgentConfig::from_toml_str(
+            "poll_wait = \"1m\"\nmax_backoff = 2\n[process]\nkeep_finished = \"2h\"\n[kubernetes]\ninventory_refresh = \"500ms\"\nforce_delete_after = \"1m\"\n",
+        )
+        .unwrap();
+        assert_eq!((c.poll_wait, c.max_backoff), (Duration::from_secs(60), Duration::from_secs(2)));
+        assert_eq!(c.process.keep_finished, Duration::from_secs(7200));
+        assert_eq!(c.kubernetes.inventory_refresh, Duration::from_millis(500));
+        assert_eq!(c.kubernetes.force_delete_after, Duration::from_secs(60));
+        for (text, key) in [
+            ("poll_wait = \"soon\"\n", "agent.poll_wait"),
+            ("[process]\nkeep_finished = \"-1s\"\n", "agent.process.keep_finished"),
+            ("[kubernetes]\nforce_delete_after = \"later\"\n", "agent.kubernetes.force_delete_after"),
+        ] {
+            let e = AgentConfig::from_toml_str(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("{key}: duration")), "{text}: {e}");
+        }
+        let mut c = AgentConfig::new(vec!["http://x".into()]);
+        c.poll_wait = Duration::from_secs(61);
+        assert!(c.validate().unwrap_err().to_string().contains("agent.poll_wait: 1m 1s is outside 1s to 60s"));
+    }
+
+    #[test]
+    fn older_spellings_of_duration_keys_still_read() {
+        let c = AgentConfig::from_toml_str(
+            "poll_wait = 20\nmax_backoff = 30\n[process]\nkeep_finished_hours = 3\n[kubernetes]\ninventory_refresh_seconds = 7\nforce_delete_after_seconds = 0\n",
+        )
+        .unwrap();
+        assert_eq!(c.process.keep_finished, Duration::from_secs(3 * 3600));
+        assert_eq!(c.kubernetes.inventory_refresh, Duration::from_secs(7));
+        assert_eq!(c.kubernetes.force_delete_after, Duration::ZERO);
+        let e = AgentConfig::from_toml_str("[process]\nkeep_finished = \"1h\"\nkeep_finished_hours = 1\n").unwrap_err();
+        assert!(e.to_string().contains("agent.process: keep_finished and keep_finished_hours"), "{e}");
     }
 
     #[test]

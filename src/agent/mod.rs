@@ -17,11 +17,10 @@ pub mod runtime;
 pub mod supervise;
 mod tasks;
 
-pub use config::{AgentConfig, ConfigError, RuntimeKind};
+pub use config::{AgentConfig, AgentConfigError, RuntimeKind};
 pub use runtime::{EventReceiver, EventSink, Runtime, RuntimeError, Started};
 
 use std::sync::Arc;
-use std::time::Duration;
 use tracing::Instrument;
 
 /// Why the agent stopped with an error.
@@ -29,7 +28,7 @@ use tracing::Instrument;
 pub enum AgentError {
     /// The configuration is not usable.
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(#[from] AgentConfigError),
     /// The HTTP client could not be set up.
     #[error(transparent)]
     Client(#[from] client::ClientError),
@@ -53,10 +52,10 @@ pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Res
         Arc::new(client::ExecutorClient::new(&config.servers, config.executor.clone(), config.resolved_token())?);
     let settings = lease_loop::LoopSettings {
         executor: config.executor.clone(),
-        poll_wait: Duration::from_secs(config.poll_wait),
+        poll_wait: config.poll_wait,
         max_leases: config.max_leases,
         event_batch: config.event_batch,
-        max_backoff: Duration::from_secs(config.max_backoff),
+        max_backoff: config.max_backoff,
     };
     let span = tracing::info_span!("agent", executor = %config.executor);
     run_with_runtime(config, client, settings, shutdown).instrument(span).await

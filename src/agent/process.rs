@@ -90,7 +90,7 @@ impl ProcessRuntime {
             runs_dir,
             node,
             supervisor_exe,
-            keep_finished: Duration::from_secs(p.keep_finished_hours.saturating_mul(3600)),
+            keep_finished: p.keep_finished,
             sink,
             runs: Mutex::new(HashMap::new()),
         };

@@ -270,7 +270,7 @@ impl Inner {
     async fn inventory(&self) -> Result<Vec<NodeReport>, RuntimeError> {
         let mut cache = self.inventory.lock().await;
         if let Some((at, nodes)) = cache.as_ref()
-            && at.elapsed() < Duration::from_secs(self.cfg.inventory_refresh_seconds)
+            && at.elapsed() < self.cfg.inventory_refresh
         {
             return Ok(nodes.clone());
         }
@@ -491,8 +491,7 @@ impl Runtime for KubernetesRuntime {
             return Ok(lock(&inner.runs).contains_key(&run_id));
         }
         // A node that does not answer leaves the pod terminating forever: force it out later.
-        let force_after =
-            Duration::from_secs(u64::from(grace_s)) + Duration::from_secs(inner.cfg.force_delete_after_seconds);
+        let force_after = Duration::from_secs(u64::from(grace_s)) + inner.cfg.force_delete_after;
         let inner2 = inner.clone();
         self.spawn_task(async move {
             tokio::time::sleep(force_after).await;

@@ -1,0 +1,128 @@
+//! `convoy bench submit`: acknowledged jobs per second against a server it starts, with batches
+//! of 100 and with one job per request (16 concurrent clients), and request latency.
+
+use super::harness::{BenchServer, config, percentile};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Arguments of `convoy bench submit`.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// Jobs to submit in batches.
+    #[arg(long, default_value_t = 200_000)]
+    batched_jobs: u64,
+    /// Jobs per batch.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Concurrent clients sending batches.
+    #[arg(long, default_value_t = 8)]
+    batch_clients: usize,
+    /// Requests of one job each.
+    #[arg(long, default_value_t = 40_000)]
+    single_requests: u64,
+    /// Concurrent clients sending single jobs.
+    #[arg(long, default_value_t = 16)]
+    single_clients: usize,
+}
+
+fn item(i: u64) -> Value {
+    json!({"pod_spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", format!("echo {i}")],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
+}
+
+/// Sends `total` requests from `clients` tasks; returns (wall time, sorted latencies, jobs acked).
+async fn drive(
+    url: &str,
+    clients: usize,
+    total: u64,
+    per_request: usize,
+) -> anyhow::Result<(Duration, Vec<Duration>, u64)> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
+    let next = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), url.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            // One body per client, built once: the server is measured, not the client's JSON.
+            let body = serde_json::to_vec(&json!({"queue": "bench", "job_set": format!("client-{c}"), "jobs": (0..per_request as u64).map(item).collect::<Vec<_>>()})).unwrap_or_default();
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    break;
+                }
+                let body = body.clone();
+                let t = Instant::now();
+                let r = http.post(format!("{url}/v1/jobs")).header("content-type", "application/json").body(body).send().await;
+                match r {
+                    Ok(r) if r.status().is_success() => {
+                        let _ = r.bytes().await;
+                        lat.push(t.elapsed());
+                        acked.fetch_add(per_request as u64, Ordering::Relaxed);
+                    }
+                    Ok(r) => eprintln!("submit failed: {} {}", r.status(), r.text().await.unwrap_or_default()),
+                    Err(e) => eprintln!("submit failed: {e}"),
+                }
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await?);
+    }
+    let wall = start.elapsed();
+    lat.sort();
+    Ok((wall, lat, acked.load(Ordering::Relaxed)))
+}
+
+pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let tmp = tempfile_dir()?;
+        let server = BenchServer::start(&tmp, &config(&tmp, "max_jobs_per_request = 10000"))?;
+        let http = reqwest::Client::new();
+        server.ready(&http).await?;
+        let r = http.post(format!("{}/v1/queues", server.url)).json(&json!({"name": "bench"})).send().await?;
+        anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
+
+        let batches = args.batched_jobs.div_ceil(args.batch as u64);
+        let cpu0 = server.cpu_time();
+        let (bwall, blat, bjobs) = drive(&server.url, args.batch_clients, batches, args.batch).await?;
+        let cpu1 = server.cpu_time();
+        let (swall, slat, sjobs) = drive(&server.url, args.single_clients, args.single_requests, 1).await?;
+        let cpu2 = server.cpu_time();
+        let us_per = |cpu: std::time::Duration, n: u64| (cpu.as_secs_f64() * 1e6 / n.max(1) as f64).round();
+        let out = json!({
+            "batched_jobs": bjobs,
+            "batch_size": args.batch,
+            "batch_clients": args.batch_clients,
+            "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
+            "batched_p50_ms": (percentile(&blat, 50.0) * 10.0).round() / 10.0,
+            "batched_p99_ms": (percentile(&blat, 99.0) * 10.0).round() / 10.0,
+            "batched_server_cpu_us_per_job": us_per(cpu1.saturating_sub(cpu0), bjobs),
+            "single_requests": sjobs,
+            "single_clients": args.single_clients,
+            "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
+            "single_p50_ms": (percentile(&slat, 50.0) * 10.0).round() / 10.0,
+            "single_p99_ms": (percentile(&slat, 99.0) * 10.0).round() / 10.0,
+            "single_server_cpu_us_per_request": us_per(cpu2.saturating_sub(cpu1), sjobs),
+            "server_rss_mb": server.rss_mb().round(),
+        });
+        println!("{out}");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&tmp);
+        Ok(())
+    })
+}
+
+/// A scratch directory under the system temp dir.
+pub fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("convoy-bench-{}-{}", std::process::id(), super::nanos()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

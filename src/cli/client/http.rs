@@ -1,0 +1,161 @@
+//! The HTTP side of the client verbs: the server's address and token, answers decoded into the
+//! API's types, and refusals decoded from their problem+json bodies.
+
+use super::ClientArgs;
+use convoy::model::api::Problem;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// Why a request gave no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// No answer: the server is down, unreachable, or the connection broke.
+    #[error("cannot reach the convoy server at {base}")]
+    Unreachable {
+        base: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server refused the request; its problem body names the field when there is one.
+    #[error("{}", refusal(*status, problem.as_ref(), text))]
+    Refused { status: StatusCode, problem: Option<Problem>, text: String },
+    /// The answer is not what this client expects (a server of another version?).
+    #[error("unexpected answer to {what}: {message}")]
+    Unexpected { what: String, message: String },
+}
+
+impl RequestError {
+    /// True when the request may not have been carried out and sending it again is the way to
+    /// find out: no answer, or 503 (no leader, or the write was not confirmed in time).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RequestError::Unreachable { .. } => true,
+            RequestError::Refused { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
+            RequestError::Unexpected { .. } => false,
+        }
+    }
+}
+
+/// `503 Service Unavailable: jobs[2].pod_spec: …`, as the server's problem body has it.
+fn refusal(status: StatusCode, problem: Option<&Problem>, text: &str) -> String {
+    match problem {
+        Some(Problem { field: Some(f), detail, .. }) => format!("{status}: {f}: {detail}"),
+        Some(p) => format!("{status}: {}", p.detail),
+        None if text.trim().is_empty() => status.to_string(),
+        None => format!("{status}: {}", text.trim()),
+    }
+}
+
+/// A client of one server.
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    pub fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
+        Ok(Client { http, base: args.server.trim_end_matches('/').to_string(), token: args.token.clone() })
+    }
+
+    /// A request to `path` (which starts with `/`), with the token when there is one.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// Sends `r`; a success answer as it came, anything else as an error.
+    pub async fn send_raw(&self, r: RequestBuilder) -> Result<reqwest::Response, RequestError> {
+        let resp = r.send().await.map_err(|source| RequestError::Unreachable { base: self.base.clone(), source })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let text = resp.text().await.unwrap_or_default();
+        let problem = serde_json::from_str::<Problem>(&text).ok();
+        Err(RequestError::Refused { status, problem, text })
+    }
+
+    /// Sends `r` and decodes the answer's body as `T`.
+    pub async fn send<T: DeserializeOwned>(&self, r: RequestBuilder, what: &str) -> Result<T, RequestError> {
+        let resp = self.send_raw(r).await?;
+        let bytes =
+            resp.bytes().await.map_err(|source| RequestError::Unreachable { base: self.base.clone(), source })?;
+        let de = &mut serde_json::Deserializer::from_slice(&bytes);
+        serde_path_to_error::deserialize(de).map_err(|e| RequestError::Unexpected {
+            what: what.to_string(),
+            message: format!("{}: {}", e.path(), e.inner()),
+        })
+    }
+
+    /// `GET path`, decoded as `T`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, RequestError> {
+        self.send(self.request(Method::GET, path), &format!("GET {path}")).await
+    }
+
+    /// `method path` with a JSON body, the answer decoded as `T`.
+    pub async fn send_json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T, RequestError> {
+        let what = format!("{method} {path}");
+        self.send(self.request(method, path).json(body), &what).await
+    }
+}
+
+/// How often a request is sent before giving up, and the pauses between: `first_pause`,
+/// doubling up to `max_pause`.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    pub attempts: u32,
+    pub first_pause: Duration,
+    pub max_pause: Duration,
+}
+
+impl Client {
+    /// Sends the same JSON body (`body`, serialized once) to `method path` until an answer is not
+    /// worth retrying ([`RequestError::is_retryable`]) or `retry.attempts` were made. Only for
+    /// requests that are safe to repeat, such as submissions whose jobs all carry client ids.
+    pub async fn send_json_retrying<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        retry: Retry,
+    ) -> Result<T, RequestError> {
+        let what = format!("{method} {path}");
+        let mut pause = retry.first_pause;
+        let mut attempt = 1;
+        loop {
+            let r = self.request(method.clone(), path).header("content-type", "application/json").body(body.clone());
+            match self.send(r, &what).await {
+                Err(e) if e.is_retryable() && attempt < retry.attempts => {
+                    let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+                    eprintln!(
+                        "{what} not confirmed ({e}{cause}); sending it again in {pause:?} (attempt {} of {})",
+                        attempt + 1,
+                        retry.attempts
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(retry.max_pause);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Prints an answer as indented JSON.
+pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}

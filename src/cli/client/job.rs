@@ -1,0 +1,16 @@
+//! `convoy job ID`: a job with its runs and events.
+
+use super::http::{Client, print_json};
+use convoy::model::JobId;
+use convoy::model::api::JobView;
+
+/// Flags of `convoy job`.
+#[derive(clap::Args, Debug)]
+pub struct JobArgs {
+    id: JobId,
+}
+
+/// Prints the job as JSON.
+pub async fn run(c: &Client, args: JobArgs) -> anyhow::Result<()> {
+    print_json(&c.get::<JobView>(&format!("/v1/jobs/{}", args.id)).await?)
+}

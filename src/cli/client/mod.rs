@@ -1,0 +1,68 @@
+//! Client verbs over the REST API: `convoy queue|submit|cancel|reprioritize|jobs|job|watch|why|cluster`,
+//! one module each. Bodies are the API's own types (`convoy::model::api`).
+
+mod cancel;
+mod cluster;
+mod doc;
+mod http;
+mod job;
+mod jobs;
+mod queue;
+mod reprioritize;
+mod submit;
+mod watch;
+mod why;
+
+use clap::{Args, Subcommand};
+
+/// Where the server is and who we are.
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Server address (before the verb: `convoy --server URL jobs`).
+    #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// Bearer token.
+    #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// The client verbs.
+#[derive(Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Manage queues.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
+    /// Submit jobs: a JSON or YAML file holding `{queue, job_set, jobs: [...]}`, or a bare PodSpec
+    /// with --queue and --job-set.
+    Submit(submit::SubmitArgs),
+    /// Cancel jobs (named ones, or a whole job set).
+    Cancel(cancel::CancelArgs),
+    /// Change the priority of jobs within their queue.
+    Reprioritize(reprioritize::ReprioritizeArgs),
+    /// List jobs.
+    Jobs(jobs::JobsArgs),
+    /// Show a job with its runs and events.
+    Job(job::JobArgs),
+    /// Follow a job set's events.
+    Watch(watch::WatchArgs),
+    /// Why a job is where it is.
+    Why(why::WhyArgs),
+    /// Raft status of the server.
+    Cluster,
+}
+
+/// Runs a client verb.
+pub async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
+    let c = http::Client::new(&args)?;
+    match cmd {
+        ClientCommand::Queue(q) => queue::run(&c, q).await,
+        ClientCommand::Submit(a) => submit::run(&c, a).await,
+        ClientCommand::Cancel(a) => cancel::run(&c, a).await,
+        ClientCommand::Reprioritize(a) => reprioritize::run(&c, a).await,
+        ClientCommand::Jobs(a) => jobs::run(&c, a).await,
+        ClientCommand::Job(a) => job::run(&c, a).await,
+        ClientCommand::Watch(a) => watch::run(&c, a).await,
+        ClientCommand::Why(a) => why::run(&c, a).await,
+        ClientCommand::Cluster => cluster::run(&c).await,
+    }
+}

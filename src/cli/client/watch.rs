@@ -1,0 +1,110 @@
+//! `convoy watch QUEUE JOB_SET [--from SEQ]`: follows a job set's event stream.
+
+use super::http::Client;
+use anyhow::Context;
+use convoy::model::api::EventView;
+use convoy::model::{JobSetName, QueueName};
+use reqwest::Method;
+
+/// Flags of `convoy watch`.
+#[derive(clap::Args, Debug)]
+pub struct WatchArgs {
+    queue: QueueName,
+    job_set: JobSetName,
+    #[arg(long, default_value_t = 1)]
+    from: u64,
+}
+
+/// Prints one line per event until the server ends the stream.
+pub async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
+    let path = format!("/v1/queues/{}/job-sets/{}/events?from={}", args.queue, args.job_set, args.from);
+    let mut resp = c.send_raw(c.request(Method::GET, &path)).await?;
+    let mut stream = EventData::default();
+    while let Some(chunk) = resp.chunk().await? {
+        for data in stream.push(&chunk) {
+            let e: EventView = serde_json::from_str(&data).with_context(|| format!("event {data}"))?;
+            println!("{}", line(&e));
+        }
+    }
+    Ok(())
+}
+
+/// Splits a server-sent event stream into the `data` of its events. Bytes wait until their
+/// event is complete and are only then decoded, so a character split across network chunks
+/// arrives whole.
+#[derive(Default)]
+struct EventData {
+    buf: Vec<u8>,
+}
+
+impl EventData {
+    /// Adds a chunk of the stream; the data of each event it completed.
+    fn push(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&block);
+            // Several `data:` lines of one event are one value, joined by newlines.
+            let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+            if !data.is_empty() {
+                out.push(data.join("\n"));
+            }
+        }
+        out
+    }
+}
+
+/// `seq at kind job_id message`, the kind padded so the ids line up.
+fn line(e: &EventView) -> String {
+    format!("{:>6} {} {:<18} {} {}", e.seq, e.at, kind_name(e), e.job_id, e.message.as_deref().unwrap_or(""))
+}
+
+/// The event kind as the API writes it (`cancel_requested`).
+fn kind_name(e: &EventView) -> String {
+    serde_json::to_value(e.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENT: &str = r#"{"seq":3,"job_id":"01ARZ3NDEKTSV4RRFFQ69G5FAV","at":"2025-01-01T00:00:00Z","kind":"cancel_requested","run_id":null,"message":"arrêté — ✓ 🚀"}"#;
+
+    /// Every split of the stream into two chunks, including inside each multi-byte character of
+    /// the message, gives the event back unchanged.
+    #[test]
+    fn characters_split_across_chunks_are_decoded_whole() {
+        let stream = format!("id: 3\nevent: cancel_requested\ndata: {EVENT}\n\n");
+        let bytes = stream.as_bytes();
+        let splits_inside_a_character = (1..bytes.len()).filter(|&i| !stream.is_char_boundary(i)).count();
+        assert!(splits_inside_a_character >= 8, "the test splits inside characters");
+        for at in 1..bytes.len() {
+            let mut d = EventData::default();
+            let mut got = d.push(&bytes[..at]);
+            got.extend(d.push(&bytes[at..]));
+            assert_eq!(got, [EVENT], "split at byte {at}");
+            let e: EventView = serde_json::from_str(&got[0]).unwrap();
+            assert_eq!(e.message.as_deref(), Some("arrêté — ✓ 🚀"));
+        }
+    }
+
+    #[test]
+    fn byte_by_byte_and_several_events_per_chunk() {
+        let stream = format!("data: {EVENT}\n\n: keep-alive\n\ndata: {EVENT}\n\ndata: {{\"partial");
+        let mut d = EventData::default();
+        let mut got = Vec::new();
+        for b in stream.as_bytes() {
+            got.extend(d.push(std::slice::from_ref(b)));
+        }
+        assert_eq!(got, [EVENT, EVENT]);
+        let mut d = EventData::default();
+        assert_eq!(d.push(stream.as_bytes()), [EVENT, EVENT]);
+    }
+
+    #[test]
+    fn lines_line_up() {
+        let e: EventView = serde_json::from_str(EVENT).unwrap();
+        assert_eq!(line(&e), "     3 2025-01-01T00:00:00Z cancel_requested   01ARZ3NDEKTSV4RRFFQ69G5FAV arrêté — ✓ 🚀");
+    }
+}

@@ -1,0 +1,411 @@
+//! The process runtime end to end: a fake control plane, `convoy::agent::run` (or the real
+//! binary) and real child processes under `convoy agent-supervise`.
+
+use super::control_plane::ControlPlane;
+use super::harness::{InProcessAgent, config, init_tracing, shell_lease};
+use crate::common::procs::live_group_members;
+use crate::common::wait::{file_contains, wait_for};
+use convoy::agent::RuntimeKind;
+use convoy::model::api::RunEventKind;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_succeeds_with_output_in_log_tail() {
+    init_tracing();
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "echo hello from $CONVOY_JOB_ID; echo oops >&2");
+    let (run_id, job_id) = (l.run_id, l.job_id);
+    cp.push_lease(l);
+    let fin = cp.wait_final(run_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded, "{fin:?}");
+    assert_eq!(fin.exit_code, Some(0));
+    let tail = fin.log_tail.expect("log tail");
+    assert!(tail.contains(&format!("hello from {job_id}")), "{tail}");
+    assert!(tail.contains("oops"), "{tail}");
+    let kinds: Vec<_> = cp.events_of(run_id).iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [RunEventKind::Pending, RunEventKind::Running, RunEventKind::Succeeded]);
+    // The first poll reports this machine as the node.
+    let node = cp.script().polls.front().expect("a poll").nodes[0].clone();
+    assert_eq!(node.name.as_str(), "node-1");
+    assert!(node.allocatable.get("cpu") >= 1000 && node.allocatable.get("memory") > 0, "{node:?}");
+    // Acknowledged: the run leaves the polls and its directory is marked reported.
+    let run_dir = dir.path().join("runs").join(run_id.to_string());
+    wait_for(T, "reported marker", || run_dir.join("reported").exists().then_some(())).await;
+    wait_for(T, "a poll without the run", || cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != run_id)))
+        .await;
+    assert_eq!(std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"), format!("hello from {job_id}\n"));
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_zero_exit_fails_with_the_code() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "echo about to fail; exit 3");
+    let run_id = l.run_id;
+    cp.push_lease(l);
+    let fin = cp.wait_final(run_id, T).await;
+    assert_eq!((fin.kind, fin.exit_code, fin.reason.as_deref()), (RunEventKind::Failed, Some(3), None), "{fin:?}");
+    assert!(fin.log_tail.is_some_and(|t| t.contains("about to fail")));
+    // A job without a command cannot run here: failed as invalid, not started.
+    let bad =
+        super::harness::lease("node-1", serde_json::json!({"containers": [{"name": "main", "image": "busybox"}]}));
+    let bad_id = bad.run_id;
+    cp.push_lease(bad);
+    let fin = cp.wait_final(bad_id, T).await;
+    assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("invalid job")), "{fin:?}");
+    // A lease for another node goes back to the queue.
+    let elsewhere = shell_lease("node-2", "true");
+    let elsewhere_id = elsewhere.run_id;
+    cp.push_lease(elsewhere);
+    assert_eq!(cp.wait_final(elsewhere_id, T).await.kind, RunEventKind::Returned);
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_honouring_sigterm_ends_within_the_grace_period() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "trap 'echo got TERM; exit 0' TERM; echo started; while true; do sleep 0.1; done");
+    let (run_id, job_id) = (l.run_id, l.job_id);
+    cp.push_lease(l);
+    cp.wait_kind(run_id, RunEventKind::Running, T).await;
+    wait_for_output(dir.path(), run_id, "started").await;
+    let began = Instant::now();
+    cp.push_kill(run_id, job_id, 20.0, "cancelled by user");
+    let fin = cp.wait_final(run_id, T).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "a job that honours SIGTERM stops at once, took {:?}",
+        began.elapsed()
+    );
+    assert_eq!(
+        (fin.kind, fin.reason.as_deref(), fin.exit_code),
+        (RunEventKind::Failed, Some("killed"), Some(0)),
+        "{fin:?}"
+    );
+    assert_eq!(fin.message.as_deref(), Some("cancelled by user"));
+    assert!(fin.log_tail.is_some_and(|t| t.contains("got TERM")));
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "trap '' TERM; echo stubborn; while true; do sleep 0.1; done");
+    let (run_id, job_id) = (l.run_id, l.job_id);
+    cp.push_lease(l);
+    cp.wait_kind(run_id, RunEventKind::Running, T).await;
+    wait_for_output(dir.path(), run_id, "stubborn").await;
+    let began = Instant::now();
+    cp.push_kill(run_id, job_id, 1.5, "preempted");
+    let fin = cp.wait_final(run_id, T).await;
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(1400), "SIGKILL only after the grace period, took {took:?}");
+    assert!(took < Duration::from_secs(6), "SIGKILL soon after the grace period, took {took:?}");
+    assert_eq!(
+        (fin.kind, fin.reason.as_deref(), fin.exit_code),
+        (RunEventKind::Failed, Some("killed"), Some(137)),
+        "{fin:?}"
+    );
+    // Nothing of the job survives.
+    let pid: i32 = std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("pid"))
+        .expect("pid file")
+        .split_whitespace()
+        .next()
+        .expect("pid")
+        .parse()
+        .expect("number");
+    assert_eq!(live_group_members(pid), Vec::<i32>::new(), "the job's process group is gone");
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_exceeded_fails_the_run() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let mut l = shell_lease("node-1", "sleep 30");
+    l.active_deadline_seconds = 1;
+    let run_id = l.run_id;
+    cp.push_lease(l);
+    let began = Instant::now();
+    let fin = cp.wait_final(run_id, T).await;
+    assert!(began.elapsed() < Duration::from_secs(8), "took {:?}", began.elapsed());
+    assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("deadline exceeded")), "{fin:?}");
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_retried_until_acknowledged() {
+    let cp = ControlPlane::start(None);
+    cp.script().fail_events = 4;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "echo done");
+    let run_id = l.run_id;
+    cp.push_lease(l);
+    let fin = cp.wait_final(run_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded);
+    {
+        let s = cp.script();
+        assert_eq!(s.fail_events, 0, "the failing requests were made");
+        let kinds: Vec<_> = s.events.iter().filter(|e| e.run_id == run_id).map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [RunEventKind::Pending, RunEventKind::Running, RunEventKind::Succeeded],
+            "each event once, in order"
+        );
+    }
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_loses_no_events() {
+    let mut cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let l = shell_lease("node-1", "sleep 1; echo finished while the server was down");
+    let run_id = l.run_id;
+    cp.push_lease(l);
+    cp.wait_kind(run_id, RunEventKind::Running, T).await;
+    cp.stop();
+    // The job ends while nobody listens; the agent keeps the event and retries.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(cp.final_event(run_id).is_none());
+    cp.restart();
+    let fin = cp.wait_final(run_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded);
+    assert!(fin.log_tail.is_some_and(|t| t.contains("finished while the server was down")));
+    agent.stop().await.expect("clean stop");
+}
+
+/// A child process killed when the test ends, even by a panic.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A job that records its start, then waits (at most 20 s) for the file `go-<name>` and exits 0.
+fn gated_script(marks: &std::path::Path, name: &str) -> String {
+    let m = marks.display();
+    format!(
+        "echo start >> {m}/{name}; for i in $(seq 200); do [ -e {m}/go-{name} ] && break; sleep 0.1; done; echo {name} done"
+    )
+}
+
+/// A real `convoy agent` process, killed with SIGKILL while its jobs run, then started again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_killed_and_restarted_reports_results_without_duplicate_starts() {
+    let cp = ControlPlane::start(Some("s3cret"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marks = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &data);
+    cfg.token = Some("s3cret".into());
+    let cfg_path = dir.path().join("agent.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).expect("config as TOML")).expect("write config");
+    let spawn_agent = || {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+            .args(["agent", "--config"])
+            .arg(&cfg_path)
+            .arg("--log-json")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("convoy agent starts");
+        ChildGuard(child)
+    };
+    let quick = shell_lease("node-1", &gated_script(marks.path(), "quick"));
+    let slow = shell_lease("node-1", &gated_script(marks.path(), "slow"));
+    let mut first = spawn_agent();
+    cp.push_lease(quick.clone());
+    cp.push_lease(slow.clone());
+    cp.wait_kind(quick.run_id, RunEventKind::Running, T).await;
+    cp.wait_kind(slow.run_id, RunEventKind::Running, T).await;
+    first.0.kill().expect("SIGKILL the agent");
+    let _ = first.0.wait();
+    // `quick` ends while no agent runs; its supervisor records the result.
+    std::fs::write(marks.path().join("go-quick"), "").expect("go");
+    let quick_exit = data.join("runs").join(quick.run_id.to_string()).join("exit");
+    wait_for(T, "quick's exit record", || quick_exit.exists().then_some(())).await;
+    assert!(cp.final_event(quick.run_id).is_none());
+    // The server hands the same leases out again: they must not start twice.
+    cp.repeat_lease(quick.clone());
+    cp.repeat_lease(slow.clone());
+    let mut second = spawn_agent();
+    let fin_quick = cp.wait_final(quick.run_id, T).await;
+    assert_eq!(fin_quick.kind, RunEventKind::Succeeded, "{fin_quick:?}");
+    assert!(fin_quick.log_tail.as_deref().is_some_and(|t| t.contains("quick done")));
+    // `slow` was adopted: it still runs, and its end is reported by the new agent.
+    wait_for(T, "the repeated leases acknowledged", || cp.script().unacked.is_empty().then_some(())).await;
+    assert!(cp.final_event(slow.run_id).is_none());
+    std::fs::write(marks.path().join("go-slow"), "").expect("go");
+    let fin_slow = cp.wait_final(slow.run_id, T).await;
+    assert_eq!(fin_slow.kind, RunEventKind::Succeeded, "{fin_slow:?}");
+    assert!(fin_slow.log_tail.as_deref().is_some_and(|t| t.contains("slow done")));
+    for name in ["quick", "slow"] {
+        let starts = std::fs::read_to_string(marks.path().join(name)).expect("marks");
+        assert_eq!(starts.lines().count(), 1, "{name} started once");
+    }
+    // Every request carried the token.
+    assert_eq!(cp.script().unauthorized, 0);
+    // SIGTERM stops the agent cleanly.
+    // SAFETY: kill(2) with our child's pid.
+    unsafe { libc::kill(second.0.id() as i32, libc::SIGTERM) };
+    let status = tokio::task::spawn_blocking(move || second.0.wait()).await.expect("join").expect("wait");
+    assert!(status.success(), "{status:?}");
+}
+
+/// The real binary with a wrong token: it names the server and the token in its error and keeps
+/// retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_token_is_reported_clearly_and_retried() {
+    let cp = ControlPlane::start(Some("right"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("agent.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--runtime", "fake", "--executor", "e1", "--server", &cp.url()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("CONVOY_EXECUTOR_TOKEN", "wrong")
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("convoy agent starts");
+    // The fake runtime needs nodes; without a config file it refuses to start with a clear error.
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.expect("join").expect("wait");
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("fake.node_groups"), "{text}");
+
+    let cfg_path = dir.path().join("agent.toml");
+    std::fs::write(&cfg_path, "runtime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nallocatable = { cpu = \"1\" }\n")
+        .expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--executor", "e1", "--server", &cp.url(), "--config"])
+        .arg(&cfg_path)
+        .env("CONVOY_EXECUTOR_TOKEN", "wrong")
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("convoy agent starts");
+    wait_for(T, "two refused polls", || (cp.script().unauthorized >= 2).then_some(())).await;
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(text.contains("refused this executor's token") && text.contains(&cp.url()), "{text}");
+}
+
+/// Waits until the run's stdout holds `text` (the job got that far).
+async fn wait_for_output(data_dir: &std::path::Path, run_id: convoy::model::RunId, text: &str) {
+    file_contains(T, &data_dir.join("runs").join(run_id.to_string()).join("stdout"), text).await;
+}
+
+/// A graceful stop leaves jobs running; the next agent adopts them, and kills the ones the server
+/// orders killed (orphans it does not know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_agent_adopts_runs_and_kills_orphans_on_order() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = config(vec![cp.url()], RuntimeKind::Process, dir.path());
+    let first = InProcessAgent::start(cfg.clone());
+    let keep = shell_lease("node-1", "sleep 1; echo kept");
+    let orphan = shell_lease("node-1", "echo orphan; sleep 30");
+    cp.push_lease(keep.clone());
+    cp.push_lease(orphan.clone());
+    cp.wait_kind(keep.run_id, RunEventKind::Running, T).await;
+    cp.wait_kind(orphan.run_id, RunEventKind::Running, T).await;
+    first.stop().await.expect("clean stop");
+    cp.script().polls.clear();
+    let second = InProcessAgent::start(cfg);
+    // The first poll of the new agent holds both runs again.
+    let poll = wait_for(T, "a poll with both runs", || {
+        cp.script()
+            .polls
+            .iter()
+            .rev()
+            .find(|p| {
+                p.runs.iter().any(|r| r.run_id == orphan.run_id) && p.runs.iter().any(|r| r.run_id == keep.run_id)
+            })
+            .cloned()
+    })
+    .await;
+    assert!(
+        poll.runs
+            .iter()
+            .all(|r| r.state == convoy::model::RunState::Running || r.state == convoy::model::RunState::Succeeded),
+        "{poll:?}"
+    );
+    cp.push_kill(orphan.run_id, orphan.job_id, 1.0, "unknown run");
+    let fin = cp.wait_final(orphan.run_id, T).await;
+    assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("killed")), "{fin:?}");
+    let fin = cp.wait_final(keep.run_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded);
+    assert!(fin.log_tail.is_some_and(|t| t.contains("kept")));
+    second.stop().await.expect("clean stop");
+}
+
+/// A kill order for a run whose lease never reached the agent (cancelled in between): nothing
+/// starts, and the run is reported stopped once, so the server can let it (and its resources) go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_order_for_a_lease_never_received_reports_the_run_stopped() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let never = shell_lease("node-1", "echo must not run");
+    cp.push_kill(never.run_id, never.job_id, 5.0, "cancelled by user");
+    let fin = cp.wait_final(never.run_id, T).await;
+    assert_eq!(
+        (fin.kind, fin.exit_code, fin.reason.as_deref(), fin.message.as_deref()),
+        (RunEventKind::Failed, None, Some("killed"), Some("stopped before it started: cancelled by user")),
+        "{fin:?}"
+    );
+    assert_eq!(fin.job_id, never.job_id);
+    // Acknowledged: it leaves the polls; reported once, and nothing ran.
+    wait_for(T, "a poll without the run", || {
+        cp.last_poll().filter(|p| p.runs.iter().all(|r| r.run_id != never.run_id))
+    })
+    .await;
+    assert_eq!(cp.events_of(never.run_id).len(), 1);
+    assert!(!dir.path().join("runs").join(never.run_id.to_string()).exists());
+    agent.stop().await.expect("clean stop");
+}
+
+/// A run that started and ended while no agent ran (its directory has a pid and an exit record;
+/// the agent before may have died before reporting even `pending`): the next agent reports it
+/// running, then over, so its history never skips `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
+    use convoy::agent::rundir::{self, ExitRecord, RunDir};
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = shell_lease("node-1", "echo ran");
+    let run = RunDir::new(dir.path().join("runs").join(l.run_id.to_string()));
+    std::fs::create_dir_all(&run.path).expect("run dir");
+    run.write_atomic(rundir::LEASE, &serde_json::to_vec(&l).expect("lease JSON")).expect("lease");
+    run.write_atomic(rundir::PID, b"999999 1\n").expect("pid");
+    std::fs::write(run.file(rundir::STDOUT), "ran\n").expect("stdout");
+    let rec = ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1 };
+    assert!(run.write_exit_once(&rec).expect("exit"));
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let fin = cp.wait_final(l.run_id, T).await;
+    assert_eq!(
+        (fin.kind, fin.exit_code, fin.log_tail.as_deref()),
+        (RunEventKind::Succeeded, Some(0), Some("ran\n")),
+        "{fin:?}"
+    );
+    let kinds: Vec<_> = cp.events_of(l.run_id).iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [RunEventKind::Running, RunEventKind::Succeeded]);
+    agent.stop().await.expect("clean stop");
+}

@@ -1,0 +1,18 @@
+//! The integration tests, in one test binary (one link of the crate instead of one per file).
+//! Most start real `convoy` processes on 127.0.0.1 and talk HTTP to them; `common` holds that
+//! harness and the request helpers every module shares.
+
+mod agent;
+mod cli_client;
+mod cli_submit;
+mod common;
+mod config_files;
+mod e2e_fake;
+mod e2e_process;
+mod packaging;
+mod server_api;
+mod server_auth;
+mod server_events;
+mod server_executor;
+mod server_process;
+mod simulate_cli;

@@ -1,0 +1,86 @@
+//! Bearer-token authentication and roles on a real server.
+
+use crate::common::{Server, config, job, node};
+use serde_json::json;
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdefgh";
+const EXEC: &str = "executor-token-0123456789ab";
+
+fn auth_config(dir: &std::path::Path) -> String {
+    config(dir, "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            r#"[auth]
+enabled = true
+tokens = [
+  {{ token = "{ADMIN}", principal = "root", roles = ["admin"] }},
+  {{ token = "{ALICE}", principal = "alice", groups = ["physics"], roles = ["submitter"] }},
+  {{ token = "{BOB}", principal = "bob", roles = ["submitter"] }},
+  {{ token = "{EXEC}", principal = "cluster-a", roles = ["executor"] }},
+]
+"#
+        ),
+    )
+}
+
+#[tokio::test]
+async fn tokens_and_roles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start_in(tmp.path(), &auth_config(tmp.path()));
+    s.ready().await;
+    use reqwest::Method as M;
+
+    // No token, or a wrong one: 401 with a problem body.
+    let (st, v) = s.call(M::GET, "/v1/queues", None, None).await;
+    assert_eq!(st, 401, "{v}");
+    assert!(v["detail"].as_str().unwrap_or("").contains("Bearer"), "{v}");
+    let (st, _) = s.call(M::GET, "/v1/queues", Some("not-a-token"), None).await;
+    assert_eq!(st, 401);
+    // Health stays open.
+    let (st, _) = s.call(M::GET, "/healthz", None, None).await;
+    assert_eq!(st, 200);
+
+    // Only admins manage queues.
+    let (st, _) = s.call(M::POST, "/v1/queues", Some(ALICE), Some(&json!({"name": "physics"}))).await;
+    assert_eq!(st, 403);
+    let (st, v) =
+        s.call(M::POST, "/v1/queues", Some(ADMIN), Some(&json!({"name": "physics", "groups": ["physics"]}))).await;
+    assert_eq!(st, 201, "{v}");
+    let (st, _) = s.call(M::POST, "/v1/queues", Some(ADMIN), Some(&json!({"name": "bobs", "owners": ["bob"]}))).await;
+    assert_eq!(st, 201);
+
+    // Submitters use the queues they own or whose group they are in.
+    let submit = |q: &str| json!({"queue": q, "job_set": "s", "jobs": [job("1")]});
+    let (st, v) = s.call(M::POST, "/v1/jobs", Some(ALICE), Some(&submit("physics"))).await;
+    assert_eq!(st, 200, "{v}");
+    let alice_job = v["job_ids"][0].as_str().unwrap_or("").to_string();
+    let (st, v) = s.call(M::POST, "/v1/jobs", Some(BOB), Some(&submit("physics"))).await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["detail"].as_str().unwrap_or("").contains("bob"), "{v}");
+    let (st, _) = s.call(M::POST, "/v1/jobs", Some(BOB), Some(&submit("bobs"))).await;
+    assert_eq!(st, 200);
+    let (st, _) =
+        s.call(M::POST, "/v1/jobs/cancel", Some(BOB), Some(&json!({"queue": "physics", "job_set": "s"}))).await;
+    assert_eq!(st, 403);
+    // The executor token may not submit.
+    let (st, _) = s.call(M::POST, "/v1/jobs", Some(EXEC), Some(&submit("bobs"))).await;
+    assert_eq!(st, 403);
+
+    // The executor API needs the executor role.
+    let lease = json!({"nodes": [node("n1", "4")], "wait_seconds": 0});
+    let (st, _) = s.call(M::POST, "/v1/executors/e1/lease", Some(ALICE), Some(&lease)).await;
+    assert_eq!(st, 403);
+    let (st, _) = s.call(M::POST, "/v1/executors/e1/lease", None, Some(&lease)).await;
+    assert_eq!(st, 401);
+    let (st, v) = s.call(M::POST, "/v1/executors/e1/lease", Some(EXEC), Some(&lease)).await;
+    assert_eq!(st, 200, "{v}");
+
+    // Nothing the refused calls asked for happened.
+    let (_, v) = s.call(M::GET, "/v1/jobs?queue=physics", Some(ADMIN), None).await;
+    let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["id"].as_str(), Some(alice_job.as_str()));
+    assert_ne!(jobs[0]["state"], "cancelled");
+}

@@ -1,0 +1,151 @@
+//! The executor API of a real server, driven by a fake executor written in the test.
+
+use crate::common::{Server, job, node};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn ev(run: &Value, kind: &str) -> Value {
+    json!({"run_id": run["run_id"], "job_id": run["job_id"], "kind": kind})
+}
+
+#[tokio::test]
+async fn leases_events_and_kill_orders() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![node("n1", "4")];
+    // The first poll registers the node; nothing to do yet.
+    let v = s.poll("e1", &nodes, &[], 0.0).await;
+    assert!(v["leases"].as_array().is_some_and(|l| l.is_empty()));
+    let ids = s.submit("A", "s", vec![job("1"), job("1"), job("1")]).await;
+
+    // The long poll answers as soon as the leases commit (well before its 20 s wait).
+    let t = Instant::now();
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    assert!(t.elapsed() < Duration::from_secs(10), "lease answer took {:?}", t.elapsed());
+    let mut leases = v["leases"].as_array().cloned().unwrap_or_default();
+    // Collect all three (they may come in more than one answer).
+    while leases.len() < 3 {
+        let held: Vec<Value> =
+            leases.iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
+        let v = s.poll("e1", &nodes, &held, 5.0).await;
+        leases.extend(v["leases"].as_array().cloned().unwrap_or_default());
+    }
+    assert_eq!(leases.len(), 3);
+    let lease = &leases[0];
+    assert_eq!(lease["node"], "n1");
+    assert_eq!(lease["pod_spec"]["containers"][0]["command"][0], "sh");
+    assert_eq!(lease["termination_grace_period_seconds"], 1.0);
+    assert!(lease["active_deadline_seconds"].as_u64().unwrap_or(0) > 0);
+    for l in &leases {
+        assert_eq!(s.job(l["job_id"].as_str().unwrap()).await["state"], "leased");
+    }
+
+    // At-least-once delivery: a lease the executor does not report is sent again.
+    let held: Vec<Value> =
+        leases[1..].iter().map(|l| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"})).collect();
+    let v = s.poll("e1", &nodes, &held, 0.0).await;
+    assert_eq!(v["leases"].as_array().map(|l| l.len()), Some(1));
+    assert_eq!(v["leases"][0]["run_id"], lease["run_id"]);
+
+    // Run events: pending, running, succeeded / failed.
+    assert_eq!(s.report("e1", vec![ev(&leases[0], "pending"), ev(&leases[0], "running")]).await, 2);
+    assert_eq!(s.job(leases[0]["job_id"].as_str().unwrap()).await["state"], "running");
+    let mut done = ev(&leases[0], "succeeded");
+    done["exit_code"] = json!(0);
+    done["log_tail"] = json!("hello from the test\n");
+    s.report("e1", vec![done]).await;
+    let j = s.job(leases[0]["job_id"].as_str().unwrap()).await;
+    assert_eq!(j["state"], "succeeded");
+    assert_eq!(j["runs"][0]["state"], "succeeded");
+    assert_eq!(s.logs(leases[0]["job_id"].as_str().unwrap()).await, "hello from the test\n");
+    let mut failed = ev(&leases[1], "failed");
+    failed["exit_code"] = json!(3);
+    s.report("e1", vec![ev(&leases[1], "running"), failed]).await;
+    let j = s.job(leases[1]["job_id"].as_str().unwrap()).await;
+    assert_eq!(j["state"], "failed");
+    assert!(j["reason"].as_str().unwrap_or("").contains("exit code 3"), "{j}");
+    // An event for an unknown run is ignored.
+    assert_eq!(
+        s.report("e1", vec![json!({"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "job_id": ids[0], "kind": "running"})])
+            .await,
+        0
+    );
+
+    // Cancelling the running job becomes a kill order with its grace period.
+    s.report("e1", vec![ev(&leases[2], "running")]).await;
+    let (st, _) =
+        s.post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": [leases[2]["job_id"]]})).await;
+    assert_eq!(st, 200);
+    let held = vec![json!({"run_id": leases[2]["run_id"], "job_id": leases[2]["job_id"], "state": "running"})];
+    let v = s.poll("e1", &nodes, &held, 5.0).await;
+    let kills = v["kills"].as_array().cloned().unwrap_or_default();
+    assert_eq!(kills.len(), 1, "{v}");
+    assert_eq!(kills[0]["run_id"], leases[2]["run_id"]);
+    assert_eq!(kills[0]["grace_period_seconds"], 1.0);
+    let mut killed = ev(&leases[2], "failed");
+    killed["exit_code"] = json!(143);
+    killed["reason"] = json!("killed");
+    s.report("e1", vec![killed]).await;
+    let j = s.job(leases[2]["job_id"].as_str().unwrap()).await;
+    assert_eq!((j["state"].as_str(), j["runs"][0]["state"].as_str()), (Some("cancelled"), Some("cancelled")));
+
+    // A run the server does not know is ordered killed.
+    let stranger = vec![json!({"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "job_id": ids[0], "state": "running"})];
+    let v = s.poll("e1", &nodes, &stranger, 0.0).await;
+    assert_eq!(v["kills"][0]["run_id"], "01ARZ3NDEKTSV4RRFFQ69G5FAV");
+}
+
+#[tokio::test]
+async fn preemption_becomes_a_kill_order() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![node("n1", "2")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let ids = s.submit("A", "s", vec![job("1")]).await;
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    let lease = v["leases"][0].clone();
+    s.report("e1", vec![ev(&lease, "running")]).await;
+    let (st, v) = s.post("/v1/jobs/preempt", &json!({"queue": "A", "job_set": "s", "job_ids": [ids[0]]})).await;
+    assert_eq!(st, 200, "{v}");
+    let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
+    let v = s.poll("e1", &nodes, &held, 5.0).await;
+    assert_eq!(v["kills"][0]["run_id"], lease["run_id"], "{v}");
+    assert_eq!(s.job(&ids[0]).await["state"], "preempted");
+}
+
+#[tokio::test]
+async fn lost_executor_requeues_its_jobs() {
+    let s = Server::start("[server]\nexecutor_timeout = \"2s\"\n");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![node("n1", "2")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let ids = s.submit("A", "s", vec![job("1")]).await;
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    let lease = v["leases"][0].clone();
+    s.report("e1", vec![ev(&lease, "running")]).await;
+    // The executor goes silent: after the timeout its run is lost and the job queued again.
+    let j = s.wait_job(&ids[0], Duration::from_secs(20), "queued", |j| j["state"] == "queued").await;
+    assert_eq!(j["runs"][0]["state"], "lost");
+    assert!(j["runs"][0]["reason"].as_str().unwrap_or("").contains("executor e1 lost"), "{j}");
+    // Its nodes left the pool.
+    let (_, m) = s.get("/metrics").await;
+    let text = m.as_str().unwrap_or("").to_string();
+    assert!(text.contains("convoy_nodes 0"), "{text}");
+    // When it comes back it gets the job again as a new run, and its old run is killed.
+    let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
+    let v = s.poll("e1", &nodes, &held, 0.0).await;
+    assert_eq!(v["kills"][0]["run_id"], lease["run_id"], "{v}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = s.poll("e1", &nodes, &[], 2.0).await;
+        if let Some(l) = v["leases"].as_array().and_then(|l| l.first()) {
+            assert_ne!(l["run_id"], lease["run_id"]);
+            assert_eq!(l["job_id"].as_str(), Some(ids[0].as_str()));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no new lease");
+    }
+}

@@ -1,0 +1,139 @@
+//! The server as a process: crash safety (kill -9 while a client submits), restart, bad
+//! configuration, graceful shutdown.
+
+use crate::common::{Server, config, job, node};
+use serde_json::json;
+use std::collections::HashSet;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn kill9_loses_no_acknowledged_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let cfg = config(&dir, "");
+    let mut s = Server::start_in(&dir, &cfg);
+    s.ready().await;
+    s.create_queue("A").await;
+    // Some jobs get leases and runs before the crash.
+    s.poll("e1", &[node("n1", "8")], &[], 0.0).await;
+
+    let acked: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (client, url, acked, stop) = (s.client.clone(), s.url.clone(), acked.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let body = json!({"queue": "A", "job_set": format!("w{w}"), "jobs": [job("1"), job("1")]});
+                    match client.post(format!("{url}/v1/jobs")).json(&body).send().await {
+                        Ok(r) if r.status().is_success() => {
+                            if let Ok(v) = r.json::<serde_json::Value>().await {
+                                let ids = v["job_ids"].as_array().cloned().unwrap_or_default();
+                                acked.lock().unwrap().extend(ids.iter().filter_map(|x| x.as_str().map(str::to_string)));
+                            }
+                        }
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                    if i > 100_000 {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let the writers (and the scheduler, which leases jobs) run, then crash the server.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.kill9();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let _ = w.await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() > 50, "only {} jobs were acknowledged before the crash", acked.len());
+    drop(s);
+
+    // Restart on the same data: every acknowledged job is there.
+    let s = Server::start_in(&dir, &cfg);
+    s.ready().await;
+    let mut seen = HashSet::new();
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/v1/jobs?limit=1000&after={a}"),
+            None => "/v1/jobs?limit=1000".to_string(),
+        };
+        let (st, v) = s.get(&path).await;
+        assert_eq!(st, 200, "{v}");
+        for j in v["jobs"].as_array().cloned().unwrap_or_default() {
+            // At most one run that is not over, ever.
+            let active = j["runs"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .filter(|r| ["leased", "pending", "running"].contains(&r["state"].as_str().unwrap_or("")))
+                        .count()
+                })
+                .unwrap_or(0);
+            assert!(active <= 1, "job with {active} active runs: {j}");
+            seen.insert(j["id"].as_str().unwrap_or("").to_string());
+        }
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_string()),
+            None => break,
+        }
+    }
+    let missing: Vec<_> = acked.iter().filter(|id| !seen.contains(*id)).collect();
+    assert!(missing.is_empty(), "{} acknowledged jobs lost, e.g. {:?}", missing.len(), missing.first());
+    drop(tmp);
+}
+
+#[tokio::test]
+async fn state_survives_a_clean_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let cfg = config(&dir, "");
+    let mut s = Server::start_in(&dir, &cfg);
+    s.ready().await;
+    s.create_queue("A").await;
+    let ids = s.submit("A", "s", vec![job("1"), job("2")]).await;
+    let t = Instant::now();
+    assert_eq!(s.terminate(), Some(0), "SIGTERM exits cleanly:\n{}", s.log());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    drop(s);
+    let s = Server::start_in(&dir, &cfg);
+    s.ready().await;
+    assert_eq!(s.job(&ids[1]).await["state"], "queued");
+    let (_, v) = s.get("/v1/queues/A").await;
+    assert_eq!(v["name"], "A");
+    // The event stream continues its numbering.
+    let ids2 = s.submit("A", "s", vec![job("1")]).await;
+    let (_, body) = s.text("/v1/queues/A/job-sets/s/events?follow=false&from=5").await;
+    assert!(body.contains("id: 5") && body.contains(&ids2[0]), "{body}");
+    drop(tmp);
+}
+
+#[test]
+fn bad_configuration_exits_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        ("[server]\nexecutor_timeout = \"whenever\"\n", "server.executor_timeout"),
+        ("[scheduler]\nmax_queue_lookback = -3\n", "scheduler.max_queue_lookback"),
+        ("[server]\nlisten = \"nowhere\"\n", "server.listen"),
+        ("[auth]\nenabled = true\n", "auth.tokens"),
+    ] {
+        let path = tmp.path().join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config"]).arg(&path).output().unwrap();
+        assert!(!out.status.success(), "{text} should be refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "error for {text:?} should name {key}: {err}");
+    }
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config", "/no/such/file.toml"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.toml"));
+}
