@@ -9,6 +9,7 @@ mod common;
 mod config_files;
 mod e2e_fake;
 mod e2e_process;
+mod formats;
 mod packaging;
 mod server_api;
 mod server_auth;

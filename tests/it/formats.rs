@@ -2,9 +2,7 @@
 //! an earlier release opens with everything in it, and one written by a newer release is refused
 //! with a message that says so.
 
-mod common;
-
-use common::{Server, config};
+use crate::common::{self, Server, config};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -60,8 +58,7 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
     assert_eq!(jobs["c2"]["requests"]["cpu"], "2");
 
     // The finished job's output and events are where the old server left them.
-    let r = server.client.get(format!("{}/v1/jobs/01M83SZBRQEV3E1YK9CW9XG4ZQ/logs", server.url)).send().await.unwrap();
-    assert_eq!(r.text().await.unwrap(), "hello\n");
+    assert_eq!(server.logs("01M83SZBRQEV3E1YK9CW9XG4ZQ").await, "hello\n");
     let detail = server.job("01M83SZBRQEV3E1YK9CW9XG4ZQ").await;
     let kinds: Vec<&str> = detail["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["submitted", "queued", "leased", "running", "succeeded"]);
