@@ -17,13 +17,23 @@ pub struct Principal {
     pub roles: Vec<Role>,
 }
 
+/// A role as the configuration spells it (`roles = ["submitter"]`).
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "admin",
+        Role::Submitter => "submitter",
+        Role::Executor => "executor",
+    }
+}
+
 impl Principal {
     /// Refuses unless the principal has `role` (admins have every role).
     pub fn require(&self, role: Role) -> Result<(), ApiError> {
         if self.roles.contains(&Role::Admin) || self.roles.contains(&role) {
             Ok(())
         } else {
-            Err(ApiError::forbidden(format!("{} lacks the {role:?} role", self.name).to_lowercase()))
+            // The name is the operator's spelling: a message must not alter it.
+            Err(ApiError::forbidden(format!("{} lacks the {} role", self.name, role_name(role))))
         }
     }
 
@@ -46,6 +56,14 @@ impl Principal {
     }
 }
 
+/// The token of an `Authorization` header value. Only the scheme is case-insensitive (RFC 9110
+/// §11.1: `bearer` and `Bearer` are the same scheme); the token is taken as given.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Compares secrets in time independent of where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -65,10 +83,44 @@ impl FromRequestParts<Arc<App>> for Principal {
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
             return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
         };
-        let token = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).unwrap_or("");
+        let Some(token) = value.to_str().ok().and_then(bearer_token) else {
+            return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
+        };
         match auth.tokens.iter().find(|t| same(t.token.as_bytes(), token.as_bytes())) {
             Some(t) => Ok(Principal { name: t.principal.clone(), groups: t.groups.clone(), roles: t.roles.clone() }),
             None => Err(ApiError::unauthorized("the bearer token is not valid")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str, roles: &[Role]) -> Principal {
+        Principal { name: name.into(), groups: vec![], roles: roles.to_vec() }
+    }
+
+    #[test]
+    fn refusals_keep_the_principal_name_as_configured() {
+        let e = principal("Alice-CI", &[Role::Submitter]).require(Role::Executor).unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::FORBIDDEN);
+        assert_eq!(e.detail, "Alice-CI lacks the executor role");
+        let mut q = Queue::new("Physics".parse().unwrap(), 1.0);
+        q.owners = vec!["someone".into()];
+        let e = principal("Bob", &[Role::Submitter]).require_queue(&q).unwrap_err();
+        assert_eq!(e.detail, "Bob is not an owner of queue Physics (nor in one of its groups)");
+        assert!(principal("Root", &[Role::Admin]).require(Role::Executor).is_ok());
+    }
+
+    #[test]
+    fn only_the_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer Tok-EN123"), Some("Tok-EN123"));
+        assert_eq!(bearer_token("bearer Tok-EN123"), Some("Tok-EN123"));
+        assert_eq!(bearer_token("BEARER   Tok-EN123  "), Some("Tok-EN123"));
+        assert_eq!(bearer_token("Basic Tok-EN123"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer   "), None);
+        assert_eq!(bearer_token("BearerTok-EN123"), None);
     }
 }
