@@ -89,3 +89,20 @@ async fn executor_api_refuses_other_roles_before_reading_the_body() {
     .await;
     assert_eq!(st, 200, "{v}");
 }
+
+/// The admin-only queue writes check the role before the body too.
+#[tokio::test]
+async fn queue_writes_refuse_non_admins_before_reading_the_body() {
+    let (s, _tmp) = start_with_auth();
+    s.ready().await;
+    use reqwest::Method as M;
+    for (method, path) in [(M::POST, "/v1/queues"), (M::PUT, "/v1/queues/physics")] {
+        for (ct, body) in [("application/json", r#"{"name": 5, "priority_factor": "high"}"#), ("text/plain", "x")] {
+            let (st, rct, v) = send(&s, method.clone(), path, Some(ALICE), ct, body).await;
+            assert_eq!((st, rct.as_str()), (403, "application/problem+json"), "{method} {path} {body:?}: {v}");
+            assert_eq!(v["detail"], "Alice-CI lacks the admin role", "{v}");
+        }
+        let (st, _, v) = send(&s, method.clone(), path, Some(ADMIN), "application/json", r#"{"name": 5}"#).await;
+        assert_eq!((st, v["field"].as_str()), (400, Some("name")), "{method} {path}: {v}");
+    }
+}
