@@ -106,3 +106,49 @@ async fn queue_writes_refuse_non_admins_before_reading_the_body() {
         assert_eq!((st, v["field"].as_str()), (400, Some("name")), "{method} {path}: {v}");
     }
 }
+
+/// Every problem body names the request id of its answer: handler errors, extractor rejections
+/// (token, body) and fallbacks alike, and the client's own id when it sent one.
+#[tokio::test]
+async fn problem_bodies_carry_the_request_id() {
+    let (s, _tmp) = start_with_auth();
+    s.ready().await;
+    use reqwest::Method as M;
+    // (method, path, token, content type, body, status)
+    type Case = (M, &'static str, Option<&'static str>, &'static str, &'static str, u16);
+    let cases: Vec<Case> = vec![
+        (M::GET, "/v1/queues", None, "", "", 401),
+        (M::GET, "/v1/queues", Some("not-a-valid-token"), "", "", 401),
+        (M::GET, "/v1/queues/nope", Some(ADMIN), "", "", 404),
+        (M::GET, "/v1/nowhere", Some(ADMIN), "", "", 404),
+        (M::PATCH, "/v1/queues", Some(ADMIN), "", "", 405),
+        (M::POST, "/v1/queues", Some(ADMIN), "application/json", "{not json", 400),
+        (M::POST, "/v1/queues", Some(ADMIN), "text/plain", "x", 415),
+        (M::POST, "/v1/jobs", Some(ALICE), "application/json", r#"{"queue": "A", "job_set": "s", "jobs": []}"#, 404),
+        (M::POST, "/v1/executors/e1/lease", Some(ALICE), "application/json", "{}", 403),
+    ];
+    for (i, (method, path, token, ct, body, status)) in cases.into_iter().enumerate() {
+        let what = format!("{method} {path}");
+        for client_id in [None, Some(format!("client-id-{i}"))] {
+            let mut r = s.client.request(method.clone(), format!("{}{path}", s.url));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            if !ct.is_empty() {
+                r = r.header("content-type", ct).body(body.to_string());
+            }
+            if let Some(c) = &client_id {
+                r = r.header("x-request-id", c);
+            }
+            let resp = r.send().await.expect("request");
+            assert_eq!(resp.status().as_u16(), status, "{what}");
+            let header = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let v: Value = resp.json().await.expect("a JSON problem body");
+            let header = header.expect("every answer has an x-request-id");
+            if let Some(c) = &client_id {
+                assert_eq!(&header, c, "{what}: the client's id is kept");
+            }
+            assert_eq!(v["request_id"].as_str(), Some(header.as_str()), "{what}: {v}");
+        }
+    }
+}
