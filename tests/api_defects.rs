@@ -152,3 +152,37 @@ async fn problem_bodies_carry_the_request_id() {
         }
     }
 }
+
+/// Submission errors name real paths of the submitted document: the container that asks for
+/// too much, the malformed service or ingress (or the field inside it).
+#[tokio::test]
+async fn submission_errors_name_real_document_paths() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let (st, v) =
+        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "16")], "wait_seconds": 0})).await;
+    assert_eq!(st, 200, "{v}");
+    let container = |cpu: &str| json!({"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}});
+    let good = json!({"containers": [container("1")]});
+    let cases = [
+        (
+            json!({"pod_spec": {"containers": [container("1"), container("32")]}}),
+            "jobs[0].pod_spec.containers[1].resources.requests.cpu",
+        ),
+        (
+            json!({"pod_spec": {"containers": [container("1")], "initContainers": [container("20")]}}),
+            "jobs[0].pod_spec.initContainers[0].resources.requests.cpu",
+        ),
+        (json!({"pod_spec": good, "services": [{"spec": {}}, "nope"]}), "jobs[0].services[1]"),
+        (
+            json!({"pod_spec": good, "services": [{"spec": {"ports": [{"port": "http"}]}}]}),
+            "jobs[0].services[0].spec.ports[0].port",
+        ),
+        (json!({"pod_spec": good, "ingresses": [7]}), "jobs[0].ingresses[0]"),
+    ];
+    for (job, field) in cases {
+        let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job]})).await;
+        assert_eq!((st, v["field"].as_str()), (400, Some(field)), "{job}: {v}");
+    }
+}
