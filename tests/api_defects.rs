@@ -186,3 +186,59 @@ async fn submission_errors_name_real_document_paths() {
         assert_eq!((st, v["field"].as_str()), (400, Some(field)), "{job}: {v}");
     }
 }
+
+/// Checks the Prometheus text format: `# HELP` then `# TYPE` per family, each family's samples in
+/// one block right after them, no family twice. Answers the family names.
+fn exposition_families(text: &str) -> Result<Vec<String>, String> {
+    let mut families: Vec<String> = Vec::new();
+    let mut typed = false;
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let ["#", "HELP", name, ..] = words.as_slice() {
+            if families.iter().any(|f| f == name) {
+                return Err(format!("family {name} appears twice"));
+            }
+            families.push(name.to_string());
+            typed = false;
+        } else if let ["#", "TYPE", name, _] = words.as_slice() {
+            if families.last().map(String::as_str) != Some(*name) || typed {
+                return Err(format!("TYPE of {name} does not follow its HELP"));
+            }
+            typed = true;
+        } else {
+            let name = line.split(['{', ' ']).next().unwrap_or("");
+            if !typed || families.last().map(String::as_str) != Some(name) {
+                return Err(format!("sample outside its family's block, or without HELP and TYPE: {line}"));
+            }
+        }
+    }
+    Ok(families)
+}
+
+/// Every family on /metrics has HELP and TYPE and one block of samples, also once the
+/// scheduler has reported per-queue shares.
+#[tokio::test]
+async fn metrics_families_are_whole_blocks() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    s.create_queue("B").await;
+    let (st, v) =
+        s.post("/v1/executors/e1/lease", &json!({"nodes": [common::node("n1", "16")], "wait_seconds": 0})).await;
+    assert_eq!(st, 200, "{v}");
+    s.submit("A", "s", vec![common::job("1")]).await;
+    s.submit("B", "s", vec![common::job("1")]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = s.client.get(format!("{}/metrics", s.url)).send().await.unwrap().text().await.unwrap();
+        if text.lines().filter(|l| l.starts_with("convoy_queue_share{")).count() >= 2 {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "no per-queue shares reported:\n{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let families = exposition_families(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    for f in ["convoy_jobs", "convoy_queue_fair_share", "convoy_queue_share", "convoy_leader"] {
+        assert!(families.iter().any(|x| x == f), "{f} missing:\n{text}");
+    }
+}
