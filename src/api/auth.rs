@@ -7,6 +7,7 @@ use crate::model::Queue;
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Who is calling.
@@ -17,13 +18,23 @@ pub struct Principal {
     pub roles: Vec<Role>,
 }
 
+/// A role as the configuration spells it (`roles = ["submitter"]`).
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "admin",
+        Role::Submitter => "submitter",
+        Role::Executor => "executor",
+    }
+}
+
 impl Principal {
     /// Refuses unless the principal has `role` (admins have every role).
     pub fn require(&self, role: Role) -> Result<(), ApiError> {
         if self.roles.contains(&Role::Admin) || self.roles.contains(&role) {
             Ok(())
         } else {
-            Err(ApiError::forbidden(format!("{} lacks the {role:?} role", self.name).to_lowercase()))
+            // The name is the operator's spelling: a message must not alter it.
+            Err(ApiError::forbidden(format!("{} lacks the {} role", self.name, role_name(role))))
         }
     }
 
@@ -46,6 +57,14 @@ impl Principal {
     }
 }
 
+/// The token of an `Authorization` header value. Only the scheme is case-insensitive (RFC 9110
+/// §11.1: `bearer` and `Bearer` are the same scheme); the token is taken as given.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Compares secrets in time independent of where they differ.
 fn same(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -65,10 +84,81 @@ impl FromRequestParts<Arc<Control>> for Principal {
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
             return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
         };
-        let token = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim).unwrap_or("");
+        let Some(token) = value.to_str().ok().and_then(bearer_token) else {
+            return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
+        };
         match auth.tokens.iter().find(|t| same(t.token.as_bytes(), token.as_bytes())) {
             Some(t) => Ok(Principal { name: t.principal.clone(), groups: t.groups.clone(), roles: t.roles.clone() }),
             None => Err(ApiError::unauthorized("the bearer token is not valid")),
         }
+    }
+}
+
+/// A role that [`Authorized`] demands.
+pub trait RequiredRole {
+    const ROLE: Role;
+}
+
+/// [`RequiredRole`]: the executor role.
+pub struct ExecutorRole;
+
+impl RequiredRole for ExecutorRole {
+    const ROLE: Role = Role::Executor;
+}
+
+/// [`RequiredRole`]: the admin role.
+pub struct AdminRole;
+
+impl RequiredRole for AdminRole {
+    const ROLE: Role = Role::Admin;
+}
+
+/// A principal with the role `R` (admins have every role). The check runs while the request's
+/// parts are extracted, so before a body extractor: a caller without the role gets 403 whatever
+/// the body, and learns nothing about the shape of an API it may not use.
+pub struct Authorized<R: RequiredRole> {
+    pub principal: Principal,
+    _role: PhantomData<R>,
+}
+
+impl<R: RequiredRole> FromRequestParts<Arc<Control>> for Authorized<R> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<Control>) -> Result<Self, ApiError> {
+        let principal = Principal::from_request_parts(parts, app).await?;
+        principal.require(R::ROLE)?;
+        Ok(Authorized { principal, _role: PhantomData })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str, roles: &[Role]) -> Principal {
+        Principal { name: name.into(), groups: vec![], roles: roles.to_vec() }
+    }
+
+    #[test]
+    fn refusals_keep_the_principal_name_as_configured() {
+        let e = principal("Alice-CI", &[Role::Submitter]).require(Role::Executor).unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::FORBIDDEN);
+        assert_eq!(e.detail, "Alice-CI lacks the executor role");
+        let mut q = Queue::new("Physics".parse().unwrap(), 1.0);
+        q.owners = vec!["someone".into()];
+        let e = principal("Bob", &[Role::Submitter]).require_queue(&q).unwrap_err();
+        assert_eq!(e.detail, "Bob is not an owner of queue Physics (nor in one of its groups)");
+        assert!(principal("Root", &[Role::Admin]).require(Role::Executor).is_ok());
+    }
+
+    #[test]
+    fn only_the_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer Tok-EN123"), Some("Tok-EN123"));
+        assert_eq!(bearer_token("bearer Tok-EN123"), Some("Tok-EN123"));
+        assert_eq!(bearer_token("BEARER   Tok-EN123  "), Some("Tok-EN123"));
+        assert_eq!(bearer_token("Basic Tok-EN123"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer   "), None);
+        assert_eq!(bearer_token("BearerTok-EN123"), None);
     }
 }

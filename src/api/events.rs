@@ -3,7 +3,7 @@
 
 use super::auth::Principal;
 use super::jobs::event_view;
-use super::problem::ApiError;
+use super::problem::{ApiError, request_id};
 use super::queues::queue_name;
 use crate::control::Control;
 use crate::model::api::Problem;
@@ -37,15 +37,21 @@ fn yes() -> bool {
     true
 }
 
-struct Cursor {
-    app: Arc<Control>,
+/// Where a stream stands. `fetch(next)` reads the stored events of the job set from sequence
+/// number `next` on (a batch at most); tests give it a fake store.
+struct Cursor<F> {
+    fetch: F,
     queue: QueueName,
     job_set: JobSetName,
+    /// Of the request, for the error event and the log.
+    request_id: Option<String>,
     next: u64,
     follow: bool,
     buffer: VecDeque<Event>,
     rx: broadcast::Receiver<(QueueName, JobSetName)>,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Set once the error event is sent: the stream ends next.
+    failed: bool,
 }
 
 /// A job set's events as server-sent events
@@ -53,6 +59,10 @@ struct Cursor {
 /// Each event has `id` = its sequence number, `event` = its kind, and `data` = the `EventView`
 /// as JSON. Resumable with `?from=N` or `Last-Event-ID`; stays open for new events unless
 /// `follow=false` (keep-alive comments every 15 s).
+///
+/// If the stored events cannot be read, the stream does not end as if complete: its last event
+/// is `event: error` with a problem (JSON, status 500) as `data` and no `id`, so that
+/// `Last-Event-ID` still names the last event received and a reconnect resumes after it.
 #[utoipa::path(
     get,
     path = "/v1/queues/{queue}/job-sets/{job_set}/events",
@@ -66,7 +76,7 @@ struct Cursor {
         ("Last-Event-ID" = Option<u64>, Header, description = "Sequence number of the last event received; the stream resumes after it"),
     ),
     responses(
-        (status = 200, description = "The stream: `id: <seq>`, `event: <kind>`, `data: <EventView JSON>` per event", body = String, content_type = "text/event-stream"),
+        (status = 200, description = "The stream: `id: <seq>`, `event: <kind>`, `data: <EventView JSON>` per event. If reading the stored events fails, it ends with `event: error` and a problem as `data` (no `id`)", body = String, content_type = "text/event-stream"),
         (status = 400, description = "A name, `Last-Event-ID` or the query is invalid (problem; plain text if the query does not parse at all)", content(
             (Problem = "application/problem+json"),
             (String = "text/plain"),
@@ -95,13 +105,55 @@ pub async fn stream(
     };
     let rx = app.notify.subscribe_job_sets();
     let stopping = app.shutdown.clone();
-    let cursor =
-        Cursor { stopping, app, queue, job_set, next: from, follow: params.follow, buffer: VecDeque::new(), rx };
+    let store = app.store.clone();
+    let fetch = move |q: QueueName, s: JobSetName, next: u64| {
+        let store = store.clone();
+        async move {
+            match tokio::task::spawn_blocking(move || store.events(&q, &s, next, 1000)).await {
+                Ok(Ok(batch)) => Ok(batch),
+                Ok(Err(e)) => Err(format!("storage error: {e}")),
+                Err(e) => Err(format!("the read task failed: {e}")),
+            }
+        }
+    };
+    let cursor = Cursor {
+        fetch,
+        queue,
+        job_set,
+        request_id: request_id(&headers),
+        next: from,
+        follow: params.follow,
+        buffer: VecDeque::new(),
+        rx,
+        stopping,
+        failed: false,
+    };
     Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
-fn events(cursor: Cursor) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+/// The SSE event that ends a stream whose events could not be read.
+fn error_event(c: &Cursor<impl Sized>, error: &str) -> SseEvent {
+    let detail = format!(
+        "reading the events of job set {} in queue {} from sequence number {} failed ({error}); \
+         reconnect with Last-Event-ID to resume",
+        c.job_set, c.queue, c.next
+    );
+    let mut problem = ApiError::internal(detail).problem();
+    problem.request_id = c.request_id.clone();
+    // Without an id: Last-Event-ID must keep naming the last event delivered.
+    SseEvent::default().event("error").data(serde_json::to_string(&problem).unwrap_or_default())
+}
+
+/// The SSE events of a cursor: the stored ones, then (when following) new ones as they come.
+fn events<F, Fut>(cursor: Cursor<F>) -> impl Stream<Item = Result<SseEvent, Infallible>>
+where
+    F: Fn(QueueName, JobSetName, u64) -> Fut,
+    Fut: Future<Output = Result<Vec<Event>, String>>,
+{
     stream::unfold(cursor, |mut c| async move {
+        if c.failed {
+            return None;
+        }
         loop {
             if let Some(e) = c.buffer.pop_front() {
                 let view = event_view(&e);
@@ -114,12 +166,25 @@ fn events(cursor: Cursor) -> impl Stream<Item = Result<SseEvent, Infallible>> {
             }
             // Fetch what is stored; drain notifications first so none is missed in between.
             while c.rx.try_recv().is_ok() {}
-            let (store, q, s, next) = (c.app.store.clone(), c.queue.clone(), c.job_set.clone(), c.next);
-            let batch = tokio::task::spawn_blocking(move || store.events(&q, &s, next, 1000))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
+            let batch = match (c.fetch)(c.queue.clone(), c.job_set.clone(), c.next).await {
+                Ok(batch) => batch,
+                Err(error) => {
+                    // An empty batch would look like the end of the stored events: a client
+                    // not following would take the stream as complete. Say so instead, and
+                    // end the stream (following or not) so the client reconnects and resumes.
+                    tracing::error!(
+                        queue = %c.queue,
+                        job_set = %c.job_set,
+                        from = c.next,
+                        request_id = c.request_id.as_deref().unwrap_or(""),
+                        error = %error,
+                        "reading stored events for an event stream failed; ending it with an error event"
+                    );
+                    c.failed = true;
+                    let event = error_event(&c, &error);
+                    return Some((Ok(event), c));
+                }
+            };
             if let Some(last) = batch.last() {
                 c.next = last.seq + 1;
                 c.buffer.extend(batch);
@@ -143,4 +208,115 @@ fn events(cursor: Cursor) -> impl Stream<Item = Result<SseEvent, Infallible>> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EventKind, JobId};
+    use std::sync::{Arc, Mutex};
+    use tokio::sync::watch;
+
+    fn event(seq: u64) -> Event {
+        Event { seq, job_id: JobId::from_u128(7), at_ms: 0, kind: EventKind::Queued, run_id: None, message: None }
+    }
+
+    /// A store holding events 1 and 2 whose read from sequence 3 on fails.
+    async fn failing_store(_: QueueName, _: JobSetName, next: u64) -> Result<Vec<Event>, String> {
+        if next >= 3 { Err("database: disk on fire".into()) } else { Ok((next..=2).map(event).collect()) }
+    }
+
+    /// The whole SSE text of a stream over `failing_store`, or None if it does not end.
+    async fn body(follow: bool) -> Option<String> {
+        let (_tx, rx) = broadcast::channel(16);
+        let (_stop_tx, stopping) = watch::channel(false);
+        let cursor = Cursor {
+            fetch: failing_store,
+            queue: QueueName::new("A").unwrap(),
+            job_set: JobSetName::new("s").unwrap(),
+            request_id: Some("req-1".into()),
+            next: 1,
+            follow,
+            buffer: VecDeque::new(),
+            rx,
+            stopping,
+            failed: false,
+        };
+        let resp = Sse::new(events(cursor)).into_response();
+        let bytes = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(resp.into_body(), usize::MAX));
+        Some(String::from_utf8(bytes.await.ok()?.unwrap().to_vec()).unwrap())
+    }
+
+    /// (id, event, data) of each SSE block.
+    fn blocks(text: &str) -> Vec<(Option<String>, String, String)> {
+        text.split("\n\n")
+            .filter(|b| !b.trim().is_empty())
+            .map(|b| {
+                let field = |name: &str| b.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string());
+                (field("id:"), field("event:").unwrap_or_default(), field("data:").unwrap_or_default())
+            })
+            .collect()
+    }
+
+    /// Captures what is logged while the returned guard lives (on this thread).
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_storage_error_ends_the_stream_with_an_error_event_and_a_log() {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        for follow in [false, true] {
+            let text = body(follow).await.unwrap_or_else(|| panic!("follow={follow}: the stream did not end"));
+            let got = blocks(&text);
+            assert_eq!(got.len(), 3, "follow={follow}: {text}");
+            assert_eq!((got[0].0.as_deref(), got[1].0.as_deref()), (Some("1"), Some("2")), "{text}");
+            let (id, kind, data) = &got[2];
+            assert_eq!((id, kind.as_str()), (&None, "error"), "follow={follow}: {text}");
+            let p: crate::model::api::Problem = serde_json::from_str(data).unwrap();
+            assert_eq!(p.status, 500);
+            assert_eq!(p.request_id.as_deref(), Some("req-1"));
+            assert!(p.detail.contains("from sequence number 3") && p.detail.contains("disk on fire"), "{}", p.detail);
+        }
+        let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(logged.matches("ERROR").count(), 2, "{logged}");
+        for needle in ["queue=A", "job_set=s", "from=3", "disk on fire", "request_id=\"req-1\""] {
+            assert!(logged.contains(needle), "{needle} not logged: {logged}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_clean_end_has_no_error_event() {
+        let (_tx, rx) = broadcast::channel(16);
+        let (_stop_tx, stopping) = watch::channel(false);
+        let cursor = Cursor {
+            fetch: |_, _, next: u64| async move { Ok::<_, String>((next..=2).map(event).collect()) },
+            queue: QueueName::new("A").unwrap(),
+            job_set: JobSetName::new("s").unwrap(),
+            request_id: None,
+            next: 1,
+            follow: false,
+            buffer: VecDeque::new(),
+            rx,
+            stopping,
+            failed: false,
+        };
+        let resp = Sse::new(events(cursor)).into_response();
+        let text =
+            String::from_utf8(axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap().to_vec()).unwrap();
+        let kinds: Vec<String> = blocks(&text).into_iter().map(|b| b.1).collect();
+        assert_eq!(kinds, vec!["queued", "queued"], "{text}");
+    }
 }

@@ -1,8 +1,7 @@
 //! The executor API: the lease long-poll and run events.
 
-use super::auth::Principal;
+use super::auth::{Authorized, ExecutorRole};
 use super::problem::{ApiError, ApiJson, json};
-use crate::config::Role;
 use crate::control::{Control, now_ms};
 use crate::model::api::{
     EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, Problem,
@@ -144,11 +143,11 @@ fn pending_for(
 )]
 pub async fn lease(
     State(app): State<Arc<Control>>,
-    p: Principal,
+    // Before the body: a caller without the role gets 403 whatever it sent.
+    _caller: Authorized<ExecutorRole>,
     Path(executor): Path<String>,
     ApiJson(req): ApiJson<LeaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;
     let mut names = HashSet::new();
     for (i, n) in req.nodes.iter().enumerate() {
@@ -255,11 +254,11 @@ pub async fn lease(
 )]
 pub async fn events(
     State(app): State<Arc<Control>>,
-    p: Principal,
+    // Before the body: a caller without the role gets 403 whatever it sent.
+    _caller: Authorized<ExecutorRole>,
     Path(executor): Path<String>,
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    p.require(Role::Executor)?;
     let executor = executor_name(&executor)?;
     require_leader(&app)?;
     app.liveness.touch(&executor);

@@ -35,7 +35,8 @@ pub fn base() -> OpenApi {
         .version(env!("CARGO_PKG_VERSION"))
         .description(Some(
             "A batch-job scheduler with fair-share scheduling. Every error is `application/problem+json` \
-             (RFC 9457). Every answer carries an `x-request-id` header (a client may send its own). \
+             (RFC 9457). Every answer carries an `x-request-id` header (a client may send its own); \
+             a problem body repeats it as `request_id`. \
              When authentication is enabled, operations with a security requirement need \
              `Authorization: Bearer <token>`.",
         ))

@@ -3,12 +3,14 @@
 use super::auth::Principal;
 use super::problem::{ApiError, json};
 use crate::control::Control;
+use crate::control::SchedulingView;
 use crate::model::api::Problem;
+use crate::scheduler::QueueShare;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use std::fmt::Write;
+use std::fmt::{Display, Write};
 use std::sync::Arc;
 
 /// Answer of `GET /healthz`.
@@ -125,54 +127,183 @@ pub async fn cluster(State(app): State<Arc<Control>>, _p: Principal) -> Response
 )]
 pub async fn metrics(State(app): State<Arc<Control>>) -> Response {
     let mut out = String::new();
-    {
-        let st = app.state();
-        let _ = writeln!(out, "# HELP convoy_jobs Live jobs by queue and state.\n# TYPE convoy_jobs gauge");
-        for (name, q) in &st.queues {
-            for (state, n) in &q.counts {
-                let _ = writeln!(out, "convoy_jobs{{queue=\"{name}\",state=\"{state}\"}} {n}");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP convoy_executors Known executors.\n# TYPE convoy_executors gauge\nconvoy_executors {}",
-            st.executors.len()
-        );
-        let nodes: usize = st.executors.values().map(|e| e.nodes.len()).sum();
-        let _ = writeln!(out, "# HELP convoy_nodes Known nodes.\n# TYPE convoy_nodes gauge\nconvoy_nodes {nodes}");
-    }
-    {
-        let s = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP convoy_scheduling_cycles_total Scheduling cycles run by this server.\n# TYPE convoy_scheduling_cycles_total counter\nconvoy_scheduling_cycles_total {}",
-            s.cycles
-        );
-        let _ = writeln!(
-            out,
-            "# HELP convoy_scheduling_cycle_seconds Duration of the last cycle.\n# TYPE convoy_scheduling_cycle_seconds gauge\nconvoy_scheduling_cycle_seconds {}",
-            s.last_cycle_ms / 1000.0
-        );
-        let _ = writeln!(
-            out,
-            "# HELP convoy_queue_fair_share Adjusted fair share per queue and pool.\n# TYPE convoy_queue_fair_share gauge"
-        );
-        for p in &s.pools {
-            for q in &p.queues {
-                let _ = writeln!(
-                    out,
-                    "convoy_queue_fair_share{{pool=\"{}\",queue=\"{}\"}} {}",
-                    p.pool, q.queue, q.adjusted_fair_share
-                );
-                let _ =
-                    writeln!(out, "convoy_queue_share{{pool=\"{}\",queue=\"{}\"}} {}", p.pool, q.queue, q.share_after);
-            }
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP convoy_leader 1 if this server is the leader.\n# TYPE convoy_leader gauge\nconvoy_leader {}",
-        u8::from(app.cluster.is_leader())
-    );
+    state_metrics(&mut out, &app.state());
+    scheduling_metrics(&mut out, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
+    Family::new(&mut out, "convoy_leader", "gauge", "1 if this server is the leader.")
+        .sample("", u8::from(app.cluster.is_leader()));
     (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// One metric family in the text exposition format. Its `# HELP` and `# TYPE` lines are written
+/// first and the samples go right after them: a family's samples must form one block, so a
+/// family is finished before the next one is begun (the borrow of `out` enforces it).
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+}
+
+impl<'a> Family<'a> {
+    fn new(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        Family { out, name }
+    }
+
+    /// A sample; `labels` is `k="v",…` (empty for none). Label values are validated names,
+    /// which need no escaping.
+    fn sample(&mut self, labels: &str, value: impl Display) {
+        let name = self.name;
+        let _ = if labels.is_empty() {
+            writeln!(self.out, "{name} {value}")
+        } else {
+            writeln!(self.out, "{name}{{{labels}}} {value}")
+        };
+    }
+}
+
+/// Families computed from the replicated state.
+fn state_metrics(out: &mut String, st: &crate::state::State) {
+    let mut jobs = Family::new(out, "convoy_jobs", "gauge", "Live jobs by queue and state.");
+    for (name, q) in &st.queues {
+        for (state, n) in &q.counts {
+            jobs.sample(&format!("queue=\"{name}\",state=\"{state}\""), n);
+        }
+    }
+    Family::new(out, "convoy_executors", "gauge", "Known executors.").sample("", st.executors.len());
+    let nodes: usize = st.executors.values().map(|e| e.nodes.len()).sum();
+    Family::new(out, "convoy_nodes", "gauge", "Known nodes.").sample("", nodes);
+}
+
+/// Families from this server's latest scheduling cycle.
+fn scheduling_metrics(out: &mut String, s: &SchedulingView) {
+    Family::new(out, "convoy_scheduling_cycles_total", "counter", "Scheduling cycles run by this server.")
+        .sample("", s.cycles);
+    Family::new(out, "convoy_scheduling_cycle_seconds", "gauge", "Duration of the last cycle.")
+        .sample("", s.last_cycle_ms / 1000.0);
+    let help = "Adjusted fair share per queue and pool.";
+    per_queue(out, s, "convoy_queue_fair_share", help, |q| q.adjusted_fair_share);
+    let help = "Share of the pool a queue holds after the last cycle's decisions, per queue and pool.";
+    per_queue(out, s, "convoy_queue_share", help, |q| q.share_after);
+}
+
+/// A family with one sample per queue and pool: its own pass over the pools, so that its
+/// samples stay together.
+fn per_queue(out: &mut String, s: &SchedulingView, name: &'static str, help: &str, value: fn(&QueueShare) -> f64) {
+    let mut family = Family::new(out, name, "gauge", help);
+    for p in &s.pools {
+        for q in &p.queues {
+            family.sample(&format!("pool=\"{}\",queue=\"{}\"", p.pool, q.queue), value(q));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PoolName, QueueName, Resources};
+    use crate::scheduler::PoolReport;
+    use std::collections::HashSet;
+
+    /// Checks the text exposition format: every family has `# HELP` then `# TYPE`, and all its
+    /// samples follow them in one block; no family appears twice. Answers the families in order.
+    fn check_exposition(text: &str) -> Result<Vec<String>, String> {
+        let (mut families, mut seen) = (Vec::new(), HashSet::new());
+        let (mut current, mut want_type): (Option<&str>, Option<&str>) = (None, None);
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["#", "HELP", name, _, ..] => {
+                    if let Some(w) = want_type {
+                        return Err(format!("{w} has HELP but no TYPE"));
+                    }
+                    if !seen.insert(*name) {
+                        return Err(format!("family {name} appears twice"));
+                    }
+                    (current, want_type) = (None, Some(*name));
+                }
+                ["#", "TYPE", name, kind] => {
+                    if want_type != Some(*name) {
+                        return Err(format!("TYPE of {name} does not follow its HELP"));
+                    }
+                    if !["counter", "gauge", "histogram", "summary", "untyped"].contains(kind) {
+                        return Err(format!("{name} has the unknown type {kind}"));
+                    }
+                    (current, want_type) = (Some(*name), None);
+                    families.push(name.to_string());
+                }
+                ["#", ..] | [] => {}
+                [sample, .., value] => {
+                    let name = sample.split('{').next().unwrap_or(sample);
+                    if current != Some(name) {
+                        return Err(match seen.contains(name) {
+                            true => format!("a sample of {name} is outside its family's block: {line}"),
+                            false => format!("{name} has no HELP and TYPE: {line}"),
+                        });
+                    }
+                    value.parse::<f64>().map_err(|_| format!("bad value: {line}"))?;
+                }
+                [_] => return Err(format!("a sample without a value: {line}")),
+            }
+        }
+        match want_type {
+            Some(w) => Err(format!("{w} has HELP but no TYPE")),
+            None => Ok(families),
+        }
+    }
+
+    fn share(queue: &str, adjusted: f64, after: f64) -> QueueShare {
+        QueueShare {
+            queue: QueueName::new(queue).unwrap(),
+            weight: 1.0,
+            fair_share: 0.5,
+            adjusted_fair_share: adjusted,
+            actual_share: 0.0,
+            share_after: after,
+            allocated: Resources::new(),
+            demand: Resources::new(),
+        }
+    }
+
+    fn pool(name: PoolName, queues: Vec<QueueShare>) -> PoolReport {
+        PoolReport { pool: name, total: Resources::new(), nodes: 1, queues, evicted: 0, jobs_tried: 0 }
+    }
+
+    #[test]
+    fn each_scheduling_family_is_one_block_with_help_and_type() {
+        let view = SchedulingView {
+            cycles: 7,
+            last_cycle_ms: 12.5,
+            pools: vec![
+                pool(PoolName::default_pool(), vec![share("a", 0.5, 0.25), share("b", 0.5, 0.75)]),
+                pool(PoolName::new("gpu").unwrap(), vec![share("a", 1.0, 1.0)]),
+            ],
+            ..Default::default()
+        };
+        let mut out = String::new();
+        scheduling_metrics(&mut out, &view);
+        let families = check_exposition(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+        assert_eq!(
+            families,
+            [
+                "convoy_scheduling_cycles_total",
+                "convoy_scheduling_cycle_seconds",
+                "convoy_queue_fair_share",
+                "convoy_queue_share"
+            ]
+        );
+        assert!(out.contains("\nconvoy_queue_share{pool=\"default\",queue=\"b\"} 0.75\n"), "{out}");
+        assert!(out.contains("\nconvoy_queue_share{pool=\"gpu\",queue=\"a\"} 1\n"), "{out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("convoy_queue_share{")).count(), 3, "{out}");
+        assert!(out.contains("\nconvoy_scheduling_cycle_seconds 0.0125\n"), "{out}");
+    }
+
+    #[test]
+    fn the_format_check_catches_interleaving_and_missing_headers() {
+        let interleaved = "# HELP a A.\n# TYPE a gauge\na{q=\"1\"} 1\n# HELP b B.\n# TYPE b gauge\nb 1\na{q=\"2\"} 2\n";
+        assert!(check_exposition(interleaved).unwrap_err().contains("outside its family's block"));
+        let headless = "# HELP a A.\n# TYPE a gauge\na{q=\"1\"} 1\nb{q=\"1\"} 1\n";
+        assert!(check_exposition(headless).unwrap_err().contains("no HELP and TYPE"));
+        assert!(check_exposition("# HELP a A.\na 1\n").is_err());
+        assert!(check_exposition("# HELP a A.\n# TYPE a gauge\n# HELP a A.\n# TYPE a gauge\n").is_err());
+        assert_eq!(check_exposition("# HELP a A.\n# TYPE a counter\na 1\n"), Ok(vec!["a".to_string()]));
+    }
 }

@@ -5,7 +5,8 @@ use crate::model::FieldError;
 use crate::model::api::Problem;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
@@ -95,21 +96,63 @@ impl From<crate::state::Rejection> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The problem body; `request_id` is left for [`fill_request_id`] (or the caller) to set.
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: format!("https://convoy.dev/problems/{}", self.status.as_u16()),
+            title: self.status.canonical_reason().unwrap_or("Error").to_string(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            field: self.field.clone(),
+            request_id: None,
+        }
+    }
+}
+
+/// A problem+json answer of `status` with `body`.
+fn problem_response(status: StatusCode, body: &Problem) -> Response {
+    let mut resp = (status, axum::Json(body)).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    resp
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let title = self.status.canonical_reason().unwrap_or("Error").to_string();
-        let body = Problem {
-            kind: format!("https://convoy.dev/problems/{}", self.status.as_u16()),
-            title,
-            status: self.status.as_u16(),
-            detail: self.detail,
-            field: self.field,
-            request_id: None,
-        };
-        let mut resp = (self.status, axum::Json(body)).into_response();
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        let problem = self.problem();
+        let mut resp = problem_response(self.status, &problem);
+        // Kept for `fill_request_id`, which knows the request id and renders the body again.
+        resp.extensions_mut().insert(problem);
         resp
     }
+}
+
+/// The request id of a request: the `x-request-id` header that the request-id layer set, or
+/// that the client sent.
+pub fn request_id(headers: &HeaderMap) -> Option<String> {
+    headers.get(&REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_string)
+}
+
+/// The header carrying request ids.
+pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Middleware: puts the request's id into every problem answer made from an [`ApiError`],
+/// wherever it was made (handler, extractor rejection, fallback). It must run inside the layer
+/// that assigns request ids. Only error answers are touched, and they are small.
+pub async fn fill_request_id(req: Request, next: Next) -> Response {
+    let id = request_id(req.headers());
+    let resp = next.run(req).await;
+    let Some(id) = id else { return resp };
+    let (mut parts, body) = resp.into_parts();
+    let Some(mut problem) = parts.extensions.remove::<Problem>() else {
+        return Response::from_parts(parts, body);
+    };
+    problem.request_id = Some(id);
+    let fresh = problem_response(parts.status, &problem);
+    // The new body has another length; every other header (x-request-id, tracing) is kept.
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let (_, body) = fresh.into_parts();
+    Response::from_parts(parts, body)
 }
 
 /// A JSON body whose deserialization errors are 400s naming the field (`jobs[3].pod_spec`).

@@ -1,6 +1,6 @@
 //! Queue endpoints: CRUD and the fair-share report.
 
-use super::auth::Principal;
+use super::auth::{AdminRole, Authorized, Principal};
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
 use crate::control::{Control, now_ms};
@@ -40,10 +40,10 @@ pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
 )]
 pub async fn create(
     State(app): State<Arc<Control>>,
-    p: Principal,
+    // Before the body: a non-admin gets 403 whatever it sent.
+    _admin: Authorized<AdminRole>,
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
-    p.require(Role::Admin)?;
     queue.validate()?;
     app.write(Command::CreateQueue { queue: queue.clone().into() }).await?;
     Ok((StatusCode::CREATED, axum::Json(queue)).into_response())
@@ -115,11 +115,10 @@ pub async fn get(
 )]
 pub async fn update(
     State(app): State<Arc<Control>>,
-    p: Principal,
+    _admin: Authorized<AdminRole>,
     Path(name): Path<String>,
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
-    p.require(Role::Admin)?;
     let name = queue_name(&name)?;
     if queue.name != name {
         return Err(ApiError::bad_request(

@@ -85,14 +85,13 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     check_metadata("labels", &item.labels)?;
 
     let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
-        let field = if path == "." { "pod_spec".to_string() } else { format!("pod_spec.{path}") };
-        FieldError::new(field, format!("is not a valid Kubernetes PodSpec: {message}"))
+        FieldError::new(nested("pod_spec", &path), format!("is not a valid Kubernetes PodSpec: {message}"))
     })?;
     if spec.containers.is_empty() {
         return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
     }
     let requests = effective_requests(&spec)?;
-    check_fits_some_node(&requests, ctx.largest_node)?;
+    check_fits_some_node(&spec, &requests, ctx.largest_node)?;
 
     let grace_s = spec.termination_grace_period_seconds.unwrap_or(0);
     if grace_s < 0 {
@@ -136,7 +135,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
         let _: k8s_openapi::api::core::v1::Service = parse_json(s.get().as_bytes()).map_err(|(path, message)| {
-            FieldError::new(format!("services[{i}].{path}"), format!("is not a valid Kubernetes Service: {message}"))
+            let field = nested(&format!("services[{i}]"), &path);
+            FieldError::new(field, format!("is not a valid Kubernetes Service: {message}"))
         })?;
         services.push(s.get().to_string());
     }
@@ -144,10 +144,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     for (i, s) in item.ingresses.iter().enumerate() {
         let _: k8s_openapi::api::networking::v1::Ingress =
             parse_json(s.get().as_bytes()).map_err(|(path, message)| {
-                FieldError::new(
-                    format!("ingresses[{i}].{path}"),
-                    format!("is not a valid Kubernetes Ingress: {message}"),
-                )
+                let field = nested(&format!("ingresses[{i}]"), &path);
+                FieldError::new(field, format!("is not a valid Kubernetes Ingress: {message}"))
             })?;
         ingresses.push(s.get().to_string());
     }
@@ -163,6 +161,16 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         active_deadline_seconds: deadline,
         payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
     })
+}
+
+/// The path of a field inside an embedded document: `prefix` joined with a path from
+/// [`parse_json`], which is `.` for the document itself and starts with `[i]` in an array.
+fn nested(prefix: &str, path: &str) -> String {
+    match path {
+        "." | "" => prefix.to_string(),
+        p if p.starts_with('[') => format!("{prefix}{p}"),
+        p => format!("{prefix}.{p}"),
+    }
 }
 
 fn check_metadata(field: &str, m: &BTreeMap<String, String>) -> Result<(), FieldError> {
@@ -227,24 +235,61 @@ pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
     Ok(sum)
 }
 
-fn check_fits_some_node(requests: &Resources, largest: &Resources) -> Result<(), FieldError> {
+fn check_fits_some_node(spec: &PodSpec, requests: &Resources, largest: &Resources) -> Result<(), FieldError> {
     if largest.is_zero() {
         return Ok(());
     }
     for (r, v) in requests.iter() {
-        let have = largest.get(r.as_str());
-        if v > have {
-            return Err(FieldError::new(
-                format!("pod_spec.resources.{r}"),
-                format!(
-                    "requests {} {r}, more than any node has (largest: {}); set server.reject_jobs_larger_than_any_node = false to queue it anyway",
-                    requests.quantity_string(r.as_str()),
-                    largest.quantity_string(r.as_str())
-                ),
-            ));
+        if v > largest.get(r.as_str()) {
+            return Err(too_large(spec, r.as_str(), requests, largest));
         }
     }
     Ok(())
+}
+
+/// The error for a pod that requests more of `name` than any node has. It names what asks for
+/// it: a container (or init container) that alone is too large, else the containers together,
+/// else the overhead that tips the pod over.
+fn too_large(spec: &PodSpec, name: &str, requests: &Resources, largest: &Resources) -> FieldError {
+    let have = largest.get(name);
+    let rule = |what: String| {
+        format!(
+            "{what}, more than any node has (largest: {} {name}); set server.reject_jobs_larger_than_any_node = false to queue it anyway",
+            largest.quantity_string(name)
+        )
+    };
+    let mut together = Resources::new();
+    let lists =
+        [("initContainers", spec.init_containers.as_deref().unwrap_or_default()), ("containers", &spec.containers)];
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            // Only init containers may lack requests (effective_requests parsed all the others).
+            let Ok(req) = container_requests(c, list, i) else { continue };
+            if req.get(name) > have {
+                return FieldError::new(
+                    format!("pod_spec.{list}[{i}].resources.requests.{name}"),
+                    rule(format!("requests {} {name}", req.quantity_string(name))),
+                );
+            }
+            if list == "containers" {
+                together.add(&req);
+            }
+        }
+    }
+    if together.get(name) > have {
+        return FieldError::new(
+            "pod_spec.containers",
+            rule(format!("the containers request {} {name} together", together.quantity_string(name))),
+        );
+    }
+    let overhead = spec.overhead.as_ref().and_then(|o| o.get(name)).map(|q| q.0.as_str()).unwrap_or("0");
+    FieldError::new(
+        format!("pod_spec.overhead.{name}"),
+        rule(format!(
+            "with an overhead of {overhead} {name} the pod requests {} {name}",
+            requests.quantity_string(name)
+        )),
+    )
 }
 
 fn convert_tolerations(ts: &[k8s_openapi::api::core::v1::Toleration]) -> Result<Vec<Toleration>, FieldError> {
@@ -456,7 +501,7 @@ mod tests {
             ),
             (
                 json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "128"}}}]}),
-                "jobs[0].pod_spec.resources.cpu",
+                "jobs[0].pod_spec.containers[0].resources.requests.cpu",
             ),
             (
                 json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}], "tolerations": [{"operator": "Sometimes"}]}),
@@ -470,6 +515,83 @@ mod tests {
         let mut bad_class = item(pod("1"));
         bad_class.priority_class = Some("gold".into());
         assert_eq!(check(vec![bad_class]).unwrap_err().field, "jobs[0].priority_class");
+    }
+
+    #[test]
+    fn malformed_services_and_ingresses_name_real_paths() {
+        let good = json!({"spec": {"ports": [{"port": 80}]}});
+        let with = |services: Vec<serde_json::Value>, ingresses: Vec<serde_json::Value>| {
+            let mut i = item(pod("1"));
+            i.services = services.iter().map(|v| serde_json::value::to_raw_value(v).unwrap()).collect();
+            i.ingresses = ingresses.iter().map(|v| serde_json::value::to_raw_value(v).unwrap()).collect();
+            i
+        };
+        let bad_port = json!({"spec": {"ports": [{"port": 80}, {"port": "eighty"}]}});
+        let bad_backend =
+            json!({"spec": {"rules": [{"http": {"paths": [{"backend": {"service": {"port": {"number": "x"}}}}]}}]}});
+        let cases = [
+            (with(vec![good.clone(), json!("nope")], vec![]), "jobs[0].services[1]", "Service"),
+            (with(vec![json!(null)], vec![]), "jobs[0].services[0]", "Service"),
+            (with(vec![good.clone(), bad_port], vec![]), "jobs[0].services[1].spec.ports[1].port", "Service"),
+            (with(vec![good.clone()], vec![json!([1, 2])]), "jobs[0].ingresses[0]", "Ingress"),
+            (
+                with(vec![], vec![bad_backend]),
+                "jobs[0].ingresses[0].spec.rules[0].http.paths[0].backend.service.port.number",
+                "Ingress",
+            ),
+        ];
+        for (item, field, kind) in cases {
+            let e = check(vec![item]).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(&format!("is not a valid Kubernetes {kind}")), "{e}");
+        }
+        assert!(check(vec![with(vec![good], vec![json!({"spec": {}})])]).is_ok());
+        assert_eq!(nested("pod_spec", "."), "pod_spec");
+        assert_eq!(nested("services[0]", "[2].a"), "services[0][2].a");
+        assert_eq!(nested("pod_spec", "containers[0].name"), "pod_spec.containers[0].name");
+    }
+
+    #[test]
+    fn too_large_requests_name_the_podspec_path_that_asks() {
+        let c = |name: &str, reqs: serde_json::Value| json!({"name": name, "resources": {"requests": reqs}});
+        let cases = [
+            (
+                json!({"containers": [c("a", json!({"cpu": "1"})), c("b", json!({"cpu": "100"}))]}),
+                "jobs[0].pod_spec.containers[1].resources.requests.cpu",
+                "requests 100 cpu",
+            ),
+            (
+                json!({"containers": [c("a", json!({"cpu": "1"}))],
+                       "initContainers": [c("i", json!({"cpu": "1", "nvidia.com/gpu": "9"}))]}),
+                "jobs[0].pod_spec.initContainers[0].resources.requests.nvidia.com/gpu",
+                "requests 9 nvidia.com/gpu",
+            ),
+            (
+                json!({"containers": [c("a", json!({"memory": "300Gi"}))]}),
+                "jobs[0].pod_spec.containers[0].resources.requests.memory",
+                "requests 300Gi memory",
+            ),
+            (
+                json!({"containers": [c("a", json!({"example.com/fpga": "1"}))]}),
+                "jobs[0].pod_spec.containers[0].resources.requests.example.com/fpga",
+                "requests 1 example.com/fpga",
+            ),
+            (
+                json!({"containers": [c("a", json!({"cpu": "40"})), c("b", json!({"cpu": "40"}))]}),
+                "jobs[0].pod_spec.containers",
+                "the containers request 80 cpu together",
+            ),
+            (
+                json!({"containers": [c("a", json!({"cpu": "60"}))], "overhead": {"cpu": "8"}}),
+                "jobs[0].pod_spec.overhead.cpu",
+                "with an overhead of 8 cpu the pod requests 68 cpu",
+            ),
+        ];
+        for (spec, field, what) in cases {
+            let e = check(vec![item(spec.clone())]).unwrap_err();
+            assert_eq!(e.field, field, "{spec}: {e}");
+            assert!(e.message.contains(what) && e.message.contains("more than any node has"), "{spec}: {e}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! harness and the request helpers every module shares.
 
 mod agent;
+mod api_defects;
 mod cli_client;
 mod cli_submit;
 mod common;

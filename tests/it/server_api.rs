@@ -160,7 +160,11 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
             400,
             "jobs[0].pod_spec.terminationGracePeriodSeconds",
         ),
-        (json!({"queue": "A", "job_set": "s", "jobs": [job("64")]}), 400, "jobs[0].pod_spec.resources.cpu"),
+        (
+            json!({"queue": "A", "job_set": "s", "jobs": [job("64")]}),
+            400,
+            "jobs[0].pod_spec.containers[0].resources.requests.cpu",
+        ),
         (json!({"queue": "A", "job_set": "s", "jobs": [gang("3"), gang("3")]}), 400, "jobs[0].annotations"),
         (json!({"queue": "A", "job_set": "s", "jobs": []}), 400, "jobs"),
         (json!({"queue": "A", "job_set": "bad set", "jobs": [job("1")]}), 400, "job_set"),

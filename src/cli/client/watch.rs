@@ -2,7 +2,7 @@
 
 use super::http::Client;
 use anyhow::Context;
-use convoy::model::api::EventView;
+use convoy::model::api::{EventView, Problem};
 use convoy::model::{JobSetName, QueueName};
 use reqwest::Method;
 
@@ -21,12 +21,26 @@ pub async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
     let mut resp = c.send_raw(c.request(Method::GET, &path)).await?;
     let mut stream = EventData::default();
     while let Some(chunk) = resp.chunk().await? {
-        for data in stream.push(&chunk) {
-            let e: EventView = serde_json::from_str(&data).with_context(|| format!("event {data}"))?;
+        for event in stream.push(&chunk) {
+            if event.name.as_deref() == Some("error") {
+                // The server ends a stream it cannot continue with a problem in an `error` event.
+                let detail = serde_json::from_str::<Problem>(&event.data)
+                    .map(|p| format!("{} (request {})", p.detail, p.request_id.unwrap_or_default()))
+                    .unwrap_or(event.data);
+                anyhow::bail!("the server ended the event stream with an error: {detail}");
+            }
+            let e: EventView = serde_json::from_str(&event.data).with_context(|| format!("event {}", event.data))?;
             println!("{}", line(&e));
         }
     }
     Ok(())
+}
+
+/// One event of the stream: its `event:` name, if any, and its `data`.
+#[derive(Debug, PartialEq)]
+struct SseEvent {
+    name: Option<String>,
+    data: String,
 }
 
 /// Splits a server-sent event stream into the `data` of its events. Bytes wait until their
@@ -38,8 +52,8 @@ struct EventData {
 }
 
 impl EventData {
-    /// Adds a chunk of the stream; the data of each event it completed.
-    fn push(&mut self, chunk: &[u8]) -> Vec<String> {
+    /// Adds a chunk of the stream; the events it completed.
+    fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
         while let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
@@ -47,8 +61,9 @@ impl EventData {
             let text = String::from_utf8_lossy(&block);
             // Several `data:` lines of one event are one value, joined by newlines.
             let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).collect();
+            let name = text.lines().find_map(|l| l.strip_prefix("event:")).map(|n| n.trim().to_string());
             if !data.is_empty() {
-                out.push(data.join("\n"));
+                out.push(SseEvent { name, data: data.join("\n") });
             }
         }
         out
@@ -69,6 +84,10 @@ fn kind_name(e: &EventView) -> String {
 mod tests {
     use super::*;
 
+    fn data(events: &[SseEvent]) -> Vec<&str> {
+        events.iter().map(|e| e.data.as_str()).collect()
+    }
+
     const EVENT: &str = r#"{"seq":3,"job_id":"01ARZ3NDEKTSV4RRFFQ69G5FAV","at":"2025-01-01T00:00:00Z","kind":"cancel_requested","run_id":null,"message":"arrêté — ✓ 🚀"}"#;
 
     /// Every split of the stream into two chunks, including inside each multi-byte character of
@@ -83,8 +102,9 @@ mod tests {
             let mut d = EventData::default();
             let mut got = d.push(&bytes[..at]);
             got.extend(d.push(&bytes[at..]));
-            assert_eq!(got, [EVENT], "split at byte {at}");
-            let e: EventView = serde_json::from_str(&got[0]).unwrap();
+            assert_eq!(data(&got), [EVENT], "split at byte {at}");
+            assert_eq!(got[0].name.as_deref(), Some("cancel_requested"));
+            let e: EventView = serde_json::from_str(&got[0].data).unwrap();
             assert_eq!(e.message.as_deref(), Some("arrêté — ✓ 🚀"));
         }
     }
@@ -97,9 +117,17 @@ mod tests {
         for b in stream.as_bytes() {
             got.extend(d.push(std::slice::from_ref(b)));
         }
-        assert_eq!(got, [EVENT, EVENT]);
+        assert_eq!(data(&got), [EVENT, EVENT]);
         let mut d = EventData::default();
-        assert_eq!(d.push(stream.as_bytes()), [EVENT, EVENT]);
+        assert_eq!(data(&d.push(stream.as_bytes())), [EVENT, EVENT]);
+    }
+
+    #[test]
+    fn an_error_event_is_told_apart() {
+        let stream = format!("id: 3\ndata: {EVENT}\n\nevent: error\ndata: {{\"status\":500}}\n\n");
+        let got = EventData::default().push(stream.as_bytes());
+        assert_eq!(got[0].name, None);
+        assert_eq!(got[1], SseEvent { name: Some("error".into()), data: "{\"status\":500}".into() });
     }
 
     #[test]
