@@ -6,7 +6,8 @@ use super::requirements::SchedulingRequirements;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Where a job is in its life.
+/// Where a job is in its life: `queued`, `leased`, `pending` or `running` until it ends, then
+/// `succeeded`, `failed`, `cancelled` or `preempted` for good. A lost run sends the job back to `queued`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
@@ -78,7 +79,8 @@ impl std::fmt::Display for JobState {
     }
 }
 
-/// Where one attempt to run a job is.
+/// Where one attempt to run a job is: `leased`, `pending` or `running` while it lasts, then
+/// `succeeded`, `failed`, `cancelled`, `preempted` or `lost` for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
