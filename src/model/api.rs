@@ -380,7 +380,8 @@ pub struct LeaseResponse {
     pub kills: Vec<KillOrder>,
 }
 
-/// What happened to a run, as an agent reports it.
+/// What happened to a run, as an agent reports it: `pending`, `running`, then `succeeded`, `failed`
+/// or `returned` (never started, for a reason of the node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEventKind {

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 /// Node labels.
 pub type Labels = BTreeMap<String, String>;
 
-/// Effect of a taint.
+/// Effect of a taint: `NoSchedule` and `NoExecute` keep jobs that do not tolerate it off the node;
+/// `PreferNoSchedule` is only a preference, which Convoy does not act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum TaintEffect {
     /// Jobs that do not tolerate the taint are not placed on the node.
