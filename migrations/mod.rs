@@ -12,7 +12,9 @@ pub mod v0002_event_chunks;
 pub struct Migration {
     /// The version the database has after this step.
     pub version: u32,
+    /// What the step changes, for the log.
     pub name: &'static str,
+    /// Applies the step inside the migration runner's write transaction.
     pub run: fn(&redb::WriteTransaction) -> Result<(), crate::store::StoreError>,
 }
 

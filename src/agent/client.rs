@@ -23,25 +23,67 @@ const LEASE_SLACK: Duration = Duration::from_secs(15);
 pub enum ClientError {
     /// A server address is not usable.
     #[error("invalid server address {address:?}: {message}")]
-    BadAddress { address: String, message: String },
+    BadAddress {
+        /// The address as given (empty when none was).
+        address: String,
+        /// Why it is not usable.
+        message: String,
+    },
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Build(String),
     /// No connection, or the connection broke or timed out.
     #[error("cannot reach the server at {server}: {message}")]
-    Unreachable { server: String, message: String },
+    Unreachable {
+        /// Base URL of the server.
+        server: String,
+        /// The connection error with its causes.
+        message: String,
+    },
     /// The server refused the executor token.
     #[error("the server at {server} refused this executor's token (HTTP {status}): {detail}; check `token` in the agent config or {env}", env = super::config::TOKEN_ENV)]
-    Unauthorized { server: String, status: u16, detail: String },
+    Unauthorized {
+        /// Base URL of the server.
+        server: String,
+        /// HTTP status: 401 or 403.
+        status: u16,
+        /// The server's explanation: its problem's title and detail, or the start of the body.
+        detail: String,
+    },
     /// Something answered that does not speak the executor API (wrong address or path).
     #[error("{server} does not look like a Convoy server (HTTP {status} at {path}): {detail}")]
-    WrongAddress { server: String, status: u16, path: String, detail: String },
+    WrongAddress {
+        /// Base URL of the server.
+        server: String,
+        /// HTTP status of the answer.
+        status: u16,
+        /// Path of the request, e.g. `/v1/executors/<executor>/lease`.
+        path: String,
+        /// What was wrong with the answer: its body, or why it does not decode.
+        detail: String,
+    },
     /// The server is up but cannot serve the request now (5xx, 429, not the leader).
     #[error("the server at {server} is unavailable (HTTP {status}): {detail}")]
-    Unavailable { server: String, status: u16, detail: String },
+    Unavailable {
+        /// Base URL of the server.
+        server: String,
+        /// HTTP status: 408, 421, 425, 429 or 5xx.
+        status: u16,
+        /// The server's explanation: its problem's title and detail, or the start of the body.
+        detail: String,
+    },
     /// The server refused the request itself; sending it again will not help.
     #[error("the server at {server} rejected the request (HTTP {status}): {detail}")]
-    Rejected { server: String, status: u16, problem: Option<Box<Problem>>, detail: String },
+    Rejected {
+        /// Base URL of the server.
+        server: String,
+        /// HTTP status of the answer.
+        status: u16,
+        /// The server's problem document, if it sent one.
+        problem: Option<Box<Problem>>,
+        /// The server's explanation: its problem's title and detail, or the start of the body.
+        detail: String,
+    },
 }
 
 impl ClientError {

@@ -34,7 +34,12 @@ pub enum AgentError {
     Client(#[from] client::ClientError),
     /// The runtime could not be set up or could not recover its runs.
     #[error("{runtime} runtime: {source}")]
-    Runtime { runtime: &'static str, source: RuntimeError },
+    Runtime {
+        /// Which runtime: `process`, `fake` or `kubernetes`.
+        runtime: &'static str,
+        /// What went wrong.
+        source: RuntimeError,
+    },
 }
 
 /// Makes ring rustls's process-wide crypto provider (reqwest is built without one). Harmless

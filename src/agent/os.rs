@@ -57,12 +57,12 @@ fn stat(pid: i32) -> Option<(char, u64)> {
 }
 
 /// Number of CPUs this process may use.
-pub fn cpu_count() -> u64 {
+pub(crate) fn cpu_count() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
 }
 
 /// Total memory of the machine in bytes, from `/proc/meminfo`.
-pub fn mem_total_bytes() -> io::Result<u64> {
+pub(crate) fn mem_total_bytes() -> io::Result<u64> {
     let text = std::fs::read_to_string("/proc/meminfo")?;
     text.lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -72,14 +72,14 @@ pub fn mem_total_bytes() -> io::Result<u64> {
 }
 
 /// Sends `sig` to one process. A process that is gone is not an error.
-pub fn signal_process(pid: i32, sig: i32) -> io::Result<()> {
+pub(crate) fn signal_process(pid: i32, sig: i32) -> io::Result<()> {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours.
     let rc = unsafe { libc::kill(pid, sig) };
     check_signal(rc)
 }
 
 /// Sends `sig` to every process of the group `pgid`. A group that is gone is not an error.
-pub fn signal_group(pgid: i32, sig: i32) -> io::Result<()> {
+pub(crate) fn signal_group(pgid: i32, sig: i32) -> io::Result<()> {
     if pgid <= 1 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("refusing to signal process group {pgid}")));
     }
@@ -97,7 +97,7 @@ fn check_signal(rc: i32) -> io::Result<()> {
 }
 
 /// Takes an exclusive `flock` on `file`, waiting for it.
-pub fn lock_exclusive(file: &File) -> io::Result<()> {
+pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
     loop {
         // SAFETY: flock(2) on a descriptor we own.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
@@ -113,7 +113,7 @@ pub fn lock_exclusive(file: &File) -> io::Result<()> {
 
 /// True if some process holds a `flock` on the file at `path`: probes with a non-blocking lock
 /// that is dropped at once.
-pub fn is_locked(path: &std::path::Path) -> io::Result<bool> {
+pub(crate) fn is_locked(path: &std::path::Path) -> io::Result<bool> {
     let file = File::open(path)?;
     // SAFETY: flock(2) on a descriptor we own; closing it releases our lock.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -125,7 +125,7 @@ pub fn is_locked(path: &std::path::Path) -> io::Result<bool> {
 }
 
 /// Leaves the agent's session so terminal hang-ups and Ctrl-C do not reach the process.
-pub fn new_session() -> io::Result<()> {
+pub(crate) fn new_session() -> io::Result<()> {
     // SAFETY: setsid(2) has no memory effects.
     let rc = unsafe { libc::setsid() };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }

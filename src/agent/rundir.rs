@@ -19,15 +19,25 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+/// The lease, written by the agent before the supervisor starts (the directory appears with it).
 pub const LEASE: &str = "lease.json";
+/// Locked (`flock`) by the supervisor for its whole life.
 pub const LOCK: &str = "lock";
+/// The supervisor's pid and start time.
 pub const SUPERVISOR: &str = "supervisor";
+/// The job's pid and start time (its pid is also its process group), once it was spawned.
 pub const PID: &str = "pid";
+/// The job's standard output.
 pub const STDOUT: &str = "stdout";
+/// The job's standard error.
 pub const STDERR: &str = "stderr";
+/// The supervisor's own output, quoted when it exits without starting the job.
 pub const SUPERVISOR_LOG: &str = "supervisor.log";
+/// A stop order ([`KillRecord`]), written by the agent.
 pub const KILL: &str = "kill";
+/// How the job ended ([`ExitRecord`]), written once.
 pub const EXIT: &str = "exit";
+/// Present once the server has the run's final event; its age decides when the directory goes.
 pub const REPORTED: &str = "reported";
 
 /// Reason recorded when a kill order stopped the job.
@@ -47,8 +57,11 @@ pub struct ExitRecord {
     /// that exited on its own.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Details for people: why the job could not start, the stop order's reason, the deadline, the
+    /// signal.
     #[serde(default)]
     pub message: Option<String>,
+    /// When the job ended, or was given up, in ms since the epoch (this machine's clock).
     pub finished_at_ms: i64,
 }
 
@@ -62,13 +75,16 @@ impl ExitRecord {
 /// A stop order, as recorded in `kill`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KillRecord {
+    /// Seconds between SIGTERM and SIGKILL to the job's process group.
     pub grace_seconds: f64,
+    /// Why the run is stopped, from the kill order.
     pub reason: String,
 }
 
 /// Paths of one run directory.
 #[derive(Debug, Clone)]
 pub struct RunDir {
+    /// The directory, `<data_dir>/runs/<run_id>` for the process runtime.
     pub path: PathBuf,
 }
 

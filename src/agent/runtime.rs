@@ -21,10 +21,20 @@ pub enum RuntimeError {
     NodeUnavailable(String),
     /// A file or process operation failed.
     #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    Io {
+        /// What was being done, e.g. `creating <dir>`.
+        context: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {context}: {source}")]
-    Kube { context: String, source: Box<kube::Error> },
+    Kube {
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        source: Box<kube::Error>,
+    },
     /// Setting up the runtime failed.
     #[error("{0}")]
     Setup(String),

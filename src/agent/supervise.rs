@@ -38,8 +38,11 @@ pub struct SuperviseArgs {
 #[derive(Debug, thiserror::Error)]
 #[error("supervising {run_dir}: {context}: {source}")]
 pub struct SuperviseError {
+    /// The run directory being supervised.
     pub run_dir: PathBuf,
+    /// What the supervisor was doing, e.g. `writing the pid file`.
     pub context: &'static str,
+    /// The I/O error.
     pub source: std::io::Error,
 }
 

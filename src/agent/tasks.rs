@@ -7,11 +7,11 @@ use tokio::task::JoinSet;
 
 /// Tasks that live no longer than their owner.
 #[derive(Default)]
-pub struct OwnedTasks(Mutex<JoinSet<()>>);
+pub(crate) struct OwnedTasks(Mutex<JoinSet<()>>);
 
 impl OwnedTasks {
     /// Spawns `fut`, dropping the handles of tasks that have finished.
-    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
         let mut tasks = self.0.lock().unwrap_or_else(|p| p.into_inner());
         while tasks.try_join_next().is_some() {}
         tasks.spawn(tracing::Instrument::in_current_span(fut));

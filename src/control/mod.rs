@@ -83,8 +83,11 @@ pub struct SchedulingView {
     pub reasons: HashMap<JobId, Arc<Reason>>,
     /// Why a queue's untried jobs wait.
     pub queue_notes: HashMap<QueueName, Arc<Reason>>,
+    /// Per pool: its capacity and the shares of its active queues.
     pub pools: Vec<PoolReport>,
+    /// Scheduling cycles this server has run (cycles skipped with nothing queued do not count).
     pub cycles: u64,
+    /// How long the latest cycle took to decide, in ms.
     pub last_cycle_ms: f64,
 }
 
@@ -95,6 +98,7 @@ pub struct Liveness {
 }
 
 impl Liveness {
+    /// Records that `e` polled or reported just now.
     pub fn touch(&self, e: &ExecutorName) {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(e.clone(), Instant::now());
     }
@@ -112,14 +116,23 @@ impl Liveness {
 
 /// The control plane's shared handle.
 pub struct Control {
+    /// The server's configuration.
     pub config: Config,
+    /// The local database, which the API reads jobs, payloads and events from.
     pub store: Store,
+    /// The state machine's memory (read it with [`Control::state`]).
     pub state: Arc<RwLock<State>>,
+    /// Proposes commands (use [`Control::write`], which turns refusals into errors).
     pub writer: Writer,
+    /// Leadership, as the Raft layer sees it.
     pub cluster: Arc<dyn ClusterView>,
+    /// Wake-up signals for long polls, event streams and the scheduler.
     pub notify: Arc<Notifier>,
+    /// When each executor last polled.
     pub liveness: Liveness,
+    /// What this server's latest scheduling cycle said.
     pub scheduling: RwLock<SchedulingView>,
+    /// When the control plane was built (server start).
     pub started: Instant,
     /// Turns true when the server stops: long polls and event streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,

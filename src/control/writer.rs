@@ -39,6 +39,7 @@ pub enum WriteError {
 
 /// Something that commits a command through the replicated log and returns its response.
 pub trait Replicate: Send + Sync + 'static {
+    /// Proposes `cmd` and resolves to what applying it answered, once it is committed and applied.
     fn replicate(&self, cmd: Command) -> BoxFuture<'static, Result<Response, WriteError>>;
 
     /// Changes each time a log append is durable, if the log can tell.

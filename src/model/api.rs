@@ -16,8 +16,12 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
+    /// Queue to submit to; it must exist and not be cordoned.
     pub queue: QueueName,
+    /// Job set to put the jobs in: related jobs of the queue, watched and cancelled together.
+    /// Created by its first submission.
     pub job_set: JobSetName,
+    /// The jobs, at least one and at most the server's `max_jobs_per_request`.
     pub jobs: Vec<SubmitItem>,
 }
 
@@ -26,7 +30,7 @@ pub struct SubmitRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitItem {
-    /// Lower runs first within the queue.
+    /// Lower runs first among the queue's jobs of the same priority class.
     #[serde(default)]
     pub priority: u32,
     /// Defaults to the configured default class.
@@ -35,8 +39,12 @@ pub struct SubmitItem {
     /// A Kubernetes PodSpec.
     #[schema(value_type = Object)]
     pub pod_spec: Box<serde_json::value::RawValue>,
+    /// Annotations (keys of 1 to 253 characters, values up to 64 KiB), handed to the executor and
+    /// set on the pod. The `convoy.io/gang-*` (or `armadaproject.io/gang-*`) ones make the job a
+    /// gang member.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Labels (same limits as annotations), handed to the executor and set on the pod.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Kubernetes Service objects to create with the pod.
@@ -55,6 +63,8 @@ pub struct SubmitItem {
 /// Answer to a submission: one id per submitted job, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmitResponse {
+    /// One id per submitted job, in request order; a job whose `client_id` was used before in the
+    /// queue gets the earlier job's id.
     pub job_ids: Vec<JobId>,
 }
 
@@ -62,7 +72,9 @@ pub struct SubmitResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
+    /// Queue of the jobs.
     pub queue: QueueName,
+    /// Job set of the jobs; every id in `job_ids` must belong to it.
     pub job_set: JobSetName,
     /// Only these jobs (default: the whole job set).
     #[serde(default)]
@@ -70,6 +82,7 @@ pub struct CancelRequest {
     /// Only jobs in these states (default: every non-terminal state).
     #[serde(default)]
     pub states: Option<Vec<JobState>>,
+    /// Why, recorded on the jobs and their events (default: `cancelled by <caller>`).
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -77,6 +90,7 @@ pub struct CancelRequest {
 /// Jobs a cancel, reprioritize or preempt request changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobIdsResponse {
+    /// The jobs changed; jobs that were already over or needed no change are left out.
     pub job_ids: Vec<JobId>,
 }
 
@@ -84,10 +98,14 @@ pub struct JobIdsResponse {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReprioritizeRequest {
+    /// Queue of the jobs.
     pub queue: QueueName,
+    /// Job set of the jobs; every id in `job_ids` must belong to it.
     pub job_set: JobSetName,
+    /// Only these jobs (default: every job of the job set that is not over).
     #[serde(default)]
     pub job_ids: Option<Vec<JobId>>,
+    /// The new priority: lower runs first among the queue's jobs of the same priority class.
     pub priority: u32,
 }
 
@@ -95,51 +113,81 @@ pub struct ReprioritizeRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PreemptRequest {
+    /// Queue of the jobs.
     pub queue: QueueName,
+    /// Job set of the jobs; every id in `job_ids` must belong to it.
     pub job_set: JobSetName,
+    /// The jobs, at least one; only those holding a node (leased, pending or running) are
+    /// preempted.
     pub job_ids: Vec<JobId>,
+    /// Why, recorded on the jobs and their events (default: `preempted by <caller>`).
     #[serde(default)]
     pub reason: Option<String>,
 }
 
-/// A run as the API shows it.
+/// A run (one attempt to run a job) as the API shows it. Its times are the leader's clock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
+    /// The run's id (a ULID).
     pub run_id: RunId,
+    /// Executor the run was leased to.
     pub executor: String,
+    /// Node of that executor the run was placed on.
     pub node: NodeName,
+    /// Pool of the node.
     pub pool: PoolName,
+    /// Where the run is.
     pub state: RunState,
+    /// When the scheduler placed the run on its node.
     #[schema(format = DateTime)]
     pub leased_at: String,
+    /// When the executor reported the run accepted (or running, if it skipped that step).
     #[schema(format = DateTime)]
     pub pending_at: Option<String>,
+    /// When the executor reported the run running.
     #[schema(format = DateTime)]
     pub running_at: Option<String>,
+    /// When the run ended: reported over by the executor, or lost.
     #[schema(format = DateTime)]
     pub finished_at: Option<String>,
+    /// Exit code of the job's process or main container, when the executor reported one.
     pub exit_code: Option<i32>,
+    /// Short cause of the end, e.g. `deadline exceeded`, `oom killed` or `executor <name> lost`.
     pub reason: Option<String>,
+    /// Details of the end, as the executor reported them.
     pub message: Option<String>,
 }
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
+    /// The job's id, a ULID: ids sort by submission time.
     pub id: JobId,
+    /// Queue the job was submitted to.
     pub queue: QueueName,
+    /// Job set of the job.
     pub job_set: JobSetName,
+    /// Where the job is in its life.
     pub state: JobState,
+    /// Priority: lower runs first among the queue's jobs of the same priority class.
     pub priority: u32,
+    /// Priority class (the configured default when the submission named none).
     pub priority_class: PriorityClassName,
+    /// When the leader accepted the submission.
     #[schema(format = DateTime)]
     pub submitted_at: String,
+    /// What the job requests from its node: its containers' requests summed (or an init
+    /// container's, where larger), plus the pod overhead.
     pub requests: Resources,
+    /// Annotations as submitted.
     pub annotations: BTreeMap<String, String>,
+    /// Labels as submitted.
     pub labels: BTreeMap<String, String>,
+    /// The submission's `client_id`, if it had one.
     pub client_id: Option<String>,
     /// Why the job waits (the scheduler's latest reason) or why it ended.
     pub reason: Option<String>,
+    /// Attempts to run the job, oldest first; at most one is not over.
     pub runs: Vec<RunView>,
     /// The job's events (only on `GET /v1/jobs/{id}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,6 +201,7 @@ pub struct JobView {
 /// `GET /v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobList {
+    /// The page's jobs, in id (submission) order.
     pub jobs: Vec<JobView>,
     /// Pass as `after` for the next page; absent on the last page.
     pub next: Option<JobId>,
@@ -161,34 +210,53 @@ pub struct JobList {
 /// One event as the API and the event stream show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventView {
+    /// Sequence number in the job set's stream: dense, from 1 (the stream's event id).
     pub seq: u64,
+    /// Job the event is about.
     pub job_id: JobId,
+    /// When it happened (the leader's clock).
     #[schema(format = DateTime)]
     pub at: String,
+    /// What happened.
     pub kind: EventKind,
+    /// The run concerned, for the events of a run.
     pub run_id: Option<RunId>,
+    /// Details, e.g. the node of a lease, a cancel reason, or why a run failed.
     pub message: Option<String>,
 }
 
 /// A queue's standing, per pool (`GET /v1/queues/{queue}/report`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueReport {
+    /// The queue's name.
     pub queue: QueueName,
+    /// Fair-share weight: `1 / priority_factor`.
     pub weight: f64,
+    /// The queue's standing in each pool where it had running or queued jobs, as of the latest
+    /// scheduling cycle this server ran as leader (cycles are skipped while nothing is queued).
     pub pools: Vec<QueuePoolReport>,
-    /// Jobs per state.
+    /// The queue's live jobs per state. Finished jobs are not counted: a terminal state counts
+    /// only jobs whose run is still being stopped.
     pub jobs: BTreeMap<JobState, u64>,
 }
 
 /// A queue's standing in one pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueuePoolReport {
+    /// The pool's name.
     pub pool: PoolName,
+    /// The queue's weight over the summed weights of the queues active in the pool (0 to 1).
     pub fair_share: f64,
+    /// Fair share capped by what the queue demands, with what it leaves shared among the other
+    /// queues (0 to 1).
     pub adjusted_fair_share: f64,
+    /// Share of the pool the queue holds after the cycle, by the configured fairness model.
     pub actual_share: f64,
+    /// Resources the queue's jobs hold in the pool after the cycle.
     pub allocated: Resources,
+    /// Resources the queue held at the start of the cycle plus those its queued jobs request.
     pub demand: Resources,
+    /// The pool's capacity in the cycle: allocatable minus unallocatable, summed over its nodes.
     pub pool_total: Resources,
 }
 
@@ -200,18 +268,24 @@ pub struct QueuePoolReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NodeReport {
+    /// Node name, unique within the executor.
     pub name: NodeName,
+    /// Pool the node is scheduled in (default `default`).
     #[serde(default = "PoolName::default_pool")]
     pub pool: PoolName,
+    /// Node labels, which jobs' node selectors and node affinity match.
     #[serde(default)]
     #[schema(value_type = BTreeMap<String, String>)]
     pub labels: Labels,
+    /// Node taints: a job is placed here only if it tolerates them (`PreferNoSchedule` excepted).
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// Everything the node offers (as Kubernetes `allocatable`).
     pub allocatable: Resources,
     /// Resources used by things Convoy did not start.
     #[serde(default)]
     pub unallocatable: Resources,
+    /// Cordoned: no new jobs are placed here; running ones stay.
     #[serde(default)]
     pub unschedulable: bool,
 }
@@ -220,8 +294,11 @@ pub struct NodeReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeldRun {
+    /// The run's id, as its lease gave it.
     pub run_id: RunId,
+    /// The run's job.
     pub job_id: JobId,
+    /// The run's state as the agent last saw it.
     pub state: RunState,
 }
 
@@ -229,13 +306,17 @@ pub struct HeldRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
+    /// Every node of the executor, each listed once: the list replaces the one the server had.
     pub nodes: Vec<NodeReport>,
+    /// Every run the agent holds. Their leases are not sent again, and those the server does not
+    /// know as this executor's (and that are not over) get kill orders.
     #[serde(default)]
     pub runs: Vec<HeldRun>,
-    /// Longest the server may hold the request open, in seconds (default 30, at most 60).
+    /// Longest the server may hold the request open, in seconds (default 30, at most the server's
+    /// `max_lease_wait`, 60 by default).
     #[serde(default)]
     pub wait_seconds: Option<f64>,
-    /// At most this many new leases in one answer.
+    /// At most this many leases in one answer (default: no limit; 0 counts as 1).
     #[serde(default)]
     pub max_leases: Option<u32>,
 }
@@ -243,11 +324,17 @@ pub struct LeaseRequest {
 /// A job to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseOrder {
+    /// The run to start; later events and kill orders name it.
     pub run_id: RunId,
+    /// The run's job.
     pub job_id: JobId,
+    /// The job's queue.
     pub queue: QueueName,
+    /// The job's job set.
     pub job_set: JobSetName,
+    /// The node of this executor to start the run on.
     pub node: NodeName,
+    /// The job's priority class.
     pub priority_class: PriorityClassName,
     /// The Kubernetes PodSpec as submitted.
     #[schema(value_type = Object)]
@@ -258,34 +345,49 @@ pub struct LeaseOrder {
     /// Kubernetes Ingress objects as submitted.
     #[schema(value_type = Vec<Object>)]
     pub ingresses: Vec<serde_json::Value>,
+    /// The job's annotations, as submitted.
     pub annotations: BTreeMap<String, String>,
+    /// The job's labels, as submitted.
     pub labels: BTreeMap<String, String>,
+    /// Seconds between SIGTERM (or pod delete) and SIGKILL when the run is stopped: the pod spec's
+    /// `terminationGracePeriodSeconds`, at least 1.
     pub termination_grace_period_seconds: f64,
+    /// Longest the run may last, in seconds: the pod spec's `activeDeadlineSeconds`, or the
+    /// server's default for CPU or GPU jobs. 0: no deadline.
     pub active_deadline_seconds: u64,
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KillOrder {
+    /// The run to stop.
     pub run_id: RunId,
+    /// The run's job (for a run the server does not know, as the agent reported it).
     pub job_id: Option<JobId>,
+    /// Seconds between SIGTERM (or pod delete) and SIGKILL: the job's grace period, or 5 for a
+    /// run the server does not know.
     pub grace_period_seconds: f64,
+    /// Why: the cancel or preemption reason, or that the server does not know the run.
     pub reason: String,
 }
 
 /// Answer to a lease poll.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseResponse {
+    /// Runs to start: those leased to this executor, not yet reported by it, and not listed as held.
     pub leases: Vec<LeaseOrder>,
+    /// Runs to stop.
     pub kills: Vec<KillOrder>,
 }
 
-/// What happened to a run, as an agent reports it.
+/// What happened to a run, as an agent reports it: `pending`, `running`, then `succeeded`, `failed`
+/// or `returned` (never started, for a reason of the node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEventKind {
     /// Accepted by the runtime, not started yet (pod created, image pulling).
     Pending,
+    /// The job's process or containers run.
     Running,
     /// Exited 0.
     Succeeded,
@@ -300,17 +402,23 @@ pub enum RunEventKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunEventReport {
+    /// The run, as its lease named it.
     pub run_id: RunId,
+    /// The run's job; an event naming another job than the run's is ignored.
     pub job_id: JobId,
+    /// What happened.
     pub kind: RunEventKind,
-    /// When it happened on the agent (ms since the epoch); the server records its own time too.
+    /// When it happened on the agent (ms since the epoch). Kept in the log only: the times the API
+    /// shows are the server's.
     #[serde(default)]
     pub time_ms: Option<i64>,
+    /// Exit code of the job's process or main container, when it exited.
     #[serde(default)]
     pub exit_code: Option<i32>,
     /// Short machine-friendly cause ("deadline exceeded", "image pull error", "killed").
     #[serde(default)]
     pub reason: Option<String>,
+    /// Details for people: an error text, the stop order's reason, a container's message.
     #[serde(default)]
     pub message: Option<String>,
     /// Last lines of output (at most 64 KiB), with the final event.
@@ -322,26 +430,34 @@ pub struct RunEventReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventsRequest {
+    /// Run events, in the order they happened.
     pub events: Vec<RunEventReport>,
 }
 
 /// Answer to an events report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventsResponse {
+    /// How many events named (with its job) a run of this executor that is not over; the others
+    /// were ignored.
     pub accepted: u32,
 }
 
 /// Body of every error answer (`application/problem+json`, RFC 9457).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Problem {
+    /// URI of the problem type: `https://convoy.dev/problems/<status>`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The HTTP status's reason phrase, e.g. `Not Found`.
     pub title: String,
+    /// The HTTP status code.
     pub status: u16,
+    /// What went wrong, for people.
     pub detail: String,
     /// The offending field, e.g. `jobs[3].pod_spec.containers[0].resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Id of the request. This server does not set it: the id is in the `x-request-id` header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }

@@ -22,10 +22,12 @@ pub fn format_duration(d: Duration) -> String {
 pub mod serde_text {
     use super::*;
 
+    /// Writes the duration as humantime text, e.g. `1m 30s`.
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format_duration(*d))
     }
 
+    /// Reads humantime text or a non-negative number of seconds.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]

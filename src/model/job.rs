@@ -6,17 +6,27 @@ use super::requirements::SchedulingRequirements;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Where a job is in its life.
+/// Where a job is in its life: `queued`, `leased`, `pending` or `running` until it ends, then
+/// `succeeded`, `failed`, `cancelled` or `preempted` for good. A lost run sends the job back to `queued`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
+    /// Waiting to be scheduled (again, after a lost run).
     Queued,
+    /// Placed on a node; its executor has not reported the run yet.
     Leased,
+    /// Its executor accepted the run, which has not started yet (e.g. the image is pulling).
     Pending,
+    /// Its run is running.
     Running,
+    /// Its run exited 0.
     Succeeded,
+    /// Its run failed, it ran out of attempts, or the scheduler gave up on it (e.g. a gang member
+    /// beyond what fit).
     Failed,
+    /// Cancelled by a user or by the deletion of its queue; its run may still be stopping.
     Cancelled,
+    /// Preempted by a user or by the scheduler; its run may still be stopping.
     Preempted,
 }
 
@@ -69,15 +79,20 @@ impl std::fmt::Display for JobState {
     }
 }
 
-/// Where one attempt to run a job is.
+/// Where one attempt to run a job is: `leased`, `pending` or `running` while it lasts, then
+/// `succeeded`, `failed`, `cancelled`, `preempted` or `lost` for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Assigned to a node; the agent has not confirmed it yet.
     Leased,
+    /// The executor accepted the run; the job has not started yet.
     Pending,
+    /// The job runs.
     Running,
+    /// The job exited 0.
     Succeeded,
+    /// The job exited non-zero, outlived its deadline, or could not start.
     Failed,
     /// Killed because the job was cancelled.
     Cancelled,
@@ -98,25 +113,40 @@ impl RunState {
 /// An order to stop a run, waiting for the agent to confirm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillRequest {
+    /// When the stop was ordered (ms since the epoch, the leader's clock).
     pub at_ms: i64,
+    /// Time between SIGTERM and SIGKILL, in ms: the job's grace period.
     pub grace_period_ms: u64,
+    /// Why the run is stopped: the cancel or preemption reason.
     pub reason: String,
 }
 
-/// One attempt to run a job.
+/// One attempt to run a job. Its times are ms since the epoch, on the leader's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
+    /// The run's id, chosen by the leader when it placed the run.
     pub run_id: RunId,
+    /// Executor the run is leased to.
     pub executor: ExecutorName,
+    /// Node of that executor the run is placed on.
     pub node: NodeName,
+    /// Pool of the node.
     pub pool: PoolName,
+    /// Where the run is.
     pub state: RunState,
+    /// When the scheduler placed the run.
     pub leased_at_ms: i64,
+    /// When the executor reported the run accepted (or running, if it skipped that step).
     pub pending_at_ms: Option<i64>,
+    /// When the executor reported the run running.
     pub running_at_ms: Option<i64>,
+    /// When the run ended: reported over by the executor, or lost.
     pub finished_at_ms: Option<i64>,
+    /// Exit code of the job's process or main container, when the executor reported one.
     pub exit_code: Option<i32>,
+    /// Short cause of the end (`deadline exceeded`, `executor <name> lost`, …).
     pub reason: Option<String>,
+    /// Details of the end, as the executor reported them.
     pub message: Option<String>,
     /// Set when the run must be stopped (cancel, preempt) and the agent has not reported it over.
     pub kill: Option<KillRequest>,
@@ -128,23 +158,41 @@ pub struct Run {
 /// [`JobPayload`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
+    /// The job's id, a ULID chosen by the leader at submission.
     pub id: JobId,
+    /// Queue the job was submitted to.
     pub queue: QueueName,
+    /// Job set of the job within its queue.
     pub job_set: JobSetName,
+    /// Order among the queue's jobs of the same priority class: lower first.
     pub priority: u32,
+    /// Priority class, resolved at submission (the configured default if none was named).
     pub priority_class: PriorityClassName,
+    /// Global submission sequence number: the last tie-break of queue order.
     pub submit_seq: u64,
+    /// When the leader accepted the submission (ms since the epoch).
     pub submitted_at_ms: i64,
+    /// The submission's idempotency key, unique within the queue.
     pub client_id: Option<String>,
+    /// Annotations as submitted.
     pub annotations: BTreeMap<String, String>,
+    /// Labels as submitted.
     pub labels: BTreeMap<String, String>,
+    /// What the job needs from a node (empty in the record of a live job held in memory: see
+    /// `state::LiveJob`).
     pub requirements: SchedulingRequirements,
+    /// Gang membership, from the annotations.
     pub gang: Option<GangSpec>,
+    /// Time between SIGTERM and SIGKILL when a run is stopped, in ms (at least 1000).
     pub termination_grace_period_ms: u64,
+    /// Longest a run may last, in seconds: the pod spec's `activeDeadlineSeconds` or the server's
+    /// default.
     pub active_deadline_seconds: u64,
+    /// Where the job is in its life.
     pub state: JobState,
     /// Why the job ended (failed, cancelled, preempted), if it did.
     pub state_reason: Option<String>,
+    /// Attempts to run the job, oldest first; at most one is not over.
     pub runs: Vec<Run>,
     /// Sequence numbers of this job's events in its job set's stream.
     pub event_seqs: Vec<u64>,
@@ -161,7 +209,7 @@ impl Job {
         self.runs.iter_mut().rev().find(|r| !r.state.is_terminal())
     }
 
-    /// Number of runs that ended as lost or that started (counted against `max_attempted_runs`).
+    /// Number of runs so far, the active one included (counted against `max_attempted_runs`).
     pub fn attempts(&self) -> usize {
         self.runs.len()
     }
@@ -182,18 +230,32 @@ pub struct JobPayload {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
+    /// The job was accepted.
     Submitted,
+    /// The job entered its queue (right after `submitted`).
     Queued,
+    /// The scheduler placed a run on a node (the message names it).
     Leased,
+    /// The executor accepted the run.
     Pending,
+    /// The run started.
     Running,
+    /// The run exited 0: the job is over.
     Succeeded,
+    /// The job failed: its run failed, it ran out of attempts, or the scheduler gave up on it.
     Failed,
+    /// A user asked to cancel the job (the message gives the reason).
     CancelRequested,
+    /// The job is cancelled: at once if it had no run, else once its run ended.
     Cancelled,
+    /// A user or the scheduler preempted the job (the message gives the reason).
     PreemptRequested,
+    /// The job's run ended after a preemption: the job is over.
     Preempted,
+    /// The job's priority changed (the message gives the new one).
     Reprioritized,
+    /// The run was lost (executor gone, or the run never started on its node): the job is queued
+    /// again.
     Requeued,
 }
 
@@ -202,9 +264,14 @@ pub enum EventKind {
 pub struct Event {
     /// Dense sequence number within the (queue, job set) stream, from 1.
     pub seq: u64,
+    /// Job the event is about.
     pub job_id: JobId,
+    /// When it happened (ms since the epoch, the leader's clock).
     pub at_ms: i64,
+    /// What happened.
     pub kind: EventKind,
+    /// The run concerned, for the events of a run.
     pub run_id: Option<RunId>,
+    /// Details for people: the node of a lease, a reason, why a run failed.
     pub message: Option<String>,
 }

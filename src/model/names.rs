@@ -9,8 +9,11 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} {value:?} is invalid: {rule}")]
 pub struct NameError {
+    /// What kind of name it was, e.g. `queue name`.
     pub kind: &'static str,
+    /// The refused text.
     pub value: String,
+    /// The rule it broke, for people.
     pub rule: &'static str,
 }
 

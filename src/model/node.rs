@@ -8,12 +8,17 @@ use serde::{Deserialize, Serialize};
 /// A node of an executor: a Kubernetes node or a bare-metal machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Node {
+    /// Node name, unique within its executor.
     pub name: NodeName,
+    /// The executor that reports the node.
     pub executor: ExecutorName,
+    /// Pool the node is scheduled in (default `default`).
     #[serde(default = "PoolName::default_pool")]
     pub pool: PoolName,
+    /// Node labels, which jobs' node selectors and node affinity match.
     #[serde(default)]
     pub labels: Labels,
+    /// Node taints: a job is placed here only if it tolerates them (`PreferNoSchedule` excepted).
     #[serde(default)]
     pub taints: Vec<Taint>,
     /// What the node offers in all.

@@ -7,11 +7,16 @@ use std::collections::BTreeMap;
 /// Node labels.
 pub type Labels = BTreeMap<String, String>;
 
-/// Effect of a taint.
+/// Effect of a taint: `NoSchedule` and `NoExecute` keep jobs that do not tolerate it off the node;
+/// `PreferNoSchedule` is only a preference, which Convoy does not act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum TaintEffect {
+    /// Jobs that do not tolerate the taint are not placed on the node.
     NoSchedule,
+    /// A preference only: Convoy places jobs on the node regardless.
     PreferNoSchedule,
+    /// Like `NoSchedule` for placement; Convoy does not evict running jobs for it (Kubernetes
+    /// may).
     NoExecute,
 }
 
@@ -19,17 +24,22 @@ pub enum TaintEffect {
 /// only `PreferNoSchedule`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Taint {
+    /// Taint key, e.g. `nvidia.com/gpu`.
     pub key: String,
+    /// Taint value (default empty).
     #[serde(default)]
     pub value: String,
+    /// What the taint does to jobs that do not tolerate it.
     pub effect: TaintEffect,
 }
 
 /// How a toleration matches a taint's value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum TolerationOperator {
+    /// Key and value must both match (the default).
     #[default]
     Equal,
+    /// The key must match, with any value.
     Exists,
 }
 
@@ -39,8 +49,10 @@ pub struct Toleration {
     /// Empty key with `Exists` tolerates everything.
     #[serde(default)]
     pub key: String,
+    /// How the taint is matched (default `Equal`).
     #[serde(default)]
     pub operator: TolerationOperator,
+    /// Value to match with `Equal`; ignored with `Exists`.
     #[serde(default)]
     pub value: String,
     /// `None` tolerates every effect.
@@ -80,19 +92,29 @@ pub fn untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) ->
 /// Operator of a node selector requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum SelectorOperator {
+    /// The label's value is one of `values`.
     In,
+    /// The label is absent, or its value is none of `values`.
     NotIn,
+    /// The label is present.
     Exists,
+    /// The label is absent.
     DoesNotExist,
+    /// The label's value, as an integer, is greater than the one value.
     Gt,
+    /// The label's value, as an integer, is less than the one value.
     Lt,
 }
 
 /// One requirement on a node label (or, in `matchFields`, on `metadata.name`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SelectorRequirement {
+    /// Label key (`metadata.name` in `matchFields`).
     pub key: String,
+    /// How the label is compared with `values`.
     pub operator: SelectorOperator,
+    /// At least one for `In` and `NotIn`, none for `Exists` and `DoesNotExist`, one integer for
+    /// `Gt` and `Lt`.
     #[serde(default)]
     pub values: Vec<String>,
 }
@@ -144,6 +166,7 @@ impl SelectorRequirement {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelectorTerm {
+    /// Requirements on the node's labels.
     #[serde(default)]
     pub match_expressions: Vec<SelectorRequirement>,
     /// Only `metadata.name` is supported, as in Kubernetes.
@@ -163,6 +186,7 @@ impl NodeSelectorTerm {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelector {
+    /// Terms, one of which must match; none at all matches every node.
     pub node_selector_terms: Vec<NodeSelectorTerm>,
 }
 
@@ -170,6 +194,8 @@ pub struct NodeSelector {
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeAffinity {
+    /// What a node must satisfy for the job to be placed on it; a running job is not moved when
+    /// its node stops satisfying it.
     #[serde(default)]
     pub required_during_scheduling_ignored_during_execution: Option<NodeSelector>,
 }

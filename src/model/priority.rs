@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityClass {
+    /// Name jobs give in `priority_class`; unique among the configured classes.
     pub name: PriorityClassName,
     /// Higher is more urgent. A job may urgency-preempt running jobs of strictly lower priority.
     pub priority: i32,

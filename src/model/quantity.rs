@@ -10,16 +10,22 @@ use std::fmt;
 /// Why a quantity string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// The text is blank.
     #[error("quantity {0:?} is empty")]
     Empty(String),
+    /// The text is not a number with an optional suffix (also used for an invalid resource name).
     #[error("quantity {0:?} is not a number with an optional suffix (e.g. 500m, 2, 1.5, 4Gi, 1e3)")]
     Malformed(String),
+    /// The suffix (second field) is neither a known one nor an exponent.
     #[error(
         "quantity {0:?} has an unknown suffix {1:?} (use m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent)"
     )]
     UnknownSuffix(String, String),
+    /// The value is below zero.
     #[error("quantity {0:?} is negative")]
     Negative(String),
+    /// The value does not fit the stored integer, has more than 30 digits, or its exponent is
+    /// beyond ±30.
     #[error("quantity {0:?} is too large")]
     TooLarge(String),
 }

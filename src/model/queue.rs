@@ -12,6 +12,7 @@ pub type ResourceFractions = BTreeMap<ResourceName, f64>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Queue {
+    /// Queue name, unique in the cluster.
     pub name: QueueName,
     /// Share divisor: a queue with factor 2 gets half the share of a queue with factor 1 (> 0).
     #[serde(default = "default_priority_factor")]
@@ -34,6 +35,7 @@ pub struct Queue {
     /// A cordoned queue refuses new submissions; its jobs keep running.
     #[serde(default)]
     pub cordoned: bool,
+    /// Free-form labels for people and tools; Convoy does not act on them.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
 }
@@ -95,7 +97,9 @@ pub fn validate_fractions(field: &str, f: &ResourceFractions) -> Result<(), Fiel
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
 pub struct FieldError {
+    /// Path of the offending field, e.g. `jobs[3].pod_spec.containers`; empty for the whole input.
     pub field: String,
+    /// What is wrong, for people.
     pub message: String,
 }
 

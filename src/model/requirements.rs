@@ -11,6 +11,7 @@ pub struct SchedulingRequirements {
     pub requests: Resources,
     /// Labels a node must carry (Kubernetes `nodeSelector`).
     pub node_selector: Labels,
+    /// Taints the job tolerates (Kubernetes `tolerations`).
     pub tolerations: Vec<Toleration>,
     /// Required node affinity terms.
     pub node_affinity: Option<NodeAffinity>,

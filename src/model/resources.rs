@@ -16,7 +16,9 @@ pub struct Resources(BTreeMap<ResourceName, i64>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("resource {resource}: {error}")]
 pub struct ResourceError {
+    /// The resource name as given.
     pub resource: String,
+    /// What is wrong with its quantity (or with the name itself, as `Malformed`).
     pub error: QuantityError,
 }
 

@@ -130,7 +130,12 @@ pub enum RaftError {
 pub enum RequestError {
     /// This node is not the leader; send the request to `addr` (the leader's base URL).
     #[error("not the leader; the leader is node {leader_id} at {addr}")]
-    ForwardToLeader { leader_id: NodeId, addr: String },
+    ForwardToLeader {
+        /// The leader's Raft node id.
+        leader_id: NodeId,
+        /// The leader's base URL.
+        addr: String,
+    },
     /// No leader is known (an election is under way) or the leader lost its quorum: retry later.
     #[error("no leader at the moment")]
     NoLeader,

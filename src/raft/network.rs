@@ -55,12 +55,15 @@ const OCTET_STREAM: &str = "application/octet-stream";
 /// Why the network client could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkSetupError {
+    /// rustls has no process-wide crypto provider to build the TLS client with.
     #[error(
         "no rustls crypto provider is installed; install one (rustls::crypto::ring::default_provider().install_default()) before starting Raft"
     )]
     NoCryptoProvider,
+    /// The cluster secret cannot be sent as an HTTP header value.
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
+    /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
 }

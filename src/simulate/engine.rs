@@ -10,11 +10,17 @@ use std::sync::Arc;
 /// State of a simulated job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SimState {
+    /// Waiting to be scheduled.
     Queued,
+    /// Placed on a node.
     Running,
+    /// Evicted by the scheduler; it is not queued again.
     Preempted,
+    /// Failed by the scheduler (e.g. a gang member beyond what fit).
     Failed,
+    /// Finished by a round's `finish`.
     Succeeded,
+    /// Cancelled by a round's `cancel`.
     Cancelled,
 }
 

@@ -8,19 +8,29 @@ use std::collections::BTreeMap;
 /// The whole run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Output {
+    /// One record per round, in order.
     pub rounds: Vec<RoundOutput>,
 }
 
 /// One round: counts per queue, jobs per node and queue, and every job's state.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RoundOutput {
+    /// The round's index, from 0.
     pub round: usize,
+    /// Jobs placed by the round's cycle, per queue.
     pub scheduled: BTreeMap<QueueName, usize>,
+    /// Running jobs the round's cycle preempted, per queue.
     pub preempted: BTreeMap<QueueName, usize>,
+    /// Queued jobs the round's cycle failed, per queue.
     pub failed: BTreeMap<QueueName, usize>,
+    /// Jobs running after the round, per queue.
     pub running: BTreeMap<QueueName, usize>,
+    /// Jobs still queued after the round, per queue.
     pub queued: BTreeMap<QueueName, usize>,
+    /// Running jobs per node and queue after the round, every node listed. Nodes are named
+    /// `<executor>/<node>` when a node name is used by several executors.
     pub nodes: BTreeMap<String, BTreeMap<QueueName, usize>>,
+    /// Every job submitted so far, by name, as it is after the round.
     pub jobs: BTreeMap<String, JobOutput>,
     /// Finish or cancel entries that did not apply (e.g. finishing a job that is not running).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -33,9 +43,12 @@ pub struct RoundOutput {
 /// One job after the round.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobOutput {
+    /// `queued`, `running`, `preempted`, `failed`, `succeeded` or `cancelled`.
     pub state: &'static str,
+    /// The node it runs on (named as in [`RoundOutput::nodes`]), while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Why it waits, or why it was preempted or failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 pub struct ScenarioError {
     /// Path of the offending field, e.g. `rounds[1].submit[0].requests`.
     pub field: String,
+    /// What is wrong, for people.
     pub message: String,
 }
 
@@ -33,16 +34,23 @@ fn default_interval() -> f64 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
+    /// Seed of the scheduler's random draws (default 0); each round mixes in its index.
     #[serde(default)]
     pub seed: u64,
+    /// Simulated time between rounds, in seconds (default 1, at least 0): the rate limiters
+    /// refill by it.
     #[serde(default = "default_interval")]
     pub round_interval_seconds: f64,
+    /// Scheduler configuration, as the server's `[scheduler]` section (default: its defaults).
     #[serde(default)]
     pub config: SchedulerConfig,
+    /// The nodes; a node name is unique within its executor.
     #[serde(default)]
     pub nodes: Vec<NodeSpec>,
+    /// The queues; names are unique.
     #[serde(default)]
     pub queues: Vec<Queue>,
+    /// The rounds, run in order, one scheduling cycle each.
     #[serde(default)]
     pub rounds: Vec<Round>,
 }
@@ -51,17 +59,25 @@ pub struct Scenario {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    /// Node name; with a `count` above 1 the nodes are `<name>-1` to `<name>-<count>`.
     pub name: String,
+    /// Number of identical nodes (default 1, at most 10,000,000).
     pub count: Option<u32>,
+    /// Executor of the nodes (default `default`).
     #[serde(default = "ExecutorName::default_executor")]
     pub executor: ExecutorName,
+    /// Pool of the nodes (default `default`).
     #[serde(default = "PoolName::default_pool")]
     pub pool: PoolName,
+    /// Node labels; `kubernetes.io/hostname` is the node's name unless set here.
     #[serde(default)]
     pub labels: Labels,
+    /// Node taints.
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// What each node offers.
     pub allocatable: Resources,
+    /// Cordoned: no jobs are placed on these nodes.
     #[serde(default)]
     pub unschedulable: bool,
 }
@@ -70,6 +86,7 @@ pub struct NodeSpec {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Round {
+    /// Jobs submitted before this round's cycle (after its `finish` and `cancel`).
     #[serde(default)]
     pub submit: Vec<SubmitSpec>,
     /// Running jobs that succeed before this round's cycle.
@@ -84,22 +101,34 @@ pub struct Round {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitSpec {
+    /// Job name, unique in the scenario; with a `count` above 1 the jobs are `<id>-1` to
+    /// `<id>-<count>`.
     pub id: String,
+    /// Queue of the jobs; it must be declared in `queues`.
     pub queue: QueueName,
+    /// Job set of the jobs (default `default`); it does not affect scheduling.
     #[serde(default = "JobSetName::default_set")]
     pub job_set: JobSetName,
+    /// Number of identical jobs (default 1, at most 10,000,000).
     pub count: Option<u32>,
+    /// Priority class, one of the configuration's (default: its default class).
     pub priority_class: Option<PriorityClassName>,
+    /// Lower runs first among the queue's jobs of the same priority class (default 0).
     #[serde(default)]
     pub priority: u32,
+    /// What each job requests.
     #[serde(default)]
     pub requests: Resources,
+    /// Labels a node must carry.
     #[serde(default)]
     pub node_selector: Labels,
+    /// Taints the jobs tolerate.
     #[serde(default)]
     pub tolerations: Vec<Toleration>,
+    /// Required node affinity, as in Kubernetes.
     #[serde(default)]
     pub node_affinity: Option<NodeAffinity>,
+    /// Annotations; only the gang ones (`convoy.io/gang-*`) affect scheduling.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// Pools the jobs may use (extension; default any).

@@ -23,7 +23,9 @@ pub type QueueKey = (std::cmp::Reverse<i32>, u32, u64);
 /// A queue with its queued jobs in scheduling order.
 #[derive(Debug, Clone)]
 pub struct QueueState {
+    /// The queue's settings, as last created or updated.
     pub queue: Queue,
+    /// Queued jobs, keyed so that they iterate in the order the scheduler takes them.
     pub queued: BTreeMap<QueueKey, JobId>,
     /// Sum of the requests of the queued jobs.
     pub demand: Resources,
@@ -57,6 +59,7 @@ impl From<ExecutorRecord> for Executor {
 /// record), and names are shared with the queue and job-set indexes.
 #[derive(Debug, Clone)]
 pub struct LiveJob {
+    /// The job, with its requirements left empty (they are in `info`).
     pub record: Job,
     /// The scheduler's view, shared with snapshots.
     pub info: Arc<JobInfo>,
@@ -79,14 +82,18 @@ impl LiveJob {
 /// Where applying happens: the log entry's term (for refusing a deposed leader's decisions).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApplyContext {
+    /// Raft term of the entry being applied; a `Schedule` command of another term is refused.
     pub term: u64,
 }
 
 /// What one command did.
 #[derive(Debug, Default)]
 pub struct Applied {
+    /// What the command answered (always set by [`State::apply`]).
     pub response: Option<Response>,
+    /// Durable writes for the store, in order.
     pub changes: Vec<Change>,
+    /// Whom to wake once the changes are durable.
     pub effects: Effects,
     /// Live jobs changed by the command (written once, at the end).
     touched: Vec<JobId>,
@@ -97,7 +104,10 @@ pub struct Applied {
 /// Settings that shape local indexes but are not replicated (they come from configuration).
 #[derive(Debug, Clone)]
 pub struct StateSettings {
+    /// Priority of each configured priority class.
     pub class_priority: HashMap<PriorityClassName, i32>,
+    /// Priority given to a class missing from `class_priority`: the default class's (0 if that is
+    /// missing too).
     pub default_class_priority: i32,
 }
 
@@ -114,7 +124,9 @@ impl StateSettings {
 /// The state machine's memory.
 #[derive(Debug, Clone)]
 pub struct State {
+    /// Settings from this server's configuration.
     pub settings: StateSettings,
+    /// Every queue, by name.
     pub queues: BTreeMap<QueueName, QueueState>,
     /// Boxed so that growing the map moves pointers, not records: a burst of submissions
     /// doubles it many times, and at half load an inline record would waste its size per job.
@@ -132,12 +144,16 @@ pub struct State {
     pub job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
     pub gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
+    /// The job each client id names, per queue. Never trimmed: a resubmission answers the same
+    /// job even long after it finished.
     pub client_ids: HashMap<(QueueName, String), JobId>,
     /// Last event sequence number per job set.
     pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
+    /// Known executors with their nodes, as last reported; a lost executor is removed.
     pub executors: BTreeMap<ExecutorName, Executor>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
     pub largest_node: Resources,
+    /// Submission sequence number the next submitted job gets.
     pub next_seq: u64,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,

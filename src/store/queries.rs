@@ -10,11 +10,15 @@ use redb::ReadableTable;
 /// Which jobs to list.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
+    /// Only jobs of this queue.
     pub queue: Option<QueueName>,
+    /// Only jobs of this job set (read through the job set's index when `queue` is set too).
     pub job_set: Option<JobSetName>,
+    /// Only jobs in one of these states (empty: any state).
     pub states: Vec<JobState>,
     /// Only jobs with ids after this one (pagination).
     pub after: Option<JobId>,
+    /// Most jobs to return (0 counts as 1).
     pub limit: usize,
 }
 

@@ -6,16 +6,17 @@ use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE).
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// Queues by name (bincode `QueueRecord`).
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
-/// Job records (bincode, without the pod spec).
+/// Job records (bincode `JobRecord`, without the pod spec).
 pub const JOBS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("jobs");
-/// Pod specs, services and ingresses (bincode `JobPayload`).
+/// Pod specs, services and ingresses (bincode `PayloadRecord`).
 pub const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("payloads");
 /// Ids of jobs that are not over (loaded into memory at start-up).
 pub const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
 /// Job-set membership: `queue 0 job_set 0 job_id`.
 pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
-/// Events in chunks: `queue 0 job_set 0 first_seq(u64 BE)` → bincode `Vec<Event>` with the
+/// Events in chunks: `queue 0 job_set 0 first_seq(u64 BE)` → bincode `Vec<EventRecord>` with the
 /// consecutive sequence numbers from `first_seq`. One chunk holds a job set's events from one
 /// write transaction (at most [`EVENT_CHUNK_MAX`]), so a batch of submissions costs a few rows,
 /// not two per job. Chunks of a job set never overlap.

@@ -27,9 +27,14 @@ const NODE_REASONS: &[&str] = &[
 /// What a pod's status says about its run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observation {
+    /// The run event the status amounts to.
     pub kind: RunEventKind,
+    /// Exit code of the first container that failed, else of the first that ended (0 for a
+    /// succeeded pod).
     pub exit_code: Option<i32>,
+    /// Short cause: `image pull error`, `unschedulable`, `deadline exceeded`, `oom killed`, …
     pub reason: Option<String>,
+    /// Details from the container's or the pod's status.
     pub message: Option<String>,
 }
 

@@ -26,7 +26,7 @@ const KEY_LAST_APPLIED: &str = "last_applied";
 const KEY_MEMBERSHIP: &str = "membership";
 
 /// Queue names in a redb table, plus the applied log id and membership.
-pub struct QueueNames {
+pub(crate) struct QueueNames {
     db: Arc<Database>,
     /// How many snapshots were imported (shared with the test).
     pub imports: Arc<AtomicUsize>,
@@ -35,7 +35,8 @@ pub struct QueueNames {
 }
 
 impl QueueNames {
-    pub fn open(db: Arc<Database>) -> io::Result<Self> {
+    /// A state machine over `db`, creating its tables if they are missing.
+    pub(crate) fn open(db: Arc<Database>) -> io::Result<Self> {
         let tx = db.begin_write().map_err(io_err)?;
         tx.open_table(QUEUES).map_err(io_err)?;
         tx.open_table(APPLIED).map_err(io_err)?;
@@ -44,7 +45,7 @@ impl QueueNames {
     }
 
     /// The queue names stored in `db`, in order.
-    pub fn names(db: &Database) -> io::Result<Vec<String>> {
+    pub(crate) fn names(db: &Database) -> io::Result<Vec<String>> {
         let tx = db.begin_read().map_err(io_err)?;
         let t = tx.open_table(QUEUES).map_err(io_err)?;
         let mut out = Vec::new();
