@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// Flags of `convoy agent`. Flags override the config file.
 #[derive(clap::Args, Debug)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// Agent config (TOML): an agent file, or a combined config with an `[agent]` section.
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
@@ -30,7 +30,7 @@ pub struct AgentArgs {
 }
 
 /// Runs `convoy agent` until SIGTERM or Ctrl-C.
-pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: AgentArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
     agent::install_crypto_provider();
     let mut config = match &args.config {

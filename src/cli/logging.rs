@@ -1,7 +1,7 @@
 //! Logging set-up of the long-running subcommands.
 
 /// Logs to stderr through `tracing`; `RUST_LOG` filters (default `info`, openraft quieter).
-pub fn init_logging(json: bool) {
+pub(crate) fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

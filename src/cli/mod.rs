@@ -1,12 +1,12 @@
 //! Everything only the `convoy` binary needs, apart from the library: one module per subcommand,
 //! the client verbs, the benchmarks, and the process plumbing they share.
 
-pub mod agent;
-pub mod bench;
-pub mod client;
-pub mod logging;
-pub mod runtime;
-pub mod server;
-pub mod simulate;
-pub mod supervise;
-pub mod up;
+pub(crate) mod agent;
+pub(crate) mod bench;
+pub(crate) mod client;
+pub(crate) mod logging;
+pub(crate) mod runtime;
+pub(crate) mod server;
+pub(crate) mod simulate;
+pub(crate) mod supervise;
+pub(crate) mod up;

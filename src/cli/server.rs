@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// Flags of `convoy server`.
 #[derive(clap::Args, Debug)]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// Configuration file (TOML); without one, local defaults with auth off on 127.0.0.1.
     #[arg(long, env = "CONVOY_CONFIG")]
     config: Option<PathBuf>,
@@ -19,7 +19,7 @@ pub struct ServerArgs {
 
 /// Runs `convoy server`. The "listening on" line on stdout is what scripts (and the tests) wait
 /// for.
-pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
     init_logging(args.log_json || config.server.log_json);
     if !config.auth.enabled {

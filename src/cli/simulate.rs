@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// Flags of `convoy simulate`.
 #[derive(clap::Args, Debug)]
-pub struct SimulateArgs {
+pub(crate) struct SimulateArgs {
     /// Scenario file; `-` reads standard input.
     scenario: PathBuf,
     /// Print one line of JSON instead of indented JSON.
@@ -14,7 +14,7 @@ pub struct SimulateArgs {
 }
 
 /// Runs `convoy simulate`.
-pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     let SimulateArgs { scenario, compact } = args;
     let text = if scenario.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("reading the scenario from standard input")?

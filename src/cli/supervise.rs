@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 /// Flags of `convoy agent-supervise`.
 #[derive(clap::Args, Debug)]
-pub struct SuperviseArgs {
+pub(crate) struct SuperviseArgs {
     /// The run directory.
     #[arg(long)]
     run_dir: PathBuf,
@@ -25,7 +25,7 @@ pub struct SuperviseArgs {
 }
 
 /// Runs one job under supervision until it ends.
-pub fn run(args: SuperviseArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
     agent::supervise::supervise(agent::supervise::SuperviseArgs {
         run_dir: args.run_dir,
         grace_seconds: args.grace_seconds,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Flags of `convoy up`.
 #[derive(clap::Args, Debug)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Address of the API.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -27,7 +27,7 @@ pub struct UpArgs {
 }
 
 /// Runs `convoy up` until SIGTERM or Ctrl-C.
-pub fn run(args: UpArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
     let mut config = Config::local();
     config.server.listen = args.listen;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Runs `convoy --server URL <args>`.
-pub async fn convoy(server: &str, args: &[&str]) -> Output {
+pub(crate) async fn convoy(server: &str, args: &[&str]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
         .arg("--server")
         .arg(server)
@@ -19,7 +19,7 @@ pub async fn convoy(server: &str, args: &[&str]) -> Output {
 }
 
 /// Runs a verb that must succeed; its standard output.
-pub async fn ok(server: &str, args: &[&str]) -> String {
+pub(crate) async fn ok(server: &str, args: &[&str]) -> String {
     let out = convoy(server, args).await;
     assert!(out.status.success(), "convoy {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("UTF-8 output")

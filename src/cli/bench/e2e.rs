@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Arguments of `convoy bench e2e`.
 #[derive(clap::Args, Debug)]
-pub struct E2eArgs {
+pub(crate) struct E2eArgs {
     /// Fake nodes.
     #[arg(long, default_value_t = 1000)]
     nodes: u32,
@@ -121,7 +121,7 @@ async fn live_load_jobs(http: &reqwest::Client, url: &str) -> anyhow::Result<u64
         .sum())
 }
 
-pub fn run(args: E2eArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1 && args.nodes >= 1, "--queues and --nodes must be at least 1");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A server process on 127.0.0.1.
-pub struct BenchServer {
+pub(super) struct BenchServer {
     pub child: Child,
     pub url: String,
     pub started: Instant,
@@ -15,7 +15,7 @@ pub struct BenchServer {
 
 impl BenchServer {
     /// Starts `convoy server` with `config` (TOML) in `dir`; returns once it prints its address.
-    pub fn start(dir: &Path, config: &str) -> anyhow::Result<BenchServer> {
+    pub(super) fn start(dir: &Path, config: &str) -> anyhow::Result<BenchServer> {
         let cfg = dir.join("convoy.toml");
         std::fs::write(&cfg, config)?;
         let exe = std::env::current_exe().context("locating the convoy binary")?;
@@ -45,7 +45,7 @@ impl BenchServer {
     }
 
     /// Waits for `/readyz`; returns the time since start.
-    pub async fn ready(&self, client: &reqwest::Client) -> anyhow::Result<Duration> {
+    pub(super) async fn ready(&self, client: &reqwest::Client) -> anyhow::Result<Duration> {
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
             if let Ok(r) = client.get(format!("{}/readyz", self.url)).send().await
@@ -62,7 +62,7 @@ impl BenchServer {
 
     /// CPU time (user + system) the server process has used so far. A steadier measure of cost
     /// than throughput on a shared machine: it does not count time spent waiting for a core.
-    pub fn cpu_time(&self) -> Duration {
+    pub(super) fn cpu_time(&self) -> Duration {
         let ticks = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok().and_then(|s| {
             // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
             let rest = s.rsplit_once(')')?.1;
@@ -74,7 +74,7 @@ impl BenchServer {
     }
 
     /// Resident set size of the server process, in MiB.
-    pub fn rss_mb(&self) -> f64 {
+    pub(super) fn rss_mb(&self) -> f64 {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
             .and_then(|s| {
@@ -95,7 +95,7 @@ impl Drop for BenchServer {
 }
 
 /// The benchmark server configuration.
-pub fn config(dir: &Path, extra: &str) -> String {
+pub(super) fn config(dir: &Path, extra: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n{extra}\n[auth]\nenabled = false\n",
         dir.join("data").display()
@@ -103,7 +103,7 @@ pub fn config(dir: &Path, extra: &str) -> String {
 }
 
 /// p-th percentile (0..=100) of sorted samples, in ms.
-pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

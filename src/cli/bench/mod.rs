@@ -11,7 +11,7 @@ use clap::Subcommand;
 
 /// Which benchmark to run.
 #[derive(Subcommand)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// One scheduling cycle over a synthetic cluster and workload.
     Schedule(schedule::ScheduleArgs),
     /// Submission throughput and latency against a server it starts.
@@ -23,7 +23,7 @@ pub enum BenchCommand {
 }
 
 /// Runs a benchmark.
-pub fn run(which: BenchCommand) -> anyhow::Result<()> {
+pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
     match which {
         BenchCommand::Schedule(args) => schedule::run(args),
         BenchCommand::Submit(args) => submit::run(args),
@@ -33,7 +33,7 @@ pub fn run(which: BenchCommand) -> anyhow::Result<()> {
 }
 
 /// Peak resident set size of this process in MiB (Linux; 0 elsewhere).
-pub fn peak_rss_mb() -> f64 {
+pub(crate) fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -44,6 +44,6 @@ pub fn peak_rss_mb() -> f64 {
 }
 
 /// Nanoseconds of the wall clock, for unique scratch names.
-pub fn nanos() -> u128 {
+pub(crate) fn nanos() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }

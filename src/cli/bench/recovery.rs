@@ -14,7 +14,7 @@ use std::time::Instant;
 
 /// Arguments of `convoy bench recovery`.
 #[derive(clap::Args, Debug)]
-pub struct RecoveryArgs {
+pub(crate) struct RecoveryArgs {
     /// Jobs stored (half stay queued, half are cancelled).
     #[arg(long, default_value_t = 1_000_000)]
     jobs: u64,
@@ -45,7 +45,7 @@ fn new_job(i: u64) -> NewJob {
     }
 }
 
-pub fn run(args: RecoveryArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1, "--queues must be at least 1");
     let tmp = tempfile_dir()?;
     let data = tmp.join("data");

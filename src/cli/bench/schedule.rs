@@ -13,7 +13,7 @@ use std::time::Instant;
 
 /// Arguments of `convoy bench schedule`.
 #[derive(clap::Args, Debug)]
-pub struct ScheduleArgs {
+pub(crate) struct ScheduleArgs {
     #[arg(long, default_value_t = 10_000)]
     nodes: usize,
     #[arg(long, default_value_t = 100)]
@@ -65,7 +65,7 @@ where
 }
 
 /// Builds the synthetic snapshot.
-pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u64) -> Snapshot {
+pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u64) -> Snapshot {
     let mut rng = SplitMix(seed);
     let gpu_taint = Taint { key: "nvidia.com/gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule };
     let node_list: Vec<Node> = (0..nodes)
@@ -229,7 +229,7 @@ pub fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u
     }
 }
 
-pub fn run(args: ScheduleArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes > 0 && args.queues > 0, "--nodes and --queues must be at least 1");
     let t0 = Instant::now();
     let snap = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);

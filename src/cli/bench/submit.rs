@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// Arguments of `convoy bench submit`.
 #[derive(clap::Args, Debug)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// Jobs to submit in batches.
     #[arg(long, default_value_t = 200_000)]
     batched_jobs: u64,
@@ -80,7 +80,7 @@ async fn drive(
     Ok((wall, lat, acked.load(Ordering::Relaxed)))
 }
 
-pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
+pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tmp = tempfile_dir()?;
@@ -121,7 +121,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
 }
 
 /// A scratch directory under the system temp dir.
-pub fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+pub(super) fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("convoy-bench-{}-{}", std::process::id(), super::nanos()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)

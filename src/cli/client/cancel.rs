@@ -7,7 +7,7 @@ use reqwest::Method;
 
 /// Flags of `convoy cancel`.
 #[derive(clap::Args, Debug)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     queue: QueueName,
     job_set: JobSetName,
     job_ids: Vec<JobId>,
@@ -17,7 +17,7 @@ pub struct CancelArgs {
 }
 
 /// Cancels the named jobs, or the whole job set; prints the jobs cancelled.
-pub async fn run(c: &Client, args: CancelArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: CancelArgs) -> anyhow::Result<()> {
     let states = args.states.as_deref().map(parse_states).transpose()?;
     let body = CancelRequest {
         queue: args.queue,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Why a request gave no usable answer.
 #[derive(Debug, thiserror::Error)]
-pub enum RequestError {
+pub(super) enum RequestError {
     /// No answer: the server is down, unreachable, or the connection broke.
     #[error("cannot reach the convoy server at {base}")]
     Unreachable {
@@ -29,7 +29,7 @@ pub enum RequestError {
 impl RequestError {
     /// True when the request may not have been carried out and sending it again is the way to
     /// find out: no answer, or 503 (no leader, or the write was not confirmed in time).
-    pub fn is_retryable(&self) -> bool {
+    pub(super) fn is_retryable(&self) -> bool {
         match self {
             RequestError::Unreachable { .. } => true,
             RequestError::Refused { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
@@ -49,20 +49,20 @@ fn refusal(status: StatusCode, problem: Option<&Problem>, text: &str) -> String 
 }
 
 /// A client of one server.
-pub struct Client {
+pub(super) struct Client {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
 }
 
 impl Client {
-    pub fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+    pub(super) fn new(args: &ClientArgs) -> anyhow::Result<Client> {
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
         Ok(Client { http, base: args.server.trim_end_matches('/').to_string(), token: args.token.clone() })
     }
 
     /// A request to `path` (which starts with `/`), with the token when there is one.
-    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+    pub(super) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let r = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
             Some(t) => r.bearer_auth(t),
@@ -71,7 +71,7 @@ impl Client {
     }
 
     /// Sends `r`; a success answer as it came, anything else as an error.
-    pub async fn send_raw(&self, r: RequestBuilder) -> Result<reqwest::Response, RequestError> {
+    pub(super) async fn send_raw(&self, r: RequestBuilder) -> Result<reqwest::Response, RequestError> {
         let resp = r.send().await.map_err(|source| RequestError::Unreachable { base: self.base.clone(), source })?;
         let status = resp.status();
         if status.is_success() {
@@ -83,7 +83,7 @@ impl Client {
     }
 
     /// Sends `r` and decodes the answer's body as `T`.
-    pub async fn send<T: DeserializeOwned>(&self, r: RequestBuilder, what: &str) -> Result<T, RequestError> {
+    pub(super) async fn send<T: DeserializeOwned>(&self, r: RequestBuilder, what: &str) -> Result<T, RequestError> {
         let resp = self.send_raw(r).await?;
         let bytes =
             resp.bytes().await.map_err(|source| RequestError::Unreachable { base: self.base.clone(), source })?;
@@ -95,12 +95,12 @@ impl Client {
     }
 
     /// `GET path`, decoded as `T`.
-    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, RequestError> {
+    pub(super) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, RequestError> {
         self.send(self.request(Method::GET, path), &format!("GET {path}")).await
     }
 
     /// `method path` with a JSON body, the answer decoded as `T`.
-    pub async fn send_json<B: Serialize, T: DeserializeOwned>(
+    pub(super) async fn send_json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -114,7 +114,7 @@ impl Client {
 /// How often a request is sent before giving up, and the pauses between: `first_pause`,
 /// doubling up to `max_pause`.
 #[derive(Debug, Clone, Copy)]
-pub struct Retry {
+pub(super) struct Retry {
     pub attempts: u32,
     pub first_pause: Duration,
     pub max_pause: Duration,
@@ -124,7 +124,7 @@ impl Client {
     /// Sends the same JSON body (`body`, serialized once) to `method path` until an answer is not
     /// worth retrying ([`RequestError::is_retryable`]) or `retry.attempts` were made. Only for
     /// requests that are safe to repeat, such as submissions whose jobs all carry client ids.
-    pub async fn send_json_retrying<T: DeserializeOwned>(
+    pub(super) async fn send_json_retrying<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -155,7 +155,7 @@ impl Client {
 }
 
 /// Prints an answer as indented JSON.
-pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+pub(super) fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }

@@ -6,11 +6,11 @@ use convoy::model::api::JobView;
 
 /// Flags of `convoy job`.
 #[derive(clap::Args, Debug)]
-pub struct JobArgs {
+pub(crate) struct JobArgs {
     id: JobId,
 }
 
 /// Prints the job as JSON.
-pub async fn run(c: &Client, args: JobArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: JobArgs) -> anyhow::Result<()> {
     print_json(&c.get::<JobView>(&format!("/v1/jobs/{}", args.id)).await?)
 }

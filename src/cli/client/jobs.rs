@@ -6,7 +6,7 @@ use std::io::Write;
 
 /// Flags of `convoy jobs`.
 #[derive(clap::Args, Debug)]
-pub struct JobsArgs {
+pub(crate) struct JobsArgs {
     #[arg(long)]
     queue: Option<String>,
     #[arg(long)]
@@ -18,7 +18,7 @@ pub struct JobsArgs {
 }
 
 /// Lists jobs as a table; the server checks the filters and names a bad one.
-pub async fn run(c: &Client, args: JobsArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: JobsArgs) -> anyhow::Result<()> {
     let list: JobList = c.get(&format!("/v1/jobs?{}", query(&args))).await?;
     let mut out = std::io::stdout().lock();
     write_table(&mut out, &list.jobs)?;

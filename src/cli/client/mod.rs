@@ -17,7 +17,7 @@ use clap::{Args, Subcommand};
 
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     /// Server address (before the verb: `convoy --server URL jobs`).
     #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
@@ -28,7 +28,7 @@ pub struct ClientArgs {
 
 /// The client verbs.
 #[derive(Subcommand, Debug)]
-pub enum ClientCommand {
+pub(crate) enum ClientCommand {
     /// Manage queues.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
@@ -52,7 +52,7 @@ pub enum ClientCommand {
 }
 
 /// Runs a client verb.
-pub async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
     let c = http::Client::new(&args)?;
     match cmd {
         ClientCommand::Queue(q) => queue::run(&c, q).await,

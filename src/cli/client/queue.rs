@@ -9,7 +9,7 @@ use reqwest::Method;
 
 /// Queue verbs.
 #[derive(Subcommand, Debug)]
-pub enum QueueCommand {
+pub(crate) enum QueueCommand {
     /// Create a queue.
     Create {
         name: QueueName,
@@ -39,7 +39,7 @@ pub enum QueueCommand {
 }
 
 /// Runs a queue verb.
-pub async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
     match cmd {
         QueueCommand::Create { name, priority_factor, owners, groups } => {
             let queue = Queue { owners, groups, ..Queue::new(name, priority_factor) };

@@ -7,7 +7,7 @@ use reqwest::Method;
 
 /// Flags of `convoy reprioritize`.
 #[derive(clap::Args, Debug)]
-pub struct ReprioritizeArgs {
+pub(crate) struct ReprioritizeArgs {
     queue: QueueName,
     job_set: JobSetName,
     priority: u32,
@@ -15,7 +15,7 @@ pub struct ReprioritizeArgs {
 }
 
 /// Changes the priority of the named jobs, or of the whole job set; prints the jobs changed.
-pub async fn run(c: &Client, args: ReprioritizeArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: ReprioritizeArgs) -> anyhow::Result<()> {
     let body = ReprioritizeRequest {
         queue: args.queue,
         job_set: args.job_set,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Flags of `convoy submit`.
 #[derive(clap::Args, Debug)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     file: PathBuf,
     #[arg(long)]
     queue: Option<QueueName>,
@@ -33,7 +33,7 @@ const RETRY: Retry = Retry { attempts: 5, first_pause: Duration::from_millis(200
 /// carries a client id (the file's, else one made here) and the very same body is sent again on
 /// 503 or a broken connection: the server answers the ids of jobs it already holds instead of
 /// adding them twice.
-pub async fn run(c: &Client, args: SubmitArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: SubmitArgs) -> anyhow::Result<()> {
     let mut req = request(args)?;
     give_client_ids(&mut req, ulid::Ulid::generate());
     let body = serde_json::to_vec(&req)?;

@@ -8,7 +8,7 @@ use reqwest::Method;
 
 /// Flags of `convoy watch`.
 #[derive(clap::Args, Debug)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     queue: QueueName,
     job_set: JobSetName,
     #[arg(long, default_value_t = 1)]
@@ -16,7 +16,7 @@ pub struct WatchArgs {
 }
 
 /// Prints one line per event until the server ends the stream.
-pub async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
     let path = format!("/v1/queues/{}/job-sets/{}/events?from={}", args.queue, args.job_set, args.from);
     let mut resp = c.send_raw(c.request(Method::GET, &path)).await?;
     let mut stream = EventData::default();

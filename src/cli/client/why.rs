@@ -6,12 +6,12 @@ use convoy::model::api::JobView;
 
 /// Flags of `convoy why`.
 #[derive(clap::Args, Debug)]
-pub struct WhyArgs {
+pub(crate) struct WhyArgs {
     id: JobId,
 }
 
 /// Prints `<id> is <state>: <reason>` (the scheduler's latest reason, or why the job ended).
-pub async fn run(c: &Client, args: WhyArgs) -> anyhow::Result<()> {
+pub(super) async fn run(c: &Client, args: WhyArgs) -> anyhow::Result<()> {
     let j: JobView = c.get(&format!("/v1/jobs/{}", args.id)).await?;
     match &j.reason {
         Some(r) => println!("{} is {}: {r}", args.id, j.state),

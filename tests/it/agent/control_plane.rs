@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 const MAX_HOLD: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
-pub struct Script {
+pub(super) struct Script {
     /// Leases to hand out, in order.
     pub queued: VecDeque<LeaseOrder>,
     /// Leases handed out and not yet acknowledged by a poll's `runs`: handed out again.
@@ -47,13 +47,13 @@ pub struct Script {
     pub hits: HashMap<&'static str, usize>,
 }
 
-pub struct Shared {
+pub(super) struct Shared {
     pub script: Mutex<Script>,
     wake: Notify,
     token: Option<String>,
 }
 
-pub struct ControlPlane {
+pub(super) struct ControlPlane {
     pub shared: Arc<Shared>,
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -62,7 +62,7 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts on a free port of 127.0.0.1.
-    pub fn start(token: Option<&str>) -> Self {
+    pub(super) fn start(token: Option<&str>) -> Self {
         let shared = Arc::new(Shared {
             script: Mutex::new(Script::default()),
             wake: Notify::new(),
@@ -97,12 +97,12 @@ impl ControlPlane {
         Self { shared, addr, stop: Some(stop_tx), thread: Some(thread) }
     }
 
-    pub fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Crashes the server: no more answers, open requests cut.
-    pub fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -112,28 +112,28 @@ impl ControlPlane {
     }
 
     /// Serves again on the same port with the same state.
-    pub fn restart(&mut self) {
+    pub(super) fn restart(&mut self) {
         self.stop();
         let next = Self::serve(self.shared.clone(), self.addr.port());
         *self = next;
     }
 
-    pub fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+    pub(super) fn script(&self) -> std::sync::MutexGuard<'_, Script> {
         self.shared.script.lock().expect("script lock")
     }
 
-    pub fn push_lease(&self, lease: LeaseOrder) {
+    pub(super) fn push_lease(&self, lease: LeaseOrder) {
         self.script().queued.push_back(lease);
         self.shared.wake.notify_waiters();
     }
 
     /// Hands out the same lease again (as a server that lost the acknowledgement would).
-    pub fn repeat_lease(&self, lease: LeaseOrder) {
+    pub(super) fn repeat_lease(&self, lease: LeaseOrder) {
         self.script().unacked.push(lease);
         self.shared.wake.notify_waiters();
     }
 
-    pub fn push_kill(&self, run_id: RunId, job_id: JobId, grace_seconds: f64, reason: &str) {
+    pub(super) fn push_kill(&self, run_id: RunId, job_id: JobId, grace_seconds: f64, reason: &str) {
         self.script().kills.push(KillOrder {
             run_id,
             job_id: Some(job_id),
@@ -143,21 +143,21 @@ impl ControlPlane {
         self.shared.wake.notify_waiters();
     }
 
-    pub fn events_of(&self, run_id: RunId) -> Vec<RunEventReport> {
+    pub(super) fn events_of(&self, run_id: RunId) -> Vec<RunEventReport> {
         self.script().events.iter().filter(|e| e.run_id == run_id).cloned().collect()
     }
 
-    pub fn final_event(&self, run_id: RunId) -> Option<RunEventReport> {
+    pub(super) fn final_event(&self, run_id: RunId) -> Option<RunEventReport> {
         self.events_of(run_id).into_iter().find(|e| is_final(e.kind))
     }
 
     /// Waits for the run's final event.
-    pub async fn wait_final(&self, run_id: RunId, within: Duration) -> RunEventReport {
+    pub(super) async fn wait_final(&self, run_id: RunId, within: Duration) -> RunEventReport {
         self.wait_event(run_id, &format!("final event of {run_id}"), within, is_final).await
     }
 
     /// Waits for an event of `kind` for the run.
-    pub async fn wait_kind(&self, run_id: RunId, kind: RunEventKind, within: Duration) -> RunEventReport {
+    pub(super) async fn wait_kind(&self, run_id: RunId, kind: RunEventKind, within: Duration) -> RunEventReport {
         self.wait_event(run_id, &format!("{kind:?} event of {run_id}"), within, move |k| k == kind).await
     }
 
@@ -177,7 +177,7 @@ impl ControlPlane {
     }
 
     /// The `runs` of the latest poll.
-    pub fn last_poll(&self) -> Option<LeaseRequest> {
+    pub(super) fn last_poll(&self) -> Option<LeaseRequest> {
         self.script().polls.back().cloned()
     }
 }
@@ -188,7 +188,7 @@ impl Drop for ControlPlane {
     }
 }
 
-pub fn is_final(kind: RunEventKind) -> bool {
+pub(super) fn is_final(kind: RunEventKind) -> bool {
     matches!(kind, RunEventKind::Succeeded | RunEventKind::Failed | RunEventKind::Returned)
 }
 

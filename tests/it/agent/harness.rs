@@ -9,7 +9,7 @@ use std::time::Duration;
 static SEQ: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh (run id, job id) pair.
-pub fn ids() -> (RunId, JobId) {
+pub(super) fn ids() -> (RunId, JobId) {
     let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
     let n = SEQ.fetch_add(1, Ordering::Relaxed) as u128;
     let salt = u128::from(std::process::id()) << 64;
@@ -17,7 +17,7 @@ pub fn ids() -> (RunId, JobId) {
 }
 
 /// A lease of `pod_spec` on `node`.
-pub fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
+pub(super) fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
     let (run_id, job_id) = ids();
     LeaseOrder {
         run_id,
@@ -37,12 +37,12 @@ pub fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
 }
 
 /// A lease running `sh -c script` on `node`.
-pub fn shell_lease(node: &str, script: &str) -> LeaseOrder {
+pub(super) fn shell_lease(node: &str, script: &str) -> LeaseOrder {
     lease(node, serde_json::json!({"containers": [{"name": "main", "image": "none", "command": ["sh", "-c", script]}]}))
 }
 
 /// An agent config for tests: quick polls and retries.
-pub fn config(servers: Vec<String>, runtime: RuntimeKind, data_dir: &std::path::Path) -> AgentConfig {
+pub(super) fn config(servers: Vec<String>, runtime: RuntimeKind, data_dir: &std::path::Path) -> AgentConfig {
     let mut c = AgentConfig::new(servers);
     c.executor = convoy::model::ExecutorName::new("test-executor").expect("executor");
     c.runtime = runtime;
@@ -55,13 +55,13 @@ pub fn config(servers: Vec<String>, runtime: RuntimeKind, data_dir: &std::path::
 }
 
 /// An agent running in this process until the handle is stopped.
-pub struct InProcessAgent {
+pub(super) struct InProcessAgent {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), convoy::agent::AgentError>>>,
 }
 
 impl InProcessAgent {
-    pub fn start(config: AgentConfig) -> Self {
+    pub(super) fn start(config: AgentConfig) -> Self {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(convoy::agent::run(config, async move {
             let _ = rx.await;
@@ -70,7 +70,7 @@ impl InProcessAgent {
     }
 
     /// Graceful stop; returns what `run` returned.
-    pub async fn stop(mut self) -> Result<(), convoy::agent::AgentError> {
+    pub(super) async fn stop(mut self) -> Result<(), convoy::agent::AgentError> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -88,7 +88,7 @@ impl Drop for InProcessAgent {
 }
 
 /// Logs of the library to the test output (`RUST_LOG=debug cargo nextest run …`).
-pub fn init_tracing() {
+pub(super) fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_test_writer()

@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 /// One recorded request.
 #[derive(Debug, Clone)]
-pub struct Call {
+pub(super) struct Call {
     pub method: Method,
     pub path: String,
     pub query: HashMap<String, String>,
@@ -21,7 +21,7 @@ pub struct Call {
 }
 
 #[derive(Default)]
-pub struct KubeState {
+pub(super) struct KubeState {
     pub calls: Vec<Call>,
     /// Pods by name (the agent's namespace).
     pub pods: BTreeMap<String, Value>,
@@ -32,7 +32,7 @@ pub struct KubeState {
     rv: u64,
 }
 
-pub struct KubeApi {
+pub(super) struct KubeApi {
     pub state: Arc<Mutex<KubeState>>,
     watch: broadcast::Sender<String>,
     pub url: String,
@@ -46,7 +46,7 @@ struct Ctx {
 }
 
 impl KubeApi {
-    pub async fn start() -> Self {
+    pub(super) async fn start() -> Self {
         let state = Arc::new(Mutex::new(KubeState { log: "line 1\nline 2\n".into(), rv: 100, ..Default::default() }));
         let (watch, _) = broadcast::channel(256);
         let ctx = Ctx { state: state.clone(), watch: watch.clone() };
@@ -69,28 +69,28 @@ impl KubeApi {
     }
 
     /// A kube client for this server.
-    pub fn client(&self) -> kube::Client {
+    pub(super) fn client(&self) -> kube::Client {
         convoy::agent::install_crypto_provider();
         let config = kube::Config::new(self.url.parse().expect("uri"));
         kube::Client::try_from(config).expect("client")
     }
 
-    pub fn state(&self) -> std::sync::MutexGuard<'_, KubeState> {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, KubeState> {
         self.state.lock().expect("lock")
     }
 
     /// Calls matching a method and path suffix.
-    pub fn calls(&self, method: Method, path_suffix: &str) -> Vec<Call> {
+    pub(super) fn calls(&self, method: Method, path_suffix: &str) -> Vec<Call> {
         self.state().calls.iter().filter(|c| c.method == method && c.path.ends_with(path_suffix)).cloned().collect()
     }
 
     /// True once some client watches pods.
-    pub fn watching(&self) -> bool {
+    pub(super) fn watching(&self) -> bool {
         self.watch.receiver_count() > 0
     }
 
     /// Stores a pod and sends a watch event (`ADDED`, `MODIFIED` or `DELETED`) for it.
-    pub fn push(&self, kind: &str, mut pod: Value) {
+    pub(super) fn push(&self, kind: &str, mut pod: Value) {
         let name = pod["metadata"]["name"].as_str().expect("pod name").to_string();
         {
             let mut s = self.state();
@@ -109,7 +109,7 @@ impl KubeApi {
     }
 
     /// The stored pod with its status replaced.
-    pub fn with_status(&self, name: &str, status: Value) -> Value {
+    pub(super) fn with_status(&self, name: &str, status: Value) -> Value {
         let mut pod = self.state().pods.get(name).cloned().expect("pod exists");
         pod["status"] = status;
         pod
@@ -295,7 +295,7 @@ async fn unknown(State(ctx): State<Ctx>, method: Method, uri: Uri) -> Response {
 }
 
 /// The RBAC rule a call needs: (API group, resource, verb, cluster-wide).
-pub fn rbac_need(call: &Call) -> (String, String, String, bool) {
+pub(super) fn rbac_need(call: &Call) -> (String, String, String, bool) {
     let parts: Vec<&str> = call.path.trim_start_matches('/').split('/').collect();
     let (group, rest) = match parts.as_slice() {
         ["api", "v1", rest @ ..] => ("", rest),
@@ -322,7 +322,7 @@ pub fn rbac_need(call: &Call) -> (String, String, String, bool) {
 
 /// Checks every recorded call against `packaging/kubernetes/agent-rbac.yaml`: cluster-wide calls
 /// need the ClusterRole, namespaced ones the ClusterRole or the Role.
-pub fn assert_rbac_allows(calls: &[Call]) {
+pub(super) fn assert_rbac_allows(calls: &[Call]) {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-rbac.yaml"))
         .expect("RBAC manifest");
     let mut cluster = Vec::new();

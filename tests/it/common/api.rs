@@ -5,14 +5,14 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 /// A server's base URL and an HTTP client for it.
-pub struct Api {
+pub(crate) struct Api {
     pub url: String,
     pub client: reqwest::Client,
 }
 
 impl Api {
     /// A client for the server at `url` (requests time out after 60 s).
-    pub fn new(url: String) -> Api {
+    pub(crate) fn new(url: String) -> Api {
         super::install_crypto();
         let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
         Api { url, client }
@@ -20,7 +20,7 @@ impl Api {
 
     /// Sends `method path` with an optional bearer token and JSON body. The body of the answer is
     /// JSON when it parses, else its text; `null` when empty.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -42,55 +42,55 @@ impl Api {
         (status, body)
     }
 
-    pub async fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path, None, None).await
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, None, Some(body)).await
     }
 
-    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
         self.call(reqwest::Method::PUT, path, None, Some(body)).await
     }
 
-    pub async fn delete(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn delete(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::DELETE, path, None, None).await
     }
 
     /// `GET path` as text (metrics, logs, event streams that end).
-    pub async fn text(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn text(&self, path: &str) -> (u16, String) {
         let r = self.client.get(format!("{}{path}", self.url)).send().await.expect("request");
         (r.status().as_u16(), r.text().await.expect("body"))
     }
 
-    pub async fn create_queue(&self, name: &str) {
+    pub(crate) async fn create_queue(&self, name: &str) {
         let (s, v) = self.post("/v1/queues", &json!({"name": name})).await;
         assert_eq!(s, 201, "{v}");
     }
 
     /// Submits jobs and returns their ids.
-    pub async fn submit(&self, queue: &str, job_set: &str, jobs: Vec<Value>) -> Vec<String> {
+    pub(crate) async fn submit(&self, queue: &str, job_set: &str, jobs: Vec<Value>) -> Vec<String> {
         let (s, v) = self.post("/v1/jobs", &json!({"queue": queue, "job_set": job_set, "jobs": jobs})).await;
         assert_eq!(s, 200, "{v}");
         ids(&v)
     }
 
-    pub async fn job(&self, id: &str) -> Value {
+    pub(crate) async fn job(&self, id: &str) -> Value {
         let (s, v) = self.get(&format!("/v1/jobs/{id}")).await;
         assert_eq!(s, 200, "{v}");
         v
     }
 
     /// The job's output as `/v1/jobs/{id}/logs` serves it.
-    pub async fn logs(&self, id: &str) -> String {
+    pub(crate) async fn logs(&self, id: &str) -> String {
         let (s, text) = self.text(&format!("/v1/jobs/{id}/logs")).await;
         assert_eq!(s, 200, "{text}");
         text
     }
 
     /// How many jobs `GET /v1/jobs?{query}` lists.
-    pub async fn count_jobs(&self, query: &str) -> usize {
+    pub(crate) async fn count_jobs(&self, query: &str) -> usize {
         let (s, v) = self.get(&format!("/v1/jobs?{query}")).await;
         assert_eq!(s, 200, "{v}");
         v["jobs"].as_array().map(|a| a.len()).unwrap_or(0)
@@ -98,7 +98,7 @@ impl Api {
 
     /// Polls the job every 25 ms until `f(job)` holds; panics after `within` saying it is not
     /// `what`.
-    pub async fn wait_job(&self, id: &str, within: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_job(&self, id: &str, within: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let j = self.job(id).await;
@@ -112,7 +112,7 @@ impl Api {
 
     /// One lease poll of a fake executor holding `nodes` and `runs`, waiting at most `wait`
     /// seconds; the answer.
-    pub async fn poll(&self, executor: &str, nodes: &[Value], runs: &[Value], wait: f64) -> Value {
+    pub(crate) async fn poll(&self, executor: &str, nodes: &[Value], runs: &[Value], wait: f64) -> Value {
         let body = json!({"nodes": nodes, "runs": runs, "wait_seconds": wait});
         let (st, v) = self.post(&format!("/v1/executors/{executor}/lease"), &body).await;
         assert_eq!(st, 200, "{v}");
@@ -120,7 +120,7 @@ impl Api {
     }
 
     /// Reports run events as the executor; how many the server accepted.
-    pub async fn report(&self, executor: &str, events: Vec<Value>) -> u64 {
+    pub(crate) async fn report(&self, executor: &str, events: Vec<Value>) -> u64 {
         let (st, v) = self.post(&format!("/v1/executors/{executor}/events"), &json!({"events": events})).await;
         assert_eq!(st, 200, "{v}");
         v["accepted"].as_u64().unwrap_or(0)
@@ -128,6 +128,6 @@ impl Api {
 }
 
 /// The `job_ids` of a submission's answer.
-pub fn ids(answer: &Value) -> Vec<String> {
+pub(crate) fn ids(answer: &Value) -> Vec<String> {
     answer["job_ids"].as_array().expect("job_ids").iter().map(|x| x.as_str().expect("id").to_string()).collect()
 }

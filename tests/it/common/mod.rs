@@ -1,11 +1,11 @@
 //! Test harness: starts real `convoy` processes on 127.0.0.1 and talks HTTP to them.
 #![allow(dead_code)]
 
-pub mod api;
-pub mod procs;
-pub mod wait;
+pub(crate) mod api;
+pub(crate) mod procs;
+pub(crate) mod wait;
 
-pub use api::Api;
+pub(crate) use api::Api;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// A running `convoy server`; its API helpers through `Deref` (`s.post(..)`, `s.url`).
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -27,13 +27,13 @@ impl std::ops::Deref for Server {
     }
 }
 
-pub fn install_crypto() {
+pub(crate) fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The default test configuration: fast scheduling, auth off, loopback, port 0. `server_extra`
 /// holds more `[server]` keys (a leading `[server]` line is allowed).
-pub fn config(dir: &Path, server_extra: &str) -> String {
+pub(crate) fn config(dir: &Path, server_extra: &str) -> String {
     let extra = server_extra.trim_start().strip_prefix("[server]").unwrap_or(server_extra);
     format!(
         r#"
@@ -55,7 +55,7 @@ enabled = false
 
 impl Server {
     /// Starts a server in a fresh temporary directory.
-    pub fn start(extra_toml: &str) -> Server {
+    pub(crate) fn start(extra_toml: &str) -> Server {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
         let mut s = Server::start_in(&dir, &config(&dir, extra_toml));
@@ -64,7 +64,7 @@ impl Server {
     }
 
     /// Starts a server with the given config text in `dir` (kept after the server stops).
-    pub fn start_in(dir: &Path, config_text: &str) -> Server {
+    pub(crate) fn start_in(dir: &Path, config_text: &str) -> Server {
         install_crypto();
         let cfg = dir.join("convoy.toml");
         std::fs::write(&cfg, config_text).expect("write config");
@@ -74,12 +74,12 @@ impl Server {
         Server { child, dir: dir.to_path_buf(), _tmp: None, api: Api::new(url) }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
     /// Waits until `/readyz` answers 200.
-    pub async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await
@@ -93,12 +93,12 @@ impl Server {
     }
 
     /// SIGTERM, then wait (up to 20 s) for exit; the exit code.
-    pub fn terminate(&mut self) -> Option<i32> {
+    pub(crate) fn terminate(&mut self) -> Option<i32> {
         procs::signal_and_wait(&mut self.child, libc::SIGTERM, 20)
     }
 
     /// kill -9.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -112,7 +112,7 @@ impl Drop for Server {
 }
 
 /// A pod spec running `sh -c <script>` with small requests.
-pub fn pod(cpu: &str, script: &str) -> Value {
+pub(crate) fn pod(cpu: &str, script: &str) -> Value {
     json!({
         "containers": [{
             "name": "main",
@@ -124,11 +124,11 @@ pub fn pod(cpu: &str, script: &str) -> Value {
 }
 
 /// A job item.
-pub fn job(cpu: &str) -> Value {
+pub(crate) fn job(cpu: &str) -> Value {
     json!({"pod_spec": pod(cpu, "true")})
 }
 
 /// A node report.
-pub fn node(name: &str, cpu: &str) -> Value {
+pub(crate) fn node(name: &str, cpu: &str) -> Value {
     json!({"name": name, "allocatable": {"cpu": cpu, "memory": "64Gi"}})
 }

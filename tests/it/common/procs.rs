@@ -7,19 +7,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A loopback port that was free a moment ago (bind to port 0, read it, let it go).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().expect("local addr").port()
 }
 
 /// [`super::config`], listening on `127.0.0.1:<port>` instead of port 0.
-pub fn config_on_port(dir: &Path, port: u16, server_extra: &str) -> String {
+pub(crate) fn config_on_port(dir: &Path, port: u16, server_extra: &str) -> String {
     super::config(dir, server_extra).replacen("listen = \"127.0.0.1:0\"", &format!("listen = \"127.0.0.1:{port}\""), 1)
 }
 
 /// Spawns `cmd` with stderr to `log` and waits for the "convoy server listening on URL" line on
 /// its stdout; stdout keeps being drained afterwards.
-pub fn spawn_listening(mut cmd: Command, log: &Path) -> (Child, String) {
+pub(crate) fn spawn_listening(mut cmd: Command, log: &Path) -> (Child, String) {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::from(std::fs::File::create(log).expect("log file")))
@@ -47,7 +47,7 @@ pub fn spawn_listening(mut cmd: Command, log: &Path) -> (Child, String) {
 
 /// Sends `sig` to the child and waits up to `secs` for it to exit; its exit code (None: killed
 /// by a signal, or did not stop in time and was killed).
-pub fn signal_and_wait(child: &mut Child, sig: i32, secs: u64) -> Option<i32> {
+pub(crate) fn signal_and_wait(child: &mut Child, sig: i32, secs: u64) -> Option<i32> {
     // SAFETY: sending a signal to our own child process.
     unsafe {
         libc::kill(child.id() as i32, sig);
@@ -68,7 +68,7 @@ pub fn signal_and_wait(child: &mut Child, sig: i32, secs: u64) -> Option<i32> {
 
 /// A `convoy agent --runtime process` child process. Dropping it kills the agent (not its jobs:
 /// they run under supervisors that outlive it; see [`reap_runs`]).
-pub struct Agent {
+pub(crate) struct Agent {
     pub child: Child,
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
@@ -78,7 +78,13 @@ impl Agent {
     /// Starts `convoy agent --runtime process --server URL --executor NAME --data-dir DIR
     /// --config FILE`; `config_toml` is the agent file (tuning such as `max_backoff`). Its stderr
     /// goes to `log_path` (appended, so restarts keep the earlier agents' logs).
-    pub fn start(server_url: &str, executor: &str, data_dir: &Path, config_toml: &str, log_path: &Path) -> Agent {
+    pub(crate) fn start(
+        server_url: &str,
+        executor: &str,
+        data_dir: &Path,
+        config_toml: &str,
+        log_path: &Path,
+    ) -> Agent {
         std::fs::create_dir_all(data_dir).expect("agent data dir");
         let cfg = data_dir.with_extension("toml");
         std::fs::write(&cfg, config_toml).expect("write agent config");
@@ -97,28 +103,28 @@ impl Agent {
         Agent { child, data_dir: data_dir.to_path_buf(), log_path: log_path.to_path_buf() }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// The directory of a run (`<data_dir>/runs/<run_id>`).
-    pub fn run_dir(&self, run_id: &str) -> PathBuf {
+    pub(crate) fn run_dir(&self, run_id: &str) -> PathBuf {
         self.data_dir.join("runs").join(run_id)
     }
 
     /// True while the process has not exited.
-    pub fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// kill -9, and reap it.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// SIGTERM, then wait for exit; the exit code.
-    pub fn terminate(&mut self) -> Option<i32> {
+    pub(crate) fn terminate(&mut self) -> Option<i32> {
         signal_and_wait(&mut self.child, libc::SIGTERM, 20)
     }
 }
@@ -132,7 +138,7 @@ impl Drop for Agent {
 
 /// SIGKILLs every job process group and supervisor recorded under `<agent_data_dir>/runs`, so
 /// no test leaves jobs behind.
-pub fn reap_runs(agent_data_dir: &Path) {
+pub(crate) fn reap_runs(agent_data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(agent_data_dir.join("runs")) else { return };
     for entry in entries.flatten() {
         for (file, group) in [("pid", true), ("supervisor", false)] {
@@ -163,7 +169,7 @@ fn same_process(pid: i32, start: Option<&str>) -> bool {
 
 /// Processes of group `pgid` that are alive (not zombies: those may wait for a reaper that never
 /// comes in a container).
-pub fn live_group_members(pgid: i32) -> Vec<i32> {
+pub(crate) fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut live = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
