@@ -17,8 +17,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// `[server]`: listening, storage, limits of the API.
     pub server: ServerConfig,
+    /// `[scheduler]`: the scheduler's settings (the same keys as a simulation scenario's `config`).
     pub scheduler: SchedulerConfig,
+    /// `[auth]`: bearer tokens and the cluster secret.
     pub auth: AuthConfig,
     /// `[agent]` of a file that configures both commands. Read so that its keys and values are
     /// checked here too (a typo fails `convoy server` as it fails `convoy agent`); the server does
@@ -110,11 +113,14 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
+    /// The bearer token itself (compared exactly).
     pub token: String,
     /// Who the token is (matched against queue owners).
     pub principal: String,
+    /// Groups the principal belongs to (matched against queue groups).
     #[serde(default)]
     pub groups: Vec<String>,
+    /// What the token may do.
     pub roles: Vec<Role>,
 }
 
@@ -124,6 +130,7 @@ pub struct TokenConfig {
 pub struct AuthConfig {
     /// Off only when explicitly set to false (the embedded default binds to 127.0.0.1).
     pub enabled: bool,
+    /// The accepted bearer tokens.
     pub tokens: Vec<TokenConfig>,
     /// Shared secret for Raft RPC between servers.
     pub cluster_secret: Option<String>,
@@ -140,13 +147,30 @@ impl Default for AuthConfig {
 pub enum ConfigError {
     /// The file could not be read.
     #[error("reading {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        /// The file.
+        path: String,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
     /// The text is not TOML.
     #[error("{origin}: {message}")]
-    Parse { origin: String, message: String },
+    Parse {
+        /// The file, or where else the text came from.
+        origin: String,
+        /// The TOML parser's message, with the line.
+        message: String,
+    },
     /// A key is unknown or holds a value that is not allowed.
     #[error("{origin}: {key}: {message}")]
-    Invalid { origin: String, key: String, message: String },
+    Invalid {
+        /// The file, or where else the value came from.
+        origin: String,
+        /// The key, with its section (`agent.servers[0]`).
+        key: String,
+        /// The rule the value breaks.
+        message: String,
+    },
 }
 
 impl Config {

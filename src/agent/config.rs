@@ -22,13 +22,30 @@ const VALIDATED: &str = "agent config";
 pub enum AgentConfigError {
     /// The file could not be read.
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
     /// The text is not TOML.
     #[error("{origin}: {message}")]
-    Parse { origin: String, message: String },
+    Parse {
+        /// The file, or where else the text came from.
+        origin: String,
+        /// The TOML parser's message, with the line.
+        message: String,
+    },
     /// A key is unknown or holds a value that is not allowed.
     #[error("{origin}: {key}: {message}")]
-    Invalid { origin: String, key: String, message: String },
+    Invalid {
+        /// The file, or where else the value came from.
+        origin: String,
+        /// The key, with its section (`agent.servers[0]`).
+        key: String,
+        /// The rule the value breaks.
+        message: String,
+    },
 }
 
 /// An error about `agent.<key>`.

@@ -13,8 +13,11 @@ use std::sync::Arc;
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub struct Principal {
+    /// The principal's name as configured (matched against queue owners).
     pub name: String,
+    /// Its groups (matched against queue groups).
     pub groups: Vec<String>,
+    /// What it may do.
     pub roles: Vec<Role>,
 }
 
@@ -96,6 +99,7 @@ impl FromRequestParts<Arc<Control>> for Principal {
 
 /// A role that [`Authorized`] demands.
 pub trait RequiredRole {
+    /// The role.
     const ROLE: Role;
 }
 
@@ -117,6 +121,7 @@ impl RequiredRole for AdminRole {
 /// parts are extracted, so before a body extractor: a caller without the role gets 403 whatever
 /// the body, and learns nothing about the shape of an API it may not use.
 pub struct Authorized<R: RequiredRole> {
+    /// The caller.
     pub principal: Principal,
     _role: PhantomData<R>,
 }

@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 
 /// What a submission is checked against.
 pub struct SubmitContext<'a> {
+    /// Limits and defaults of the server (grace periods, deadlines, jobs per request).
     pub server: &'a ServerConfig,
+    /// The priority classes and their defaults.
     pub scheduler: &'a SchedulerConfig,
     /// Largest amount of each resource on any known node (empty when no node is known yet).
     pub largest_node: &'a Resources,
@@ -27,15 +29,25 @@ pub struct SubmitContext<'a> {
 /// A checked job, ready to get its id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckedJob {
+    /// Idempotency key within the queue, as submitted.
     pub client_id: Option<String>,
+    /// Priority within the queue (lower first).
     pub priority: u32,
+    /// The class asked for, or the configured default.
     pub priority_class: PriorityClassName,
+    /// Effective requests and placement constraints read from the pod spec.
     pub requirements: SchedulingRequirements,
+    /// Gang membership read from the annotations.
     pub gang: Option<GangSpec>,
+    /// Annotations as submitted.
     pub annotations: BTreeMap<String, String>,
+    /// Labels as submitted.
     pub labels: BTreeMap<String, String>,
+    /// Grace period after the rules (unset or 0 → 1 s).
     pub termination_grace_period_ms: u64,
+    /// The pod spec's deadline, or the default for CPU or GPU jobs.
     pub active_deadline_seconds: u64,
+    /// Pod spec, services and ingresses as submitted.
     pub payload: JobPayload,
 }
 
