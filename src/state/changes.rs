@@ -31,6 +31,9 @@ pub enum Change {
         /// The job it names.
         job: JobId,
     },
+    /// Forgets every client id of a queue (the queue was deleted: a queue created later under the
+    /// same name starts afresh).
+    DeleteClientIds(QueueName),
     /// Adds a job to its job set's index.
     AddToJobSet {
         /// The job's queue.

@@ -51,8 +51,11 @@ impl State {
                 self.cancel(&queue, &set, None, None, "queue deleted", at_ms, out);
             }
         }
-        // Jobs still being stopped keep their records; only the queue goes.
+        // Jobs still being stopped keep their records; only the queue goes, with its client ids
+        // (a queue created later under the same name must not answer old ids to new jobs).
         self.queues.remove(name);
+        self.client_ids.retain(|(q, _), _| q != name);
+        out.changes.push(Change::DeleteClientIds(name.clone()));
         out.changes.push(Change::DeleteQueue(name.clone()));
         out.effects.schedule = true;
         Response::Ok

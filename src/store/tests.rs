@@ -351,3 +351,42 @@ fn version_1_events_are_regrouped_into_chunks() {
         "the old table is gone"
     );
 }
+
+#[test]
+fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db.redb")).unwrap();
+    let mut state = State::new(settings());
+    let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
+    let other = QueueName::new("B").unwrap();
+    let create = |name: &QueueName| Command::CreateQueue { queue: Queue::new(name.clone(), 1.0).into() };
+    let submit = |queue: &QueueName, id: u128| Command::Submit {
+        queue: queue.clone(),
+        job_set: s.clone(),
+        at_ms: 2,
+        jobs: vec![job(id, Some("c1"))],
+    };
+    apply_all(
+        &store,
+        &mut state,
+        vec![
+            create(&q),
+            create(&other),
+            submit(&q, 1),
+            submit(&other, 2),
+            Command::DeleteQueue { name: q.clone(), force: true, at_ms: 3 },
+            create(&q),
+        ],
+    );
+    // The recreated queue takes `c1` as new; the other queue's `c1` still names its job.
+    let a = state.apply(submit(&q, 3), ApplyContext { term: 1 });
+    assert_eq!(a.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(3)])));
+    let tx = store.write().unwrap();
+    write_changes(&tx, &a.changes).unwrap();
+    tx.commit().unwrap();
+    let mut loaded = store.load_state(settings()).unwrap();
+    assert_eq!(loaded.client_ids.get(&(q.clone(), "c1".to_string())), Some(&JobId::from_u128(3)));
+    assert_eq!(loaded.client_ids.get(&(other.clone(), "c1".to_string())), Some(&JobId::from_u128(2)));
+    let again = loaded.apply(submit(&other, 4), ApplyContext { term: 1 });
+    assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
+}

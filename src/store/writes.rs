@@ -66,6 +66,12 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             Change::PutExecutor(e) => {
                 open(&mut executors, tx, EXECUTORS)?.insert(e.name.as_str(), encode_row("executor", e)?.as_slice())?;
             }
+            Change::DeleteClientIds(queue) => {
+                let mut prefix = queue.as_str().as_bytes().to_vec();
+                let end = prefix_end(&prefix);
+                prefix.push(0);
+                open(&mut client_ids, tx, CLIENT_IDS)?.retain_in(prefix.as_slice()..end.as_slice(), |_, _| false)?;
+            }
             Change::DeleteExecutor(name) => {
                 open(&mut executors, tx, EXECUTORS)?.remove(name.as_str())?;
             }
