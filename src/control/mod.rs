@@ -132,8 +132,6 @@ pub struct Control {
     pub liveness: Liveness,
     /// What this server's latest scheduling cycle said.
     pub scheduling: RwLock<SchedulingView>,
-    /// When the control plane was built (server start).
-    pub started: Instant,
     /// Turns true when the server stops: long polls and event streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }

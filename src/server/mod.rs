@@ -147,7 +147,6 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         notify,
         liveness: Liveness::default(),
         scheduling: RwLock::new(SchedulingView::default()),
-        started: Instant::now(),
         shutdown: stop_rx.clone(),
     });
     let router = crate::api::router(control.clone()).merge(raft.router());
