@@ -8,7 +8,7 @@ use super::decisions::{
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
-use super::queue_order::{OrderKey, Turn};
+use super::queue_order::{QueueOrderKey, Turn};
 use super::rate_limit::RateLimits;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
@@ -113,13 +113,9 @@ impl CJob<'_> {
         matches!(self.status, Status::Placed | Status::Returned | Status::Running)
     }
 
-    pub(super) fn order_key(&self) -> OrderKey {
-        OrderKey {
-            class_priority: self.class_priority,
-            evicted: self.status == Status::Evicted,
-            priority: self.priority,
-            seq: self.seq,
-        }
+    /// The job's place in its queue's order, evicted jobs first.
+    pub(super) fn order_key(&self) -> QueueOrderKey {
+        QueueOrderKey::queued(self.class_priority, self.priority, self.seq).with_evicted(self.status == Status::Evicted)
     }
 }
 
@@ -345,9 +341,9 @@ impl<'a> PoolCycle<'a> {
         pc
     }
 
-    /// Sort key of a queued job within its queue.
-    pub(super) fn queue_key(&self, pc: u16, info: &JobInfo) -> (std::cmp::Reverse<i32>, u32, u64) {
-        (std::cmp::Reverse(self.pcs[pc as usize].priority), info.priority, info.submit_seq)
+    /// Place of a queued job in its queue's order.
+    pub(super) fn queued_key(&self, src: &SrcJob) -> QueueOrderKey {
+        QueueOrderKey::queued(self.pcs[src.pc as usize].priority, src.priority, src.seq)
     }
 
     fn new_job(&mut self, src: &SrcJob, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
@@ -527,7 +523,7 @@ impl<'a> PoolCycle<'a> {
             let mut srcs: Vec<SrcJob> = Vec::with_capacity(src.len());
             let mut sorted = true;
             let mut any = false;
-            let mut prev: Option<(std::cmp::Reverse<i32>, u32, u64)> = None;
+            let mut prev: Option<QueueOrderKey> = None;
             let mut gang_src: HashMap<&'a str, Vec<u32>> = HashMap::default();
             let mut demand = cycle.layout.zero();
             for (i, j) in src.iter().enumerate() {
@@ -537,13 +533,14 @@ impl<'a> PoolCycle<'a> {
                 }
                 any = true;
                 let pc = cycle.pc_of_memo(&mut memo, j);
-                let k = cycle.queue_key(pc, j);
+                let c = cycle.intern(&mut interner, j);
+                let sj = SrcJob::of(j, c, pc);
+                let k = cycle.queued_key(&sj);
                 if prev.is_some_and(|p| p > k) {
                     sorted = false;
                 }
                 prev = Some(k);
-                let c = cycle.intern(&mut interner, j);
-                srcs.push(SrcJob::of(j, c, pc));
+                srcs.push(sj);
                 if qs.queued_demand.is_none()
                     && let Ok(v) = &cycle.classes[c as usize].dense
                 {
@@ -560,10 +557,7 @@ impl<'a> PoolCycle<'a> {
                 demand = cycle.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
-                let key = |i: u32| {
-                    let sj = &srcs[i as usize];
-                    (std::cmp::Reverse(cycle.pcs[sj.pc as usize].priority), sj.priority, sj.seq)
-                };
+                let key = |i: u32| cycle.queued_key(&srcs[i as usize]);
                 let mut o: Vec<u32> = (0..src.len() as u32).filter(|&i| srcs[i as usize].class != u32::MAX).collect();
                 o.sort_by_key(|&i| key(i));
                 for members in gang_src.values_mut() {
@@ -813,16 +807,8 @@ impl<'a> PoolCycle<'a> {
                 qc.retry.get(qc.retry_pos).copied()
             };
             // The three streams (evicted, offered again, queued) merge in queue order.
-            let queued_key = next_queued.map(|w| {
-                let sj = &self.queues[q as usize].srcs[w as usize];
-                OrderKey {
-                    class_priority: self.pcs[sj.pc as usize].priority,
-                    evicted: false,
-                    priority: sj.priority,
-                    seq: sj.seq,
-                }
-            });
-            let mut pick: Option<(OrderKey, u8)> = None;
+            let queued_key = next_queued.map(|w| self.queued_key(&self.queues[q as usize].srcs[w as usize]));
+            let mut pick: Option<(QueueOrderKey, u8)> = None;
             for (key, stream) in [
                 (next_evicted.map(|e| self.jobs[e as usize].order_key()), 0u8),
                 (next_retry.map(|r| self.jobs[r as usize].order_key()), 1),

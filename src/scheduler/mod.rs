@@ -29,6 +29,7 @@ pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 

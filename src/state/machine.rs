@@ -8,13 +8,12 @@ use crate::model::{
     EventKind, ExecutorName, JobId, JobRecord, JobSetName, JobState, PriorityClassName, Queue, QueueName, Requirements,
     Resources, RunId, SchedulingRequirements,
 };
-use crate::scheduler::JobInfo;
+use crate::scheduler::{JobInfo, QueueOrderKey};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// Order of queued jobs within a queue: class priority (higher first), job priority (lower
-/// first), submission sequence.
-pub type QueueKey = (std::cmp::Reverse<i32>, u32, u64);
+/// Order of queued jobs within a queue: the scheduler's queue order.
+pub type QueueKey = QueueOrderKey;
 
 /// A queue with its queued jobs in scheduling order.
 #[derive(Debug, Clone)]
@@ -214,7 +213,7 @@ impl State {
 
     /// Queue-order key of a job.
     pub(super) fn queue_key(&self, r: &JobRecord) -> QueueKey {
-        (std::cmp::Reverse(self.class_priority(&r.priority_class)), r.priority, r.submit_seq)
+        QueueOrderKey::queued(self.class_priority(&r.priority_class), r.priority, r.submit_seq)
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
