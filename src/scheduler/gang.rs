@@ -5,7 +5,7 @@
 //! the best one — most members placed, then least preemption, then the tightest fit — is then
 //! placed for real. A gang that does not fit changes nothing.
 
-use super::cycle::{Candidate, PoolCycle, Status};
+use super::context::{Candidate, PoolCycle, Status};
 use super::decisions::Reason;
 use super::resvec::ResVec;
 use std::collections::BTreeMap;

@@ -5,8 +5,6 @@
 //! state keeps its queued jobs in this order (they are never evicted there); the scheduler merges
 //! evicted, retried and queued jobs by it. Jobs of one gang travel together, at the position of
 //! their first member.
-//!
-//! Also the order of turns between queues during progressive filling ([`Turn`]).
 
 use std::cmp::Ordering;
 
@@ -50,44 +48,10 @@ impl PartialOrd for QueueOrderKey {
     }
 }
 
-/// Heap entry for progressive filling: the most urgent next gang first; among equals the queue
-/// whose cost after scheduling it (divided by its weight) is smallest; then the queue name.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Turn {
-    pub urgency: i32,
-    pub cost_after: f64,
-    /// Queues are numbered in name order, so this breaks ties by name.
-    pub queue: u32,
-}
-
-impl PartialEq for Turn {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Turn {}
-
-impl Ord for Turn {
-    /// Reversed so that `BinaryHeap` (a max-heap) pops the best turn.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.urgency
-            .cmp(&other.urgency)
-            .then_with(|| other.cost_after.total_cmp(&self.cost_after))
-            .then_with(|| other.queue.cmp(&self.queue))
-    }
-}
-
-impl PartialOrd for Turn {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::BinaryHeap;
 
     fn k(class_priority: i32, evicted: bool, priority: u32, seq: u64) -> QueueOrderKey {
         QueueOrderKey::queued(class_priority, priority, seq).with_evicted(evicted)
@@ -149,17 +113,6 @@ mod tests {
         assert_eq!(k(7, true, 3, 1).cmp(&k(7, true, 3, 1)), Ordering::Equal);
         assert_ne!(k(7, true, 3, 1), k(7, false, 3, 1));
         assert_eq!(QueueOrderKey::queued(7, 3, 1).with_evicted(false), QueueOrderKey::queued(7, 3, 1));
-    }
-
-    #[test]
-    fn turns_pop_urgent_then_cheapest_then_name() {
-        let mut h = BinaryHeap::new();
-        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 0 });
-        h.push(Turn { urgency: 30000, cost_after: 0.9, queue: 2 });
-        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 1 });
-        h.push(Turn { urgency: 20000, cost_after: 0.05, queue: 3 });
-        let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|t| t.queue)).collect();
-        assert_eq!(order, vec![2, 3, 0, 1]);
     }
 
     fn class_priority() -> impl Strategy<Value = i32> {
