@@ -7,7 +7,7 @@
 //! decides what to evict and when to rebalance.
 
 use super::context::{Candidate, Origin, PoolCycle, Status};
-use super::decisions::Reason;
+use super::decisions::{RateScope, Reason};
 use super::queue_order::QueueOrderKey;
 use super::rate_limit::RateLimits;
 use super::resvec::add_to;
@@ -47,6 +47,25 @@ impl PartialOrd for Turn {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
+}
+
+/// Where a queue's next candidate comes from. The three streams are merged in queue order
+/// ([`QueueOrderKey`]); on equal keys the stream listed first goes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stream {
+    /// Jobs evicted in this cycle (`QCtx::evicted`, one entry per gang): they may return to their
+    /// nodes.
+    Evicted,
+    /// Jobs that waited for room, offered again after a rebalance (`QCtx::retry`).
+    Retry,
+    /// Queued jobs not offered yet (`QCtx::order`, or `QCtx::src` when that is in order).
+    Queued,
+}
+
+/// The stream head to take next: the first in queue order, on equal keys the first stream.
+/// Heads are (key, stream, job or position).
+fn first_head(heads: [Option<(QueueOrderKey, Stream, u32)>; 3]) -> Option<(Stream, u32)> {
+    heads.into_iter().flatten().min().map(|(_, stream, at)| (stream, at))
 }
 
 impl<'a> PoolCycle<'a> {
@@ -136,111 +155,56 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
+    /// Position of the queue's next queued job to offer, unless the global rate limit or the
+    /// lookback limit stops the queue's queued jobs (noted once, for the rest of the cycle).
+    fn next_queued(&mut self, q: u32, lookback: usize) -> Option<u32> {
+        if self.queues[q as usize].queued_stopped {
+            return None;
+        }
+        let pos = self.peek_queued(q)?;
+        let stop = match &self.global_rate_stopped {
+            Some(r) => r.clone(),
+            None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
+                queue: self.queues[q as usize].name.clone(),
+                limit: self.cfg.max_queue_lookback,
+            }),
+            None => return Some(pos),
+        };
+        let qc = &mut self.queues[q as usize];
+        qc.queued_stopped = true;
+        qc.note.get_or_insert(stop);
+        None
+    }
+
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
     fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
         if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-            self.global_rate_stopped =
-                Some(Arc::new(Reason::RateLimited { scope: super::decisions::RateScope::Global }));
+            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
         let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
         loop {
+            let next_queued = self.next_queued(q, lookback);
             let qc = &self.queues[q as usize];
             let next_evicted = qc.evicted.get(qc.evicted_pos).copied();
-            let mut next_queued = if qc.queued_stopped { None } else { self.peek_queued(q) };
-            if next_queued.is_some() {
-                let stop = match &self.global_rate_stopped {
-                    Some(r) => Some(r.clone()),
-                    None if self.queues[q as usize].taken >= lookback => Some(Arc::new(Reason::LookbackLimit {
-                        queue: self.queues[q as usize].name.clone(),
-                        limit: self.cfg.max_queue_lookback,
-                    })),
-                    None => None,
-                };
-                if let Some(r) = stop {
-                    let qc = &mut self.queues[q as usize];
-                    qc.queued_stopped = true;
-                    qc.note.get_or_insert(r);
-                    next_queued = None;
+            let next_retry = qc.retry.get(qc.retry_pos).copied();
+            // The head of each stream: (its key, the stream, a job for `Evicted` and `Retry`, a
+            // position in `src` for `Queued`).
+            let heads: [Option<(QueueOrderKey, Stream, u32)>; 3] = [
+                next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
+                next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
+                next_queued.map(|pos| (self.queued_key(&qc.srcs[pos as usize]), Stream::Queued, pos)),
+            ];
+            let (stream, at) = first_head(heads)?;
+            let members = match stream {
+                Stream::Evicted => {
+                    self.queues[q as usize].evicted_pos += 1;
+                    self.members_still(q, at, Status::Evicted)
                 }
-            }
-            let next_retry = {
-                let qc = &self.queues[q as usize];
-                qc.retry.get(qc.retry_pos).copied()
-            };
-            // The three streams (evicted, offered again, queued) merge in queue order.
-            let queued_key = next_queued.map(|w| self.queued_key(&self.queues[q as usize].srcs[w as usize]));
-            let mut pick: Option<(QueueOrderKey, u8)> = None;
-            for (key, stream) in [
-                (next_evicted.map(|e| self.jobs[e as usize].order_key()), 0u8),
-                (next_retry.map(|r| self.jobs[r as usize].order_key()), 1),
-                (queued_key, 2),
-            ] {
-                if let Some(k) = key
-                    && pick.is_none_or(|(best, _)| k < best)
-                {
-                    pick = Some((k, stream));
+                Stream::Retry => {
+                    self.queues[q as usize].retry_pos += 1;
+                    self.members_still(q, at, Status::Waiting)
                 }
-            }
-            let (_, stream) = pick?;
-            let take_evicted = stream == 0;
-            let members: SmallVec<[u32; 1]> = match stream {
-                0 | 1 => {
-                    let qc = &mut self.queues[q as usize];
-                    let (first, expected) = if stream == 0 {
-                        qc.evicted_pos += 1;
-                        (next_evicted, Status::Evicted)
-                    } else {
-                        qc.retry_pos += 1;
-                        (next_retry, Status::Waiting)
-                    };
-                    let first = first?;
-                    let job = &self.jobs[first as usize];
-                    // Skip jobs already dealt with (members of a gang handled with its first member).
-                    if job.status != expected {
-                        continue;
-                    }
-                    match &job.info.gang {
-                        Some(g) => self
-                            .gang_members(q, g.id.as_str())
-                            .into_iter()
-                            .filter(|&m| self.jobs[m as usize].status == expected)
-                            .collect(),
-                        None => smallvec::smallvec![first],
-                    }
-                }
-                _ => {
-                    let pos = next_queued?;
-                    self.queues[q as usize].queued_pos += 1;
-                    let src = self.queues[q as usize].src;
-                    let gang = if self.queues[q as usize].srcs[pos as usize].gang {
-                        src[pos as usize].gang.as_ref()
-                    } else {
-                        None
-                    };
-                    let positions: SmallVec<[u32; 1]> = match gang {
-                        Some(g) => {
-                            let qc = &mut self.queues[q as usize];
-                            qc.gangs_done.insert(g.id.as_str());
-                            qc.gang_src
-                                .get(g.id.as_str())
-                                .map(|m| m.iter().copied().collect())
-                                .unwrap_or_else(|| smallvec::smallvec![pos])
-                        }
-                        None => smallvec::smallvec![pos],
-                    };
-                    self.queues[q as usize].taken += positions.len();
-                    let members: SmallVec<[u32; 1]> = positions
-                        .iter()
-                        .map(|&p| {
-                            let sj = self.queues[q as usize].srcs[p as usize].clone();
-                            self.new_job(&sj, &src[p as usize], q, Origin::Queued)
-                        })
-                        .collect();
-                    if let Some(g) = gang {
-                        self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
-                    }
-                    members
-                }
+                Stream::Queued => self.take_queued(q, at),
             };
             if members.is_empty() {
                 continue;
@@ -263,10 +227,60 @@ impl<'a> PoolCycle<'a> {
             } else {
                 None
             };
+            let evicted = stream == Stream::Evicted;
             let qc = &mut self.queues[q as usize];
-            qc.current = Some(Candidate { jobs: members, evicted: take_evicted, gang, req });
+            qc.current = Some(Candidate { jobs: members, evicted, gang, req });
             return Some(Turn { urgency, cost_after, queue: q });
         }
+    }
+
+    /// Job `first` of queue `q`, with the other members of its gang, if it still has status
+    /// `expected`; none if it no longer has (it went with its gang's first member, or was dealt
+    /// with since it was listed).
+    fn members_still(&self, q: u32, first: u32, expected: Status) -> SmallVec<[u32; 1]> {
+        let job = &self.jobs[first as usize];
+        if job.status != expected {
+            return SmallVec::new();
+        }
+        match &job.info.gang {
+            Some(g) => self
+                .gang_members(q, g.id.as_str())
+                .into_iter()
+                .filter(|&m| self.jobs[m as usize].status == expected)
+                .collect(),
+            None => smallvec::smallvec![first],
+        }
+    }
+
+    /// Takes the queued job at position `pos` of queue `q`'s `src`, with the queued members of its
+    /// gang, into the cycle.
+    fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
+        self.queues[q as usize].queued_pos += 1;
+        let src = self.queues[q as usize].src;
+        let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let positions: SmallVec<[u32; 1]> = match gang {
+            Some(g) => {
+                let qc = &mut self.queues[q as usize];
+                qc.gangs_done.insert(g.id.as_str());
+                qc.gang_src
+                    .get(g.id.as_str())
+                    .map(|m| m.iter().copied().collect())
+                    .unwrap_or_else(|| smallvec::smallvec![pos])
+            }
+            None => smallvec::smallvec![pos],
+        };
+        self.queues[q as usize].taken += positions.len();
+        let members: SmallVec<[u32; 1]> = positions
+            .iter()
+            .map(|&p| {
+                let sj = self.queues[q as usize].srcs[p as usize].clone();
+                self.new_job(&sj, &src[p as usize], q, Origin::Queued)
+            })
+            .collect();
+        if let Some(g) = gang {
+            self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
+        }
+        members
     }
 }
 
@@ -283,5 +297,25 @@ mod tests {
         h.push(Turn { urgency: 20000, cost_after: 0.05, queue: 3 });
         let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|t| t.queue)).collect();
         assert_eq!(order, vec![2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn stream_heads_go_in_queue_order_then_stream_order() {
+        let key = |class_priority, priority, seq| QueueOrderKey::queued(class_priority, priority, seq);
+        let heads = [
+            Some((key(10, 0, 5), Stream::Queued, 0)),
+            Some((key(10, 0, 5), Stream::Retry, 1)),
+            Some((key(10, 0, 5).with_evicted(true), Stream::Evicted, 2)),
+        ];
+        assert_eq!(first_head(heads), Some((Stream::Evicted, 2)));
+        let heads = [None, Some((key(10, 0, 5), Stream::Retry, 1)), Some((key(10, 0, 5), Stream::Queued, 0))];
+        assert_eq!(first_head(heads), Some((Stream::Retry, 1)));
+        let heads = [
+            Some((key(5, 0, 0).with_evicted(true), Stream::Evicted, 2)),
+            Some((key(10, 3, 9), Stream::Retry, 1)),
+            Some((key(10, 1, 7), Stream::Queued, 0)),
+        ];
+        assert_eq!(first_head(heads), Some((Stream::Queued, 0)));
+        assert_eq!(first_head([None, None, None]), None);
     }
 }
