@@ -8,6 +8,7 @@
 use super::config::SchedulerConfig;
 use super::decisions::Reason;
 use super::fairness::CostModel;
+use super::gang::GangShape;
 use super::node_types::NodeTypes;
 use super::nodedb::{Levels, NodeDb, Occupant};
 use super::queue_order::QueueOrderKey;
@@ -192,10 +193,6 @@ pub(super) struct PcInfo {
     pub preemptible: bool,
     pub prio_idx: u8,
 }
-
-/// A gang of identical members as far as placement goes: (class, priority level, members,
-/// minimum cardinality, uniformity label).
-pub(super) type GangShape = (u32, u8, u32, u32, Option<String>);
 
 /// One pool's cycle.
 pub(super) struct PoolCycle<'a> {
