@@ -11,7 +11,7 @@ use super::fairness::CostModel;
 use super::gang::GangShape;
 use super::node_types::NodeTypes;
 use super::nodedb::{Levels, NodeDb, Occupant};
-use super::queue_order::QueueOrderKey;
+use super::queue_order::{CycleOrderKey, QueueOrderKey};
 use super::resvec::{Layout, ResVec};
 use super::snapshot::{JobInfo, QueueSnapshot};
 use crate::model::{GangSpec, Node, PoolName, QueueName, ResourceName, SchedulingRequirements};
@@ -83,8 +83,8 @@ impl CJob<'_> {
     }
 
     /// The job's place in its queue's order, evicted jobs first.
-    pub(super) fn order_key(&self) -> QueueOrderKey {
-        QueueOrderKey::queued(self.class_priority, self.priority, self.seq).with_evicted(self.status == Status::Evicted)
+    pub(super) fn order_key(&self) -> CycleOrderKey {
+        QueueOrderKey::new(self.class_priority, self.priority, self.seq).with_evicted(self.status == Status::Evicted)
     }
 }
 
@@ -265,7 +265,7 @@ impl<'a> PoolCycle<'a> {
 
     /// Place of a queued job in its queue's order.
     pub(super) fn queued_key(&self, src: &SrcJob) -> QueueOrderKey {
-        QueueOrderKey::queued(self.pcs[src.pc as usize].priority, src.priority, src.seq)
+        QueueOrderKey::new(self.pcs[src.pc as usize].priority, src.priority, src.seq)
     }
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the

@@ -8,7 +8,7 @@
 
 use super::context::{Candidate, Origin, PoolCycle, Status};
 use super::decisions::{RateScope, Reason};
-use super::queue_order::QueueOrderKey;
+use super::queue_order::CycleOrderKey;
 use super::rate_limit::RateLimits;
 use super::resvec::add_to;
 use smallvec::SmallVec;
@@ -50,7 +50,7 @@ impl PartialOrd for Turn {
 }
 
 /// Where a queue's next candidate comes from. The three streams are merged in queue order
-/// ([`QueueOrderKey`]); on equal keys the stream listed first goes first.
+/// ([`CycleOrderKey`]); on equal keys the stream listed first goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stream {
     /// Jobs evicted in this cycle (`QCtx::evicted`, one entry per gang): they may return to their
@@ -64,7 +64,7 @@ enum Stream {
 
 /// The stream head to take next: the first in queue order, on equal keys the first stream.
 /// Heads are (key, stream, job or position).
-fn first_head(heads: [Option<(QueueOrderKey, Stream, u32)>; 3]) -> Option<(Stream, u32)> {
+fn first_head(heads: [Option<(CycleOrderKey, Stream, u32)>; 3]) -> Option<(Stream, u32)> {
     heads.into_iter().flatten().min().map(|(_, stream, at)| (stream, at))
 }
 
@@ -189,10 +189,11 @@ impl<'a> PoolCycle<'a> {
             let next_retry = qc.retry.get(qc.retry_pos).copied();
             // The head of each stream: (its key, the stream, a job for `Evicted` and `Retry`, a
             // position in `src` for `Queued`).
-            let heads: [Option<(QueueOrderKey, Stream, u32)>; 3] = [
+            let heads: [Option<(CycleOrderKey, Stream, u32)>; 3] = [
                 next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
                 next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
-                next_queued.map(|pos| (self.queued_key(&qc.srcs[pos as usize]), Stream::Queued, pos)),
+                next_queued
+                    .map(|pos| (self.queued_key(&qc.srcs[pos as usize]).with_evicted(false), Stream::Queued, pos)),
             ];
             let (stream, at) = first_head(heads)?;
             let members = match stream {
@@ -286,6 +287,7 @@ impl<'a> PoolCycle<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::queue_order::QueueOrderKey;
     use super::*;
 
     #[test]
@@ -301,19 +303,25 @@ mod tests {
 
     #[test]
     fn stream_heads_go_in_queue_order_then_stream_order() {
-        let key = |class_priority, priority, seq| QueueOrderKey::queued(class_priority, priority, seq);
+        let key = |class_priority, priority, seq, evicted| {
+            QueueOrderKey::new(class_priority, priority, seq).with_evicted(evicted)
+        };
         let heads = [
-            Some((key(10, 0, 5), Stream::Queued, 0)),
-            Some((key(10, 0, 5), Stream::Retry, 1)),
-            Some((key(10, 0, 5).with_evicted(true), Stream::Evicted, 2)),
+            Some((key(10, 0, 5, false), Stream::Queued, 0)),
+            Some((key(10, 0, 5, false), Stream::Retry, 1)),
+            Some((key(10, 0, 5, false), Stream::Evicted, 2)),
         ];
         assert_eq!(first_head(heads), Some((Stream::Evicted, 2)));
-        let heads = [None, Some((key(10, 0, 5), Stream::Retry, 1)), Some((key(10, 0, 5), Stream::Queued, 0))];
+        let heads =
+            [None, Some((key(10, 0, 5, false), Stream::Retry, 1)), Some((key(10, 0, 5, false), Stream::Queued, 0))];
         assert_eq!(first_head(heads), Some((Stream::Retry, 1)));
+        let heads =
+            [Some((key(10, 2, 9, true), Stream::Evicted, 2)), None, Some((key(10, 0, 5, false), Stream::Queued, 0))];
+        assert_eq!(first_head(heads), Some((Stream::Evicted, 2)));
         let heads = [
-            Some((key(5, 0, 0).with_evicted(true), Stream::Evicted, 2)),
-            Some((key(10, 3, 9), Stream::Retry, 1)),
-            Some((key(10, 1, 7), Stream::Queued, 0)),
+            Some((key(5, 0, 0, true), Stream::Evicted, 2)),
+            Some((key(10, 3, 9, false), Stream::Retry, 1)),
+            Some((key(10, 1, 7, false), Stream::Queued, 0)),
         ];
         assert_eq!(first_head(heads), Some((Stream::Queued, 0)));
         assert_eq!(first_head([None, None, None]), None);

@@ -213,7 +213,7 @@ impl State {
 
     /// Queue-order key of a job.
     pub(super) fn queue_key(&self, r: &JobRecord) -> QueueKey {
-        QueueOrderKey::queued(self.class_priority(&r.priority_class), r.priority, r.submit_seq)
+        QueueOrderKey::new(self.class_priority(&r.priority_class), r.priority, r.submit_seq)
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
