@@ -62,10 +62,22 @@ enum Stream {
     Queued,
 }
 
+/// The head of a stream: its key, the stream, and a job (`Evicted`, `Retry`) or a position in
+/// `src` (`Queued`).
+type Head = (CycleOrderKey, Stream, u32);
+
 /// The stream head to take next: the first in queue order, on equal keys the first stream.
-/// Heads are (key, stream, job or position).
-fn first_head(heads: [Option<(CycleOrderKey, Stream, u32)>; 3]) -> Option<(Stream, u32)> {
-    heads.into_iter().flatten().min().map(|(_, stream, at)| (stream, at))
+#[inline]
+fn first_head(heads: [Option<Head>; 3]) -> Option<(Stream, u32)> {
+    // Unrolled: this runs once per candidate, and an iterator over the array cost several times
+    // more.
+    let earlier = |a: Option<Head>, b: Option<Head>| match (a, b) {
+        (Some(x), Some(y)) => Some(if y.0 < x.0 || (y.0 == x.0 && y.1 < x.1) { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    };
+    let [a, b, c] = heads;
+    earlier(earlier(a, b), c).map(|(_, stream, at)| (stream, at))
 }
 
 impl<'a> PoolCycle<'a> {
@@ -187,9 +199,7 @@ impl<'a> PoolCycle<'a> {
             let qc = &self.queues[q as usize];
             let next_evicted = qc.evicted.get(qc.evicted_pos).copied();
             let next_retry = qc.retry.get(qc.retry_pos).copied();
-            // The head of each stream: (its key, the stream, a job for `Evicted` and `Retry`, a
-            // position in `src` for `Queued`).
-            let heads: [Option<(CycleOrderKey, Stream, u32)>; 3] = [
+            let heads: [Option<Head>; 3] = [
                 next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
                 next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
                 next_queued
