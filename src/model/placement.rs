@@ -224,15 +224,6 @@ impl NodeAffinity {
         }
         Ok(())
     }
-
-    /// Label keys the required terms look at.
-    pub fn label_keys(&self) -> impl Iterator<Item = &str> {
-        self.required_during_scheduling_ignored_during_execution
-            .iter()
-            .flat_map(|s| s.node_selector_terms.iter())
-            .flat_map(|t| t.match_expressions.iter())
-            .map(|r| r.key.as_str())
-    }
 }
 
 #[cfg(test)]

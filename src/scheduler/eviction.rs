@@ -12,17 +12,18 @@
 //! look the rebalancing would only happen in the next cycle, so a cycle with nothing new would
 //! still preempt.
 
-use super::cycle::{Origin, PoolCycle, Status};
+use super::context::{Origin, PoolCycle, Status};
 use super::decisions::Reason;
 use super::nodedb::Occupant;
 use super::resvec::sub_from;
+use rand_core::Rng;
 use std::collections::BTreeSet;
 
 impl PoolCycle<'_> {
     /// Draws the nodes eligible for eviction and evicts the queues above their protected share.
     pub(super) fn evict(&mut self, rng: &mut rand_pcg::Pcg64) {
         let p = self.cfg.node_eviction_probability;
-        self.eviction_nodes = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && Self::draw(rng) < p)).collect();
+        self.eviction_nodes = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && draw(rng) < p)).collect();
         let shares: Vec<f64> = self.queues.iter().map(|q| q.adjusted_fair_share).collect();
         let over = self.over_share(&shares);
         self.evict_queues(&over);
@@ -188,3 +189,8 @@ impl PoolCycle<'_> {
 
 /// Most extra evict-and-refill rounds in one cycle.
 const MAX_REBALANCES: usize = 3;
+
+/// A uniform draw in [0, 1).
+fn draw(rng: &mut rand_pcg::Pcg64) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -5,11 +5,27 @@
 //! the best one — most members placed, then least preemption, then the tightest fit — is then
 //! placed for real. A gang that does not fit changes nothing.
 
-use super::cycle::{Candidate, PoolCycle, Status};
+use super::context::{Candidate, PoolCycle, Status};
 use super::decisions::Reason;
 use super::resvec::ResVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// A gang of identical members as far as placement goes: gangs of one shape get the same
+/// verdict, so a shape that does not fit is not tried again until room is freed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct GangShape {
+    /// The members' requirements class.
+    pub class: u32,
+    /// The members' priority level.
+    pub prio_idx: u8,
+    /// Members offered together.
+    pub members: u32,
+    /// Fewest members that must be placed.
+    pub min_cardinality: u32,
+    /// Label whose value all the gang's nodes must share.
+    pub uniformity_label: Option<String>,
+}
 
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]
@@ -98,8 +114,13 @@ impl PoolCycle<'_> {
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class
-            .then(|| (first.class, first.prio_idx, present, gang.min_cardinality, gang.node_uniformity_label.clone()));
+        let cache_key = same_class.then(|| GangShape {
+            class: first.class,
+            prio_idx: first.prio_idx,
+            members: present,
+            min_cardinality: gang.min_cardinality,
+            uniformity_label: gang.node_uniformity_label.clone(),
+        });
         if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
             let r = r.clone();
             for &m in &members {

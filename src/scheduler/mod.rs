@@ -1,23 +1,29 @@
 //! The scheduling algorithm as a pure, deterministic function: no I/O, no clock, no randomness
 //! except the seeded generator built from the `seed` argument.
 //!
-//! `schedule(snapshot, config, seed, now_ms) -> Decisions` runs one cycle per pool:
-//! 1. [`eviction`]: preemptible jobs of queues above their protected share are evicted in the
+//! `schedule(snapshot, config, seed, now_ms) -> Decisions` ([`cycle`]) runs one cycle per pool:
+//! 1. [`build`]: the pool's view of the snapshot, held in the per-cycle [`context`];
+//! 2. [`eviction`]: preemptible jobs of queues above their protected share are evicted in the
 //!    scheduler's view (fair-share preemption);
-//! 2. [`cycle`]: progressive filling — the most urgent next gang first, then the queue whose cost
+//! 3. [`fill`]: progressive filling — the most urgent next gang first, then the queue whose cost
 //!    ([`fairness`]) after scheduling it is lowest — with [`queue_order`] inside each queue;
-//! 3. [`placement`] and [`gang`]: node choice through the [`nodedb`] (priority levels, tiers,
+//! 4. [`placement`] and [`gang`]: node choice through the [`nodedb`] (priority levels, tiers,
 //!    best fit), urgency preemption, limits and [`rate_limit`]s;
-//! 4. [`decisions`]: leases, preemptions, failures and a reason for every job that waits.
+//! 5. [`outcome`]: [`decisions`] — leases, preemptions, failures and a reason for every job that
+//!    waits.
 
+pub(crate) mod build;
 pub mod config;
+pub(crate) mod context;
 pub(crate) mod cycle;
 pub mod decisions;
 pub(crate) mod eviction;
 pub mod fairness;
+pub(crate) mod fill;
 pub(crate) mod gang;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
+pub(crate) mod outcome;
 pub(crate) mod placement;
 pub(crate) mod queue_order;
 pub mod rate_limit;
@@ -29,6 +35,7 @@ pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 

@@ -2,7 +2,7 @@
 //! displacement of victims, putting evicted jobs back, and the undo log that makes gang
 //! placement all-or-nothing.
 
-use super::cycle::{Candidate, Origin, PoolCycle, Status, Undo};
+use super::context::{Candidate, Origin, PoolCycle, Status, Undo};
 use super::decisions::Reason;
 use super::nodedb::Occupant;
 use super::rate_limit::RateLimits;

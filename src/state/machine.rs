@@ -9,16 +9,15 @@ use crate::model::{
     Resources, RunId, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
-use crate::scheduler::JobInfo;
+use crate::scheduler::{JobInfo, QueueOrderKey};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Fewest interned requirement sets at which unused ones are trimmed.
 const MIN_TRIM_INTERNED_AT: usize = 1024;
 
-/// Order of queued jobs within a queue: class priority (higher first), job priority (lower
-/// first), submission sequence.
-pub type QueueKey = (std::cmp::Reverse<i32>, u32, u64);
+/// Order of queued jobs within a queue: the scheduler's queue order.
+pub type QueueKey = QueueOrderKey;
 
 /// A queue with its queued jobs in scheduling order.
 #[derive(Debug, Clone)]
@@ -260,7 +259,7 @@ impl State {
 
     /// Queue-order key of a job.
     pub(super) fn queue_key(&self, r: &Job) -> QueueKey {
-        (std::cmp::Reverse(self.class_priority(&r.priority_class)), r.priority, r.submit_seq)
+        QueueOrderKey::new(self.class_priority(&r.priority_class), r.priority, r.submit_seq)
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.

@@ -7,7 +7,7 @@ use convoy::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources, SchedulingRequirements, Taint, TaintEffect, Toleration,
 };
-use convoy::scheduler::{JobInfo, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
+use convoy::scheduler::{JobInfo, QueueOrderKey, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -174,11 +174,8 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
     for list in &mut per_queue {
         // The server keeps queues in scheduling order; do the same.
         list.sort_by_key(|j| {
-            (
-                std::cmp::Reverse(cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0)),
-                j.priority,
-                j.submit_seq,
-            )
+            let class = cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0);
+            QueueOrderKey::new(class, j.priority, j.submit_seq)
         });
     }
 

@@ -1,0 +1,393 @@
+//! Building one pool's cycle from the snapshot: its nodes and resource layout, the running jobs
+//! on them, each queue's queued jobs checked for order, eligibility, gangs and demand, the node
+//! index, and the queues' fair shares and limits.
+//!
+//! This is the only step that reads the snapshot as a whole; the steps after it work on the
+//! [`PoolCycle`] it returns.
+
+use super::config::SchedulerConfig;
+use super::context::{Class, Constraint, Origin, PcInfo, PoolCycle, QCtx, SrcJob};
+use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
+use super::node_types::{LabelSpec, NodeTypes};
+use super::nodedb::{Levels, NodeDb, Occupant};
+use super::queue_order::QueueOrderKey;
+use super::resvec::{Layout, ResVec, add_to, sub_from};
+use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
+use crate::model::{Node, PoolName, ResourceName, SchedulingRequirements};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+impl<'a> PoolCycle<'a> {
+    /// Builds the pool's view: nodes, running jobs, queues and their candidates.
+    pub(super) fn new(
+        snap: &'a Snapshot,
+        cfg: &'a SchedulerConfig,
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+    ) -> Self {
+        let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
+        nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
+        nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
+        let node_index: HashMap<(&str, &str), u32> =
+            nodes.iter().enumerate().map(|(i, n)| ((n.executor.as_str(), n.name.as_str()), i as u32)).collect();
+
+        // Slots: fairness and index resources first, then everything nodes offer.
+        let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
+        names.extend(cfg.indexed_resources.iter().cloned());
+        names.extend(cfg.resource_cost_weights.keys().cloned());
+        let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
+        names.extend(node_res);
+        let layout = Layout::new(names);
+
+        let levels = Levels::new(cfg.priority_classes.iter().map(|p| p.priority).collect());
+        let pcs: Vec<PcInfo> = cfg
+            .priority_classes
+            .iter()
+            .map(|p| PcInfo {
+                name: p.name.clone(),
+                priority: p.priority,
+                preemptible: p.preemptible,
+                prio_idx: levels.index_of(p.priority) as u8,
+            })
+            .collect();
+        let default_pc =
+            cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
+
+        let capacities: Vec<ResVec> = nodes
+            .iter()
+            .map(|n| {
+                let mut c = layout.dense_lossy(&n.allocatable);
+                sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+                c
+            })
+            .collect();
+        let mut total = layout.zero();
+        for c in &capacities {
+            add_to(&mut total, c);
+        }
+        let cost = CostModel::new(cfg, &layout, &total);
+
+        // Queues in name order.
+        let mut qsnaps: Vec<&QueueSnapshot> = snap.queues.iter().collect();
+        qsnaps.sort_by(|a, b| a.queue.name.cmp(&b.queue.name));
+        qsnaps.dedup_by(|a, b| a.queue.name == b.queue.name);
+        let queue_index: HashMap<&str, u32> =
+            qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
+        let queues: Vec<QCtx> = qsnaps
+            .iter()
+            .map(|qs| QCtx {
+                snap: qs,
+                name: qs.queue.name.clone(),
+                priority_factor: qs.queue.priority_factor,
+                alloc: layout.zero(),
+                alloc_by_pc: vec![layout.zero(); pcs.len()],
+                limit: None,
+                pc_limits: vec![None; pcs.len()],
+                evicted: vec![],
+                evicted_pos: 0,
+                src: &[],
+                srcs: vec![],
+                order: None,
+                gang_src: HashMap::default(),
+                gangs_done: HashSet::default(),
+                queued_pos: 0,
+                taken: 0,
+                retry: vec![],
+                retry_pos: 0,
+                note: None,
+                queued_stopped: false,
+                current: None,
+                demand: layout.zero(),
+                alloc_start: layout.zero(),
+                active: false,
+                fair_share: 0.0,
+                adjusted_fair_share: 0.0,
+                actual_share: 0.0,
+                overshare: 0.0,
+            })
+            .collect();
+
+        let mut cycle = PoolCycle {
+            cfg,
+            pool: pool.clone(),
+            nodes,
+            layout,
+            levels,
+            pcs,
+            default_pc,
+            types: NodeTypes { types: vec![], type_of: vec![] },
+            db: NodeDb::new(vec![], &[], 0, &[], 1),
+            classes: vec![],
+            constraints: vec![],
+            jobs: vec![],
+            queues,
+            cost,
+            total,
+            undo: vec![],
+            recording: false,
+            unschedulable: HashMap::default(),
+            gang_unschedulable: HashMap::default(),
+            running_gangs: HashMap::default(),
+            created_gangs: HashMap::default(),
+            eviction_nodes: vec![],
+            rebalances: 0,
+            running_count: 0,
+            failed: vec![],
+            global_rate_stopped: None,
+            evicted_count: 0,
+            jobs_tried: 0,
+        };
+        let mut interner = Interner {
+            classes: HashMap::default(),
+            constraints: HashMap::default(),
+            by_ptr: HashMap::default(),
+            _p: Default::default(),
+        };
+
+        // Running jobs on this pool's nodes.
+        let mut running: Vec<(u32, u32)> = Vec::new(); // (job, node)
+        for r in &snap.running {
+            let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
+            let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
+            let sj = SrcJob::of(&r.job, cycle.intern(&mut interner, &r.job), cycle.pc_of(&r.job));
+            let j = cycle.new_job(&sj, &r.job, q, Origin::Running { node });
+            if let Some(g) = &r.job.gang {
+                cycle.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
+            }
+            running.push((j, node));
+        }
+
+        // Queued jobs: one pass per queue checks order, eligibility, gangs and demand; jobs become
+        // cycle jobs only when their turn comes.
+        let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
+        let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
+        for (qi, qs) in qsnaps.iter().enumerate() {
+            let src: &'a [Arc<JobInfo>] = &qs.queued;
+            let eligible = |j: &JobInfo| {
+                (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
+            };
+            let mut srcs: Vec<SrcJob> = Vec::with_capacity(src.len());
+            let mut sorted = true;
+            let mut any = false;
+            let mut prev: Option<QueueOrderKey> = None;
+            let mut gang_src: HashMap<&'a str, Vec<u32>> = HashMap::default();
+            let mut demand = cycle.layout.zero();
+            for (i, j) in src.iter().enumerate() {
+                if !eligible(j) {
+                    srcs.push(SrcJob { class: u32::MAX, ..SrcJob::of(j, 0, 0) });
+                    continue;
+                }
+                any = true;
+                let pc = cycle.pc_of_memo(&mut memo, j);
+                let c = cycle.intern(&mut interner, j);
+                let sj = SrcJob::of(j, c, pc);
+                let k = cycle.queued_key(&sj);
+                if prev.is_some_and(|p| p > k) {
+                    sorted = false;
+                }
+                prev = Some(k);
+                srcs.push(sj);
+                if qs.queued_demand.is_none()
+                    && let Ok(v) = &cycle.classes[c as usize].dense
+                {
+                    add_to(&mut demand, v);
+                }
+                if let Some(g) = &j.gang {
+                    gang_src.entry(g.id.as_str()).or_default().push(i as u32);
+                    if let Some(l) = &g.node_uniformity_label {
+                        uniformity.insert(l.as_str());
+                    }
+                }
+            }
+            if let Some(d) = &qs.queued_demand {
+                demand = cycle.layout.dense_lossy(d);
+            }
+            let order = (!sorted).then(|| {
+                let key = |i: u32| cycle.queued_key(&srcs[i as usize]);
+                let mut o: Vec<u32> = (0..src.len() as u32).filter(|&i| srcs[i as usize].class != u32::MAX).collect();
+                o.sort_by_key(|&i| key(i));
+                for members in gang_src.values_mut() {
+                    members.sort_by_key(|&i| key(i));
+                }
+                o
+            });
+            let qc = &mut cycle.queues[qi];
+            qc.src = src;
+            qc.srcs = srcs;
+            qc.order = order;
+            qc.gang_src = gang_src;
+            qc.demand = demand;
+            qc.active = any;
+        }
+
+        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
+        let expected: usize = cycle.queues.iter().map(|q| q.srcs.len().min(lookback)).sum();
+        cycle.jobs.reserve(expected);
+
+        // Node types from the labels this cycle's jobs look at.
+        let mut spec = LabelSpec::default();
+        for c in &cycle.constraints {
+            spec.add_constraints(c.reqs);
+        }
+        for j in &cycle.jobs {
+            if let Some(l) = j.info.gang.as_ref().and_then(|g| g.node_uniformity_label.as_deref()) {
+                spec.add_full(l);
+            }
+        }
+        for l in uniformity {
+            spec.add_full(l);
+        }
+        cycle.types = NodeTypes::build(&cycle.nodes, &spec);
+        let key_slots: Vec<Option<usize>> =
+            cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
+        cycle.db =
+            NodeDb::new(capacities, &cycle.types.type_of, cycle.types.types.len(), &key_slots, cycle.levels.count());
+
+        for (j, node) in running {
+            let job = &cycle.jobs[j as usize];
+            let req = cycle.classes[job.class as usize]
+                .dense
+                .clone()
+                .unwrap_or_else(|_| cycle.layout.dense_lossy(&job.info.requirements.requests));
+            let occ = Occupant {
+                job: j,
+                queue: job.queue,
+                freed_at: cycle.levels.running_freed_at(job.prio_idx as usize),
+                evicted: false,
+                seq: job.seq,
+                req: req.clone(),
+            };
+            let (q, pc) = (job.queue as usize, job.pc as usize);
+            cycle.db.add(node, occ);
+            add_to(&mut cycle.queues[q].alloc, &req);
+            add_to(&mut cycle.queues[q].alloc_by_pc[pc], &req);
+            cycle.queues[q].active = true;
+        }
+        cycle.running_count = cycle.jobs.len();
+        cycle.compute_shares();
+        cycle.compute_limits();
+        cycle
+    }
+
+    fn compute_shares(&mut self) {
+        for q in &mut self.queues {
+            q.alloc_start = q.alloc.clone();
+            add_to(&mut q.demand, &q.alloc);
+        }
+        let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
+        let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&self.queues[i].demand)).collect();
+        let plain = fair_shares(&weights);
+        let adjusted = adjusted_fair_shares(&weights, &demands);
+        for (k, &i) in active.iter().enumerate() {
+            let q = &mut self.queues[i];
+            q.fair_share = plain[k];
+            q.adjusted_fair_share = adjusted[k];
+        }
+        for q in &mut self.queues {
+            q.actual_share = self.cost.share(&q.alloc);
+            q.overshare = q.actual_share - q.adjusted_fair_share;
+        }
+    }
+
+    fn compute_limits(&mut self) {
+        let caps = |fractions: &BTreeMap<ResourceName, f64>, layout: &Layout, total: &ResVec| -> Option<ResVec> {
+            if fractions.is_empty() {
+                return None;
+            }
+            let mut v: ResVec = smallvec::smallvec![i64::MAX; layout.len()];
+            for (r, f) in fractions {
+                if let Some(s) = layout.slot(r.as_str()) {
+                    v[s] = (total[s] as f64 * f).floor() as i64;
+                } else {
+                    // A limit on a resource the pool does not have: nothing may be used.
+                    continue;
+                }
+            }
+            Some(v)
+        };
+        for q in &mut self.queues {
+            q.limit = caps(&q.snap.queue.resource_limits, &self.layout, &self.total);
+            for (i, pc) in self.cfg.priority_classes.iter().enumerate() {
+                let mut f = pc.max_resource_fraction_per_queue.clone();
+                if let Some(over) = q.snap.queue.resource_limits_by_priority_class.get(&pc.name) {
+                    f.extend(over.iter().map(|(k, v)| (k.clone(), *v)));
+                }
+                q.pc_limits[i] = caps(&f, &self.layout, &self.total);
+            }
+        }
+    }
+
+    fn intern(&mut self, interner: &mut Interner<'a>, info: &'a JobInfo) -> u32 {
+        let reqs: &'a SchedulingRequirements = &info.requirements;
+        let ptr = reqs as *const SchedulingRequirements;
+        if let Some(&c) = interner.by_ptr.get(&ptr) {
+            return c;
+        }
+        let fp = info.requirements.fingerprint();
+        if let Some(cands) = interner.classes.get(&fp)
+            && let Some(&c) = cands.iter().find(|&&c| *self.classes[c as usize].reqs == *reqs)
+        {
+            interner.by_ptr.insert(ptr, c);
+            return c;
+        }
+        let cfp = constraint_fingerprint(reqs);
+        let constraint = match interner
+            .constraints
+            .get(&cfp)
+            .and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs)))
+        {
+            Some(&c) => c,
+            None => {
+                self.constraints.push(Constraint { reqs, matching: None });
+                let c = (self.constraints.len() - 1) as u32;
+                interner.constraints.entry(cfp).or_default().push(c);
+                c
+            }
+        };
+        self.classes.push(Class { reqs, dense: self.layout.dense(&reqs.requests), constraint });
+        let c = (self.classes.len() - 1) as u32;
+        interner.classes.entry(fp).or_default().push(c);
+        interner.by_ptr.insert(ptr, c);
+        c
+    }
+
+    /// Index of the job's priority class (unknown names get the default class).
+    pub(super) fn pc_of(&self, info: &JobInfo) -> u16 {
+        let name = info.priority_class.as_str();
+        self.pcs.iter().position(|p| p.name.as_str() == name).map(|p| p as u16).unwrap_or(self.default_pc)
+    }
+
+    /// Like [`Self::pc_of`], memoised by the address of the class name (no string reads when
+    /// jobs share their class names, as the state indexes make them).
+    fn pc_of_memo(&self, memo: &mut SmallVec<[(usize, u16); 8]>, info: &JobInfo) -> u16 {
+        let key = info.priority_class.ptr_key();
+        if let Some(&(_, pc)) = memo.iter().find(|(k, _)| *k == key) {
+            return pc;
+        }
+        let pc = self.pc_of(info);
+        if memo.len() < 8 {
+            memo.push((key, pc));
+        }
+        pc
+    }
+}
+
+/// Interns requirements by fingerprint.
+struct Interner<'a> {
+    classes: HashMap<u64, SmallVec<[u32; 1]>>,
+    constraints: HashMap<u64, SmallVec<[u32; 1]>>,
+    by_ptr: HashMap<*const SchedulingRequirements, u32>,
+    _p: std::marker::PhantomData<&'a ()>,
+}
+
+fn constraint_fingerprint(r: &SchedulingRequirements) -> u64 {
+    let c = SchedulingRequirements { requests: Default::default(), ..r.clone() };
+    c.fingerprint()
+}
+
+fn same_constraints(a: &SchedulingRequirements, b: &SchedulingRequirements) -> bool {
+    a.node_selector == b.node_selector && a.tolerations == b.tolerations && a.node_affinity == b.node_affinity
+}

@@ -1,0 +1,339 @@
+//! Progressive filling of one pool: each queue offers its next candidate gang (evicted jobs,
+//! jobs offered again after a rebalance and queued jobs, merged in queue order); the most urgent
+//! turn goes first, then the queue whose cost after scheduling is lowest. After the last
+//! rebalance, evicted jobs whose place nobody kept are reclaimed.
+//!
+//! Apart from [`super::placement`], which places one candidate, and [`super::eviction`], which
+//! decides what to evict and when to rebalance.
+
+use super::context::{Candidate, Origin, PoolCycle, Status};
+use super::decisions::{RateScope, Reason};
+use super::queue_order::CycleOrderKey;
+use super::rate_limit::RateLimits;
+use super::resvec::add_to;
+use smallvec::SmallVec;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+/// Heap entry for progressive filling: the most urgent next gang first; among equals the queue
+/// whose cost after scheduling it (divided by its weight) is smallest; then the queue name.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Turn {
+    pub urgency: i32,
+    pub cost_after: f64,
+    /// Queues are numbered in name order, so this breaks ties by name.
+    pub queue: u32,
+}
+
+impl PartialEq for Turn {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Turn {}
+
+impl Ord for Turn {
+    /// Reversed so that `BinaryHeap` (a max-heap) pops the best turn.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.urgency
+            .cmp(&other.urgency)
+            .then_with(|| other.cost_after.total_cmp(&self.cost_after))
+            .then_with(|| other.queue.cmp(&self.queue))
+    }
+}
+
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Where a queue's next candidate comes from. The three streams are merged in queue order
+/// ([`CycleOrderKey`]); on equal keys the stream listed first goes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stream {
+    /// Jobs evicted in this cycle (`QCtx::evicted`, one entry per gang): they may return to their
+    /// nodes.
+    Evicted,
+    /// Jobs that waited for room, offered again after a rebalance (`QCtx::retry`).
+    Retry,
+    /// Queued jobs not offered yet (`QCtx::order`, or `QCtx::src` when that is in order).
+    Queued,
+}
+
+/// The head of a stream: its key, the stream, and a job (`Evicted`, `Retry`) or a position in
+/// `src` (`Queued`).
+type Head = (CycleOrderKey, Stream, u32);
+
+/// The stream head to take next: the first in queue order, on equal keys the first stream.
+#[inline]
+fn first_head(heads: [Option<Head>; 3]) -> Option<(Stream, u32)> {
+    // Unrolled: this runs once per candidate, and an iterator over the array cost several times
+    // more.
+    let earlier = |a: Option<Head>, b: Option<Head>| match (a, b) {
+        (Some(x), Some(y)) => Some(if y.0 < x.0 || (y.0 == x.0 && y.1 < x.1) { y } else { x }),
+        (x, None) => x,
+        (None, y) => y,
+    };
+    let [a, b, c] = heads;
+    earlier(earlier(a, b), c).map(|(_, stream, at)| (stream, at))
+}
+
+impl<'a> PoolCycle<'a> {
+    /// Progressive filling until every queue has nothing more to offer.
+    /// Fills, then rebalances a bounded number of times.
+    pub(super) fn fill(&mut self, rate: &mut RateLimits) {
+        loop {
+            let mut heap = BinaryHeap::new();
+            for q in 0..self.queues.len() as u32 {
+                if let Some(t) = self.advance(q, rate) {
+                    heap.push(t);
+                }
+            }
+            while let Some(turn) = heap.pop() {
+                let q = turn.queue;
+                if let Some(cand) = self.queues[q as usize].current.take() {
+                    self.attempt(q, cand, rate);
+                }
+                if let Some(t) = self.advance(q, rate) {
+                    heap.push(t);
+                }
+            }
+            if !self.rebalance() {
+                break;
+            }
+        }
+        self.reclaim();
+    }
+
+    /// Evicted jobs whose place was taken by a job that later gave it up again (withdrawn in a
+    /// rebalance, or its gang broke) return if their node still has room: nothing else will use
+    /// that room in this cycle, and preempting them would help no one.
+    fn reclaim(&mut self) {
+        let mut evicted: Vec<u32> =
+            (0..self.jobs.len() as u32).filter(|&j| self.jobs[j as usize].status == Status::Evicted).collect();
+        evicted.sort_by_key(|&j| (self.jobs[j as usize].queue, self.jobs[j as usize].order_key(), j));
+        for j in evicted {
+            let job = &self.jobs[j as usize];
+            if job.status != Status::Evicted {
+                continue;
+            }
+            match job.info.gang.clone() {
+                None => {
+                    self.return_evicted(j);
+                }
+                Some(g) => {
+                    let members: SmallVec<[u32; 1]> = self
+                        .gang_members(job.queue, g.id.as_str())
+                        .into_iter()
+                        .filter(|&m| self.jobs[m as usize].status == Status::Evicted)
+                        .collect();
+                    let req = self.layout.zero();
+                    let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
+                    self.return_evicted_gang(&cand);
+                }
+            }
+        }
+    }
+
+    /// Position in `src` of the queue's next queued job to offer, skipping jobs not for this
+    /// pool and members of gangs already offered.
+    fn peek_queued(&mut self, q: u32) -> Option<u32> {
+        let qc = &mut self.queues[q as usize];
+        loop {
+            let pos = match &qc.order {
+                Some(o) => *o.get(qc.queued_pos)?,
+                None => {
+                    if qc.queued_pos >= qc.src.len() {
+                        return None;
+                    }
+                    qc.queued_pos as u32
+                }
+            };
+            let sj = &qc.srcs[pos as usize];
+            if sj.class == u32::MAX {
+                qc.queued_pos += 1;
+                continue;
+            }
+            if sj.gang
+                && let Some(g) = &qc.src[pos as usize].gang
+                && qc.gangs_done.contains(g.id.as_str())
+            {
+                qc.queued_pos += 1;
+                continue;
+            }
+            return Some(pos);
+        }
+    }
+
+    /// Position of the queue's next queued job to offer, unless the global rate limit or the
+    /// lookback limit stops the queue's queued jobs (noted once, for the rest of the cycle).
+    fn next_queued(&mut self, q: u32, lookback: usize) -> Option<u32> {
+        if self.queues[q as usize].queued_stopped {
+            return None;
+        }
+        let pos = self.peek_queued(q)?;
+        let stop = match &self.global_rate_stopped {
+            Some(r) => r.clone(),
+            None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
+                queue: self.queues[q as usize].name.clone(),
+                limit: self.cfg.max_queue_lookback,
+            }),
+            None => return Some(pos),
+        };
+        let qc = &mut self.queues[q as usize];
+        qc.queued_stopped = true;
+        qc.note.get_or_insert(stop);
+        None
+    }
+
+    /// Moves queue `q` to its next candidate and returns its turn, if it has one.
+    fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
+        if self.global_rate_stopped.is_none() && rate.global_exhausted() {
+            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
+        }
+        let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
+        loop {
+            let next_queued = self.next_queued(q, lookback);
+            let qc = &self.queues[q as usize];
+            let next_evicted = qc.evicted.get(qc.evicted_pos).copied();
+            let next_retry = qc.retry.get(qc.retry_pos).copied();
+            let heads: [Option<Head>; 3] = [
+                next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
+                next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
+                next_queued
+                    .map(|pos| (self.queued_key(&qc.srcs[pos as usize]).with_evicted(false), Stream::Queued, pos)),
+            ];
+            let (stream, at) = first_head(heads)?;
+            let members = match stream {
+                Stream::Evicted => {
+                    self.queues[q as usize].evicted_pos += 1;
+                    self.members_still(q, at, Status::Evicted)
+                }
+                Stream::Retry => {
+                    self.queues[q as usize].retry_pos += 1;
+                    self.members_still(q, at, Status::Waiting)
+                }
+                Stream::Queued => self.take_queued(q, at),
+            };
+            if members.is_empty() {
+                continue;
+            }
+            let first = members[0];
+            let req = if members.len() == 1 {
+                self.req(first)
+            } else {
+                let mut req = self.layout.zero();
+                for &m in &members {
+                    add_to(&mut req, &self.req(m));
+                }
+                req
+            };
+            let urgency = self.jobs[first as usize].class_priority;
+            let qc = &self.queues[q as usize];
+            let cost_after = self.cost.share_with(&qc.alloc, &req) * qc.priority_factor;
+            let gang = if members.len() > 1 || self.jobs[first as usize].gang {
+                self.jobs[first as usize].info.gang.clone()
+            } else {
+                None
+            };
+            let evicted = stream == Stream::Evicted;
+            let qc = &mut self.queues[q as usize];
+            qc.current = Some(Candidate { jobs: members, evicted, gang, req });
+            return Some(Turn { urgency, cost_after, queue: q });
+        }
+    }
+
+    /// Job `first` of queue `q`, with the other members of its gang, if it still has status
+    /// `expected`; none if it no longer has (it went with its gang's first member, or was dealt
+    /// with since it was listed).
+    fn members_still(&self, q: u32, first: u32, expected: Status) -> SmallVec<[u32; 1]> {
+        let job = &self.jobs[first as usize];
+        if job.status != expected {
+            return SmallVec::new();
+        }
+        match &job.info.gang {
+            Some(g) => self
+                .gang_members(q, g.id.as_str())
+                .into_iter()
+                .filter(|&m| self.jobs[m as usize].status == expected)
+                .collect(),
+            None => smallvec::smallvec![first],
+        }
+    }
+
+    /// Takes the queued job at position `pos` of queue `q`'s `src`, with the queued members of its
+    /// gang, into the cycle.
+    fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
+        self.queues[q as usize].queued_pos += 1;
+        let src = self.queues[q as usize].src;
+        let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let positions: SmallVec<[u32; 1]> = match gang {
+            Some(g) => {
+                let qc = &mut self.queues[q as usize];
+                qc.gangs_done.insert(g.id.as_str());
+                qc.gang_src
+                    .get(g.id.as_str())
+                    .map(|m| m.iter().copied().collect())
+                    .unwrap_or_else(|| smallvec::smallvec![pos])
+            }
+            None => smallvec::smallvec![pos],
+        };
+        self.queues[q as usize].taken += positions.len();
+        let members: SmallVec<[u32; 1]> = positions
+            .iter()
+            .map(|&p| {
+                let sj = self.queues[q as usize].srcs[p as usize].clone();
+                self.new_job(&sj, &src[p as usize], q, Origin::Queued)
+            })
+            .collect();
+        if let Some(g) = gang {
+            self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
+        }
+        members
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::queue_order::QueueOrderKey;
+    use super::*;
+
+    #[test]
+    fn turns_pop_urgent_then_cheapest_then_name() {
+        let mut h = BinaryHeap::new();
+        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 0 });
+        h.push(Turn { urgency: 30000, cost_after: 0.9, queue: 2 });
+        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 1 });
+        h.push(Turn { urgency: 20000, cost_after: 0.05, queue: 3 });
+        let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|t| t.queue)).collect();
+        assert_eq!(order, vec![2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn stream_heads_go_in_queue_order_then_stream_order() {
+        let key = |class_priority, priority, seq, evicted| {
+            QueueOrderKey::new(class_priority, priority, seq).with_evicted(evicted)
+        };
+        let heads = [
+            Some((key(10, 0, 5, false), Stream::Queued, 0)),
+            Some((key(10, 0, 5, false), Stream::Retry, 1)),
+            Some((key(10, 0, 5, false), Stream::Evicted, 2)),
+        ];
+        assert_eq!(first_head(heads), Some((Stream::Evicted, 2)));
+        let heads =
+            [None, Some((key(10, 0, 5, false), Stream::Retry, 1)), Some((key(10, 0, 5, false), Stream::Queued, 0))];
+        assert_eq!(first_head(heads), Some((Stream::Retry, 1)));
+        let heads =
+            [Some((key(10, 2, 9, true), Stream::Evicted, 2)), None, Some((key(10, 0, 5, false), Stream::Queued, 0))];
+        assert_eq!(first_head(heads), Some((Stream::Evicted, 2)));
+        let heads = [
+            Some((key(5, 0, 0, true), Stream::Evicted, 2)),
+            Some((key(10, 3, 9, false), Stream::Retry, 1)),
+            Some((key(10, 1, 7, false), Stream::Queued, 0)),
+        ];
+        assert_eq!(first_head(heads), Some((Stream::Queued, 0)));
+        assert_eq!(first_head([None, None, None]), None);
+    }
+}

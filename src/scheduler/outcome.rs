@@ -1,0 +1,148 @@
+//! The outcome of one pool's cycle: leases for placed jobs, preemptions with who took each
+//! victim's place and why, failed gang members, a reason for every job that waits, and the
+//! pool's report of shares.
+//!
+//! Apart because it only reads the finished cycle: it follows displacements to their end rather
+//! than tracking them while filling.
+
+use super::context::{Origin, PoolCycle, Status};
+use super::decisions::{
+    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+};
+use rustc_hash::FxHashSet as HashSet;
+use std::sync::Arc;
+
+impl PoolCycle<'_> {
+    /// Turns the cycle's outcome into decisions.
+    pub(super) fn finish(self, out: &mut Decisions, done: &mut HashSet<crate::model::JobId>) {
+        // Who finally took a victim's place: follow displacements of displacers.
+        // (A displacer that was itself displaced, or moved elsewhere, passes the place on.)
+        let resolve = |mut x: u32, node: Option<u32>| -> u32 {
+            for _ in 0..self.jobs.len() {
+                let j = &self.jobs[x as usize];
+                let holds = j.scheduled() && (node.is_none() || j.node == node);
+                match (holds, j.displaced_by) {
+                    (false, Some(y)) => x = y,
+                    _ => break,
+                }
+            }
+            x
+        };
+        for (ji, j) in self.jobs.iter().enumerate() {
+            let new = j.origin == Origin::Queued;
+            match j.status {
+                Status::Placed | Status::Returned if new => {
+                    let Some(n) = j.node.map(|n| self.nodes[n as usize]) else { continue };
+                    done.insert(j.id);
+                    out.leases.push(Lease {
+                        job_id: j.id,
+                        queue: j.info.queue.clone(),
+                        pool: self.pool.clone(),
+                        executor: n.executor.clone(),
+                        node: n.name.clone(),
+                    });
+                }
+                Status::Evicted | Status::Preempted if !new => {
+                    let Some(n) = j.node.map(|n| self.nodes[n as usize]) else { continue };
+                    // Who holds the place this job lost, if anyone still does.
+                    let holder = |x: u32| {
+                        let m = &self.jobs[x as usize];
+                        let by = resolve(m.displaced_by?, m.node);
+                        let b = &self.jobs[by as usize];
+                        (b.scheduled() && b.node == m.node).then_some(by)
+                    };
+                    let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
+                    let own = if cascaded { None } else { holder(ji as u32) };
+                    // A gang member that kept its place went because another member lost one.
+                    let via_gang = match (&own, &j.info.gang) {
+                        (None, Some(g)) => self
+                            .gang_members(j.queue, g.id.as_str())
+                            .into_iter()
+                            .find_map(holder)
+                            .or_else(|| j.displaced_by.map(|by| resolve(by, None)))
+                            .map(|by| (g.id.clone(), by)),
+                        _ => None,
+                    };
+                    let reason = match (own, via_gang) {
+                        (Some(by), _) => {
+                            let b = &self.jobs[by as usize];
+                            if b.class_priority > j.class_priority {
+                                PreemptionReason::Urgency {
+                                    by: b.id,
+                                    by_priority_class: self.pcs[b.pc as usize].name.clone(),
+                                }
+                            } else {
+                                PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
+                            }
+                        }
+                        (None, Some((gang, by))) => {
+                            let b = &self.jobs[by as usize];
+                            PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
+                        }
+                        (None, None) => PreemptionReason::NotRescheduled {
+                            reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
+                                pool: self.pool.clone(),
+                                missing: "its resources".to_string(),
+                            }),
+                        },
+                    };
+                    out.preemptions.push(Preemption {
+                        job_id: j.id,
+                        queue: j.info.queue.clone(),
+                        executor: n.executor.clone(),
+                        node: n.name.clone(),
+                        reason,
+                    });
+                }
+                Status::Failed => {
+                    done.insert(j.id);
+                    out.failures.push(Failure {
+                        job_id: j.id,
+                        queue: j.info.queue.clone(),
+                        reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoPool),
+                    });
+                }
+                // Placed earlier in the cycle, then evicted again and not back: stays queued.
+                Status::Evicted | Status::Waiting | Status::Preempted => {
+                    let reason = match (j.displaced_by, &j.reason) {
+                        (Some(by), _) if j.status != Status::Waiting => {
+                            Some(Arc::new(Reason::Displaced { by: self.jobs[resolve(by, j.node) as usize].id }))
+                        }
+                        (_, r) => r.clone(),
+                    };
+                    if let Some(r) = reason {
+                        out.unscheduled.push(Unscheduled { job_id: j.id, reason: r });
+                    }
+                }
+                Status::Running | Status::Placed | Status::Returned => {}
+            }
+        }
+        for q in &self.queues {
+            if let Some(n) = &q.note {
+                out.queue_notes.entry(q.name.clone()).or_insert_with(|| n.clone());
+            }
+        }
+        out.pools.push(PoolReport {
+            pool: self.pool.clone(),
+            total: self.layout.named(&self.total),
+            nodes: self.nodes.len(),
+            queues: self
+                .queues
+                .iter()
+                .filter(|q| q.active)
+                .map(|q| QueueShare {
+                    queue: q.name.clone(),
+                    weight: 1.0 / q.priority_factor,
+                    fair_share: q.fair_share,
+                    adjusted_fair_share: q.adjusted_fair_share,
+                    actual_share: q.actual_share,
+                    share_after: self.cost.share(&q.alloc),
+                    allocated: self.layout.named(&q.alloc),
+                    demand: self.layout.named(&q.demand),
+                })
+                .collect(),
+            evicted: self.evicted_count,
+            jobs_tried: self.jobs_tried,
+        });
+    }
+}
