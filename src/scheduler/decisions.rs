@@ -12,29 +12,91 @@ use std::sync::Arc;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Reason {
     /// No node of the pool passes the job's selector, affinity, tolerations or cordon state.
-    NoMatchingNode { pool: PoolName, detail: String },
+    NoMatchingNode {
+        /// The pool tried.
+        pool: PoolName,
+        /// Which constraint rules the nodes out, with how many nodes each rules out.
+        detail: String,
+    },
     /// The job requests a resource no node of the pool offers.
-    UnknownResource { pool: PoolName, resource: ResourceName },
+    UnknownResource {
+        /// The pool tried.
+        pool: PoolName,
+        /// The resource no node offers.
+        resource: ResourceName,
+    },
     /// Nodes match, but none has room, even counting what the job may preempt.
-    NoCapacity { pool: PoolName, missing: String },
+    NoCapacity {
+        /// The pool tried.
+        pool: PoolName,
+        /// What the job needs that no node has free, as quantities (`8 cpu`).
+        missing: String,
+    },
     /// The queue would exceed its limit for a resource.
-    QueueLimit { queue: QueueName, resource: ResourceName },
+    QueueLimit {
+        /// The job's queue.
+        queue: QueueName,
+        /// The resource at its limit.
+        resource: ResourceName,
+    },
     /// The queue would exceed its limit for a resource within one priority class.
-    PriorityClassLimit { queue: QueueName, priority_class: PriorityClassName, resource: ResourceName },
+    PriorityClassLimit {
+        /// The job's queue.
+        queue: QueueName,
+        /// The job's priority class.
+        priority_class: PriorityClassName,
+        /// The resource at its limit.
+        resource: ResourceName,
+    },
     /// Not enough members of a gang fit.
-    Gang { gang: String, fit: u32, cardinality: u32, minimum: u32, detail: Option<Arc<Reason>> },
+    Gang {
+        /// The gang id.
+        gang: String,
+        /// Members that would fit.
+        fit: u32,
+        /// Members in all.
+        cardinality: u32,
+        /// Fewest members that may be placed.
+        minimum: u32,
+        /// Why the first member that did not fit did not.
+        detail: Option<Arc<Reason>>,
+    },
     /// Fewer members of a gang are queued than its minimum cardinality.
-    GangIncomplete { gang: String, queued: u32, cardinality: u32 },
+    GangIncomplete {
+        /// The gang id.
+        gang: String,
+        /// Members queued.
+        queued: u32,
+        /// Members in all.
+        cardinality: u32,
+    },
     /// The queue's lookback limit was reached before this job's turn.
-    LookbackLimit { queue: QueueName, limit: usize },
+    LookbackLimit {
+        /// The queue.
+        queue: QueueName,
+        /// Jobs tried per queue and cycle (`max_queue_lookback`).
+        limit: usize,
+    },
     /// The scheduling rate limit was reached.
-    RateLimited { scope: RateScope },
+    RateLimited {
+        /// The bucket that ran dry.
+        scope: RateScope,
+    },
     /// A lease made earlier in the same cycle was withdrawn for a more urgent job.
-    Displaced { by: JobId },
+    Displaced {
+        /// The more urgent job that took the place.
+        by: JobId,
+    },
     /// An evicted gang member could not return, so the whole gang was preempted.
-    GangMemberLost { gang: String },
+    GangMemberLost {
+        /// The gang id.
+        gang: String,
+    },
     /// An evicted job whose node no longer has room for it.
-    NoRoomOnNode { node: NodeName },
+    NoRoomOnNode {
+        /// The node it was evicted from.
+        node: NodeName,
+    },
     /// None of the job's pools has nodes.
     NoPool,
 }
@@ -43,7 +105,9 @@ pub enum Reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RateScope {
+    /// The global scheduling rate.
     Global,
+    /// The job's queue's scheduling rate.
     Queue,
 }
 
@@ -90,13 +154,33 @@ impl fmt::Display for Reason {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PreemptionReason {
     /// Evicted for fair share and its place was taken.
-    FairShare { by: JobId, by_queue: QueueName },
+    FairShare {
+        /// The job that took its place.
+        by: JobId,
+        /// That job's queue.
+        by_queue: QueueName,
+    },
     /// Removed for a job of a higher priority class.
-    Urgency { by: JobId, by_priority_class: PriorityClassName },
+    Urgency {
+        /// The job that needed the room.
+        by: JobId,
+        /// That job's priority class.
+        by_priority_class: PriorityClassName,
+    },
     /// Evicted with its gang; another member's place was taken, so the gang could not return.
-    GangMember { gang: String, by: JobId, by_queue: QueueName },
+    GangMember {
+        /// The gang id.
+        gang: String,
+        /// The job that took a member's place.
+        by: JobId,
+        /// That job's queue.
+        by_queue: QueueName,
+    },
     /// Evicted and could not return for another reason.
-    NotRescheduled { reason: Reason },
+    NotRescheduled {
+        /// Why it could not return.
+        reason: Reason,
+    },
 }
 
 impl fmt::Display for PreemptionReason {
@@ -121,42 +205,59 @@ impl fmt::Display for PreemptionReason {
 /// A new placement.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lease {
+    /// The job placed.
     pub job_id: JobId,
+    /// Its queue.
     pub queue: QueueName,
+    /// The node's pool.
     pub pool: PoolName,
+    /// The node's executor.
     pub executor: ExecutorName,
+    /// The node.
     pub node: NodeName,
 }
 
 /// A running job to stop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Preemption {
+    /// The job to stop.
     pub job_id: JobId,
+    /// Its queue.
     pub queue: QueueName,
+    /// The executor running it.
     pub executor: ExecutorName,
+    /// The node it runs on.
     pub node: NodeName,
+    /// Why.
     pub reason: PreemptionReason,
 }
 
 /// A queued job that fails for good (e.g. a gang member beyond what fit).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Failure {
+    /// The job that fails.
     pub job_id: JobId,
+    /// Its queue.
     pub queue: QueueName,
+    /// Why.
     pub reason: Reason,
 }
 
 /// A job that was tried and stays queued.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Unscheduled {
+    /// The job.
     pub job_id: JobId,
+    /// Why it waits (shared by jobs that wait for the same reason).
     pub reason: Arc<Reason>,
 }
 
 /// One queue's standing in one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QueueShare {
+    /// The queue.
     pub queue: QueueName,
+    /// `1 / priority_factor`.
     pub weight: f64,
     /// `weight / Σ weights` over the pool's active queues.
     pub fair_share: f64,
@@ -175,23 +276,34 @@ pub struct QueueShare {
 /// What a cycle saw and did in one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolReport {
+    /// The pool.
     pub pool: PoolName,
+    /// What its schedulable nodes offer in all (allocatable minus what others use).
     pub total: Resources,
+    /// Its nodes.
     pub nodes: usize,
+    /// Every active queue's standing in it.
     pub queues: Vec<QueueShare>,
+    /// Running jobs evicted for fair share in the scheduler's view this cycle.
     pub evicted: usize,
+    /// Jobs the cycle tried to place.
     pub jobs_tried: usize,
 }
 
 /// Everything one cycle decided.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Decisions {
+    /// New placements.
     pub leases: Vec<Lease>,
+    /// Running jobs to stop.
     pub preemptions: Vec<Preemption>,
+    /// Queued jobs that fail for good.
     pub failures: Vec<Failure>,
+    /// Jobs tried that stay queued, with why.
     pub unscheduled: Vec<Unscheduled>,
     /// Why a queue's remaining (untried) jobs wait, e.g. lookback or rate limit.
     pub queue_notes: BTreeMap<QueueName, Arc<Reason>>,
+    /// What the cycle saw and did, per pool.
     pub pools: Vec<PoolReport>,
     /// Token buckets to pass to the next cycle.
     pub rate_limits: RateLimiterState,

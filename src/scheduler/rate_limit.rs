@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 /// One bucket, in thousandths of a token so refills never round away.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenBucket {
+    /// Tokens left, in thousandths (1000 = one job may be scheduled).
     pub milli_tokens: i64,
     /// When it was last refilled (ms since the epoch); `None` = never used, starts full.
     pub updated_ms: Option<i64>,
@@ -39,7 +40,9 @@ impl TokenBucket {
 /// All buckets, carried from one cycle to the next.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RateLimiterState {
+    /// The bucket of the global scheduling rate.
     pub global: TokenBucket,
+    /// Each queue's bucket.
     pub queues: BTreeMap<QueueName, TokenBucket>,
 }
 

@@ -11,14 +11,19 @@ use std::sync::Arc;
 /// snapshots so taking a snapshot copies pointers, not jobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobInfo {
+    /// The job's id.
     pub id: JobId,
+    /// Its queue.
     pub queue: QueueName,
+    /// Its priority class (names are shared, so classes compare by address on hot paths).
     pub priority_class: PriorityClassName,
     /// Priority within the queue; lower runs first.
     pub priority: u32,
     /// Global submission sequence number (ties within a queue go to the earliest).
     pub submit_seq: u64,
+    /// Requests and placement constraints, interned: identical jobs share one allocation.
     pub requirements: Requirements,
+    /// Its gang, if it is a member of one.
     pub gang: Option<Arc<GangSpec>>,
     /// Pools the job may run in; empty = any.
     pub pools: Vec<PoolName>,
@@ -27,14 +32,18 @@ pub struct JobInfo {
 /// A job holding resources on a node (leased, pending or running).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunningJob {
+    /// The job.
     pub job: Arc<JobInfo>,
+    /// The executor of its node.
     pub executor: ExecutorName,
+    /// The node it holds resources on.
     pub node: NodeName,
 }
 
 /// A queue with its queued jobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueSnapshot {
+    /// The queue's settings.
     pub queue: Queue,
     /// Queued jobs. Ideally already in scheduling order (priority class priority desc, job
     /// priority asc, submit sequence asc); they are sorted if not. A caller may pass only a
@@ -48,8 +57,11 @@ pub struct QueueSnapshot {
 /// Everything a cycle reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
+    /// Every node of every live executor, in every pool.
     pub nodes: Vec<Node>,
+    /// Every queue, with its queued jobs.
     pub queues: Vec<QueueSnapshot>,
+    /// Jobs holding resources on nodes.
     pub running: Vec<RunningJob>,
     /// Token buckets as the previous cycle left them.
     pub rate_limits: RateLimiterState,
