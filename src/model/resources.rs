@@ -67,6 +67,12 @@ impl Resources {
         self.0
     }
 
+    /// Amounts by name (zero amounts are dropped), taking the map as it is.
+    pub fn from_map(mut map: BTreeMap<ResourceName, i64>) -> Self {
+        map.retain(|_, v| *v != 0);
+        Self(map)
+    }
+
     /// Names with a non-zero amount.
     pub fn names(&self) -> impl Iterator<Item = &ResourceName> {
         self.0.keys()

@@ -52,8 +52,8 @@ impl NodeRecord {
             pool,
             labels,
             taints: taints.into_iter().map(Into::into).collect(),
-            allocatable: Resources::from_iter(allocatable),
-            unallocatable: Resources::from_iter(unallocatable),
+            allocatable: Resources::from_map(allocatable),
+            unallocatable: Resources::from_map(unallocatable),
             unschedulable,
         }
     }

@@ -41,7 +41,7 @@ impl From<RequirementsRecord> for SchedulingRequirements {
     fn from(r: RequirementsRecord) -> Self {
         let RequirementsRecord { requests, node_selector, tolerations, node_affinity } = r;
         SchedulingRequirements {
-            requests: Resources::from_iter(requests),
+            requests: Resources::from_map(requests),
             node_selector,
             tolerations: tolerations.into_iter().map(Into::into).collect(),
             node_affinity: node_affinity.map(Into::into),
