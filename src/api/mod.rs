@@ -56,7 +56,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(openapi::document))
 }
 
-/// The whole HTTP API: [`routes`], problem+json fallbacks, body limit, request ids and tracing.
+/// The whole HTTP API: [`routes()`], problem+json fallbacks, body limit, request ids and tracing.
 pub fn router(app: Arc<Control>) -> Router {
     let limit = app.config.server.max_request_bytes;
     let (routes, _) = routes().split_for_parts();

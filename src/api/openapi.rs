@@ -1,6 +1,6 @@
 //! The OpenAPI 3.1 document of the HTTP API, served at `GET /openapi.json`.
 //!
-//! The document is not written by hand: [`super::routes`] registers every handler through
+//! The document is not written by hand: [`routes()`](super::routes()) registers every handler through
 //! `utoipa_axum::routes!`, which takes the method, path, parameters, bodies and responses from the
 //! handler's `#[utoipa::path]` annotation and the schemas from the body types' `ToSchema`. This
 //! module adds what no handler says: the title and version, the tags, and the bearer security

@@ -1,16 +1,16 @@
 //! The scheduling algorithm as a pure, deterministic function: no I/O, no clock, no randomness
 //! except the seeded generator built from the `seed` argument.
 //!
-//! `schedule(snapshot, config, seed, now_ms) -> Decisions` ([`cycle`]) runs one cycle per pool:
-//! 1. [`build`]: the pool's view of the snapshot, held in the per-cycle [`context`];
-//! 2. [`eviction`]: preemptible jobs of queues above their protected share are evicted in the
+//! `schedule(snapshot, config, seed, now_ms) -> Decisions` (`cycle.rs`) runs one cycle per pool:
+//! 1. `build.rs`: the pool's view of the snapshot, held in the per-cycle context (`context.rs`);
+//! 2. `eviction.rs`: preemptible jobs of queues above their protected share are evicted in the
 //!    scheduler's view (fair-share preemption);
-//! 3. [`fill`]: progressive filling — the most urgent next gang first, then the queue whose cost
-//!    ([`fairness`]) after scheduling it is lowest — with [`queue_order`] inside each queue;
-//! 4. [`placement`] and [`gang`]: node choice through the [`nodedb`] (priority levels, tiers,
-//!    best fit), urgency preemption, limits and [`rate_limit`]s;
-//! 5. [`outcome`]: [`decisions`] — leases, preemptions, failures and a reason for every job that
-//!    waits.
+//! 3. `fill.rs`: progressive filling — the most urgent next gang first, then the queue whose cost
+//!    ([`fairness`]) after scheduling it is lowest — with `queue_order.rs` inside each queue;
+//! 4. `placement.rs` and `gang.rs`: node choice through the node db (`nodedb.rs`: priority levels,
+//!    tiers, best fit), urgency preemption, limits and [`rate_limit`]s;
+//! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
+//!    that waits.
 
 pub(crate) mod build;
 pub mod config;
