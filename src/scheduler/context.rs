@@ -287,6 +287,13 @@ impl<'a> PoolCycle<'a> {
 
     /// Marks `j` as tried and not scheduled.
     pub(super) fn set_reason(&mut self, j: u32, reason: Arc<Reason>) {
+        self.remember_status(j);
+        self.jobs[j as usize].reason = Some(reason);
+    }
+
+    /// While a trial is being recorded, remembers `j`'s status, reason and node so that undoing
+    /// the trial restores them.
+    pub(super) fn remember_status(&mut self, j: u32) {
         if self.recording {
             let job = &self.jobs[j as usize];
             self.undo.push(Undo::Status {
@@ -297,6 +304,5 @@ impl<'a> PoolCycle<'a> {
                 node: job.node,
             });
         }
-        self.jobs[j as usize].reason = Some(reason);
     }
 }

@@ -341,16 +341,8 @@ impl PoolCycle<'_> {
 
     /// Changes a job's status (and who displaced it), recording the old one.
     pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
+        self.remember_status(j);
         let job = &mut self.jobs[j as usize];
-        if self.recording {
-            self.undo.push(Undo::Status {
-                job: j,
-                status: job.status,
-                displaced_by: job.displaced_by,
-                reason: job.reason.clone(),
-                node: job.node,
-            });
-        }
         job.status = status;
         if displaced_by.is_some() {
             job.displaced_by = displaced_by;
