@@ -4,14 +4,23 @@
 //! [`ReplicatedState`] (the server's state machine on redb), proposes [`Command`]s and says who the
 //! leader is. [`raft_router`] serves the peer RPC routes; mount it in the server's HTTP router.
 //!
-//! Storage layout in the shared redb file: `raft_log` (entries), `raft_meta` (vote, committed,
-//! last purged), `raft_snapshot` (latest snapshot); the state tables belong to the server.
+//! Storage: the log database (`raft.redb`) holds `raft_log` (entries), `raft_meta` (vote,
+//! committed, last purged, format version, cluster id) and `raft_snapshot` (the latest snapshot's
+//! meta and file name); the snapshot files are in a directory of their own
+//! (`<data_dir>/snapshots/`, see [`snapshot_store`]); the state tables belong to the server.
+//!
+//! Log compaction: every [`RaftSettings::snapshot_every_logs`] applied entries openraft builds a
+//! snapshot (streamed from a pinned read of the state into a file) and then purges the log up to
+//! [`RaftSettings::max_in_snapshot_log_to_keep`] entries behind it. A member whose next entry was
+//! purged gets the snapshot file in chunks of [`RaftSettings::snapshot_chunk_size`] bytes.
 
 pub mod bootstrap;
 pub mod identity;
 pub(crate) mod io;
 pub mod log_store;
 pub mod network;
+pub mod snapshot_file;
+pub mod snapshot_store;
 pub mod state_machine;
 pub mod types;
 
@@ -22,7 +31,8 @@ pub use bootstrap::Bootstrap;
 pub use identity::Identity;
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
-pub use state_machine::{ApplyItem, ApplyPayload, ExportJob, ReplicatedState, SnapshotExport, StateMachine};
+pub use snapshot_store::SnapshotFile;
+pub use state_machine::{ApplyItem, ApplyPayload, ExportRows, ReplicatedState, StateExport, StateMachine};
 pub use types::{
     Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership,
     TypeConfig, Vote,
@@ -34,7 +44,9 @@ use openraft::error::{
 };
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -51,13 +63,19 @@ pub struct RaftSettings {
     pub election_timeout_min: Duration,
     /// Upper bound of the election timeout (see `election_timeout_min`).
     pub election_timeout_max: Duration,
-    /// Timeout of one snapshot chunk RPC (the last one includes installing the snapshot).
+    /// Timeout of one snapshot chunk RPC. The last chunk's RPC includes installing the whole
+    /// snapshot on the receiver (streaming it into the state and reloading it), so this bounds
+    /// the install too: keep it above the install time of the largest expected state (see
+    /// `convoy bench snapshot`). A timed-out install is not lost: the receiver finishes it, and
+    /// the leader sends the snapshot again, which the receiver then refuses as not newer.
     pub install_snapshot_timeout: Duration,
     /// Build a snapshot once this many entries were applied since the last one.
     pub snapshot_every_logs: u64,
     /// Entries kept in the log behind a snapshot, so slightly lagging followers catch up from the
     /// log rather than by snapshot.
     pub max_in_snapshot_log_to_keep: u64,
+    /// Purge the log only once this many entries can go (fewer, larger purges).
+    pub purge_batch_size: u64,
     /// Most entries in one append RPC.
     pub max_payload_entries: u64,
     /// Bytes per snapshot chunk RPC (must stay below [`MAX_RPC_BODY`]).
@@ -78,6 +96,7 @@ impl Default for RaftSettings {
             install_snapshot_timeout: Duration::from_secs(30),
             snapshot_every_logs: 10_000,
             max_in_snapshot_log_to_keep: 1_000,
+            purge_batch_size: 1,
             max_payload_entries: 300,
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
@@ -97,6 +116,7 @@ impl RaftSettings {
             install_snapshot_timeout: ms(self.install_snapshot_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_logs),
             max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            purge_batch_size: self.purge_batch_size,
             max_payload_entries: self.max_payload_entries,
             snapshot_max_chunk_size: self.snapshot_chunk_size,
             ..Config::default()
@@ -209,6 +229,8 @@ pub struct RaftNode {
     flushed: watch::Receiver<u64>,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// Snapshots installed since start (this member caught up by snapshot).
+    installed: Arc<AtomicU64>,
     _runtime: Arc<RaftRuntime>,
 }
 
@@ -249,9 +271,9 @@ impl Drop for RaftRuntime {
 }
 
 impl RaftNode {
-    /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`
-    /// and `state` as its state machine. With `settings.initialize_single`, a node that has never
-    /// been part of a cluster makes itself a one-member cluster.
+    /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`,
+    /// its snapshot files in `snapshot_dir` and `state` as its state machine. With
+    /// `settings.bootstrap`, a node that has never been part of a cluster forms one.
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
@@ -259,6 +281,7 @@ impl RaftNode {
         node_id: NodeId,
         addr: impl Into<String>,
         db: Arc<redb::Database>,
+        snapshot_dir: PathBuf,
         state: S,
         settings: RaftSettings,
     ) -> Result<Self, RaftError> {
@@ -268,7 +291,8 @@ impl RaftNode {
         let identity = Identity::load(node_id, db.clone())?;
         let network = NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref())?;
         let flushed = log_store.flushed();
-        let state_machine = StateMachine::new(db, state)?;
+        let state_machine = StateMachine::new(db, snapshot_dir, state)?;
+        let installed = state_machine.installed_counter();
         let runtime = Arc::new(RaftRuntime::new()?);
         let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
         // openraft spawns its tasks on the runtime it is created in.
@@ -286,6 +310,7 @@ impl RaftNode {
             quorum_lease: settings.election_timeout_min,
             flushed,
             forming: Arc::new(std::sync::Mutex::new(None)),
+            installed,
             _runtime: runtime,
         };
         let initialized = node.raft.is_initialized().await?;
@@ -415,6 +440,12 @@ impl RaftNode {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// How many snapshots this member installed since it started: each time it caught up with a
+    /// leader whose log no longer held the entries it lacked.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.installed.load(Ordering::Relaxed)
     }
 
     /// The current Raft term as this node knows it.

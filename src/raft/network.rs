@@ -38,13 +38,18 @@ pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
 pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 
 /// Version of the peer protocol: openraft's RPC messages (as openraft 0.9 encodes them) carrying
-/// log entries of log format [`crate::record::LOG_FORMAT_VERSION`]. It changes with either.
+/// log entries of log format [`crate::record::LOG_FORMAT_VERSION`] and snapshot chunks of
+/// snapshot file format [`crate::record::SNAPSHOT_FORMAT_VERSION`]. It changes with any of them.
 /// Requests without the header come from servers older than it, which spoke version 1.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// - 1: snapshots were the state's inline snapshot record.
+/// - 2: snapshots are snapshot files (the log entries did not change).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
-/// and append batches by `max_payload_entries`; a batch above this gets 413 and the sender retries
-/// with fewer entries.
+/// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a
+/// snapshot of any size costs each side one chunk of memory) and append batches by
+/// `max_payload_entries`; a batch above this gets 413 and the sender retries with fewer entries.
 pub const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
 
 /// How long a client waits for a TCP connection to a peer. Short: a peer that does not accept

@@ -23,6 +23,7 @@ pub mod codec;
 pub mod command;
 pub mod event;
 pub mod executor;
+pub mod frames;
 pub mod job;
 pub mod placement;
 pub mod queue;
@@ -33,18 +34,29 @@ pub use codec::{CodecError, decode, encode};
 pub use command::{Command, JobVerdict, NewJob, NewLease, RunReport, RunReportKind};
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{ExecutorRecord, NodeRecord};
+pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
 pub use queue::QueueRecord;
-pub use snapshot::SnapshotRecord;
+pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 
 /// Version of the state database (`convoy.redb`): its tables, key encodings and row records, and
 /// the snapshots made of it.
 pub const STATE_SCHEMA_VERSION: u32 = 2;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
-/// the log ids kept beside them.
-pub const LOG_FORMAT_VERSION: u32 = 1;
+/// the log ids kept beside them, and the `raft_snapshot` table.
+///
+/// - 1: the latest snapshot's bytes inline in `raft_snapshot` (a [`SnapshotRecord`]).
+/// - 2: the latest snapshot is a file in the data directory's `snapshots/`; `raft_snapshot` holds
+///   its meta and a [`raft::SnapshotFileRecord`] naming the file. Log entries are unchanged. A
+///   format 1 log is upgraded when opened: its inline snapshot is converted into a file.
+pub const LOG_FORMAT_VERSION: u32 = 2;
+
+/// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
+/// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
+/// `raft::snapshot_file` for the layout.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
 
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,11 @@ pub fn log_database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("raft.redb")
 }
 
+/// The directory of Raft snapshot files, beside the databases.
+pub fn snapshot_dir(config: &Config) -> PathBuf {
+    config.server.data_dir.join("snapshots")
+}
+
 fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     let path = log_database_path(config);
     let db = redb::Database::builder()
@@ -156,7 +161,15 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
     let raft_settings = raft_settings(&config);
     let log_db = open_log_db(&config)?;
-    let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, machine, raft_settings).await?;
+    let raft = RaftNode::start(
+        config.server.node_id,
+        advertise.clone(),
+        log_db,
+        snapshot_dir(&config),
+        machine,
+        raft_settings,
+    )
+    .await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let control = Arc::new(Control {

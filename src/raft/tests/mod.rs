@@ -25,3 +25,8 @@ pub(crate) async fn open_db(path: &std::path::Path) -> std::sync::Arc<redb::Data
         }
     }
 }
+
+/// The snapshot directory of the member whose database is at `db_path`.
+pub(crate) fn snapshots(db_path: &std::path::Path) -> std::path::PathBuf {
+    db_path.with_extension("snapshots")
+}

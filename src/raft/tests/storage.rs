@@ -3,7 +3,7 @@
 //! single-node restart.
 
 use super::test_state::QueueNames;
-use super::{install_crypto_provider, open_db};
+use super::{install_crypto_provider, open_db, snapshots};
 use crate::model::{ExecutorName, Queue, QueueName};
 use crate::raft::{Entry, LogId, LogStore, RaftNode, RaftSettings, StateMachine, StorageError, TypeConfig};
 use crate::state::{Command, Response};
@@ -26,7 +26,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine<QueueNames>, TempDir> for R
         let dir = TempDir::new().map_err(io)?;
         let db = Arc::new(Database::create(dir.path().join("convoy.redb")).map_err(|e| io(std::io::Error::other(e)))?);
         let log = LogStore::open(db.clone()).map_err(io)?;
-        let sm = StateMachine::new(db.clone(), QueueNames::open(db).map_err(io)?).map_err(io)?;
+        let sm = StateMachine::new(db.clone(), dir.path().join("snapshots"), QueueNames::open(db).map_err(io)?)
+            .map_err(io)?;
         Ok((dir, log, sm))
     }
 }
@@ -78,7 +79,7 @@ async fn snapshot_carries_state_and_survives_reopen() {
     let db_a = open_db(&path_a).await;
     let state_a = QueueNames::open(db_a.clone()).unwrap();
     let calls_a = state_a.calls.clone();
-    let mut sm_a = StateMachine::new(db_a.clone(), state_a).unwrap();
+    let mut sm_a = StateMachine::new(db_a.clone(), snapshots(&path_a), state_a).unwrap();
     let responses = sm_a
         .apply([
             entry(1, 1, EntryPayload::Membership(members(&[1, 2, 3]))),
@@ -110,7 +111,7 @@ async fn snapshot_carries_state_and_survives_reopen() {
     let state_b = QueueNames::open(db_b.clone()).unwrap();
     let imports = state_b.imports.clone();
     let calls_b = state_b.calls.clone();
-    let mut sm_b = StateMachine::new(db_b.clone(), state_b).unwrap();
+    let mut sm_b = StateMachine::new(db_b.clone(), snapshots(&path_b), state_b).unwrap();
     sm_b.apply([entry(1, 1, EntryPayload::Normal(create_queue("stale")))]).await.unwrap();
     let mut data = sm_b.begin_receiving_snapshot().await.unwrap();
     *data = *snap.snapshot;
@@ -124,7 +125,8 @@ async fn snapshot_carries_state_and_survives_reopen() {
     drop(sm_b);
     drop(db_b);
     let db_b = open_db(&path_b).await;
-    let mut sm_b = StateMachine::new(db_b.clone(), QueueNames::open(db_b.clone()).unwrap()).unwrap();
+    let mut sm_b =
+        StateMachine::new(db_b.clone(), snapshots(&path_b), QueueNames::open(db_b.clone()).unwrap()).unwrap();
     let current = sm_b.get_current_snapshot().await.unwrap().expect("snapshot kept across a reopen");
     assert_eq!(current.meta, snap.meta);
     assert_eq!(sm_b.applied_state().await.unwrap().0, Some(log_id(1, 5)));
@@ -161,9 +163,16 @@ async fn restart_keeps_log_vote_and_state() {
     let addr = "http://127.0.0.1:1"; // a one-member cluster never calls its peers
 
     let db = open_db(&path).await;
-    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings())
-        .await
-        .unwrap();
+    let node = RaftNode::start(
+        1,
+        addr,
+        db.clone(),
+        snapshots(&path),
+        QueueNames::open(db.clone()).unwrap(),
+        single_node_settings(),
+    )
+    .await
+    .unwrap();
     wait_leader_applied(&node, 1).await;
     for name in ["a", "b", "c"] {
         assert_eq!(node.write(create_queue(name)).await.unwrap(), Response::Ok);
@@ -194,9 +203,16 @@ async fn restart_keeps_log_vote_and_state() {
     drop(log);
 
     // The restarted node has the applied state back and keeps accepting writes.
-    let node = RaftNode::start(1, addr, db.clone(), QueueNames::open(db.clone()).unwrap(), single_node_settings())
-        .await
-        .unwrap();
+    let node = RaftNode::start(
+        1,
+        addr,
+        db.clone(),
+        snapshots(&path),
+        QueueNames::open(db.clone()).unwrap(),
+        single_node_settings(),
+    )
+    .await
+    .unwrap();
     wait_leader_applied(&node, last_index).await;
     assert_eq!(QueueNames::names(&db).unwrap(), ["a", "b", "c"]);
     assert_eq!(node.write(create_queue("d")).await.unwrap(), Response::Ok);
