@@ -10,7 +10,7 @@ use super::job::*;
 use super::placement::*;
 use super::queue::*;
 use super::raft::*;
-use super::snapshot::SnapshotRecord;
+use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
 use crate::model::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -491,4 +491,95 @@ fn domain_values_survive_a_round_trip_through_records() {
     assert_eq!(StoredMembershipRecord::from(&back), m);
     let v = VoteRecord { term: 5, node_id: 2, committed: true };
     assert_eq!(VoteRecord::from(openraft::Vote::<u64>::from(v)), v);
+}
+
+/// One row of every table, as a snapshot stream of file format 1 carries them.
+fn snapshot_rows() -> Vec<(&'static str, SnapshotRowRecord)> {
+    let id = jid(1).as_u128().to_be_bytes();
+    let set = b"physics\0run-1".to_vec();
+    let with = |rest: &[u8]| {
+        let mut k = set.clone();
+        k.push(0);
+        k.extend_from_slice(rest);
+        k
+    };
+    let executor = ExecutorRecord { name: ex("cluster-a"), nodes: vec![node()], updated_at_ms: 1_760_000_500_000 };
+    vec![
+        ("row-meta", SnapshotRowRecord::Meta { key: "submit_seq".into(), value: 2u64.to_be_bytes().to_vec() }),
+        ("row-queue", SnapshotRowRecord::Queue { name: "physics".into(), value: encode(&queue()).unwrap() }),
+        ("row-job", SnapshotRowRecord::Job { id, value: encode(&job()).unwrap() }),
+        ("row-payload", SnapshotRowRecord::Payload { id, value: encode(&payload()).unwrap() }),
+        ("row-live-job", SnapshotRowRecord::LiveJob { id }),
+        ("row-job-set", SnapshotRowRecord::JobSet { key: with(&id) }),
+        (
+            "row-event-chunk",
+            SnapshotRowRecord::EventChunk { key: with(&1u64.to_be_bytes()), value: encode(&events()).unwrap() },
+        ),
+        ("row-event-seq", SnapshotRowRecord::EventSeq { key: set.clone(), seq: 4 }),
+        ("row-client-id", SnapshotRowRecord::ClientId { key: b"physics\0client-1".to_vec(), job: id }),
+        ("row-executor", SnapshotRowRecord::Executor { name: "cluster-a".into(), value: encode(&executor).unwrap() }),
+    ]
+}
+
+fn snapshot_meta() -> SnapshotMetaRecord {
+    SnapshotMetaRecord {
+        last_log_id: Some(log_id(3, 2, 18)),
+        last_membership: stored_membership(),
+        snapshot_id: "3-2-18-1760000600000".into(),
+    }
+}
+
+#[test]
+fn snapshot_file_format_1_rows_and_header() {
+    for (name, row) in snapshot_rows() {
+        let path = format!("snapshot-v1/{name}.bin");
+        golden(&path, &row);
+        // What an export writes, borrowing the row from its table, is the same bytes.
+        assert_eq!(encode(&row.as_ref()).unwrap(), fixture(&path), "{path}");
+    }
+    golden("snapshot-v1/header.bin", &SnapshotHeaderRecord { meta: snapshot_meta() });
+}
+
+#[test]
+fn snapshot_file_format_1_whole_file() {
+    use crate::raft::snapshot_file::{SnapshotReader, SnapshotWriter};
+    use crate::record::{FrameSink, FrameSource};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats/snapshot-v1/state.snap");
+    let bytes = fixture("snapshot-v1/state.snap");
+    golden(
+        "log-v2/snapshot-file.bin",
+        &SnapshotFileRecord { name: "3-2-18-1760000600000.snap".into(), bytes: bytes.len() as u64 },
+    );
+    // The file holds the state of `state-v2/snapshot.bin`: the schema version, then its rows.
+    let mut r = SnapshotReader::open(&path).unwrap();
+    assert_eq!(SnapshotMetaRecord::from(r.meta()), snapshot_meta());
+    let mut frames = Vec::new();
+    while let Some(f) = r.next_frame().unwrap() {
+        frames.push(f.to_vec());
+    }
+    assert_eq!(decode::<u32>(&frames[0]).unwrap(), 2);
+    let rows: Vec<SnapshotRowRecord> = frames[1..].iter().map(|f| decode(f).unwrap()).collect();
+    let old: SnapshotRecord = decode(&fixture("state-v2/snapshot.bin")).unwrap();
+    let queues: Vec<QueueRecord> = rows
+        .iter()
+        .filter_map(|r| match r {
+            SnapshotRowRecord::Queue { value, .. } => Some(decode(value).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queues, vec![QueueRecord { cordoned: false, ..queue() }]);
+    let jobs = rows.iter().filter(|r| matches!(r, SnapshotRowRecord::Job { .. })).count();
+    assert_eq!(jobs, old.jobs.len());
+    let mut converted = Vec::new();
+    crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
+    assert_eq!(frames, converted, "the conversion of the old snapshot writes these frames");
+    // Writing the same snapshot again writes the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let again = dir.path().join("again.snap");
+    let mut w = SnapshotWriter::create(&again, &snapshot_meta().into()).unwrap();
+    for f in &frames {
+        w.frame(f).unwrap();
+    }
+    w.finish().unwrap();
+    assert_eq!(std::fs::read(&again).unwrap(), bytes);
 }
