@@ -122,6 +122,12 @@ pub struct ClusterConfig {
     /// Log entries kept behind a snapshot, so a member that lags a little catches up from the log
     /// rather than from a snapshot.
     pub log_entries_kept: u64,
+    /// How long the leader waits for each chunk of a snapshot it sends to a member that must
+    /// catch up by snapshot. The last chunk's wait includes the member installing the whole
+    /// snapshot, so this must be above the install time of the largest state (`convoy bench
+    /// snapshot` prints it).
+    #[serde(with = "serde_text")]
+    pub snapshot_install_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -132,6 +138,7 @@ impl Default for ClusterConfig {
             election_timeout: Duration::from_millis(600),
             snapshot_every_entries: 10_000,
             log_entries_kept: 1_000,
+            snapshot_install_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -310,6 +317,9 @@ impl Config {
         }
         if c.snapshot_every_entries == 0 {
             return Err(FieldError::new("cluster.snapshot_every_entries", "must be at least 1"));
+        }
+        if c.snapshot_install_timeout < Duration::from_secs(1) {
+            return Err(FieldError::new("cluster.snapshot_install_timeout", "must be at least 1s"));
         }
         // A poll held for the longest wait, then a failover, must not look like a lost executor.
         let needed = self.server.max_lease_wait + c.election_timeout_max().saturating_mul(2);

@@ -50,6 +50,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(executors::lease))
         .routes(routes!(executors::events))
         .routes(routes!(ops::cluster))
+        .routes(routes!(ops::digest))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -1,6 +1,6 @@
-//! Operations endpoints: health, readiness, metrics, cluster status.
+//! Operations endpoints: health, readiness, metrics, cluster status, the state digest.
 
-use super::auth::Principal;
+use super::auth::{AdminRole, Authorized, Principal};
 use super::problem::{ApiError, json};
 use crate::control::Control;
 use crate::control::SchedulingView;
@@ -49,8 +49,30 @@ pub struct ClusterStatus {
     pub last_log_index: Option<u64>,
     /// Index of the last entry this server applied.
     pub last_applied: Option<u64>,
+    /// Index of the last entry this server's current snapshot includes.
+    pub snapshot_index: Option<u64>,
+    /// Index of the last entry purged from this server's log (entries up to it are only in the
+    /// snapshot).
+    pub purged_index: Option<u64>,
+    /// Snapshots this server installed since it started: each time it caught up with a leader
+    /// whose log no longer held what it lacked.
+    pub snapshots_installed: u64,
     /// Voters and learners.
     pub members: Vec<ClusterMember>,
+}
+
+/// Answer of `GET /v1/cluster/digest`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct StateDigest {
+    /// This server's Raft node id.
+    pub node_id: u64,
+    /// Index of the last log entry the digested state includes (0 before any).
+    pub applied_index: u64,
+    /// SHA-256 of the replicated state at that index, in lower-case hex.
+    #[schema(examples("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"))]
+    pub digest: String,
+    /// Rows hashed (events one by one).
+    pub rows: u64,
 }
 
 /// One member of the Raft cluster.
@@ -113,6 +135,37 @@ pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
 )]
 pub async fn cluster(State(app): State<Arc<Control>>, _p: Principal) -> Response {
     json(app.cluster.status())
+}
+
+/// Replicated state digest
+///
+/// Admins only. A SHA-256 over the whole replicated state (every state table's rows in key
+/// order, without this server's own bookkeeping), read from one consistent view together with the
+/// index of the last log entry it includes: members of a cluster at the same applied index answer
+/// the same digest. It reads the whole state, which takes seconds with millions of jobs.
+#[utoipa::path(
+    get,
+    path = "/v1/cluster/digest",
+    operation_id = "clusterDigest",
+    tag = "operations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The digest of this server's state", body = StateDigest),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "The state could not be read", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn digest(State(app): State<Arc<Control>>, _admin: Authorized<AdminRole>) -> Result<Response, ApiError> {
+    let store = app.store.clone();
+    let d =
+        tokio::task::spawn_blocking(move || store.digest()).await.map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok(json(StateDigest {
+        node_id: app.config.server.node_id,
+        applied_index: d.applied_index(),
+        digest: d.hex(),
+        rows: d.rows,
+    }))
 }
 
 /// Prometheus metrics

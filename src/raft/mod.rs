@@ -93,7 +93,7 @@ impl Default for RaftSettings {
             heartbeat_interval: Duration::from_millis(250),
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
-            install_snapshot_timeout: Duration::from_secs(30),
+            install_snapshot_timeout: Duration::from_secs(120),
             snapshot_every_logs: 10_000,
             max_in_snapshot_log_to_keep: 1_000,
             purge_batch_size: 1,
@@ -106,7 +106,8 @@ impl Default for RaftSettings {
 }
 
 impl RaftSettings {
-    fn to_config(&self) -> Result<Config, RaftError> {
+    /// openraft's configuration for these settings.
+    pub(crate) fn to_config(&self) -> Result<Config, RaftError> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Config {
             cluster_name: self.cluster_name.clone(),

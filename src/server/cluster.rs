@@ -87,6 +87,9 @@ impl ClusterView for RaftView {
             "leader_addr": self.leader_addr(),
             "last_log_index": m.last_log_index,
             "last_applied": m.last_applied.map(|l| l.index),
+            "snapshot_index": m.snapshot.map(|l| l.index),
+            "purged_index": m.purged.map(|l| l.index),
+            "snapshots_installed": self.0.snapshots_installed(),
             "members": members,
         })
     }

@@ -86,7 +86,9 @@ fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     Ok(Arc::new(db))
 }
 
-/// Raft's settings from the configuration: a cluster of one without peers, else the peers.
+/// Raft's settings from the configuration: a cluster of one without peers, else the peers; the
+/// timings, and log compaction (a snapshot every `snapshot_every_entries`, the log purged up to
+/// `log_entries_kept` entries behind it).
 fn raft_settings(config: &Config) -> RaftSettings {
     let c = &config.cluster;
     let bootstrap = if c.peers.is_empty() {
@@ -104,6 +106,7 @@ fn raft_settings(config: &Config) -> RaftSettings {
         election_timeout_max: c.election_timeout_max(),
         snapshot_every_logs: c.snapshot_every_entries,
         max_in_snapshot_log_to_keep: c.log_entries_kept,
+        install_snapshot_timeout: c.snapshot_install_timeout,
         ..RaftSettings::default()
     }
 }
@@ -218,4 +221,24 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         served.and(stopped)
     });
     Ok(Running { url, stop: stop_tx, done })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_keys_reach_openraft_s_snapshot_and_purge_policy() {
+        let mut config = Config::default();
+        config.cluster.snapshot_every_entries = 500;
+        config.cluster.log_entries_kept = 50;
+        config.cluster.snapshot_install_timeout = Duration::from_secs(7);
+        let raft = raft_settings(&config).to_config().expect("valid settings");
+        assert_eq!(raft.snapshot_policy, openraft::SnapshotPolicy::LogsSinceLast(500));
+        assert_eq!(raft.max_in_snapshot_log_to_keep, 50);
+        assert_eq!(raft.install_snapshot_timeout, 7_000);
+        // Everything the snapshot covers beyond the kept entries goes at each purge.
+        assert_eq!(raft.purge_batch_size, 1);
+        assert!(raft.snapshot_max_chunk_size < crate::raft::MAX_RPC_BODY as u64);
+    }
 }

@@ -5,6 +5,7 @@ mod e2e;
 mod harness;
 mod recovery;
 mod schedule;
+mod snapshot;
 mod submit;
 
 use clap::Subcommand;
@@ -20,6 +21,8 @@ pub(crate) enum BenchCommand {
     Recovery(recovery::RecoveryArgs),
     /// Lease latency and end-to-end throughput with a server and a fake agent.
     E2e(e2e::E2eArgs),
+    /// Building and installing a Raft snapshot of many jobs: time, size, peak memory.
+    Snapshot(snapshot::SnapshotArgs),
 }
 
 /// Runs a benchmark.
@@ -29,6 +32,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(args) => submit::run(args),
         BenchCommand::Recovery(args) => recovery::run(args),
         BenchCommand::E2e(args) => e2e::run(args),
+        BenchCommand::Snapshot(args) => snapshot::run(args),
     }
 }
 

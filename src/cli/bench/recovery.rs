@@ -10,6 +10,7 @@ use convoy::scheduler::SchedulerConfig;
 use convoy::state::{ApplyContext, Command, NewJob, State, StateSettings};
 use convoy::store::{Store, write_changes};
 use serde_json::json;
+use std::path::Path;
 use std::time::Instant;
 
 /// Arguments of `convoy bench recovery`.
@@ -45,54 +46,59 @@ fn new_job(i: u64) -> NewJob {
     }
 }
 
+/// Writes a state database at `path` holding `jobs` jobs spread over `queues` queues, as a
+/// server applying their submissions would (half of them then cancelled, so half are history).
+pub(super) fn populate(path: &Path, count: u64, queues: u64) -> anyhow::Result<()> {
+    let store = Store::open(path)?;
+    let mut state = State::new(StateSettings::from_config(&SchedulerConfig::default()));
+    let set = JobSetName::new("bench").expect("valid");
+    let mut cmds = Vec::new();
+    for q in 0..queues {
+        cmds.push(Command::CreateQueue {
+            queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
+        });
+    }
+    let batch = 1000u64;
+    let mut i = 0;
+    while i < count {
+        let n = batch.min(count - i);
+        let queue = QueueName::new(&format!("q{}", (i / batch) % queues)).expect("valid");
+        let jobs: Vec<NewJob> = (i..i + n).map(new_job).collect();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
+        // Every other job ends (cancelled) so half the stored jobs are history.
+        let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
+        cmds.push(Command::Cancel {
+            queue,
+            job_set: set.clone(),
+            job_ids: Some(ended),
+            states: None,
+            reason: "bench".into(),
+            at_ms: 0,
+        });
+        i += n;
+        if cmds.len() >= 20 {
+            let tx = store.write()?;
+            for c in cmds.drain(..) {
+                write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
+            }
+            tx.commit()?;
+        }
+    }
+    let tx = store.write()?;
+    for c in cmds.drain(..) {
+        write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
 pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1, "--queues must be at least 1");
     let tmp = tempfile_dir()?;
     let data = tmp.join("data");
     let t = Instant::now();
-    {
-        let store = Store::open(&data.join("convoy.redb"))?;
-        let mut state = State::new(StateSettings::from_config(&SchedulerConfig::default()));
-        let set = JobSetName::new("bench").expect("valid");
-        let mut cmds = Vec::new();
-        for q in 0..args.queues {
-            cmds.push(Command::CreateQueue {
-                queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
-            });
-        }
-        let batch = 1000u64;
-        let mut i = 0;
-        while i < args.jobs {
-            let n = batch.min(args.jobs - i);
-            let queue = QueueName::new(&format!("q{}", (i / batch) % args.queues)).expect("valid");
-            let jobs: Vec<NewJob> = (i..i + n).map(new_job).collect();
-            let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-            cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
-            // Every other job ends (cancelled) so half the stored jobs are history.
-            let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
-            cmds.push(Command::Cancel {
-                queue,
-                job_set: set.clone(),
-                job_ids: Some(ended),
-                states: None,
-                reason: "bench".into(),
-                at_ms: 0,
-            });
-            i += n;
-            if cmds.len() >= 20 {
-                let tx = store.write()?;
-                for c in cmds.drain(..) {
-                    write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
-                }
-                tx.commit()?;
-            }
-        }
-        let tx = store.write()?;
-        for c in cmds.drain(..) {
-            write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
-        }
-        tx.commit()?;
-    }
+    populate(&data.join("convoy.redb"), args.jobs, args.queues)?;
     let build_s = t.elapsed().as_secs_f64();
     let db_mb = std::fs::metadata(data.join("convoy.redb")).map(|m| m.len() as f64 / (1 << 20) as f64).unwrap_or(0.0);
 
