@@ -1,6 +1,8 @@
-//! Tests of the `raft` module: openraft's storage conformance suite, restart, codec, and a
-//! three-node cluster over real HTTP.
+//! Tests of the `raft` module: openraft's storage conformance suite, restart, codec, snapshot
+//! files, and three-node clusters over real HTTP (one with the server's own state machine, caught
+//! up by snapshot).
 
+mod catch_up;
 mod cluster;
 mod storage;
 pub(crate) mod test_state;
