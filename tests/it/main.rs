@@ -14,6 +14,7 @@ mod formats;
 mod packaging;
 mod server_api;
 mod server_auth;
+mod server_cluster;
 mod server_events;
 mod server_executor;
 mod server_process;
