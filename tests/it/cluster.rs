@@ -474,3 +474,85 @@ async fn a_stopped_leader_is_replaced_and_steps_down_on_waking_while_event_strea
         assert_eq!(ids, (1..=want as u64).collect::<Vec<_>>(), "stream {n}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_agent_listing_all_servers_carries_its_runs_through_a_leader_kill() {
+    let mut trio = Trio::start(3).await;
+    let leader = trio.leader().await;
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    // The agent lists every server, the leader last so that it starts on a follower.
+    let mut servers: Vec<String> =
+        [1u64, 2, 3].iter().filter(|i| **i != leader).map(|i| trio.api(*i).url.clone()).collect();
+    servers.push(trio.api(leader).url.clone());
+    let dir = trio.members[0].dir.parent().unwrap().join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("agent.toml");
+    let list: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "executor = \"fake\"\nservers = [{}]\ndata_dir = \"{}\"\nruntime = \"fake\"\nmax_backoff = \"1s\"\npoll_wait = \"2s\"\n\
+             [[fake.node_groups]]\ncount = 4\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"8\", memory = \"64Gi\" }}\n",
+            list.join(", "),
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(std::fs::File::create(dir.join("agent.log")).unwrap()))
+        .spawn()
+        .expect("convoy agent starts");
+    // 64 jobs of 2 s on 32 cores: two waves, the kill in the middle of the first.
+    let job = json!({"pod_spec": {"containers": [{"name": "fake", "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]},
+        "annotations": {"convoy.io/fake-runtime": "2"}});
+    let ids = trio.api(leader).submit("A", "s", vec![job; 64]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while all_jobs_in(trio.api(leader), "running").await < 16 {
+        assert!(Instant::now() < deadline, "the jobs did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    trio.member(leader).kill9();
+    let others: Vec<u64> = trio.running();
+    let new = trio.leader_among(&others, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, v) = trio.api(new).get("/v1/jobs?queue=A&limit=1000&consistent=true").await;
+        let done = if s == 200 {
+            v["jobs"].as_array().unwrap().iter().filter(|j| j["state"] == "succeeded").count()
+        } else {
+            0
+        };
+        if done == ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} succeeded; agent log:\n{}",
+            ids.len(),
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in &ids {
+        let (_, j) = trio.api(new).get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(j["runs"].as_array().map(Vec::len), Some(1), "a job ran twice: {j}");
+    }
+    let log = trio.api(new).log();
+    assert!(!log.contains("executor lost"), "{log}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+/// How many jobs of queue `A` are in `state`, as `api` lists them.
+async fn all_jobs_in(api: &Api, state: &str) -> usize {
+    let (s, v) = api.get(&format!("/v1/jobs?queue=A&state={state}&limit=1000")).await;
+    if s != 200 {
+        return 0;
+    }
+    v["jobs"].as_array().map_or(0, Vec::len)
+}

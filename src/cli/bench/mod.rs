@@ -1,6 +1,7 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod cluster;
 mod e2e;
 mod harness;
 mod recovery;
@@ -20,6 +21,8 @@ pub(crate) enum BenchCommand {
     Recovery(recovery::RecoveryArgs),
     /// Lease latency and end-to-end throughput with a server and a fake agent.
     E2e(e2e::E2eArgs),
+    /// Three servers as one cluster: throughput through all of them, and failover times.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a benchmark.
@@ -29,6 +32,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(args) => submit::run(args),
         BenchCommand::Recovery(args) => recovery::run(args),
         BenchCommand::E2e(args) => e2e::run(args),
+        BenchCommand::Cluster(args) => cluster::run(args),
     }
 }
 
