@@ -151,7 +151,7 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         for url in &urls {
             let jobs = list(&http, url).await?;
             let mut seen: HashMap<&str, u32> = HashMap::new();
-            for (_, cid) in &jobs {
+            for cid in jobs.values() {
                 *seen.entry(cid.as_str()).or_default() += 1;
             }
             duplicated += seen.values().filter(|n| **n > 1).count() as u64;
