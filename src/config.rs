@@ -1,5 +1,5 @@
 //! The server's TOML configuration: `[server]`, `[scheduler]` (the same keys as a simulation
-//! scenario's `config`), `[auth]`, and in a file shared with `convoy agent`, `[agent]`. Every key
+//! scenario's `config`), `[auth]`, `[tls]`, and in a file shared with `convoy agent`, `[agent]`. Every key
 //! has a default, so no file is needed; durations are text (`"30s"`, `"5m"`) or a number of
 //! seconds; an unknown key or a bad value is refused with an error naming the key
 //! (`server.max_lease_wait`).
@@ -23,6 +23,9 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// `[auth]`: bearer tokens and the cluster secret.
     pub auth: AuthConfig,
+    /// `[tls]`: HTTPS on the listen address; plain HTTP without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
     /// `[agent]` of a file that configures both commands. Read so that its keys and values are
     /// checked here too (a typo fails `convoy server` as it fails `convoy agent`); the server does
     /// not use it. Rules that depend on the agent's machine are left to `convoy agent`.
@@ -142,6 +145,31 @@ impl Default for AuthConfig {
     }
 }
 
+/// `[tls]`: the server serves HTTPS only (the API, the executor API and the peer RPC on its one
+/// listen address) with this certificate, and its peer RPC client trusts `ca`. Paths are PEM
+/// files; SIGHUP reloads `cert` and `key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain: its certificate first, then any intermediates.
+    pub cert: PathBuf,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates that sign the other servers' certificates, the only ones the peer RPC
+    /// client trusts. Without it, the system's roots.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// Checks that the files load: the certificate chain, a key that matches it, and the CA.
+    /// The error names the key (`tls.cert`, `tls.key`, `tls.ca`) and the file.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        crate::server::tls::check(self)
+            .map_err(|e| FieldError::new(e.key, format!("{}: {}", e.path.display(), e.problem)))
+    }
+}
+
 /// Why a server configuration was refused; `origin` is the file (or `defaults`).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -250,6 +278,9 @@ impl Config {
             if t.roles.is_empty() {
                 return Err(FieldError::new(format!("auth.tokens[{i}].roles"), "needs at least one role"));
             }
+        }
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         Ok(())
     }

@@ -30,6 +30,7 @@ use openraft::error::{
 };
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -62,6 +63,9 @@ pub struct RaftSettings {
     pub cluster_secret: Option<String>,
     /// Make this node a one-member cluster if it has never been part of one (empty log, no vote).
     pub initialize_single: bool,
+    /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
+    /// client trusts for `https://` peers. `None`: the system's roots.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for RaftSettings {
@@ -78,6 +82,7 @@ impl Default for RaftSettings {
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
             initialize_single: false,
+            tls_ca: None,
         }
     }
 }
@@ -251,7 +256,7 @@ impl RaftNode {
     ) -> Result<Self, RaftError> {
         let addr = addr.into();
         let config = Arc::new(settings.to_config()?);
-        let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref())?;
+        let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let log_store = LogStore::open(db.clone())?;
         let flushed = log_store.flushed();
         let state_machine = StateMachine::new(db, state)?;

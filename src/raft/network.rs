@@ -4,6 +4,10 @@
 //! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
 //! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
 //!
+//! Peers advertised as `https://` are reached over TLS; with a CA configured
+//! ([`super::RaftSettings::tls_ca`]) only certificates it signed are trusted, else the system's
+//! roots.
+//!
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
@@ -27,6 +31,7 @@ use openraft::raft::{
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +68,14 @@ pub enum NetworkSetupError {
     /// The cluster secret cannot be sent as an HTTP header value.
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
+    /// The CA file for peers' certificates is not usable.
+    #[error("tls.ca: {}: {message}", path.display())]
+    Ca {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
@@ -86,9 +99,11 @@ pub struct NetworkFactory {
 }
 
 impl NetworkFactory {
-    /// A factory for node `node_id`'s outgoing RPCs. Requires a process-wide rustls crypto provider
-    /// (only used if a peer address is `https://`, but the HTTP client is built with TLS support).
-    pub fn new(node_id: NodeId, secret: Option<&str>) -> Result<Self, NetworkSetupError> {
+    /// A factory for node `node_id`'s outgoing RPCs, sending `secret` with each. With `ca` (a PEM
+    /// file), `https://` peers must present a certificate it signed; without it, one the system
+    /// trusts. Requires a process-wide rustls crypto provider (only used if a peer address is
+    /// `https://`, but the HTTP client is built with TLS support).
+    pub fn new(node_id: NodeId, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -100,13 +115,28 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(60));
+        if let Some(path) = ca {
+            builder = builder.tls_certs_only(ca_certificates(path)?);
+        }
+        let client = builder.build()?;
         Ok(Self { node_id, client, secret })
     }
+}
+
+/// The certificates of a PEM file (at least one).
+fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, NetworkSetupError> {
+    let ca_error = |message: String| NetworkSetupError::Ca { path: path.to_path_buf(), message };
+    let pem = std::fs::read(path).map_err(|e| ca_error(format!("cannot read the file: {e}")))?;
+    let certs =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ca_error(format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(ca_error("no certificate in the file".to_string()));
+    }
+    Ok(certs)
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
