@@ -3,11 +3,15 @@
 //! A request goes to the current server; when that one is unreachable or unavailable the client
 //! tries the next address, and the one that answers becomes current. Callers retry with
 //! [`Backoff`] when every address failed.
+//!
+//! `https://` servers are verified against the configured CA ([`load_ca`]) when there is one, else
+//! against the system's roots.
 
 use crate::model::ExecutorName;
 use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, Problem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -32,6 +36,14 @@ pub enum ClientError {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Build(String),
+    /// The CA file that verifies the servers is not usable.
+    #[error("CA file {}: {message}", path.display())]
+    Ca {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// No connection, or the connection broke or timed out.
     #[error("cannot reach the server at {server}: {message}")]
     Unreachable {
@@ -98,6 +110,49 @@ impl ClientError {
     }
 }
 
+/// Reads the CA certificates (a PEM file) that verify the servers: at least one certificate.
+pub fn load_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let ca_error = |message: String| ClientError::Ca { path: path.to_path_buf(), message };
+    let pem = std::fs::read(path).map_err(|e| ca_error(format!("cannot read the file: {e}")))?;
+    let ders = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ca_error(format!("malformed PEM: {e}")))?;
+    if ders.is_empty() {
+        return Err(ca_error("no certificate in the file (expected -----BEGIN CERTIFICATE-----)".to_string()));
+    }
+    ders.iter()
+        .map(|der| reqwest::Certificate::from_der(der).map_err(|e| ca_error(format!("not a usable certificate: {e}"))))
+        .collect()
+}
+
+/// The certificate problem behind a failed request, when the server's certificate was refused
+/// (not signed by a trusted CA, expired, issued for another name).
+pub fn certificate_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = rustls_error(err)
+            && matches!(r, rustls::Error::InvalidCertificate(_))
+        {
+            return Some(r);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// `e` as a rustls error, looking inside io::Errors (which may nest, and whose `source` skips
+/// the error they wrap).
+fn rustls_error<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    loop {
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    }
+}
+
 /// Client of the executor API of one executor.
 #[derive(Debug)]
 pub struct ExecutorClient {
@@ -105,12 +160,25 @@ pub struct ExecutorClient {
     servers: Vec<String>,
     executor: ExecutorName,
     token: Option<String>,
+    ca: Option<PathBuf>,
     current: AtomicUsize,
 }
 
 impl ExecutorClient {
-    /// A client for `executor` over `servers` (base URLs), sending `token` as a bearer token.
+    /// A client for `executor` over `servers` (base URLs), sending `token` as a bearer token;
+    /// `https://` servers are verified against the system's roots.
     pub fn new(servers: &[String], executor: ExecutorName, token: Option<String>) -> Result<Self, ClientError> {
+        Self::with_ca(servers, executor, token, None)
+    }
+
+    /// [`ExecutorClient::new`], trusting only the CA certificates of the PEM file `ca` (when
+    /// given) for `https://` servers.
+    pub fn with_ca(
+        servers: &[String],
+        executor: ExecutorName,
+        token: Option<String>,
+        ca: Option<&Path>,
+    ) -> Result<Self, ClientError> {
         super::install_crypto_provider();
         if servers.is_empty() {
             return Err(ClientError::BadAddress { address: String::new(), message: "no server address given".into() });
@@ -127,12 +195,14 @@ impl ExecutorClient {
             }
             bases.push(s.trim_end_matches('/').to_string());
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ClientError::Build(e.to_string()))?;
-        Ok(Self { http, servers: bases, executor, token, current: AtomicUsize::new(0) })
+            .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = ca {
+            builder = builder.tls_certs_only(load_ca(path)?);
+        }
+        let http = builder.build().map_err(|e| ClientError::Build(e.to_string()))?;
+        Ok(Self { http, servers: bases, executor, token, ca: ca.map(Path::to_path_buf), current: AtomicUsize::new(0) })
     }
 
     /// The base URL requests go to first.
@@ -209,7 +279,7 @@ impl ExecutorClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: error_chain(&e) })?;
+            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: self.explain(&e) })?;
         let status = resp.status();
         let is_problem = resp
             .headers()
@@ -244,6 +314,23 @@ impl ExecutorClient {
             }
             _ => ClientError::Rejected { server: server.clone(), status: code, problem: problem.map(Box::new), detail },
         })
+    }
+}
+
+impl ExecutorClient {
+    /// The error chain of a failed request, with what to do when the server's certificate was
+    /// not trusted.
+    fn explain(&self, e: &reqwest::Error) -> String {
+        let chain = error_chain(e);
+        if certificate_error(e).is_none() {
+            return chain;
+        }
+        match &self.ca {
+            Some(ca) => format!("{chain} (the server's certificate is not trusted by the CA in {})", ca.display()),
+            None => format!(
+                "{chain} (the server's certificate is not trusted: set `ca` in the agent config to the CA certificate that signed it)"
+            ),
+        }
     }
 }
 
