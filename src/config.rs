@@ -6,7 +6,7 @@
 
 use crate::agent::AgentConfig;
 use crate::model::FieldError;
-use crate::model::duration::serde_text;
+use crate::model::duration::{format_duration, serde_text};
 use crate::scheduler::SchedulerConfig;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -23,6 +23,8 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     /// `[auth]`: bearer tokens and the cluster secret.
     pub auth: AuthConfig,
+    /// `[cluster]`: the members of a new cluster, and Raft's timings.
+    pub cluster: ClusterConfig,
     /// `[tls]`: HTTPS on the listen address; plain HTTP without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsConfig>,
@@ -92,12 +94,66 @@ impl Default for ServerConfig {
             default_cpu_job_deadline: Duration::from_secs(3 * 86400),
             default_gpu_job_deadline: Duration::from_secs(14 * 86400),
             reject_jobs_larger_than_any_node: true,
-            max_lease_wait: Duration::from_secs(60),
+            max_lease_wait: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
             db_cache_mb: 256,
             log_json: false,
         }
     }
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Members of a new cluster, this server included. On first start with an empty data dir the
+    /// servers form the cluster once all of them are reachable and none belongs to a cluster yet;
+    /// later starts ignore the list (membership lives in Raft; change it with `convoy cluster
+    /// add|remove`). Empty: a one-server cluster.
+    pub peers: Vec<PeerConfig>,
+    /// How often the leader sends heartbeats. Also the timeout of one append to a follower, which
+    /// includes the follower's fsync: keep it well above the disk's latency.
+    #[serde(with = "serde_text")]
+    pub heartbeat_interval: Duration,
+    /// A follower that hears no leader for between this and twice this starts an election, so a
+    /// failover takes about one to two of these.
+    #[serde(with = "serde_text")]
+    pub election_timeout: Duration,
+    /// Build a snapshot once this many log entries were applied since the last one; the log
+    /// behind it is then purged.
+    pub snapshot_every_entries: u64,
+    /// Log entries kept behind a snapshot, so a member that lags a little catches up from the log
+    /// rather than from a snapshot.
+    pub log_entries_kept: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            peers: vec![],
+            heartbeat_interval: Duration::from_millis(150),
+            election_timeout: Duration::from_millis(600),
+            snapshot_every_entries: 10_000,
+            log_entries_kept: 1_000,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The longest a follower waits for a leader before it starts an election.
+    pub fn election_timeout_max(&self) -> Duration {
+        self.election_timeout.saturating_mul(2)
+    }
+}
+
+/// One member of a new cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// Its `server.node_id`.
+    pub id: u64,
+    /// Its base URL as the others reach it (its `server.advertise`).
+    pub addr: String,
 }
 
 /// What a token may do.
@@ -201,6 +257,31 @@ pub enum ConfigError {
     },
 }
 
+/// Checks that `url` is an `http://` or `https://` base URL with a host others can reach (not a
+/// wildcard address).
+fn check_url(key: &str, url: &str) -> Result<(), FieldError> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| FieldError::new(key, format!("{url:?} must start with http:// or https://")))?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(FieldError::new(key, format!("{url:?} has no host")));
+    }
+    if host == "0.0.0.0" || host == "::" || host == "*" {
+        return Err(FieldError::new(
+            key,
+            format!("{url:?} is a wildcard address; give the address others reach this server at"),
+        ));
+    }
+    Ok(())
+}
+
 impl Config {
     /// Loads a file, or the local defaults when `path` is `None`: every default, listening on
     /// 127.0.0.1 only, with auth explicitly off (as `convoy up` runs).
@@ -240,6 +321,72 @@ impl Config {
         Ok(config)
     }
 
+    /// Checks `[cluster]`, and the `[server]` keys that must agree with it.
+    fn validate_cluster(&self) -> Result<(), FieldError> {
+        let c = &self.cluster;
+        if c.heartbeat_interval < Duration::from_millis(10) {
+            return Err(FieldError::new("cluster.heartbeat_interval", "must be at least 10ms"));
+        }
+        if c.election_timeout < c.heartbeat_interval.saturating_mul(3) {
+            return Err(FieldError::new(
+                "cluster.election_timeout",
+                format!(
+                    "must be at least three heartbeats ({}), or followers start elections while the leader is fine",
+                    format_duration(c.heartbeat_interval.saturating_mul(3))
+                ),
+            ));
+        }
+        if c.snapshot_every_entries == 0 {
+            return Err(FieldError::new("cluster.snapshot_every_entries", "must be at least 1"));
+        }
+        // A poll held for the longest wait, then a failover, must not look like a lost executor.
+        let needed = self.server.max_lease_wait + c.election_timeout_max().saturating_mul(2);
+        if self.server.executor_timeout <= needed {
+            return Err(FieldError::new(
+                "server.executor_timeout",
+                format!(
+                    "must be above server.max_lease_wait plus two elections ({}): an executor whose poll is held \
+                     that long across a failover would be declared lost",
+                    format_duration(needed)
+                ),
+            ));
+        }
+        if let Some(a) = &self.server.advertise {
+            check_url("server.advertise", a)?;
+        }
+        if c.peers.is_empty() {
+            return Ok(());
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, p) in c.peers.iter().enumerate() {
+            if p.id == 0 {
+                return Err(FieldError::new(format!("cluster.peers[{i}].id"), "must be at least 1"));
+            }
+            if !ids.insert(p.id) {
+                return Err(FieldError::new(format!("cluster.peers[{i}].id"), format!("{} is listed twice", p.id)));
+            }
+            check_url(&format!("cluster.peers[{i}].addr"), &p.addr)?;
+        }
+        let node_id = self.server.node_id;
+        let Some(me) = c.peers.iter().find(|p| p.id == node_id) else {
+            return Err(FieldError::new(
+                "cluster.peers",
+                format!("must list this server (server.node_id = {node_id})"),
+            ));
+        };
+        match &self.server.advertise {
+            None => Err(FieldError::new(
+                "server.advertise",
+                format!("must be set with cluster.peers, to this server's entry there ({})", me.addr),
+            )),
+            Some(a) if a.trim_end_matches('/') != me.addr.trim_end_matches('/') => Err(FieldError::new(
+                "server.advertise",
+                format!("{a} differs from this server's entry in cluster.peers ({})", me.addr),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Checks the rules serde cannot.
     pub fn validate(&self) -> Result<(), FieldError> {
         self.scheduler.validate().map_err(|e| e.within("scheduler"))?;
@@ -265,6 +412,7 @@ impl Config {
         if s.node_id == 0 {
             return Err(FieldError::new("server.node_id", "must be at least 1"));
         }
+        self.validate_cluster()?;
         if self.auth.enabled && self.auth.tokens.is_empty() {
             return Err(FieldError::new(
                 "auth.tokens",
@@ -289,6 +437,55 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_rules_name_their_key() {
+        let peers = r#"
+[cluster]
+peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https://b.example:8080/" } ]
+"#;
+        let parse = |text: &str| Config::parse(&format!("{text}\n[auth]\nenabled = false\n"), "f");
+        let ok = parse(&format!("[server]\nnode_id = 2\nadvertise = \"https://b.example:8080\"\n{peers}"))
+            .expect("a valid member");
+        assert_eq!(ok.cluster.peers.len(), 2);
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        let cases = [
+            (
+                format!("[server]\nnode_id = 3\nadvertise = \"https://c.example:8080\"\n{peers}"),
+                "f: cluster.peers: must list this server (server.node_id = 3)",
+            ),
+            (format!("[server]\nnode_id = 1\n{peers}"), "f: server.advertise: must be set with cluster.peers"),
+            (
+                format!("[server]\nnode_id = 1\nadvertise = \"https://x.example:8080\"\n{peers}"),
+                "f: server.advertise: https://x.example:8080 differs",
+            ),
+            (
+                "[server]\nadvertise = \"http://0.0.0.0:8080\"\n".to_string(),
+                "f: server.advertise: \"http://0.0.0.0:8080\" is a wildcard",
+            ),
+            (
+                "[server]\nadvertise = \"convoy-1:8080\"\n".to_string(),
+                "f: server.advertise: \"convoy-1:8080\" must start with http",
+            ),
+            (
+                "[cluster]\npeers = [ { id = 1, addr = \"http://a:1\" }, { id = 1, addr = \"http://b:1\" } ]\n"
+                    .to_string(),
+                "f: cluster.peers[1].id: 1 is listed twice",
+            ),
+            (
+                "[cluster]\nheartbeat_interval = \"200ms\"\nelection_timeout = \"500ms\"\n".to_string(),
+                "f: cluster.election_timeout: must be at least three heartbeats (600ms)",
+            ),
+            (
+                "[server]\nexecutor_timeout = \"30s\"\n".to_string(),
+                "f: server.executor_timeout: must be above server.max_lease_wait plus two elections (32s 400ms)",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = err(&text);
+            assert!(got.starts_with(want), "{text}\n  got: {got}\n want: {want}");
+        }
+    }
 
     #[test]
     fn example_file_parses_and_is_the_defaults() {

@@ -65,6 +65,8 @@ struct CombinedFile {
     _scheduler: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "auth")]
     _auth: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "cluster")]
+    _cluster: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "tls")]
     _tls: Option<serde::de::IgnoredAny>,
 }

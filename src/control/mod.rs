@@ -13,15 +13,27 @@ use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
 use crate::scheduler::{PoolReport, Reason};
 use crate::state::{Command, Effects, Response, State};
 use crate::store::Store;
+use futures::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, broadcast};
 
 /// Leadership and cluster status, as the Raft layer sees it.
 pub trait ClusterView: Send + Sync + 'static {
-    /// True if this server leads the cluster now.
+    /// True if this server believes it leads the cluster (it may have lost its majority; see
+    /// [`serving`](Self::serving)).
     fn is_leader(&self) -> bool;
+    /// True if this server leads and a majority acknowledged it recently: only then may it hand
+    /// out leases, take run events, schedule and judge executors.
+    fn serving(&self) -> bool;
+    /// Index of the last log entry this server applied.
+    fn applied_index(&self) -> u64;
+    /// Waits until this server applied `index`; false if `timeout` passed first.
+    fn wait_applied(&self, index: u64, timeout: Duration) -> BoxFuture<'static, bool>;
+    /// Returns once this server's state includes every write committed before the call (read
+    /// index through the leader), so that a read after it is linearizable.
+    fn linearize(&self, timeout: Duration) -> BoxFuture<'static, Result<(), String>>;
     /// The current term.
     fn term(&self) -> u64;
     /// The leader's address, if one is known.

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 /// Log entries by index.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 /// Small Raft records by name.
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";

@@ -7,6 +7,8 @@
 //! Storage layout in the shared redb file: `raft_log` (entries), `raft_meta` (vote, committed,
 //! last purged), `raft_snapshot` (latest snapshot); the state tables belong to the server.
 
+pub mod bootstrap;
+pub mod identity;
 pub(crate) mod io;
 pub mod log_store;
 pub mod network;
@@ -16,6 +18,8 @@ pub mod types;
 #[cfg(test)]
 mod tests;
 
+pub use bootstrap::Bootstrap;
+pub use identity::Identity;
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
 pub use state_machine::{ApplyItem, ApplyPayload, ExportJob, ReplicatedState, SnapshotExport, StateMachine};
@@ -61,8 +65,8 @@ pub struct RaftSettings {
     pub snapshot_chunk_size: u64,
     /// Shared secret of peer RPC (header `x-convoy-cluster-secret`); `None` disables the check.
     pub cluster_secret: Option<String>,
-    /// Make this node a one-member cluster if it has never been part of one (empty log, no vote).
-    pub initialize_single: bool,
+    /// How this node gets into a cluster if it has never been part of one (empty log, no vote).
+    pub bootstrap: Bootstrap,
     /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
     /// client trusts for `https://` peers. `None`: the system's roots.
     pub tls_ca: Option<PathBuf>,
@@ -81,7 +85,7 @@ impl Default for RaftSettings {
             max_payload_entries: 300,
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
-            initialize_single: false,
+            bootstrap: Bootstrap::Join,
             tls_ca: None,
         }
     }
@@ -150,6 +154,9 @@ pub enum RequestError {
     /// The Raft node stopped (shut down, or a storage failure).
     #[error("raft stopped: {0}")]
     Fatal(Box<Fatal<NodeId>>),
+    /// The leader could not be asked, or did not answer in time.
+    #[error("the leader could not confirm the read: {0}")]
+    Remote(String),
 }
 
 impl From<Fatal<NodeId>> for RaftError {
@@ -200,7 +207,13 @@ pub struct RaftNode {
     addr: String,
     raft: Raft,
     secret: Option<String>,
+    identity: Identity,
+    network: NetworkFactory,
+    /// A leader that has not heard from a majority for this long stops acting as leader.
+    quorum_lease: Duration,
     flushed: watch::Receiver<u64>,
+    /// The task that forms the cluster with the configured peers, while it runs.
+    forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     _runtime: Arc<RaftRuntime>,
 }
 
@@ -242,8 +255,8 @@ impl Drop for RaftRuntime {
 
 impl RaftNode {
     /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`
-    /// and `state` as its state machine. With `settings.initialize_single`, a node that has never
-    /// been part of a cluster makes itself a one-member cluster.
+    /// and `state` as its state machine. `settings.bootstrap` says how a node that has never been
+    /// part of a cluster gets into one.
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
@@ -256,23 +269,51 @@ impl RaftNode {
     ) -> Result<Self, RaftError> {
         let addr = addr.into();
         let config = Arc::new(settings.to_config()?);
-        let network = NetworkFactory::new(node_id, settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let log_store = LogStore::open(db.clone())?;
+        let identity = Identity::load(node_id, db.clone())?;
+        let network =
+            NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
         let state_machine = StateMachine::new(db, state)?;
         let runtime = Arc::new(RaftRuntime::new()?);
         let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
         // openraft spawns its tasks on the runtime it is created in.
         let raft = handle
-            .spawn(Raft::new(node_id, config, network, log_store, state_machine))
+            .spawn(Raft::new(node_id, config, network.clone(), log_store, state_machine))
             .await
             .map_err(|e| RaftError::Shutdown(format!("starting raft: {e}")))??;
-        let node = Self { id: node_id, addr, raft, secret: settings.cluster_secret, flushed, _runtime: runtime };
-        if settings.initialize_single && !node.raft.is_initialized().await? {
-            let members = BTreeMap::from([(node_id, BasicNode { addr: node.addr.clone() })]);
-            node.initialize(members).await?;
+        let node = Self {
+            id: node_id,
+            addr,
+            raft,
+            secret: settings.cluster_secret,
+            identity: identity.clone(),
+            network: network.clone(),
+            quorum_lease: settings.election_timeout_min,
+            flushed,
+            forming: Arc::new(std::sync::Mutex::new(None)),
+            _runtime: runtime,
+        };
+        let initialized = node.raft.is_initialized().await?;
+        let single = settings.bootstrap == Bootstrap::Single;
+        match settings.bootstrap {
+            Bootstrap::Single if !initialized => {
+                let members = BTreeMap::from([(node_id, BasicNode { addr: node.addr.clone() })]);
+                node.initialize(members).await?;
+            }
+            Bootstrap::Peers(members) if !initialized => {
+                let task =
+                    tokio::spawn(bootstrap::form_with_peers(node.raft.clone(), identity.clone(), network, members));
+                *node.forming.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+            }
+            _ => {}
         }
-        tracing::info!(node_id, addr = %node.addr, "raft node started");
+        // A cluster formed before cluster ids existed, or a cluster of one, gets its id here; the
+        // members it adds take it from the first RPC that reaches them.
+        if (initialized || single) && identity.cluster_id().is_none() {
+            identity.adopt(&identity::new_cluster_id()).map_err(|e| RaftError::Initialize(e.to_string()))?;
+        }
+        tracing::info!(node_id, addr = %node.addr, cluster_id = ?identity.cluster_id(), "raft node started");
         Ok(node)
     }
 
@@ -310,7 +351,7 @@ impl RaftNode {
 
     /// The peer RPC routes for this node, guarded by the configured cluster secret.
     pub fn router(&self) -> axum::Router {
-        raft_router(self.raft.clone(), self.secret.clone())
+        raft_router(self.raft.clone(), self.identity.clone(), self.secret.clone())
     }
 
     /// Whether this node currently believes it is the leader. A hint for routing requests; use
@@ -327,6 +368,59 @@ impl RaftNode {
         let m = m.borrow();
         let id = m.current_leader?;
         m.membership_config.membership().get_node(&id).map(|n| (id, n.clone()))
+    }
+
+    /// Whether this node leads and may act on it: a majority of the voters acknowledged it within
+    /// the (minimum) election timeout. openraft 0.9 does not make a leader cut off from the others
+    /// step down, so a leader that only believes it leads must not hand out leases, accept run
+    /// events, schedule or judge executors: a new leader is being elected on the other side.
+    pub fn serving(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.id) {
+            return false;
+        }
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        if voters.len() <= 1 {
+            return true;
+        }
+        m.millis_since_quorum_ack.is_some_and(|ms| u128::from(ms) <= self.quorum_lease.as_millis())
+    }
+
+    /// The index of the last log entry applied to the state (0 before any).
+    pub fn applied_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
+    }
+
+    /// Waits until the state has applied log entry `index`; false if `timeout` passed first.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        self.raft.wait(Some(timeout)).applied_index_at_least(Some(index), "read your writes").await.is_ok()
+    }
+
+    /// Returns once this node's state includes every write committed before the call, so that a
+    /// read that follows is linearizable: the leader checks it still leads (a heartbeat round)
+    /// and waits for its own state; a follower asks the leader for that index (read index) and
+    /// waits until it has applied it.
+    pub async fn linearize(&self, timeout: Duration) -> Result<(), RequestError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                let (Some(leader), Some(node)) = (f.leader_id, f.leader_node) else {
+                    return Err(RequestError::NoLeader);
+                };
+                let index = self
+                    .network
+                    .read_index(leader, &node.addr)
+                    .await
+                    .map_err(|e| RequestError::Remote(e.to_string()))?;
+                if self.wait_applied(index, timeout).await {
+                    Ok(())
+                } else {
+                    Err(RequestError::Remote(format!("did not apply the leader's index {index} within {timeout:?}")))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The current Raft term as this node knows it.
@@ -376,6 +470,9 @@ impl RaftNode {
 
     /// Stops the Raft tasks. Requests still in flight fail with [`RequestError::Fatal`].
     pub async fn shutdown(&self) -> Result<(), RaftError> {
+        if let Some(task) = self.forming.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
         self.raft.shutdown().await.map_err(|e| RaftError::Shutdown(e.to_string()))?;
         tracing::info!(node_id = self.id, "raft node stopped");
         Ok(())

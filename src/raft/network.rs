@@ -11,6 +11,7 @@
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
+use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::types::{Node, NodeId, Raft, TypeConfig};
 use crate::record::{CodecError, decode, encode};
 use axum::Router;
@@ -19,7 +20,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError, Timeout, Unreachable,
 };
@@ -93,17 +94,17 @@ enum PeerHttpError {
 /// Creates one [`PeerClient`] per target; all share one pooled HTTP client.
 #[derive(Clone)]
 pub struct NetworkFactory {
-    node_id: NodeId,
+    identity: Identity,
     client: reqwest::Client,
     secret: Option<HeaderValue>,
 }
 
 impl NetworkFactory {
-    /// A factory for node `node_id`'s outgoing RPCs, sending `secret` with each. With `ca` (a PEM
-    /// file), `https://` peers must present a certificate it signed; without it, one the system
-    /// trusts. Requires a process-wide rustls crypto provider (only used if a peer address is
-    /// `https://`, but the HTTP client is built with TLS support).
-    pub fn new(node_id: NodeId, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
+    /// A factory for the outgoing RPCs of the node `identity` names, sending `secret` with each.
+    /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
+    /// one the system trusts. Requires a process-wide rustls crypto provider (only used if a peer
+    /// address is `https://`, but the HTTP client is built with TLS support).
+    pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -123,8 +124,122 @@ impl NetworkFactory {
             builder = builder.tls_certs_only(ca_certificates(path)?);
         }
         let client = builder.build()?;
-        Ok(Self { node_id, client, secret })
+        Ok(Self { identity, client, secret })
     }
+
+    /// A request to peer `target` at `addr` (its base URL) for `path`, with the headers every
+    /// peer RPC carries: protocol version, target node, cluster id and secret.
+    fn request(&self, method: reqwest::Method, addr: &str, path: &str, target: NodeId) -> reqwest::RequestBuilder {
+        let url = format!("{}{path}", addr.trim_end_matches('/'));
+        let mut request =
+            self.client.request(method, url).header(PROTOCOL_HEADER, PROTOCOL_VERSION).header(TARGET_HEADER, target);
+        if let Some(c) = self.identity.cluster_id() {
+            request = request.header(CLUSTER_HEADER, c);
+        }
+        if let Some(secret) = &self.secret {
+            request = request.header(SECRET_HEADER, secret.clone());
+        }
+        request
+    }
+
+    /// Asks peer `target` at `addr` whether it is part of a cluster yet.
+    pub async fn peer_status(&self, target: NodeId, addr: &str) -> Result<PeerStatus, PeerCallError> {
+        let response = self
+            .request(reqwest::Method::GET, addr, "/raft/status", target)
+            .timeout(PEER_CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(PeerCallError::Http)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(PeerCallError::Http)?;
+        if !status.is_success() {
+            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
+    }
+
+    /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
+    /// the index of the last entry it had applied, which includes every committed write.
+    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
+        let response = self
+            .request(reqwest::Method::POST, addr, "/raft/read-index", target)
+            .timeout(PEER_CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(PeerCallError::Http)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(PeerCallError::Http)?;
+        if !status.is_success() {
+            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
+        }
+        let answer: ReadIndex = serde_json::from_slice(&body)
+            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })?;
+        Ok(answer.index)
+    }
+
+    /// Gives peer `target` at `addr` the id of the cluster it is about to be a founding member of.
+    pub async fn give_cluster_id(&self, target: NodeId, addr: &str, cluster_id: &str) -> Result<(), PeerCallError> {
+        let response = self
+            .request(reqwest::Method::POST, addr, "/raft/cluster-id", target)
+            .timeout(PEER_CALL_TIMEOUT)
+            .json(&ClusterIdRequest { cluster_id: cluster_id.to_string() })
+            .send()
+            .await
+            .map_err(PeerCallError::Http)?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = response.bytes().await.map_err(PeerCallError::Http)?;
+        Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) })
+    }
+}
+
+/// How long a status or cluster-id call to a peer may take.
+const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn text_of(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
+}
+
+/// A peer's answer to `GET /raft/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PeerStatus {
+    /// The peer's node id.
+    pub node_id: NodeId,
+    /// True once it is a member of a cluster (it has a log or a vote).
+    pub initialized: bool,
+    /// The cluster it belongs to or was given, if any.
+    pub cluster_id: Option<String>,
+}
+
+/// Answer of `POST /raft/read-index`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct ReadIndex {
+    index: u64,
+}
+
+/// Body of `POST /raft/cluster-id`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct ClusterIdRequest {
+    cluster_id: String,
+}
+
+/// A status or cluster-id call to a peer that did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerCallError {
+    /// The peer could not be reached, or did not answer in time.
+    #[error("peer unreachable")]
+    Http(#[source] reqwest::Error),
+    /// The peer answered with an error.
+    #[error("peer answered HTTP {status}: {body}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The start of its answer.
+        body: String,
+    },
 }
 
 /// The certificates of a PEM file (at least one).
@@ -171,23 +286,17 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("{}/raft/{path}", self.node.addr.trim_end_matches('/'));
         let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
-        let mut request = self
+        let request = self
             .factory
-            .client
-            .post(&url)
+            .request(reqwest::Method::POST, &self.node.addr, &format!("/raft/{path}"), self.target)
             .timeout(option.hard_ttl())
             .header(header::CONTENT_TYPE, OCTET_STREAM)
-            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
             .body(body);
-        if let Some(secret) = &self.factory.secret {
-            request = request.header(SECRET_HEADER, secret.clone());
-        }
         let timeout = |_| {
             RPCError::Timeout(Timeout {
                 action,
-                id: self.factory.node_id,
+                id: self.factory.identity.node_id(),
                 target: self.target,
                 timeout: option.hard_ttl(),
             })
@@ -252,18 +361,25 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[derive(Clone)]
 struct ServerState {
     raft: Raft,
+    identity: Identity,
 }
 
-/// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`. With `secret`, requests
-/// without the matching `x-convoy-cluster-secret` header get 401 before their body is read.
-pub fn raft_router(raft: Raft, secret: Option<String>) -> Router {
+/// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`, and for forming a
+/// cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
+/// `x-convoy-cluster-secret` header get 401 before their body is read; requests of another
+/// protocol version get 400, and requests meant for another node or from another cluster 409.
+pub fn raft_router(raft: Raft, identity: Identity, secret: Option<String>) -> Router {
     let routes = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
+        .route("/raft/status", get(status))
+        .route("/raft/cluster-id", post(cluster_id))
+        .route("/raft/read-index", post(read_index))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
+        .layer(axum::middleware::from_fn_with_state(identity.clone(), check_identity))
         .layer(axum::middleware::from_fn(check_protocol))
-        .with_state(ServerState { raft });
+        .with_state(ServerState { raft, identity });
     match secret {
         Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
         None => routes,
@@ -286,6 +402,90 @@ async fn check_protocol(request: Request, next: Next) -> Response {
                  cluster must run a convoy release with the same peer protocol"
             );
             (StatusCode::BAD_REQUEST, message).into_response()
+        }
+    }
+}
+
+/// Refuses requests meant for another node or coming from another cluster; a member that does
+/// not know its cluster yet takes the sender's (it is being added, or was wiped). The cluster-id
+/// route itself hands the id over explicitly, so it is not taken from its header here.
+async fn check_identity(State(identity): State<Identity>, request: Request, next: Next) -> Response {
+    let (target, cluster) = match peer_headers(&request) {
+        Ok(h) => h,
+        Err(response) => return response,
+    };
+    let checked = identity.check(target, cluster.as_deref());
+    match checked {
+        Ok(()) => next.run(request).await,
+        Err(AdoptError::Mismatch(m)) => {
+            tracing::warn!(path = %request.uri().path(), reason = %m, "raft RPC refused");
+            (StatusCode::CONFLICT, m.to_string()).into_response()
+        }
+        Err(AdoptError::Storage(e)) => {
+            tracing::error!(error = %e, "cannot record the cluster id");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot record the cluster id").into_response()
+        }
+    }
+}
+
+/// The target node and cluster id a peer request names (the cluster-id route hands its id over
+/// in the body instead).
+#[allow(clippy::result_large_err)] // The error is the answer itself.
+fn peer_headers(request: &Request) -> Result<(Option<NodeId>, Option<String>), Response> {
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let target = match header(TARGET_HEADER).map(|t| t.trim().parse::<NodeId>()) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(_)) => {
+            return Err((StatusCode::BAD_REQUEST, format!("{TARGET_HEADER} is not a node id")).into_response());
+        }
+    };
+    let cluster = if request.uri().path() == "/raft/cluster-id" { None } else { header(CLUSTER_HEADER) };
+    Ok((target, cluster))
+}
+
+/// Confirms this node still leads and answers its applied index (see [`NetworkFactory::read_index`]).
+async fn read_index(State(s): State<ServerState>) -> Response {
+    match s.raft.ensure_linearizable().await {
+        Ok(_) => {
+            let index = s.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+            axum::Json(ReadIndex { index }).into_response()
+        }
+        Err(e) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("not a leader that can confirm a read: {e}")).into_response()
+        }
+    }
+}
+
+async fn status(State(s): State<ServerState>) -> Response {
+    let initialized = match s.raft.is_initialized().await {
+        Ok(i) => i,
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("raft stopped: {e}")).into_response(),
+    };
+    let body = PeerStatus { node_id: s.identity.node_id(), initialized, cluster_id: s.identity.cluster_id() };
+    axum::Json(body).into_response()
+}
+
+/// Takes the id of a cluster this node is about to found. Refused once it is a member of one.
+async fn cluster_id(State(s): State<ServerState>, body: Bytes) -> Response {
+    let req: ClusterIdRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("cannot decode cluster-id request: {e}")).into_response(),
+    };
+    match s.raft.is_initialized().await {
+        Ok(false) => {}
+        Ok(true) if s.identity.cluster_id().as_deref() == Some(req.cluster_id.as_str()) => {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        Ok(true) => return (StatusCode::CONFLICT, "this server is already a member of a cluster").into_response(),
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, format!("raft stopped: {e}")).into_response(),
+    }
+    match s.identity.adopt(&req.cluster_id) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(AdoptError::Mismatch(m)) => (StatusCode::CONFLICT, m.to_string()).into_response(),
+        Err(AdoptError::Storage(e)) => {
+            tracing::error!(error = %e, "cannot record the cluster id");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot record the cluster id").into_response()
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::control::{ClusterView, Replicate, WriteError};
 use crate::raft::{RaftNode, RequestError};
 use crate::state::{Command, Response};
 use futures::future::BoxFuture;
+use std::time::Duration;
 
 /// Proposing through the Raft node.
 pub struct RaftReplicate(pub RaftNode);
@@ -32,6 +33,29 @@ pub struct RaftView(pub RaftNode);
 impl ClusterView for RaftView {
     fn is_leader(&self) -> bool {
         self.0.is_leader()
+    }
+
+    fn serving(&self) -> bool {
+        self.0.serving()
+    }
+
+    fn applied_index(&self) -> u64 {
+        self.0.applied_index()
+    }
+
+    fn wait_applied(&self, index: u64, timeout: Duration) -> BoxFuture<'static, bool> {
+        let node = self.0.clone();
+        Box::pin(async move { node.wait_applied(index, timeout).await })
+    }
+
+    fn linearize(&self, timeout: Duration) -> BoxFuture<'static, Result<(), String>> {
+        let node = self.0.clone();
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, node.linearize(timeout)).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no confirmation from the leader within {timeout:?}")),
+            }
+        })
     }
 
     fn term(&self) -> u64 {

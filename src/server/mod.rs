@@ -9,7 +9,7 @@ pub mod tls;
 
 use crate::config::Config;
 use crate::control::{Control, Liveness, Notifier, SchedulingView, Writer};
-use crate::raft::{RaftNode, RaftSettings};
+use crate::raft::{Bootstrap, Node, RaftNode, RaftSettings};
 use crate::state::StateSettings;
 use crate::store::Store;
 use cluster::{RaftReplicate, RaftView};
@@ -85,6 +85,29 @@ fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     Ok(Arc::new(db))
 }
 
+/// Raft's settings from the configuration: a cluster of one without peers, else the peers.
+fn raft_settings(config: &Config) -> RaftSettings {
+    let c = &config.cluster;
+    let bootstrap = if c.peers.is_empty() {
+        Bootstrap::Single
+    } else {
+        Bootstrap::Peers(
+            c.peers.iter().map(|p| (p.id, Node { addr: p.addr.trim_end_matches('/').to_string() })).collect(),
+        )
+    };
+    RaftSettings {
+        cluster_secret: config.auth.cluster_secret.clone(),
+        tls_ca: config.tls.as_ref().and_then(|t| t.ca.clone()),
+        bootstrap,
+        heartbeat_interval: c.heartbeat_interval,
+        election_timeout_min: c.election_timeout,
+        election_timeout_max: c.election_timeout_max(),
+        snapshot_every_logs: c.snapshot_every_entries,
+        max_in_snapshot_log_to_keep: c.log_entries_kept,
+        ..RaftSettings::default()
+    }
+}
+
 /// How long a stopping server waits for Raft to stop.
 const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -113,6 +136,8 @@ impl Running {
 /// Starts the server and returns once it listens.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     let t0 = Instant::now();
+    // Before the state loads (which may take seconds): a certificate that does not load fails fast.
+    let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?;
     let store = Store::open_with_cache(&database_path(&config), config.server.db_cache_mb << 20)?;
     let settings = StateSettings::from_config(&config.scheduler);
     let state = {
@@ -132,21 +157,18 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let notify = Arc::new(Notifier::default());
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
 
-    let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listen = config.server.listen.to_string();
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
     let local = listener.local_addr().map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
-    let advertise = config.server.advertise.clone().unwrap_or_else(|| format!("{scheme}://{local}"));
-
-    let raft_settings = RaftSettings {
-        cluster_secret: config.auth.cluster_secret.clone(),
-        tls_ca: config.tls.as_ref().and_then(|t| t.ca.clone()),
-        initialize_single: true,
-        ..RaftSettings::default()
+    let advertise = match &config.server.advertise {
+        Some(a) => a.trim_end_matches('/').to_string(),
+        None => format!("{scheme}://{local}"),
     };
+
+    let raft_settings = raft_settings(&config);
     let log_db = open_log_db(&config)?;
     let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, machine, raft_settings).await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);

@@ -117,7 +117,10 @@ async fn preemption_becomes_a_kill_order() {
 
 #[tokio::test]
 async fn lost_executor_requeues_its_jobs() {
-    let s = Server::start("[server]\nexecutor_timeout = \"2s\"\n");
+    // A short timeout needs short lease waits and elections (the config checks they fit).
+    let s = Server::start(
+        "[server]\nexecutor_timeout = \"2s\"\nmax_lease_wait = \"500ms\"\n\n[cluster]\nheartbeat_interval = \"50ms\"\nelection_timeout = \"150ms\"\n",
+    );
     s.ready().await;
     s.create_queue("A").await;
     let nodes = vec![node("n1", "2")];

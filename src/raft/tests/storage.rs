@@ -136,7 +136,7 @@ fn single_node_settings() -> RaftSettings {
         heartbeat_interval: Duration::from_millis(50),
         election_timeout_min: Duration::from_millis(150),
         election_timeout_max: Duration::from_millis(300),
-        initialize_single: true,
+        bootstrap: crate::raft::Bootstrap::Single,
         ..RaftSettings::default()
     }
 }
