@@ -4,9 +4,10 @@
 //! tries the next address, and the one that answers becomes current. Callers retry with
 //! [`Backoff`] when every address failed.
 //!
-//! `https://` servers are verified against the configured CA ([`load_ca`]) when there is one, else
-//! against the system's roots.
+//! `https://` servers are verified against the configured CA (`ca` in the agent's config) when
+//! there is one, else against the operating system's trust store (see [`crate::certs`]).
 
+use crate::certs::{PemFileError, certificate_error, https_client};
 use crate::model::ExecutorName;
 use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, Problem};
 use serde::Serialize;
@@ -37,13 +38,8 @@ pub enum ClientError {
     #[error("building the HTTP client: {0}")]
     Build(String),
     /// The CA file that verifies the servers is not usable.
-    #[error("CA file {}: {message}", path.display())]
-    Ca {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        message: String,
-    },
+    #[error("CA file {0}")]
+    Ca(#[from] PemFileError),
     /// No connection, or the connection broke or timed out.
     #[error("cannot reach the server at {server}: {message}")]
     Unreachable {
@@ -110,49 +106,6 @@ impl ClientError {
     }
 }
 
-/// Reads the CA certificates (a PEM file) that verify the servers: at least one certificate.
-pub fn load_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let ca_error = |message: String| ClientError::Ca { path: path.to_path_buf(), message };
-    let pem = std::fs::read(path).map_err(|e| ca_error(format!("cannot read the file: {e}")))?;
-    let ders = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ca_error(format!("malformed PEM: {e}")))?;
-    if ders.is_empty() {
-        return Err(ca_error("no certificate in the file (expected -----BEGIN CERTIFICATE-----)".to_string()));
-    }
-    ders.iter()
-        .map(|der| reqwest::Certificate::from_der(der).map_err(|e| ca_error(format!("not a usable certificate: {e}"))))
-        .collect()
-}
-
-/// The certificate problem behind a failed request, when the server's certificate was refused
-/// (not signed by a trusted CA, expired, issued for another name).
-pub fn certificate_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(r) = rustls_error(err)
-            && matches!(r, rustls::Error::InvalidCertificate(_))
-        {
-            return Some(r);
-        }
-        cur = err.source();
-    }
-    None
-}
-
-/// `e` as a rustls error, looking inside io::Errors (which may nest, and whose `source` skips
-/// the error they wrap).
-fn rustls_error<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    loop {
-        if let Some(r) = e.downcast_ref::<rustls::Error>() {
-            return Some(r);
-        }
-        e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
-    }
-}
-
 /// Client of the executor API of one executor.
 #[derive(Debug)]
 pub struct ExecutorClient {
@@ -166,7 +119,7 @@ pub struct ExecutorClient {
 
 impl ExecutorClient {
     /// A client for `executor` over `servers` (base URLs), sending `token` as a bearer token;
-    /// `https://` servers are verified against the system's roots.
+    /// `https://` servers are verified against the operating system's trust store.
     pub fn new(servers: &[String], executor: ExecutorName, token: Option<String>) -> Result<Self, ClientError> {
         Self::with_ca(servers, executor, token, None)
     }
@@ -195,13 +148,10 @@ impl ExecutorClient {
             }
             bases.push(s.trim_end_matches('/').to_string());
         }
-        let mut builder = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")));
-        if let Some(path) = ca {
-            builder = builder.tls_certs_only(load_ca(path)?);
-        }
-        let http = builder.build().map_err(|e| ClientError::Build(e.to_string()))?;
+        let http = https_client(builder, ca)?.build().map_err(|e| ClientError::Build(e.to_string()))?;
         Ok(Self { http, servers: bases, executor, token, ca: ca.map(Path::to_path_buf), current: AtomicUsize::new(0) })
     }
 

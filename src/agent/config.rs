@@ -124,7 +124,7 @@ pub struct AgentConfig {
     #[serde(default)]
     pub token: Option<String>,
     /// CA certificates (PEM file) that sign the servers' certificates: the only ones trusted for
-    /// `https://` servers. Default: the system's roots.
+    /// `https://` servers. Default: the operating system's trust store.
     #[serde(default)]
     pub ca: Option<PathBuf>,
     /// Directory for the agent's own state (process runtime: one directory per run with the job's
@@ -413,7 +413,7 @@ impl AgentConfig {
             }
         }
         if let Some(ca) = &self.ca {
-            super::client::load_ca(ca).map_err(|e| invalid("ca", e.to_string()))?;
+            crate::certs::client_roots(ca).map_err(|e| invalid("ca", e.to_string()))?;
         }
         if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.poll_wait) {
             return Err(invalid("poll_wait", format!("{} is outside 1s to 60s", format_duration(self.poll_wait))));

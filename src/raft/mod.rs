@@ -68,7 +68,7 @@ pub struct RaftSettings {
     /// How this node gets into a cluster if it has never been part of one (empty log, no vote).
     pub bootstrap: Bootstrap,
     /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
-    /// client trusts for `https://` peers. `None`: the system's roots.
+    /// client trusts for `https://` peers. `None`: the operating system's trust store.
     pub tls_ca: Option<PathBuf>,
 }
 

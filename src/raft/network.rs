@@ -13,6 +13,7 @@
 
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::types::{Node, NodeId, Raft, TypeConfig};
+use crate::certs::{PemFileError, https_client};
 use crate::record::{CodecError, decode, encode};
 use axum::Router;
 use axum::body::Bytes;
@@ -32,7 +33,7 @@ use openraft::raft::{
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,13 +71,8 @@ pub enum NetworkSetupError {
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
     /// The CA file for peers' certificates is not usable.
-    #[error("tls.ca: {}: {message}", path.display())]
-    Ca {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        message: String,
-    },
+    #[error("tls.ca: {0}")]
+    Ca(#[from] PemFileError),
     /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
@@ -102,8 +98,8 @@ pub struct NetworkFactory {
 impl NetworkFactory {
     /// A factory for the outgoing RPCs of the node `identity` names, sending `secret` with each.
     /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
-    /// one the system trusts. Requires a process-wide rustls crypto provider (only used if a peer
-    /// address is `https://`, but the HTTP client is built with TLS support).
+    /// one the operating system trusts. Requires a process-wide rustls crypto provider (only used
+    /// if a peer address is `https://`, but the HTTP client is built with TLS support).
     pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
@@ -116,14 +112,11 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let mut builder = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60));
-        if let Some(path) = ca {
-            builder = builder.tls_certs_only(ca_certificates(path)?);
-        }
-        let client = builder.build()?;
+        let client = https_client(builder, ca)?.build()?;
         Ok(Self { identity, client, secret })
     }
 
@@ -199,6 +192,21 @@ impl NetworkFactory {
 /// How long a status or cluster-id call to a peer may take.
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An error with its causes, on one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 fn text_of(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
 }
@@ -229,9 +237,10 @@ struct ClusterIdRequest {
 /// A status or cluster-id call to a peer that did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerCallError {
-    /// The peer could not be reached, or did not answer in time.
-    #[error("peer unreachable")]
-    Http(#[source] reqwest::Error),
+    /// The peer could not be reached, or did not answer in time (the message carries the causes,
+    /// such as a certificate the CA did not sign).
+    #[error("peer unreachable: {}", error_chain(.0))]
+    Http(reqwest::Error),
     /// The peer answered with an error.
     #[error("peer answered HTTP {status}: {body}")]
     Refused {
@@ -240,18 +249,6 @@ pub enum PeerCallError {
         /// The start of its answer.
         body: String,
     },
-}
-
-/// The certificates of a PEM file (at least one).
-fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, NetworkSetupError> {
-    let ca_error = |message: String| NetworkSetupError::Ca { path: path.to_path_buf(), message };
-    let pem = std::fs::read(path).map_err(|e| ca_error(format!("cannot read the file: {e}")))?;
-    let certs =
-        reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ca_error(format!("not PEM certificates: {e}")))?;
-    if certs.is_empty() {
-        return Err(ca_error("no certificate in the file".to_string()));
-    }
-    Ok(certs)
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {

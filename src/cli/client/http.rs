@@ -3,7 +3,7 @@
 
 use super::ClientArgs;
 use anyhow::Context;
-use convoy::agent::client::{certificate_error, load_ca};
+use convoy::certs::{certificate_error, https_client};
 use convoy::model::api::Problem;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Serialize;
@@ -66,10 +66,8 @@ pub(super) struct Client {
 
 impl Client {
     pub(super) fn new(args: &ClientArgs) -> anyhow::Result<Client> {
-        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
-        if let Some(ca) = &args.ca {
-            builder = builder.tls_certs_only(load_ca(ca).context("--ca (CONVOY_CA)")?);
-        }
+        let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        let builder = https_client(builder, args.ca.as_deref()).context("--ca (CONVOY_CA)")?;
         Ok(Client {
             http: builder.build()?,
             base: args.server.trim_end_matches('/').to_string(),

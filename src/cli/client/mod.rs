@@ -26,7 +26,7 @@ pub(crate) struct ClientArgs {
     #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// CA certificate (PEM) that signed an https:// server's certificate; when given, the only
-    /// one trusted (default: the system's roots).
+    /// one trusted (default: the operating system's trust store).
     #[arg(long, env = "CONVOY_CA", value_name = "FILE")]
     pub ca: Option<PathBuf>,
 }
