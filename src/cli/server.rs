@@ -1,5 +1,5 @@
-//! `convoy server`: one control-plane server until SIGTERM or Ctrl-C. With `[tls]`, SIGHUP reloads
-//! the certificate and key.
+//! `convoy server`: one control-plane server until SIGTERM or Ctrl-C. SIGHUP reloads the TLS
+//! certificate and key (and does nothing else: without `[tls]` it is logged and ignored).
 
 use super::logging::init_logging;
 use super::runtime::{runtime, shutdown_signal};
@@ -27,15 +27,14 @@ pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
     if !config.auth.enabled {
         tracing::warn!(listen = %config.server.listen, "authentication is off: anyone who can reach this address can use the API");
     }
-    if config.tls.is_none() && !config.server.listen.ip().is_loopback() {
-        tracing::warn!(listen = %config.server.listen, "serving plain HTTP beyond this machine: tokens and the cluster secret cross the network in clear; configure [tls]");
+    if config.server.plain_http {
+        tracing::warn!(listen = %config.server.listen, "server.plain_http: serving plain HTTP beyond this machine; tokens and the cluster secret cross the network in clear text");
     }
     runtime()?.block_on(async move {
+        // From the start: a SIGHUP must never kill the server (its default action).
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let running = convoy::server::start(config).await?;
-        // Before the "listening" line: from then on a SIGHUP must reload, not kill, the server.
-        if let Some(tls) = running.tls() {
-            reload_on_hangup(tls)?;
-        }
+        tokio::spawn(reload_on_hangup(hangup, running.tls()));
         println!("convoy server listening on {}", running.url);
         let _ = std::io::stdout().flush();
         shutdown_signal().await;
@@ -45,20 +44,18 @@ pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Reloads the TLS certificate and key at each SIGHUP, in a task of the runtime. A failed reload
-/// is logged (naming the file) and the previous pair stays.
-fn reload_on_hangup(tls: ServerTls) -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangup = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hangup.recv().await.is_some() {
-            tracing::info!("SIGHUP received: reloading the TLS certificate and key");
-            let tls = tls.clone();
-            // Reading the files blocks; the error was logged by `reload`.
-            if let Err(e) = tokio::task::spawn_blocking(move || tls.reload()).await {
-                tracing::error!(error = %e, "TLS reload task failed");
-            }
+/// Reloads the TLS certificate and key at each SIGHUP. A failed reload is logged (naming the
+/// file) and the previous pair stays.
+async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, tls: Option<ServerTls>) {
+    while hangup.recv().await.is_some() {
+        let Some(tls) = tls.clone() else {
+            tracing::info!("SIGHUP received: nothing to reload without [tls]");
+            continue;
+        };
+        tracing::info!("SIGHUP received: reloading the TLS certificate and key");
+        // Reading the files blocks; a failure was logged by `reload`.
+        if let Err(e) = tokio::task::spawn_blocking(move || tls.reload()).await {
+            tracing::error!(error = %e, "TLS reload task failed");
         }
-    });
-    Ok(())
+    }
 }
