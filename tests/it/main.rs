@@ -18,3 +18,4 @@ mod server_events;
 mod server_executor;
 mod server_process;
 mod simulate_cli;
+mod tls;
