@@ -270,6 +270,8 @@ mod tests {
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
             ("/v1/cluster", "GET"),
+            ("/v1/cluster/members", "POST"),
+            ("/v1/cluster/members/{id}", "DELETE"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),
@@ -316,7 +318,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 21);
+        assert_eq!(ids.len(), 23);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
+use super::acked::Acked;
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
+use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
 use crate::certs::{PemFileError, https_client};
 use crate::record::{CodecError, decode, encode};
@@ -39,6 +41,10 @@ use std::time::Duration;
 
 /// Header carrying the cluster secret on peer RPCs.
 pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
+
+/// Header naming the node that sends a peer RPC (for logs, and for fault-injecting proxies in
+/// tests).
+pub const SENDER_HEADER: &str = "x-convoy-sender-node";
 
 /// Header carrying the peer protocol version on peer RPCs.
 pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
@@ -93,6 +99,8 @@ pub struct NetworkFactory {
     identity: Identity,
     client: reqwest::Client,
     secret: Option<HeaderValue>,
+    stats: Arc<PeerStats>,
+    acked: Arc<Acked>,
 }
 
 impl NetworkFactory {
@@ -117,15 +125,30 @@ impl NetworkFactory {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(60));
         let client = https_client(builder, ca)?.build()?;
-        Ok(Self { identity, client, secret })
+        Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
+    }
+
+    /// Latency and failures of this server's peer RPCs.
+    pub fn stats(&self) -> Arc<PeerStats> {
+        self.stats.clone()
+    }
+
+    /// The HTTP client of peer RPCs (its TLS trust is the peers'), for requests a follower
+    /// relays to the leader.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.client
     }
 
     /// A request to peer `target` at `addr` (its base URL) for `path`, with the headers every
-    /// peer RPC carries: protocol version, target node, cluster id and secret.
+    /// peer RPC carries: protocol version, target and sending node, cluster id and secret.
     fn request(&self, method: reqwest::Method, addr: &str, path: &str, target: NodeId) -> reqwest::RequestBuilder {
         let url = format!("{}{path}", addr.trim_end_matches('/'));
-        let mut request =
-            self.client.request(method, url).header(PROTOCOL_HEADER, PROTOCOL_VERSION).header(TARGET_HEADER, target);
+        let mut request = self
+            .client
+            .request(method, url)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
+            .header(TARGET_HEADER, target)
+            .header(SENDER_HEADER, self.identity.node_id());
         if let Some(c) = self.identity.cluster_id() {
             request = request.header(CLUSTER_HEADER, c);
         }
@@ -273,7 +296,33 @@ impl PeerClient {
     async fn call<Req, Resp, E>(
         &self,
         action: RPCTypes,
-        path: &str,
+        path: &'static str,
+        req: &Req,
+        option: &RPCOption,
+        entries: u64,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let started = std::time::Instant::now();
+        let result = self.exchange(action, path, req, option, entries).await;
+        let stats = &self.factory.stats;
+        match &result {
+            Err(RPCError::Unreachable(_) | RPCError::Timeout(_) | RPCError::Network(_)) => {
+                stats.failed(self.target, path)
+            }
+            _ => stats.answered(self.target, path, started.elapsed()),
+        }
+        result
+    }
+
+    /// One exchange of [`call`](Self::call).
+    async fn exchange<Req, Resp, E>(
+        &self,
+        action: RPCTypes,
+        path: &'static str,
         req: &Req,
         option: &RPCOption,
         entries: u64,
@@ -335,7 +384,25 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
         let entries = rpc.entries.len() as u64;
-        self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await
+        let term = rpc.vote.leader_id().term;
+        let prev = rpc.prev_log_id.map(|l| l.index);
+        let last = rpc.entries.last().map(|e| e.log_id.index).or(prev);
+        let answer = self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await?;
+        let lost = match &answer {
+            AppendEntriesResponse::Success => self.factory.acked.matched(self.target, term, last),
+            AppendEntriesResponse::PartialSuccess(m) => {
+                self.factory.acked.matched(self.target, term, m.map(|l| l.index))
+            }
+            AppendEntriesResponse::Conflict => self.factory.acked.conflict(self.target, term, prev),
+            AppendEntriesResponse::HigherVote(_) => None,
+        };
+        match lost {
+            None => Ok(answer),
+            Some(e) => {
+                tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
+        }
     }
 
     async fn install_snapshot(
@@ -343,7 +410,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await
+        let (term, done, last) = (rpc.vote.leader_id().term, rpc.done, rpc.meta.last_log_id.map(|l| l.index));
+        let answer = self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await?;
+        if done && let Some(e) = self.factory.acked.matched(self.target, term, last) {
+            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
+            return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        Ok(answer)
     }
 
     async fn vote(
@@ -443,7 +516,7 @@ fn peer_headers(request: &Request) -> Result<(Option<NodeId>, Option<String>), R
 
 /// Confirms this node still leads and answers its applied index (see [`NetworkFactory::read_index`]).
 async fn read_index(State(s): State<ServerState>) -> Response {
-    match s.raft.ensure_linearizable().await {
+    match super::confirm_leadership(&s.raft, PEER_CALL_TIMEOUT / 2).await {
         Ok(_) => {
             let index = s.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
             axum::Json(ReadIndex { index }).into_response()

@@ -153,9 +153,13 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         load_ms = t0.elapsed().as_millis() as u64,
         "state loaded"
     );
+    if let Some(max) = state.max_job_id {
+        crate::control::ids::observe(max);
+    }
     let state = Arc::new(RwLock::new(state));
     let notify = Arc::new(Notifier::default());
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
+    let applied = machine.applied_counter();
 
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listen = config.server.listen.to_string();
@@ -178,7 +182,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         store,
         state,
         writer,
-        cluster: Arc::new(RaftView(raft.clone())),
+        cluster: Arc::new(RaftView { node: raft.clone(), applied }),
         notify,
         liveness: Liveness::default(),
         scheduling: RwLock::new(SchedulingView::default()),

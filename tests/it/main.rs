@@ -6,6 +6,7 @@ mod agent;
 mod api_defects;
 mod cli_client;
 mod cli_submit;
+mod cluster;
 mod common;
 mod config_files;
 mod e2e_fake;

@@ -88,6 +88,16 @@ impl Client {
         RequestError::Untrusted { base: self.base.clone(), problem: problem.to_string(), hint }
     }
 
+    /// The same client (connections, token, trust) for the server at `base`.
+    pub(super) fn with_base(&self, base: &str) -> Client {
+        Client {
+            http: self.http.clone(),
+            base: base.trim_end_matches('/').to_string(),
+            token: self.token.clone(),
+            ca: self.ca.clone(),
+        }
+    }
+
     /// A request to `path` (which starts with `/`), with the token when there is one.
     pub(super) fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let r = self.http.request(method, format!("{}{path}", self.base));

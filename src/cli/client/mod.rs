@@ -52,8 +52,8 @@ pub(crate) enum ClientCommand {
     Watch(watch::WatchArgs),
     /// Why a job is where it is.
     Why(why::WhyArgs),
-    /// Raft status of the server.
-    Cluster,
+    /// The Raft cluster: status, and adding and removing servers.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a client verb.
@@ -68,6 +68,6 @@ pub(crate) async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<
         ClientCommand::Job(a) => job::run(&c, a).await,
         ClientCommand::Watch(a) => watch::run(&c, a).await,
         ClientCommand::Why(a) => why::run(&c, a).await,
-        ClientCommand::Cluster => cluster::run(&c).await,
+        ClientCommand::Cluster(a) => cluster::run(&c, a).await,
     }
 }

@@ -4,6 +4,7 @@
 pub(crate) mod api;
 pub(crate) mod procs;
 pub(crate) mod tls;
+pub(crate) mod trio;
 pub(crate) mod wait;
 
 pub(crate) use api::Api;
