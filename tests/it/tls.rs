@@ -4,6 +4,7 @@
 
 use crate::common::procs::{Agent, free_port, reap_runs};
 use crate::common::tls::{ServerCert, TestCa, builder, client, error_chain, peer_certificate};
+use crate::common::trio::status;
 use crate::common::wait::until;
 use crate::common::{Server, config, install_crypto, job, pod};
 use serde_json::json;
@@ -184,39 +185,55 @@ async fn three_servers_form_a_cluster_over_tls() {
     }
     let logs = || servers.iter().map(|s| s.log()).collect::<Vec<_>>().join("\n=====\n");
 
-    // Every server is ready once the cluster formed over HTTPS; one of them leads.
+    // The cluster forms over HTTPS: all three name the same leader, which serves.
     let deadline = Instant::now() + WAIT;
     let leader = loop {
-        let mut leader = None;
-        let mut ready = 0;
-        for (i, s) in servers.iter().enumerate() {
-            if let Ok(r) = s.client.get(format!("{}/v1/cluster", s.url)).send().await
-                && let Ok(v) = r.json::<serde_json::Value>().await
-            {
-                ready += usize::from(v["leader"].is_u64());
-                if v["state"] == "Leader" {
-                    leader = Some(i);
-                }
-            }
+        let mut views = Vec::new();
+        for s in &servers {
+            views.push(status(s).await);
         }
-        if let (Some(l), 3) = (leader, ready) {
-            break l;
+        let leaders: Vec<Option<u64>> = views.iter().map(|v| v.as_ref().and_then(|v| v["leader"].as_u64())).collect();
+        if let Some(Some(l)) = leaders.first().copied()
+            && leaders.iter().all(|x| *x == Some(l))
+            && views[(l - 1) as usize].as_ref().is_some_and(|v| v["serving"] == true)
+        {
+            break (l - 1) as usize;
         }
-        assert!(Instant::now() < deadline, "no cluster formed:\n{}", logs());
+        assert!(Instant::now() < deadline, "no cluster formed: {views:?}\n{}", logs());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let (_, status) = servers[leader].get("/v1/cluster").await;
-    assert_eq!(status["members"].as_array().map(Vec::len), Some(3), "{status}");
-    assert!(status["leader_addr"].as_str().is_some_and(|a| a.starts_with("https://")), "{status}");
+    let st = status(&servers[leader]).await.expect("the leader's status");
+    assert_eq!(st["members"].as_array().map(Vec::len), Some(3), "{st}");
+    assert!(
+        st["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|m| m["addr"].as_str().is_some_and(|a| a.starts_with("https://"))),
+        "{st}"
+    );
 
-    // A write on the leader is read on a follower.
+    // A write on the leader is read on a follower; a write through a follower is relayed to the
+    // leader (over HTTPS, trusting [tls].ca) and read on the other follower.
     servers[leader].create_queue("replicated").await;
-    let follower = &servers[(leader + 1) % 3];
+    let (follower, other) = (&servers[(leader + 1) % 3], &servers[(leader + 2) % 3]);
     let deadline = Instant::now() + WAIT;
     while follower.get("/v1/queues/replicated").await.0 != 200 {
         assert!(Instant::now() < deadline, "the queue did not reach the follower:\n{}", logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let (st, v) = follower.post("/v1/queues", &json!({"name": "relayed"})).await;
+    assert_eq!(st, 201, "{v}\n{}", logs());
+    let deadline = Instant::now() + WAIT;
+    while other.get("/v1/queues/relayed").await.0 != 200 {
+        assert!(Instant::now() < deadline, "the relayed write did not reach the other follower:\n{}", logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // `convoy cluster` with the CA, from a follower.
+    let out = convoy(&follower.url, &["cluster"], &[("CONVOY_CA", &ca.path)]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("leader node {}", leader + 1)), "{text}");
 
     // Peer RPC over TLS still needs the cluster secret.
     let r = follower.client.get(format!("{}/raft/status", follower.url)).send().await.expect("request");
