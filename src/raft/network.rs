@@ -11,7 +11,7 @@
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
-use super::acked::Acked;
+use super::acked::{Acked, LostEntries};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
@@ -126,6 +126,11 @@ impl NetworkFactory {
             .pool_idle_timeout(Duration::from_secs(60));
         let client = https_client(builder, ca)?.build()?;
         Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
+    }
+
+    /// Forgets what member `id` acknowledged: it left the cluster, and may come back afresh.
+    pub fn forget_acknowledged(&self, id: NodeId) {
+        self.acked.forget(id);
     }
 
     /// Latency and failures of this server's peer RPCs.
@@ -377,6 +382,17 @@ impl PeerClient {
     }
 }
 
+impl PeerClient {
+    /// The error that keeps openraft from recording a member's loss of data: "unreachable", so
+    /// that it retries with back-off instead of at once. Logged once per member and term.
+    fn lost_entries<E: std::error::Error>(&self, e: LostEntries) -> RPCError<NodeId, Node, E> {
+        if self.factory.acked.first_report(&e) {
+            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
+        }
+        RPCError::Unreachable(Unreachable::new(&e))
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
@@ -398,10 +414,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         };
         match lost {
             None => Ok(answer),
-            Some(e) => {
-                tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
-                Err(RPCError::Network(NetworkError::new(&e)))
-            }
+            Some(e) => Err(self.lost_entries(e)),
         }
     }
 
@@ -413,8 +426,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let (term, done, last) = (rpc.vote.leader_id().term, rpc.done, rpc.meta.last_log_id.map(|l| l.index));
         let answer = self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await?;
         if done && let Some(e) = self.factory.acked.matched(self.target, term, last) {
-            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
-            return Err(RPCError::Network(NetworkError::new(&e)));
+            return Err(self.lost_entries(e));
         }
         Ok(answer)
     }
