@@ -37,6 +37,7 @@ use openraft::error::{
 };
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -69,6 +70,9 @@ pub struct RaftSettings {
     pub cluster_secret: Option<String>,
     /// How this node gets into a cluster if it has never been part of one (empty log, no vote).
     pub bootstrap: Bootstrap,
+    /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
+    /// client trusts for `https://` peers. `None`: the operating system's trust store.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for RaftSettings {
@@ -85,6 +89,7 @@ impl Default for RaftSettings {
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
             bootstrap: Bootstrap::Join,
+            tls_ca: None,
         }
     }
 }
@@ -255,8 +260,8 @@ impl Drop for RaftRuntime {
 
 impl RaftNode {
     /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`
-    /// and `state` as its state machine. With `settings.initialize_single`, a node that has never
-    /// been part of a cluster makes itself a one-member cluster.
+    /// and `state` as its state machine. `settings.bootstrap` says how a node that has never been
+    /// part of a cluster gets into one.
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
@@ -271,7 +276,8 @@ impl RaftNode {
         let config = Arc::new(settings.to_config()?);
         let log_store = LogStore::open(db.clone())?;
         let identity = Identity::load(node_id, db.clone())?;
-        let network = NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref())?;
+        let network =
+            NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
         let state_machine = StateMachine::new(db, state)?;
         let runtime = Arc::new(RaftRuntime::new()?);

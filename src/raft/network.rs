@@ -4,6 +4,10 @@
 //! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
 //! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
 //!
+//! Peers advertised as `https://` are reached over TLS; with a CA configured
+//! ([`super::RaftSettings::tls_ca`]) only certificates it signed are trusted, else the system's
+//! roots.
+//!
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
@@ -11,6 +15,7 @@ use super::acked::{Acked, LostEntries};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
+use crate::certs::{PemFileError, https_client};
 use crate::record::{CodecError, decode, encode};
 use axum::Router;
 use axum::body::Bytes;
@@ -30,6 +35,7 @@ use openraft::raft::{
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,6 +76,9 @@ pub enum NetworkSetupError {
     /// The cluster secret cannot be sent as an HTTP header value.
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
+    /// The CA file for peers' certificates is not usable.
+    #[error("tls.ca: {0}")]
+    Ca(#[from] PemFileError),
     /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
@@ -95,9 +104,11 @@ pub struct NetworkFactory {
 }
 
 impl NetworkFactory {
-    /// A factory for node `node_id`'s outgoing RPCs. Requires a process-wide rustls crypto provider
-    /// (only used if a peer address is `https://`, but the HTTP client is built with TLS support).
-    pub fn new(identity: Identity, secret: Option<&str>) -> Result<Self, NetworkSetupError> {
+    /// A factory for the outgoing RPCs of the node `identity` names, sending `secret` with each.
+    /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
+    /// one the operating system trusts. Requires a process-wide rustls crypto provider (only used
+    /// if a peer address is `https://`, but the HTTP client is built with TLS support).
+    pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -109,11 +120,11 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(60));
+        let client = https_client(builder, ca)?.build()?;
         Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
     }
 
@@ -209,6 +220,21 @@ impl NetworkFactory {
 /// How long a status or cluster-id call to a peer may take.
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An error with its causes, on one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 fn text_of(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
 }
@@ -239,9 +265,10 @@ struct ClusterIdRequest {
 /// A status or cluster-id call to a peer that did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerCallError {
-    /// The peer could not be reached, or did not answer in time.
-    #[error("peer unreachable")]
-    Http(#[source] reqwest::Error),
+    /// The peer could not be reached, or did not answer in time (the message carries the causes,
+    /// such as a certificate the CA did not sign).
+    #[error("peer unreachable: {}", error_chain(.0))]
+    Http(reqwest::Error),
     /// The peer answered with an error.
     #[error("peer answered HTTP {status}: {body}")]
     Refused {

@@ -19,3 +19,4 @@ mod server_events;
 mod server_executor;
 mod server_process;
 mod simulate_cli;
+mod tls;

@@ -2,10 +2,13 @@
 //! API's types, and refusals decoded from their problem+json bodies.
 
 use super::ClientArgs;
+use anyhow::Context;
+use convoy::certs::{certificate_error, https_client};
 use convoy::model::api::Problem;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Why a request gave no usable answer.
@@ -18,6 +21,10 @@ pub(super) enum RequestError {
         #[source]
         source: reqwest::Error,
     },
+    /// The server's TLS certificate was refused: not signed by the trusted CA, expired, or issued
+    /// for another name.
+    #[error("the convoy server at {base} presented a certificate that is not trusted ({problem}); {hint}")]
+    Untrusted { base: String, problem: String, hint: String },
     /// The server refused the request; its problem body names the field when there is one.
     #[error("{}", refusal(*status, problem.as_ref(), text))]
     Refused { status: StatusCode, problem: Option<Problem>, text: String },
@@ -32,6 +39,7 @@ impl RequestError {
     pub(super) fn is_retryable(&self) -> bool {
         match self {
             RequestError::Unreachable { .. } => true,
+            RequestError::Untrusted { .. } => false,
             RequestError::Refused { status, .. } => *status == StatusCode::SERVICE_UNAVAILABLE,
             RequestError::Unexpected { .. } => false,
         }
@@ -53,17 +61,41 @@ pub(super) struct Client {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    ca: Option<PathBuf>,
 }
 
 impl Client {
     pub(super) fn new(args: &ClientArgs) -> anyhow::Result<Client> {
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build()?;
-        Ok(Client { http, base: args.server.trim_end_matches('/').to_string(), token: args.token.clone() })
+        let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        let builder = https_client(builder, args.ca.as_deref()).context("--ca (CONVOY_CA)")?;
+        Ok(Client {
+            http: builder.build()?,
+            base: args.server.trim_end_matches('/').to_string(),
+            token: args.token.clone(),
+            ca: args.ca.clone(),
+        })
+    }
+
+    /// The error of a request that got no answer: a refused certificate says what to do.
+    fn unreachable(&self, source: reqwest::Error) -> RequestError {
+        let Some(problem) = certificate_error(&source) else {
+            return RequestError::Unreachable { base: self.base.clone(), source };
+        };
+        let hint = match &self.ca {
+            Some(ca) => format!("it is not signed by the CA in {}", ca.display()),
+            None => "pass the CA certificate that signed it with --ca FILE or CONVOY_CA".to_string(),
+        };
+        RequestError::Untrusted { base: self.base.clone(), problem: problem.to_string(), hint }
     }
 
     /// The same client (connections, token, trust) for the server at `base`.
     pub(super) fn with_base(&self, base: &str) -> Client {
-        Client { http: self.http.clone(), base: base.trim_end_matches('/').to_string(), token: self.token.clone() }
+        Client {
+            http: self.http.clone(),
+            base: base.trim_end_matches('/').to_string(),
+            token: self.token.clone(),
+            ca: self.ca.clone(),
+        }
     }
 
     /// A request to `path` (which starts with `/`), with the token when there is one.
@@ -77,7 +109,7 @@ impl Client {
 
     /// Sends `r`; a success answer as it came, anything else as an error.
     pub(super) async fn send_raw(&self, r: RequestBuilder) -> Result<reqwest::Response, RequestError> {
-        let resp = r.send().await.map_err(|source| RequestError::Unreachable { base: self.base.clone(), source })?;
+        let resp = r.send().await.map_err(|source| self.unreachable(source))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);

@@ -14,6 +14,7 @@ mod watch;
 mod why;
 
 use clap::{Args, Subcommand};
+use std::path::PathBuf;
 
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
@@ -24,6 +25,10 @@ pub(crate) struct ClientArgs {
     /// Bearer token.
     #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate (PEM) that signed an https:// server's certificate; when given, the only
+    /// one trusted (default: the operating system's trust store).
+    #[arg(long, env = "CONVOY_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 }
 
 /// The client verbs.
