@@ -115,6 +115,10 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
     let url = trio.api(followers[1]).url.clone();
     let text = ok(&url, &["cluster"]).await;
     assert!(text.contains(&format!("leader node {leader}")), "{text}");
+    // Given several servers, the CLI moves on from one it cannot reach.
+    let dead = format!("http://127.0.0.1:{}", crate::common::procs::free_port());
+    let listed = ok(&format!("{dead},{url}"), &["jobs", "--queue", "A"]).await;
+    assert_eq!(listed.lines().filter(|l| l.contains("queued")).count(), 6, "{listed}");
     assert_eq!(text.lines().filter(|l| l.contains("voter") || l.contains("leader  ")).count(), 3, "{text}");
 
     // A fourth server joins (its peers list names the members and itself, so it waits to be

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ClientArgs {
-    /// Server address (before the verb: `convoy --server URL jobs`).
+    /// Server address, or several of one cluster separated by commas (tried in turn when one
+    /// cannot be reached); before the verb: `convoy --server URL jobs`.
     #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// Bearer token.
