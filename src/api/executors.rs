@@ -23,14 +23,24 @@ fn executor_name(s: &str) -> Result<ExecutorName, ApiError> {
     ExecutorName::new(s).map_err(|e| ApiError::bad_request("executor", e.to_string()))
 }
 
-fn require_leader(app: &Control) -> Result<(), ApiError> {
-    if app.cluster.is_leader() {
+/// Leases and run events are only for a leader a majority follows (the API's relaying sends them
+/// there; this catches a leader that lost its majority since).
+fn require_serving(app: &Control) -> Result<(), ApiError> {
+    if app.cluster.serving() {
         return Ok(());
     }
     Err(ApiError::unavailable(match app.cluster.leader_addr() {
-        Some(l) => format!("this server is not the leader; agents must poll the leader at {l}"),
-        None => "no leader is elected yet; retry shortly".to_string(),
+        Some(l) if !app.cluster.is_leader() => format!("this server is not the leader; the leader is {l}"),
+        _ => "no leader that a majority follows is known right now; retry shortly".to_string(),
     }))
+}
+
+/// Resolves once this server may no longer hand out leases (it lost its majority or its
+/// leadership), so that an open long poll ends and the agent turns to the new leader.
+async fn serving_lapsed(app: &Control) {
+    while app.cluster.serving() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The reported nodes as the state keeps them, in name order.
@@ -160,7 +170,7 @@ pub async fn lease(
     {
         return Err(ApiError::bad_request("wait_seconds", "must be a number of seconds >= 0"));
     }
-    require_leader(&app)?;
+    require_serving(&app)?;
     app.liveness.touch(&executor);
     let nodes = nodes_of(&executor, &req.nodes);
     let changed = app.state().executors.get(&executor).is_none_or(|e| e.nodes != nodes);
@@ -194,6 +204,11 @@ pub async fn lease(
             _ = notified => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = stopping.changed() => {}
+            _ = serving_lapsed(&app) => {
+                return Err(ApiError::unavailable(
+                    "this server stopped leading (or lost its majority) during the poll; poll the other servers",
+                ));
+            }
         }
         app.liveness.touch(&executor);
     };
@@ -260,7 +275,7 @@ pub async fn events(
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let executor = executor_name(&executor)?;
-    require_leader(&app)?;
+    require_serving(&app)?;
     app.liveness.touch(&executor);
     if req.events.is_empty() {
         return Ok(json(EventsResponse { accepted: 0 }));

@@ -2,8 +2,10 @@
 //! around the state machine and the store. Every error is `application/problem+json`.
 
 pub mod auth;
+pub mod cluster;
 pub mod events;
 pub mod executors;
+pub mod forward;
 pub mod jobs;
 pub mod openapi;
 pub mod ops;
@@ -49,8 +51,10 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(jobs::logs))
         .routes(routes!(executors::lease))
         .routes(routes!(executors::events))
-        .routes(routes!(ops::cluster))
-        .routes(routes!(ops::digest))
+        .routes(routes!(cluster::status))
+        .routes(routes!(cluster::add))
+        .routes(routes!(cluster::remove))
+        .routes(routes!(cluster::digest))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -61,6 +65,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
 pub fn router(app: Arc<Control>) -> Router {
     let limit = app.config.server.max_request_bytes;
     let (routes, _) = routes().split_for_parts();
+    let routes = routes.layer(axum::middleware::from_fn_with_state(app.clone(), forward::route));
     with_layers(routes, limit).with_state(app)
 }
 

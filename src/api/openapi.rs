@@ -271,6 +271,8 @@ mod tests {
             ("/v1/executors/{executor}/events", "POST"),
             ("/v1/cluster", "GET"),
             ("/v1/cluster/digest", "GET"),
+            ("/v1/cluster/members", "POST"),
+            ("/v1/cluster/members/{id}", "DELETE"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),
@@ -317,7 +319,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 22);
+        assert_eq!(ids.len(), 24);
     }
 
     #[test]

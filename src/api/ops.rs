@@ -1,10 +1,11 @@
-//! Operations endpoints: health, readiness, metrics, cluster status, the state digest.
+//! Operations endpoints: health, readiness, metrics, cluster status.
 
-use super::auth::{AdminRole, Authorized, Principal};
 use super::problem::{ApiError, json};
 use crate::control::Control;
-use crate::control::SchedulingView;
+use crate::control::{PeerRpcFigures, SchedulingView};
+use crate::model::api::ClusterStatus;
 use crate::model::api::Problem;
+use crate::raft::stats::{Histogram, LATENCY_BUCKETS};
 use crate::scheduler::QueueShare;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -29,61 +30,6 @@ pub struct Readiness {
     /// Always `ready`.
     #[schema(examples("ready"))]
     pub status: String,
-}
-
-/// Answer of `GET /v1/cluster`: this server's view of the Raft cluster. The server builds it as
-/// JSON (see `ClusterView::status`); this type only documents it.
-#[derive(Debug, Clone, utoipa::ToSchema)]
-pub struct ClusterStatus {
-    /// This server's Raft node id.
-    pub id: u64,
-    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
-    pub state: String,
-    /// The current Raft term.
-    pub term: u64,
-    /// The leader's node id, if one is known.
-    pub leader: Option<u64>,
-    /// The leader's address, if one is known.
-    pub leader_addr: Option<String>,
-    /// Index of the last entry in this server's log.
-    pub last_log_index: Option<u64>,
-    /// Index of the last entry this server applied.
-    pub last_applied: Option<u64>,
-    /// Index of the last entry this server's current snapshot includes.
-    pub snapshot_index: Option<u64>,
-    /// Index of the last entry purged from this server's log (entries up to it are only in the
-    /// snapshot).
-    pub purged_index: Option<u64>,
-    /// Snapshots this server installed since it started: each time it caught up with a leader
-    /// whose log no longer held what it lacked.
-    pub snapshots_installed: u64,
-    /// Voters and learners.
-    pub members: Vec<ClusterMember>,
-}
-
-/// Answer of `GET /v1/cluster/digest`.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct StateDigest {
-    /// This server's Raft node id.
-    pub node_id: u64,
-    /// Index of the last log entry the digested state includes (0 before any).
-    pub applied_index: u64,
-    /// SHA-256 of the replicated state at that index, in lower-case hex.
-    #[schema(examples("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"))]
-    pub digest: String,
-    /// Rows hashed (events one by one).
-    pub rows: u64,
-}
-
-/// One member of the Raft cluster.
-#[derive(Debug, Clone, utoipa::ToSchema)]
-pub struct ClusterMember {
-    /// Raft node id.
-    pub id: u64,
-    /// Address its peers reach it at.
-    pub addr: String,
-    /// False for learners.
-    pub voter: bool,
 }
 
 /// Liveness
@@ -121,53 +67,6 @@ pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
     }
 }
 
-/// Raft cluster status
-#[utoipa::path(
-    get,
-    path = "/v1/cluster",
-    operation_id = "clusterStatus",
-    tag = "operations",
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "This server's view of the cluster", body = ClusterStatus),
-        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
-    )
-)]
-pub async fn cluster(State(app): State<Arc<Control>>, _p: Principal) -> Response {
-    json(app.cluster.status())
-}
-
-/// Replicated state digest
-///
-/// Admins only. A SHA-256 over the whole replicated state (every state table's rows in key
-/// order, without this server's own bookkeeping), read from one consistent view together with the
-/// index of the last log entry it includes: members of a cluster at the same applied index answer
-/// the same digest. It reads the whole state, which takes seconds with millions of jobs.
-#[utoipa::path(
-    get,
-    path = "/v1/cluster/digest",
-    operation_id = "clusterDigest",
-    tag = "operations",
-    security(("bearer" = [])),
-    responses(
-        (status = 200, description = "The digest of this server's state", body = StateDigest),
-        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "The state could not be read", body = Problem, content_type = "application/problem+json"),
-    )
-)]
-pub async fn digest(State(app): State<Arc<Control>>, _admin: Authorized<AdminRole>) -> Result<Response, ApiError> {
-    let store = app.store.clone();
-    let d =
-        tokio::task::spawn_blocking(move || store.digest()).await.map_err(|e| ApiError::internal(e.to_string()))??;
-    Ok(json(StateDigest {
-        node_id: app.config.server.node_id,
-        applied_index: d.applied_index(),
-        digest: d.hex(),
-        rows: d.rows,
-    }))
-}
-
 /// Prometheus metrics
 ///
 /// Prometheus text format (0.0.4), computed from the state at scrape time.
@@ -184,7 +83,66 @@ pub async fn metrics(State(app): State<Arc<Control>>) -> Response {
     scheduling_metrics(&mut out, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
     Family::new(&mut out, "convoy_leader", "gauge", "1 if this server is the leader.")
         .sample("", u8::from(app.cluster.is_leader()));
+    raft_metrics(&mut out, &app.cluster.status(), &app.cluster.peer_rpcs());
     (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// Families of the Raft layer: role, term, indexes, quorum, replication lag, peer RPCs.
+fn raft_metrics(out: &mut String, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
+    Family::new(out, "convoy_raft_term", "gauge", "Current Raft term.").sample("", st.term);
+    let mut state = Family::new(out, "convoy_raft_state", "gauge", "1 for this server's Raft role.");
+    for role in ["Leader", "Follower", "Candidate", "Learner", "Shutdown"] {
+        state.sample(&format!("state=\"{}\"", role.to_lowercase()), u8::from(st.state == role));
+    }
+    Family::new(out, "convoy_raft_serving", "gauge", "1 if this server leads and a majority acknowledged it lately.")
+        .sample("", u8::from(st.serving));
+    Family::new(out, "convoy_raft_leader_changes_total", "counter", "Leader changes this server saw.")
+        .sample("", st.leader_changes);
+    Family::new(out, "convoy_raft_last_log_index", "gauge", "Index of the last entry in the log.")
+        .sample("", st.last_log_index.unwrap_or(0));
+    Family::new(out, "convoy_raft_applied_index", "gauge", "Index of the last applied entry.")
+        .sample("", st.last_applied.unwrap_or(0));
+    Family::new(out, "convoy_raft_snapshot_index", "gauge", "Index of the last entry the latest snapshot covers.")
+        .sample("", st.snapshot_index.unwrap_or(0));
+    Family::new(out, "convoy_raft_purged_index", "gauge", "Index of the last entry purged from the log.")
+        .sample("", st.purged_index.unwrap_or(0));
+    let help = "Snapshots this server installed since it started (it caught up by snapshot).";
+    Family::new(out, "convoy_raft_snapshots_installed_total", "counter", help).sample("", st.snapshots_installed);
+    if let Some(ms) = st.millis_since_quorum_ack {
+        Family::new(
+            out,
+            "convoy_raft_quorum_ack_age_seconds",
+            "gauge",
+            "On the leader: time since a majority acknowledged it.",
+        )
+        .sample("", ms as f64 / 1000.0);
+    }
+    let mut lag = Family::new(
+        out,
+        "convoy_raft_replication_lag_entries",
+        "gauge",
+        "On the leader: entries each member is behind.",
+    );
+    for m in &st.members {
+        if let Some(l) = m.lag {
+            lag.sample(&format!("peer=\"{}\"", m.id), l);
+        }
+    }
+    let help = "Latency of answered peer RPCs, by peer and kind (append, vote, snapshot).";
+    let mut latency = Family::new(out, "convoy_raft_peer_rpc_seconds", "histogram", help);
+    for ((peer, kind), h) in &rpcs.latency {
+        let labels = format!("peer=\"{peer}\",rpc=\"{kind}\"");
+        latency.histogram(&labels, h);
+    }
+    let mut failures = Family::new(
+        out,
+        "convoy_raft_peer_rpc_failures_total",
+        "counter",
+        "Peer RPCs that got no answer, by peer and kind.",
+    );
+    for ((peer, kind), n) in &rpcs.failures {
+        failures.sample(&format!("peer=\"{peer}\",rpc=\"{kind}\""), n);
+    }
 }
 
 /// One metric family in the text exposition format. Its `# HELP` and `# TYPE` lines are written
@@ -199,6 +157,18 @@ impl<'a> Family<'a> {
     fn new(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Self {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         Family { out, name }
+    }
+
+    /// The `_bucket`, `_sum` and `_count` samples of a histogram.
+    fn histogram(&mut self, labels: &str, h: &Histogram) {
+        let name = self.name;
+        let cumulative = h.cumulative();
+        for (i, n) in cumulative.iter().enumerate() {
+            let le = LATENCY_BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(self.out, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(self.out, "{name}_sum{{{labels}}} {}", h.sum);
+        let _ = writeln!(self.out, "{name}_count{{{labels}}} {}", h.count);
     }
 
     /// A sample; `labels` is `k="v",…` (empty for none). Label values are validated names,
@@ -255,6 +225,7 @@ mod tests {
     use crate::model::{PoolName, QueueName, Resources};
     use crate::scheduler::PoolReport;
     use std::collections::HashSet;
+    use std::time::Duration;
 
     /// Checks the text exposition format: every family has `# HELP` then `# TYPE`, and all its
     /// samples follow them in one block; no family appears twice. Answers the families in order.
@@ -285,7 +256,12 @@ mod tests {
                 }
                 ["#", ..] | [] => {}
                 [sample, .., value] => {
-                    let name = sample.split('{').next().unwrap_or(sample);
+                    let full = sample.split('{').next().unwrap_or(sample);
+                    // A histogram's samples are its name with _bucket, _sum or _count.
+                    let name = ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|suffix| full.strip_suffix(suffix).filter(|base| current == Some(*base)))
+                        .unwrap_or(full);
                     if current != Some(name) {
                         return Err(match seen.contains(name) {
                             true => format!("a sample of {name} is outside its family's block: {line}"),
@@ -347,6 +323,67 @@ mod tests {
         assert!(out.contains("\nconvoy_queue_share{pool=\"gpu\",queue=\"a\"} 1\n"), "{out}");
         assert_eq!(out.lines().filter(|l| l.starts_with("convoy_queue_share{")).count(), 3, "{out}");
         assert!(out.contains("\nconvoy_scheduling_cycle_seconds 0.0125\n"), "{out}");
+    }
+
+    #[test]
+    fn raft_families_are_blocks_and_histograms_are_cumulative() {
+        use crate::model::api::ClusterMember;
+        let member = |id, lag: Option<u64>| ClusterMember {
+            id,
+            addr: format!("http://127.0.0.1:{id}"),
+            voter: true,
+            matched_index: lag.map(|l| 100 - l),
+            lag,
+        };
+        let st = ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 4,
+            leader: Some(1),
+            leader_addr: Some("http://127.0.0.1:1".into()),
+            last_log_index: Some(100),
+            last_applied: Some(99),
+            snapshot_index: Some(50),
+            purged_index: Some(40),
+            millis_since_quorum_ack: Some(120),
+            leader_changes: 2,
+            snapshots_installed: 1,
+            members: vec![member(1, None), member(2, Some(0)), member(3, Some(7))],
+        };
+        let stats = crate::raft::stats::PeerStats::default();
+        stats.answered(2, "append", Duration::from_millis(2));
+        stats.answered(2, "append", Duration::from_millis(30));
+        stats.answered(3, "vote", Duration::from_millis(1));
+        stats.failed(3, "append");
+        let rpcs = PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        };
+        let mut out = String::new();
+        raft_metrics(&mut out, &st, &rpcs);
+        let families = check_exposition(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        assert!(families.iter().any(|f| f == "convoy_raft_peer_rpc_seconds"), "{families:?}");
+        for line in [
+            "convoy_raft_term 4",
+            "convoy_raft_state{state=\"leader\"} 1",
+            "convoy_raft_state{state=\"follower\"} 0",
+            "convoy_raft_serving 1",
+            "convoy_raft_leader_changes_total 2",
+            "convoy_raft_purged_index 40",
+            "convoy_raft_snapshots_installed_total 1",
+            "convoy_raft_quorum_ack_age_seconds 0.12",
+            "convoy_raft_replication_lag_entries{peer=\"3\"} 7",
+            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"0.0025\"} 1",
+            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"0.05\"} 2",
+            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"+Inf\"} 2",
+            "convoy_raft_peer_rpc_seconds_count{peer=\"2\",rpc=\"append\"} 2",
+            "convoy_raft_peer_rpc_failures_total{peer=\"3\",rpc=\"append\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "missing {line:?} in\n{out}");
+        }
+        // The leader itself has no lag sample.
+        assert!(!out.contains("lag_entries{peer=\"1\"}"));
     }
 
     #[test]

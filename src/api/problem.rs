@@ -132,6 +132,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = self.problem();
         let mut resp = problem_response(self.status, &problem);
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 is passing (an election, a lost majority, a write not yet confirmed).
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         // Kept for `fill_request_id`, which knows the request id and renders the body again.
         resp.extensions_mut().insert(problem);
         resp

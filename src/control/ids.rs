@@ -1,18 +1,32 @@
-//! Ids chosen by the leader: ULIDs, monotonic within this process so ids from one submission
-//! sort in submission order.
+//! Ids chosen by the leader: ULIDs, increasing within this process so ids from one submission
+//! sort in submission order, and above every job id this server has applied, so that they keep
+//! increasing across leader changes even when the new leader's clock is behind the old one's.
 
 use crate::model::{JobId, RunId};
 use std::sync::Mutex;
 
-static GENERATOR: Mutex<Option<ulid::Generator>> = Mutex::new(None);
+/// The last id handed out or seen applied.
+static LAST: Mutex<Option<ulid::Ulid>> = Mutex::new(None);
 
 fn next() -> ulid::Ulid {
-    let mut g = GENERATOR.lock().unwrap_or_else(|p| p.into_inner());
-    let generator = g.get_or_insert_with(ulid::Generator::new);
-    match generator.generate() {
-        Ok(id) => id,
-        // More than 2^80 ids in one millisecond: move on to the next one.
-        Err(overflow) => overflow.commit_overflow_increment(),
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let fresh = ulid::Ulid::generate();
+    let id = match *last {
+        // Same millisecond, or the clock is behind an id already taken: one past it. The random
+        // part has 80 bits, so running out within one millisecond cannot happen in practice;
+        // should it, the timestamp part moves on.
+        Some(prev) if fresh <= prev => prev.increment().unwrap_or_else(|overflow| overflow),
+        _ => fresh,
+    };
+    *last = Some(id);
+    id
+}
+
+/// Makes every later id larger than `id` (called with the largest applied job id).
+pub fn observe(id: JobId) {
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|l| l < id.0) {
+        *last = Some(id.0);
     }
 }
 
@@ -28,9 +42,23 @@ pub fn run_id() -> RunId {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn ids_are_increasing() {
-        let ids: Vec<_> = (0..1000).map(|_| super::job_id()).collect();
+        let ids: Vec<_> = (0..1000).map(|_| job_id()).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn ids_stay_above_an_observed_id_from_a_clock_that_is_ahead() {
+        // An id from a leader whose clock is an hour ahead of ours.
+        let ahead = ulid::Ulid::from_parts(ulid::Ulid::generate().timestamp_ms() + 3_600_000, 7);
+        observe(JobId(ahead));
+        let next = job_id();
+        assert!(next.0 > ahead, "{next:?} is not above {ahead:?}");
+        // Observing an older id changes nothing.
+        observe(JobId(ulid::Ulid::from_parts(1, 1)));
+        assert!(job_id() > next);
     }
 }

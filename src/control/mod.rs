@@ -1,7 +1,7 @@
 //! The control plane as the HTTP handlers and the server's background loops hold it:
 //! configuration, store, state, the writer, the cluster's view of leadership, and the wake-up
 //! signals. It lives below both the `api` (which reads and writes through it) and the `server`
-//! (which builds it, mounts the API and runs the loops), and knows nothing of HTTP.
+//! (which builds it, mounts the API and runs the loops), and knows nothing of the API's routes.
 
 pub mod ids;
 pub mod writer;
@@ -9,7 +9,10 @@ pub mod writer;
 pub use writer::{Replicate, WriteError, Writer};
 
 use crate::config::Config;
+use crate::model::api::ClusterStatus;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
+pub use crate::raft::membership::{Addition, MembershipError};
+use crate::raft::stats::Histogram;
 use crate::scheduler::{PoolReport, Reason};
 use crate::state::{Command, Effects, Response, State};
 use crate::store::Store;
@@ -40,8 +43,57 @@ pub trait ClusterView: Send + Sync + 'static {
     fn leader_addr(&self) -> Option<String>;
     /// True once the log is applied and a leader is known.
     fn ready(&self) -> bool;
-    /// Raft status as JSON for `GET /v1/cluster`.
-    fn status(&self) -> serde_json::Value;
+    /// This server's view of the cluster, for `GET /v1/cluster`.
+    fn status(&self) -> ClusterStatus;
+    /// Peer RPC latency per peer and kind, and failed RPCs, for the metrics.
+    fn peer_rpcs(&self) -> PeerRpcFigures;
+    /// Adds server `id` at `addr` (learner, then voter once caught up), waiting up to `wait`.
+    fn add_member(
+        &self,
+        id: u64,
+        addr: String,
+        wait: Duration,
+    ) -> BoxFuture<'static, Result<Addition, MembershipError>>;
+    /// Removes server `id`.
+    fn remove_member(&self, id: u64) -> BoxFuture<'static, Result<(), MembershipError>>;
+    /// Sends `request` (its URI a path and query) to the server at `addr` (a base URL) with the
+    /// client the peers use, and returns its whole answer.
+    fn relay(
+        &self,
+        addr: &str,
+        request: http::Request<bytes::Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<http::Response<bytes::Bytes>, RelayError>>;
+}
+
+/// Peer RPC figures: latency histograms and failure counts per (peer, RPC kind).
+#[derive(Debug, Clone, Default)]
+pub struct PeerRpcFigures {
+    /// Latency of answered RPCs.
+    pub latency: Vec<((u64, &'static str), Histogram)>,
+    /// RPCs that got no answer.
+    pub failures: Vec<((u64, &'static str), u64)>,
+}
+
+/// Why a relayed request got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RelayError {
+    /// It never reached the other server (no connection): nothing happened there.
+    #[error("could not reach {addr}: {message}")]
+    NotSent {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        message: String,
+    },
+    /// It was sent, and the answer was lost (connection closed, timeout): it may have been done.
+    #[error("no answer from {addr}: {message}")]
+    Lost {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Wake-up signals.

@@ -461,3 +461,90 @@ pub struct Problem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }
+
+/// Answer of `GET /v1/cluster`: this server's view of the Raft cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ClusterStatus {
+    /// This server's Raft node id.
+    pub id: u64,
+    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
+    pub state: String,
+    /// True if this server leads and a majority acknowledged it recently: only such a leader
+    /// takes writes, hands out leases and schedules.
+    pub serving: bool,
+    /// The current Raft term.
+    pub term: u64,
+    /// The leader's node id, if one is known.
+    pub leader: Option<u64>,
+    /// The leader's address, if one is known.
+    pub leader_addr: Option<String>,
+    /// Index of the last entry in this server's log.
+    pub last_log_index: Option<u64>,
+    /// Index of the last entry this server applied.
+    pub last_applied: Option<u64>,
+    /// Index of the last entry its latest snapshot covers.
+    pub snapshot_index: Option<u64>,
+    /// Index of the last entry purged from its log (covered by a snapshot).
+    pub purged_index: Option<u64>,
+    /// On the leader: milliseconds since a majority last acknowledged it.
+    pub millis_since_quorum_ack: Option<u64>,
+    /// Leader changes this server saw since it started.
+    pub leader_changes: u64,
+    /// Snapshots this server installed since it started: each time it caught up with a leader
+    /// whose log no longer held what it lacked.
+    #[serde(default)]
+    pub snapshots_installed: u64,
+    /// Voters and learners. Replication progress (`matched_index`, `lag`) is known by the
+    /// leader only.
+    pub members: Vec<ClusterMember>,
+}
+
+/// Answer of `GET /v1/cluster/digest`: the digest of this server's replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ClusterDigest {
+    /// This server's Raft node id.
+    pub node_id: u64,
+    /// Index of the last log entry the digested state includes (0 before any).
+    pub applied_index: u64,
+    /// SHA-256 of the replicated state at that index, in lower-case hex.
+    #[schema(examples("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"))]
+    pub digest: String,
+    /// Rows hashed (events one by one).
+    pub rows: u64,
+}
+
+/// One member of the Raft cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ClusterMember {
+    /// Raft node id.
+    pub id: u64,
+    /// Address its peers reach it at.
+    pub addr: String,
+    /// False for learners (members that receive the log but do not vote).
+    pub voter: bool,
+    /// On the leader: the last log index known to be replicated to this member.
+    pub matched_index: Option<u64>,
+    /// On the leader: how many entries this member is behind the leader's log.
+    pub lag: Option<u64>,
+}
+
+/// `POST /v1/cluster/members`: a server to add to the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddMemberRequest {
+    /// Its node id (`server.node_id` in its configuration), unique in the cluster.
+    pub id: u64,
+    /// Its address as the other servers reach it (its `server.advertise`), e.g.
+    /// `https://convoy-4.example.org:8080`.
+    pub addr: String,
+}
+
+/// Answer of a membership change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct MembershipChange {
+    /// `voter` once the member votes, `catching_up` while it is a learner still receiving the
+    /// log (it is promoted by the leader once caught up), `removed` after a removal.
+    pub outcome: String,
+    /// The cluster after the change, as the leader sees it.
+    pub cluster: ClusterStatus,
+}

@@ -14,14 +14,17 @@
 //! [`RaftSettings::max_in_snapshot_log_to_keep`] entries behind it. A member whose next entry was
 //! purged gets the snapshot file in chunks of [`RaftSettings::snapshot_chunk_size`] bytes.
 
+pub(crate) mod acked;
 pub mod bootstrap;
 pub mod identity;
 pub(crate) mod io;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod snapshot_file;
 pub mod snapshot_store;
 pub mod state_machine;
+pub mod stats;
 pub mod types;
 
 #[cfg(test)]
@@ -84,6 +87,9 @@ pub struct RaftSettings {
     pub cluster_secret: Option<String>,
     /// How this node gets into a cluster if it has never been part of one (empty log, no vote).
     pub bootstrap: Bootstrap,
+    /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
+    /// client trusts for `https://` peers. `None`: the operating system's trust store.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for RaftSettings {
@@ -104,6 +110,7 @@ impl Default for RaftSettings {
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
             bootstrap: Bootstrap::Join,
+            tls_ca: None,
         }
     }
 }
@@ -230,6 +237,8 @@ pub struct RaftNode {
     network: NetworkFactory,
     /// A leader that has not heard from a majority for this long stops acting as leader.
     quorum_lease: Duration,
+    /// When a majority last acknowledged this node as leader (see [`watch_metrics`]).
+    quorum_ack: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
     flushed: watch::Receiver<u64>,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
@@ -276,8 +285,8 @@ impl Drop for RaftRuntime {
 
 impl RaftNode {
     /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`,
-    /// its snapshot files in `snapshot_dir` and `state` as its state machine. With
-    /// `settings.bootstrap`, a node that has never been part of a cluster forms one.
+    /// its snapshot files in `snapshot_dir` and `state` as its state machine.
+    /// `settings.bootstrap` says how a node that has never been part of a cluster gets into one.
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
@@ -293,7 +302,8 @@ impl RaftNode {
         let config = Arc::new(settings.to_config()?);
         let log_store = LogStore::open(db.clone())?;
         let identity = Identity::load(node_id, db.clone())?;
-        let network = NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref())?;
+        let network =
+            NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
         let state_machine = StateMachine::new(db, snapshot_dir, state)?;
         let installed = state_machine.installed_counter();
@@ -311,12 +321,16 @@ impl RaftNode {
             secret: settings.cluster_secret,
             identity: identity.clone(),
             network: network.clone(),
-            quorum_lease: settings.election_timeout_min,
+            // A heartbeat short of the earliest election, so the old leader stops before a new
+            // one can be elected even when the last acknowledgement it counts came late.
+            quorum_lease: settings.election_timeout_min.saturating_sub(settings.heartbeat_interval),
+            quorum_ack: Arc::new(std::sync::Mutex::new(None)),
             flushed,
             forming: Arc::new(std::sync::Mutex::new(None)),
             installed,
             _runtime: runtime,
         };
+        tokio::spawn(watch_metrics(node.raft.metrics(), node.quorum_ack.clone(), node.network.stats()));
         let initialized = node.raft.is_initialized().await?;
         let single = settings.bootstrap == Bootstrap::Single;
         match settings.bootstrap {
@@ -377,6 +391,16 @@ impl RaftNode {
         raft_router(self.raft.clone(), self.identity.clone(), self.secret.clone())
     }
 
+    /// Peer RPC latency and failures, and leader changes.
+    pub fn stats(&self) -> Arc<stats::PeerStats> {
+        self.network.stats()
+    }
+
+    /// The HTTP client of peer RPCs.
+    pub fn http_client(&self) -> reqwest::Client {
+        self.network.http_client().clone()
+    }
+
     /// Whether this node currently believes it is the leader. A hint for routing requests; use
     /// [`ensure_linearizable`](Self::ensure_linearizable) before a read that must be current.
     pub fn is_leader(&self) -> bool {
@@ -393,8 +417,9 @@ impl RaftNode {
         m.membership_config.membership().get_node(&id).map(|n| (id, n.clone()))
     }
 
-    /// Whether this node leads and may act on it: a majority of the voters acknowledged it within
-    /// the (minimum) election timeout. openraft 0.9 does not make a leader cut off from the others
+    /// Whether this node leads and may act on it: it applied its own term's first entry (so its
+    /// state holds everything committed before), and a majority of the voters acknowledged it
+    /// within the (minimum) election timeout. openraft 0.9 does not make a leader cut off from the others
     /// step down, so a leader that only believes it leads must not hand out leases, accept run
     /// events, schedule or judge executors: a new leader is being elected on the other side.
     pub fn serving(&self) -> bool {
@@ -403,11 +428,17 @@ impl RaftNode {
         if m.state != ServerState::Leader || m.current_leader != Some(self.id) {
             return false;
         }
+        // Until the new term's first entry is applied, the state may lack entries of earlier
+        // terms that are committed already: decisions taken on it could contradict them.
+        if m.last_applied.is_none_or(|l| l.leader_id.term != m.current_term) {
+            return false;
+        }
         let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
         if voters.len() <= 1 {
             return true;
         }
-        m.millis_since_quorum_ack.is_some_and(|ms| u128::from(ms) <= self.quorum_lease.as_millis())
+        let ack = *self.quorum_ack.lock().unwrap_or_else(|p| p.into_inner());
+        ack.is_some_and(|at| at.elapsed() <= self.quorum_lease)
     }
 
     /// The index of the last log entry applied to the state (0 before any).
@@ -425,12 +456,15 @@ impl RaftNode {
     /// and waits for its own state; a follower asks the leader for that index (read index) and
     /// waits until it has applied it.
     pub async fn linearize(&self, timeout: Duration) -> Result<(), RequestError> {
-        match self.raft.ensure_linearizable().await {
+        match confirm_leadership(&self.raft, timeout).await {
             Ok(_) => Ok(()),
             Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                let (Some(leader), Some(node)) = (f.leader_id, f.leader_node) else {
-                    return Err(RequestError::NoLeader);
+                // openraft's answer may lack the leader's address that the metrics know.
+                let known = match (f.leader_id, f.leader_node) {
+                    (Some(id), Some(node)) => Some((id, node)),
+                    _ => self.leader(),
                 };
+                let Some((leader, node)) = known else { return Err(RequestError::NoLeader) };
                 let index = self
                     .network
                     .read_index(leader, &node.addr)
@@ -505,5 +539,58 @@ impl RaftNode {
         self.raft.shutdown().await.map_err(|e| RaftError::Shutdown(e.to_string()))?;
         tracing::info!(node_id = self.id, "raft node stopped");
         Ok(())
+    }
+}
+
+/// Follows the metrics: keeps `ack` at the instant a majority last acknowledged this node as
+/// leader, and counts leader changes. The metrics give the age of that acknowledgement when they
+/// were reported, and they are reported only as often as Raft's core wakes up; turned into an
+/// instant at once, the age can be judged at any later time without the staleness of the report.
+async fn watch_metrics(
+    mut metrics: watch::Receiver<openraft::RaftMetrics<NodeId, Node>>,
+    ack: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    stats: Arc<stats::PeerStats>,
+) {
+    let mut leader = None;
+    loop {
+        let (at, now_leader) = {
+            let m = metrics.borrow_and_update();
+            let at = m
+                .millis_since_quorum_ack
+                .and_then(|ms| std::time::Instant::now().checked_sub(Duration::from_millis(ms)));
+            (at, m.current_leader)
+        };
+        *ack.lock().unwrap_or_else(|p| p.into_inner()) = at;
+        if now_leader.is_some() && now_leader != leader {
+            if leader.is_some() {
+                stats.leader_changed();
+            }
+            tracing::info!(leader = ?now_leader, "leader known");
+            leader = now_leader;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// openraft's `ensure_linearizable`, retried while a majority does not answer in time: openraft
+/// allows the confirming heartbeat round one heartbeat interval, which a busy follower (an fsync
+/// under way) can miss without anything being wrong.
+pub(crate) async fn confirm_leadership(
+    raft: &Raft,
+    within: Duration,
+) -> Result<Option<LogId>, openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match raft.ensure_linearizable().await {
+            Err(openraft::error::RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::debug!(error = %q, "leadership not confirmed by a majority in time; asking again");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
     }
 }

@@ -4,11 +4,18 @@
 //! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
 //! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
 //!
+//! Peers advertised as `https://` are reached over TLS; with a CA configured
+//! ([`super::RaftSettings::tls_ca`]) only certificates it signed are trusted, else the system's
+//! roots.
+//!
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
+use super::acked::{Acked, LostEntries};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
+use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
+use crate::certs::{PemFileError, https_client};
 use crate::record::{CodecError, decode, encode};
 use axum::Router;
 use axum::body::Bytes;
@@ -28,11 +35,16 @@ use openraft::raft::{
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Header carrying the cluster secret on peer RPCs.
 pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
+
+/// Header naming the node that sends a peer RPC (for logs, and for fault-injecting proxies in
+/// tests).
+pub const SENDER_HEADER: &str = "x-convoy-sender-node";
 
 /// Header carrying the peer protocol version on peer RPCs.
 pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
@@ -69,6 +81,9 @@ pub enum NetworkSetupError {
     /// The cluster secret cannot be sent as an HTTP header value.
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
+    /// The CA file for peers' certificates is not usable.
+    #[error("tls.ca: {0}")]
+    Ca(#[from] PemFileError),
     /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
@@ -89,12 +104,16 @@ pub struct NetworkFactory {
     identity: Identity,
     client: reqwest::Client,
     secret: Option<HeaderValue>,
+    stats: Arc<PeerStats>,
+    acked: Arc<Acked>,
 }
 
 impl NetworkFactory {
-    /// A factory for node `node_id`'s outgoing RPCs. Requires a process-wide rustls crypto provider
-    /// (only used if a peer address is `https://`, but the HTTP client is built with TLS support).
-    pub fn new(identity: Identity, secret: Option<&str>) -> Result<Self, NetworkSetupError> {
+    /// A factory for the outgoing RPCs of the node `identity` names, sending `secret` with each.
+    /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
+    /// one the operating system trusts. Requires a process-wide rustls crypto provider (only used
+    /// if a peer address is `https://`, but the HTTP client is built with TLS support).
+    pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -106,20 +125,40 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
-        Ok(Self { identity, client, secret })
+            .pool_idle_timeout(Duration::from_secs(60));
+        let client = https_client(builder, ca)?.build()?;
+        Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
+    }
+
+    /// Forgets what member `id` acknowledged: it left the cluster, and may come back afresh.
+    pub fn forget_acknowledged(&self, id: NodeId) {
+        self.acked.forget(id);
+    }
+
+    /// Latency and failures of this server's peer RPCs.
+    pub fn stats(&self) -> Arc<PeerStats> {
+        self.stats.clone()
+    }
+
+    /// The HTTP client of peer RPCs (its TLS trust is the peers'), for requests a follower
+    /// relays to the leader.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.client
     }
 
     /// A request to peer `target` at `addr` (its base URL) for `path`, with the headers every
-    /// peer RPC carries: protocol version, target node, cluster id and secret.
+    /// peer RPC carries: protocol version, target and sending node, cluster id and secret.
     fn request(&self, method: reqwest::Method, addr: &str, path: &str, target: NodeId) -> reqwest::RequestBuilder {
         let url = format!("{}{path}", addr.trim_end_matches('/'));
-        let mut request =
-            self.client.request(method, url).header(PROTOCOL_HEADER, PROTOCOL_VERSION).header(TARGET_HEADER, target);
+        let mut request = self
+            .client
+            .request(method, url)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION)
+            .header(TARGET_HEADER, target)
+            .header(SENDER_HEADER, self.identity.node_id());
         if let Some(c) = self.identity.cluster_id() {
             request = request.header(CLUSTER_HEADER, c);
         }
@@ -186,6 +225,21 @@ impl NetworkFactory {
 /// How long a status or cluster-id call to a peer may take.
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An error with its causes, on one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 fn text_of(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
 }
@@ -216,9 +270,10 @@ struct ClusterIdRequest {
 /// A status or cluster-id call to a peer that did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerCallError {
-    /// The peer could not be reached, or did not answer in time.
-    #[error("peer unreachable")]
-    Http(#[source] reqwest::Error),
+    /// The peer could not be reached, or did not answer in time (the message carries the causes,
+    /// such as a certificate the CA did not sign).
+    #[error("peer unreachable: {}", error_chain(.0))]
+    Http(reqwest::Error),
     /// The peer answered with an error.
     #[error("peer answered HTTP {status}: {body}")]
     Refused {
@@ -251,7 +306,33 @@ impl PeerClient {
     async fn call<Req, Resp, E>(
         &self,
         action: RPCTypes,
-        path: &str,
+        path: &'static str,
+        req: &Req,
+        option: &RPCOption,
+        entries: u64,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let started = std::time::Instant::now();
+        let result = self.exchange(action, path, req, option, entries).await;
+        let stats = &self.factory.stats;
+        match &result {
+            Err(RPCError::Unreachable(_) | RPCError::Timeout(_) | RPCError::Network(_)) => {
+                stats.failed(self.target, path)
+            }
+            _ => stats.answered(self.target, path, started.elapsed()),
+        }
+        result
+    }
+
+    /// One exchange of [`call`](Self::call).
+    async fn exchange<Req, Resp, E>(
+        &self,
+        action: RPCTypes,
+        path: &'static str,
         req: &Req,
         option: &RPCOption,
         entries: u64,
@@ -306,6 +387,17 @@ impl PeerClient {
     }
 }
 
+impl PeerClient {
+    /// The error that keeps openraft from recording a member's loss of data: "unreachable", so
+    /// that it retries with back-off instead of at once. Logged once per member and term.
+    fn lost_entries<E: std::error::Error>(&self, e: LostEntries) -> RPCError<NodeId, Node, E> {
+        if self.factory.acked.first_report(&e) {
+            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
+        }
+        RPCError::Unreachable(Unreachable::new(&e))
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
@@ -313,7 +405,22 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
         let entries = rpc.entries.len() as u64;
-        self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await
+        let term = rpc.vote.leader_id().term;
+        let prev = rpc.prev_log_id.map(|l| l.index);
+        let last = rpc.entries.last().map(|e| e.log_id.index).or(prev);
+        let answer = self.call(RPCTypes::AppendEntries, "append", &rpc, &option, entries).await?;
+        let lost = match &answer {
+            AppendEntriesResponse::Success => self.factory.acked.matched(self.target, term, last),
+            AppendEntriesResponse::PartialSuccess(m) => {
+                self.factory.acked.matched(self.target, term, m.map(|l| l.index))
+            }
+            AppendEntriesResponse::Conflict => self.factory.acked.conflict(self.target, term, prev),
+            AppendEntriesResponse::HigherVote(_) => None,
+        };
+        match lost {
+            None => Ok(answer),
+            Some(e) => Err(self.lost_entries(e)),
+        }
     }
 
     async fn install_snapshot(
@@ -321,7 +428,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await
+        let (term, done, last) = (rpc.vote.leader_id().term, rpc.done, rpc.meta.last_log_id.map(|l| l.index));
+        let answer = self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await?;
+        if done && let Some(e) = self.factory.acked.matched(self.target, term, last) {
+            return Err(self.lost_entries(e));
+        }
+        Ok(answer)
     }
 
     async fn vote(
@@ -421,7 +533,7 @@ fn peer_headers(request: &Request) -> Result<(Option<NodeId>, Option<String>), R
 
 /// Confirms this node still leads and answers its applied index (see [`NetworkFactory::read_index`]).
 async fn read_index(State(s): State<ServerState>) -> Response {
-    match s.raft.ensure_linearizable().await {
+    match super::confirm_leadership(&s.raft, PEER_CALL_TIMEOUT / 2).await {
         Ok(_) => {
             let index = s.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
             axum::Json(ReadIndex { index }).into_response()

@@ -6,7 +6,7 @@
 //! temporary name (`*.tmp`), fsynced, renamed to `<snapshot id>.snap`, and the directory fsynced;
 //! only then is it recorded as the current snapshot (one durable redb commit), and only after
 //! that is the previous file deleted. A crash at any point leaves either the old snapshot or the
-//! new one recorded, plus files that [`SnapshotDir::recover`] sorts out at the next start:
+//! new one recorded, plus files that `SnapshotDir::recover` sorts out at the next start:
 //! temporary files are deleted, and so are unrecorded `.snap` files, except one whose header
 //! says it is exactly the state's applied log id (an install that committed the state but
 //! crashed before recording the file), which is adopted.

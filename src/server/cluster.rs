@@ -1,10 +1,14 @@
 //! The Raft node as the control plane uses it: proposing through it (`Replicate`, for the
 //! writer) and reading leadership and membership from it (`ClusterView`, for the API).
 
-use crate::control::{ClusterView, Replicate, WriteError};
+use crate::control::{Addition, ClusterView, MembershipError, PeerRpcFigures, RelayError, Replicate, WriteError};
+use crate::model::api::{ClusterMember, ClusterStatus};
 use crate::raft::{RaftNode, RequestError};
 use crate::state::{Command, Response};
+use bytes::Bytes;
 use futures::future::BoxFuture;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Proposing through the Raft node.
@@ -28,28 +32,33 @@ impl Replicate for RaftReplicate {
 }
 
 /// Leadership as the API sees it.
-pub struct RaftView(pub RaftNode);
+pub struct RaftView {
+    /// The Raft node.
+    pub node: RaftNode,
+    /// The state machine's last applied index (see [`crate::server::machine::ServerMachine::applied_counter`]).
+    pub applied: Arc<AtomicU64>,
+}
 
 impl ClusterView for RaftView {
     fn is_leader(&self) -> bool {
-        self.0.is_leader()
+        self.node.is_leader()
     }
 
     fn serving(&self) -> bool {
-        self.0.serving()
+        self.node.serving()
     }
 
     fn applied_index(&self) -> u64 {
-        self.0.applied_index()
+        self.applied.load(Ordering::Acquire).max(self.node.applied_index())
     }
 
     fn wait_applied(&self, index: u64, timeout: Duration) -> BoxFuture<'static, bool> {
-        let node = self.0.clone();
+        let node = self.node.clone();
         Box::pin(async move { node.wait_applied(index, timeout).await })
     }
 
     fn linearize(&self, timeout: Duration) -> BoxFuture<'static, Result<(), String>> {
-        let node = self.0.clone();
+        let node = self.node.clone();
         Box::pin(async move {
             match tokio::time::timeout(timeout, node.linearize(timeout)).await {
                 Ok(r) => r.map_err(|e| e.to_string()),
@@ -59,38 +68,140 @@ impl ClusterView for RaftView {
     }
 
     fn term(&self) -> u64 {
-        self.0.current_term()
+        self.node.current_term()
     }
 
     fn leader_addr(&self) -> Option<String> {
-        self.0.leader().map(|(_, n)| n.addr)
+        self.node.leader().map(|(_, n)| n.addr)
     }
 
     fn ready(&self) -> bool {
-        let m = self.0.metrics().borrow().clone();
+        let m = self.node.metrics().borrow().clone();
         let applied = m.last_applied.map(|l| l.index);
         m.current_leader.is_some() && applied >= m.last_log_index.filter(|_| m.current_leader == Some(m.id)).or(applied)
     }
 
-    fn status(&self) -> serde_json::Value {
-        let m = self.0.metrics().borrow().clone();
-        let members: Vec<serde_json::Value> = m
+    fn status(&self) -> ClusterStatus {
+        let m = self.node.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let last_log = m.last_log_index.unwrap_or(0);
+        let progress = m.replication.clone().unwrap_or_default();
+        let members = m
             .membership_config
             .nodes()
-            .map(|(id, n)| serde_json::json!({"id": id, "addr": n.addr, "voter": m.membership_config.membership().get_joint_config().iter().any(|c| c.contains(id))}))
+            .map(|(id, n)| {
+                let matched = progress.get(id).map(|l| l.map_or(0, |l| l.index));
+                ClusterMember {
+                    id: *id,
+                    addr: n.addr.clone(),
+                    voter: membership.voter_ids().any(|v| v == *id),
+                    matched_index: matched,
+                    lag: matched.map(|i| last_log.saturating_sub(i)),
+                }
+            })
             .collect();
-        serde_json::json!({
-            "id": m.id,
-            "state": format!("{:?}", m.state),
-            "term": m.current_term,
-            "leader": m.current_leader,
-            "leader_addr": self.leader_addr(),
-            "last_log_index": m.last_log_index,
-            "last_applied": m.last_applied.map(|l| l.index),
-            "snapshot_index": m.snapshot.map(|l| l.index),
-            "purged_index": m.purged.map(|l| l.index),
-            "snapshots_installed": self.0.snapshots_installed(),
-            "members": members,
-        })
+        ClusterStatus {
+            id: m.id,
+            state: format!("{:?}", m.state),
+            serving: self.node.serving(),
+            term: m.current_term,
+            leader: m.current_leader,
+            leader_addr: self.leader_addr(),
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            snapshot_index: m.snapshot.map(|l| l.index),
+            purged_index: m.purged.map(|l| l.index),
+            millis_since_quorum_ack: m.millis_since_quorum_ack,
+            leader_changes: self.node.stats().leader_changes(),
+            snapshots_installed: self.node.snapshots_installed(),
+            members,
+        }
     }
+
+    fn peer_rpcs(&self) -> PeerRpcFigures {
+        let stats = self.node.stats();
+        PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        }
+    }
+
+    fn add_member(
+        &self,
+        id: u64,
+        addr: String,
+        wait: Duration,
+    ) -> BoxFuture<'static, Result<Addition, MembershipError>> {
+        let node = self.node.clone();
+        Box::pin(async move { node.add_member(id, addr, wait).await })
+    }
+
+    fn remove_member(&self, id: u64) -> BoxFuture<'static, Result<(), MembershipError>> {
+        let node = self.node.clone();
+        Box::pin(async move { node.remove_member(id).await })
+    }
+
+    fn relay(
+        &self,
+        addr: &str,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<http::Response<Bytes>, RelayError>> {
+        let client = self.node.http_client();
+        let addr = addr.trim_end_matches('/').to_string();
+        Box::pin(async move { relay(client, addr, request, timeout).await })
+    }
+}
+
+/// Sends `request` to `addr` and reads the whole answer.
+async fn relay(
+    client: reqwest::Client,
+    addr: String,
+    request: http::Request<Bytes>,
+    timeout: Duration,
+) -> Result<http::Response<Bytes>, RelayError> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut outgoing = client.request(parts.method, format!("{addr}{path}")).timeout(timeout).body(body);
+    for (name, value) in parts.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
+        outgoing = outgoing.header(name, value);
+    }
+    let lost = |e: reqwest::Error| {
+        let message = crate::api::problem::error_chain(&e);
+        // Only a failure to connect proves the leader never saw the request.
+        if e.is_connect() {
+            RelayError::NotSent { addr: addr.clone(), message }
+        } else {
+            RelayError::Lost { addr: addr.clone(), message }
+        }
+    };
+    let answer = outgoing.send().await.map_err(lost)?;
+    let mut response = http::Response::builder().status(answer.status());
+    for (name, value) in answer.headers().iter().filter(|(n, _)| !is_hop_by_hop(n)) {
+        response = response.header(name, value);
+    }
+    let body = answer
+        .bytes()
+        .await
+        .map_err(|e| RelayError::Lost { addr: addr.clone(), message: crate::api::problem::error_chain(&e) })?;
+    response.body(body).map_err(|e| RelayError::Lost { addr: addr.clone(), message: e.to_string() })
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1), and the
+/// ones the client recomputes.
+fn is_hop_by_hop(name: &http::HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    )
 }

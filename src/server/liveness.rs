@@ -1,4 +1,4 @@
-//! Executor liveness: on the leader, an executor that has not polled for `executor_timeout` is
+//! Executor liveness: on the serving leader, an executor that has not polled for `executor_timeout` is
 //! declared lost (its nodes leave the pool, its runs are requeued as lost attempts).
 
 use crate::control::{Control, now_ms};
@@ -11,7 +11,8 @@ use tokio::sync::watch;
 pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let timeout = app.config.server.executor_timeout;
     let tick = (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
-    let mut leading = false;
+    // The term this server last served in: a new term means polls went elsewhere meanwhile.
+    let mut leading: Option<u64> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(tick) => {}
@@ -20,14 +21,18 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
         if *shutdown.borrow() {
             break;
         }
-        if !app.cluster.is_leader() {
-            leading = false;
+        // Only a leader a majority follows judges executors: one cut off from the others does not
+        // see the polls that now go to the new leader.
+        if !app.cluster.serving() {
+            leading = None;
             continue;
         }
-        if !leading {
-            // Polls went to the old leader: every executor gets a full timeout from now.
+        let term = app.cluster.term();
+        if leading != Some(term) {
+            // Polls went to another server (or to this one when it could not act on them): every
+            // executor gets a full timeout from now.
             app.liveness.reset();
-            leading = true;
+            leading = Some(term);
         }
         let now = Instant::now();
         let executors: Vec<_> = app.state().executors.keys().cloned().collect();

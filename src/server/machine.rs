@@ -17,6 +17,7 @@ use crate::store::tables::{META, RAFT_APPLIED, RAFT_MEMBERSHIP};
 use crate::store::{IMPORT_ROWS_PER_TX, Store, StoreError, snapshot_stream, write_changes};
 use redb::{Durability, ReadableDatabase};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -61,12 +62,28 @@ pub struct ServerMachine {
     notify: Arc<Notifier>,
     settings: StateSettings,
     last_durable: Mutex<Instant>,
+    /// Index of the last applied log entry, set once its changes are committed: a write's
+    /// answer is sent after that, so a reader of this sees at least the write's index (Raft's
+    /// metrics may lag behind).
+    applied: Arc<AtomicU64>,
 }
 
 impl ServerMachine {
     /// A state machine over `store` and its loaded `state`, waking `notify` after each apply.
     pub fn new(store: Store, state: Arc<RwLock<State>>, notify: Arc<Notifier>, settings: StateSettings) -> Self {
-        ServerMachine { store, state, notify, settings, last_durable: Mutex::new(Instant::now()) }
+        ServerMachine {
+            store,
+            state,
+            notify,
+            settings,
+            last_durable: Mutex::new(Instant::now()),
+            applied: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The index of the last applied entry, as it changes.
+    pub fn applied_counter(&self) -> Arc<AtomicU64> {
+        self.applied.clone()
     }
 
     /// Applies items in order inside one write transaction that also stores the Raft
@@ -99,12 +116,18 @@ impl ServerMachine {
                     }
                 }
             }
+            if let Some(max) = state.max_job_id {
+                crate::control::ids::observe(max);
+            }
         }
         let mut raft_meta = vec![(APPLIED, encode_applied(last)?)];
         if let Some(m) = &membership {
             raft_meta.push((MEMBERSHIP, encode_membership(m)?));
         }
         commit(tx, &changes, &raft_meta).map_err(io_err)?;
+        if let Some(l) = last {
+            self.applied.fetch_max(l.index, Ordering::Release);
+        }
         self.notify.effects(&effects);
         Ok(responses)
     }
@@ -197,7 +220,11 @@ impl ReplicatedState for ServerMachine {
     fn import(&mut self, meta: &SnapshotMeta, frames: &mut dyn FrameSource) -> io::Result<()> {
         let raft_meta =
             [(APPLIED, encode_applied(meta.last_log_id)?), (MEMBERSHIP, encode_membership(&meta.last_membership)?)];
-        self.import_snapshot(frames, &raft_meta).map_err(io_err)
+        self.import_snapshot(frames, &raft_meta).map_err(io_err)?;
+        if let Some(l) = meta.last_log_id {
+            self.applied.fetch_max(l.index, Ordering::Release);
+        }
+        Ok(())
     }
 
     fn convert_legacy_snapshot(&self, data: &[u8], out: &mut dyn FrameSink) -> io::Result<()> {

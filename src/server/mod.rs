@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod liveness;
 pub mod machine;
 pub mod scheduling;
+pub mod tls;
 
 use crate::config::Config;
 use crate::control::{Control, Liveness, Notifier, SchedulingView, Writer};
@@ -44,6 +45,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// A file of `[tls]` could not be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// The HTTP server failed.
     #[error("the http server failed")]
     Http(#[source] std::io::Error),
@@ -100,6 +104,7 @@ fn raft_settings(config: &Config) -> RaftSettings {
     };
     RaftSettings {
         cluster_secret: config.auth.cluster_secret.clone(),
+        tls_ca: config.tls.as_ref().and_then(|t| t.ca.clone()),
         bootstrap,
         heartbeat_interval: c.heartbeat_interval,
         election_timeout_min: c.election_timeout,
@@ -118,11 +123,17 @@ const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Running {
     /// Base URL it serves on.
     pub url: String,
+    tls: Option<tls::ServerTls>,
     stop: tokio::sync::watch::Sender<bool>,
     done: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
 
 impl Running {
+    /// The listener's certificate and key, to reload them (on SIGHUP); `None` without `[tls]`.
+    pub fn tls(&self) -> Option<tls::ServerTls> {
+        self.tls.clone()
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.stop.send(true);
@@ -133,6 +144,8 @@ impl Running {
 /// Starts the server and returns once it listens.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     let t0 = Instant::now();
+    // Before the state loads (which may take seconds): a certificate that does not load fails fast.
+    let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?;
     let store = Store::open_with_cache(&database_path(&config), config.server.db_cache_mb << 20)?;
     let settings = StateSettings::from_config(&config.scheduler);
     let state = {
@@ -148,10 +161,15 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         load_ms = t0.elapsed().as_millis() as u64,
         "state loaded"
     );
+    if let Some(max) = state.max_job_id {
+        crate::control::ids::observe(max);
+    }
     let state = Arc::new(RwLock::new(state));
     let notify = Arc::new(Notifier::default());
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
+    let applied = machine.applied_counter();
 
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listen = config.server.listen.to_string();
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -159,7 +177,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let local = listener.local_addr().map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
     let advertise = match &config.server.advertise {
         Some(a) => a.trim_end_matches('/').to_string(),
-        None => format!("http://{local}"),
+        None => format!("{scheme}://{local}"),
     };
 
     let raft_settings = raft_settings(&config);
@@ -180,27 +198,22 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         store,
         state,
         writer,
-        cluster: Arc::new(RaftView(raft.clone())),
+        cluster: Arc::new(RaftView { node: raft.clone(), applied }),
         notify,
         liveness: Liveness::default(),
         scheduling: RwLock::new(SchedulingView::default()),
         shutdown: stop_rx.clone(),
     });
     let router = crate::api::router(control.clone()).merge(raft.router());
-    let url = format!("http://{local}");
+    let url = format!("{scheme}://{local}");
     tracing::info!(%url, node_id = config.server.node_id, startup_ms = t0.elapsed().as_millis() as u64, "convoy server listening");
 
     let sched = tokio::spawn(scheduling::run(control.clone(), stop_rx.clone()));
     let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
     let mut serve_stop = stop_rx.clone();
+    let serve_tls = tls.clone();
     let done = tokio::spawn(async move {
-        // No Nagle: small answers (long-poll leases, SSE events) must not wait for a delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY");
-            }
-        });
-        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let serve = tls::serve(listener, router, serve_tls, async move {
             let _ = serve_stop.wait_for(|s| *s).await;
         });
         let served = serve.await.map_err(ServerError::Http);
@@ -220,7 +233,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         tracing::info!("convoy server stopped");
         served.and(stopped)
     });
-    Ok(Running { url, stop: stop_tx, done })
+    Ok(Running { url, tls, stop: stop_tx, done })
 }
 
 #[cfg(test)]

@@ -38,7 +38,9 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
             tokio::time::sleep(min - since).await;
         }
         last = Instant::now();
-        if !app.cluster.is_leader() {
+        // Only a leader that a majority follows and that applied everything committed before its
+        // term decides: anything else may decide on a state that is already out of date.
+        if !app.cluster.serving() {
             leading = false;
             continue;
         }

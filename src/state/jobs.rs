@@ -35,6 +35,7 @@ impl State {
             }
             let seq = self.next_seq;
             self.next_seq += 1;
+            self.max_job_id = self.max_job_id.max(Some(nj.id));
             let mut record = Job {
                 id: nj.id,
                 queue: queue.clone(),

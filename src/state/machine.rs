@@ -154,6 +154,9 @@ pub struct State {
     pub largest_node: Resources,
     /// Submission sequence number the next submitted job gets.
     pub next_seq: u64,
+    /// The largest job id ever submitted: a new leader's ids start above it, whatever its clock
+    /// says (ids are ULIDs, and another leader's clock may have been ahead).
+    pub max_job_id: Option<JobId>,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
     /// Number of requirement sets in `interned`.
@@ -182,6 +185,7 @@ impl State {
             executors: BTreeMap::new(),
             largest_node: Resources::new(),
             next_seq: 0,
+            max_job_id: None,
             interned: HashMap::new(),
             interned_len: 0,
             trim_interned_at: MIN_TRIM_INTERNED_AT,

@@ -56,6 +56,10 @@ impl Store {
         }
         let live = tx.open_table(LIVE_JOBS)?;
         let jobs = tx.open_table(JOBS)?;
+        // Keys are big-endian ids, so the last is the largest.
+        if let Some(last) = jobs.last()? {
+            state.max_job_id = Some(job_from_key(last.0.value()));
+        }
         state.jobs.reserve(live.len()? as usize);
         for row in live.iter()? {
             let (k, _) = row?;

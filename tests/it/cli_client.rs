@@ -141,7 +141,7 @@ async fn job_verbs_submit_list_show_why_reprioritize_and_cancel() {
     assert_eq!(cancelled["job_ids"].as_array().map(Vec::len), Some(2), "{cancelled}");
     assert_eq!(s.count_jobs("queue=A&state=cancelled").await, 3);
 
-    let cluster = ok_json(url, &["cluster"]).await;
+    let cluster = ok_json(url, &["cluster", "status", "--json"]).await;
     assert_eq!(cluster["state"], "Leader", "{cluster}");
 }
 

@@ -1,6 +1,7 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod cluster;
 mod e2e;
 mod harness;
 mod recovery;
@@ -23,6 +24,8 @@ pub(crate) enum BenchCommand {
     E2e(e2e::E2eArgs),
     /// Building and installing a Raft snapshot of many jobs: time, size, peak memory.
     Snapshot(snapshot::SnapshotArgs),
+    /// Three servers as one cluster: throughput through all of them, and failover times.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a benchmark.
@@ -33,6 +36,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Recovery(args) => recovery::run(args),
         BenchCommand::E2e(args) => e2e::run(args),
         BenchCommand::Snapshot(args) => snapshot::run(args),
+        BenchCommand::Cluster(args) => cluster::run(args),
     }
 }
 

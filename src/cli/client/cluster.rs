@@ -1,9 +1,185 @@
-//! `convoy cluster`: the server's view of the Raft cluster.
+//! `convoy cluster`: the Raft cluster's members, leader, term and replication progress, and
+//! adding and removing servers.
 
 use super::http::{Client, print_json};
+use clap::{Args, Subcommand};
+use convoy::model::api::{AddMemberRequest, ClusterStatus, MembershipChange};
+use reqwest::Method;
 
-/// Prints `GET /v1/cluster`. The API documents that answer (`ClusterStatus`) but has no type to
-/// decode it into, so it is shown as it came.
-pub(super) async fn run(c: &Client) -> anyhow::Result<()> {
-    print_json(&c.get::<serde_json::Value>("/v1/cluster").await?)
+/// `convoy cluster [status|add|remove]`.
+#[derive(Args, Debug)]
+pub(crate) struct ClusterArgs {
+    #[command(subcommand)]
+    cmd: Option<ClusterCommand>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCommand {
+    /// Members, leader, term, and each member's replication progress (the default).
+    Status {
+        /// Print the leader's (or this server's) status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a server: it joins as a learner and votes once it has caught up. Start it first with
+    /// a `[cluster] peers` list naming the members and itself.
+    Add {
+        /// Its node id (`server.node_id` in its configuration).
+        id: u64,
+        /// Its address as the other servers reach it (its `server.advertise`).
+        addr: String,
+        /// Seconds to wait for it to catch up (at most 30; the change goes on after that).
+        #[arg(long, default_value_t = 20.0)]
+        wait: f64,
+    },
+    /// Remove a server (stop it afterwards).
+    Remove {
+        /// Its node id.
+        id: u64,
+    },
+}
+
+pub(super) async fn run(c: &Client, args: ClusterArgs) -> anyhow::Result<()> {
+    match args.cmd.unwrap_or(ClusterCommand::Status { json: false }) {
+        ClusterCommand::Status { json } => {
+            let status = with_progress(c).await?;
+            if json {
+                return print_json(&status);
+            }
+            print!("{}", render(&status));
+            Ok(())
+        }
+        ClusterCommand::Add { id, addr, wait } => {
+            let path = format!("/v1/cluster/members?wait_seconds={wait}");
+            let change: MembershipChange =
+                c.send_json(Method::POST, &path, &AddMemberRequest { id, addr: addr.clone() }).await?;
+            match change.outcome.as_str() {
+                "voter" => println!("node {id} at {addr} is a voting member"),
+                _ => println!(
+                    "node {id} at {addr} is a learner catching up; the leader makes it a voter once it has \
+                     (see `convoy cluster`)"
+                ),
+            }
+            print!("{}", render(&change.cluster));
+            Ok(())
+        }
+        ClusterCommand::Remove { id } => {
+            let change: MembershipChange =
+                c.send(c.request(Method::DELETE, &format!("/v1/cluster/members/{id}")), "DELETE").await?;
+            println!("node {id} is no longer a member; stop it now");
+            print!("{}", render(&change.cluster));
+            Ok(())
+        }
+    }
+}
+
+/// The status of the server asked, or, when it is a follower that knows the leader, the
+/// leader's, which alone knows how far each member is.
+async fn with_progress(c: &Client) -> anyhow::Result<ClusterStatus> {
+    let here: ClusterStatus = c.get("/v1/cluster").await?;
+    if here.state == "Leader" {
+        return Ok(here);
+    }
+    let Some(addr) = here.leader_addr.clone() else { return Ok(here) };
+    match c.with_base(&addr).get::<ClusterStatus>("/v1/cluster").await {
+        Ok(leader) if leader.state == "Leader" => Ok(leader),
+        // The leader's address may not be reachable from here: the local view still helps.
+        _ => Ok(here),
+    }
+}
+
+/// A status as a heading and a table of members.
+fn render(s: &ClusterStatus) -> String {
+    let mut out = String::new();
+    let leader = match (s.leader, &s.leader_addr) {
+        (Some(id), Some(addr)) => format!("node {id} at {addr}"),
+        (Some(id), None) => format!("node {id}"),
+        _ => "none (an election is under way)".to_string(),
+    };
+    out.push_str(&format!("term {}, leader {leader}\n", s.term));
+    out.push_str(&format!(
+        "seen from node {} ({}{}): last log index {}, applied {}{}\n",
+        s.id,
+        s.state,
+        if s.state == "Leader" && !s.serving { ", NOT serving: no recent majority" } else { "" },
+        opt(s.last_log_index),
+        opt(s.last_applied),
+        match s.snapshots_installed {
+            0 => String::new(),
+            n => format!(", {n} snapshot(s) installed since it started"),
+        },
+    ));
+    let rows: Vec<[String; 5]> = s
+        .members
+        .iter()
+        .map(|m| {
+            let role = if Some(m.id) == s.leader {
+                "leader"
+            } else if m.voter {
+                "voter"
+            } else {
+                "learner"
+            };
+            [m.id.to_string(), m.addr.clone(), role.to_string(), opt(m.matched_index), opt(m.lag)]
+        })
+        .collect();
+    let head = ["ID", "ADDRESS", "ROLE", "MATCHED", "LAG"];
+    let width = |i: usize| rows.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..5).map(width).collect();
+    let line = |cells: [&str; 5]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            l.push_str(&format!("{c:<w$}  ", w = widths[i]));
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(head));
+    for r in &rows {
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+    }
+    out
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use convoy::model::api::ClusterMember;
+
+    #[test]
+    fn the_table_names_roles_and_progress() {
+        let member = |id: u64, voter, matched: Option<u64>| ClusterMember {
+            id,
+            addr: format!("https://convoy-{id}:8080"),
+            voter,
+            matched_index: matched,
+            lag: matched.map(|m| 120 - m),
+        };
+        let s = ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 3,
+            leader: Some(1),
+            leader_addr: Some("https://convoy-1:8080".into()),
+            last_log_index: Some(120),
+            last_applied: Some(120),
+            snapshot_index: None,
+            purged_index: None,
+            millis_since_quorum_ack: Some(40),
+            leader_changes: 0,
+            snapshots_installed: 0,
+            members: vec![member(1, true, None), member(2, true, Some(118)), member(4, false, Some(20))],
+        };
+        let text = render(&s);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "term 3, leader node 1 at https://convoy-1:8080");
+        assert_eq!(lines[2], "ID  ADDRESS                ROLE     MATCHED  LAG");
+        assert_eq!(lines[3], "1   https://convoy-1:8080  leader   -        -");
+        assert_eq!(lines[4], "2   https://convoy-2:8080  voter    118      2");
+        assert_eq!(lines[5], "4   https://convoy-4:8080  learner  20       100");
+    }
 }

@@ -14,16 +14,22 @@ mod watch;
 mod why;
 
 use clap::{Args, Subcommand};
+use std::path::PathBuf;
 
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ClientArgs {
-    /// Server address (before the verb: `convoy --server URL jobs`).
+    /// Server address, or several of one cluster separated by commas (tried in turn when one
+    /// cannot be reached); before the verb: `convoy --server URL jobs`.
     #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// Bearer token.
     #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate (PEM) that signed an https:// server's certificate; when given, the only
+    /// one trusted (default: the operating system's trust store).
+    #[arg(long, env = "CONVOY_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 }
 
 /// The client verbs.
@@ -47,8 +53,8 @@ pub(crate) enum ClientCommand {
     Watch(watch::WatchArgs),
     /// Why a job is where it is.
     Why(why::WhyArgs),
-    /// Raft status of the server.
-    Cluster,
+    /// The Raft cluster: status, and adding and removing servers.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a client verb.
@@ -63,6 +69,6 @@ pub(crate) async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<
         ClientCommand::Job(a) => job::run(&c, a).await,
         ClientCommand::Watch(a) => watch::run(&c, a).await,
         ClientCommand::Why(a) => why::run(&c, a).await,
-        ClientCommand::Cluster => cluster::run(&c).await,
+        ClientCommand::Cluster(a) => cluster::run(&c, a).await,
     }
 }

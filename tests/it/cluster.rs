@@ -1,0 +1,562 @@
+//! Three servers as one cluster: formed from the configuration alone, writes through any of
+//! them, linearizable reads, failover under load with nothing lost or duplicated, a leader cut
+//! off from its peers, a wiped member, and membership changes. Real processes on 127.0.0.1.
+
+use crate::cli_client::ok;
+use crate::common::trio::{Trio, member_config, peers_toml, status};
+use crate::common::{Api, job, node};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Every job of queue `queue` as `member` lists them after a linearizable read: id → client id.
+async fn all_jobs(api: &crate::common::Server, queue: &str) -> BTreeMap<String, Option<String>> {
+    let mut out = BTreeMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/jobs?queue={queue}&limit=1000&consistent=true");
+        if let Some(a) = &after {
+            path.push_str(&format!("&after={a}"));
+        }
+        let (st, v) = api.get(&path).await;
+        if st != 200 {
+            let log = api.log();
+            let tail: Vec<&str> = log.lines().filter(|l| !l.contains("DEBUG")).collect();
+            panic!(
+                "{} {path}: {st} {v}\n{:?}\n{}",
+                api.url,
+                status(api).await,
+                tail[tail.len().saturating_sub(60)..].join("\n")
+            );
+        }
+        for j in v["jobs"].as_array().expect("jobs") {
+            out.insert(j["id"].as_str().expect("id").to_string(), j["client_id"].as_str().map(str::to_string));
+        }
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_string()),
+            None => return out,
+        }
+    }
+}
+
+/// Submits `jobs` (each with a client id) to the members in turn, starting with `first`, until
+/// one acknowledges them; retries on 503 and on a lost connection, as the CLI does. The job ids,
+/// or None if `deadline` passed.
+async fn submit_retrying(apis: &[&Api], first: usize, body: &Value, deadline: Instant) -> Option<Vec<String>> {
+    let mut i = first;
+    while Instant::now() < deadline {
+        let api = apis[i % apis.len()];
+        let r =
+            api.client.post(format!("{}/v1/jobs", api.url)).json(body).timeout(Duration::from_secs(10)).send().await;
+        match r {
+            Ok(r) if r.status().is_success() => {
+                let v: Value = r.json().await.ok()?;
+                return Some(v["job_ids"].as_array()?.iter().filter_map(|x| x.as_str().map(str::to_string)).collect());
+            }
+            Ok(r) => {
+                let status = r.status().as_u16();
+                assert!(
+                    status == 503,
+                    "a submission was refused with {status}: {}",
+                    r.text().await.unwrap_or_default()
+                );
+            }
+            Err(_) => {}
+        }
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on_every_member() {
+    let mut trio = Trio::start(3).await;
+    let leader = trio.leader().await;
+    let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
+    // All three agree on one cluster of three voters.
+    let st = status(trio.api(leader)).await.expect("status");
+    assert_eq!(st["members"].as_array().map(Vec::len), Some(3), "{st}");
+    assert!(st["members"].as_array().unwrap().iter().all(|m| m["voter"] == true), "{st}");
+
+    // A queue created through a follower: relayed to the leader, answered as if sent there.
+    let (s, v) = trio.api(followers[0]).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    // Writes through each member, each read back at once from the member it went through.
+    let mut acked = Vec::new();
+    for (n, id) in [1u64, 2, 3].iter().enumerate() {
+        let body = json!({"queue": "A", "job_set": "s", "jobs": [
+            {"client_id": format!("w{n}-0"), "pod_spec": job("100m")["pod_spec"]},
+            {"client_id": format!("w{n}-1"), "pod_spec": job("100m")["pod_spec"]},
+        ]});
+        let (s, v) = trio.api(*id).post("/v1/jobs", &body).await;
+        assert_eq!(s, 200, "through {id}: {v}");
+        for j in v["job_ids"].as_array().unwrap() {
+            let j = j.as_str().unwrap().to_string();
+            let (s, got) = trio.api(*id).get(&format!("/v1/jobs/{j}")).await;
+            assert_eq!(s, 200, "node {id} does not show the job it just acknowledged: {got}");
+            acked.push(j);
+        }
+    }
+    // Linearizable reads on every member see every acknowledged write.
+    for id in [1u64, 2, 3] {
+        let jobs = all_jobs(trio.api(id), "A").await;
+        for j in &acked {
+            assert!(jobs.contains_key(j), "node {id} misses {j}");
+        }
+        assert_eq!(jobs.len(), 6, "node {id}");
+    }
+    // Ids increase across the writes, whichever member took them.
+    let mut sorted = acked.clone();
+    sorted.sort();
+    assert_eq!(sorted, acked);
+
+    // The CLI's view, from a follower: the leader's progress for every member.
+    let url = trio.api(followers[1]).url.clone();
+    let text = ok(&url, &["cluster"]).await;
+    assert!(text.contains(&format!("leader node {leader}")), "{text}");
+    // Given several servers, the CLI moves on from one it cannot reach.
+    let dead = format!("http://127.0.0.1:{}", crate::common::procs::free_port());
+    let listed = ok(&format!("{dead},{url}"), &["jobs", "--queue", "A"]).await;
+    assert_eq!(listed.lines().filter(|l| l.contains("queued")).count(), 6, "{listed}");
+    assert_eq!(text.lines().filter(|l| l.contains("voter") || l.contains("leader  ")).count(), 3, "{text}");
+
+    // A fourth server joins (its peers list names the members and itself, so it waits to be
+    // added instead of forming a cluster), through a follower, then leaves again; all under a
+    // stream of submissions.
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "B"})).await;
+    assert_eq!(s, 201, "{v}");
+    let load = {
+        let apis: Vec<Api> = [1u64, 2, 3].iter().map(|id| Api::new(trio.api(*id).url.clone())).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let refs: Vec<&Api> = apis.iter().collect();
+            let mut acked = Vec::new();
+            let mut n = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let jobs: Vec<Value> = (0..10)
+                    .map(|k| json!({"client_id": format!("load-{n}-{k}"), "pod_spec": job("10m")["pod_spec"]}))
+                    .collect();
+                let body = json!({"queue": "B", "job_set": "load", "jobs": jobs});
+                let got = submit_retrying(&refs, n, &body, Instant::now() + Duration::from_secs(20)).await;
+                acked.extend(got.expect("a submission during a membership change was never acknowledged"));
+                n += 1;
+            }
+            acked
+        });
+        (stop, task)
+    };
+    let dir4 = trio.members[0].dir.parent().unwrap().join("node-4");
+    std::fs::create_dir_all(&dir4).unwrap();
+    let (port4, peer4) = {
+        let p = crate::common::procs::free_port();
+        (p, p)
+    };
+    let ids: Vec<u64> = vec![1, 2, 3, 4];
+    let peer_ports: Vec<u16> = trio.members.iter().map(|m| m.peer_port).chain([peer4]).collect();
+    let config4 = member_config(&dir4, 4, port4, peer4, &peers_toml(&ids, &peer_ports), "");
+    trio.members.push(crate::common::trio::Member {
+        id: 4,
+        port: port4,
+        peer_port: peer4,
+        dir: dir4,
+        config: config4,
+        server: None,
+    });
+    trio.member(4).start();
+    // It does not form a cluster of its own.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let s4 = status(trio.api(4)).await.expect("status of 4");
+    assert_eq!(s4["leader"], Value::Null, "{s4}");
+    let text = ok(&url, &["cluster", "add", "4", &format!("http://127.0.0.1:{peer4}")]).await;
+    assert!(text.contains("node 4") && text.contains("voting member"), "{text}");
+    let st = status(trio.api(leader)).await.unwrap();
+    assert_eq!(st["members"].as_array().unwrap().iter().filter(|m| m["voter"] == true).count(), 4, "{st}");
+    assert_eq!(all_jobs(trio.api(4), "A").await.len(), 6);
+    // Adding it again is a no-op; another address for its id is refused.
+    let (s, v) = trio
+        .api(leader)
+        .post("/v1/cluster/members", &json!({"id": 4, "addr": format!("http://127.0.0.1:{peer4}")}))
+        .await;
+    assert_eq!((s, v["outcome"].as_str()), (200, Some("voter")), "{v}");
+    let (s, v) = trio.api(leader).post("/v1/cluster/members", &json!({"id": 4, "addr": "http://127.0.0.1:1"})).await;
+    assert_eq!(s, 409, "{v}");
+    let (s, v) = trio.api(followers[0]).delete("/v1/cluster/members/4").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["cluster"]["members"].as_array().map(Vec::len), Some(3), "{v}");
+    let (s, _) = trio.api(leader).delete("/v1/cluster/members/9").await;
+    assert_eq!(s, 404);
+    trio.member(4).kill9();
+    load.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = load.1.await.unwrap();
+    assert!(!acked.is_empty());
+    for id in [1u64, 2, 3] {
+        let jobs = all_jobs(trio.api(id), "B").await;
+        assert_eq!(jobs.len(), acked.len(), "node {id}");
+        assert!(acked.iter().all(|j| jobs.contains_key(j)), "node {id} misses acknowledged jobs");
+    }
+
+    // A member whose data dir is wiped does not form a second cluster, and the leader neither
+    // crashes nor feeds it: it lost what it had acknowledged, so it must be removed and added
+    // again, after which it catches up with everything.
+    let wiped = followers[1];
+    trio.member(wiped).kill9();
+    std::fs::remove_dir_all(trio.member(wiped).dir.join("data")).unwrap();
+    trio.member(wiped).start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !trio.api(leader).log().contains("lost log entries it had acknowledged") {
+        assert!(Instant::now() < deadline, "the leader did not notice the wiped member:\n{}", trio.api(leader).log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (s, v) = trio.api(leader).post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job("100m")]})).await;
+    assert_eq!(s, 200, "the cluster still takes writes: {v}");
+    assert!(!trio.member(wiped).log().contains("cluster formed"), "{}", trio.member(wiped).log());
+    let addr = format!("http://127.0.0.1:{}", trio.member(wiped).peer_port);
+    let via = trio.api(followers[0]).url.clone();
+    ok(&via, &["cluster", "remove", &wiped.to_string()]).await;
+    let text = ok(&via, &["cluster", "add", &wiped.to_string(), &addr]).await;
+    assert!(text.contains("voting member"), "{text}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, v) = trio.api(wiped).get("/v1/jobs?queue=A&limit=1000&consistent=true").await;
+        if s == 200 && v["jobs"].as_array().map(Vec::len) == Some(7) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the re-added member did not catch up: {s} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(trio.leader().await, leader, "the cluster kept its leader");
+    assert!(!trio.api(leader).log().contains("panicked"), "{}", trio.api(leader).log());
+}
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_under_load_loses_and_duplicates_nothing() {
+    let mut trio = Trio::start(3).await;
+    let first = trio.leader().await;
+    let (s, v) = trio.api(first).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    let apis: Vec<Api> = trio.members.iter().map(|m| Api::new(m.api().url.clone())).collect();
+    let apis = std::sync::Arc::new(apis);
+    let stop = Instant::now() + Duration::from_secs(12);
+    let mut clients = Vec::new();
+    for c in 0..4usize {
+        let apis = apis.clone();
+        clients.push(tokio::spawn(async move {
+            let refs: Vec<&Api> = apis.iter().collect();
+            let mut acked: Vec<(String, String)> = Vec::new();
+            let mut batch = 0;
+            while Instant::now() < stop {
+                let ids: Vec<String> = (0..20).map(|k| format!("c{c}-b{batch}-{k}")).collect();
+                let jobs: Vec<Value> =
+                    ids.iter().map(|id| json!({"client_id": id, "pod_spec": job("10m")["pod_spec"]})).collect();
+                let body = json!({"queue": "A", "job_set": format!("set{c}"), "jobs": jobs});
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let got = submit_retrying(&refs, c + batch, &body, deadline)
+                    .await
+                    .expect("a submission was never acknowledged");
+                acked.extend(ids.into_iter().zip(got));
+                batch += 1;
+            }
+            acked
+        }));
+    }
+    // Two failovers: kill -9 the leader, wait for the next one, bring the dead one back.
+    let mut leader = first;
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        trio.member(leader).kill9();
+        let others: Vec<u64> = trio.running();
+        let next = trio.leader_among(&others, Duration::from_secs(10)).await;
+        assert_ne!(next, leader);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        trio.member(leader).start();
+        leader = next;
+    }
+    let mut acked: HashMap<String, String> = HashMap::new();
+    for c in clients {
+        for (cid, jid) in c.await.expect("client task") {
+            assert!(acked.insert(cid.clone(), jid).is_none(), "client id {cid} acknowledged twice");
+        }
+    }
+    assert!(acked.len() > 200, "too little load went through: {}", acked.len());
+    trio.leader().await;
+    for id in [1u64, 2, 3] {
+        let jobs = all_jobs(trio.api(id), "A").await;
+        let mut by_client: HashMap<&str, &str> = HashMap::new();
+        for (jid, cid) in &jobs {
+            let cid = cid.as_deref().expect("every job has a client id");
+            assert!(by_client.insert(cid, jid).is_none(), "node {id}: two jobs for client id {cid}");
+        }
+        for (cid, jid) in &acked {
+            assert_eq!(by_client.get(cid.as_str()), Some(&jid.as_str()), "node {id}: acknowledged {cid} lost");
+        }
+    }
+    // Scheduling and leasing resume: an executor polling any member gets leases.
+    let leader = trio.leader().await;
+    let poller = trio.api(if leader == 1 { 2 } else { 1 });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, v) = poller
+            .post("/v1/executors/e1/lease", &json!({"nodes": [node("n1", "64")], "runs": [], "wait_seconds": 1}))
+            .await;
+        assert!(s == 200 || s == 503, "{s} {v}");
+        if v["leases"].as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no lease after the failovers: {v}");
+    }
+}
+
+/// Polls the lease endpoint as executor `e1` with one big node, on member `id`; the answer.
+async fn poll(api: &Api, held: &HashMap<String, String>) -> (u16, Value) {
+    let runs: Vec<Value> = held.iter().map(|(r, j)| json!({"run_id": r, "job_id": j, "state": "running"})).collect();
+    api.post("/v1/executors/e1/lease", &json!({"nodes": [node("n1", "64")], "runs": runs, "wait_seconds": 0.2})).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_its_peers_stops_leasing_and_every_job_runs_once() {
+    let trio = Trio::start_with_proxy(3).await;
+    let old = trio.leader().await;
+    let (s, v) = trio.api(old).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    let ids = trio.api(old).submit("A", "s", (0..6).map(|_| job("1")).collect()).await;
+    // An agent holding the six runs on the old leader, reporting them running.
+    let mut held: HashMap<String, String> = HashMap::new(); // run id -> job id
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held.len() < 6 {
+        let (s, v) = poll(trio.api(old), &held).await;
+        assert_eq!(s, 200, "{v}");
+        for l in v["leases"].as_array().unwrap() {
+            held.insert(l["run_id"].as_str().unwrap().into(), l["job_id"].as_str().unwrap().into());
+        }
+        assert!(Instant::now() < deadline, "the six jobs were not leased: {held:?}");
+    }
+    let running: Vec<Value> =
+        held.iter().map(|(r, j)| json!({"run_id": r, "job_id": j, "kind": "running", "time_ms": 0})).collect();
+    let (s, v) = trio.api(old).post("/v1/executors/e1/events", &json!({"events": running})).await;
+    assert_eq!(s, 200, "{v}");
+
+    // Cut the leader off from its peers (the agent still reaches it).
+    let proxy = trio.proxy.as_ref().unwrap();
+    let cut = Instant::now();
+    proxy.isolate(old);
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != old).collect();
+    let new = trio.leader_among(&others, Duration::from_secs(3)).await;
+    let failover = cut.elapsed();
+    assert!(failover < Duration::from_secs(3), "{failover:?}");
+    // The old leader neither leases nor takes writes any more.
+    let (s, v) = poll(trio.api(old), &held).await;
+    assert_eq!(s, 503, "the cut-off leader still answers lease polls: {v}");
+    let (s, v) = trio.api(old).post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job("1")]})).await;
+    assert_eq!(s, 503, "the cut-off leader still takes writes: {v}");
+    // The agent turns to the new leader and carries on with the runs it holds: nothing is
+    // leased again, and the executor is not declared lost.
+    let (s, v) = poll(trio.api(new), &held).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["leases"].as_array().map(Vec::len), Some(0), "jobs leased twice: {v}");
+    let done: Vec<Value> = held
+        .iter()
+        .map(|(r, j)| json!({"run_id": r, "job_id": j, "kind": "succeeded", "time_ms": 0, "exit_code": 0}))
+        .collect();
+    let (s, v) = trio.api(new).post("/v1/executors/e1/events", &json!({"events": done})).await;
+    assert_eq!((s, v["accepted"].as_u64()), (200, Some(6)), "{v}");
+
+    // Heal: the old leader follows the new one, and every member has each job succeeded with
+    // exactly one run.
+    proxy.heal();
+    let leader = trio.leader().await;
+    assert_eq!(leader, new);
+    for member in [1u64, 2, 3] {
+        for id in &ids {
+            let (s, j) = trio.api(member).get(&format!("/v1/jobs/{id}?consistent=true")).await;
+            assert_eq!(s, 200, "{j}");
+            assert_eq!(j["state"], "succeeded", "node {member}: {j}");
+            assert_eq!(j["runs"].as_array().map(Vec::len), Some(1), "node {member}: {j}");
+        }
+    }
+    let st = status(trio.api(old)).await.unwrap();
+    assert_eq!((st["state"].as_str(), st["leader"].as_u64()), (Some("Follower"), Some(new)), "{st}");
+    let (s, text) = trio.api(new).text("/metrics").await;
+    assert_eq!(s, 200);
+    assert!(text.contains("convoy_raft_peer_rpc_seconds_bucket"), "{text}");
+    let seen: HashSet<&str> = text.lines().filter(|l| l.starts_with("convoy_raft_leader_changes_total")).collect();
+    assert_eq!(seen.len(), 1, "{text}");
+}
+
+/// Reads a following event stream until `want` events arrived or `within` passed; their ids.
+async fn stream_ids(api: &Api, path: &str, want: usize, within: Duration) -> Vec<u64> {
+    use futures::StreamExt;
+    let resp = api.client.get(format!("{}{path}", api.url)).timeout(within).send().await.expect("stream");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut body = resp.bytes_stream();
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + within;
+    while ids.len() < want {
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, body.next()).await else { break };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            if let Some(id) = block.lines().find_map(|l| l.strip_prefix("id:")).and_then(|v| v.trim().parse().ok()) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_leader_is_replaced_and_steps_down_on_waking_while_event_streams_go_on() {
+    let mut trio = Trio::start(3).await;
+    let old = trio.leader().await;
+    let follower = if old == 1 { 2 } else { 1 };
+    let (s, v) = trio.api(old).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    let before = trio.api(old).submit("A", "s", (0..5).map(|_| job("1")).collect()).await;
+    // Each submitted job makes one event; cancelling makes another.
+    let want = 5 + 5 + 5;
+    let streams: Vec<_> = [follower, old]
+        .into_iter()
+        .map(|id| {
+            let api = Api::new(trio.api(id).url.clone());
+            tokio::spawn(async move {
+                stream_ids(&api, "/v1/queues/A/job-sets/s/events?from=1", want, Duration::from_secs(40)).await
+            })
+        })
+        .collect();
+
+    let pid = trio.member(old).api().child.id() as i32;
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    // A submission sent to the stopped leader waits in its socket until it wakes.
+    let to_old = {
+        let api = Api::new(trio.api(old).url.clone());
+        tokio::spawn(async move {
+            let body = json!({"queue": "A", "job_set": "s", "jobs": [{"client_id": "sent-to-stopped", "pod_spec": job("1")["pod_spec"]}]});
+            api.post("/v1/jobs", &body).await
+        })
+    };
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != old).collect();
+    let new = trio.leader_among(&others, Duration::from_secs(5)).await;
+    assert!(stopped.elapsed() < Duration::from_secs(5));
+    let after = trio.api(follower).submit("A", "s", (0..4).map(|_| job("1")).collect()).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+
+    // Awake, the old leader follows the new one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = status(trio.api(old)).await;
+        if st.as_ref().is_some_and(|s| s["state"] == "Follower" && s["leader"].as_u64() == Some(new)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the old leader did not step down: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // What it answered for the submission it held: done means done on the majority.
+    let (s, v) = to_old.await.unwrap();
+    assert!(s == 200 || s == 503, "{s} {v}");
+    let mut all: Vec<String> = before.iter().chain(&after).cloned().collect();
+    if s == 200 {
+        all.push(v["job_ids"][0].as_str().unwrap().to_string());
+    }
+    for id in &all {
+        let (s, j) = trio.api(new).get(&format!("/v1/jobs/{id}?consistent=true")).await;
+        assert_eq!(s, 200, "acknowledged job {id} is not on the new leader: {j}");
+    }
+    // One more job if the held submission was refused, so every stream expects the same count.
+    if s != 200 {
+        all.extend(trio.api(new).submit("A", "s", vec![job("1")]).await);
+    }
+    let (s, v) = trio
+        .api(new)
+        .post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": all[..5].to_vec()}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    // The streams, on a follower and on the old leader, saw every event once, in order.
+    for (n, stream) in streams.into_iter().enumerate() {
+        let ids = stream.await.unwrap();
+        assert_eq!(ids, (1..=want as u64).collect::<Vec<_>>(), "stream {n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_agent_listing_all_servers_carries_its_runs_through_a_leader_kill() {
+    let mut trio = Trio::start(3).await;
+    let leader = trio.leader().await;
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    // The agent lists every server, the leader last so that it starts on a follower.
+    let mut servers: Vec<String> =
+        [1u64, 2, 3].iter().filter(|i| **i != leader).map(|i| trio.api(*i).url.clone()).collect();
+    servers.push(trio.api(leader).url.clone());
+    let dir = trio.members[0].dir.parent().unwrap().join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("agent.toml");
+    let list: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "executor = \"fake\"\nservers = [{}]\ndata_dir = \"{}\"\nruntime = \"fake\"\nmax_backoff = \"1s\"\npoll_wait = \"2s\"\n\
+             [[fake.node_groups]]\ncount = 4\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"8\", memory = \"64Gi\" }}\n",
+            list.join(", "),
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(std::fs::File::create(dir.join("agent.log")).unwrap()))
+        .spawn()
+        .expect("convoy agent starts");
+    // 64 jobs of 2 s on 32 cores: two waves, the kill in the middle of the first.
+    let job = json!({"pod_spec": {"containers": [{"name": "fake", "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]},
+        "annotations": {"convoy.io/fake-runtime": "2"}});
+    let ids = trio.api(leader).submit("A", "s", vec![job; 64]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while all_jobs_in(trio.api(leader), "running").await < 16 {
+        assert!(Instant::now() < deadline, "the jobs did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    trio.member(leader).kill9();
+    let others: Vec<u64> = trio.running();
+    let new = trio.leader_among(&others, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, v) = trio.api(new).get("/v1/jobs?queue=A&limit=1000&consistent=true").await;
+        let done = if s == 200 {
+            v["jobs"].as_array().unwrap().iter().filter(|j| j["state"] == "succeeded").count()
+        } else {
+            0
+        };
+        if done == ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} succeeded; agent log:\n{}",
+            ids.len(),
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in &ids {
+        let (_, j) = trio.api(new).get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(j["runs"].as_array().map(Vec::len), Some(1), "a job ran twice: {j}");
+    }
+    let log = trio.api(new).log();
+    assert!(!log.contains("executor lost"), "{log}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+/// How many jobs of queue `A` are in `state`, as `api` lists them.
+async fn all_jobs_in(api: &Api, state: &str) -> usize {
+    let (s, v) = api.get(&format!("/v1/jobs?queue=A&state={state}&limit=1000")).await;
+    if s != 200 {
+        return 0;
+    }
+    v["jobs"].as_array().map_or(0, Vec::len)
+}
