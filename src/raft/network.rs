@@ -12,6 +12,7 @@
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
 use super::acked::{Acked, LostEntries};
+use super::failover::LeaderContact;
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
@@ -449,13 +450,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 struct ServerState {
     raft: Raft,
     identity: Identity,
+    contact: LeaderContact,
 }
 
 /// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`, and for forming a
 /// cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
 /// `x-convoy-cluster-secret` header get 401 before their body is read; requests of another
 /// protocol version get 400, and requests meant for another node or from another cluster 409.
-pub fn raft_router(raft: Raft, identity: Identity, secret: Option<String>) -> Router {
+pub fn raft_router(raft: Raft, identity: Identity, contact: LeaderContact, secret: Option<String>) -> Router {
     let routes = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -466,7 +468,7 @@ pub fn raft_router(raft: Raft, identity: Identity, secret: Option<String>) -> Ro
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
         .layer(axum::middleware::from_fn_with_state(identity.clone(), check_identity))
         .layer(axum::middleware::from_fn(check_protocol))
-        .with_state(ServerState { raft, identity });
+        .with_state(ServerState { raft, identity, contact });
     match secret {
         Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
         None => routes,
@@ -617,7 +619,10 @@ fn answer<T: Serialize>(what: &str, result: &T) -> Response {
 
 async fn append(State(s): State<ServerState>, body: Bytes) -> Response {
     match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
-        Ok(req) => answer("append", &s.raft.append_entries(req).await),
+        Ok(req) => {
+            s.contact.heard();
+            answer("append", &s.raft.append_entries(req).await)
+        }
         Err(e) => bad_request("append", e),
     }
 }
