@@ -171,8 +171,26 @@ impl NetworkFactory {
 
     /// Asks peer `target` at `addr` whether it is part of a cluster yet.
     pub async fn peer_status(&self, target: NodeId, addr: &str) -> Result<PeerStatus, PeerCallError> {
+        self.call_json(reqwest::Method::GET, addr, "/raft/status", target).await
+    }
+
+    /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
+    /// the index of the last entry it had applied, which includes every committed write.
+    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
+        let answer: ReadIndex = self.call_json(reqwest::Method::POST, addr, "/raft/read-index", target).await?;
+        Ok(answer.index)
+    }
+
+    /// A bodiless request to a peer's JSON route, its answer decoded.
+    async fn call_json<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        addr: &str,
+        path: &str,
+        target: NodeId,
+    ) -> Result<T, PeerCallError> {
         let response = self
-            .request(reqwest::Method::GET, addr, "/raft/status", target)
+            .request(method, addr, path, target)
             .timeout(PEER_CALL_TIMEOUT)
             .send()
             .await
@@ -184,25 +202,6 @@ impl NetworkFactory {
         }
         serde_json::from_slice(&body)
             .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
-    }
-
-    /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
-    /// the index of the last entry it had applied, which includes every committed write.
-    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
-        let response = self
-            .request(reqwest::Method::POST, addr, "/raft/read-index", target)
-            .timeout(PEER_CALL_TIMEOUT)
-            .send()
-            .await
-            .map_err(PeerCallError::Http)?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(PeerCallError::Http)?;
-        if !status.is_success() {
-            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
-        }
-        let answer: ReadIndex = serde_json::from_slice(&body)
-            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })?;
-        Ok(answer.index)
     }
 
     /// Gives peer `target` at `addr` the id of the cluster it is about to be a founding member of.
