@@ -69,6 +69,10 @@ pub const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
 /// quickly is treated as unreachable and retried with back-off.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Largest append batch sent at once, in encoded bytes; a larger one is split (a single entry
+/// larger than this still goes alone).
+const MAX_APPEND_BYTES: usize = 1024 * 1024;
+
 const OCTET_STREAM: &str = "application/octet-stream";
 
 /// Why the network client could not be set up.
@@ -343,6 +347,12 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&PeerHttpError::Codec(e))))?;
+        if action == RPCTypes::AppendEntries && entries > 1 && body.len() > MAX_APPEND_BYTES {
+            // openraft allows an append one heartbeat interval: a lagging member fed hundreds of
+            // large entries at once would time out every time and never catch up.
+            let hint = (entries * MAX_APPEND_BYTES as u64 / body.len() as u64).max(1);
+            return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint)));
+        }
         let request = self
             .factory
             .request(reqwest::Method::POST, &self.node.addr, &format!("/raft/{path}"), self.target)

@@ -197,7 +197,14 @@ pub(crate) fn member_config(
 ) -> String {
     let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{peer_port}\"\n{SERVER_EXTRA}");
     let mut text = config_on_port(dir, port, &server);
-    text.push_str(&format!("\n[cluster]\npeers = {peers}\n{cluster_extra}\n"));
+    // Test timings a little longer than the defaults (100 ms / 400 ms): two to five servers of a
+    // debug build share two cores with other tests here.
+    let timings = if cluster_extra.contains("heartbeat_interval") {
+        ""
+    } else {
+        "heartbeat_interval = \"150ms\"\nelection_timeout = \"600ms\"\n"
+    };
+    text.push_str(&format!("\n[cluster]\npeers = {peers}\n{timings}{cluster_extra}\n"));
     text
 }
 
