@@ -2,7 +2,8 @@
 //! committed log id, the last purged log id and the log format version in `raft_meta`.
 //!
 //! The file carries its format version ([`LOG_FORMAT_VERSION`]); a log written by a newer Convoy
-//! is refused when opened.
+//! is refused when opened, and an older one is marked with today's version (every older entry
+//! reads as an entry of today's format).
 //!
 //! The log has a redb file of its own (the state is in another). Every write that Raft relies on
 //! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,
@@ -87,6 +88,13 @@ fn check_format(tx: &redb::WriteTransaction) -> io::Result<()> {
                          ({LOG_FORMAT_VERSION}): it was written by a newer convoy; run that version or newer"
                     ),
                 ));
+            }
+            if found < LOG_FORMAT_VERSION {
+                // Older entries are valid entries of this format (formats only ever added
+                // commands), so nothing is converted. The mark is raised before anything of this
+                // format is written, so that an older binary refuses the log by its version.
+                meta.insert(KEY_FORMAT, LOG_FORMAT_VERSION.to_be_bytes().as_slice()).map_err(io_err)?;
+                tracing::info!(from = found, to = LOG_FORMAT_VERSION, "raft log format version raised");
             }
             Ok(())
         }

@@ -45,8 +45,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 
 /// Version of the peer protocol: openraft's RPC messages (as openraft 0.9 encodes them) carrying
 /// log entries of log format [`crate::record::LOG_FORMAT_VERSION`]. It changes with either.
-/// Requests without the header come from servers older than it, which spoke version 1.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Requests without the header come from servers older than it, which spoke version 1. Version 2
+/// carries log format 2 (purges of finished jobs), which a server of version 1 cannot decode.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// and append batches by `max_payload_entries`; a batch above this gets 413 and the sender retries

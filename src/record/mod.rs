@@ -18,6 +18,13 @@
 //!   reads the old bytes with its own frozen copy of the old types, and adds fixtures under
 //!   `tests/fixtures/formats/` beside the old ones, which stay. The golden tests in `tests.rs`
 //!   decode every fixture and encode it back byte for byte.
+//! - An addition that leaves every old record byte-identical (a variant at the end of an enum, a
+//!   new table) bumps the version all the same, because an older binary cannot read what the
+//!   newer one writes: with the bump it refuses the file by its version, naming it, instead of
+//!   failing on the first record it cannot decode. Such a step converts nothing (today's types
+//!   read the old bytes, as the golden tests of the old fixtures keep checking); only the version
+//!   mark is raised. A format names the version that introduced it and holds in later versions
+//!   unless a later one says otherwise.
 
 pub mod codec;
 pub mod command;
@@ -30,7 +37,7 @@ pub mod raft;
 pub mod snapshot;
 
 pub use codec::{CodecError, decode, encode};
-pub use command::{Command, JobVerdict, NewJob, NewLease, RunReport, RunReportKind};
+pub use command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{ExecutorRecord, NodeRecord};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunRecord};
@@ -40,11 +47,23 @@ pub use snapshot::SnapshotRecord;
 
 /// Version of the state database (`convoy.redb`): its tables, key encodings and row records, and
 /// the snapshots made of it.
-pub const STATE_SCHEMA_VERSION: u32 = 2;
+///
+/// 3 adds the `finished` index (finish time and id of every job that left memory, for
+/// `job_retention`) and the `purges` and `max_job_id` meta rows; snapshots carry the index.
+/// Version 2's rows are unchanged. Migration 3 builds the index for the finished jobs of a
+/// version 2 database.
+pub const STATE_SCHEMA_VERSION: u32 = 3;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them.
-pub const LOG_FORMAT_VERSION: u32 = 1;
+///
+/// 2 adds [`Command::PurgeFinished`] at the end of the commands, so every format 1 entry is a
+/// valid format 2 entry, byte for byte: a format 1 log is read as it is, and its version mark is
+/// raised to 2 when a newer binary opens it. The bump is still needed: a binary of format 1 cannot
+/// decode a purge, so it must refuse a format 2 log by its version (naming it) rather than fail
+/// on the first purge entry, and servers of the two formats must not exchange entries (the peer
+/// protocol version changes with it).
+pub const LOG_FORMAT_VERSION: u32 = 2;
 
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The whole state, table by table, as raw rows. Format: state schema 2.
+/// The whole state, table by table, as raw rows. Format: state schema 3 (schema 2's record was
+/// this without `finished`).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotRecord {
     /// State schema version of the rows. First, so that any later version can read it.
@@ -29,6 +30,8 @@ pub struct SnapshotRecord {
     pub client_ids: Vec<(Vec<u8>, [u8; 16])>,
     /// `executors` rows.
     pub executors: Vec<(String, Vec<u8>)>,
+    /// `finished` keys (finish time, job id).
+    pub finished: Vec<[u8; 24]>,
 }
 
 impl SnapshotRecord {

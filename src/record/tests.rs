@@ -12,8 +12,8 @@ use super::queue::*;
 use super::raft::*;
 use super::snapshot::SnapshotRecord;
 use crate::model::*;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::PathBuf;
@@ -396,6 +396,31 @@ fn log_format_1_commands() {
     }
 }
 
+/// The command log format 2 added, with a job of each kind: with and without a client id.
+fn purge_finished() -> Command {
+    Command::PurgeFinished {
+        purges: 7,
+        before_ms: 1_760_000_600_000,
+        jobs: vec![
+            PurgeTarget {
+                job_id: jid(1),
+                finished_ms: 1_760_000_300_003,
+                queue: qn("physics"),
+                job_set: js("run-1"),
+                client_id: Some("client-1".into()),
+            },
+            PurgeTarget { job_id: jid(2), finished_ms: -1, queue: qn("a"), job_set: js("s"), client_id: None },
+        ],
+    }
+}
+
+#[test]
+fn log_format_2_commands() {
+    // Format 2 only added this command: format 1's are format 2's, byte for byte, as
+    // `log_format_1_commands` checks with today's types.
+    golden("log-v2/command-purge-finished.bin", &purge_finished());
+}
+
 #[test]
 fn log_format_1_entries_vote_and_log_ids() {
     let entries = [
@@ -445,10 +470,29 @@ fn state_schema_2_rows() {
     );
 }
 
+/// Schema 2's snapshot record, frozen: schema 3 added `finished` at the end. No binary reads
+/// schema 2 snapshots (servers of a cluster share one schema); the fixture still shows that the
+/// rows inside are read by today's row types, which schema 3 kept.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct SnapshotRecordV2 {
+    schema_version: u32,
+    meta: Vec<(String, Vec<u8>)>,
+    queues: Vec<(String, Vec<u8>)>,
+    jobs: Vec<([u8; 16], Vec<u8>)>,
+    payloads: Vec<([u8; 16], Vec<u8>)>,
+    live_jobs: Vec<[u8; 16]>,
+    job_sets: Vec<Vec<u8>>,
+    events: Vec<(Vec<u8>, Vec<u8>)>,
+    event_seqs: Vec<(Vec<u8>, u64)>,
+    client_ids: Vec<(Vec<u8>, [u8; 16])>,
+    executors: Vec<(String, Vec<u8>)>,
+}
+
 #[test]
 fn state_schema_2_snapshot() {
     let bytes = fixture("state-v2/snapshot.bin");
-    let snap: SnapshotRecord = decode(&bytes).unwrap();
+    assert_eq!(SnapshotRecord::schema_version_of(&bytes).unwrap(), 2, "read by today's binary to refuse it");
+    let snap: SnapshotRecordV2 = decode(&bytes).unwrap();
     assert_eq!(snap.schema_version, 2);
     assert_eq!(encode(&snap).unwrap(), bytes);
     // The rows inside are this schema's rows: the queue, the submitted jobs and their payloads,
@@ -471,6 +515,35 @@ fn state_schema_2_snapshot() {
     assert_eq!(executors[0].nodes, vec![node()]);
     assert_eq!(snap.client_ids.len(), 1);
     assert!(snap.meta.iter().any(|(k, v)| k == "submit_seq" && v.as_slice() == 2u64.to_be_bytes()));
+}
+
+/// `state-v3/snapshot.bin` was exported from a store after applying: the queue, executor and
+/// submission of the schema 2 snapshot, a third job (`jid(3)`, client id `client-3`, job set
+/// `run-2`, submitted at …003) cancelled at …004 (so the `finished` index has a row), and a
+/// purge that named no job (so `meta` holds the purge counter and the largest job id).
+#[test]
+fn state_schema_3_snapshot() {
+    let bytes = fixture("state-v3/snapshot.bin");
+    let snap: SnapshotRecord = decode(&bytes).unwrap();
+    assert_eq!(snap.schema_version, 3);
+    assert_eq!(encode(&snap).unwrap(), bytes);
+    let jobs: Vec<JobRecord> = snap.jobs.iter().map(|(_, v)| decode(v).unwrap()).collect();
+    let states: Vec<_> = jobs.iter().map(|j| (j.id, j.state)).collect();
+    assert_eq!(
+        states,
+        vec![(jid(1), JobStateRecord::Queued), (jid(2), JobStateRecord::Queued), (jid(3), JobStateRecord::Cancelled)]
+    );
+    assert_eq!(snap.live_jobs.len(), 2);
+    assert_eq!(snap.client_ids.len(), 2);
+    // The index key: the finish time (sign bit flipped) then the id, both big-endian.
+    let mut key = [0u8; 24];
+    key[..8].copy_from_slice(&((1_760_000_000_004u64) ^ (1 << 63)).to_be_bytes());
+    key[8..].copy_from_slice(&jid(3).as_u128().to_be_bytes());
+    assert_eq!(snap.finished, vec![key]);
+    let meta = |k: &str| snap.meta.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    assert_eq!(meta("submit_seq"), Some(3u64.to_be_bytes().to_vec()));
+    assert_eq!(meta("purges"), Some(1u64.to_be_bytes().to_vec()));
+    assert_eq!(meta("max_job_id"), Some(jid(3).as_u128().to_be_bytes().to_vec()));
 }
 
 #[test]

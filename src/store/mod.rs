@@ -1,16 +1,18 @@
 //! Durable storage on redb: tables and key encodings, writing the state machine's changes,
-//! loading the state at start-up, queries for the API, snapshot export/import and schema
-//! migrations.
+//! loading the state at start-up, queries for the API and for retention, snapshot export/import
+//! and schema migrations.
 
 mod codec;
 mod load;
 pub mod migrate;
 mod queries;
+mod retention;
 pub mod snapshot;
 pub mod tables;
 mod writes;
 
 pub use queries::JobFilter;
+pub use retention::PurgePlan;
 
 use crate::record::CodecError;
 pub use snapshot::ExportView;

@@ -89,6 +89,9 @@ fn export_from(tx: &redb::ReadTransaction) -> Result<Vec<u8>, StoreError> {
         let (k, v) = row?;
         e.executors.push((k.value().to_string(), v.value().to_vec()));
     }
+    for row in tx.open_table(FINISHED)?.iter()? {
+        e.finished.push(*row?.0.value());
+    }
     encode_row("snapshot", &e)
 }
 
@@ -113,8 +116,13 @@ impl Store {
         clear(tx, EVENT_SEQS)?;
         clear(tx, CLIENT_IDS)?;
         clear(tx, EXECUTORS)?;
+        clear(tx, FINISHED)?;
         {
             let mut t = tx.open_table(META)?;
+            // The state's counters go too: one the snapshot lacks is one its state never had.
+            for key in [SUBMIT_SEQ, PURGES, MAX_JOB_ID] {
+                t.remove(key)?;
+            }
             for (k, v) in &e.meta {
                 t.insert(k.as_str(), v.as_slice())?;
             }
@@ -171,6 +179,12 @@ impl Store {
             let mut t = tx.open_table(EXECUTORS)?;
             for (k, v) in &e.executors {
                 t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        {
+            let mut t = tx.open_table(FINISHED)?;
+            for k in &e.finished {
+                t.insert(k, ())?;
             }
         }
         Ok(())
