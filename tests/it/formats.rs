@@ -30,11 +30,15 @@ fn by_client_id(jobs: &Value) -> std::collections::BTreeMap<String, Value> {
         .collect()
 }
 
+/// The fixture's jobs finished when it was written: a retention that keeps them whatever the
+/// date (the default, 7 days, would delete `c1` a week after the fixture was made).
+const KEEP: &str = "job_retention = \"36500days\"";
+
 #[tokio::test]
 async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_it() {
     let tmp = copy_fixture("datadir-v2");
     let dir = tmp.path();
-    let mut server = Server::start_in(dir, &config(dir, ""));
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
     server.ready().await;
 
     let (s, q) = server.get("/v1/queues/physics").await;
@@ -71,10 +75,25 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
     assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
 
     // And it all reads back after a restart.
-    let server = Server::start_in(dir, &config(dir, ""));
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
     server.ready().await;
     assert_eq!(server.job(&new[0]).await["job_set"], "run-2");
     assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+
+    // The migration indexed the finished job: a short retention deletes it, and only it.
+    let server = Server::start_in(dir, &config(dir, "job_retention = \"1s\""));
+    server.ready().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get("/v1/jobs/01M83SZBRQEV3E1YK9CW9XG4ZQ").await.0 != 404 {
+        assert!(Instant::now() < deadline, "the migrated finished job was not purged:\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZS").await["state"], "queued");
+    let c1 =
+        server.submit("physics", "run-1", vec![json!({"client_id": "c1", "pod_spec": common::pod("1", "true")})]).await;
+    assert_ne!(c1, vec!["01M83SZBRQEV3E1YK9CW9XG4ZQ".to_string()], "c1 names a new job");
 }
 
 /// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
