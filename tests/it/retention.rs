@@ -1,7 +1,9 @@
-//! Retention on a real server with `job_retention = "2s"`: finished jobs disappear from every read
+//! Retention on real servers with `job_retention = "2s"`: finished jobs disappear from every read
 //! (404 naming the retention, listings, event streams), live jobs stay whole, a client id is free
-//! again once its job is gone, and it all holds across a restart.
+//! again once its job is gone, and it all holds across a restart; in a cluster of three, every
+//! member deletes the same jobs, and a new leader takes the deleting over.
 
+use crate::common::trio::Trio;
 use crate::common::{Server, config, node, pod};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -125,4 +127,57 @@ async fn finished_jobs_go_after_the_retention_and_live_ones_stay() {
     assert_eq!(st, 404);
     assert_eq!(s.job(live).await["state"], "running");
     assert_eq!(s.submit("A", "s", vec![with_client_id("ok")]).await, vec![new]);
+}
+
+/// Waits until member `member` answers 404 for job `id` (read locally there).
+async fn wait_gone(trio: &Trio, member: u64, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (st, v) = trio.api(member).get(&format!("/v1/jobs/{id}")).await;
+        if st == 404 {
+            return;
+        }
+        // The trio prints every member's log when a test fails.
+        assert!(Instant::now() < deadline, "job {id} still on node {member}: {st} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_of_a_cluster_deletes_the_same_jobs_and_a_new_leader_goes_on() {
+    let mut trio = Trio::start_configured(3, false, "job_retention = \"2s\"", "").await;
+    let leader = trio.leader().await;
+    let follower = [1, 2, 3].into_iter().find(|i| *i != leader).expect("a follower");
+    trio.api(follower).create_queue("A").await;
+    // No executor: the jobs stay queued until cancelled.
+    let ids = trio.api(follower).submit("A", "s", vec![with_client_id("x"), with_client_id("y")]).await;
+    let (st, v) =
+        trio.api(follower).post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": [ids[0]]})).await;
+    assert_eq!(st, 200, "{v}");
+    for id in [1, 2, 3] {
+        wait_gone(&trio, id, &ids[0]).await;
+        assert_eq!(trio.api(id).job(&ids[1]).await["state"], "queued", "node {id}");
+    }
+    // The client id is free on every member: resubmitted through another one, it names a new job.
+    let other = [1, 2, 3].into_iter().find(|i| *i != follower).expect("another member");
+    let again = trio.api(other).submit("A", "s", vec![with_client_id("x")]).await.remove(0);
+    assert_ne!(again, ids[0]);
+
+    // The leader goes; the next one deletes what finishes from then on.
+    trio.member(leader).kill9();
+    let survivors: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != leader).collect();
+    let next = trio.leader_among(&survivors, Duration::from_secs(30)).await;
+    let (st, v) = trio.api(next).post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s"})).await;
+    assert_eq!(st, 200, "{v}");
+    for id in &survivors {
+        for job in [&ids[1], &again] {
+            wait_gone(&trio, *id, job).await;
+        }
+    }
+    // The old leader, back, catches up with the deletions.
+    trio.member(leader).start();
+    trio.api(leader).ready().await;
+    for job in [&ids[0], &ids[1], &again] {
+        wait_gone(&trio, leader, job).await;
+    }
 }
