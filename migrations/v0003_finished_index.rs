@@ -1,6 +1,7 @@
 //! Version 3: the `finished` index, (finish time, job id) of every job that left memory, which
 //! retention (`job_retention`) reads from the oldest on. This step indexes the finished jobs of a
-//! version 2 database.
+//! version 2 database; [`finished_key_of`] does the same for the rows of a version 2 inline
+//! snapshot when an old log is upgraded (`store::snapshot_stream::convert_legacy`).
 //!
 //! A job's finish time is when its last event happened (the event that ended it). A job whose
 //! last event cannot be found counts as finished at the latest time its record holds (submission,
@@ -141,7 +142,7 @@ fn chunk_key(prefix: &[u8], seq: u64) -> Vec<u8> {
 }
 
 /// Version 3's `finished` key.
-fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
+pub fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
     let mut k = [0u8; 24];
     k[..8].copy_from_slice(&((at_ms as u64) ^ (1 << 63)).to_be_bytes());
     k[8..].copy_from_slice(&id.as_u128().to_be_bytes());
@@ -156,27 +157,79 @@ fn record_time(job: &Job) -> i64 {
     run_times.flatten().fold(job.submitted_at_ms, i64::max)
 }
 
+/// An event chunk's key and bytes.
+pub type Chunk = (Vec<u8>, Vec<u8>);
+
+/// Event chunks of a version 2 state, wherever they are: the chunk of a job set (`prefix`) that
+/// would hold `seq` (the last one starting at or before it), as its key and bytes.
+pub trait ChunkSource {
+    /// The chunk's key and bytes, if the job set has one at or before `seq`.
+    fn chunk_holding(&self, prefix: &[u8], seq: u64) -> Result<Option<Chunk>, StoreError>;
+}
+
+impl<T: ReadableTable<&'static [u8], &'static [u8]>> ChunkSource for T {
+    fn chunk_holding(&self, prefix: &[u8], seq: u64) -> Result<Option<Chunk>, StoreError> {
+        let (first, at) = (chunk_key(prefix, 0), chunk_key(prefix, seq));
+        let Some(row) = self.range(first.as_slice()..=at.as_slice())?.next_back() else { return Ok(None) };
+        let (k, v) = row?;
+        Ok(Some((k.value().to_vec(), v.value().to_vec())))
+    }
+}
+
+/// Event chunks in memory, by key (an inline snapshot's rows).
+pub struct ChunksInMemory<'a>(pub BTreeMap<&'a [u8], &'a [u8]>);
+
+impl ChunkSource for ChunksInMemory<'_> {
+    fn chunk_holding(&self, prefix: &[u8], seq: u64) -> Result<Option<Chunk>, StoreError> {
+        let (first, at) = (chunk_key(prefix, 0), chunk_key(prefix, seq));
+        Ok(self.0.range(first.as_slice()..=at.as_slice()).next_back().map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+}
+
 /// Reads event chunks, keeping the last one decoded: a job's neighbours by id were mostly
 /// submitted, and ended, in the same transactions, so their last events share chunks.
-struct Events<'a, T> {
-    table: &'a T,
+pub struct Events<'a, C> {
+    chunks: &'a C,
     cached: Option<(Vec<u8>, Vec<Event>)>,
 }
 
-impl<T: ReadableTable<&'static [u8], &'static [u8]>> Events<'_, T> {
+impl<'a, C: ChunkSource> Events<'a, C> {
+    /// Reads `chunks`.
+    pub fn new(chunks: &'a C) -> Self {
+        Events { chunks, cached: None }
+    }
+
     /// When event `seq` of the job set `prefix` happened, if it is stored.
     fn time_of(&mut self, prefix: &[u8], seq: u64) -> Result<Option<i64>, StoreError> {
-        let (first, at) = (chunk_key(prefix, 0), chunk_key(prefix, seq));
-        let Some(row) = self.table.range(first.as_slice()..=at.as_slice())?.next_back() else { return Ok(None) };
-        let (k, v) = row?;
-        if self.cached.as_ref().is_none_or(|(key, _)| key.as_slice() != k.value()) {
-            let key = k.value().to_vec();
-            let chunk: Vec<Event> = decode(v.value()).map_err(corrupt(format!("event chunk {key:?}")))?;
+        let Some((key, bytes)) = self.chunks.chunk_holding(prefix, seq)? else { return Ok(None) };
+        if self.cached.as_ref().is_none_or(|(k, _)| *k != key) {
+            let chunk: Vec<Event> = decode(&bytes).map_err(corrupt(format!("event chunk {key:?}")))?;
             self.cached = Some((key, chunk));
         }
         let chunk = self.cached.as_ref().map(|(_, c)| c.as_slice()).unwrap_or_default();
         Ok(chunk.binary_search_by_key(&seq, |e| e.seq).ok().map(|i| chunk[i].at_ms))
     }
+}
+
+/// The `finished` key of a version 2 job record that is out of memory (the caller checks it is
+/// not in `live_jobs`): None if the job is not over.
+pub fn finished_key_of(
+    record: &[u8],
+    events: &mut Events<'_, impl ChunkSource>,
+) -> Result<Option<[u8; 24]>, StoreError> {
+    let job: Job = decode(record).map_err(corrupt("a job record".to_string()))?;
+    if !TERMINAL.contains(&job.state) {
+        return Ok(None);
+    }
+    let mut prefix = Vec::with_capacity(job.queue.len() + job.job_set.len() + 1);
+    prefix.extend_from_slice(job.queue.as_bytes());
+    prefix.push(0);
+    prefix.extend_from_slice(job.job_set.as_bytes());
+    let last_event = match job.event_seqs.iter().max() {
+        Some(&seq) => events.time_of(&prefix, seq)?,
+        None => None,
+    };
+    Ok(Some(finished_key(last_event.unwrap_or_else(|| record_time(&job)), job.id)))
 }
 
 /// Creates the `finished` index and fills it with the jobs that are over and out of memory.
@@ -185,7 +238,7 @@ pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     let jobs = tx.open_table(JOBS)?;
     let live = tx.open_table(LIVE_JOBS)?;
     let chunks = tx.open_table(EVENT_CHUNKS)?;
-    let mut events = Events { table: &chunks, cached: None };
+    let mut events = Events::new(&chunks);
     let mut indexed = 0u64;
     for row in jobs.iter()? {
         let (k, v) = row?;
@@ -193,21 +246,10 @@ pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
         if live.get(k.value())?.is_some() {
             continue;
         }
-        let job: Job = decode(v.value()).map_err(corrupt(format!("job {:?}", k.value())))?;
-        if !TERMINAL.contains(&job.state) {
-            continue;
+        if let Some(key) = finished_key_of(v.value(), &mut events)? {
+            index.insert(&key, ())?;
+            indexed += 1;
         }
-        let mut prefix = Vec::with_capacity(job.queue.len() + job.job_set.len() + 1);
-        prefix.extend_from_slice(job.queue.as_bytes());
-        prefix.push(0);
-        prefix.extend_from_slice(job.job_set.as_bytes());
-        let last_event = match job.event_seqs.iter().max() {
-            Some(&seq) => events.time_of(&prefix, seq)?,
-            None => None,
-        };
-        let at = last_event.unwrap_or_else(|| record_time(&job));
-        index.insert(&finished_key(at, job.id), ())?;
-        indexed += 1;
     }
     tracing::info!(finished_jobs = indexed, "finished jobs indexed by finish time");
     Ok(())

@@ -1,8 +1,11 @@
 //! The server's TOML configuration: `[server]`, `[scheduler]` (the same keys as a simulation
-//! scenario's `config`), `[auth]`, and in a file shared with `convoy agent`, `[agent]`. Every key
-//! has a default, so no file is needed; durations are text (`"30s"`, `"5m"`) or a number of
-//! seconds; an unknown key or a bad value is refused with an error naming the key
+//! scenario's `config`), `[auth]`, `[cluster]`, `[tls]`, and in a file shared with `convoy agent`,
+//! `[agent]`. Every key has a default, so no file is needed; durations are text (`"30s"`, `"5m"`)
+//! or a number of seconds; an unknown key or a bad value is refused with an error naming the key
 //! (`server.max_lease_wait`).
+//!
+//! Plain HTTP is for loopback only: a server that listens on another address needs `[tls]`, or
+//! `server.plain_http = true` to say that clear text on the network is intended.
 
 use crate::agent::AgentConfig;
 use crate::model::FieldError;
@@ -25,6 +28,9 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[cluster]`: the members of a new cluster, and Raft's timings.
     pub cluster: ClusterConfig,
+    /// `[tls]`: HTTPS on the listen address; plain HTTP without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
     /// `[agent]` of a file that configures both commands. Read so that its keys and values are
     /// checked here too (a typo fails `convoy server` as it fails `convoy agent`); the server does
     /// not use it. Rules that depend on the agent's machine are left to `convoy agent`.
@@ -78,6 +84,9 @@ pub struct ServerConfig {
     pub job_retention: Duration,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
+    /// Serve plain HTTP on a listen address other than loopback, without `[tls]`. Insecure:
+    /// bearer tokens and the cluster secret cross the network in clear text.
+    pub plain_http: bool,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +109,7 @@ impl Default for ServerConfig {
             db_cache_mb: 256,
             job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
+            plain_http: false,
         }
     }
 }
@@ -127,6 +137,12 @@ pub struct ClusterConfig {
     /// Log entries kept behind a snapshot, so a member that lags a little catches up from the log
     /// rather than from a snapshot.
     pub log_entries_kept: u64,
+    /// How long the leader waits for each chunk of a snapshot it sends to a member that must
+    /// catch up by snapshot. The last chunk's wait includes the member installing the whole
+    /// snapshot, so this must be above the install time of the largest state (`convoy bench
+    /// snapshot` prints it).
+    #[serde(with = "serde_text")]
+    pub snapshot_install_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -137,6 +153,8 @@ impl Default for ClusterConfig {
             election_timeout: Duration::from_millis(600),
             snapshot_every_entries: 10_000,
             log_entries_kept: 1_000,
+            // See `RaftSettings::install_snapshot_timeout`: 1M jobs install in ~7 s on 2 cores.
+            snapshot_install_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -200,6 +218,31 @@ pub struct AuthConfig {
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig { enabled: true, tokens: vec![], cluster_secret: None }
+    }
+}
+
+/// `[tls]`: the server serves HTTPS only (the API, the executor API and the peer RPC on its one
+/// listen address) with this certificate, and its peer RPC client trusts `ca`. Paths are PEM
+/// files; SIGHUP reloads `cert` and `key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain: its certificate first, then any intermediates.
+    pub cert: PathBuf,
+    /// The certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates that sign the other servers' certificates, the only ones the peer RPC
+    /// client trusts. Without it, the operating system's trust store.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// Checks that the files load: the certificate chain, a key that matches it, and the CA.
+    /// The error names the key (`tls.cert`, `tls.key`, `tls.ca`) and the file.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        crate::server::tls::check(self)
+            .map_err(|e| FieldError::new(e.key, format!("{}: {}", e.path.display(), e.problem)))
     }
 }
 
@@ -316,6 +359,9 @@ impl Config {
         if c.snapshot_every_entries == 0 {
             return Err(FieldError::new("cluster.snapshot_every_entries", "must be at least 1"));
         }
+        if c.snapshot_install_timeout < Duration::from_secs(1) {
+            return Err(FieldError::new("cluster.snapshot_install_timeout", "must be at least 1s"));
+        }
         // A poll held for the longest wait, then a failover, must not look like a lost executor.
         let needed = self.server.max_lease_wait + c.election_timeout_max().saturating_mul(2);
         if self.server.executor_timeout <= needed {
@@ -362,6 +408,42 @@ impl Config {
             )),
             Some(_) => Ok(()),
         }
+    }
+
+    /// Checks that traffic beyond this machine is encrypted unless `server.plain_http` says
+    /// otherwise, and that with `[tls]` `server.advertise` is an `https://` URL.
+    fn validate_transport(&self) -> Result<(), FieldError> {
+        let s = &self.server;
+        match (&self.tls, s.plain_http) {
+            (Some(_), true) => {
+                return Err(FieldError::new(
+                    "server.plain_http",
+                    "contradicts [tls]: with [tls] the server serves HTTPS only; remove one of them",
+                ));
+            }
+            (None, false) if !s.listen.ip().is_loopback() => {
+                return Err(FieldError::new(
+                    "server.listen",
+                    format!(
+                        "{} is not a loopback address, so plain HTTP would carry tokens and the cluster secret \
+                         across the network: configure [tls] (cert and key), or set server.plain_http = true to \
+                         accept that (insecure)",
+                        s.listen
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        // Without [tls], https:// may be right: a proxy in front of a loopback listener.
+        if self.tls.is_some()
+            && let Some(a) = s.advertise.as_deref().filter(|a| a.starts_with("http://"))
+        {
+            return Err(FieldError::new(
+                "server.advertise",
+                format!("{a} must start with https://: with [tls] the server serves HTTPS only"),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks the rules serde cannot.
@@ -411,6 +493,10 @@ impl Config {
             if t.roles.is_empty() {
                 return Err(FieldError::new(format!("auth.tokens[{i}].roles"), "needs at least one role"));
             }
+        }
+        self.validate_transport()?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
         }
         Ok(())
     }
@@ -465,6 +551,51 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
         ];
         for (text, want) in cases {
             let got = err(&text);
+            assert!(got.starts_with(want), "{text}\n  got: {got}\n want: {want}");
+        }
+    }
+
+    #[test]
+    fn transport_rules_name_their_key() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["convoy-1.example".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let (cert_path, key_path) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+        std::fs::write(&cert_path, cert.pem()).expect("write certificate");
+        std::fs::write(&key_path, key.serialize_pem()).expect("write key");
+        let tls = format!("[tls]\ncert = {:?}\nkey = {:?}\n", cert_path.display(), key_path.display());
+        let parse = |text: &str| Config::parse(&format!("{text}\n[auth]\nenabled = false\n"), "f");
+        let wildcard = "[server]\nlisten = \"0.0.0.0:8080\"\n";
+
+        // Loopback: plain HTTP is fine, with or without a file.
+        parse("[server]\nlisten = \"127.0.0.1:8080\"\n").expect("loopback, plain");
+        parse("[server]\nlisten = \"[::1]:8080\"\n").expect("IPv6 loopback, plain");
+        // Beyond this machine: TLS, or the explicit opt-out.
+        let e = parse(wildcard).unwrap_err().to_string();
+        assert!(e.starts_with("f: server.listen: 0.0.0.0:8080 is not a loopback address"), "{e}");
+        assert!(e.contains("[tls]") && e.contains("server.plain_http = true"), "{e}");
+        let c = parse(&format!("{wildcard}plain_http = true\n")).expect("plain HTTP by choice");
+        assert!(c.server.plain_http && c.tls.is_none());
+        let c = parse(&format!("{wildcard}advertise = \"https://convoy-1.example:8080\"\n{tls}")).expect("TLS");
+        assert_eq!(c.tls.as_ref().map(|t| &t.cert), Some(&cert_path));
+
+        let cases = [
+            (format!("{wildcard}plain_http = true\n{tls}"), "f: server.plain_http: contradicts [tls]"),
+            (
+                format!("{wildcard}advertise = \"http://convoy-1.example:8080\"\n{tls}"),
+                "f: server.advertise: http://convoy-1.example:8080 must start with https://",
+            ),
+            (
+                format!("{wildcard}{}", tls.replace("server.key", "missing.key")),
+                &format!("f: tls.key: {}: cannot read the file", dir.path().join("missing.key").display()),
+            ),
+            (format!("{wildcard}{tls}ca = {:?}\n", key_path.display()), "f: tls.ca: "),
+        ];
+        for (text, want) in cases {
+            let got = parse(&text).unwrap_err().to_string();
             assert!(got.starts_with(want), "{text}\n  got: {got}\n want: {want}");
         }
     }

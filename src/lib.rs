@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod certs;
 pub mod config;
 pub mod control;
 pub mod model;

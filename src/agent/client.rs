@@ -3,11 +3,16 @@
 //! A request goes to the current server; when that one is unreachable or unavailable the client
 //! tries the next address, and the one that answers becomes current. Callers retry with
 //! [`Backoff`] when every address failed.
+//!
+//! `https://` servers are verified against the configured CA (`ca` in the agent's config) when
+//! there is one, else against the operating system's trust store (see [`crate::certs`]).
 
+use crate::certs::{PemFileError, certificate_error, https_client};
 use crate::model::ExecutorName;
 use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, Problem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -32,6 +37,9 @@ pub enum ClientError {
     /// The HTTP client could not be built.
     #[error("building the HTTP client: {0}")]
     Build(String),
+    /// The CA file that verifies the servers is not usable.
+    #[error("CA file {0}")]
+    Ca(#[from] PemFileError),
     /// No connection, or the connection broke or timed out.
     #[error("cannot reach the server at {server}: {message}")]
     Unreachable {
@@ -105,12 +113,25 @@ pub struct ExecutorClient {
     servers: Vec<String>,
     executor: ExecutorName,
     token: Option<String>,
+    ca: Option<PathBuf>,
     current: AtomicUsize,
 }
 
 impl ExecutorClient {
-    /// A client for `executor` over `servers` (base URLs), sending `token` as a bearer token.
+    /// A client for `executor` over `servers` (base URLs), sending `token` as a bearer token;
+    /// `https://` servers are verified against the operating system's trust store.
     pub fn new(servers: &[String], executor: ExecutorName, token: Option<String>) -> Result<Self, ClientError> {
+        Self::with_ca(servers, executor, token, None)
+    }
+
+    /// [`ExecutorClient::new`], trusting only the CA certificates of the PEM file `ca` (when
+    /// given) for `https://` servers.
+    pub fn with_ca(
+        servers: &[String],
+        executor: ExecutorName,
+        token: Option<String>,
+        ca: Option<&Path>,
+    ) -> Result<Self, ClientError> {
         super::install_crypto_provider();
         if servers.is_empty() {
             return Err(ClientError::BadAddress { address: String::new(), message: "no server address given".into() });
@@ -127,12 +148,11 @@ impl ExecutorClient {
             }
             bases.push(s.trim_end_matches('/').to_string());
         }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ClientError::Build(e.to_string()))?;
-        Ok(Self { http, servers: bases, executor, token, current: AtomicUsize::new(0) })
+            .user_agent(concat!("convoy-agent/", env!("CARGO_PKG_VERSION")));
+        let http = https_client(builder, ca)?.build().map_err(|e| ClientError::Build(e.to_string()))?;
+        Ok(Self { http, servers: bases, executor, token, ca: ca.map(Path::to_path_buf), current: AtomicUsize::new(0) })
     }
 
     /// The base URL requests go to first.
@@ -209,7 +229,7 @@ impl ExecutorClient {
         let resp = rb
             .send()
             .await
-            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: error_chain(&e) })?;
+            .map_err(|e| ClientError::Unreachable { server: server.clone(), message: self.explain(&e) })?;
         let status = resp.status();
         let is_problem = resp
             .headers()
@@ -244,6 +264,23 @@ impl ExecutorClient {
             }
             _ => ClientError::Rejected { server: server.clone(), status: code, problem: problem.map(Box::new), detail },
         })
+    }
+}
+
+impl ExecutorClient {
+    /// The error chain of a failed request, with what to do when the server's certificate was
+    /// not trusted.
+    fn explain(&self, e: &reqwest::Error) -> String {
+        let chain = error_chain(e);
+        if certificate_error(e).is_none() {
+            return chain;
+        }
+        match &self.ca {
+            Some(ca) => format!("{chain} (the server's certificate is not trusted by the CA in {})", ca.display()),
+            None => format!(
+                "{chain} (the server's certificate is not trusted: set `ca` in the agent config to the CA certificate that signed it)"
+            ),
+        }
     }
 }
 

@@ -67,6 +67,8 @@ struct CombinedFile {
     _auth: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "cluster")]
     _cluster: Option<serde::de::IgnoredAny>,
+    #[serde(default, rename = "tls")]
+    _tls: Option<serde::de::IgnoredAny>,
 }
 
 /// Which runtime runs the leased jobs.
@@ -121,6 +123,10 @@ pub struct AgentConfig {
     /// none when neither is set (servers with authentication switched off).
     #[serde(default)]
     pub token: Option<String>,
+    /// CA certificates (PEM file) that sign the servers' certificates: the only ones trusted for
+    /// `https://` servers. Default: the operating system's trust store.
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
     /// Directory for the agent's own state (process runtime: one directory per run with the job's
     /// output and exit status). Default: `./convoy-agent`.
     #[serde(default = "default_data_dir")]
@@ -334,6 +340,7 @@ impl AgentConfig {
             executor: default_executor(),
             servers,
             token: None,
+            ca: None,
             data_dir: default_data_dir(),
             poll_wait: default_poll_wait(),
             max_leases: default_max_leases(),
@@ -404,6 +411,9 @@ impl AgentConfig {
             if url.query().is_some() || url.fragment().is_some() {
                 return Err(invalid(&key, format!("{s:?}: a base URL takes no query or fragment")));
             }
+        }
+        if let Some(ca) = &self.ca {
+            crate::certs::client_roots(ca).map_err(|e| invalid("ca", e.to_string()))?;
         }
         if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.poll_wait) {
             return Err(invalid("poll_wait", format!("{} is outside 1s to 60s", format_duration(self.poll_wait))));

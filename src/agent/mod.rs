@@ -53,8 +53,12 @@ pub fn install_crypto_provider() {
 pub async fn run(config: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     config.validate()?;
     install_crypto_provider();
-    let client =
-        Arc::new(client::ExecutorClient::new(&config.servers, config.executor.clone(), config.resolved_token())?);
+    let client = Arc::new(client::ExecutorClient::with_ca(
+        &config.servers,
+        config.executor.clone(),
+        config.resolved_token(),
+        config.ca.as_deref(),
+    )?);
     let settings = lease_loop::LoopSettings {
         executor: config.executor.clone(),
         poll_wait: config.poll_wait,

@@ -1,10 +1,11 @@
-//! The cluster endpoints: this server's view of the Raft cluster, and adding and removing
-//! servers (admins only; on a follower the API relays the changes to the leader).
+//! The cluster endpoints: this server's view of the Raft cluster, adding and removing servers
+//! (admins only; on a follower the API relays the changes to the leader), and the digest of this
+//! server's replicated state (admins only), to check that the members agree.
 
 use super::auth::{AdminRole, Authorized, Principal};
 use super::problem::{ApiError, ApiJson, json};
 use crate::control::{Addition, Control, MembershipError};
-use crate::model::api::{AddMemberRequest, ClusterStatus, MembershipChange, Problem};
+use crate::model::api::{AddMemberRequest, ClusterDigest, ClusterStatus, MembershipChange, Problem};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use std::sync::Arc;
@@ -132,4 +133,35 @@ pub async fn remove(
     let id: u64 = id.parse().map_err(|_| ApiError::bad_request("id", format!("{id:?} is not a node id")))?;
     app.cluster.remove_member(id).await?;
     Ok(json(MembershipChange { outcome: "removed".into(), cluster: app.cluster.status() }))
+}
+
+/// Replicated state digest
+///
+/// Admins only. A SHA-256 over the whole replicated state (every state table's rows in key
+/// order, without this server's own bookkeeping), read from one consistent view together with the
+/// index of the last log entry it includes: members of a cluster at the same applied index answer
+/// the same digest. It reads the whole state, which takes seconds with millions of jobs.
+#[utoipa::path(
+    get,
+    path = "/v1/cluster/digest",
+    operation_id = "clusterDigest",
+    tag = "operations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The digest of this server's state", body = ClusterDigest),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "The state could not be read", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn digest(State(app): State<Arc<Control>>, _admin: Authorized<AdminRole>) -> Result<Response, ApiError> {
+    let store = app.store.clone();
+    let d =
+        tokio::task::spawn_blocking(move || store.digest()).await.map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok(json(ClusterDigest {
+        node_id: app.config.server.node_id,
+        applied_index: d.applied_index(),
+        digest: d.hex(),
+        rows: d.rows,
+    }))
 }

@@ -54,6 +54,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(cluster::status))
         .routes(routes!(cluster::add))
         .routes(routes!(cluster::remove))
+        .routes(routes!(cluster::digest))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

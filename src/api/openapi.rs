@@ -25,7 +25,7 @@ const TAGS: [(&str, &str); 5] = [
     ("jobs", "Submitting, controlling and reading jobs."),
     ("events", "A job set's events as a resumable server-sent event stream."),
     ("executors", "The executor API that agents poll for work and report runs to."),
-    ("operations", "Health, readiness, metrics, cluster status and this document."),
+    ("operations", "Health, readiness, metrics, cluster status, the state digest and this document."),
 ];
 
 /// The document before any path is added: info, tags and the security scheme.
@@ -270,6 +270,7 @@ mod tests {
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
             ("/v1/cluster", "GET"),
+            ("/v1/cluster/digest", "GET"),
             ("/v1/cluster/members", "POST"),
             ("/v1/cluster/members/{id}", "DELETE"),
             ("/healthz", "GET"),
@@ -318,7 +319,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 23);
+        assert_eq!(ids.len(), 24);
     }
 
     #[test]

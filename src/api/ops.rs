@@ -106,6 +106,8 @@ fn raft_metrics(out: &mut String, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
         .sample("", st.snapshot_index.unwrap_or(0));
     Family::new(out, "convoy_raft_purged_index", "gauge", "Index of the last entry purged from the log.")
         .sample("", st.purged_index.unwrap_or(0));
+    let help = "Snapshots this server installed since it started (it caught up by snapshot).";
+    Family::new(out, "convoy_raft_snapshots_installed_total", "counter", help).sample("", st.snapshots_installed);
     if let Some(ms) = st.millis_since_quorum_ack {
         Family::new(
             out,
@@ -346,6 +348,7 @@ mod tests {
             purged_index: Some(40),
             millis_since_quorum_ack: Some(120),
             leader_changes: 2,
+            snapshots_installed: 1,
             members: vec![member(1, None), member(2, Some(0)), member(3, Some(7))],
         };
         let stats = crate::raft::stats::PeerStats::default();
@@ -368,6 +371,7 @@ mod tests {
             "convoy_raft_serving 1",
             "convoy_raft_leader_changes_total 2",
             "convoy_raft_purged_index 40",
+            "convoy_raft_snapshots_installed_total 1",
             "convoy_raft_quorum_ack_age_seconds 0.12",
             "convoy_raft_replication_lag_entries{peer=\"3\"} 7",
             "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"0.0025\"} 1",

@@ -1,8 +1,10 @@
-//! `convoy server`: one control-plane server until SIGTERM or Ctrl-C.
+//! `convoy server`: one control-plane server until SIGTERM or Ctrl-C. SIGHUP reloads the TLS
+//! certificate and key (and does nothing else: without `[tls]` it is logged and ignored).
 
 use super::logging::init_logging;
 use super::runtime::{runtime, shutdown_signal};
 use convoy::config::Config;
+use convoy::server::tls::ServerTls;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -25,8 +27,14 @@ pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
     if !config.auth.enabled {
         tracing::warn!(listen = %config.server.listen, "authentication is off: anyone who can reach this address can use the API");
     }
+    if config.server.plain_http {
+        tracing::warn!(listen = %config.server.listen, "server.plain_http: serving plain HTTP beyond this machine; tokens and the cluster secret cross the network in clear text");
+    }
     runtime()?.block_on(async move {
+        // From the start: a SIGHUP must never kill the server (its default action).
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         let running = convoy::server::start(config).await?;
+        tokio::spawn(reload_on_hangup(hangup, running.tls()));
         println!("convoy server listening on {}", running.url);
         let _ = std::io::stdout().flush();
         shutdown_signal().await;
@@ -34,4 +42,20 @@ pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
         running.stop().await?;
         anyhow::Ok(())
     })
+}
+
+/// Reloads the TLS certificate and key at each SIGHUP. A failed reload is logged (naming the
+/// file) and the previous pair stays.
+async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, tls: Option<ServerTls>) {
+    while hangup.recv().await.is_some() {
+        let Some(tls) = tls.clone() else {
+            tracing::info!("SIGHUP received: nothing to reload without [tls]");
+            continue;
+        };
+        tracing::info!("SIGHUP received: reloading the TLS certificate and key");
+        // Reading the files blocks; a failure was logged by `reload`.
+        if let Err(e) = tokio::task::spawn_blocking(move || tls.reload()).await {
+            tracing::error!(error = %e, "TLS reload task failed");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 /// Flags of `convoy up`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct UpArgs {
-    /// Address of the API.
+    /// Address of the API: a loopback address (plain HTTP, authentication off).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Where the server's database and the agent's runs live.
@@ -29,6 +29,13 @@ pub(crate) struct UpArgs {
 /// Runs `convoy up` until SIGTERM or Ctrl-C.
 pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
+    if !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "--listen {}: convoy up serves plain HTTP with authentication off, so it listens on loopback only \
+             (127.0.0.1 or ::1); for other addresses run convoy server --config FILE with [tls] and [auth]",
+            args.listen
+        );
+    }
     let mut config = Config::local();
     config.server.listen = args.listen;
     config.server.data_dir = args.data_dir.clone();

@@ -492,9 +492,27 @@ pub struct ClusterStatus {
     pub millis_since_quorum_ack: Option<u64>,
     /// Leader changes this server saw since it started.
     pub leader_changes: u64,
+    /// Snapshots this server installed since it started: each time it caught up with a leader
+    /// whose log no longer held what it lacked.
+    #[serde(default)]
+    pub snapshots_installed: u64,
     /// Voters and learners. Replication progress (`matched_index`, `lag`) is known by the
     /// leader only.
     pub members: Vec<ClusterMember>,
+}
+
+/// Answer of `GET /v1/cluster/digest`: the digest of this server's replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ClusterDigest {
+    /// This server's Raft node id.
+    pub node_id: u64,
+    /// Index of the last log entry the digested state includes (0 before any).
+    pub applied_index: u64,
+    /// SHA-256 of the replicated state at that index, in lower-case hex.
+    #[schema(examples("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"))]
+    pub digest: String,
+    /// Rows hashed (events one by one).
+    pub rows: u64,
 }
 
 /// One member of the Raft cluster.

@@ -20,6 +20,8 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub(crate) struct Acked {
     by_node: Mutex<HashMap<NodeId, (u64, u64)>>,
+    /// Losses already logged, per member and term.
+    reported: Mutex<std::collections::HashSet<(NodeId, u64)>>,
 }
 
 /// A follower's answer contradicts what it acknowledged before in the same term.
@@ -53,6 +55,17 @@ impl Acked {
                 None
             }
         }
+    }
+
+    /// Forgets `node`: it left the cluster, and an addition starts its record afresh.
+    pub(crate) fn forget(&self, node: NodeId) {
+        self.by_node.lock().unwrap_or_else(|p| p.into_inner()).remove(&node);
+        self.reported.lock().unwrap_or_else(|p| p.into_inner()).retain(|(n, _)| *n != node);
+    }
+
+    /// True the first time `e` is seen for its member and term (to log it once).
+    pub(crate) fn first_report(&self, e: &LostEntries) -> bool {
+        self.reported.lock().unwrap_or_else(|p| p.into_inner()).insert((e.node, e.term))
     }
 
     /// `node` does not hold the entry at `prev` (None: the log's start) in `term`: an error if it
@@ -89,5 +102,12 @@ mod tests {
         assert_eq!(a.conflict(2, 6, Some(1)), None);
         assert_eq!(a.matched(2, 6, Some(1)), None);
         assert_eq!(a.matched(3, 5, Some(1)), None);
+        // Logged once per member and term; a removed member starts afresh.
+        let e = a.matched(3, 5, None).expect("lost");
+        assert!(a.first_report(&e));
+        assert!(!a.first_report(&e));
+        a.forget(3);
+        assert_eq!(a.matched(3, 5, None), None);
+        assert_eq!(a.conflict(3, 5, Some(1)), None);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! The file carries its format version ([`LOG_FORMAT_VERSION`]); a log written by a newer Convoy
 //! is refused when opened, and an older one is marked with today's version (every older entry
-//! reads as an entry of today's format).
+//! reads as an entry of today's format; a format 1 log's inline snapshot is converted by the
+//! state machine adapter).
 //!
 //! The log has a redb file of its own (the state is in another). Every write that Raft relies on
 //! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,
@@ -67,38 +68,42 @@ fn decode_log_id(what: &str, bytes: &[u8]) -> io::Result<Option<LogId>> {
     Ok(r.map(Into::into))
 }
 
-/// Checks the log's format version, and writes it into a new log.
+/// Checks the log's format version, and writes the current one into a new or older log.
+///
+/// Format 2 only changed how the latest snapshot is kept (`raft_snapshot`); the state machine
+/// adapter converts a format 1 inline snapshot whenever it finds one
+/// (`StateMachine::new`), so the version can be raised here, before that conversion, without a
+/// window in which a format 1 row could be misread.
 fn check_format(tx: &redb::WriteTransaction) -> io::Result<()> {
     let mut meta = tx.open_table(META).map_err(io_err)?;
     let stored = meta.get(KEY_FORMAT).map_err(io_err)?.map(|v| v.value().to_vec());
-    match stored {
-        None => {
-            meta.insert(KEY_FORMAT, LOG_FORMAT_VERSION.to_be_bytes().as_slice()).map_err(io_err)?;
-            Ok(())
-        }
-        Some(bytes) => {
-            let found = <[u8; 4]>::try_from(bytes.as_slice())
+    let found = match stored {
+        // A new log, or one from before the version was written (format 1).
+        None => None,
+        Some(bytes) => Some(
+            <[u8; 4]>::try_from(bytes.as_slice())
                 .map(u32::from_be_bytes)
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "raft_meta.format_version is not 4 bytes"))?;
-            if found > LOG_FORMAT_VERSION {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "the raft log has format version {found}, newer than this binary reads \
-                         ({LOG_FORMAT_VERSION}): it was written by a newer convoy; run that version or newer"
-                    ),
-                ));
-            }
-            if found < LOG_FORMAT_VERSION {
-                // Older entries are valid entries of this format (formats only ever added
-                // commands), so nothing is converted. The mark is raised before anything of this
-                // format is written, so that an older binary refuses the log by its version.
-                meta.insert(KEY_FORMAT, LOG_FORMAT_VERSION.to_be_bytes().as_slice()).map_err(io_err)?;
-                tracing::info!(from = found, to = LOG_FORMAT_VERSION, "raft log format version raised");
-            }
-            Ok(())
-        }
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "raft_meta.format_version is not 4 bytes"))?,
+        ),
+    };
+    if let Some(found) = found
+        && found > LOG_FORMAT_VERSION
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the raft log has format version {found}, newer than this binary reads \
+                 ({LOG_FORMAT_VERSION}): it was written by a newer convoy; run that version or newer"
+            ),
+        ));
     }
+    if found != Some(LOG_FORMAT_VERSION) {
+        if let Some(old) = found {
+            tracing::info!(from = old, to = LOG_FORMAT_VERSION, "upgrading the raft log's format");
+        }
+        meta.insert(KEY_FORMAT, LOG_FORMAT_VERSION.to_be_bytes().as_slice()).map_err(io_err)?;
+    }
+    Ok(())
 }
 
 /// The Raft log storage. Cheap to clone: clones share the database and serve as log readers.

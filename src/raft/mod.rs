@@ -4,8 +4,15 @@
 //! [`ReplicatedState`] (the server's state machine on redb), proposes [`Command`]s and says who the
 //! leader is. [`raft_router`] serves the peer RPC routes; mount it in the server's HTTP router.
 //!
-//! Storage layout in the shared redb file: `raft_log` (entries), `raft_meta` (vote, committed,
-//! last purged), `raft_snapshot` (latest snapshot); the state tables belong to the server.
+//! Storage: the log database (`raft.redb`) holds `raft_log` (entries), `raft_meta` (vote,
+//! committed, last purged, format version, cluster id) and `raft_snapshot` (the latest snapshot's
+//! meta and file name); the snapshot files are in a directory of their own
+//! (`<data_dir>/snapshots/`, see [`snapshot_store`]); the state tables belong to the server.
+//!
+//! Log compaction: every [`RaftSettings::snapshot_every_logs`] applied entries openraft builds a
+//! snapshot (streamed from a pinned read of the state into a file) and then purges the log up to
+//! [`RaftSettings::max_in_snapshot_log_to_keep`] entries behind it. A member whose next entry was
+//! purged gets the snapshot file in chunks of [`RaftSettings::snapshot_chunk_size`] bytes.
 
 pub(crate) mod acked;
 pub mod bootstrap;
@@ -14,6 +21,8 @@ pub(crate) mod io;
 pub mod log_store;
 pub mod membership;
 pub mod network;
+pub mod snapshot_file;
+pub mod snapshot_store;
 pub mod state_machine;
 pub mod stats;
 pub mod types;
@@ -25,7 +34,8 @@ pub use bootstrap::Bootstrap;
 pub use identity::Identity;
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
-pub use state_machine::{ApplyItem, ApplyPayload, ExportJob, ReplicatedState, SnapshotExport, StateMachine};
+pub use snapshot_store::SnapshotFile;
+pub use state_machine::{ApplyItem, ApplyPayload, ExportRows, ReplicatedState, StateExport, StateMachine};
 pub use types::{
     Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership,
     TypeConfig, Vote,
@@ -37,7 +47,9 @@ use openraft::error::{
 };
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -54,13 +66,19 @@ pub struct RaftSettings {
     pub election_timeout_min: Duration,
     /// Upper bound of the election timeout (see `election_timeout_min`).
     pub election_timeout_max: Duration,
-    /// Timeout of one snapshot chunk RPC (the last one includes installing the snapshot).
+    /// Timeout of one snapshot chunk RPC. The last chunk's RPC includes installing the whole
+    /// snapshot on the receiver (streaming it into the state and reloading it), so this bounds
+    /// the install too: keep it above the install time of the largest expected state (see
+    /// `convoy bench snapshot`). A timed-out install is not lost: the receiver finishes it, and
+    /// the leader sends the snapshot again, which the receiver then refuses as not newer.
     pub install_snapshot_timeout: Duration,
     /// Build a snapshot once this many entries were applied since the last one.
     pub snapshot_every_logs: u64,
     /// Entries kept in the log behind a snapshot, so slightly lagging followers catch up from the
     /// log rather than by snapshot.
     pub max_in_snapshot_log_to_keep: u64,
+    /// Purge the log only once this many entries can go (fewer, larger purges).
+    pub purge_batch_size: u64,
     /// Most entries in one append RPC.
     pub max_payload_entries: u64,
     /// Bytes per snapshot chunk RPC (must stay below [`MAX_RPC_BODY`]).
@@ -69,6 +87,9 @@ pub struct RaftSettings {
     pub cluster_secret: Option<String>,
     /// How this node gets into a cluster if it has never been part of one (empty log, no vote).
     pub bootstrap: Bootstrap,
+    /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
+    /// client trusts for `https://` peers. `None`: the operating system's trust store.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for RaftSettings {
@@ -78,19 +99,25 @@ impl Default for RaftSettings {
             heartbeat_interval: Duration::from_millis(250),
             election_timeout_min: Duration::from_millis(1000),
             election_timeout_max: Duration::from_millis(2000),
-            install_snapshot_timeout: Duration::from_secs(30),
+            // Installing 1M stored jobs takes ~7 s on 2 cores (`convoy bench snapshot`), 2M ~15 s:
+            // openraft's own default (200 ms) and our earlier 30 s leave no room for large states
+            // on a loaded machine. A longer wait costs only a slower retry of a lost chunk.
+            install_snapshot_timeout: Duration::from_secs(120),
             snapshot_every_logs: 10_000,
             max_in_snapshot_log_to_keep: 1_000,
+            purge_batch_size: 1,
             max_payload_entries: 300,
             snapshot_chunk_size: 4 * 1024 * 1024,
             cluster_secret: None,
             bootstrap: Bootstrap::Join,
+            tls_ca: None,
         }
     }
 }
 
 impl RaftSettings {
-    fn to_config(&self) -> Result<Config, RaftError> {
+    /// openraft's configuration for these settings.
+    pub(crate) fn to_config(&self) -> Result<Config, RaftError> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Config {
             cluster_name: self.cluster_name.clone(),
@@ -100,6 +127,7 @@ impl RaftSettings {
             install_snapshot_timeout: ms(self.install_snapshot_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_logs),
             max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            purge_batch_size: self.purge_batch_size,
             max_payload_entries: self.max_payload_entries,
             snapshot_max_chunk_size: self.snapshot_chunk_size,
             ..Config::default()
@@ -214,6 +242,8 @@ pub struct RaftNode {
     flushed: watch::Receiver<u64>,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    /// Snapshots installed since start (this member caught up by snapshot).
+    installed: Arc<AtomicU64>,
     _runtime: Arc<RaftRuntime>,
 }
 
@@ -254,9 +284,9 @@ impl Drop for RaftRuntime {
 }
 
 impl RaftNode {
-    /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`
-    /// and `state` as its state machine. With `settings.initialize_single`, a node that has never
-    /// been part of a cluster makes itself a one-member cluster.
+    /// Starts member `node_id`, reachable by peers at `addr` (its base URL), with its log in `db`,
+    /// its snapshot files in `snapshot_dir` and `state` as its state machine.
+    /// `settings.bootstrap` says how a node that has never been part of a cluster gets into one.
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
@@ -264,6 +294,7 @@ impl RaftNode {
         node_id: NodeId,
         addr: impl Into<String>,
         db: Arc<redb::Database>,
+        snapshot_dir: PathBuf,
         state: S,
         settings: RaftSettings,
     ) -> Result<Self, RaftError> {
@@ -271,9 +302,11 @@ impl RaftNode {
         let config = Arc::new(settings.to_config()?);
         let log_store = LogStore::open(db.clone())?;
         let identity = Identity::load(node_id, db.clone())?;
-        let network = NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref())?;
+        let network =
+            NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
-        let state_machine = StateMachine::new(db, state)?;
+        let state_machine = StateMachine::new(db, snapshot_dir, state)?;
+        let installed = state_machine.installed_counter();
         let runtime = Arc::new(RaftRuntime::new()?);
         let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
         // openraft spawns its tasks on the runtime it is created in.
@@ -294,6 +327,7 @@ impl RaftNode {
             quorum_ack: Arc::new(std::sync::Mutex::new(None)),
             flushed,
             forming: Arc::new(std::sync::Mutex::new(None)),
+            installed,
             _runtime: runtime,
         };
         tokio::spawn(watch_metrics(node.raft.metrics(), node.quorum_ack.clone(), node.network.stats()));
@@ -444,6 +478,12 @@ impl RaftNode {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// How many snapshots this member installed since it started: each time it caught up with a
+    /// leader whose log no longer held the entries it lacked.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.installed.load(Ordering::Relaxed)
     }
 
     /// The current Raft term as this node knows it.

@@ -4,13 +4,18 @@
 //! caller's openraft as `RemoteError`s. When a cluster secret is configured, every request carries
 //! it in `x-convoy-cluster-secret` and the server answers 401 to a wrong or missing one.
 //!
+//! Peers advertised as `https://` are reached over TLS; with a CA configured
+//! ([`super::RaftSettings::tls_ca`]) only certificates it signed are trusted, else the system's
+//! roots.
+//!
 //! Every request names the peer protocol version it speaks ([`PROTOCOL_HEADER`]); a server of
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
-use super::acked::Acked;
+use super::acked::{Acked, LostEntries};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
+use crate::certs::{PemFileError, https_client};
 use crate::record::{CodecError, decode, encode};
 use axum::Router;
 use axum::body::Bytes;
@@ -30,6 +35,7 @@ use openraft::raft::{
 use openraft::{RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,14 +50,20 @@ pub const SENDER_HEADER: &str = "x-convoy-sender-node";
 pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 
 /// Version of the peer protocol: openraft's RPC messages (as openraft 0.9 encodes them) carrying
-/// log entries of log format [`crate::record::LOG_FORMAT_VERSION`]. It changes with either.
-/// Requests without the header come from servers older than it, which spoke version 1. Version 2
-/// carries log format 2 (purges of finished jobs), which a server of version 1 cannot decode.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// log entries of log format [`crate::record::LOG_FORMAT_VERSION`] and snapshot chunks of
+/// snapshot file format [`crate::record::SNAPSHOT_FORMAT_VERSION`]. It changes with any of them.
+/// Requests without the header come from servers older than it, which spoke version 1.
+///
+/// - 1: snapshots were the state's inline snapshot record.
+/// - 2: snapshots are snapshot files (the log entries did not change).
+/// - 3: log format 3 (purges of finished jobs, which a server of version 2 cannot decode) and
+///   snapshots of state schema 3 (with the `finished` index).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
-/// and append batches by `max_payload_entries`; a batch above this gets 413 and the sender retries
-/// with fewer entries.
+/// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a
+/// snapshot of any size costs each side one chunk of memory) and append batches by
+/// `max_payload_entries`; a batch above this gets 413 and the sender retries with fewer entries.
 pub const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
 
 /// How long a client waits for a TCP connection to a peer. Short: a peer that does not accept
@@ -71,6 +83,9 @@ pub enum NetworkSetupError {
     /// The cluster secret cannot be sent as an HTTP header value.
     #[error("the cluster secret is not a valid HTTP header value")]
     InvalidSecret,
+    /// The CA file for peers' certificates is not usable.
+    #[error("tls.ca: {0}")]
+    Ca(#[from] PemFileError),
     /// reqwest could not build the HTTP client.
     #[error("cannot build the HTTP client for Raft RPC: {0}")]
     Client(#[from] reqwest::Error),
@@ -96,9 +111,11 @@ pub struct NetworkFactory {
 }
 
 impl NetworkFactory {
-    /// A factory for node `node_id`'s outgoing RPCs. Requires a process-wide rustls crypto provider
-    /// (only used if a peer address is `https://`, but the HTTP client is built with TLS support).
-    pub fn new(identity: Identity, secret: Option<&str>) -> Result<Self, NetworkSetupError> {
+    /// A factory for the outgoing RPCs of the node `identity` names, sending `secret` with each.
+    /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
+    /// one the operating system trusts. Requires a process-wide rustls crypto provider (only used
+    /// if a peer address is `https://`, but the HTTP client is built with TLS support).
+    pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -110,12 +127,17 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()?;
+            .pool_idle_timeout(Duration::from_secs(60));
+        let client = https_client(builder, ca)?.build()?;
         Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
+    }
+
+    /// Forgets what member `id` acknowledged: it left the cluster, and may come back afresh.
+    pub fn forget_acknowledged(&self, id: NodeId) {
+        self.acked.forget(id);
     }
 
     /// Latency and failures of this server's peer RPCs.
@@ -205,6 +227,21 @@ impl NetworkFactory {
 /// How long a status or cluster-id call to a peer may take.
 const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// An error with its causes, on one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 fn text_of(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
 }
@@ -235,9 +272,10 @@ struct ClusterIdRequest {
 /// A status or cluster-id call to a peer that did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerCallError {
-    /// The peer could not be reached, or did not answer in time.
-    #[error("peer unreachable")]
-    Http(#[source] reqwest::Error),
+    /// The peer could not be reached, or did not answer in time (the message carries the causes,
+    /// such as a certificate the CA did not sign).
+    #[error("peer unreachable: {}", error_chain(.0))]
+    Http(reqwest::Error),
     /// The peer answered with an error.
     #[error("peer answered HTTP {status}: {body}")]
     Refused {
@@ -351,6 +389,17 @@ impl PeerClient {
     }
 }
 
+impl PeerClient {
+    /// The error that keeps openraft from recording a member's loss of data: "unreachable", so
+    /// that it retries with back-off instead of at once. Logged once per member and term.
+    fn lost_entries<E: std::error::Error>(&self, e: LostEntries) -> RPCError<NodeId, Node, E> {
+        if self.factory.acked.first_report(&e) {
+            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
+        }
+        RPCError::Unreachable(Unreachable::new(&e))
+    }
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
@@ -372,10 +421,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         };
         match lost {
             None => Ok(answer),
-            Some(e) => {
-                tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
-                Err(RPCError::Network(NetworkError::new(&e)))
-            }
+            Some(e) => Err(self.lost_entries(e)),
         }
     }
 
@@ -387,8 +433,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let (term, done, last) = (rpc.vote.leader_id().term, rpc.done, rpc.meta.last_log_id.map(|l| l.index));
         let answer = self.call(RPCTypes::InstallSnapshot, "snapshot", &rpc, &option, 0).await?;
         if done && let Some(e) = self.factory.acked.matched(self.target, term, last) {
-            tracing::error!(target = self.target, error = %e, "a member lost log entries it had acknowledged");
-            return Err(RPCError::Network(NetworkError::new(&e)));
+            return Err(self.lost_entries(e));
         }
         Ok(answer)
     }

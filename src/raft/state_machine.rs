@@ -7,31 +7,31 @@
 //! may take long (large applies, making the state durable, exporting, importing) runs on tokio's
 //! blocking pool (`spawn_blocking`), so Raft's core keeps its timers. openraft builds snapshots in
 //! a task of their own, in parallel with applying; the mutex serialises the two, so an export
-//! always sees a state between two apply batches, and a slow export delays applying for its
-//! duration (see [`ReplicatedState::export`]).
+//! always sees a state between two apply batches. The export only pins a read transaction under
+//! the lock and writes the file after releasing it, so applying goes on meanwhile.
 //!
-//! The latest snapshot (meta and bytes) is kept in the `raft_snapshot` table so that
-//! `get_current_snapshot` answers after a restart, and a lagging follower can be sent it without
-//! rebuilding.
+//! Snapshots are files (`raft::snapshot_store`): built by streaming the pinned state into a file,
+//! sent to peers in chunks read from the file, received into a temporary file, and installed by
+//! streaming the file into the state ([`ReplicatedState::import`]), so no snapshot is ever held
+//! in memory whole. The latest one is named in the `raft_snapshot` table, so that
+//! `get_current_snapshot` answers after a restart.
 
-use super::io::{blocking, corrupt, encode_err, io_err, storage_err};
+use super::io::{blocking, storage_err};
+use super::snapshot_file::{Finished, SnapshotReader, SnapshotWriter};
+use super::snapshot_store::{SnapshotDir, SnapshotFile};
 use super::types::{
     Entry, EntryPayload, LogId, Membership, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
-use crate::record::raft::SnapshotMetaRecord;
-use crate::record::{decode, encode};
+use crate::record::{FrameSink, FrameSource};
 use crate::state::{Command, Response};
 use openraft::storage::RaftStateMachine;
 use openraft::{ErrorSubject, ErrorVerb, OptionalSend, RaftSnapshotBuilder};
-use redb::{Database, ReadableDatabase, TableDefinition};
-use std::io::{self, Cursor};
+use redb::Database;
+use std::io::{self, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// The latest snapshot: its meta and its bytes.
-const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
-const KEY_META: &str = "meta";
-const KEY_DATA: &str = "data";
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What a committed log entry asks the state to do.
 #[derive(Debug, Clone)]
@@ -53,16 +53,26 @@ pub struct ApplyItem {
     pub payload: ApplyPayload,
 }
 
-/// A consistent copy of the whole state, as [`ReplicatedState::export`] produces it.
-#[derive(Debug, Clone)]
-pub struct SnapshotExport {
-    /// The last log id the exported state includes.
+/// A consistent view of the whole state, pinned by [`ReplicatedState::export`], to be written
+/// out as snapshot frames.
+pub struct StateExport {
+    /// The last log id the view includes.
     pub last_applied: Option<LogId>,
-    /// The membership the exported state includes.
+    /// The membership the view includes.
     pub membership: StoredMembership,
-    /// The state's contents, in whatever format [`ReplicatedState::import`] reads.
-    pub data: Vec<u8>,
+    /// Writes the view's frames, in whatever format [`ReplicatedState::import`] reads. Runs on a
+    /// blocking thread without the state lock, while applying goes on.
+    pub rows: ExportRows,
 }
+
+impl std::fmt::Debug for StateExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateExport").field("last_applied", &self.last_applied).finish_non_exhaustive()
+    }
+}
+
+/// Writes a pinned state's snapshot frames (see [`StateExport::rows`]).
+pub type ExportRows = Box<dyn FnOnce(&mut dyn FrameSink) -> io::Result<()> + Send>;
 
 /// The replicated state as the Raft adapter sees it: a synchronous, deterministic state machine
 /// on redb. The server implements it; the adapter calls it from blocking threads, one call at a
@@ -88,20 +98,37 @@ pub trait ReplicatedState: Send + Sync + 'static {
     /// `redb::Durability::Immediate`, which persists the earlier non-durable commits too).
     fn make_durable(&mut self) -> io::Result<()>;
 
-    /// Starts a consistent export of the whole state with its applied log id and membership.
-    /// Called with applying paused, right after [`make_durable`](Self::make_durable): pin a
-    /// consistent view, e.g. a redb read transaction. The returned job reads that view while
-    /// applying goes on, so a large state does not stall writes.
-    fn export(&mut self) -> io::Result<ExportJob>;
+    /// Pins a consistent view of the whole state with its applied log id and membership, e.g. a
+    /// redb read transaction. Called with applying paused, right after
+    /// [`make_durable`](Self::make_durable); the returned [`StateExport::rows`] reads that view
+    /// while applying goes on, so a large state does not stall writes.
+    fn export(&mut self) -> io::Result<StateExport>;
 
-    /// Replaces the whole state with a snapshot's contents, atomically. Afterwards
-    /// [`applied_state`](Self::applied_state) returns `meta.last_log_id` and
-    /// `meta.last_membership`.
-    fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()>;
+    /// Replaces the whole state with a snapshot's frames, read one at a time. Readers of the
+    /// state must see either the old state or the new one, never a mix, and a failure (a corrupt
+    /// stream: [`FrameSource::next_frame`] fails, possibly after many frames) or a crash part-way
+    /// must leave the old state. Afterwards [`applied_state`](Self::applied_state) returns
+    /// `meta.last_log_id` and `meta.last_membership`.
+    fn import(&mut self, meta: &SnapshotMeta, frames: &mut dyn FrameSource) -> io::Result<()>;
+
+    /// Writes the frames of a snapshot that an older release kept inline in the log database
+    /// (`data`, in the format its export wrote), so that it becomes a snapshot file. The default
+    /// cannot: the adapter then forgets that snapshot, and Raft builds a new one when it needs
+    /// one.
+    fn convert_legacy_snapshot(&self, data: &[u8], out: &mut dyn FrameSink) -> io::Result<()> {
+        let _ = (data, out);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this state cannot read snapshots of older releases"))
+    }
+
+    /// Whether [`import`](Self::import) takes the snapshot whose frames these are, judging by its
+    /// first frames (e.g. a version they carry). At start-up, a current snapshot this state would
+    /// refuse (written before an upgrade changed the state's format) is built again from the
+    /// state, or a member catching up would be sent one it cannot install. The default takes all.
+    fn reads_snapshot(&self, frames: &mut dyn FrameSource) -> io::Result<bool> {
+        let _ = frames;
+        Ok(true)
+    }
 }
-
-/// Reads a pinned view of the state into a [`SnapshotExport`], away from the state lock.
-pub type ExportJob = Box<dyn FnOnce() -> io::Result<SnapshotExport> + Send>;
 
 /// openraft's state machine over a [`ReplicatedState`].
 pub struct StateMachine<S: ReplicatedState> {
@@ -115,24 +142,95 @@ pub struct SnapshotBuilder<S: ReplicatedState> {
 
 struct Shared<S> {
     state: Arc<Mutex<S>>,
-    db: Arc<Database>,
+    snapshots: SnapshotDir,
+    installed: Arc<AtomicU64>,
 }
 
 impl<S> Clone for Shared<S> {
     fn clone(&self) -> Self {
-        Self { state: self.state.clone(), db: self.db.clone() }
+        Self { state: self.state.clone(), snapshots: self.snapshots.clone(), installed: self.installed.clone() }
     }
 }
 
 impl<S: ReplicatedState> StateMachine<S> {
-    /// Wraps `state`; the snapshot table lives in `db` (normally the database that also holds the
-    /// state).
-    pub fn new(db: Arc<Database>, state: S) -> io::Result<Self> {
-        let tx = db.begin_write().map_err(io_err)?;
-        tx.open_table(SNAPSHOT).map_err(io_err)?;
-        tx.commit().map_err(io_err)?;
-        Ok(Self { shared: Shared { state: Arc::new(Mutex::new(state)), db } })
+    /// Wraps `state`, with its snapshot files in `snapshot_dir` and the table naming the current
+    /// one in `db` (the server's log database). Converts a snapshot an older release kept inline
+    /// in `db`, and cleans up after snapshot writes a crash interrupted.
+    pub fn new(db: Arc<Database>, snapshot_dir: PathBuf, mut state: S) -> io::Result<Self> {
+        let snapshots = SnapshotDir::open(db, snapshot_dir)?;
+        convert_legacy(&snapshots, &state)?;
+        let (applied, _) = state.applied_state()?;
+        snapshots.recover(applied)?;
+        rebuild_stale(&snapshots, &mut state)?;
+        Ok(Self {
+            shared: Shared { state: Arc::new(Mutex::new(state)), snapshots, installed: Arc::new(AtomicU64::new(0)) },
+        })
     }
+
+    /// Counts the snapshots this member installed since it started (it caught up by snapshot).
+    pub fn installed_counter(&self) -> Arc<AtomicU64> {
+        self.shared.installed.clone()
+    }
+}
+
+/// Turns a snapshot an older release kept inline (log format 1) into a snapshot file; forgets it
+/// if the state cannot convert it.
+fn convert_legacy<S: ReplicatedState>(snapshots: &SnapshotDir, state: &S) -> io::Result<()> {
+    let Some((meta, data)) = snapshots.legacy()? else { return Ok(()) };
+    let tmp = snapshots.temp_path("convert");
+    let written = (|| -> io::Result<Finished> {
+        let mut w = SnapshotWriter::create(&tmp, &meta)?;
+        state.convert_legacy_snapshot(&data, &mut w)?;
+        Ok(w.finish()?)
+    })();
+    match written {
+        Ok(done) => {
+            let name = SnapshotDir::file_name(&meta);
+            snapshots.publish(&tmp, &name)?;
+            snapshots.record(&meta, &name, done.bytes)?;
+            tracing::info!(
+                snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes = done.bytes,
+                "converted the inline raft snapshot of an older release into a snapshot file"
+            );
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!(
+                snapshot_id = %meta.snapshot_id, error = %e,
+                "cannot convert the inline raft snapshot of an older release; a new one is built when needed"
+            );
+            snapshots.forget()?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the current snapshot again from the state if the state would not install it (see
+/// [`ReplicatedState::reads_snapshot`]). The state has applied at least what the old snapshot
+/// holds, so the new one covers every entry the log has purged.
+fn rebuild_stale<S: ReplicatedState>(snapshots: &SnapshotDir, state: &mut S) -> io::Result<()> {
+    let Some(current) = snapshots.current()? else { return Ok(()) };
+    let readable = match SnapshotReader::open(&snapshots.path(&current.name)) {
+        Ok(mut reader) => state.reads_snapshot(&mut reader)?,
+        Err(_) => false,
+    };
+    if readable {
+        return Ok(());
+    }
+    state.make_durable()?;
+    let export = state.export()?;
+    let meta = SnapshotMeta {
+        snapshot_id: snapshot_id(export.last_applied.as_ref()),
+        last_log_id: export.last_applied,
+        last_membership: export.membership,
+    };
+    let (name, done) = write_snapshot(snapshots, &meta, export.rows)?;
+    snapshots.record(&meta, &name, done.bytes)?;
+    tracing::info!(
+        old_snapshot_id = %current.meta.snapshot_id, snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id,
+        bytes = done.bytes, "the raft snapshot was of an older state format; built it again from the state"
+    );
+    Ok(())
 }
 
 /// Largest [`Command::apply_weight`] applied on the Raft runtime's thread: about 5 ms of work.
@@ -152,67 +250,23 @@ impl<S: ReplicatedState> Shared<S> {
         }
     }
 
-    /// Runs `f` on the state on a blocking thread.
+    /// Runs `f` on the state on a blocking thread. Recording, installing and opening the current
+    /// snapshot run under the state lock too, so none of them sees another half done.
     async fn with_state<T, F>(&self, f: F) -> io::Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut S, &Database) -> io::Result<T> + Send + 'static,
+        F: FnOnce(&mut S, &SnapshotDir) -> io::Result<T> + Send + 'static,
     {
         let state = self.state.clone();
-        let db = self.db.clone();
+        let snapshots = self.snapshots.clone();
         blocking(move || {
             // A panic while holding the lock leaves the state unknown: refuse to go on.
             let mut guard =
                 state.lock().map_err(|_| io::Error::other("replicated state lock poisoned by an earlier panic"))?;
-            f(&mut guard, &db)
+            f(&mut guard, &snapshots)
         })
         .await
     }
-}
-
-/// Persists `meta` and `data` as the current snapshot (durably: logs get purged behind it).
-fn save_snapshot(db: &Database, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-    let meta_bytes = encode(&SnapshotMetaRecord::from(meta)).map_err(encode_err)?;
-    let tx = db.begin_write().map_err(io_err)?;
-    {
-        let mut t = tx.open_table(SNAPSHOT).map_err(io_err)?;
-        t.insert(KEY_META, meta_bytes.as_slice()).map_err(io_err)?;
-        t.insert(KEY_DATA, data).map_err(io_err)?;
-    }
-    tx.commit().map_err(io_err)
-}
-
-fn decode_meta(bytes: &[u8]) -> io::Result<SnapshotMeta> {
-    let r: SnapshotMetaRecord = decode(bytes).map_err(|e| corrupt("raft snapshot meta", e))?;
-    Ok(r.into())
-}
-
-fn load_snapshot_meta(db: &Database) -> io::Result<Option<SnapshotMeta>> {
-    let tx = db.begin_read().map_err(io_err)?;
-    let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
-    match t.get(KEY_META).map_err(io_err)? {
-        Some(v) => Ok(Some(decode_meta(v.value())?)),
-        None => Ok(None),
-    }
-}
-
-fn load_snapshot(db: &Database) -> io::Result<Option<(SnapshotMeta, Vec<u8>)>> {
-    let tx = db.begin_read().map_err(io_err)?;
-    let t = tx.open_table(SNAPSHOT).map_err(io_err)?;
-    let meta = match t.get(KEY_META).map_err(io_err)? {
-        Some(v) => decode_meta(v.value())?,
-        None => return Ok(None),
-    };
-    let data = match t.get(KEY_DATA).map_err(io_err)? {
-        Some(v) => v.value().to_vec(),
-        None => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("snapshot {} has meta but no data", meta.snapshot_id),
-            ));
-        }
-    };
-    Ok(Some((meta, data)))
 }
 
 /// A snapshot id unique across rebuilds of the same log id (the time tells them apart).
@@ -232,10 +286,92 @@ fn snapshot_err(verb: ErrorVerb) -> impl Fn(io::Error) -> StorageError {
     move |e| storage_err(ErrorSubject::Snapshot(None), verb, &e)
 }
 
+/// Writes a pinned state into a new snapshot file under its final name (not yet recorded).
+fn write_snapshot(snapshots: &SnapshotDir, meta: &SnapshotMeta, rows: ExportRows) -> io::Result<(String, Finished)> {
+    let tmp = snapshots.temp_path("build");
+    let written = (|| -> io::Result<Finished> {
+        let mut w = SnapshotWriter::create(&tmp, meta)?;
+        rows(&mut w)?;
+        Ok(w.finish()?)
+    })();
+    match written {
+        Ok(done) => {
+            let name = SnapshotDir::file_name(meta);
+            snapshots.publish(&tmp, &name)?;
+            Ok((name, done))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Installs the snapshot in `file` (at `path`, a temporary file of this node's): checks that it
+/// is the snapshot `meta` describes, puts it in place, streams it into the state and records it.
+/// Runs under the state lock.
+fn install<S: ReplicatedState>(
+    state: &mut S,
+    snapshots: &SnapshotDir,
+    meta: &SnapshotMeta,
+    mut file: std::fs::File,
+    path: &Path,
+) -> io::Result<u64> {
+    let checked = (|| -> io::Result<SnapshotReader> {
+        file.sync_all()?;
+        file.seek(SeekFrom::Start(0))?;
+        let reader = SnapshotReader::from_file(file, path)?;
+        let found = reader.meta();
+        if found.snapshot_id != meta.snapshot_id || found.last_log_id != meta.last_log_id {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the received file holds snapshot {} (up to {:?}), not snapshot {} (up to {:?})",
+                    found.snapshot_id, found.last_log_id, meta.snapshot_id, meta.last_log_id
+                ),
+            ));
+        }
+        Ok(reader)
+    })();
+    let mut reader = match checked {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    };
+    let bytes = std::fs::metadata(path)?.len();
+    let name = SnapshotDir::file_name(meta);
+    // The same snapshot again (a retried send): its file is already the current one.
+    let again = snapshots.current()?.is_some_and(|c| c.name == name);
+    // In place before the state changes: if the process dies after the import commits but before
+    // the file is recorded, the next start finds it and adopts it (`SnapshotDir::recover`).
+    if !again {
+        snapshots.publish(path, &name)?;
+    }
+    let imported = state.import(meta, &mut reader).and_then(|()| state.make_durable());
+    match (imported, again) {
+        (Ok(()), false) => snapshots.record(meta, &name, bytes)?,
+        (Ok(()), true) => {
+            let _ = std::fs::remove_file(path);
+        }
+        (Err(e), false) => {
+            snapshots.remove(&name);
+            return Err(e);
+        }
+        (Err(e), true) => {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    }
+    Ok(bytes)
+}
+
 impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let t0 = Instant::now();
         // Only pinning the view holds the state lock; the copy runs while entries keep applying.
-        let job = self
+        let export = self
             .shared
             .with_state(|state, _| {
                 // Durable first: once the snapshot exists, Raft may purge the log it covers.
@@ -244,27 +380,36 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             })
             .await
             .map_err(snapshot_err(ErrorVerb::Read))?;
-        let export = blocking(job).await.map_err(snapshot_err(ErrorVerb::Read))?;
         let meta = SnapshotMeta {
             snapshot_id: snapshot_id(export.last_applied.as_ref()),
             last_log_id: export.last_applied,
             last_membership: export.membership,
         };
-        let (m, d) = (meta.clone(), export.data);
-        // Saved under the state lock, and only if no newer snapshot was installed meanwhile.
-        let data = self
+        let (snapshots, m, rows) = (self.shared.snapshots.clone(), meta.clone(), export.rows);
+        let (name, done) =
+            blocking(move || write_snapshot(&snapshots, &m, rows)).await.map_err(snapshot_err(ErrorVerb::Write))?;
+        // Recorded under the state lock, and only if no newer snapshot was installed meanwhile.
+        // Opened before: the file handed to Raft stays readable even if it is not kept.
+        let m = meta.clone();
+        let file = self
             .shared
-            .with_state(move |_, db| {
-                let saved = load_snapshot_meta(db)?;
-                if saved.as_ref().is_none_or(|s| s.last_log_id <= m.last_log_id) {
-                    save_snapshot(db, &m, &d)?;
+            .with_state(move |_, snapshots| {
+                let file = std::fs::File::open(snapshots.path(&name))?;
+                let saved = snapshots.current()?;
+                if saved.as_ref().is_none_or(|s| s.meta.last_log_id <= m.last_log_id) {
+                    snapshots.record(&m, &name, done.bytes)?;
+                } else {
+                    snapshots.remove(&name);
                 }
-                Ok(d)
+                Ok(SnapshotFile::from_std(file, snapshots.path(&name)))
             })
             .await
             .map_err(snapshot_err(ErrorVerb::Write))?;
-        tracing::info!(snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes = data.len(), "raft snapshot built");
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        tracing::info!(
+            snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes = done.bytes, frames = done.frames,
+            build_ms = t0.elapsed().as_millis() as u64, "raft snapshot built"
+        );
+        Ok(Snapshot { meta, snapshot: Box::new(file) })
     }
 }
 
@@ -320,37 +465,59 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachine<S> {
         SnapshotBuilder { shared: self.shared.clone() }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let path = self.shared.snapshots.temp_path("recv");
+        let file = SnapshotFile::create_temp(path).await.map_err(snapshot_err(ErrorVerb::Write))?;
+        Ok(Box::new(file))
     }
 
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        let bytes = data.len();
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotFile>) -> Result<(), StorageError> {
+        let t0 = Instant::now();
+        let err = |e: io::Error| storage_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write, &e);
+        // A file received into this node's directory is moved into place; anything else (a
+        // sender's file handed over in-process, as in tests) is copied into a file of its own.
+        let ours = snapshot.is_temporary() && snapshot.path().parent() == Some(self.shared.snapshots.dir());
+        let (file, path) = if ours {
+            snapshot.into_std().await.map_err(err)?
+        } else {
+            copy_in(&self.shared.snapshots, snapshot).await.map_err(err)?
+        };
         let m = meta.clone();
-        self.shared
-            .with_state(move |state, db| {
-                state.import(&m, &data)?;
-                // Raft purges the log behind an installed snapshot: the imported state must not
-                // be lost in a crash.
-                state.make_durable()?;
-                save_snapshot(db, &m, &data)
-            })
+        let bytes = self
+            .shared
+            .with_state(move |state, snapshots| install(state, snapshots, &m, file, &path))
             .await
-            .map_err(|e| storage_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write, &e))?;
-        tracing::info!(snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes, "raft snapshot installed");
+            .map_err(err)?;
+        self.shared.installed.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes,
+            install_ms = t0.elapsed().as_millis() as u64, "raft snapshot installed"
+        );
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let db = self.shared.db.clone();
-        let loaded = blocking(move || load_snapshot(&db)).await.map_err(snapshot_err(ErrorVerb::Read))?;
-        Ok(loaded.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        // Under the state lock: a build or an install replacing the file cannot delete it between
+        // looking it up and opening it.
+        self.shared
+            .with_state(|_, snapshots| {
+                let Some(current) = snapshots.current()? else { return Ok(None) };
+                let path = snapshots.path(&current.name);
+                let file = std::fs::File::open(&path)?;
+                Ok(Some(Snapshot { meta: current.meta, snapshot: Box::new(SnapshotFile::from_std(file, path)) }))
+            })
+            .await
+            .map_err(snapshot_err(ErrorVerb::Read))
     }
+}
+
+/// Copies a snapshot that is not a temporary file of this node's into one.
+async fn copy_in(snapshots: &SnapshotDir, mut from: Box<SnapshotFile>) -> io::Result<(std::fs::File, PathBuf)> {
+    use tokio::io::AsyncSeekExt;
+    let mut to = SnapshotFile::create_temp(snapshots.temp_path("copy")).await?;
+    from.seek(SeekFrom::Start(0)).await?;
+    tokio::io::copy(&mut *from, &mut to).await?;
+    to.into_std().await
 }
 
 #[cfg(test)]
@@ -364,7 +531,9 @@ mod tests {
     fn a_busy_state_hands_the_apply_back_instead_of_blocking_raft() {
         let dir = tempfile::TempDir::new().unwrap();
         let db = Arc::new(Database::create(dir.path().join("state.redb")).unwrap());
-        let shared = Shared { state: Arc::new(Mutex::new(QueueNames::open(db.clone()).unwrap())), db };
+        let snapshots = SnapshotDir::open(db.clone(), dir.path().join("snapshots")).unwrap();
+        let state = Arc::new(Mutex::new(QueueNames::open(db.clone()).unwrap()));
+        let shared = Shared { state, snapshots, installed: Arc::new(AtomicU64::new(0)) };
         let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
         let items = vec![ApplyItem {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
@@ -375,9 +544,9 @@ mod tests {
             shared.try_apply_here(items).expect_err("the state is busy: the items come back")
         };
         assert_eq!(items.len(), 1);
-        assert_eq!(QueueNames::names(&shared.db).unwrap(), Vec::<String>::new(), "nothing was applied");
+        assert_eq!(QueueNames::names(&db).unwrap(), Vec::<String>::new(), "nothing was applied");
         let responses = shared.try_apply_here(items).expect("the state is free: applied here").unwrap();
         assert_eq!(responses, vec![Response::Ok]);
-        assert_eq!(QueueNames::names(&shared.db).unwrap(), vec!["q1"]);
+        assert_eq!(QueueNames::names(&db).unwrap(), vec!["q1"]);
     }
 }

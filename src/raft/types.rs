@@ -1,19 +1,17 @@
 //! The openraft type configuration of Convoy and short aliases for the openraft types used across
 //! the `raft` module and by the server.
 
-use std::io::Cursor;
-
 openraft::declare_raft_types!(
     /// Convoy's Raft types: the log carries [`crate::state::Command`]s, applying one yields a
     /// [`crate::state::Response`], nodes are `u64` ids addressed by their base URL
-    /// ([`openraft::BasicNode::addr`], e.g. `http://127.0.0.1:8080`), and snapshots are whole
-    /// byte buffers.
+    /// ([`openraft::BasicNode::addr`], e.g. `http://127.0.0.1:8080`), and snapshots are files
+    /// ([`SnapshotFile`](crate::raft::SnapshotFile)), streamed to peers in chunks.
     pub TypeConfig:
         D = crate::state::Command,
         R = crate::state::Response,
         NodeId = u64,
         Node = openraft::BasicNode,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::raft::snapshot_store::SnapshotFile,
 );
 
 /// A node's id in the Raft group.

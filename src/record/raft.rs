@@ -132,6 +132,23 @@ impl From<SnapshotMetaRecord> for SnapshotMeta<u64, BasicNode> {
     }
 }
 
+/// The first frame of a snapshot file: the snapshot it holds. Format: snapshot file format 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotHeaderRecord {
+    /// The snapshot's meta, as the member that built it described it.
+    pub meta: SnapshotMetaRecord,
+}
+
+/// Where the latest snapshot's bytes are: the `raft_snapshot` row `file`, beside its meta.
+/// Format: log format 2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFileRecord {
+    /// The file's name in the snapshot directory.
+    pub name: String,
+    /// Its length in bytes (a cheap check that it is whole).
+    pub bytes: u64,
+}
+
 /// What a log entry carries. Format: log format 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum EntryPayloadRecord {

@@ -10,10 +10,10 @@ use super::job::*;
 use super::placement::*;
 use super::queue::*;
 use super::raft::*;
-use super::snapshot::SnapshotRecord;
+use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
 use crate::model::*;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::path::PathBuf;
@@ -396,7 +396,7 @@ fn log_format_1_commands() {
     }
 }
 
-/// The command log format 2 added, with a job of each kind: with and without a client id.
+/// The command log format 3 added, with a job of each kind: with and without a client id.
 fn purge_finished() -> Command {
     Command::PurgeFinished {
         purges: 7,
@@ -415,10 +415,10 @@ fn purge_finished() -> Command {
 }
 
 #[test]
-fn log_format_2_commands() {
-    // Format 2 only added this command: format 1's are format 2's, byte for byte, as
-    // `log_format_1_commands` checks with today's types.
-    golden("log-v2/command-purge-finished.bin", &purge_finished());
+fn log_format_3_commands() {
+    // Format 3 only added this command: the commands of formats 1 and 2 (which changed no
+    // command) are format 3's, byte for byte, as `log_format_1_commands` checks with today's types.
+    golden("log-v3/command-purge-finished.bin", &purge_finished());
 }
 
 #[test]
@@ -470,29 +470,10 @@ fn state_schema_2_rows() {
     );
 }
 
-/// Schema 2's snapshot record, frozen: schema 3 added `finished` at the end. No binary reads
-/// schema 2 snapshots (servers of a cluster share one schema); the fixture still shows that the
-/// rows inside are read by today's row types, which schema 3 kept.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct SnapshotRecordV2 {
-    schema_version: u32,
-    meta: Vec<(String, Vec<u8>)>,
-    queues: Vec<(String, Vec<u8>)>,
-    jobs: Vec<([u8; 16], Vec<u8>)>,
-    payloads: Vec<([u8; 16], Vec<u8>)>,
-    live_jobs: Vec<[u8; 16]>,
-    job_sets: Vec<Vec<u8>>,
-    events: Vec<(Vec<u8>, Vec<u8>)>,
-    event_seqs: Vec<(Vec<u8>, u64)>,
-    client_ids: Vec<(Vec<u8>, [u8; 16])>,
-    executors: Vec<(String, Vec<u8>)>,
-}
-
 #[test]
 fn state_schema_2_snapshot() {
     let bytes = fixture("state-v2/snapshot.bin");
-    assert_eq!(SnapshotRecord::schema_version_of(&bytes).unwrap(), 2, "read by today's binary to refuse it");
-    let snap: SnapshotRecordV2 = decode(&bytes).unwrap();
+    let snap: SnapshotRecord = decode(&bytes).unwrap();
     assert_eq!(snap.schema_version, 2);
     assert_eq!(encode(&snap).unwrap(), bytes);
     // The rows inside are this schema's rows: the queue, the submitted jobs and their payloads,
@@ -517,33 +498,21 @@ fn state_schema_2_snapshot() {
     assert!(snap.meta.iter().any(|(k, v)| k == "submit_seq" && v.as_slice() == 2u64.to_be_bytes()));
 }
 
-/// `state-v3/snapshot.bin` was exported from a store after applying: the queue, executor and
-/// submission of the schema 2 snapshot, a third job (`jid(3)`, client id `client-3`, job set
-/// `run-2`, submitted at …003) cancelled at …004 (so the `finished` index has a row), and a
-/// purge that named no job (so `meta` holds the purge counter and the largest job id).
-#[test]
-fn state_schema_3_snapshot() {
-    let bytes = fixture("state-v3/snapshot.bin");
-    let snap: SnapshotRecord = decode(&bytes).unwrap();
-    assert_eq!(snap.schema_version, 3);
-    assert_eq!(encode(&snap).unwrap(), bytes);
-    let jobs: Vec<JobRecord> = snap.jobs.iter().map(|(_, v)| decode(v).unwrap()).collect();
-    let states: Vec<_> = jobs.iter().map(|j| (j.id, j.state)).collect();
-    assert_eq!(
-        states,
-        vec![(jid(1), JobStateRecord::Queued), (jid(2), JobStateRecord::Queued), (jid(3), JobStateRecord::Cancelled)]
-    );
-    assert_eq!(snap.live_jobs.len(), 2);
-    assert_eq!(snap.client_ids.len(), 2);
-    // The index key: the finish time (sign bit flipped) then the id, both big-endian.
+/// The `finished` key of `jid(3)`, finished at 1_760_000_000_004: the finish time (sign bit
+/// flipped) then the id, both big-endian.
+fn finished_key() -> [u8; 24] {
     let mut key = [0u8; 24];
-    key[..8].copy_from_slice(&((1_760_000_000_004u64) ^ (1 << 63)).to_be_bytes());
+    key[..8].copy_from_slice(&(1_760_000_000_004u64 ^ (1 << 63)).to_be_bytes());
     key[8..].copy_from_slice(&jid(3).as_u128().to_be_bytes());
-    assert_eq!(snap.finished, vec![key]);
-    let meta = |k: &str| snap.meta.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-    assert_eq!(meta("submit_seq"), Some(3u64.to_be_bytes().to_vec()));
-    assert_eq!(meta("purges"), Some(1u64.to_be_bytes().to_vec()));
-    assert_eq!(meta("max_job_id"), Some(jid(3).as_u128().to_be_bytes().to_vec()));
+    key
+}
+
+#[test]
+fn state_schema_3_rows() {
+    // Schema 3 added one kind of snapshot row (the `finished` index), at the end of the kinds.
+    let row = SnapshotRowRecord::Finished { key: finished_key() };
+    golden("state-v3/row-finished.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v3/row-finished.bin"));
 }
 
 #[test]
@@ -564,4 +533,98 @@ fn domain_values_survive_a_round_trip_through_records() {
     assert_eq!(StoredMembershipRecord::from(&back), m);
     let v = VoteRecord { term: 5, node_id: 2, committed: true };
     assert_eq!(VoteRecord::from(openraft::Vote::<u64>::from(v)), v);
+}
+
+/// One row of every table, as a snapshot stream of file format 1 carries them.
+fn snapshot_rows() -> Vec<(&'static str, SnapshotRowRecord)> {
+    let id = jid(1).as_u128().to_be_bytes();
+    let set = b"physics\0run-1".to_vec();
+    let with = |rest: &[u8]| {
+        let mut k = set.clone();
+        k.push(0);
+        k.extend_from_slice(rest);
+        k
+    };
+    let executor = ExecutorRecord { name: ex("cluster-a"), nodes: vec![node()], updated_at_ms: 1_760_000_500_000 };
+    vec![
+        ("row-meta", SnapshotRowRecord::Meta { key: "submit_seq".into(), value: 2u64.to_be_bytes().to_vec() }),
+        ("row-queue", SnapshotRowRecord::Queue { name: "physics".into(), value: encode(&queue()).unwrap() }),
+        ("row-job", SnapshotRowRecord::Job { id, value: encode(&job()).unwrap() }),
+        ("row-payload", SnapshotRowRecord::Payload { id, value: encode(&payload()).unwrap() }),
+        ("row-live-job", SnapshotRowRecord::LiveJob { id }),
+        ("row-job-set", SnapshotRowRecord::JobSet { key: with(&id) }),
+        (
+            "row-event-chunk",
+            SnapshotRowRecord::EventChunk { key: with(&1u64.to_be_bytes()), value: encode(&events()).unwrap() },
+        ),
+        ("row-event-seq", SnapshotRowRecord::EventSeq { key: set.clone(), seq: 4 }),
+        ("row-client-id", SnapshotRowRecord::ClientId { key: b"physics\0client-1".to_vec(), job: id }),
+        ("row-executor", SnapshotRowRecord::Executor { name: "cluster-a".into(), value: encode(&executor).unwrap() }),
+    ]
+}
+
+fn snapshot_meta() -> SnapshotMetaRecord {
+    SnapshotMetaRecord {
+        last_log_id: Some(log_id(3, 2, 18)),
+        last_membership: stored_membership(),
+        snapshot_id: "3-2-18-1760000600000".into(),
+    }
+}
+
+#[test]
+fn snapshot_file_format_1_rows_and_header() {
+    for (name, row) in snapshot_rows() {
+        let path = format!("snapshot-v1/{name}.bin");
+        golden(&path, &row);
+        // What an export writes, borrowing the row from its table, is the same bytes.
+        assert_eq!(encode(&row.as_ref()).unwrap(), fixture(&path), "{path}");
+    }
+    golden("snapshot-v1/header.bin", &SnapshotHeaderRecord { meta: snapshot_meta() });
+}
+
+#[test]
+fn snapshot_file_format_1_whole_file() {
+    use crate::raft::snapshot_file::{SnapshotReader, SnapshotWriter};
+    use crate::record::{FrameSink, FrameSource};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats/snapshot-v1/state.snap");
+    let bytes = fixture("snapshot-v1/state.snap");
+    golden(
+        "log-v2/snapshot-file.bin",
+        &SnapshotFileRecord { name: "3-2-18-1760000600000.snap".into(), bytes: bytes.len() as u64 },
+    );
+    // The file holds the state of `state-v2/snapshot.bin`: the schema version, then its rows.
+    let mut r = SnapshotReader::open(&path).unwrap();
+    assert_eq!(SnapshotMetaRecord::from(r.meta()), snapshot_meta());
+    let mut frames = Vec::new();
+    while let Some(f) = r.next_frame().unwrap() {
+        frames.push(f.to_vec());
+    }
+    assert_eq!(decode::<u32>(&frames[0]).unwrap(), 2);
+    let rows: Vec<SnapshotRowRecord> = frames[1..].iter().map(|f| decode(f).unwrap()).collect();
+    let old: SnapshotRecord = decode(&fixture("state-v2/snapshot.bin")).unwrap();
+    let queues: Vec<QueueRecord> = rows
+        .iter()
+        .filter_map(|r| match r {
+            SnapshotRowRecord::Queue { value, .. } => Some(decode(value).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(queues, vec![QueueRecord { cordoned: false, ..queue() }]);
+    let jobs = rows.iter().filter(|r| matches!(r, SnapshotRowRecord::Job { .. })).count();
+    assert_eq!(jobs, old.jobs.len());
+    let mut converted = Vec::new();
+    crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
+    // Converted today, the rows are schema 3's: the same rows, and the `finished` index, which is
+    // empty for this state (both jobs are queued).
+    assert_eq!(decode::<u32>(&converted[0]).unwrap(), 3);
+    assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
+    // Writing the same snapshot again writes the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let again = dir.path().join("again.snap");
+    let mut w = SnapshotWriter::create(&again, &snapshot_meta().into()).unwrap();
+    for f in &frames {
+        w.frame(f).unwrap();
+    }
+    w.finish().unwrap();
+    assert_eq!(std::fs::read(&again).unwrap(), bytes);
 }

@@ -113,6 +113,7 @@ impl ClusterView for RaftView {
             purged_index: m.purged.map(|l| l.index),
             millis_since_quorum_ack: m.millis_since_quorum_ack,
             leader_changes: self.node.stats().leader_changes(),
+            snapshots_installed: self.node.snapshots_installed(),
             members,
         }
     }

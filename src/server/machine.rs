@@ -9,14 +9,12 @@
 //! is called before a snapshot is built, and only then may the log be purged.
 
 use crate::control::Notifier;
-use crate::raft::{
-    ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership,
-};
+use crate::raft::{ApplyItem, ApplyPayload, LogId, ReplicatedState, SnapshotMeta, StateExport, StoredMembership};
 use crate::record::raft::{LogIdRecord, StoredMembershipRecord};
-use crate::record::{decode, encode};
+use crate::record::{FrameSink, FrameSource, decode, encode};
 use crate::state::{ApplyContext, Change, Effects, Response, State, StateSettings};
-use crate::store::tables::META;
-use crate::store::{Store, StoreError, write_changes};
+use crate::store::tables::{META, RAFT_APPLIED, RAFT_MEMBERSHIP};
+use crate::store::{IMPORT_ROWS_PER_TX, Store, StoreError, snapshot_stream, write_changes};
 use redb::{Durability, ReadableDatabase};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,9 +25,9 @@ use std::time::{Duration, Instant};
 pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 /// `meta` key of the last applied log id (`Option<LogIdRecord>`).
-const APPLIED: &str = "raft_applied";
+const APPLIED: &str = RAFT_APPLIED;
 /// `meta` key of the last applied membership (`StoredMembershipRecord`).
-const MEMBERSHIP: &str = "raft_membership";
+const MEMBERSHIP: &str = RAFT_MEMBERSHIP;
 
 fn io_err(e: StoreError) -> io::Error {
     io::Error::other(e)
@@ -156,23 +154,26 @@ impl ServerMachine {
         Ok(meta.get(key)?.map(|v| v.value().to_vec()))
     }
 
-    /// Replaces the state with a snapshot, durably, with its Raft bookkeeping, and reloads the
-    /// in-memory state from it.
-    fn import_snapshot(&self, data: &[u8], raft_meta: &[(&str, Vec<u8>)]) -> Result<(), StoreError> {
-        let mut tx = self.store.write()?;
-        tx.set_durability(Durability::Immediate)?;
-        self.store.import_into(&tx, data)?;
-        {
-            let mut meta = tx.open_table(META)?;
-            for (k, v) in raft_meta {
-                meta.insert(*k, v.as_slice())?;
-            }
-        }
-        tx.commit()?;
+    /// Replaces the state with a snapshot stream, durably, with its Raft bookkeeping (see
+    /// `store::snapshot_stream` for how readers never see half of it), and reloads the in-memory
+    /// state from it.
+    fn import_snapshot(&self, frames: &mut dyn FrameSource, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), StoreError> {
+        let t0 = Instant::now();
+        let stats = self.store.import_stream(frames, raft_meta, IMPORT_ROWS_PER_TX)?;
+        let imported = t0.elapsed();
         let fresh = self.store.load_state(self.settings.clone())?;
         let executors = fresh.executors.keys().cloned().collect();
+        let live_jobs = fresh.live_jobs();
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         self.notify.effects(&Effects { schedule: true, executors, ..Default::default() });
+        tracing::info!(
+            rows = stats.rows,
+            transactions = stats.transactions,
+            live_jobs,
+            import_ms = imported.as_millis() as u64,
+            load_ms = (t0.elapsed() - imported).as_millis() as u64,
+            "state replaced by a snapshot"
+        );
         Ok(())
     }
 }
@@ -207,24 +208,30 @@ impl ReplicatedState for ServerMachine {
         tx.commit().map_err(|e| io_err(e.into()))
     }
 
-    fn export(&mut self) -> io::Result<ExportJob> {
+    fn export(&mut self) -> io::Result<StateExport> {
         let view = self.store.pin_export().map_err(io_err)?;
-        Ok(Box::new(move || {
-            Ok(SnapshotExport {
-                last_applied: decode_applied(view.raft_meta(APPLIED).map_err(io_err)?)?,
-                membership: decode_membership(view.raft_meta(MEMBERSHIP).map_err(io_err)?)?,
-                data: view.export().map_err(io_err)?,
-            })
-        }))
+        Ok(StateExport {
+            last_applied: decode_applied(view.raft_meta(APPLIED).map_err(io_err)?)?,
+            membership: decode_membership(view.raft_meta(MEMBERSHIP).map_err(io_err)?)?,
+            rows: Box::new(move |out: &mut dyn FrameSink| view.write_rows(out).map(|_| ()).map_err(io_err)),
+        })
     }
 
-    fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+    fn import(&mut self, meta: &SnapshotMeta, frames: &mut dyn FrameSource) -> io::Result<()> {
         let raft_meta =
             [(APPLIED, encode_applied(meta.last_log_id)?), (MEMBERSHIP, encode_membership(&meta.last_membership)?)];
-        self.import_snapshot(data, &raft_meta).map_err(io_err)?;
+        self.import_snapshot(frames, &raft_meta).map_err(io_err)?;
         if let Some(l) = meta.last_log_id {
             self.applied.fetch_max(l.index, Ordering::Release);
         }
         Ok(())
+    }
+
+    fn convert_legacy_snapshot(&self, data: &[u8], out: &mut dyn FrameSink) -> io::Result<()> {
+        snapshot_stream::convert_legacy(data, out).map(|_| ()).map_err(io_err)
+    }
+
+    fn reads_snapshot(&self, frames: &mut dyn FrameSource) -> io::Result<bool> {
+        Ok(snapshot_stream::schema_of(frames).map_err(io_err)? == crate::record::STATE_SCHEMA_VERSION)
     }
 }

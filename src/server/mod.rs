@@ -6,6 +6,7 @@ pub mod liveness;
 pub mod machine;
 pub mod retention;
 pub mod scheduling;
+pub mod tls;
 
 use crate::config::Config;
 use crate::control::{Control, Liveness, Notifier, SchedulingView, Writer};
@@ -45,6 +46,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// A file of `[tls]` could not be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// The HTTP server failed.
     #[error("the http server failed")]
     Http(#[source] std::io::Error),
@@ -73,6 +77,11 @@ pub fn log_database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("raft.redb")
 }
 
+/// The directory of Raft snapshot files, beside the databases.
+pub fn snapshot_dir(config: &Config) -> PathBuf {
+    config.server.data_dir.join("snapshots")
+}
+
 fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     let path = log_database_path(config);
     let db = redb::Database::builder()
@@ -82,7 +91,9 @@ fn open_log_db(config: &Config) -> Result<Arc<redb::Database>, ServerError> {
     Ok(Arc::new(db))
 }
 
-/// Raft's settings from the configuration: a cluster of one without peers, else the peers.
+/// Raft's settings from the configuration: a cluster of one without peers, else the peers; the
+/// timings, and log compaction (a snapshot every `snapshot_every_entries`, the log purged up to
+/// `log_entries_kept` entries behind it).
 fn raft_settings(config: &Config) -> RaftSettings {
     let c = &config.cluster;
     let bootstrap = if c.peers.is_empty() {
@@ -94,12 +105,14 @@ fn raft_settings(config: &Config) -> RaftSettings {
     };
     RaftSettings {
         cluster_secret: config.auth.cluster_secret.clone(),
+        tls_ca: config.tls.as_ref().and_then(|t| t.ca.clone()),
         bootstrap,
         heartbeat_interval: c.heartbeat_interval,
         election_timeout_min: c.election_timeout,
         election_timeout_max: c.election_timeout_max(),
         snapshot_every_logs: c.snapshot_every_entries,
         max_in_snapshot_log_to_keep: c.log_entries_kept,
+        install_snapshot_timeout: c.snapshot_install_timeout,
         ..RaftSettings::default()
     }
 }
@@ -111,11 +124,17 @@ const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Running {
     /// Base URL it serves on.
     pub url: String,
+    tls: Option<tls::ServerTls>,
     stop: tokio::sync::watch::Sender<bool>,
     done: tokio::task::JoinHandle<Result<(), ServerError>>,
 }
 
 impl Running {
+    /// The listener's certificate and key, to reload them (on SIGHUP); `None` without `[tls]`.
+    pub fn tls(&self) -> Option<tls::ServerTls> {
+        self.tls.clone()
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.stop.send(true);
@@ -126,6 +145,8 @@ impl Running {
 /// Starts the server and returns once it listens.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
     let t0 = Instant::now();
+    // Before the state loads (which may take seconds): a certificate that does not load fails fast.
+    let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?;
     let store = Store::open_with_cache(&database_path(&config), config.server.db_cache_mb << 20)?;
     let settings = StateSettings::from_config(&config.scheduler);
     let state = {
@@ -149,6 +170,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let machine = ServerMachine::new(store.clone(), state.clone(), notify.clone(), settings);
     let applied = machine.applied_counter();
 
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let listen = config.server.listen.to_string();
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -156,12 +178,20 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let local = listener.local_addr().map_err(|source| ServerError::Listen { addr: listen.clone(), source })?;
     let advertise = match &config.server.advertise {
         Some(a) => a.trim_end_matches('/').to_string(),
-        None => format!("http://{local}"),
+        None => format!("{scheme}://{local}"),
     };
 
     let raft_settings = raft_settings(&config);
     let log_db = open_log_db(&config)?;
-    let raft = RaftNode::start(config.server.node_id, advertise.clone(), log_db, machine, raft_settings).await?;
+    let raft = RaftNode::start(
+        config.server.node_id,
+        advertise.clone(),
+        log_db,
+        snapshot_dir(&config),
+        machine,
+        raft_settings,
+    )
+    .await?;
     let writer = Writer::start(Arc::new(RaftReplicate(raft.clone())), config.server.write_timeout);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let control = Arc::new(Control {
@@ -176,21 +206,16 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         shutdown: stop_rx.clone(),
     });
     let router = crate::api::router(control.clone()).merge(raft.router());
-    let url = format!("http://{local}");
+    let url = format!("{scheme}://{local}");
     tracing::info!(%url, node_id = config.server.node_id, startup_ms = t0.elapsed().as_millis() as u64, "convoy server listening");
 
     let sched = tokio::spawn(scheduling::run(control.clone(), stop_rx.clone()));
     let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
     let purge = tokio::spawn(retention::run(control.clone(), stop_rx.clone()));
     let mut serve_stop = stop_rx.clone();
+    let serve_tls = tls.clone();
     let done = tokio::spawn(async move {
-        // No Nagle: small answers (long-poll leases, SSE events) must not wait for a delayed ACK.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY");
-            }
-        });
-        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let serve = tls::serve(listener, router, serve_tls, async move {
             let _ = serve_stop.wait_for(|s| *s).await;
         });
         let served = serve.await.map_err(ServerError::Http);
@@ -210,5 +235,25 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         tracing::info!("convoy server stopped");
         served.and(stopped)
     });
-    Ok(Running { url, stop: stop_tx, done })
+    Ok(Running { url, tls, stop: stop_tx, done })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_keys_reach_openraft_s_snapshot_and_purge_policy() {
+        let mut config = Config::default();
+        config.cluster.snapshot_every_entries = 500;
+        config.cluster.log_entries_kept = 50;
+        config.cluster.snapshot_install_timeout = Duration::from_secs(7);
+        let raft = raft_settings(&config).to_config().expect("valid settings");
+        assert_eq!(raft.snapshot_policy, openraft::SnapshotPolicy::LogsSinceLast(500));
+        assert_eq!(raft.max_in_snapshot_log_to_keep, 50);
+        assert_eq!(raft.install_snapshot_timeout, 7_000);
+        // Everything the snapshot covers beyond the kept entries goes at each purge.
+        assert_eq!(raft.purge_batch_size, 1);
+        assert!(raft.snapshot_max_chunk_size < crate::raft::MAX_RPC_BODY as u64);
+    }
 }

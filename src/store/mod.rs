@@ -1,13 +1,14 @@
 //! Durable storage on redb: tables and key encodings, writing the state machine's changes,
-//! loading the state at start-up, queries for the API and for retention, snapshot export/import
-//! and schema migrations.
+//! loading the state at start-up, queries for the API and for retention, snapshots streamed out
+//! and in, the state digest and schema migrations.
 
 mod codec;
+pub mod digest;
 mod load;
 pub mod migrate;
 mod queries;
 mod retention;
-pub mod snapshot;
+pub mod snapshot_stream;
 pub mod tables;
 mod writes;
 
@@ -15,7 +16,8 @@ pub use queries::JobFilter;
 pub use retention::PurgePlan;
 
 use crate::record::CodecError;
-pub use snapshot::ExportView;
+pub use digest::StateDigest;
+pub use snapshot_stream::{ExportView, IMPORT_ROWS_PER_TX, ImportStats};
 pub use writes::write_changes;
 
 use redb::{Database, ReadableDatabase};
@@ -93,6 +95,10 @@ pub enum StoreError {
         /// This binary's.
         expected: u32,
     },
+    /// A snapshot stream could not be read or written (a corrupt or truncated snapshot file, or
+    /// an I/O error).
+    #[error("snapshot stream: {0}")]
+    Stream(#[source] std::io::Error),
     /// A migration step failed.
     #[error("migrating the database at {path} to schema version {version} ({name}) failed")]
     Migration {
@@ -149,6 +155,9 @@ impl Store {
         }
         let db = Database::builder().set_cache_size(cache_bytes).create(path)?;
         migrate::run(&db, &path.display().to_string())?;
+        if snapshot_stream::drop_staging(&db)? {
+            tracing::warn!(path = %path.display(), "dropped the staging tables of a snapshot install that was interrupted");
+        }
         Ok(Store { db: Arc::new(db) })
     }
 
@@ -168,5 +177,7 @@ impl Store {
     }
 }
 
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;

@@ -44,6 +44,16 @@ pub const SUBMIT_SEQ: &str = "submit_seq";
 pub const PURGES: &str = "purges";
 /// Meta key of the largest job id ever submitted (written by purges, which may delete that job).
 pub const MAX_JOB_ID: &str = "max_job_id";
+/// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
+pub const RAFT_APPLIED: &str = "raft_applied";
+/// Meta key of the last applied Raft membership (`StoredMembershipRecord`).
+pub const RAFT_MEMBERSHIP: &str = "raft_membership";
+
+/// True for the `meta` keys that belong to this node's database rather than to the replicated
+/// state: they never go into a snapshot or the state digest, and an import keeps them.
+pub fn is_node_local(meta_key: &str) -> bool {
+    meta_key == SCHEMA_VERSION
+}
 
 /// Big-endian job id key.
 pub fn job_key(id: JobId) -> [u8; 16] {

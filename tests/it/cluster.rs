@@ -115,10 +115,38 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
     let url = trio.api(followers[1]).url.clone();
     let text = ok(&url, &["cluster"]).await;
     assert!(text.contains(&format!("leader node {leader}")), "{text}");
+    // Given several servers, the CLI moves on from one it cannot reach.
+    let dead = format!("http://127.0.0.1:{}", crate::common::procs::free_port());
+    let listed = ok(&format!("{dead},{url}"), &["jobs", "--queue", "A"]).await;
+    assert_eq!(listed.lines().filter(|l| l.contains("queued")).count(), 6, "{listed}");
     assert_eq!(text.lines().filter(|l| l.contains("voter") || l.contains("leader  ")).count(), 3, "{text}");
 
     // A fourth server joins (its peers list names the members and itself, so it waits to be
-    // added instead of forming a cluster), through a follower, then leaves again.
+    // added instead of forming a cluster), through a follower, then leaves again; all under a
+    // stream of submissions.
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "B"})).await;
+    assert_eq!(s, 201, "{v}");
+    let load = {
+        let apis: Vec<Api> = [1u64, 2, 3].iter().map(|id| Api::new(trio.api(*id).url.clone())).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let refs: Vec<&Api> = apis.iter().collect();
+            let mut acked = Vec::new();
+            let mut n = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let jobs: Vec<Value> = (0..10)
+                    .map(|k| json!({"client_id": format!("load-{n}-{k}"), "pod_spec": job("10m")["pod_spec"]}))
+                    .collect();
+                let body = json!({"queue": "B", "job_set": "load", "jobs": jobs});
+                let got = submit_retrying(&refs, n, &body, Instant::now() + Duration::from_secs(20)).await;
+                acked.extend(got.expect("a submission during a membership change was never acknowledged"));
+                n += 1;
+            }
+            acked
+        });
+        (stop, task)
+    };
     let dir4 = trio.members[0].dir.parent().unwrap().join("node-4");
     std::fs::create_dir_all(&dir4).unwrap();
     let (port4, peer4) = {
@@ -160,6 +188,14 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
     let (s, _) = trio.api(leader).delete("/v1/cluster/members/9").await;
     assert_eq!(s, 404);
     trio.member(4).kill9();
+    load.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = load.1.await.unwrap();
+    assert!(!acked.is_empty());
+    for id in [1u64, 2, 3] {
+        let jobs = all_jobs(trio.api(id), "B").await;
+        assert_eq!(jobs.len(), acked.len(), "node {id}");
+        assert!(acked.iter().all(|j| jobs.contains_key(j)), "node {id} misses acknowledged jobs");
+    }
 
     // A member whose data dir is wiped does not form a second cluster, and the leader neither
     // crashes nor feeds it: it lost what it had acknowledged, so it must be removed and added
@@ -345,4 +381,182 @@ async fn a_leader_cut_off_from_its_peers_stops_leasing_and_every_job_runs_once()
     assert!(text.contains("convoy_raft_peer_rpc_seconds_bucket"), "{text}");
     let seen: HashSet<&str> = text.lines().filter(|l| l.starts_with("convoy_raft_leader_changes_total")).collect();
     assert_eq!(seen.len(), 1, "{text}");
+}
+
+/// Reads a following event stream until `want` events arrived or `within` passed; their ids.
+async fn stream_ids(api: &Api, path: &str, want: usize, within: Duration) -> Vec<u64> {
+    use futures::StreamExt;
+    let resp = api.client.get(format!("{}{path}", api.url)).timeout(within).send().await.expect("stream");
+    assert_eq!(resp.status().as_u16(), 200);
+    let mut body = resp.bytes_stream();
+    let (mut text, mut ids) = (String::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + within;
+    while ids.len() < want {
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, body.next()).await else { break };
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            if let Some(id) = block.lines().find_map(|l| l.strip_prefix("id:")).and_then(|v| v.trim().parse().ok()) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_leader_is_replaced_and_steps_down_on_waking_while_event_streams_go_on() {
+    let mut trio = Trio::start(3).await;
+    let old = trio.leader().await;
+    let follower = if old == 1 { 2 } else { 1 };
+    let (s, v) = trio.api(old).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    let before = trio.api(old).submit("A", "s", (0..5).map(|_| job("1")).collect()).await;
+    // Each submitted job makes one event; cancelling makes another.
+    let want = 5 + 5 + 5;
+    let streams: Vec<_> = [follower, old]
+        .into_iter()
+        .map(|id| {
+            let api = Api::new(trio.api(id).url.clone());
+            tokio::spawn(async move {
+                stream_ids(&api, "/v1/queues/A/job-sets/s/events?from=1", want, Duration::from_secs(40)).await
+            })
+        })
+        .collect();
+
+    let pid = trio.member(old).api().child.id() as i32;
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    // A submission sent to the stopped leader waits in its socket until it wakes.
+    let to_old = {
+        let api = Api::new(trio.api(old).url.clone());
+        tokio::spawn(async move {
+            let body = json!({"queue": "A", "job_set": "s", "jobs": [{"client_id": "sent-to-stopped", "pod_spec": job("1")["pod_spec"]}]});
+            api.post("/v1/jobs", &body).await
+        })
+    };
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != old).collect();
+    let new = trio.leader_among(&others, Duration::from_secs(5)).await;
+    assert!(stopped.elapsed() < Duration::from_secs(5));
+    let after = trio.api(follower).submit("A", "s", (0..4).map(|_| job("1")).collect()).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+
+    // Awake, the old leader follows the new one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = status(trio.api(old)).await;
+        if st.as_ref().is_some_and(|s| s["state"] == "Follower" && s["leader"].as_u64() == Some(new)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the old leader did not step down: {st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // What it answered for the submission it held: done means done on the majority.
+    let (s, v) = to_old.await.unwrap();
+    assert!(s == 200 || s == 503, "{s} {v}");
+    let mut all: Vec<String> = before.iter().chain(&after).cloned().collect();
+    if s == 200 {
+        all.push(v["job_ids"][0].as_str().unwrap().to_string());
+    }
+    for id in &all {
+        let (s, j) = trio.api(new).get(&format!("/v1/jobs/{id}?consistent=true")).await;
+        assert_eq!(s, 200, "acknowledged job {id} is not on the new leader: {j}");
+    }
+    // One more job if the held submission was refused, so every stream expects the same count.
+    if s != 200 {
+        all.extend(trio.api(new).submit("A", "s", vec![job("1")]).await);
+    }
+    let (s, v) = trio
+        .api(new)
+        .post("/v1/jobs/cancel", &json!({"queue": "A", "job_set": "s", "job_ids": all[..5].to_vec()}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    // The streams, on a follower and on the old leader, saw every event once, in order.
+    for (n, stream) in streams.into_iter().enumerate() {
+        let ids = stream.await.unwrap();
+        assert_eq!(ids, (1..=want as u64).collect::<Vec<_>>(), "stream {n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_agent_listing_all_servers_carries_its_runs_through_a_leader_kill() {
+    let mut trio = Trio::start(3).await;
+    let leader = trio.leader().await;
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    // The agent lists every server, the leader last so that it starts on a follower.
+    let mut servers: Vec<String> =
+        [1u64, 2, 3].iter().filter(|i| **i != leader).map(|i| trio.api(*i).url.clone()).collect();
+    servers.push(trio.api(leader).url.clone());
+    let dir = trio.members[0].dir.parent().unwrap().join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("agent.toml");
+    let list: Vec<String> = servers.iter().map(|s| format!("\"{s}\"")).collect();
+    std::fs::write(
+        &cfg,
+        format!(
+            "executor = \"fake\"\nservers = [{}]\ndata_dir = \"{}\"\nruntime = \"fake\"\nmax_backoff = \"1s\"\npoll_wait = \"2s\"\n\
+             [[fake.node_groups]]\ncount = 4\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"8\", memory = \"64Gi\" }}\n",
+            list.join(", "),
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(std::fs::File::create(dir.join("agent.log")).unwrap()))
+        .spawn()
+        .expect("convoy agent starts");
+    // 64 jobs of 2 s on 32 cores: two waves, the kill in the middle of the first.
+    let job = json!({"pod_spec": {"containers": [{"name": "fake", "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]},
+        "annotations": {"convoy.io/fake-runtime": "2"}});
+    let ids = trio.api(leader).submit("A", "s", vec![job; 64]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while all_jobs_in(trio.api(leader), "running").await < 16 {
+        assert!(Instant::now() < deadline, "the jobs did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    trio.member(leader).kill9();
+    let others: Vec<u64> = trio.running();
+    let new = trio.leader_among(&others, Duration::from_secs(10)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (s, v) = trio.api(new).get("/v1/jobs?queue=A&limit=1000&consistent=true").await;
+        let done = if s == 200 {
+            v["jobs"].as_array().unwrap().iter().filter(|j| j["state"] == "succeeded").count()
+        } else {
+            0
+        };
+        if done == ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{done} of {} succeeded; agent log:\n{}",
+            ids.len(),
+            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in &ids {
+        let (_, j) = trio.api(new).get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(j["runs"].as_array().map(Vec::len), Some(1), "a job ran twice: {j}");
+    }
+    let log = trio.api(new).log();
+    assert!(!log.contains("executor lost"), "{log}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+/// How many jobs of queue `A` are in `state`, as `api` lists them.
+async fn all_jobs_in(api: &Api, state: &str) -> usize {
+    let (s, v) = api.get(&format!("/v1/jobs?queue=A&state={state}&limit=1000")).await;
+    if s != 200 {
+        return 0;
+    }
+    v["jobs"].as_array().map_or(0, Vec::len)
 }

@@ -152,3 +152,113 @@ fn a_raft_log_of_a_newer_format_is_refused() {
     let err = refused_start(tmp.path());
     assert!(err.contains("format version 7") && err.contains("written by a newer convoy"), "{err}");
 }
+
+/// The inline snapshot a release of log format 1 kept in `raft_snapshot`: the state tables of
+/// `convoy.redb`, copied into one state schema 2 `SnapshotRecord` (as that release's export did),
+/// with the meta of its applied log id and membership.
+fn old_inline_snapshot(state_db: &Path) -> (Vec<u8>, Vec<u8>) {
+    use convoy::record::raft::{LogIdRecord, SnapshotMetaRecord, StoredMembershipRecord};
+    use convoy::record::{SnapshotRecord, decode, encode};
+    use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+    let db = redb::Database::open(state_db).expect("open state");
+    let tx = db.begin_read().expect("read");
+    let bytes = |name: &str| -> Vec<(String, Vec<u8>)> {
+        let t = tx.open_table(TableDefinition::<&str, &[u8]>::new(name)).expect("table");
+        t.iter()
+            .expect("iter")
+            .map(|r| r.expect("row"))
+            .map(|(k, v)| (k.value().to_string(), v.value().to_vec()))
+            .collect()
+    };
+    let ids = |name: &str| -> Vec<([u8; 16], Vec<u8>)> {
+        let t = tx.open_table(TableDefinition::<&[u8; 16], &[u8]>::new(name)).expect("table");
+        t.iter().expect("iter").map(|r| r.expect("row")).map(|(k, v)| (*k.value(), v.value().to_vec())).collect()
+    };
+    let raw = |name: &str| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let t = tx.open_table(TableDefinition::<&[u8], &[u8]>::new(name)).expect("table");
+        t.iter()
+            .expect("iter")
+            .map(|r| r.expect("row"))
+            .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+            .collect()
+    };
+    let meta = bytes("meta");
+    let snapshot = SnapshotRecord {
+        schema_version: 2,
+        meta: meta.iter().filter(|(k, _)| k != "schema_version").cloned().collect(),
+        queues: bytes("queues"),
+        jobs: ids("jobs"),
+        payloads: ids("payloads"),
+        live_jobs: {
+            let t = tx.open_table(TableDefinition::<&[u8; 16], ()>::new("live_jobs")).expect("table");
+            t.iter().expect("iter").map(|r| *r.expect("row").0.value()).collect()
+        },
+        job_sets: {
+            let t = tx.open_table(TableDefinition::<&[u8], ()>::new("job_sets")).expect("table");
+            t.iter().expect("iter").map(|r| r.expect("row").0.value().to_vec()).collect()
+        },
+        events: raw("event_chunks"),
+        event_seqs: {
+            let t = tx.open_table(TableDefinition::<&[u8], u64>::new("event_seqs")).expect("table");
+            t.iter().expect("iter").map(|r| r.expect("row")).map(|(k, v)| (k.value().to_vec(), v.value())).collect()
+        },
+        client_ids: {
+            let t = tx.open_table(TableDefinition::<&[u8], &[u8; 16]>::new("client_ids")).expect("table");
+            t.iter().expect("iter").map(|r| r.expect("row")).map(|(k, v)| (k.value().to_vec(), *v.value())).collect()
+        },
+        executors: bytes("executors"),
+    };
+    let get = |k: &str| meta.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).expect("raft meta");
+    let applied: Option<LogIdRecord> = decode(&get("raft_applied")).expect("applied");
+    let membership: StoredMembershipRecord = decode(&get("raft_membership")).expect("membership");
+    let meta = SnapshotMetaRecord {
+        last_log_id: applied,
+        last_membership: membership,
+        snapshot_id: "1-1-6-1763900000000".into(),
+    };
+    (encode(&meta).expect("meta"), encode(&snapshot).expect("snapshot"))
+}
+
+#[tokio::test]
+async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
+    let tmp = copy_fixture("datadir-v2");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let (meta, snapshot) = old_inline_snapshot(&data.join("convoy.redb"));
+    set_meta(&data.join("raft.redb"), "raft_snapshot", "meta", &meta);
+    set_meta(&data.join("raft.redb"), "raft_snapshot", "data", &snapshot);
+
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    assert!(server.log().contains("converted the inline raft snapshot"), "{}", server.log());
+    // The same state is still served, and the snapshot is a whole file of the new format.
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+    let file = data.join("snapshots/1-1-6-1763900000000.snap");
+    let reader = convoy::raft::snapshot_file::SnapshotReader::open(&file).expect("a snapshot file");
+    assert_eq!(reader.meta().last_log_id.map(|l| l.index), Some(6));
+    assert!(reader.verify().expect("whole") > 10, "it holds the rows");
+    // Usable: installed into an empty store, it is the state the old release snapshotted, in
+    // today's schema: the conversion indexed the finished job `c1` exactly as the migration of the
+    // state database did (the digests cover the `finished` index).
+    let check = tempfile::tempdir().unwrap();
+    let store = convoy::store::Store::open(&check.path().join("convoy.redb")).unwrap();
+    let mut frames = convoy::raft::snapshot_file::SnapshotReader::open(&file).unwrap();
+    store.import_stream(&mut frames, &[], 1000).unwrap();
+    let (s, digest) = server.get("/v1/cluster/digest").await;
+    assert_eq!(s, 200, "{digest}");
+    assert_eq!(digest["applied_index"], 6, "nothing was written since");
+    assert_eq!(store.digest().unwrap().hex(), digest["digest"].as_str().unwrap());
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+    // The log is of today's format now (an older release refuses it), its inline bytes gone.
+    use redb::ReadableDatabase;
+    let db = redb::Database::open(data.join("raft.redb")).unwrap();
+    let tx = db.begin_read().unwrap();
+    let raft_meta = tx.open_table(redb::TableDefinition::<&str, &[u8]>::new("raft_meta")).unwrap();
+    assert_eq!(
+        raft_meta.get("format_version").unwrap().map(|v| v.value().to_vec()),
+        Some(convoy::record::LOG_FORMAT_VERSION.to_be_bytes().to_vec())
+    );
+    let snap = tx.open_table(redb::TableDefinition::<&str, &[u8]>::new("raft_snapshot")).unwrap();
+    assert!(snap.get("data").unwrap().is_none());
+    assert!(snap.get("file").unwrap().is_some());
+}

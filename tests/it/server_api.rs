@@ -294,6 +294,8 @@ async fn openapi_document_describes_the_real_server() {
     conforms(&doc, "get", "/v1/queues/{queue}/report", st, &v);
     let (st, v) = s.get("/v1/cluster").await;
     conforms(&doc, "get", "/v1/cluster", st, &v);
+    let (st, v) = s.get("/v1/cluster/digest").await;
+    conforms(&doc, "get", "/v1/cluster/digest", st, &v);
     let (st, v) = s.get("/healthz").await;
     conforms(&doc, "get", "/healthz", st, &v);
     let (st, v) = s.get("/readyz").await;

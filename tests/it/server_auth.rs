@@ -77,6 +77,17 @@ async fn tokens_and_roles() {
     let (st, v) = s.call(M::POST, "/v1/executors/e1/lease", Some(EXEC), Some(&lease)).await;
     assert_eq!(st, 200, "{v}");
 
+    // The state digest is for admins.
+    let (st, _) = s.call(M::GET, "/v1/cluster/digest", None, None).await;
+    assert_eq!(st, 401);
+    let (st, v) = s.call(M::GET, "/v1/cluster/digest", Some(ALICE), None).await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = s.call(M::GET, "/v1/cluster/digest", Some(ADMIN), None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["node_id"], 1, "{v}");
+    assert!(v["applied_index"].as_u64() > Some(0), "{v}");
+    assert_eq!(v["digest"].as_str().map(str::len), Some(64), "{v}");
+
     // Nothing the refused calls asked for happened.
     let (_, v) = s.call(M::GET, "/v1/jobs?queue=physics", Some(ADMIN), None).await;
     let jobs = v["jobs"].as_array().cloned().unwrap_or_default();

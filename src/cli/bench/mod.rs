@@ -1,10 +1,12 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod cluster;
 mod e2e;
 mod harness;
 mod recovery;
 mod schedule;
+mod snapshot;
 mod submit;
 
 use clap::Subcommand;
@@ -20,6 +22,10 @@ pub(crate) enum BenchCommand {
     Recovery(recovery::RecoveryArgs),
     /// Lease latency and end-to-end throughput with a server and a fake agent.
     E2e(e2e::E2eArgs),
+    /// Building and installing a Raft snapshot of many jobs: time, size, peak memory.
+    Snapshot(snapshot::SnapshotArgs),
+    /// Three servers as one cluster: throughput through all of them, and failover times.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a benchmark.
@@ -29,6 +35,8 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Submit(args) => submit::run(args),
         BenchCommand::Recovery(args) => recovery::run(args),
         BenchCommand::E2e(args) => e2e::run(args),
+        BenchCommand::Snapshot(args) => snapshot::run(args),
+        BenchCommand::Cluster(args) => cluster::run(args),
     }
 }
 

@@ -9,7 +9,7 @@ use convoy::model::{
     ExecutorName, JobId, JobPayload, JobSetName, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
     Resources, RunId, SchedulingRequirements,
 };
-use convoy::record::NodeRecord;
+use convoy::record::{FrameSink, NodeRecord};
 use convoy::scheduler::SchedulerConfig;
 use convoy::server::retention::PURGE_BATCH;
 use convoy::state::{
@@ -121,66 +121,106 @@ fn new_job(i: u64, finished: bool) -> NewJob {
     }
 }
 
+/// What [`populate_with`] writes.
+pub(super) struct Workload {
+    /// Jobs stored.
+    pub jobs: u64,
+    /// Queues they are spread over.
+    pub queues: u64,
+    /// All jobs run to success (else half stay queued and half are cancelled).
+    pub finished: bool,
+    /// Jobs per submission (and per scheduling decision and run report).
+    pub batch: u64,
+}
+
+/// Writes a state database at `path` holding `jobs` jobs spread over `queues` queues, as a
+/// server applying their submissions would (half of them then cancelled, so half are history).
+pub(super) fn populate(path: &Path, count: u64, queues: u64) -> anyhow::Result<()> {
+    populate_with(path, &Workload { jobs: count, queues, finished: false, batch: 1000 })
+}
+
+/// Writes a state database at `path` holding the workload `w`, as a server applying its
+/// commands would, 20 commands per write transaction.
+pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
+    let store = Store::open(path)?;
+    let mut state = State::new(StateSettings::from_config(&SchedulerConfig::default()));
+    let set = JobSetName::new("bench").expect("valid");
+    let mut cmds = Vec::new();
+    for q in 0..w.queues {
+        cmds.push(Command::CreateQueue {
+            queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
+        });
+    }
+    if w.finished {
+        cmds.push(Command::UpsertExecutor { executor: executor(), nodes: vec![big_node()], at_ms: 0 });
+    }
+    let batch = w.batch.max(1);
+    let mut i = 0;
+    while i < w.jobs {
+        let n = batch.min(w.jobs - i);
+        let queue = QueueName::new(&format!("q{}", (i / batch) % w.queues)).expect("valid");
+        let jobs: Vec<NewJob> = (i..i + n).map(|i| new_job(i, w.finished)).collect();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
+        if w.finished {
+            cmds.extend(run_to_success(&ids, 0));
+        } else {
+            // Every other job ends (cancelled) so half the stored jobs are history.
+            let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
+            cmds.push(Command::Cancel {
+                queue,
+                job_set: set.clone(),
+                job_ids: Some(ended),
+                states: None,
+                reason: "bench".into(),
+                at_ms: 0,
+            });
+        }
+        i += n;
+        if cmds.len() >= 20 {
+            let tx = store.write()?;
+            for c in cmds.drain(..) {
+                write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
+            }
+            tx.commit()?;
+        }
+    }
+    let tx = store.write()?;
+    for c in cmds.drain(..) {
+        write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Counts the bytes of the frames of a snapshot stream (as a snapshot file holds them: each
+/// frame and its length) without keeping them.
+#[derive(Default)]
+struct CountBytes(u64);
+
+impl FrameSink for CountBytes {
+    fn frame(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0 += 4 + bytes.len() as u64;
+        Ok(())
+    }
+}
+
 pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1, "--queues must be at least 1");
     let tmp = tempfile_dir()?;
     let data = tmp.join("data");
     let t = Instant::now();
-    let db_used = {
-        let store = Store::open(&data.join("convoy.redb"))?;
-        let mut state = State::new(StateSettings::from_config(&SchedulerConfig::default()));
-        let set = JobSetName::new("bench").expect("valid");
-        let mut cmds = Vec::new();
-        for q in 0..args.queues {
-            cmds.push(Command::CreateQueue {
-                queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
-            });
-        }
-        if args.finished {
-            cmds.push(Command::UpsertExecutor { executor: executor(), nodes: vec![big_node()], at_ms: 0 });
-        }
-        let batch = args.batch.max(1);
-        let mut i = 0;
-        while i < args.jobs {
-            let n = batch.min(args.jobs - i);
-            let queue = QueueName::new(&format!("q{}", (i / batch) % args.queues)).expect("valid");
-            let jobs: Vec<NewJob> = (i..i + n).map(|i| new_job(i, args.finished)).collect();
-            let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-            cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
-            if args.finished {
-                cmds.extend(run_to_success(&ids, 0));
-            } else {
-                // Every other job ends (cancelled) so half the stored jobs are history.
-                let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
-                cmds.push(Command::Cancel {
-                    queue,
-                    job_set: set.clone(),
-                    job_ids: Some(ended),
-                    states: None,
-                    reason: "bench".into(),
-                    at_ms: 0,
-                });
-            }
-            i += n;
-            if cmds.len() >= 20 {
-                let tx = store.write()?;
-                for c in cmds.drain(..) {
-                    write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
-                }
-                tx.commit()?;
-            }
-        }
-        let tx = store.write()?;
-        for c in cmds.drain(..) {
-            write_changes(&tx, &state.apply(c, ApplyContext::default()).changes)?;
-        }
-        tx.commit()?;
-        // A Raft snapshot is an export of every state table (kept in raft.redb, and sent whole
-        // to a member that lags).
-        (used_bytes(&store)?, store.export()?.len())
-    };
-    let (db_used, snapshot_bytes) = db_used;
+    let workload = Workload { jobs: args.jobs, queues: args.queues, finished: args.finished, batch: args.batch };
+    populate_with(&data.join("convoy.redb"), &workload)?;
     let build_s = t.elapsed().as_secs_f64();
+    let (db_used, snapshot_bytes) = {
+        let store = Store::open(&data.join("convoy.redb"))?;
+        // A Raft snapshot holds every state table (a file in `snapshots/`, sent whole to a
+        // member that lags).
+        let mut count = CountBytes::default();
+        store.pin_export()?.write_rows(&mut count)?;
+        (used_bytes(&store)?, count.0)
+    };
     let db_bytes = std::fs::metadata(data.join("convoy.redb")).map(|m| m.len()).unwrap_or(0);
     let mb = |bytes: u64| (bytes as f64 / (1 << 20) as f64).round();
     // The jobs finished at time 0: a retention of a century keeps them while the server runs.

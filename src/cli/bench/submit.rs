@@ -32,9 +32,10 @@ fn item(i: u64) -> Value {
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 }
 
-/// Sends `total` requests from `clients` tasks; returns (wall time, sorted latencies, jobs acked).
-async fn drive(
-    url: &str,
+/// Sends `total` requests from `clients` tasks, client `c` to `urls[c % urls.len()]`; returns
+/// (wall time, sorted latencies, jobs acked).
+pub(super) async fn drive(
+    urls: &[String],
     clients: usize,
     total: u64,
     per_request: usize,
@@ -45,7 +46,7 @@ async fn drive(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), url.to_string());
+        let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), urls[c % urls.len()].clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             // One body per client, built once: the server is measured, not the client's JSON.
@@ -92,9 +93,11 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
 
         let batches = args.batched_jobs.div_ceil(args.batch as u64);
         let cpu0 = server.cpu_time();
-        let (bwall, blat, bjobs) = drive(&server.url, args.batch_clients, batches, args.batch).await?;
+        let (bwall, blat, bjobs) =
+            drive(std::slice::from_ref(&server.url), args.batch_clients, batches, args.batch).await?;
         let cpu1 = server.cpu_time();
-        let (swall, slat, sjobs) = drive(&server.url, args.single_clients, args.single_requests, 1).await?;
+        let (swall, slat, sjobs) =
+            drive(std::slice::from_ref(&server.url), args.single_clients, args.single_requests, 1).await?;
         let cpu2 = server.cpu_time();
         let us_per = |cpu: std::time::Duration, n: u64| (cpu.as_secs_f64() * 1e6 / n.max(1) as f64).round();
         let out = json!({

@@ -98,12 +98,16 @@ fn render(s: &ClusterStatus) -> String {
     };
     out.push_str(&format!("term {}, leader {leader}\n", s.term));
     out.push_str(&format!(
-        "seen from node {} ({}{}): last log index {}, applied {}\n",
+        "seen from node {} ({}{}): last log index {}, applied {}{}\n",
         s.id,
         s.state,
         if s.state == "Leader" && !s.serving { ", NOT serving: no recent majority" } else { "" },
         opt(s.last_log_index),
         opt(s.last_applied),
+        match s.snapshots_installed {
+            0 => String::new(),
+            n => format!(", {n} snapshot(s) installed since it started"),
+        },
     ));
     let rows: Vec<[String; 5]> = s
         .members
@@ -167,6 +171,7 @@ mod tests {
             purged_index: None,
             millis_since_quorum_ack: Some(40),
             leader_changes: 0,
+            snapshots_installed: 0,
             members: vec![member(1, true, None), member(2, true, Some(118)), member(4, false, Some(20))],
         };
         let text = render(&s);

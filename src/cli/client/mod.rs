@@ -14,16 +14,22 @@ mod watch;
 mod why;
 
 use clap::{Args, Subcommand};
+use std::path::PathBuf;
 
 /// Where the server is and who we are.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ClientArgs {
-    /// Server address (before the verb: `convoy --server URL jobs`).
+    /// Server address, or several of one cluster separated by commas (tried in turn when one
+    /// cannot be reached); before the verb: `convoy --server URL jobs`.
     #[arg(long, env = "CONVOY_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// Bearer token.
     #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// CA certificate (PEM) that signed an https:// server's certificate; when given, the only
+    /// one trusted (default: the operating system's trust store).
+    #[arg(long, env = "CONVOY_CA", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 }
 
 /// The client verbs.

@@ -4,7 +4,7 @@
 //! checks of the RPC routes.
 
 use super::test_state::QueueNames;
-use super::{install_crypto_provider, open_db};
+use super::{install_crypto_provider, open_db, snapshots};
 use crate::model::{Queue, QueueName};
 use crate::raft::network::{PROTOCOL_HEADER, PROTOCOL_VERSION};
 use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError, SECRET_HEADER};
@@ -56,7 +56,9 @@ async fn start_member(id: NodeId, listener: TcpListener, path: &Path) -> Member 
     let db = open_db(path).await;
     let state = QueueNames::open(db.clone()).expect("test state opens");
     let imports = state.imports.clone();
-    let node = RaftNode::start(id, addr.clone(), db.clone(), state, settings()).await.expect("raft node starts");
+    let node = RaftNode::start(id, addr.clone(), db.clone(), snapshots(path), state, settings())
+        .await
+        .expect("raft node starts");
     let router = node.router();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(async move {

@@ -1,6 +1,8 @@
-//! Tests of the `raft` module: openraft's storage conformance suite, restart, codec, and a
-//! three-node cluster over real HTTP.
+//! Tests of the `raft` module: openraft's storage conformance suite, restart, codec, snapshot
+//! files, and three-node clusters over real HTTP (one with the server's own state machine, caught
+//! up by snapshot).
 
+mod catch_up;
 mod cluster;
 mod storage;
 pub(crate) mod test_state;
@@ -24,4 +26,9 @@ pub(crate) async fn open_db(path: &std::path::Path) -> std::sync::Arc<redb::Data
             Err(e) => panic!("cannot open {}: {e}", path.display()),
         }
     }
+}
+
+/// The snapshot directory of the member whose database is at `db_path`.
+pub(crate) fn snapshots(db_path: &std::path::Path) -> std::path::PathBuf {
+    db_path.with_extension("snapshots")
 }

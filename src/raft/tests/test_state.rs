@@ -2,9 +2,8 @@
 //! other commands are refused. Applies commit with `Durability::None`, like the server's state.
 
 use crate::raft::io::io_err;
-use crate::raft::{
-    ApplyItem, ApplyPayload, ExportJob, LogId, ReplicatedState, SnapshotExport, SnapshotMeta, StoredMembership,
-};
+use crate::raft::{ApplyItem, ApplyPayload, LogId, ReplicatedState, SnapshotMeta, StateExport, StoredMembership};
+use crate::record::{FrameSink, FrameSource};
 use crate::state::{Command, Rejection, Response};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use std::io;
@@ -32,6 +31,8 @@ pub(crate) struct QueueNames {
     pub imports: Arc<AtomicUsize>,
     /// The trait methods that changed or exported state, in call order (shared with the test).
     pub calls: Arc<Mutex<Vec<&'static str>>>,
+    /// Refuse every snapshot as of another format (as after an upgrade of the state's format).
+    pub refuse_snapshots: bool,
 }
 
 impl QueueNames {
@@ -41,7 +42,12 @@ impl QueueNames {
         tx.open_table(QUEUES).map_err(io_err)?;
         tx.open_table(APPLIED).map_err(io_err)?;
         tx.commit().map_err(io_err)?;
-        Ok(Self { db, imports: Arc::new(AtomicUsize::new(0)), calls: Arc::new(Mutex::new(Vec::new())) })
+        Ok(Self {
+            db,
+            imports: Arc::new(AtomicUsize::new(0)),
+            calls: Arc::new(Mutex::new(Vec::new())),
+            refuse_snapshots: false,
+        })
     }
 
     /// The queue names stored in `db`, in order.
@@ -124,29 +130,34 @@ impl ReplicatedState for QueueNames {
         tx.commit().map_err(io_err)
     }
 
-    fn export(&mut self) -> io::Result<ExportJob> {
+    fn export(&mut self) -> io::Result<StateExport> {
         self.record("export");
         let tx = self.db.begin_read().map_err(io_err)?;
         let (last_applied, membership) = self.read_applied(&tx)?;
-        Ok(Box::new(move || {
-            let t = tx.open_table(QUEUES).map_err(io_err)?;
-            let mut names = Vec::new();
-            for item in t.iter().map_err(io_err)? {
-                names.push(item.map_err(io_err)?.0.value().to_string());
-            }
-            Ok(SnapshotExport { last_applied, membership, data: encode(&names)? })
-        }))
+        Ok(StateExport {
+            last_applied,
+            membership,
+            // One frame per queue name.
+            rows: Box::new(move |out: &mut dyn FrameSink| {
+                let t = tx.open_table(QUEUES).map_err(io_err)?;
+                for item in t.iter().map_err(io_err)? {
+                    out.frame(item.map_err(io_err)?.0.value().as_bytes())?;
+                }
+                Ok(())
+            }),
+        })
     }
 
-    fn import(&mut self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+    fn import(&mut self, meta: &SnapshotMeta, frames: &mut dyn FrameSource) -> io::Result<()> {
         self.record("import");
-        let names: Vec<String> = decode(data)?;
+        // A test state: one transaction, so a failure part-way commits nothing.
         let tx = self.db.begin_write().map_err(io_err)?;
         {
             let mut queues = tx.open_table(QUEUES).map_err(io_err)?;
             queues.retain(|_, _| false).map_err(io_err)?;
-            for n in &names {
-                queues.insert(n.as_str(), ()).map_err(io_err)?;
+            while let Some(frame) = frames.next_frame()? {
+                let name = std::str::from_utf8(frame).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                queues.insert(name, ()).map_err(io_err)?;
             }
             let mut applied = tx.open_table(APPLIED).map_err(io_err)?;
             applied.insert(KEY_LAST_APPLIED, encode(&meta.last_log_id)?.as_slice()).map_err(io_err)?;
@@ -155,5 +166,18 @@ impl ReplicatedState for QueueNames {
         tx.commit().map_err(io_err)?;
         self.imports.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Older test snapshots were the encoded list of names.
+    fn convert_legacy_snapshot(&self, data: &[u8], out: &mut dyn FrameSink) -> io::Result<()> {
+        let names: Vec<String> = decode(data)?;
+        for n in &names {
+            out.frame(n.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn reads_snapshot(&self, _frames: &mut dyn FrameSource) -> io::Result<bool> {
+        Ok(!self.refuse_snapshots)
     }
 }

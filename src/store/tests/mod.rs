@@ -1,4 +1,5 @@
-//! Storage tests: changes written and loaded back, queries, snapshots, migrations.
+//! Storage tests: changes written and loaded back, queries, migrations (snapshots and the digest:
+//! `snapshot_tests`).
 
 use super::*;
 use crate::model::{
@@ -10,11 +11,11 @@ use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
 use crate::store::tables::*;
 
-fn settings() -> StateSettings {
+pub(super) fn settings() -> StateSettings {
     StateSettings::from_config(&SchedulerConfig::default())
 }
 
-fn job(id: u128, client: Option<&str>) -> NewJob {
+pub(super) fn job(id: u128, client: Option<&str>) -> NewJob {
     NewJob {
         id: JobId::from_u128(id),
         client_id: client.map(str::to_string),
@@ -35,7 +36,7 @@ fn job(id: u128, client: Option<&str>) -> NewJob {
 }
 
 /// Applies commands to the state and writes their changes, like the server does.
-fn apply_all(store: &Store, state: &mut State, cmds: Vec<Command>) {
+pub(super) fn apply_all(store: &Store, state: &mut State, cmds: Vec<Command>) {
     let tx = store.write().unwrap();
     for c in cmds {
         let a = state.apply(c, ApplyContext { term: 1 });
@@ -44,7 +45,7 @@ fn apply_all(store: &Store, state: &mut State, cmds: Vec<Command>) {
     tx.commit().unwrap();
 }
 
-fn sample(store: &Store) -> State {
+pub(super) fn sample(store: &Store) -> State {
     let mut state = State::new(settings());
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
     let node = crate::record::NodeRecord::from(crate::model::Node {
@@ -161,50 +162,6 @@ fn queries_list_jobs_and_events() {
     assert!(e2.iter().all(|e| e.job_id == r2.id));
     assert_eq!(e2.len(), 3); // submitted, queued, leased
     assert!(store.payload(JobId::from_u128(2)).unwrap().is_some());
-}
-
-#[test]
-fn export_and_import_round_trip() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Store::open(&dir.path().join("a.redb")).unwrap();
-    let state = sample(&a);
-    let data = a.export().unwrap();
-    let b = Store::open(&dir.path().join("b.redb")).unwrap();
-    let tx = b.write().unwrap();
-    b.import_into(&tx, &data).unwrap();
-    tx.commit().unwrap();
-    let loaded = b.load_state(settings()).unwrap();
-    assert_eq!(loaded.jobs.len(), state.jobs.len());
-    assert_eq!(loaded.next_seq, state.next_seq);
-    assert_eq!(b.export().unwrap(), data);
-}
-
-#[test]
-fn pinned_export_ignores_later_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("a.redb")).unwrap();
-    let mut state = sample(&store);
-    let before = store.export().unwrap();
-    let view = store.pin_export().unwrap();
-    // Writes after pinning (the server keeps applying while a snapshot is copied).
-    let q = QueueName::new("A").unwrap();
-    apply_all(
-        &store,
-        &mut state,
-        vec![Command::Submit {
-            queue: q,
-            job_set: JobSetName::new("later").unwrap(),
-            at_ms: 9,
-            jobs: vec![job(7, None)],
-        }],
-    );
-    let tx = store.write().unwrap();
-    tx.open_table(META).unwrap().insert("raft_applied", b"later".as_slice()).unwrap();
-    tx.commit().unwrap();
-
-    assert_eq!(view.export().unwrap(), before, "the view exports the state as it was when pinned");
-    assert_eq!(view.raft_meta("raft_applied").unwrap(), None);
-    assert_ne!(store.export().unwrap(), before, "the later writes are in the store");
 }
 
 #[test]

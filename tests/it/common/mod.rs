@@ -3,6 +3,7 @@
 
 pub(crate) mod api;
 pub(crate) mod procs;
+pub(crate) mod tls;
 pub(crate) mod trio;
 pub(crate) mod wait;
 
@@ -73,6 +74,12 @@ impl Server {
         cmd.arg("server").arg("--config").arg(&cfg).env("NO_COLOR", "1");
         let (child, url) = procs::spawn_listening(cmd, &dir.join("server.log"));
         Server { child, dir: dir.to_path_buf(), _tmp: None, api: Api::new(url) }
+    }
+
+    /// The same server, talked to by a client that trusts only the CA in `ca` (an HTTPS server).
+    pub(crate) fn trusting(mut self, ca: &Path) -> Server {
+        self.api = Api { url: self.api.url.clone(), client: tls::client(ca) };
+        self
     }
 
     pub(crate) fn log(&self) -> String {

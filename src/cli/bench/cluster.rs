@@ -1,0 +1,284 @@
+//! `convoy bench cluster`: three servers on 127.0.0.1 as one Raft cluster. Submission throughput
+//! through all three (followers relay to the leader), then repeated failovers: SIGKILL of the
+//! leader, the time until the first acknowledged write and the first lease after it, and at the
+//! end a count of acknowledged jobs that were lost or duplicated.
+
+use super::harness::{BenchServer, config};
+use super::submit::{drive, tempfile_dir};
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Arguments of `convoy bench cluster`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ClusterArgs {
+    /// Jobs to submit in batches of 100 (8 clients spread over the three servers).
+    #[arg(long, default_value_t = 200_000)]
+    batched_jobs: u64,
+    /// Requests of one job each (16 clients spread over the three servers).
+    #[arg(long, default_value_t = 20_000)]
+    single_requests: u64,
+    /// Leader kills.
+    #[arg(long, default_value_t = 10)]
+    failovers: usize,
+}
+
+/// One member: its directory, configuration, URL and process.
+struct Member {
+    id: u64,
+    dir: PathBuf,
+    config: String,
+    url: String,
+    server: Option<BenchServer>,
+}
+
+impl Member {
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.server = Some(BenchServer::start(&self.dir, &self.config)?);
+        Ok(())
+    }
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `GET /v1/cluster` of `url`, if it answers.
+async fn status(http: &reqwest::Client, url: &str) -> Option<Value> {
+    let r = http.get(format!("{url}/v1/cluster")).timeout(Duration::from_millis(500)).send().await.ok()?;
+    r.json().await.ok()
+}
+
+/// Waits until every running member names the same serving leader; its id.
+async fn leader(http: &reqwest::Client, members: &[Member]) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders = HashSet::new();
+        let mut serving = false;
+        for m in members.iter().filter(|m| m.server.is_some()) {
+            let st = status(http, &m.url).await;
+            leaders.insert(st.as_ref().and_then(|s| s["leader"].as_u64()));
+            serving |= st.as_ref().is_some_and(|s| s["serving"] == true);
+        }
+        if leaders.len() == 1
+            && serving
+            && let Some(Some(l)) = leaders.into_iter().next()
+        {
+            return Ok(l);
+        }
+        if Instant::now() > deadline {
+            bail!("no leader within a minute");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A job with a client id that only nodes labelled `round=<round>` can run.
+fn job(client_id: &str, round: usize) -> Value {
+    json!({"client_id": client_id, "pod_spec": {"nodeSelector": {"round": round.to_string()}, "containers": [{
+        "name": "main", "image": "busybox", "command": ["true"],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
+}
+
+pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let tmp = tempfile_dir()?;
+        let ports = [free_port()?, free_port()?, free_port()?];
+        let peers: Vec<String> =
+            ports.iter().enumerate().map(|(i, p)| format!("{{ id = {}, addr = \"http://127.0.0.1:{p}\" }}", i + 1)).collect();
+        let mut members = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let id = i as u64 + 1;
+            let dir = tmp.join(format!("node-{id}"));
+            std::fs::create_dir_all(&dir)?;
+            let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{port}\"\nmax_jobs_per_request = 10000\n");
+            let config = config(&dir, &server).replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1)
+                + &format!("\n[cluster]\npeers = [{}]\n", peers.join(", "));
+            members.push(Member { id, dir, config, url: format!("http://127.0.0.1:{port}"), server: None });
+        }
+        for m in &mut members {
+            m.start()?;
+        }
+        let http = reqwest::Client::builder().build()?;
+        let first = leader(&http, &members).await?;
+        let urls: Vec<String> = members.iter().map(|m| m.url.clone()).collect();
+        let r = http.post(format!("{}/v1/queues", urls[0])).json(&json!({"name": "bench"})).send().await?;
+        anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
+
+        let (bwall, _, bjobs) = drive(&urls, 8, args.batched_jobs.div_ceil(100), 100).await?;
+        let (swall, _, sjobs) = drive(&urls, 16, args.single_requests, 1).await?;
+
+        let append_ms = append_mean_ms(&http, &members.iter().find(|m| m.id == first).context("leader")?.url).await;
+
+        let mut acked: HashMap<String, String> = HashMap::new();
+        let (mut to_write, mut to_lease) = (Vec::new(), Vec::new());
+        let mut current = first;
+        for round in 0..args.failovers {
+            // Jobs only this round's executor can take, queued before the kill.
+            let ids: Vec<String> = (0..5).map(|k| format!("r{round}-queued-{k}")).collect();
+            let body = json!({"queue": "bench", "job_set": "failover", "jobs": ids.iter().map(|c| job(c, round)).collect::<Vec<_>>()});
+            let r = http.post(format!("{}/v1/jobs", urls[0])).json(&body).send().await?;
+            anyhow::ensure!(r.status().is_success(), "queueing: {}", r.status());
+            let got: Value = r.json().await?;
+            for (c, j) in ids.iter().zip(got["job_ids"].as_array().context("job_ids")?) {
+                acked.insert(c.clone(), j.as_str().unwrap_or_default().to_string());
+            }
+
+            let victim = members.iter_mut().find(|m| m.id == current).context("leader is a member")?;
+            let killed = Instant::now();
+            if let Some(mut s) = victim.server.take() {
+                let _ = s.child.kill();
+                let _ = s.child.wait();
+            }
+            let survivors: Vec<String> = members.iter().filter(|m| m.server.is_some()).map(|m| m.url.clone()).collect();
+            let (write_ms, lease_ms) = tokio::join!(
+                first_write(&http, &survivors, round, killed, &mut acked),
+                first_lease(&http, &survivors, round, killed)
+            );
+            to_write.push(write_ms?);
+            to_lease.push(lease_ms?);
+            current = leader(&http, &members).await?;
+            members.iter_mut().find(|m| m.server.is_none()).context("the killed member")?.start()?;
+            leader(&http, &members).await?;
+        }
+
+        // Every acknowledged job is there once, on every member.
+        let (mut lost, mut duplicated) = (0u64, 0u64);
+        for url in &urls {
+            let jobs = list(&http, url).await?;
+            let mut seen: HashMap<&str, u32> = HashMap::new();
+            for cid in jobs.values() {
+                *seen.entry(cid.as_str()).or_default() += 1;
+            }
+            duplicated += seen.values().filter(|n| **n > 1).count() as u64;
+            lost += acked.iter().filter(|(c, j)| jobs.get(*j).map(String::as_str) != Some(c.as_str())).count() as u64;
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let out = json!({
+            "batched_jobs": bjobs,
+            "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
+            "single_requests": sjobs,
+            "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
+            "append_rtt_ms_mean": (append_ms * 100.0).round() / 100.0,
+            "failovers": args.failovers,
+            "kill_to_first_write_ms_median": med(&mut to_write).round(),
+            "kill_to_first_write_ms_max": max(&to_write).round(),
+            "kill_to_first_lease_ms_median": med(&mut to_lease).round(),
+            "kill_to_first_lease_ms_max": max(&to_lease).round(),
+            "acknowledged_checked": acked.len(),
+            "lost": lost,
+            "duplicated": duplicated,
+        });
+        println!("{out}");
+        drop(members);
+        let _ = std::fs::remove_dir_all(&tmp);
+        Ok(())
+    })
+}
+
+/// Submits one job at a time to the survivors, in turn, until one is acknowledged; ms since the
+/// kill. Retries reuse the client id, so a write that went through unacknowledged is not doubled.
+async fn first_write(
+    http: &reqwest::Client,
+    urls: &[String],
+    round: usize,
+    killed: Instant,
+    acked: &mut HashMap<String, String>,
+) -> anyhow::Result<f64> {
+    let cid = format!("r{round}-probe");
+    let body = json!({"queue": "bench", "job_set": "failover", "jobs": [job(&cid, usize::MAX)]});
+    for attempt in 0.. {
+        let url = &urls[attempt % urls.len()];
+        let r = http.post(format!("{url}/v1/jobs")).json(&body).timeout(Duration::from_secs(2)).send().await;
+        if let Ok(r) = r
+            && r.status().is_success()
+        {
+            let ms = killed.elapsed().as_secs_f64() * 1000.0;
+            let v: Value = r.json().await?;
+            acked.insert(cid, v["job_ids"][0].as_str().unwrap_or_default().to_string());
+            return Ok(ms);
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("no write acknowledged within a minute of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    unreachable!("the loop only ends by returning")
+}
+
+/// Polls for leases as this round's executor (one node labelled `round=<round>`) on the
+/// survivors, in turn, until one comes; ms since the kill.
+async fn first_lease(http: &reqwest::Client, urls: &[String], round: usize, killed: Instant) -> anyhow::Result<f64> {
+    let node = json!({"name": format!("n{round}"), "labels": {"round": round.to_string()},
+        "allocatable": {"cpu": "64", "memory": "256Gi"}});
+    let body = json!({"nodes": [node], "runs": [], "wait_seconds": 1});
+    for attempt in 0.. {
+        let url = &urls[attempt % urls.len()];
+        let r = http
+            .post(format!("{url}/v1/executors/bench-{round}/lease"))
+            .json(&body)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        if let Ok(r) = r
+            && r.status().is_success()
+        {
+            let v: Value = r.json().await?;
+            if v["leases"].as_array().is_some_and(|l| !l.is_empty()) {
+                return Ok(killed.elapsed().as_secs_f64() * 1000.0);
+            }
+            continue;
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("no lease within a minute of the kill");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    unreachable!("the loop only ends by returning")
+}
+
+/// Every job of the bench queue that has a client id, after a linearizable read: id → client id.
+async fn list(http: &reqwest::Client, url: &str) -> anyhow::Result<HashMap<String, String>> {
+    let mut out = HashMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut path = format!("{url}/v1/jobs?queue=bench&job_set=failover&limit=1000&consistent=true");
+        if let Some(a) = &after {
+            path.push_str(&format!("&after={a}"));
+        }
+        let v: Value = http.get(&path).send().await?.json().await?;
+        for j in v["jobs"].as_array().context("jobs")? {
+            if let (Some(id), Some(c)) = (j["id"].as_str(), j["client_id"].as_str()) {
+                out.insert(id.to_string(), c.to_string());
+            }
+        }
+        match v["next"].as_str() {
+            Some(n) => after = Some(n.to_string()),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Mean time of the leader's append RPCs so far (follower's fsync included), from its metrics.
+async fn append_mean_ms(http: &reqwest::Client, url: &str) -> f64 {
+    let Ok(r) = http.get(format!("{url}/metrics")).send().await else { return 0.0 };
+    let text = r.text().await.unwrap_or_default();
+    let sum_of = |suffix: &str| -> f64 {
+        text.lines()
+            .filter(|l| {
+                l.starts_with(&format!("convoy_raft_peer_rpc_seconds_{suffix}")) && l.contains("rpc=\"append\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let (sum, count) = (sum_of("sum"), sum_of("count"));
+    if count > 0.0 { sum / count * 1000.0 } else { 0.0 }
+}

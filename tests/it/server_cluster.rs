@@ -1,0 +1,66 @@
+//! Three `convoy server` processes formed from `[cluster] peers` (the `Trio` harness): one is
+//! killed (-9) while 20,000 jobs are submitted through the leader and the logs are purged behind
+//! snapshots; it restarts, can only catch up by installing a snapshot, and then all three answer
+//! the same state digest (`GET /v1/cluster/digest`) at the same applied index.
+
+use crate::common::Api;
+use crate::common::trio::{Trio, status};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+async fn digest(api: &Api) -> Value {
+    let (s, v) = api.get("/v1/cluster/digest").await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_member_catches_up_by_snapshot_and_the_digests_agree() {
+    // Small snapshot intervals, so that a few hundred writes purge the log.
+    let mut trio = Trio::start_opts(3, false, "snapshot_every_entries = 200\nlog_entries_kept = 50").await;
+    let leader = trio.leader().await;
+    trio.api(leader).create_queue("q").await;
+
+    // --- a follower dies; 20,000 jobs go in through the leader, 40 per request.
+    let down = if leader == 1 { 2 } else { 1 };
+    let down_last = status(trio.api(down)).await.and_then(|s| s["last_log_index"].as_u64()).unwrap_or(0);
+    trio.member(down).kill9();
+    let mut last_ids = Vec::new();
+    for batch in 0..500 {
+        let jobs: Vec<Value> = (0..40)
+            .map(|i| json!({"client_id": format!("c-{batch}-{i}"), "pod_spec": crate::common::pod("10m", "true")}))
+            .collect();
+        last_ids = trio.api(leader).submit("q", &format!("set-{}", batch % 10), jobs).await;
+        assert_eq!(last_ids.len(), 40);
+    }
+    let purged = status(trio.api(leader)).await.and_then(|s| s["purged_index"].as_u64()).unwrap_or(0);
+    assert!(purged > down_last, "the leader purged its log past the dead member ({purged} <= {down_last})");
+
+    // --- it comes back and installs a snapshot; then every member holds the same state.
+    trio.member(down).start();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let digests = loop {
+        let mut d = Vec::new();
+        for id in 1..=3 {
+            d.push(digest(trio.api(id)).await);
+        }
+        let same_index = d.iter().all(|x| x["applied_index"] == d[0]["applied_index"]);
+        if same_index && d.iter().all(|x| x["digest"] == d[0]["digest"]) {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "the members never agreed: {d:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(digests[0]["applied_index"].as_u64().unwrap_or(0) > purged);
+    assert_eq!(digests[0]["digest"].as_str().map(str::len), Some(64));
+    let back = trio.api(down);
+    let s = status(back).await.expect("status");
+    assert!(s["snapshots_installed"].as_u64() >= Some(1), "{s}");
+    assert!(trio.member(down).log().contains("raft snapshot installed"));
+    // It serves what was written while it was down.
+    let back = trio.api(down);
+    assert_eq!(back.count_jobs("queue=q&job_set=set-3&limit=1000").await, 1000);
+    for id in &last_ids {
+        assert_eq!(back.job(id).await["state"], "queued", "{id}");
+    }
+}
