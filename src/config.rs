@@ -149,8 +149,8 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             peers: vec![],
-            heartbeat_interval: Duration::from_millis(150),
-            election_timeout: Duration::from_millis(600),
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(400),
             snapshot_every_entries: 10_000,
             log_entries_kept: 1_000,
             // See `RaftSettings::install_snapshot_timeout`: 1M jobs install in ~7 s on 2 cores.
@@ -546,7 +546,7 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
             ),
             (
                 "[server]\nexecutor_timeout = \"30s\"\n".to_string(),
-                "f: server.executor_timeout: must be above server.max_lease_wait plus two elections (32s 400ms)",
+                "f: server.executor_timeout: must be above server.max_lease_wait plus two elections (31s 600ms)",
             ),
         ];
         for (text, want) in cases {

@@ -16,6 +16,7 @@
 
 pub(crate) mod acked;
 pub mod bootstrap;
+pub mod failover;
 pub mod identity;
 pub(crate) mod io;
 pub mod log_store;
@@ -239,6 +240,8 @@ pub struct RaftNode {
     quorum_lease: Duration,
     /// When a majority last acknowledged this node as leader (see [`watch_metrics`]).
     quorum_ack: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// When a leader's append last arrived (see [`failover`]).
+    contact: failover::LeaderContact,
     flushed: watch::Receiver<u64>,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
@@ -325,11 +328,19 @@ impl RaftNode {
             // one can be elected even when the last acknowledgement it counts came late.
             quorum_lease: settings.election_timeout_min.saturating_sub(settings.heartbeat_interval),
             quorum_ack: Arc::new(std::sync::Mutex::new(None)),
+            contact: failover::LeaderContact::default(),
             flushed,
             forming: Arc::new(std::sync::Mutex::new(None)),
             installed,
             _runtime: runtime,
         };
+        tokio::spawn(failover::watch(
+            node.raft.clone(),
+            node_id,
+            node.contact.clone(),
+            settings.election_timeout_max,
+            settings.heartbeat_interval,
+        ));
         tokio::spawn(watch_metrics(node.raft.metrics(), node.quorum_ack.clone(), node.network.stats()));
         let initialized = node.raft.is_initialized().await?;
         let single = settings.bootstrap == Bootstrap::Single;
@@ -388,7 +399,7 @@ impl RaftNode {
 
     /// The peer RPC routes for this node, guarded by the configured cluster secret.
     pub fn router(&self) -> axum::Router {
-        raft_router(self.raft.clone(), self.identity.clone(), self.secret.clone())
+        raft_router(self.raft.clone(), self.identity.clone(), self.contact.clone(), self.secret.clone())
     }
 
     /// Peer RPC latency and failures, and leader changes.

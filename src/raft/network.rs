@@ -12,6 +12,7 @@
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
 use super::acked::{Acked, LostEntries};
+use super::failover::LeaderContact;
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
@@ -172,8 +173,26 @@ impl NetworkFactory {
 
     /// Asks peer `target` at `addr` whether it is part of a cluster yet.
     pub async fn peer_status(&self, target: NodeId, addr: &str) -> Result<PeerStatus, PeerCallError> {
+        self.call_json(reqwest::Method::GET, addr, "/raft/status", target).await
+    }
+
+    /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
+    /// the index of the last entry it had applied, which includes every committed write.
+    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
+        let answer: ReadIndex = self.call_json(reqwest::Method::POST, addr, "/raft/read-index", target).await?;
+        Ok(answer.index)
+    }
+
+    /// A bodiless request to a peer's JSON route, its answer decoded.
+    async fn call_json<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        addr: &str,
+        path: &str,
+        target: NodeId,
+    ) -> Result<T, PeerCallError> {
         let response = self
-            .request(reqwest::Method::GET, addr, "/raft/status", target)
+            .request(method, addr, path, target)
             .timeout(PEER_CALL_TIMEOUT)
             .send()
             .await
@@ -185,25 +204,6 @@ impl NetworkFactory {
         }
         serde_json::from_slice(&body)
             .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
-    }
-
-    /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
-    /// the index of the last entry it had applied, which includes every committed write.
-    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
-        let response = self
-            .request(reqwest::Method::POST, addr, "/raft/read-index", target)
-            .timeout(PEER_CALL_TIMEOUT)
-            .send()
-            .await
-            .map_err(PeerCallError::Http)?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(PeerCallError::Http)?;
-        if !status.is_success() {
-            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
-        }
-        let answer: ReadIndex = serde_json::from_slice(&body)
-            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })?;
-        Ok(answer.index)
     }
 
     /// Gives peer `target` at `addr` the id of the cluster it is about to be a founding member of.
@@ -451,13 +451,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 struct ServerState {
     raft: Raft,
     identity: Identity,
+    contact: LeaderContact,
 }
 
 /// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`, and for forming a
 /// cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
 /// `x-convoy-cluster-secret` header get 401 before their body is read; requests of another
 /// protocol version get 400, and requests meant for another node or from another cluster 409.
-pub fn raft_router(raft: Raft, identity: Identity, secret: Option<String>) -> Router {
+pub fn raft_router(raft: Raft, identity: Identity, contact: LeaderContact, secret: Option<String>) -> Router {
     let routes = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -468,7 +469,7 @@ pub fn raft_router(raft: Raft, identity: Identity, secret: Option<String>) -> Ro
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
         .layer(axum::middleware::from_fn_with_state(identity.clone(), check_identity))
         .layer(axum::middleware::from_fn(check_protocol))
-        .with_state(ServerState { raft, identity });
+        .with_state(ServerState { raft, identity, contact });
     match secret {
         Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
         None => routes,
@@ -619,7 +620,10 @@ fn answer<T: Serialize>(what: &str, result: &T) -> Response {
 
 async fn append(State(s): State<ServerState>, body: Bytes) -> Response {
     match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
-        Ok(req) => answer("append", &s.raft.append_entries(req).await),
+        Ok(req) => {
+            s.contact.heard();
+            answer("append", &s.raft.append_entries(req).await)
+        }
         Err(e) => bad_request("append", e),
     }
 }

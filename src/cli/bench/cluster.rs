@@ -23,6 +23,12 @@ pub(crate) struct ClusterArgs {
     /// Leader kills.
     #[arg(long, default_value_t = 10)]
     failovers: usize,
+    /// `cluster.heartbeat_interval` of the servers (default: the configuration's default).
+    #[arg(long)]
+    heartbeat_interval: Option<String>,
+    /// `cluster.election_timeout` of the servers (default: the configuration's default).
+    #[arg(long)]
+    election_timeout: Option<String>,
 }
 
 /// One member: its directory, configuration, URL and process.
@@ -97,7 +103,9 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
             std::fs::create_dir_all(&dir)?;
             let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{port}\"\nmax_jobs_per_request = 10000\n");
             let config = config(&dir, &server).replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1)
-                + &format!("\n[cluster]\npeers = [{}]\n", peers.join(", "));
+                + &format!("\n[cluster]\npeers = [{}]\n", peers.join(", "))
+                + &args.heartbeat_interval.as_ref().map(|h| format!("heartbeat_interval = \"{h}\"\n")).unwrap_or_default()
+                + &args.election_timeout.as_ref().map(|e| format!("election_timeout = \"{e}\"\n")).unwrap_or_default();
             members.push(Member { id, dir, config, url: format!("http://127.0.0.1:{port}"), server: None });
         }
         for m in &mut members {

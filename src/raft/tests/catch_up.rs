@@ -3,6 +3,7 @@
 //! the others purge their logs behind snapshots, the member returns and catches up by installing
 //! a snapshot file, and all three end with the same state digest at the same applied index.
 
+use super::eventually;
 use super::{install_crypto_provider, open_db};
 use crate::control::Notifier;
 use crate::model::{
@@ -19,8 +20,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 /// Bound on every wait: generous for a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(60);
@@ -50,8 +49,7 @@ struct Member {
     store: Store,
     state: Arc<RwLock<crate::state::State>>,
     node: RaftNode,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<()>,
+    serving: super::Serving,
 }
 
 /// Opens the store at `path`, waiting while the previous run of the member still holds it.
@@ -77,47 +75,17 @@ async fn start_member(id: NodeId, listener: TcpListener, dir: &Path) -> Member {
     let node = RaftNode::start(id, addr.clone(), log, dir.join("snapshots"), machine, settings())
         .await
         .expect("raft node starts");
-    let router = node.router();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %e, "test raft server failed");
-        }
-    });
-    Member { id, addr, dir: dir.to_path_buf(), store, state, node, stop, server }
+    let serving = super::serve(listener, node.router());
+    Member { id, addr, dir: dir.to_path_buf(), store, state, node, serving }
 }
 
 async fn stop_member(m: Member) -> (NodeId, String, PathBuf) {
-    m.node.shutdown().await.expect("raft shuts down");
-    let _ = m.stop.send(());
-    let mut server = m.server;
-    if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
-        server.abort();
-        let _ = server.await;
-    }
+    m.serving.stop(&m.node).await;
     (m.id, m.addr, m.dir)
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 async fn leader_of<'a>(members: &[&'a Member]) -> &'a Member {
-    eventually("a leader", || async { members.iter().copied().find(|m| m.node.is_leader()) }).await
+    eventually("a leader", WAIT, || async { members.iter().copied().find(|m| m.node.is_leader()) }).await
 }
 
 async fn write(members: &[&Member], cmd: Command) -> Response {
@@ -212,12 +180,13 @@ async fn a_member_that_was_down_catches_up_by_snapshot_and_all_digests_agree() {
         .expect("the leader purges behind its snapshots");
     // One snapshot file at a time (a build in progress may briefly add its own).
     let dir = leader.dir.join("snapshots");
-    eventually("one snapshot file", || async { (std::fs::read_dir(&dir).unwrap().count() == 1).then_some(()) }).await;
+    eventually("one snapshot file", WAIT, || async { (std::fs::read_dir(&dir).unwrap().count() == 1).then_some(()) })
+        .await;
 
     // --- it comes back on its address, and can only catch up by snapshot.
     let (id, addr, dir) = stopped;
     let port = addr.trim_start_matches("http://").to_string();
-    let listener = eventually("the old port", || async { TcpListener::bind(&port).await.ok() }).await;
+    let listener = eventually("the old port", WAIT, || async { TcpListener::bind(&port).await.ok() }).await;
     members.push(start_member(id, listener, &dir).await);
     let all: Vec<&Member> = members.iter().collect();
     // One more write, so that every member has something after the snapshot to apply.

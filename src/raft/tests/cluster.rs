@@ -3,6 +3,7 @@
 //! snapshot after the others purged their logs. Also the cluster-secret and protocol-version
 //! checks of the RPC routes.
 
+use super::eventually;
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db, snapshots};
 use crate::model::{Queue, QueueName};
@@ -11,15 +12,12 @@ use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError, SECRET_HEA
 use crate::state::{Command, Response};
 use redb::Database;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 const SECRET: &str = "test-cluster-secret";
 /// Bound on every wait of the test: generous for a loaded 2-core machine; normally far shorter.
@@ -47,8 +45,7 @@ struct Member {
     db: Arc<Database>,
     node: RaftNode,
     imports: Arc<AtomicUsize>,
-    stop: oneshot::Sender<()>,
-    server: JoinHandle<()>,
+    serving: super::Serving,
 }
 
 async fn start_member(id: NodeId, listener: TcpListener, path: &Path) -> Member {
@@ -59,51 +56,20 @@ async fn start_member(id: NodeId, listener: TcpListener, path: &Path) -> Member 
     let node = RaftNode::start(id, addr.clone(), db.clone(), snapshots(path), state, settings())
         .await
         .expect("raft node starts");
-    let router = node.router();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
-            tracing::error!(error = %e, "test raft server failed");
-        }
-    });
-    Member { id, addr, path: path.to_path_buf(), db, node, imports, stop, server }
+    let serving = super::serve(listener, node.router());
+    Member { id, addr, path: path.to_path_buf(), db, node, imports, serving }
 }
 
 /// Stops a member as a crash would look to its peers: Raft stops, its port closes. Returns what
 /// is needed to start it again.
 async fn stop_member(m: Member) -> (NodeId, String, PathBuf) {
-    m.node.shutdown().await.expect("raft shuts down");
-    let _ = m.stop.send(());
-    let mut server = m.server;
-    if tokio::time::timeout(Duration::from_secs(5), &mut server).await.is_err() {
-        server.abort();
-        let _ = server.await;
-    }
+    m.serving.stop(&m.node).await;
     (m.id, m.addr, m.path)
-}
-
-/// Waits for `f` to return `Some`, polling.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// The leader all `members` agree on.
 async fn agreed_leader(members: &[&Member]) -> NodeId {
-    eventually("a leader all members agree on", || async {
+    eventually("a leader all members agree on", WAIT, || async {
         let leaders: Vec<_> = members.iter().map(|m| m.node.leader().map(|(id, _)| id)).collect();
         let first = leaders[0]?;
         let leader = members.iter().find(|m| m.id == first)?;
@@ -224,7 +190,8 @@ async fn three_members_elect_replicate_fail_over_and_catch_up() {
     // --- the old leader comes back on its address and catches up by snapshot.
     let (id, addr, path) = old_leader;
     let port_addr = addr.trim_start_matches("http://").to_string();
-    let listener = eventually("the old port to be free", || async { TcpListener::bind(&port_addr).await.ok() }).await;
+    let listener =
+        eventually("the old port to be free", WAIT, || async { TcpListener::bind(&port_addr).await.ok() }).await;
     let back = start_member(id, listener, &path).await;
     wait_applied(&back, last).await;
     assert_eq!(QueueNames::names(&back.db).unwrap(), names(0..35));
