@@ -7,6 +7,7 @@
 
 pub mod v0001_initial;
 pub mod v0002_event_chunks;
+pub mod v0003_finished_index;
 
 /// A migration step.
 pub struct Migration {
@@ -22,4 +23,5 @@ pub struct Migration {
 pub const ALL: &[Migration] = &[
     Migration { version: 1, name: "initial schema", run: v0001_initial::run },
     Migration { version: 2, name: "events in chunks", run: v0002_event_chunks::run },
+    Migration { version: 3, name: "finished jobs indexed by finish time", run: v0003_finished_index::run },
 ];

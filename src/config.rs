@@ -78,6 +78,10 @@ pub struct ServerConfig {
     pub write_timeout: Duration,
     /// Size of the database's page cache, in MiB.
     pub db_cache_mb: usize,
+    /// How long a finished job is kept (record, runs, output, events, client id) before it is
+    /// deleted. At least 1s; there is no "keep for ever".
+    #[serde(with = "serde_text")]
+    pub job_retention: Duration,
     /// Log as JSON lines instead of text.
     pub log_json: bool,
     /// Serve plain HTTP on a listen address other than loopback, without `[tls]`. Insecure:
@@ -103,6 +107,7 @@ impl Default for ServerConfig {
             max_lease_wait: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
             db_cache_mb: 256,
+            job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
             plain_http: false,
         }
@@ -463,6 +468,14 @@ impl Config {
         if s.db_cache_mb < 16 {
             return Err(FieldError::new("server.db_cache_mb", "must be at least 16"));
         }
+        // Finished jobs must go some time: without retention the database grows for ever. Below
+        // a second is a typo (a number of seconds read as milliseconds, or a missing unit).
+        if s.job_retention < Duration::from_secs(1) {
+            return Err(FieldError::new(
+                "server.job_retention",
+                "must be at least 1s (finished jobs are always deleted after it; e.g. \"7d\")",
+            ));
+        }
         if s.node_id == 0 {
             return Err(FieldError::new("server.node_id", "must be at least 1"));
         }
@@ -613,6 +626,10 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
         assert!(e.contains("scheduler.node_eviction_probability"), "{e}");
         let e = Config::parse("", "f").unwrap_err().to_string();
         assert!(e.contains("auth.tokens"), "{e}");
+        let e = Config::parse("[server]\njob_retention = 0\n[auth]\nenabled = false\n", "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: server.job_retention: must be at least 1s"), "{e}");
+        let c = Config::parse("[server]\njob_retention = \"36h\"\n[auth]\nenabled = false\n", "f").unwrap();
+        assert_eq!(c.server.job_retention, Duration::from_secs(36 * 3600));
         let e = Config::parse("[server]\nmax_lease_wait = \"a while\"\n", "f").unwrap_err().to_string();
         assert!(e.starts_with("f: server.max_lease_wait: duration \"a while\" is invalid"), "{e}");
     }

@@ -10,6 +10,7 @@ use crate::model::api::{
     CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView,
     SubmitRequest, SubmitResponse,
 };
+use crate::model::duration::format_duration;
 use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources};
 use crate::state::{Command, NewJob, Response};
 use crate::store::JobFilter;
@@ -35,7 +36,8 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
 /// Submit jobs
 ///
 /// All or nothing: every job is checked before any is stored. Jobs with a `client_id` already
-/// used in the queue answer the existing job's id.
+/// used in the queue answer the existing job's id, while that job is kept (`job_retention` after
+/// it finished, the `client_id` is free again).
 #[utoipa::path(
     post,
     path = "/v1/jobs",
@@ -289,6 +291,15 @@ fn job_view(app: &Control, r: &Job) -> JobView {
     }
 }
 
+/// The 404 of a job the store does not hold: it never existed, or it finished longer than
+/// `job_retention` ago and was deleted (the two cannot be told apart any more).
+fn no_such_job(app: &Control, id: JobId) -> ApiError {
+    ApiError::not_found(format!(
+        "job {id} does not exist (finished jobs are deleted after server.job_retention = {})",
+        format_duration(app.config.server.job_retention)
+    ))
+}
+
 fn job_id(s: &str) -> Result<JobId, ApiError> {
     s.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("id", e.to_string()))
 }
@@ -307,7 +318,7 @@ fn job_id(s: &str) -> Result<JobId, ApiError> {
         (status = 200, description = "The job, with `events` and `pod_spec`", body = JobView),
         (status = 400, description = "The id is not a ULID", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job: never submitted, or finished longer than `job_retention` ago and deleted", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -326,7 +337,7 @@ pub async fn get(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let Some((r, events, payload)) = found else { return Err(ApiError::not_found(format!("job {id} does not exist"))) };
+    let Some((r, events, payload)) = found else { return Err(no_such_job(&app, id)) };
     let mut v = job_view(&app, &r);
     v.events = Some(events.iter().map(event_view).collect());
     v.pod_spec = payload.and_then(|p| serde_json::from_str(&p.pod_spec).ok());
@@ -431,7 +442,7 @@ pub async fn logs(
     Path(id): Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
-    let r = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
+    let r = app.store.job(id)?.ok_or_else(|| no_such_job(&app, id))?;
     let tail = r.runs.iter().rev().find_map(|run| run.log_tail.clone());
     match tail {
         Some(t) => Ok(axum::response::IntoResponse::into_response((

@@ -55,7 +55,9 @@ pub struct SubmitItem {
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub ingresses: Vec<Box<serde_json::value::RawValue>>,
-    /// Resubmitting with the same client id (within the queue) returns the same job id.
+    /// Resubmitting with the same client id (within the queue) returns the same job id, for as
+    /// long as that job is kept (until `job_retention` after it finished; then the client id may
+    /// name a new job).
     #[serde(default)]
     pub client_id: Option<String>,
 }

@@ -2,7 +2,9 @@
 //! committed log id, the last purged log id and the log format version in `raft_meta`.
 //!
 //! The file carries its format version ([`LOG_FORMAT_VERSION`]); a log written by a newer Convoy
-//! is refused when opened.
+//! is refused when opened, and an older one is marked with today's version (every older entry
+//! reads as an entry of today's format; a format 1 log's inline snapshot is converted by the
+//! state machine adapter).
 //!
 //! The log has a redb file of its own (the state is in another). Every write that Raft relies on
 //! for safety (vote, appended entries, truncation, purge) commits with `Durability::Immediate`,

@@ -57,7 +57,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///
 /// - 1: snapshots were the state's inline snapshot record.
 /// - 2: snapshots are snapshot files (the log entries did not change).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// - 3: log format 3 (purges of finished jobs, which a server of version 2 cannot decode) and
+///   snapshots of state schema 3 (with the `finished` index).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -119,6 +119,15 @@ pub trait ReplicatedState: Send + Sync + 'static {
         let _ = (data, out);
         Err(io::Error::new(io::ErrorKind::Unsupported, "this state cannot read snapshots of older releases"))
     }
+
+    /// Whether [`import`](Self::import) takes the snapshot whose frames these are, judging by its
+    /// first frames (e.g. a version they carry). At start-up, a current snapshot this state would
+    /// refuse (written before an upgrade changed the state's format) is built again from the
+    /// state, or a member catching up would be sent one it cannot install. The default takes all.
+    fn reads_snapshot(&self, frames: &mut dyn FrameSource) -> io::Result<bool> {
+        let _ = frames;
+        Ok(true)
+    }
 }
 
 /// openraft's state machine over a [`ReplicatedState`].
@@ -147,11 +156,12 @@ impl<S: ReplicatedState> StateMachine<S> {
     /// Wraps `state`, with its snapshot files in `snapshot_dir` and the table naming the current
     /// one in `db` (the server's log database). Converts a snapshot an older release kept inline
     /// in `db`, and cleans up after snapshot writes a crash interrupted.
-    pub fn new(db: Arc<Database>, snapshot_dir: PathBuf, state: S) -> io::Result<Self> {
+    pub fn new(db: Arc<Database>, snapshot_dir: PathBuf, mut state: S) -> io::Result<Self> {
         let snapshots = SnapshotDir::open(db, snapshot_dir)?;
         convert_legacy(&snapshots, &state)?;
         let (applied, _) = state.applied_state()?;
         snapshots.recover(applied)?;
+        rebuild_stale(&snapshots, &mut state)?;
         Ok(Self {
             shared: Shared { state: Arc::new(Mutex::new(state)), snapshots, installed: Arc::new(AtomicU64::new(0)) },
         })
@@ -192,6 +202,34 @@ fn convert_legacy<S: ReplicatedState>(snapshots: &SnapshotDir, state: &S) -> io:
             snapshots.forget()?;
         }
     }
+    Ok(())
+}
+
+/// Builds the current snapshot again from the state if the state would not install it (see
+/// [`ReplicatedState::reads_snapshot`]). The state has applied at least what the old snapshot
+/// holds, so the new one covers every entry the log has purged.
+fn rebuild_stale<S: ReplicatedState>(snapshots: &SnapshotDir, state: &mut S) -> io::Result<()> {
+    let Some(current) = snapshots.current()? else { return Ok(()) };
+    let readable = match SnapshotReader::open(&snapshots.path(&current.name)) {
+        Ok(mut reader) => state.reads_snapshot(&mut reader)?,
+        Err(_) => false,
+    };
+    if readable {
+        return Ok(());
+    }
+    state.make_durable()?;
+    let export = state.export()?;
+    let meta = SnapshotMeta {
+        snapshot_id: snapshot_id(export.last_applied.as_ref()),
+        last_log_id: export.last_applied,
+        last_membership: export.membership,
+    };
+    let (name, done) = write_snapshot(snapshots, &meta, export.rows)?;
+    snapshots.record(&meta, &name, done.bytes)?;
+    tracing::info!(
+        old_snapshot_id = %current.meta.snapshot_id, snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id,
+        bytes = done.bytes, "the raft snapshot was of an older state format; built it again from the state"
+    );
     Ok(())
 }
 

@@ -9,7 +9,9 @@ use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, Priority
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 1 (the variant order is the format).
+/// A change to the replicated state. Format: log format 2 (the variant order is the format; log
+/// format 1 is the same list without [`Command::PurgeFinished`], so every format 1 command
+/// decodes, and encodes back, unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -130,6 +132,23 @@ pub enum Command {
         /// Most runs a job may have.
         max_attempted_runs: u32,
     },
+    /// Deletes finished jobs whose retention ran out: their records (with their runs), payloads,
+    /// events, index rows, and the client ids naming them. Log format 2.
+    ///
+    /// The leader names the jobs, read from its `finished` index (finish time, then id), because
+    /// finished jobs live only on disk and applying reads only memory. `purges` makes the list
+    /// safe to apply anywhere: it is refused unless exactly `purges` purges were applied before
+    /// it, so every job it names is still stored (only a purge removes a finished job, and a
+    /// finished job never changes again).
+    PurgeFinished {
+        /// Purges applied when the leader read the jobs.
+        purges: u64,
+        /// The cutoff the leader used (its clock minus `job_retention`, ms since the epoch): a job
+        /// named here that finished at or after it is kept.
+        before_ms: i64,
+        /// The jobs, in the order of the `finished` index.
+        jobs: Vec<PurgeTarget>,
+    },
 }
 
 /// A job as the leader proposes it: validated, id chosen. Format: log format 1.
@@ -217,4 +236,20 @@ pub struct RunReport {
     pub message: Option<String>,
     /// Last lines of output, with the final event.
     pub log_tail: Option<String>,
+}
+
+/// A finished job named by [`Command::PurgeFinished`], with what deleting it needs from its
+/// record (which applying cannot read: it is on disk only). Format: log format 2.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeTarget {
+    /// The job.
+    pub job_id: JobId,
+    /// When it finished (ms since the epoch): its key in the `finished` index.
+    pub finished_ms: i64,
+    /// Its queue.
+    pub queue: QueueName,
+    /// Its job set.
+    pub job_set: JobSetName,
+    /// Its idempotency key, freed with it unless it names another job by now.
+    pub client_id: Option<String>,
 }

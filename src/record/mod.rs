@@ -18,6 +18,13 @@
 //!   reads the old bytes with its own frozen copy of the old types, and adds fixtures under
 //!   `tests/fixtures/formats/` beside the old ones, which stay. The golden tests in `tests.rs`
 //!   decode every fixture and encode it back byte for byte.
+//! - An addition that leaves every old record byte-identical (a variant at the end of an enum, a
+//!   new table) bumps the version that governs it all the same: an older binary cannot read what the
+//!   newer one writes, and with the bump it refuses it by its version, naming it, instead of
+//!   failing on the first record it cannot decode. Such a step converts nothing (today's types
+//!   read the old bytes, as the golden tests of the old fixtures keep checking); only the version
+//!   mark is raised. A format names the version that introduced it and holds in later versions
+//!   unless a later one says otherwise.
 
 pub mod codec;
 pub mod command;
@@ -31,7 +38,7 @@ pub mod raft;
 pub mod snapshot;
 
 pub use codec::{CodecError, decode, encode};
-pub use command::{Command, JobVerdict, NewJob, NewLease, RunReport, RunReportKind};
+pub use command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{ExecutorRecord, NodeRecord};
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
@@ -42,7 +49,13 @@ pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 
 /// Version of the state database (`convoy.redb`): its tables, key encodings and row records, and
 /// the snapshots made of it.
-pub const STATE_SCHEMA_VERSION: u32 = 2;
+///
+/// 3 adds the `finished` index (finish time and id of every job that left memory, for
+/// `job_retention`) and the `purges` and `max_job_id` meta rows; snapshots carry the index
+/// ([`SnapshotRowRecord::Finished`]). Version 2's rows are unchanged. Migration 3 builds the index
+/// for the finished jobs of a version 2 database, and an inline snapshot of schema 2 is converted
+/// to schema 3 the same way when its log is upgraded.
+pub const STATE_SCHEMA_VERSION: u32 = 3;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -51,11 +64,21 @@ pub const STATE_SCHEMA_VERSION: u32 = 2;
 /// - 2: the latest snapshot is a file in the data directory's `snapshots/`; `raft_snapshot` holds
 ///   its meta and a [`raft::SnapshotFileRecord`] naming the file. Log entries are unchanged. A
 ///   format 1 log is upgraded when opened: its inline snapshot is converted into a file.
-pub const LOG_FORMAT_VERSION: u32 = 2;
+/// - 3: [`Command::PurgeFinished`], added at the end of the commands, so every older entry is a
+///   format 3 entry byte for byte and a format 2 log is only marked 3 when opened. The bump is
+///   still needed: a binary of format 2 cannot decode a purge, so it must refuse a format 3 log
+///   by its version (naming it) rather than fail on the first purge entry, and servers of the two
+///   formats must not exchange entries (peer protocol 3).
+pub const LOG_FORMAT_VERSION: u32 = 3;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
 /// `raft::snapshot_file` for the layout.
+///
+/// Which rows a stream holds follows the state schema, whose version is the stream's first frame:
+/// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds. The file format
+/// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
+/// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
 
 #[cfg(test)]

@@ -49,7 +49,8 @@ impl SnapshotRecord {
 }
 
 /// One row of a state table in a snapshot stream: one frame each. Format: snapshot file format 1,
-/// with rows of state schema 2 inside. Never change a variant: add a new format instead.
+/// with rows of state schema 2 inside, and [`SnapshotRowRecord::Finished`] from state schema 3 on
+/// (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
     /// A `meta` row (never the node's own keys, such as the schema version).
@@ -117,6 +118,11 @@ pub enum SnapshotRowRecord {
         name: String,
         /// The `ExecutorRecord` as stored.
         value: Vec<u8>,
+    },
+    /// A `finished` key: finish time and job id (state schema 3).
+    Finished {
+        /// The key as stored (`store::tables::finished_key`).
+        key: [u8; 24],
     },
 }
 
@@ -190,6 +196,11 @@ pub enum SnapshotRowRef<'a> {
         /// The value.
         value: &'a [u8],
     },
+    /// See [`SnapshotRowRecord::Finished`].
+    Finished {
+        /// The key.
+        key: &'a [u8; 24],
+    },
 }
 
 impl SnapshotRowRecord {
@@ -206,6 +217,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::EventSeq { key, seq } => SnapshotRowRef::EventSeq { key, seq: *seq },
             SnapshotRowRecord::ClientId { key, job } => SnapshotRowRef::ClientId { key, job },
             SnapshotRowRecord::Executor { name, value } => SnapshotRowRef::Executor { name, value },
+            SnapshotRowRecord::Finished { key } => SnapshotRowRef::Finished { key },
         }
     }
 }

@@ -396,6 +396,31 @@ fn log_format_1_commands() {
     }
 }
 
+/// The command log format 3 added, with a job of each kind: with and without a client id.
+fn purge_finished() -> Command {
+    Command::PurgeFinished {
+        purges: 7,
+        before_ms: 1_760_000_600_000,
+        jobs: vec![
+            PurgeTarget {
+                job_id: jid(1),
+                finished_ms: 1_760_000_300_003,
+                queue: qn("physics"),
+                job_set: js("run-1"),
+                client_id: Some("client-1".into()),
+            },
+            PurgeTarget { job_id: jid(2), finished_ms: -1, queue: qn("a"), job_set: js("s"), client_id: None },
+        ],
+    }
+}
+
+#[test]
+fn log_format_3_commands() {
+    // Format 3 only added this command: the commands of formats 1 and 2 (which changed no
+    // command) are format 3's, byte for byte, as `log_format_1_commands` checks with today's types.
+    golden("log-v3/command-purge-finished.bin", &purge_finished());
+}
+
 #[test]
 fn log_format_1_entries_vote_and_log_ids() {
     let entries = [
@@ -471,6 +496,23 @@ fn state_schema_2_snapshot() {
     assert_eq!(executors[0].nodes, vec![node()]);
     assert_eq!(snap.client_ids.len(), 1);
     assert!(snap.meta.iter().any(|(k, v)| k == "submit_seq" && v.as_slice() == 2u64.to_be_bytes()));
+}
+
+/// The `finished` key of `jid(3)`, finished at 1_760_000_000_004: the finish time (sign bit
+/// flipped) then the id, both big-endian.
+fn finished_key() -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..8].copy_from_slice(&(1_760_000_000_004u64 ^ (1 << 63)).to_be_bytes());
+    key[8..].copy_from_slice(&jid(3).as_u128().to_be_bytes());
+    key
+}
+
+#[test]
+fn state_schema_3_rows() {
+    // Schema 3 added one kind of snapshot row (the `finished` index), at the end of the kinds.
+    let row = SnapshotRowRecord::Finished { key: finished_key() };
+    golden("state-v3/row-finished.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v3/row-finished.bin"));
 }
 
 #[test]
@@ -572,7 +614,10 @@ fn snapshot_file_format_1_whole_file() {
     assert_eq!(jobs, old.jobs.len());
     let mut converted = Vec::new();
     crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
-    assert_eq!(frames, converted, "the conversion of the old snapshot writes these frames");
+    // Converted today, the rows are schema 3's: the same rows, and the `finished` index, which is
+    // empty for this state (both jobs are queued).
+    assert_eq!(decode::<u32>(&converted[0]).unwrap(), 3);
+    assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.
     let dir = tempfile::tempdir().unwrap();
     let again = dir.path().join("again.snap");

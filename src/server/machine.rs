@@ -230,4 +230,8 @@ impl ReplicatedState for ServerMachine {
     fn convert_legacy_snapshot(&self, data: &[u8], out: &mut dyn FrameSink) -> io::Result<()> {
         snapshot_stream::convert_legacy(data, out).map(|_| ()).map_err(io_err)
     }
+
+    fn reads_snapshot(&self, frames: &mut dyn FrameSource) -> io::Result<bool> {
+        Ok(snapshot_stream::schema_of(frames).map_err(io_err)? == crate::record::STATE_SCHEMA_VERSION)
+    }
 }

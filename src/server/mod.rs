@@ -1,9 +1,10 @@
-//! The `convoy server` process: storage, Raft, the HTTP API, the scheduling loop and executor
-//! liveness, wired together.
+//! The `convoy server` process: storage, Raft, the HTTP API, the scheduling loop, executor
+//! liveness and retention, wired together.
 
 pub mod cluster;
 pub mod liveness;
 pub mod machine;
+pub mod retention;
 pub mod scheduling;
 pub mod tls;
 
@@ -210,6 +211,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
 
     let sched = tokio::spawn(scheduling::run(control.clone(), stop_rx.clone()));
     let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
+    let purge = tokio::spawn(retention::run(control.clone(), stop_rx.clone()));
     let mut serve_stop = stop_rx.clone();
     let serve_tls = tls.clone();
     let done = tokio::spawn(async move {
@@ -217,7 +219,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             let _ = serve_stop.wait_for(|s| *s).await;
         });
         let served = serve.await.map_err(ServerError::Http);
-        for (task, handle) in [("scheduling", sched), ("liveness", live)] {
+        for (task, handle) in [("scheduling", sched), ("liveness", live), ("retention", purge)] {
             if let Err(e) = handle.await {
                 tracing::error!(task, error = %e, "server task failed");
             }

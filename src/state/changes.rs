@@ -58,6 +58,44 @@ pub enum Change {
     DeleteExecutor(ExecutorName),
     /// Next global submit sequence number.
     PutSubmitSeq(u64),
+    /// Indexes a job that left memory (after its `PutJob`) by when it did, for `job_retention`.
+    IndexFinished {
+        /// The job.
+        job: JobId,
+        /// When it finished (ms since the epoch, the leader's clock).
+        at_ms: i64,
+    },
+    /// Deletes a finished job: its record, payload, index rows and events.
+    PurgeJob {
+        /// The job.
+        job: JobId,
+        /// Its queue.
+        queue: QueueName,
+        /// Its job set.
+        job_set: JobSetName,
+        /// When it finished (its key in the `finished` index).
+        finished_ms: i64,
+    },
+    /// Forgets one client id (the job it named was purged).
+    DeleteClientId {
+        /// The queue the client id is unique in.
+        queue: QueueName,
+        /// The client's idempotency key.
+        client_id: String,
+    },
+    /// Forgets a job set that holds no job any more: its event counter (a new job under the same
+    /// name starts a new stream from sequence number 1) and any events left.
+    ForgetJobSet {
+        /// The job set's queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+    },
+    /// Number of purges applied.
+    PutPurges(u64),
+    /// Largest job id ever submitted: kept apart from the jobs table once purges may have
+    /// removed that job.
+    PutMaxJobId(JobId),
 }
 
 /// What the server should do after the changes are durable.

@@ -4,7 +4,7 @@
 use crate::model::JobId;
 use serde::{Deserialize, Serialize};
 
-pub use crate::record::command::{Command, JobVerdict, NewJob, NewLease, RunReport, RunReportKind};
+pub use crate::record::command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
 
 impl Command {
     /// Roughly how many jobs, runs or nodes applying this touches: where the Raft adapter runs
@@ -22,6 +22,7 @@ impl Command {
             }
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
+            Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::DeleteQueue { .. }
             | Command::Cancel { job_ids: None, .. }
             | Command::Reprioritize { job_ids: None, .. }

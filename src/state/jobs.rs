@@ -62,6 +62,7 @@ impl State {
             }
             out.changes.push(Change::PutPayload(nj.id, Box::new(nj.payload)));
             out.changes.push(Change::AddToJobSet { queue: queue.clone(), job_set: job_set.clone(), job: nj.id });
+            *self.set_jobs.entry((queue.clone(), job_set.clone())).or_default() += 1;
             let submitted = self.event(out, &record, at_ms, EventKind::Submitted, None, None);
             let queued = self.event(out, &record, at_ms, EventKind::Queued, None, None);
             record.event_seqs = vec![submitted, queued];
@@ -146,7 +147,7 @@ impl State {
             _ => (EventKind::CancelRequested, EventKind::Cancelled),
         };
         self.event(out, &record, at_ms, requested, None, Some(reason.to_string()));
-        self.update_job(out, id, |r| {
+        self.update_job(out, id, at_ms, |r| {
             r.state = to;
             r.state_reason = Some(reason.to_string());
             let grace = r.termination_grace_period_ms;
@@ -185,7 +186,7 @@ impl State {
                 continue;
             }
             let record = job.record.clone();
-            self.update_job(out, id, |r| r.priority = priority);
+            self.update_job(out, id, at_ms, |r| r.priority = priority);
             self.event(out, &record, at_ms, EventKind::Reprioritized, None, Some(format!("priority {priority}")));
             changed.push(id);
         }

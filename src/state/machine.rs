@@ -96,8 +96,8 @@ pub struct Applied {
     pub effects: Effects,
     /// Live jobs changed by the command (written once, at the end).
     touched: Vec<JobId>,
-    /// Jobs the command finished (no longer in memory), as they end.
-    finished: HashMap<JobId, Job>,
+    /// Jobs the command finished (no longer in memory), as they end, with when they did.
+    finished: HashMap<JobId, (Job, i64)>,
 }
 
 /// Settings that shape local indexes but are not replicated (they come from configuration).
@@ -143,11 +143,17 @@ pub struct State {
     pub job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
     pub gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
-    /// The job each client id names, per queue. Never trimmed: a resubmission answers the same
-    /// job even long after it finished.
+    /// The job each client id names, per queue. A resubmission answers the same job for as long
+    /// as the job is stored: the client id goes when the job is purged (`job_retention`), so
+    /// that is the window within which resubmitting is idempotent.
     pub client_ids: HashMap<(QueueName, String), JobId>,
     /// Last event sequence number per job set.
     pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
+    /// Jobs stored per job set, live or finished: once purges take the last one, the job set is
+    /// forgotten (its event counter too).
+    pub set_jobs: HashMap<(QueueName, JobSetName), u64>,
+    /// Purges applied so far (see `Command::PurgeFinished`).
+    pub purges: u64,
     /// Known executors with their nodes, as last reported; a lost executor is removed.
     pub executors: BTreeMap<ExecutorName, Executor>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
@@ -182,6 +188,8 @@ impl State {
             gangs: HashMap::new(),
             client_ids: HashMap::new(),
             event_seqs: HashMap::new(),
+            set_jobs: HashMap::new(),
+            purges: 0,
             executors: BTreeMap::new(),
             largest_node: Resources::new(),
             next_seq: 0,
@@ -208,9 +216,11 @@ impl State {
             }
         }
         let mut finished: Vec<_> = std::mem::take(&mut out.finished).into_values().collect();
-        finished.sort_unstable_by_key(|r| r.id);
-        for record in finished {
+        finished.sort_unstable_by_key(|(r, _)| r.id);
+        for (record, at_ms) in finished {
+            let job = record.id;
             out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(record)), live: false });
+            out.changes.push(Change::IndexFinished { job, at_ms });
         }
         out
     }
@@ -249,6 +259,7 @@ impl State {
             Command::ExecutorLost { executor, at_ms, max_attempted_runs } => {
                 self.executor_lost(&executor, at_ms, max_attempted_runs, out)
             }
+            Command::PurgeFinished { purges, before_ms, jobs } => self.purge_finished(purges, before_ms, jobs, out),
         }
     }
 
@@ -335,7 +346,7 @@ impl State {
         if let Some(j) = self.jobs.get_mut(&r.id) {
             j.record.event_seqs.push(event.seq);
             out.touched.push(r.id);
-        } else if let Some(done) = out.finished.get_mut(&r.id) {
+        } else if let Some((done, _)) = out.finished.get_mut(&r.id) {
             done.event_seqs.push(event.seq);
         }
         let seq = event.seq;
@@ -412,9 +423,9 @@ impl State {
         Some(job)
     }
 
-    /// Changes a live job under `f`, keeping every index in step, persisting it, and dropping
-    /// it from memory once it is over.
-    pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, f: impl FnOnce(&mut Job)) {
+    /// Changes a live job under `f` at `at_ms`, keeping every index in step, persisting it, and
+    /// dropping it from memory once it is over (`at_ms` is then its finish time).
+    pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, at_ms: i64, f: impl FnOnce(&mut Job)) {
         let Some(mut job) = self.unindex_job(id) else { return };
         let before_priority = job.record.priority;
         f(&mut job.record);
@@ -426,7 +437,7 @@ impl State {
             out.touched.push(id);
             self.index_job(job);
         } else {
-            out.finished.insert(id, job.full_record());
+            out.finished.insert(id, (job.full_record(), at_ms));
         }
     }
 

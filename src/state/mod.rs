@@ -6,12 +6,14 @@ pub mod command;
 mod jobs;
 pub mod machine;
 mod queues;
+mod retention;
 mod runs;
 mod snapshot;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, JobVerdict, NewJob, NewLease, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
+    Command, JobVerdict, NewJob, NewLease, PurgeTarget, RejectKind, Rejection, Response, RunReport, RunReportKind,
+    UNBOUNDED_WEIGHT,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 

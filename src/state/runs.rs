@@ -46,7 +46,7 @@ impl State {
                 kill: None,
                 log_tail: None,
             };
-            self.update_job(out, l.job_id, |r| {
+            self.update_job(out, l.job_id, at_ms, |r| {
                 r.state = JobState::Leased;
                 r.state_reason = None;
                 r.runs.push(run);
@@ -75,7 +75,7 @@ impl State {
                 continue;
             }
             let record = job.record.clone();
-            self.update_job(out, f.job_id, |r| {
+            self.update_job(out, f.job_id, at_ms, |r| {
                 r.state = JobState::Failed;
                 r.state_reason = Some(f.reason.clone());
             });
@@ -125,7 +125,7 @@ impl State {
                     if run.state != RunState::Leased {
                         continue;
                     }
-                    self.update_job(out, id, |r| {
+                    self.update_job(out, id, at_ms, |r| {
                         if let Some(run) = r.active_run_mut() {
                             run.state = RunState::Pending;
                             run.pending_at_ms = Some(at_ms);
@@ -140,7 +140,7 @@ impl State {
                     if run.state == RunState::Running {
                         continue;
                     }
-                    self.update_job(out, id, |r| {
+                    self.update_job(out, id, at_ms, |r| {
                         if let Some(run) = r.active_run_mut() {
                             run.state = RunState::Running;
                             run.pending_at_ms.get_or_insert(at_ms);
@@ -156,7 +156,7 @@ impl State {
                     let succeeded = ev.kind == RunReportKind::Succeeded;
                     let mut final_state = record.state;
                     let tail = ev.log_tail.as_deref().map(truncate_tail);
-                    self.update_job(out, id, |r| {
+                    self.update_job(out, id, at_ms, |r| {
                         let stopped_as = r.state;
                         if let Some(run) = r.active_run_mut() {
                             run.state = match (killing, stopped_as, succeeded) {
@@ -208,7 +208,7 @@ impl State {
         let run_id = run.run_id;
         let attempts = record.attempts();
         let mut outcome = record.state;
-        self.update_job(out, id, |r| {
+        self.update_job(out, id, at_ms, |r| {
             if let Some(run) = r.active_run_mut() {
                 run.state = RunState::Lost;
                 run.finished_at_ms = Some(at_ms);

@@ -54,6 +54,7 @@ enum Tag {
     EventSeqs = 8,
     ClientIds = 9,
     Executors = 10,
+    Finished = 11,
 }
 
 struct Hasher {
@@ -140,6 +141,9 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     for row in tx.open_table(EXECUTORS)?.iter()? {
         let (k, v) = row?;
         h.row(Tag::Executors, k.value().as_bytes(), v.value());
+    }
+    for row in tx.open_table(FINISHED)?.iter()? {
+        h.row(Tag::Finished, row?.0.value(), &[]);
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

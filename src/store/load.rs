@@ -1,14 +1,14 @@
 //! Rebuilding the in-memory state from the database at start-up: queues, executors, event
-//! counters, idempotency keys and the live jobs (terminal jobs stay on disk).
+//! counters, jobs per job set, idempotency keys and the live jobs (terminal jobs stay on disk).
 
 use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
-use crate::model::{Job, JobSetName, Queue, QueueName};
+use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
 use crate::record::{ExecutorRecord, JobRecord, QueueRecord};
 use crate::state::{Executor, QueueState, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 impl Store {
     /// Loads the state.
@@ -23,6 +23,23 @@ impl Store {
                 .map_err(|_| StoreError::Malformed { what: "meta.submit_seq".into(), detail: "not 8 bytes".into() })?;
             state.next_seq = u64::from_be_bytes(b);
         }
+        if let Some(v) = meta.get(PURGES)? {
+            let b: [u8; 8] = v
+                .value()
+                .try_into()
+                .map_err(|_| StoreError::Malformed { what: "meta.purges".into(), detail: "not 8 bytes".into() })?;
+            state.purges = u64::from_be_bytes(b);
+        }
+        let purged_max = match meta.get(MAX_JOB_ID)? {
+            Some(v) => {
+                let b: [u8; 16] = v.value().try_into().map_err(|_| StoreError::Malformed {
+                    what: "meta.max_job_id".into(),
+                    detail: "not 16 bytes".into(),
+                })?;
+                Some(JobId::from_u128(u128::from_be_bytes(b)))
+            }
+            None => None,
+        };
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;
@@ -54,12 +71,14 @@ impl Store {
                 state.client_ids.insert((q, c.to_string()), job_from_key(v.value()));
             }
         }
+        state.set_jobs = set_sizes(&tx.open_table(JOB_SETS)?)?;
         let live = tx.open_table(LIVE_JOBS)?;
         let jobs = tx.open_table(JOBS)?;
-        // Keys are big-endian ids, so the last is the largest.
+        // Keys are big-endian ids, so the last is the largest (of the jobs purges left).
         if let Some(last) = jobs.last()? {
             state.max_job_id = Some(job_from_key(last.0.value()));
         }
+        state.max_job_id = state.max_job_id.max(purged_max);
         state.jobs.reserve(live.len()? as usize);
         for row in live.iter()? {
             let (k, _) = row?;
@@ -75,6 +94,44 @@ impl Store {
         }
         Ok(state)
     }
+}
+
+/// Jobs per job set, counted from the job-set index (`queue 0 job_set 0 job_id`). Its keys are in
+/// order, so each job set's keys are consecutive: one count per run of equal prefixes.
+fn set_sizes(t: &impl ReadableTable<&'static [u8], ()>) -> Result<HashMap<(QueueName, JobSetName), u64>, StoreError> {
+    fn put(prefix: &[u8], n: u64, out: &mut HashMap<(QueueName, JobSetName), u64>) -> Result<(), StoreError> {
+        let parsed = split_pair(prefix).and_then(|(q, s)| Some((name::<QueueName>(q)?, name::<JobSetName>(s)?)));
+        let Some(key) = parsed else {
+            return Err(StoreError::Malformed {
+                what: format!("job set key {prefix:?}"),
+                detail: "not a queue and a job set name".into(),
+            });
+        };
+        out.insert(key, n);
+        Ok(())
+    }
+    let mut out = HashMap::new();
+    let mut run: (Vec<u8>, u64) = (Vec::new(), 0);
+    for row in t.iter()? {
+        let (k, _) = row?;
+        let key = k.value();
+        // `prefix 0 id(16 bytes)`.
+        let Some(prefix) = key.len().checked_sub(17).map(|n| &key[..n]) else {
+            return Err(StoreError::Malformed { what: format!("job set key {key:?}"), detail: "too short".into() });
+        };
+        if run.1 > 0 && run.0 == prefix {
+            run.1 += 1;
+            continue;
+        }
+        if run.1 > 0 {
+            put(&run.0, run.1, &mut out)?;
+        }
+        run = (prefix.to_vec(), 1);
+    }
+    if run.1 > 0 {
+        put(&run.0, run.1, &mut out)?;
+    }
+    Ok(out)
 }
 
 fn name<T: std::str::FromStr>(b: &[u8]) -> Option<T> {

@@ -1,17 +1,19 @@
 //! Durable storage on redb: tables and key encodings, writing the state machine's changes,
-//! loading the state at start-up, queries for the API, snapshots streamed out and in, the state
-//! digest and schema migrations.
+//! loading the state at start-up, queries for the API and for retention, snapshots streamed out
+//! and in, the state digest and schema migrations.
 
 mod codec;
 pub mod digest;
 mod load;
 pub mod migrate;
 mod queries;
+mod retention;
 pub mod snapshot_stream;
 pub mod tables;
 mod writes;
 
 pub use queries::JobFilter;
+pub use retention::PurgePlan;
 
 use crate::record::CodecError;
 pub use digest::StateDigest;

@@ -41,6 +41,7 @@ const S_EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("import.eve
 const S_EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("import.event_seqs");
 const S_CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("import.client_ids");
 const S_EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("import.executors");
+const S_FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("import.finished");
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +153,7 @@ struct Staging<'t> {
     event_seqs: Table<'t, &'static [u8], u64>,
     client_ids: Table<'t, &'static [u8], &'static [u8; 16]>,
     executors: Table<'t, &'static str, &'static [u8]>,
+    finished: Table<'t, &'static [u8; 24], ()>,
 }
 
 impl<'t> Staging<'t> {
@@ -167,6 +169,7 @@ impl<'t> Staging<'t> {
             event_seqs: tx.open_table(S_EVENT_SEQS)?,
             client_ids: tx.open_table(S_CLIENT_IDS)?,
             executors: tx.open_table(S_EXECUTORS)?,
+            finished: tx.open_table(S_FINISHED)?,
         })
     }
 
@@ -204,6 +207,9 @@ impl<'t> Staging<'t> {
             SnapshotRowRecord::Executor { name, value } => {
                 self.executors.insert(name.as_str(), value.as_slice())?;
             }
+            SnapshotRowRecord::Finished { key } => {
+                self.finished.insert(&key, ())?;
+            }
         }
         Ok(())
     }
@@ -232,6 +238,7 @@ fn swap(tx: &WriteTransaction, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), Stor
     swap_table(tx, EVENT_SEQS, S_EVENT_SEQS)?;
     swap_table(tx, CLIENT_IDS, S_CLIENT_IDS)?;
     swap_table(tx, EXECUTORS, S_EXECUTORS)?;
+    swap_table(tx, FINISHED, S_FINISHED)?;
     {
         let mut live = tx.open_table(META)?;
         live.retain(|k, _| is_node_local(k))?;
@@ -261,24 +268,34 @@ pub(super) fn drop_staging(db: &redb::Database) -> Result<bool, StoreError> {
     found |= tx.delete_table(S_EVENT_SEQS)?;
     found |= tx.delete_table(S_CLIENT_IDS)?;
     found |= tx.delete_table(S_EXECUTORS)?;
+    found |= tx.delete_table(S_FINISHED)?;
     tx.commit()?;
     Ok(found)
 }
 
 /// The first frame of a stream: the state schema version of its rows, which must be ours.
 fn check_schema(first: Option<&[u8]>) -> Result<(), StoreError> {
+    let found = schema_in(first)?;
+    if found != STATE_SCHEMA_VERSION {
+        return Err(StoreError::SnapshotVersion { found, expected: STATE_SCHEMA_VERSION });
+    }
+    Ok(())
+}
+
+/// The state schema version of a stream's rows, from its first frame.
+fn schema_in(first: Option<&[u8]>) -> Result<u32, StoreError> {
     let Some(frame) = first else {
         return Err(StoreError::Malformed {
             what: "snapshot".into(),
             detail: "the stream is empty: it has no schema version".into(),
         });
     };
-    let found: u32 =
-        decode(frame).map_err(|source| StoreError::Corrupt { what: "snapshot schema version".into(), source })?;
-    if found != STATE_SCHEMA_VERSION {
-        return Err(StoreError::SnapshotVersion { found, expected: STATE_SCHEMA_VERSION });
-    }
-    Ok(())
+    decode(frame).map_err(|source| StoreError::Corrupt { what: "snapshot schema version".into(), source })
+}
+
+/// The state schema version of the rows of the stream `frames` (its first frame is read).
+pub fn schema_of(frames: &mut dyn FrameSource) -> Result<u32, StoreError> {
+    schema_in(frames.next_frame().map_err(StoreError::Stream)?)
 }
 
 /// Writes one row as a frame.
@@ -342,20 +359,36 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
         emit(out, SnapshotRowRef::Executor { name: k.value(), value: v.value() })?;
         n += 1;
     }
+    for row in tx.open_table(FINISHED)?.iter()? {
+        emit(out, SnapshotRowRef::Finished { key: row?.0.value() })?;
+        n += 1;
+    }
     Ok(n)
 }
 
 /// Writes the frames of an inline snapshot of an older release (a state schema 2
 /// [`SnapshotRecord`], as `raft_snapshot` kept it before snapshot files): the same rows, in the
-/// same order, as an export of that state writes. Holds the old record in memory, as the old
-/// release did.
+/// same order, as an export of that state writes, as state schema 3 rows, that is with the
+/// `finished` index that migration 3 builds for a schema 2 database (the state this snapshot is
+/// installed into has been migrated too). Holds the old record in memory, as the old release did.
 pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, StoreError> {
+    use super::migrate::steps::v0003_finished_index::{ChunksInMemory, Events, finished_key_of};
     let found = SnapshotRecord::schema_version_of(data)
         .map_err(|source| StoreError::Corrupt { what: "inline snapshot".into(), source })?;
-    if found != STATE_SCHEMA_VERSION {
-        return Err(StoreError::SnapshotVersion { found, expected: STATE_SCHEMA_VERSION });
+    // Inline snapshots were only ever written at schema 2.
+    if found != 2 {
+        return Err(StoreError::SnapshotVersion { found, expected: 2 });
     }
     let e: SnapshotRecord = decode_row(data, || "inline snapshot".into())?;
+    let live: std::collections::HashSet<&[u8; 16]> = e.live_jobs.iter().collect();
+    let chunks = ChunksInMemory(e.events.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect());
+    let mut events = Events::new(&chunks);
+    let mut finished = std::collections::BTreeSet::new();
+    for (_, record) in e.jobs.iter().filter(|(id, _)| !live.contains(id)) {
+        if let Some(key) = finished_key_of(record, &mut events)? {
+            finished.insert(key);
+        }
+    }
     let version = encode(&STATE_SCHEMA_VERSION).map_err(|source| StoreError::Encode { what: "schema", source })?;
     out.frame(&version).map_err(StoreError::Stream)?;
     let rows = e
@@ -371,7 +404,8 @@ pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, Store
         .chain(e.events.iter().map(|(key, value)| SnapshotRowRef::EventChunk { key, value }))
         .chain(e.event_seqs.iter().map(|(key, seq)| SnapshotRowRef::EventSeq { key, seq: *seq }))
         .chain(e.client_ids.iter().map(|(key, job)| SnapshotRowRef::ClientId { key, job }))
-        .chain(e.executors.iter().map(|(name, value)| SnapshotRowRef::Executor { name, value }));
+        .chain(e.executors.iter().map(|(name, value)| SnapshotRowRef::Executor { name, value }))
+        .chain(finished.iter().map(|key| SnapshotRowRef::Finished { key }));
     let mut n = 0;
     for row in rows {
         emit(out, row)?;

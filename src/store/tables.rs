@@ -4,7 +4,7 @@
 use crate::model::{JobId, JobSetName, QueueName};
 use redb::TableDefinition;
 
-/// `schema_version` (u32 BE), `submit_seq` (u64 BE).
+/// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE).
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
@@ -19,7 +19,9 @@ pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets"
 /// Events in chunks: `queue 0 job_set 0 first_seq(u64 BE)` → bincode `Vec<EventRecord>` with the
 /// consecutive sequence numbers from `first_seq`. One chunk holds a job set's events from one
 /// write transaction (at most [`EVENT_CHUNK_MAX`]), so a batch of submissions costs a few rows,
-/// not two per job. Chunks of a job set never overlap.
+/// not two per job. Chunks of a job set never overlap: a chunk covers the sequence numbers from
+/// its key to the next chunk's. Purging a job takes its events out of their chunks (an emptied
+/// chunk goes) without changing keys, so a chunk may have gaps and start after its key.
 pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("event_chunks");
 
 /// Most events in one chunk: reading one job's events decodes at most this many.
@@ -30,11 +32,18 @@ pub const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_
 pub const CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("client_ids");
 /// Executors and their nodes (bincode `ExecutorRecord`).
 pub const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
+/// Jobs that left memory (terminal, no run left to stop), by when they did: [`finished_key`].
+/// Retention reads it from the oldest on (schema 3).
+pub const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finished");
 
 /// Meta key of the schema version.
 pub const SCHEMA_VERSION: &str = "schema_version";
 /// Meta key of the next submit sequence number.
 pub const SUBMIT_SEQ: &str = "submit_seq";
+/// Meta key of the number of purges applied.
+pub const PURGES: &str = "purges";
+/// Meta key of the largest job id ever submitted (written by purges, which may delete that job).
+pub const MAX_JOB_ID: &str = "max_job_id";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
 /// Meta key of the last applied Raft membership (`StoredMembershipRecord`).
@@ -54,6 +63,24 @@ pub fn job_key(id: JobId) -> [u8; 16] {
 /// Job id from its key.
 pub fn job_from_key(k: &[u8; 16]) -> JobId {
     JobId::from_u128(u128::from_be_bytes(*k))
+}
+
+/// `finish time 8 bytes, job id 16 bytes`, both big-endian, the time's sign bit flipped so that
+/// negative times sort first: the `finished` index in time order, ties by id.
+pub fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&((at_ms as u64) ^ (1 << 63)).to_be_bytes());
+    k[8..].copy_from_slice(&job_key(id));
+    k
+}
+
+/// Finish time and job id from a [`finished_key`].
+pub fn finished_from_key(k: &[u8; 24]) -> (i64, JobId) {
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&k[..8]);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&k[8..]);
+    ((u64::from_be_bytes(t) ^ (1 << 63)) as i64, job_from_key(&id))
 }
 
 /// `queue 0 job_set` — the prefix of a job set's keys.
@@ -118,6 +145,10 @@ mod tests {
         assert!(prefix_end(&set_prefix(&q, &s)) <= event_key(&set_prefix(&q, &s2), 0));
         assert!(job_key(JobId::from_u128(1)) < job_key(JobId::from_u128(256)));
         assert_eq!(job_from_key(&job_key(JobId::from_u128(77))), JobId::from_u128(77));
+        let (early, late) = (finished_key(-5, JobId::from_u128(9)), finished_key(3, JobId::from_u128(1)));
+        assert!(early < late && finished_key(3, JobId::from_u128(1)) < finished_key(3, JobId::from_u128(2)));
+        assert_eq!(finished_from_key(&early), (-5, JobId::from_u128(9)));
+        assert_eq!(finished_from_key(&finished_key(i64::MAX, JobId::from_u128(7))), (i64::MAX, JobId::from_u128(7)));
         let key = client_id_key(&q, "x\0y");
         let (a, b) = split_pair(&key).unwrap();
         assert_eq!((a, b), (&b"a"[..], &b"x\0y"[..]));

@@ -30,11 +30,15 @@ fn by_client_id(jobs: &Value) -> std::collections::BTreeMap<String, Value> {
         .collect()
 }
 
+/// The fixture's jobs finished when it was written: a retention that keeps them whatever the
+/// date (the default, 7 days, would delete `c1` a week after the fixture was made).
+const KEEP: &str = "job_retention = \"36500days\"";
+
 #[tokio::test]
 async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_it() {
     let tmp = copy_fixture("datadir-v2");
     let dir = tmp.path();
-    let mut server = Server::start_in(dir, &config(dir, ""));
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
     server.ready().await;
 
     let (s, q) = server.get("/v1/queues/physics").await;
@@ -71,10 +75,25 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
     assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
 
     // And it all reads back after a restart.
-    let server = Server::start_in(dir, &config(dir, ""));
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
     server.ready().await;
     assert_eq!(server.job(&new[0]).await["job_set"], "run-2");
     assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+
+    // The migration indexed the finished job: a short retention deletes it, and only it.
+    let server = Server::start_in(dir, &config(dir, "job_retention = \"1s\""));
+    server.ready().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get("/v1/jobs/01M83SZBRQEV3E1YK9CW9XG4ZQ").await.0 != 404 {
+        assert!(Instant::now() < deadline, "the migrated finished job was not purged:\n{}", server.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
+    assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZS").await["state"], "queued");
+    let c1 =
+        server.submit("physics", "run-1", vec![json!({"client_id": "c1", "pod_spec": common::pod("1", "true")})]).await;
+    assert_ne!(c1, vec!["01M83SZBRQEV3E1YK9CW9XG4ZQ".to_string()], "c1 names a new job");
 }
 
 /// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
@@ -209,7 +228,7 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     set_meta(&data.join("raft.redb"), "raft_snapshot", "meta", &meta);
     set_meta(&data.join("raft.redb"), "raft_snapshot", "data", &snapshot);
 
-    let mut server = Server::start_in(dir, &config(dir, ""));
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
     server.ready().await;
     assert!(server.log().contains("converted the inline raft snapshot"), "{}", server.log());
     // The same state is still served, and the snapshot is a whole file of the new format.
@@ -218,7 +237,9 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     let reader = convoy::raft::snapshot_file::SnapshotReader::open(&file).expect("a snapshot file");
     assert_eq!(reader.meta().last_log_id.map(|l| l.index), Some(6));
     assert!(reader.verify().expect("whole") > 10, "it holds the rows");
-    // Usable: installed into an empty store, it is the state the old release snapshotted.
+    // Usable: installed into an empty store, it is the state the old release snapshotted, in
+    // today's schema: the conversion indexed the finished job `c1` exactly as the migration of the
+    // state database did (the digests cover the `finished` index).
     let check = tempfile::tempdir().unwrap();
     let store = convoy::store::Store::open(&check.path().join("convoy.redb")).unwrap();
     let mut frames = convoy::raft::snapshot_file::SnapshotReader::open(&file).unwrap();
@@ -228,12 +249,15 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     assert_eq!(digest["applied_index"], 6, "nothing was written since");
     assert_eq!(store.digest().unwrap().hex(), digest["digest"].as_str().unwrap());
     assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
-    // The log is format 2 now (an older release refuses it), its inline bytes gone.
+    // The log is of today's format now (an older release refuses it), its inline bytes gone.
     use redb::ReadableDatabase;
     let db = redb::Database::open(data.join("raft.redb")).unwrap();
     let tx = db.begin_read().unwrap();
     let raft_meta = tx.open_table(redb::TableDefinition::<&str, &[u8]>::new("raft_meta")).unwrap();
-    assert_eq!(raft_meta.get("format_version").unwrap().map(|v| v.value().to_vec()), Some(2u32.to_be_bytes().to_vec()));
+    assert_eq!(
+        raft_meta.get("format_version").unwrap().map(|v| v.value().to_vec()),
+        Some(convoy::record::LOG_FORMAT_VERSION.to_be_bytes().to_vec())
+    );
     let snap = tx.open_table(redb::TableDefinition::<&str, &[u8]>::new("raft_snapshot")).unwrap();
     assert!(snap.get("data").unwrap().is_none());
     assert!(snap.get("file").unwrap().is_some());

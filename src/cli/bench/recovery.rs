@@ -1,17 +1,24 @@
-//! `convoy bench recovery`: writes a database holding N jobs (half queued, half finished), then
-//! measures how long a `convoy server` takes to become ready on it and how much memory it holds.
+//! `convoy bench recovery`: writes a database holding N jobs (half queued, half finished; or with
+//! `--finished`, all run to success), then measures how long a `convoy server` takes to become
+//! ready on it, how much memory it holds, how many bytes of database each job takes, and how fast
+//! retention purges the finished ones.
 
 use super::harness::{BenchServer, config};
 use super::submit::tempfile_dir;
 use convoy::model::{
-    JobId, JobPayload, JobSetName, PriorityClassName, Queue, QueueName, Resources, SchedulingRequirements,
+    ExecutorName, JobId, JobPayload, JobSetName, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
+    Resources, RunId, SchedulingRequirements,
 };
+use convoy::record::{FrameSink, NodeRecord};
 use convoy::scheduler::SchedulerConfig;
-use convoy::state::{ApplyContext, Command, NewJob, State, StateSettings};
+use convoy::server::retention::PURGE_BATCH;
+use convoy::state::{
+    ApplyContext, Command, NewJob, NewLease, Response, RunReport, RunReportKind, State, StateSettings,
+};
 use convoy::store::{Store, write_changes};
 use serde_json::json;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Arguments of `convoy bench recovery`.
 #[derive(clap::Args, Debug)]
@@ -22,14 +29,82 @@ pub(crate) struct RecoveryArgs {
     /// Queues they are spread over.
     #[arg(long, default_value_t = 10)]
     queues: u64,
+    /// Every job runs to success (a run, five events, a client id and a line of output) and none
+    /// stays queued: the database then holds finished jobs only, as retention keeps them.
+    #[arg(long)]
+    finished: bool,
+    /// Jobs per submission (and per scheduling decision and run report with `--finished`); 20
+    /// commands per write transaction. Smaller batches spread events over more chunks.
+    #[arg(long, default_value_t = 1000)]
+    batch: u64,
 }
 
-fn new_job(i: u64) -> NewJob {
+/// The executor the finished jobs run on.
+fn executor() -> ExecutorName {
+    ExecutorName::new("bench").expect("valid")
+}
+
+/// One node big enough for every job (leases must name a known node).
+fn big_node() -> NodeRecord {
+    NodeRecord::from(Node {
+        name: NodeName::new("n1").expect("valid"),
+        executor: executor(),
+        pool: PoolName::default_pool(),
+        labels: Default::default(),
+        taints: vec![],
+        allocatable: Resources::parse([("cpu", "100000000"), ("memory", "100000Ti")]).expect("valid"),
+        unallocatable: Resources::new(),
+        unschedulable: false,
+    })
+}
+
+/// The commands that run `ids` to success, as an executor reporting them would.
+fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
+    let run = |id: &JobId| RunId::from_u128(id.as_u128());
+    let leases = ids
+        .iter()
+        .map(|id| NewLease {
+            job_id: *id,
+            run_id: run(id),
+            executor: executor(),
+            node: NodeName::new("n1").expect("valid"),
+            pool: PoolName::default_pool(),
+        })
+        .collect();
+    let report = |id: &JobId, kind| RunReport {
+        run_id: run(id),
+        job_id: *id,
+        kind,
+        time_ms: Some(at_ms),
+        exit_code: (kind == RunReportKind::Succeeded).then_some(0),
+        reason: None,
+        message: None,
+        log_tail: (kind == RunReportKind::Succeeded).then(|| format!("job {id} done\n")),
+    };
+    let events = |kind| ids.iter().map(|id| report(id, kind)).collect();
+    vec![
+        Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![] },
+        Command::RunEvents {
+            executor: executor(),
+            at_ms: at_ms + 1,
+            events: events(RunReportKind::Running),
+            max_attempted_runs: 1,
+        },
+        Command::RunEvents {
+            executor: executor(),
+            at_ms: at_ms + 2,
+            events: events(RunReportKind::Succeeded),
+            max_attempted_runs: 1,
+        },
+    ]
+}
+
+fn new_job(i: u64, finished: bool) -> NewJob {
     let pod = json!({"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", format!("echo {i}")],
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]});
     NewJob {
         id: JobId::from_parts(1_700_000_000_000 + i / 1000, u128::from(i)),
-        client_id: None,
+        client_id: finished.then(|| format!("bench-client-{i:012}")),
         priority: 0,
         priority_class: PriorityClassName::new("default").expect("valid"),
         requirements: SchedulingRequirements {
@@ -46,36 +121,61 @@ fn new_job(i: u64) -> NewJob {
     }
 }
 
+/// What [`populate_with`] writes.
+pub(super) struct Workload {
+    /// Jobs stored.
+    pub jobs: u64,
+    /// Queues they are spread over.
+    pub queues: u64,
+    /// All jobs run to success (else half stay queued and half are cancelled).
+    pub finished: bool,
+    /// Jobs per submission (and per scheduling decision and run report).
+    pub batch: u64,
+}
+
 /// Writes a state database at `path` holding `jobs` jobs spread over `queues` queues, as a
 /// server applying their submissions would (half of them then cancelled, so half are history).
 pub(super) fn populate(path: &Path, count: u64, queues: u64) -> anyhow::Result<()> {
+    populate_with(path, &Workload { jobs: count, queues, finished: false, batch: 1000 })
+}
+
+/// Writes a state database at `path` holding the workload `w`, as a server applying its
+/// commands would, 20 commands per write transaction.
+pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
     let store = Store::open(path)?;
     let mut state = State::new(StateSettings::from_config(&SchedulerConfig::default()));
     let set = JobSetName::new("bench").expect("valid");
     let mut cmds = Vec::new();
-    for q in 0..queues {
+    for q in 0..w.queues {
         cmds.push(Command::CreateQueue {
             queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
         });
     }
-    let batch = 1000u64;
+    if w.finished {
+        cmds.push(Command::UpsertExecutor { executor: executor(), nodes: vec![big_node()], at_ms: 0 });
+    }
+    let batch = w.batch.max(1);
     let mut i = 0;
-    while i < count {
-        let n = batch.min(count - i);
-        let queue = QueueName::new(&format!("q{}", (i / batch) % queues)).expect("valid");
-        let jobs: Vec<NewJob> = (i..i + n).map(new_job).collect();
+    while i < w.jobs {
+        let n = batch.min(w.jobs - i);
+        let queue = QueueName::new(&format!("q{}", (i / batch) % w.queues)).expect("valid");
+        let jobs: Vec<NewJob> = (i..i + n).map(|i| new_job(i, w.finished)).collect();
         let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
         cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
-        // Every other job ends (cancelled) so half the stored jobs are history.
-        let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
-        cmds.push(Command::Cancel {
-            queue,
-            job_set: set.clone(),
-            job_ids: Some(ended),
-            states: None,
-            reason: "bench".into(),
-            at_ms: 0,
-        });
+        if w.finished {
+            cmds.extend(run_to_success(&ids, 0));
+        } else {
+            // Every other job ends (cancelled) so half the stored jobs are history.
+            let ended: Vec<JobId> = ids.iter().step_by(2).copied().collect();
+            cmds.push(Command::Cancel {
+                queue,
+                job_set: set.clone(),
+                job_ids: Some(ended),
+                states: None,
+                reason: "bench".into(),
+                at_ms: 0,
+            });
+        }
         i += n;
         if cmds.len() >= 20 {
             let tx = store.write()?;
@@ -93,14 +193,38 @@ pub(super) fn populate(path: &Path, count: u64, queues: u64) -> anyhow::Result<(
     Ok(())
 }
 
+/// Counts the bytes of the frames of a snapshot stream (as a snapshot file holds them: each
+/// frame and its length) without keeping them.
+#[derive(Default)]
+struct CountBytes(u64);
+
+impl FrameSink for CountBytes {
+    fn frame(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.0 += 4 + bytes.len() as u64;
+        Ok(())
+    }
+}
+
 pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1, "--queues must be at least 1");
     let tmp = tempfile_dir()?;
     let data = tmp.join("data");
     let t = Instant::now();
-    populate(&data.join("convoy.redb"), args.jobs, args.queues)?;
+    let workload = Workload { jobs: args.jobs, queues: args.queues, finished: args.finished, batch: args.batch };
+    populate_with(&data.join("convoy.redb"), &workload)?;
     let build_s = t.elapsed().as_secs_f64();
-    let db_mb = std::fs::metadata(data.join("convoy.redb")).map(|m| m.len() as f64 / (1 << 20) as f64).unwrap_or(0.0);
+    let (db_used, snapshot_bytes) = {
+        let store = Store::open(&data.join("convoy.redb"))?;
+        // A Raft snapshot holds every state table (a file in `snapshots/`, sent whole to a
+        // member that lags).
+        let mut count = CountBytes::default();
+        store.pin_export()?.write_rows(&mut count)?;
+        (used_bytes(&store)?, count.0)
+    };
+    let db_bytes = std::fs::metadata(data.join("convoy.redb")).map(|m| m.len()).unwrap_or(0);
+    let mb = |bytes: u64| (bytes as f64 / (1 << 20) as f64).round();
+    // The jobs finished at time 0: a retention of a century keeps them while the server runs.
+    let keep = "job_retention = \"36500days\"";
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let (restart_s, rss_mb, empty_rss_mb) = rt.block_on(async {
@@ -108,32 +232,99 @@ pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
         // An empty server, for the baseline memory.
         let empty_dir = tmp.join("empty");
         std::fs::create_dir_all(&empty_dir)?;
-        let empty = BenchServer::start(&empty_dir, &config(&empty_dir, ""))?;
+        let empty = BenchServer::start(&empty_dir, &config(&empty_dir, keep))?;
         empty.ready(&http).await?;
         let empty_rss = empty.rss_mb();
         drop(empty);
-        let server = BenchServer::start(&tmp, &config(&tmp, ""))?;
+        let server = BenchServer::start(&tmp, &config(&tmp, keep))?;
         let ready = server.ready(&http).await?;
         // Let the first scheduling cycle over the queued jobs run before measuring memory.
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let rss = server.rss_mb();
         anyhow::Ok((ready.as_secs_f64(), rss, empty_rss))
     })?;
-    let queued = args.jobs / 2;
-    let per_job = (rss_mb - empty_rss_mb) * 1024.0 * 1024.0 / queued.max(1) as f64;
+    let queued = if args.finished { 0 } else { args.jobs / 2 };
+    let per_job = (queued > 0).then(|| ((rss_mb - empty_rss_mb) * 1024.0 * 1024.0 / queued as f64).round());
+    let purge = purge_all(&data.join("convoy.redb"))?;
     println!(
         "{}",
         json!({
             "jobs": args.jobs,
             "queued": queued,
-            "db_mb": db_mb.round(),
+            "db_mb": mb(db_bytes),
+            "db_used_mb": mb(db_used),
+            "db_bytes_per_job": (db_used as f64 / args.jobs.max(1) as f64).round(),
+            "snapshot_bytes_per_job": (snapshot_bytes as f64 / args.jobs.max(1) as f64).round(),
             "build_s": (build_s * 10.0).round() / 10.0,
             "restart_s": (restart_s * 100.0).round() / 100.0,
             "rss_mb": rss_mb.round(),
             "empty_rss_mb": empty_rss_mb.round(),
-            "rss_bytes_per_queued_job": per_job.round(),
+            "rss_bytes_per_queued_job": per_job,
+            "purged": purge.jobs,
+            "purge_jobs_per_s": (purge.jobs as f64 / purge.total.as_secs_f64().max(1e-9)).round(),
+            "purge_batch_ms_max": (purge.slowest.as_secs_f64() * 10_000.0).round() / 10.0,
+            "db_mb_after_purge": mb(purge.db_bytes_after),
+            "db_used_mb_after_purge": mb(purge.db_used_after),
         })
     );
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// What purging every finished job took.
+struct PurgeFigures {
+    jobs: usize,
+    total: Duration,
+    slowest: Duration,
+    db_bytes_after: u64,
+    db_used_after: u64,
+}
+
+/// Bytes of the database in use: its allocated pages, without the free space of the file.
+fn used_bytes(store: &Store) -> anyhow::Result<u64> {
+    let tx = store.write()?;
+    let stats = tx.stats()?;
+    tx.abort()?;
+    Ok(stats.allocated_pages() * stats.page_size() as u64)
+}
+
+/// Purges every finished job of the database at `path` as the leader's retention loop would
+/// (plan, apply, write; `PURGE_BATCH` jobs at a time, durable once a second), timing it.
+fn purge_all(path: &Path) -> anyhow::Result<PurgeFigures> {
+    let store = Store::open(path)?;
+    let mut state = store.load_state(StateSettings::from_config(&SchedulerConfig::default()))?;
+    let mut figures =
+        PurgeFigures { jobs: 0, total: Duration::ZERO, slowest: Duration::ZERO, db_bytes_after: 0, db_used_after: 0 };
+    let mut last_durable = Instant::now();
+    loop {
+        let t = Instant::now();
+        let plan = store.purge_plan(i64::MAX, PURGE_BATCH)?;
+        let full = plan.jobs.len() >= PURGE_BATCH;
+        let mut tx = store.write()?;
+        if last_durable.elapsed() < Duration::from_secs(1) {
+            tx.set_durability(redb::Durability::None)?;
+        } else {
+            last_durable = Instant::now();
+        }
+        let cmd = Command::PurgeFinished { purges: plan.purges, before_ms: i64::MAX, jobs: plan.jobs };
+        let applied = state.apply(cmd, ApplyContext::default());
+        write_changes(&tx, &applied.changes)?;
+        tx.commit()?;
+        let took = t.elapsed();
+        figures.total += took;
+        figures.slowest = figures.slowest.max(took);
+        match applied.response {
+            Some(Response::JobIds(ids)) => figures.jobs += ids.len(),
+            other => anyhow::bail!("purge refused: {other:?}"),
+        }
+        if !full {
+            break;
+        }
+    }
+    let tx = store.write()?;
+    tx.commit()?;
+    figures.db_used_after = used_bytes(&store)?;
+    drop(store);
+    figures.db_bytes_after = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    Ok(figures)
 }

@@ -367,3 +367,28 @@ async fn an_inline_snapshot_of_an_older_release_becomes_a_file() {
     assert!(sm.get_current_snapshot().await.unwrap().is_none());
     assert!(files_in(&snapshots(&path)).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_the_state_would_refuse_is_built_again_at_start_up() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("a.redb");
+    let (db, mut sm) = machine_with(&path, &["q1", "q2"]).await;
+    let old = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    sm.apply([entry(1, 3, EntryPayload::Normal(create_queue("q3")))]).await.unwrap();
+    drop(sm);
+    // A state that takes its snapshot keeps it.
+    let mut sm = StateMachine::new(db.clone(), snapshots(&path), QueueNames::open(db.clone()).unwrap()).unwrap();
+    assert_eq!(sm.get_current_snapshot().await.unwrap().expect("kept").meta, old.meta);
+    drop(sm);
+    // One whose format changed since (an upgrade) gets a new one, of everything it applied.
+    let mut state = QueueNames::open(db.clone()).unwrap();
+    state.refuse_snapshots = true;
+    let mut sm = StateMachine::new(db.clone(), snapshots(&path), state).unwrap();
+    let current = sm.get_current_snapshot().await.unwrap().expect("built again");
+    assert_eq!(current.meta.last_log_id, Some(log_id(1, 3)));
+    assert_ne!(current.meta.snapshot_id, old.meta.snapshot_id);
+    assert_eq!(files_in(&snapshots(&path)), [format!("{}.snap", current.meta.snapshot_id)], "the old file is gone");
+    let (db_t, mut sm_t) = machine_with(&dir.path().join("t.redb"), &[]).await;
+    sm_t.install_snapshot(&current.meta, current.snapshot).await.unwrap();
+    assert_eq!(QueueNames::names(&db_t).unwrap(), ["q1", "q2", "q3"]);
+}

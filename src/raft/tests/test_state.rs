@@ -31,6 +31,8 @@ pub(crate) struct QueueNames {
     pub imports: Arc<AtomicUsize>,
     /// The trait methods that changed or exported state, in call order (shared with the test).
     pub calls: Arc<Mutex<Vec<&'static str>>>,
+    /// Refuse every snapshot as of another format (as after an upgrade of the state's format).
+    pub refuse_snapshots: bool,
 }
 
 impl QueueNames {
@@ -40,7 +42,12 @@ impl QueueNames {
         tx.open_table(QUEUES).map_err(io_err)?;
         tx.open_table(APPLIED).map_err(io_err)?;
         tx.commit().map_err(io_err)?;
-        Ok(Self { db, imports: Arc::new(AtomicUsize::new(0)), calls: Arc::new(Mutex::new(Vec::new())) })
+        Ok(Self {
+            db,
+            imports: Arc::new(AtomicUsize::new(0)),
+            calls: Arc::new(Mutex::new(Vec::new())),
+            refuse_snapshots: false,
+        })
     }
 
     /// The queue names stored in `db`, in order.
@@ -168,5 +175,9 @@ impl ReplicatedState for QueueNames {
             out.frame(n.as_bytes())?;
         }
         Ok(())
+    }
+
+    fn reads_snapshot(&self, _frames: &mut dyn FrameSource) -> io::Result<bool> {
+        Ok(!self.refuse_snapshots)
     }
 }

@@ -73,6 +73,12 @@ impl Trio {
 
     /// `cluster_extra` goes into every member's `[cluster]` section.
     pub(crate) async fn start_opts(n: u64, proxied: bool, cluster_extra: &str) -> Trio {
+        Self::start_configured(n, proxied, "", cluster_extra).await
+    }
+
+    /// `server_extra` goes into every member's `[server]` section, `cluster_extra` into its
+    /// `[cluster]` section.
+    pub(crate) async fn start_configured(n: u64, proxied: bool, server_extra: &str, cluster_extra: &str) -> Trio {
         let tmp = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=n).collect();
         let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
@@ -88,7 +94,7 @@ impl Trio {
         for (i, id) in ids.iter().enumerate() {
             let dir = tmp.path().join(format!("node-{id}"));
             std::fs::create_dir_all(&dir).expect("member dir");
-            let config = member_config(&dir, *id, ports[i], peer_ports[i], &peers, cluster_extra);
+            let config = member_config_with(&dir, *id, ports[i], peer_ports[i], &peers, server_extra, cluster_extra);
             members.push(Member { id: *id, port: ports[i], peer_port: peer_ports[i], dir, config, server: None });
         }
         for m in &mut members {
@@ -195,7 +201,21 @@ pub(crate) fn member_config(
     peers: &str,
     cluster_extra: &str,
 ) -> String {
-    let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{peer_port}\"\n{SERVER_EXTRA}");
+    member_config_with(dir, id, port, peer_port, peers, "", cluster_extra)
+}
+
+/// [`member_config`] with more `[server]` keys.
+pub(crate) fn member_config_with(
+    dir: &std::path::Path,
+    id: u64,
+    port: u16,
+    peer_port: u16,
+    peers: &str,
+    server_extra: &str,
+    cluster_extra: &str,
+) -> String {
+    let server =
+        format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{peer_port}\"\n{SERVER_EXTRA}\n{server_extra}");
     let mut text = config_on_port(dir, port, &server);
     // Test timings a little longer than the defaults (100 ms / 400 ms): two to five servers of a
     // debug build share two cores with other tests here.

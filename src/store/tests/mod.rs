@@ -291,7 +291,7 @@ fn version_1_events_are_regrouped_into_chunks() {
         tx.commit().unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), 2);
+    assert_eq!(migrate::version(&store.db()).unwrap(), migrate::CURRENT_VERSION);
     assert_eq!(store.events(&q, &s, 1, 1000).unwrap(), expected);
     let all_big: Vec<u64> = store.events(&q, &big, 1, 1000).unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(all_big, (1..=600).collect::<Vec<_>>());
@@ -347,3 +347,5 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     let again = loaded.apply(submit(&other, 4), ApplyContext { term: 1 });
     assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
 }
+
+mod retention;
