@@ -53,20 +53,22 @@ pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) ->
         }
         return next.run(req).await;
     }
-    if app.cluster.is_leader() && !await_serving(&app).await && app.cluster.is_leader() {
-        return ApiError::unavailable(
-            "this server was elected leader but has not heard from a majority of the servers lately, so it takes \
-             no writes; retry (on another server if this one stays cut off)",
-        )
-        .into_response();
-    }
-    // It may have stepped down while waiting: then the request goes to the new leader.
     if app.cluster.is_leader() {
-        let mut resp = next.run(req).await;
-        if let Ok(v) = HeaderValue::from_str(&app.cluster.applied_index().to_string()) {
-            resp.headers_mut().insert(APPLIED_HEADER.clone(), v);
+        if await_serving(&app).await {
+            let mut resp = next.run(req).await;
+            if let Ok(v) = HeaderValue::from_str(&app.cluster.applied_index().to_string()) {
+                resp.headers_mut().insert(APPLIED_HEADER.clone(), v);
+            }
+            return resp;
         }
-        return resp;
+        if app.cluster.is_leader() {
+            return ApiError::unavailable(
+                "this server was elected leader but has not heard from a majority of the servers lately, so it \
+                 takes no writes; retry (on another server if this one stays cut off)",
+            )
+            .into_response();
+        }
+        // It stepped down while waiting: the request goes to the new leader.
     }
     if req.headers().contains_key(&FORWARDED_HEADER) {
         return ApiError::unavailable(

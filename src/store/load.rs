@@ -16,30 +16,13 @@ impl Store {
         let tx = self.read()?;
         let mut state = State::new(settings);
         let meta = tx.open_table(META)?;
-        if let Some(v) = meta.get(SUBMIT_SEQ)? {
-            let b: [u8; 8] = v
-                .value()
-                .try_into()
-                .map_err(|_| StoreError::Malformed { what: "meta.submit_seq".into(), detail: "not 8 bytes".into() })?;
+        if let Some(b) = meta_bytes::<8>(&meta, SUBMIT_SEQ)? {
             state.next_seq = u64::from_be_bytes(b);
         }
-        if let Some(v) = meta.get(PURGES)? {
-            let b: [u8; 8] = v
-                .value()
-                .try_into()
-                .map_err(|_| StoreError::Malformed { what: "meta.purges".into(), detail: "not 8 bytes".into() })?;
+        if let Some(b) = meta_bytes::<8>(&meta, PURGES)? {
             state.purges = u64::from_be_bytes(b);
         }
-        let purged_max = match meta.get(MAX_JOB_ID)? {
-            Some(v) => {
-                let b: [u8; 16] = v.value().try_into().map_err(|_| StoreError::Malformed {
-                    what: "meta.max_job_id".into(),
-                    detail: "not 16 bytes".into(),
-                })?;
-                Some(JobId::from_u128(u128::from_be_bytes(b)))
-            }
-            None => None,
-        };
+        let purged_max = meta_bytes::<16>(&meta, MAX_JOB_ID)?.map(|b| JobId::from_u128(u128::from_be_bytes(b)));
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;
@@ -132,6 +115,19 @@ fn set_sizes(t: &impl ReadableTable<&'static [u8], ()>) -> Result<HashMap<(Queue
         put(&run.0, run.1, &mut out)?;
     }
     Ok(out)
+}
+
+/// A fixed-size `meta` value, if present.
+fn meta_bytes<const N: usize>(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<Option<[u8; N]>, StoreError> {
+    let Some(v) = meta.get(key)? else { return Ok(None) };
+    let bytes: [u8; N] = v
+        .value()
+        .try_into()
+        .map_err(|_| StoreError::Malformed { what: format!("meta.{key}"), detail: format!("not {N} bytes") })?;
+    Ok(Some(bytes))
 }
 
 fn name<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
