@@ -7,6 +7,7 @@
 
 use super::config::SchedulerConfig;
 use super::context::{Class, Constraint, Origin, PcInfo, PoolCycle, QCtx, SrcJob};
+use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
@@ -41,7 +42,9 @@ impl<'a> PoolCycle<'a> {
         names.extend(node_res);
         let layout = Layout::new(names);
 
-        let levels = Levels::new(cfg.priority_classes.iter().map(|p| p.priority).collect());
+        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
+        let earmarked = super::earmark::any_earmarked(&nodes);
+        let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
         let pcs: Vec<PcInfo> = cfg
             .priority_classes
             .iter()
@@ -109,6 +112,7 @@ impl<'a> PoolCycle<'a> {
             })
             .collect();
 
+        let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
         let mut cycle = PoolCycle {
             cfg,
             pool: pool.clone(),
@@ -138,6 +142,7 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
+            earmarks,
         };
         let mut interner = Interner {
             classes: HashMap::default(),
@@ -239,7 +244,12 @@ impl<'a> PoolCycle<'a> {
         for l in uniformity {
             spec.add_full(l);
         }
+        if earmarked {
+            // Each node type is wholly earmarked for one set of queues, or not at all.
+            spec.add_full(crate::model::RESERVED_FOR_LABEL);
+        }
         cycle.types = NodeTypes::build(&cycle.nodes, &spec);
+        cycle.earmarks.set_types(&cycle.types);
         let key_slots: Vec<Option<usize>> =
             cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
         cycle.db =
@@ -254,7 +264,7 @@ impl<'a> PoolCycle<'a> {
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
-                freed_at: cycle.levels.running_freed_at(job.prio_idx as usize),
+                freed_at: cycle.freed_at(j, node, false),
                 evicted: false,
                 seq: job.seq,
                 req: req.clone(),

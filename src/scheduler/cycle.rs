@@ -25,6 +25,7 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
         let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done);
         cycle.evict(&mut rng);
         cycle.fill(&mut rate);
+        cycle.refill_earmarked(&mut rate);
         cycle.finish(&mut decisions, &mut done);
     }
     // Queued jobs no pool could take at all.

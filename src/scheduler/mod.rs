@@ -11,12 +11,16 @@
 //!    tiers, best fit), urgency preemption, limits and [`rate_limit`]s;
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
 //!    that waits.
+//!
+//! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
+//! `earmark.rs`.
 
 pub(crate) mod build;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod cycle;
 pub mod decisions;
+pub(crate) mod earmark;
 pub(crate) mod eviction;
 pub mod fairness;
 pub(crate) mod fill;

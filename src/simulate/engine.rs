@@ -71,6 +71,12 @@ impl Simulation {
             for name in spec.names() {
                 let mut labels = spec.labels.clone();
                 labels.entry("kubernetes.io/hostname".to_string()).or_insert_with(|| name.clone());
+                if !spec.reserved_for.is_empty() {
+                    labels.insert(
+                        crate::model::RESERVED_FOR_LABEL.to_string(),
+                        crate::model::reserved_for_value(&spec.reserved_for),
+                    );
+                }
                 nodes.push(Node {
                     name: NodeName::new(&name).unwrap_or_else(|_| NodeName::new("invalid").expect("literal")),
                     executor: spec.executor.clone(),
