@@ -291,6 +291,7 @@ mod tests {
             demand: Resources::new(),
             home_allocated: Resources::new(),
             guest_allocated: Resources::new(),
+            usage: after,
         }
     }
 

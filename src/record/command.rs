@@ -5,13 +5,15 @@
 use super::executor::NodeRecord;
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
 use super::queue::QueueRecord;
+use super::usage::QueueUsageRecord;
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 2 (the variant order is the format; log
-/// format 1 is the same list without [`Command::PurgeFinished`], so every format 1 command
-/// decodes, and encodes back, unchanged).
+/// A change to the replicated state. Format: log format 4 (the variant order is the format; log
+/// format 1 is the same list without [`Command::PurgeFinished`] (format 3) and
+/// [`Command::RecordUsage`] (format 4), so every older command decodes, and encodes back,
+/// unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -148,6 +150,15 @@ pub enum Command {
         before_ms: i64,
         /// The jobs, in the order of the `finished` index.
         jobs: Vec<PurgeTarget>,
+    },
+    /// Records the queues' usage as a scheduling cycle computed it (with `queue_usage_halftime`),
+    /// replacing the record before. Refused unless `term` is the term of the log entry that
+    /// carries it, like [`Command::Schedule`]. Log format 4.
+    RecordUsage {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// The usage.
+        usage: QueueUsageRecord,
     },
 }
 

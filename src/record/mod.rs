@@ -36,6 +36,7 @@ pub mod placement;
 pub mod queue;
 pub mod raft;
 pub mod snapshot;
+pub mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
@@ -46,6 +47,7 @@ pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunR
 pub use placement::TaintRecord;
 pub use queue::QueueRecord;
 pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
+pub use usage::{QueueUsageRecord, UsageSampleRecord};
 
 /// Version of the state database (`convoy.redb`): its tables, key encodings and row records, and
 /// the snapshots made of it.
@@ -55,7 +57,12 @@ pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 /// ([`SnapshotRowRecord::Finished`]). Version 2's rows are unchanged. Migration 3 builds the index
 /// for the finished jobs of a version 2 database, and an inline snapshot of schema 2 is converted
 /// to schema 3 the same way when its log is upgraded.
-pub const STATE_SCHEMA_VERSION: u32 = 3;
+///
+/// 4 adds the `queue_usage` meta row (a [`QueueUsageRecord`]: the queues' decayed usage), which
+/// snapshots carry as they carry every meta row. Every older row is unchanged, so migration 4
+/// converts nothing; the bump makes an older binary refuse a database or snapshot that may hold
+/// the row instead of dropping the usage without a word.
+pub const STATE_SCHEMA_VERSION: u32 = 4;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -69,7 +76,9 @@ pub const STATE_SCHEMA_VERSION: u32 = 3;
 ///   still needed: a binary of format 2 cannot decode a purge, so it must refuse a format 3 log
 ///   by its version (naming it) rather than fail on the first purge entry, and servers of the two
 ///   formats must not exchange entries (peer protocol 3).
-pub const LOG_FORMAT_VERSION: u32 = 3;
+/// - 4: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
+///   protocol 4).
+pub const LOG_FORMAT_VERSION: u32 = 4;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

@@ -11,6 +11,7 @@ use super::placement::*;
 use super::queue::*;
 use super::raft::*;
 use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
+use super::usage::QueueUsageRecord;
 use crate::model::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -421,6 +422,41 @@ fn log_format_3_commands() {
     golden("log-v3/command-purge-finished.bin", &purge_finished());
 }
 
+/// The usage of two queues in two pools, with values that need every bit of an `f64`.
+fn queue_usage() -> QueueUsageRecord {
+    let sample = |usage, current| super::usage::UsageSampleRecord { usage, current };
+    QueueUsageRecord {
+        at_ms: 1_760_000_700_000,
+        pools: [
+            (
+                PoolName::default_pool(),
+                [(qn("physics"), sample(0.25, 0.5)), (qn("a"), sample(1.0 / 3.0, 0.0))].into_iter().collect(),
+            ),
+            (PoolName::new("gpu").unwrap(), [(qn("a"), sample(1e-9, 0.75))].into_iter().collect()),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+#[test]
+fn log_format_4_commands() {
+    // Format 4 only added this command, at the end: every older command is format 4's byte for
+    // byte (the golden tests of the older fixtures read them with today's types).
+    golden("log-v4/command-record-usage.bin", &Command::RecordUsage { term: 7, usage: queue_usage() });
+}
+
+#[test]
+fn state_schema_4_rows() {
+    // Schema 4 added one meta row, the queues' usage; snapshots carry it as a meta row.
+    golden("state-v4/meta-queue-usage.bin", &queue_usage());
+    let row = SnapshotRowRecord::Meta { key: "queue_usage".into(), value: fixture("state-v4/meta-queue-usage.bin") };
+    golden("state-v4/row-meta-queue-usage.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v4/row-meta-queue-usage.bin"));
+    // The domain value goes through the record unchanged.
+    assert_eq!(QueueUsageRecord::from(crate::scheduler::QueueUsage::from(queue_usage())), queue_usage());
+}
+
 #[test]
 fn log_format_1_entries_vote_and_log_ids() {
     let entries = [
@@ -614,9 +650,10 @@ fn snapshot_file_format_1_whole_file() {
     assert_eq!(jobs, old.jobs.len());
     let mut converted = Vec::new();
     crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
-    // Converted today, the rows are schema 3's: the same rows, and the `finished` index, which is
-    // empty for this state (both jobs are queued).
-    assert_eq!(decode::<u32>(&converted[0]).unwrap(), 3);
+    // Converted today, the rows are today's schema's: the same rows, and the `finished` index
+    // (schema 3), which is empty for this state (both jobs are queued). Schema 4's queue usage is
+    // not in an old snapshot, and the conversion adds none.
+    assert_eq!(decode::<u32>(&converted[0]).unwrap(), super::STATE_SCHEMA_VERSION);
     assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.
     let dir = tempfile::tempdir().unwrap();

@@ -109,6 +109,8 @@ impl<'a> PoolCycle<'a> {
                 adjusted_fair_share: 0.0,
                 actual_share: 0.0,
                 overshare: 0.0,
+                usage: 0.0,
+                usage_offset: 0.0,
             })
             .collect();
 
@@ -299,6 +301,7 @@ impl<'a> PoolCycle<'a> {
         for q in &mut self.queues {
             q.actual_share = self.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
+            q.usage = q.actual_share;
         }
     }
 

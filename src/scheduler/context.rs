@@ -175,6 +175,10 @@ pub(super) struct QCtx<'a> {
     pub actual_share: f64,
     /// Start share minus adjusted fair share: the victim preference among equals.
     pub overshare: f64,
+    /// Usage that orders the queue: its decayed usage, else `actual_share` ([`super::usage`]).
+    pub usage: f64,
+    /// `usage - actual_share`, added to the queue's share when it is compared (0 without decay).
+    pub usage_offset: f64,
 }
 
 /// Undo record for gang transactions.

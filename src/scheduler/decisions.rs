@@ -1,6 +1,7 @@
 //! The scheduler's output: leases, preemptions, failures, and why the rest waits.
 
 use super::rate_limit::RateLimiterState;
+use super::usage::QueueUsage;
 use crate::model::{ExecutorName, JobId, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -309,6 +310,9 @@ pub struct QueueShare {
     pub home_allocated: Resources,
     /// Of `allocated`, what is held as a guest on nodes earmarked for other queues.
     pub guest_allocated: Resources,
+    /// The queue's usage that ordered it in this cycle: the moving average of its share with
+    /// `queue_usage_halftime`, else `actual_share`.
+    pub usage: f64,
 }
 
 /// What a cycle saw and did in one pool.
@@ -345,4 +349,6 @@ pub struct Decisions {
     pub pools: Vec<PoolReport>,
     /// Token buckets to pass to the next cycle.
     pub rate_limits: RateLimiterState,
+    /// Queues' usage to record (with `queue_usage_halftime` only), for the next cycles.
+    pub usage: Option<QueueUsage>,
 }

@@ -13,7 +13,8 @@
 //!    that waits.
 //!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
-//! `earmark.rs`.
+//! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
+//! [`usage`].
 
 pub(crate) mod build;
 pub mod config;
@@ -33,6 +34,7 @@ pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
 pub mod snapshot;
+pub mod usage;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;
@@ -42,6 +44,7 @@ pub use decisions::{
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
+pub use usage::{QueueUsage, UsageSample};
 
 #[cfg(test)]
 mod tests;

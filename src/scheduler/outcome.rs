@@ -152,6 +152,7 @@ impl PoolCycle<'_> {
                     demand: self.layout.named(&q.demand),
                     home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
                     guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
+                    usage: q.usage,
                 })
                 .collect(),
             evicted: self.evicted_count,

@@ -1,6 +1,7 @@
 //! The scheduler's input: everything one cycle looks at, as plain data.
 
 use super::rate_limit::RateLimiterState;
+use super::usage::QueueUsage;
 use crate::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources,
@@ -65,4 +66,6 @@ pub struct Snapshot {
     pub running: Vec<RunningJob>,
     /// Token buckets as the previous cycle left them.
     pub rate_limits: RateLimiterState,
+    /// Queues' usage as last recorded (see [`super::usage`]; empty without a half-time).
+    pub usage: QueueUsage,
 }

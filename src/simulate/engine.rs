@@ -3,7 +3,9 @@
 use super::output::{JobOutput, Output, RoundOutput};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeName, QueueName, Requirements, SchedulingRequirements};
-use crate::scheduler::{Decisions, JobInfo, QueueSnapshot, RateLimiterState, RunningJob, Snapshot, schedule};
+use crate::scheduler::{
+    Decisions, JobInfo, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot, schedule,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -56,6 +58,8 @@ pub struct Simulation {
     jobs: Vec<SimJob>,
     by_name: HashMap<String, usize>,
     rate_limits: RateLimiterState,
+    /// Queues' usage as the last round recorded it.
+    usage: QueueUsage,
     round: usize,
 }
 
@@ -106,6 +110,7 @@ impl Simulation {
             jobs: Vec::new(),
             by_name: HashMap::new(),
             rate_limits: RateLimiterState::default(),
+            usage: QueueUsage::default(),
             round: 0,
         }
     }
@@ -212,7 +217,13 @@ impl Simulation {
                 queued_demand: None,
             })
             .collect();
-        Snapshot { nodes: self.nodes.clone(), queues, running, rate_limits: self.rate_limits.clone() }
+        Snapshot {
+            nodes: self.nodes.clone(),
+            queues,
+            running,
+            rate_limits: self.rate_limits.clone(),
+            usage: self.usage.clone(),
+        }
     }
 
     fn apply(&mut self, d: &Decisions, round: usize, warnings: Vec<String>) -> RoundOutput {
@@ -260,6 +271,9 @@ impl Simulation {
             }
         }
         self.rate_limits = d.rate_limits.clone();
+        if let Some(u) = &d.usage {
+            self.usage = u.clone();
+        }
 
         for label in &self.node_labels {
             out.nodes.insert(label.clone(), BTreeMap::new());

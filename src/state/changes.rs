@@ -3,7 +3,7 @@
 //! these.
 
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
-use crate::record::{EventRecord, ExecutorRecord, JobRecord, PayloadRecord, QueueRecord};
+use crate::record::{EventRecord, ExecutorRecord, JobRecord, PayloadRecord, QueueRecord, QueueUsageRecord};
 use std::collections::BTreeSet;
 
 /// One durable write.
@@ -96,6 +96,8 @@ pub enum Change {
     /// Largest job id ever submitted: kept apart from the jobs table once purges may have
     /// removed that job.
     PutMaxJobId(JobId),
+    /// The queues' usage, replacing the record before.
+    PutQueueUsage(QueueUsageRecord),
 }
 
 /// What the server should do after the changes are durable.

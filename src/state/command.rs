@@ -23,6 +23,7 @@ impl Command {
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
             Command::PurgeFinished { jobs, .. } => jobs.len(),
+            Command::RecordUsage { .. } => 1,
             Command::DeleteQueue { .. }
             | Command::Cancel { job_ids: None, .. }
             | Command::Reprioritize { job_ids: None, .. }

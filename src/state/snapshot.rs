@@ -89,6 +89,6 @@ impl State {
                 QueueSnapshot { queue: q.queue.clone(), queued, queued_demand: Some(q.demand.clone()) }
             })
             .collect();
-        Snapshot { nodes, queues, running, rate_limits }
+        Snapshot { nodes, queues, running, rate_limits, usage: self.queue_usage.clone() }
     }
 }

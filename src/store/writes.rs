@@ -119,6 +119,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             Change::PutMaxJobId(id) => {
                 open(&mut meta, tx, META)?.insert(MAX_JOB_ID, id.as_u128().to_be_bytes().as_slice())?;
             }
+            Change::PutQueueUsage(usage) => {
+                open(&mut meta, tx, META)?.insert(QUEUE_USAGE, encode_row("queue usage", usage)?.as_slice())?;
+            }
         }
     }
     // Purged events before new ones: a job set forgotten and begun again in this transaction

@@ -220,7 +220,8 @@ fn earmarked_nodes_take_guests_and_give_them_up() {
             "{}",
             reason(r2, g)
         );
-        let p = r2.decisions.as_ref().unwrap().preemptions.iter().find(|p| p.queue.as_str() == "B").unwrap();
+    }
+    for p in &r2.decisions.as_ref().unwrap().preemptions {
         assert!(matches!(p.reason, crate::scheduler::PreemptionReason::Reserved { .. }), "{:?}", p.reason);
     }
     assert_eq!((shares(r2, "A"), shares(r2, "B")), ((6, 0), (0, 2)));
@@ -235,4 +236,29 @@ fn earmarked_nodes_take_guests_and_give_them_up() {
     assert_eq!(on_node(r4, "gpu"), map(&[("A", 2), ("B", 2), ("D", 1)]));
     assert!(reason(r4, "c").contains("reserved for queue A"), "{}", reason(r4, "c"));
     assert_eq!(shares(r4, "D"), (0, 2));
+}
+
+#[test]
+fn decayed_usage_orders_a_recently_heavy_queue_last() {
+    let out = run("usage_decay.yaml");
+    assert_eq!(counts(&out.rounds[0].scheduled), map(&[("A", 8)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2), ("B", 6)]));
+    let d = r1.decisions.as_ref().expect("decisions");
+    let usage = |q: &str| d.pools[0].queues.iter().find(|s| s.queue.as_str() == q).map(|s| s.usage);
+    assert_eq!((usage("A"), usage("B")), (Some(0.5), Some(0.0)), "A used all of the pool an hour (one half-time) ago");
+    // The record after the round: what each holds now, and the averages the cycle used.
+    let rec = &d.usage.as_ref().expect("recorded").pools[&crate::model::PoolName::default_pool()];
+    let q = |n: &str| crate::model::QueueName::new(n).unwrap();
+    assert_eq!((rec[&q("A")].usage, rec[&q("A")].current), (0.5, 0.25));
+    assert_eq!((rec[&q("B")].usage, rec[&q("B")].current), (0.0, 0.75));
+
+    // Without a half-time the two queues, both idle at the start of round 1, split evenly.
+    let path = format!("{}/tests/scenarios/usage_decay.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("queue_usage_halftime_seconds: 3600", "queue_usage_halftime_seconds: 0");
+    let plain = run_text(&text).unwrap();
+    assert_eq!(counts(&plain.rounds[1].scheduled), map(&[("A", 4), ("B", 4)]));
+    assert_eq!(plain.rounds[1].decisions.as_ref().unwrap().usage, None);
 }

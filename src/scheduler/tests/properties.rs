@@ -198,7 +198,7 @@ impl Harness {
                 queued_demand: None,
             })
             .collect();
-        Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), rate_limits: Default::default() }
+        Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), ..Default::default() }
     }
 
     fn apply(&mut self, d: &Decisions) {
