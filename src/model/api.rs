@@ -40,8 +40,12 @@ pub struct SubmitItem {
     #[schema(value_type = Object)]
     pub pod_spec: Box<serde_json::value::RawValue>,
     /// Annotations (keys of 1 to 253 characters, values up to 64 KiB), handed to the executor and
-    /// set on the pod. The `convoy.io/gang-*` (or `armadaproject.io/gang-*`) ones make the job a
-    /// gang member.
+    /// set on the pod. The gang ones make the job a gang member: `convoy.io/gang-id`,
+    /// `convoy.io/gang-cardinality`, `convoy.io/gang-minimum-cardinality`,
+    /// `convoy.io/gang-node-uniformity-label`, or Armada's `armadaproject.io/gangId`,
+    /// `gangCardinality`, `gangMinimumCardinality`, `gangNodeUniformityLabel`.
+    /// `convoy.io/fail-fast` or `armadaproject.io/failFast` = `"true"`: a lost run fails the job
+    /// instead of queueing it again.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// Labels (same limits as annotations), handed to the executor and set on the pod.

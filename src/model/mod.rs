@@ -1,5 +1,6 @@
 //! Domain types shared by every role: resources, queues, priority classes, jobs, nodes.
 
+pub mod annotations;
 pub mod api;
 pub mod duration;
 pub mod gang;

@@ -128,7 +128,9 @@ pub struct SubmitSpec {
     /// Required node affinity, as in Kubernetes.
     #[serde(default)]
     pub node_affinity: Option<NodeAffinity>,
-    /// Annotations; only the gang ones (`convoy.io/gang-*`) affect scheduling.
+    /// Annotations; only the gang ones (`convoy.io/gang-*`, or Armada's
+    /// `armadaproject.io/gangId`, `gangCardinality`, `gangMinimumCardinality`,
+    /// `gangNodeUniformityLabel`) affect scheduling.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// Pools the jobs may use (extension; default any).
@@ -301,6 +303,19 @@ mod tests {
         assert!(e.message.contains("cardinality 4 but 3"), "{e}");
         let e = Scenario::parse("queues: [{name: A}]\nrounds: [{finish: [x]}]").unwrap_err();
         assert_eq!(e.field, "rounds[0].finish[0]");
+        // Gang annotations are named as spelled, in Armada's spelling too.
+        let e = Scenario::parse(
+            "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, count: 2, annotations: {armadaproject.io/gangId: g1, armadaproject.io/gangCardinality: two}}]}]",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "rounds[0].submit[0].annotations.armadaproject.io/gangCardinality");
+        assert_eq!(e.message, "must be an integer >= 1, got \"two\"");
+        let e = Scenario::parse(
+            "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, annotations: {armadaproject.io/gang-id: g1}}]}]",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "rounds[0].submit[0].annotations.armadaproject.io/gang-id");
+        assert!(e.message.contains("armadaproject.io/gangId"), "{e}");
     }
 
     #[test]

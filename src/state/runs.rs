@@ -3,7 +3,7 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
-use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState};
+use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
 
 /// Most bytes of output kept with a run.
@@ -207,6 +207,16 @@ impl State {
         let Some(run) = record.active_run() else { return };
         let run_id = run.run_id;
         let attempts = record.attempts();
+        // Armada's failFast: a run that is lost is not retried (the annotation was checked at
+        // submission, so reading it here is deterministic).
+        let fail_fast = annotations::is_fail_fast(&record.annotations);
+        let give_up = if fail_fast {
+            Some(format!("{reason}; not retried: the job is fail-fast ({})", annotations::FAIL_FAST.armada))
+        } else if attempts >= max_attempted_runs as usize {
+            Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"))
+        } else {
+            None
+        };
         let mut outcome = record.state;
         self.update_job(out, id, at_ms, |r| {
             if let Some(run) = r.active_run_mut() {
@@ -215,10 +225,9 @@ impl State {
                 run.reason = Some(reason.to_string());
             }
             if !r.state.is_terminal() {
-                if attempts >= max_attempted_runs as usize {
+                if let Some(why) = give_up.clone() {
                     r.state = JobState::Failed;
-                    r.state_reason =
-                        Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"));
+                    r.state_reason = Some(why);
                 } else {
                     r.state = JobState::Queued;
                     r.state_reason = None;
@@ -228,6 +237,9 @@ impl State {
         });
         let (kind, message) = match outcome {
             JobState::Queued => (EventKind::Requeued, format!("run lost: {reason}")),
+            JobState::Failed if fail_fast => {
+                (EventKind::Failed, format!("run lost: {reason}; not retried: the job is fail-fast"))
+            }
             JobState::Failed => {
                 (EventKind::Failed, format!("run lost: {reason}; gave up after {attempts} attempted runs"))
             }

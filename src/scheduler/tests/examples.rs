@@ -130,6 +130,24 @@ fn gang_node_uniformity() {
 }
 
 #[test]
+fn armada_gang_annotations_form_gangs() {
+    let out = run("armada_gang_annotations.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r0.failed), map(&[("A", 1)]));
+    assert_eq!((node(r0, "a-1"), node(r0, "a-2")), (Some("node-1"), Some("node-2")));
+    assert_eq!(state(r0, "a-3"), "failed");
+    assert_eq!(reason(r0, "a-3"), "gang a: 2 of 3 members fit (minimum 2)");
+    assert!(on_node(r0, "node-3").is_empty());
+    let r1 = &out.rounds[1];
+    assert!(counts(&r1.scheduled).is_empty());
+    for j in ["b-1", "b-2"] {
+        assert_eq!(state(r1, j), "queued");
+        assert_eq!(reason(r1, j), "gang b: 1 of 2 members fit; no node with 6 cpu free in pool default");
+    }
+}
+
+#[test]
 fn urgency_preemption_picks_lowest_and_never_equal_or_higher() {
     let out = run("urgency_preemption.yaml");
     let r1 = &out.rounds[1];
