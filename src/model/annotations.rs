@@ -67,10 +67,7 @@ pub fn check_spellings(ann: &BTreeMap<String, String>) -> Result<(), FieldError>
 
 /// The value of `setting`, with the key it was read from (Convoy's if both are set). Both
 /// spellings set to different values is an error naming Armada's key.
-pub fn lookup<'a>(
-    ann: &'a BTreeMap<String, String>,
-    s: Setting,
-) -> Result<Option<(&'static str, &'a str)>, FieldError> {
+pub fn lookup(ann: &BTreeMap<String, String>, s: Setting) -> Result<Option<(&'static str, &str)>, FieldError> {
     match (ann.get(s.convoy), ann.get(s.armada)) {
         (None, None) => Ok(None),
         (Some(v), None) => Ok(Some((s.convoy, v))),

@@ -3,8 +3,9 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
-use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
+use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
+use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
 /// Most bytes of output kept with a run.
 const LOG_TAIL_LIMIT: usize = 64 * 1024;
@@ -100,16 +101,19 @@ impl State {
         Response::Ok
     }
 
+    /// Applies run events; a failure its node is to blame for (`Some` fault) counts against the
+    /// node under `policy`, unless the run was being stopped (its end is then the stop's).
     pub(super) fn run_events(
         &mut self,
         executor: &ExecutorName,
         at_ms: i64,
-        events: Vec<RunReport>,
+        events: Vec<(RunReport, Option<NodeFault>)>,
         max_attempted_runs: u32,
+        policy: QuarantinePolicy,
         out: &mut Applied,
     ) -> Response {
         let mut accepted = 0u32;
-        for ev in events {
+        for (ev, node_fault) in events {
             let Some(&id) = self.runs.get(&ev.run_id) else { continue };
             let Some(job) = self.jobs.get(&id) else { continue };
             let Some(run) = job.record.active_run() else { continue };
@@ -120,6 +124,10 @@ impl State {
             let record = job.record.clone();
             let run_id = run.run_id;
             let killing = run.kill.is_some();
+            // Counted once the event is applied (below); a stopped run's end is the stop's doing.
+            let against_node = node_fault
+                .filter(|_| !killing && matches!(ev.kind, RunReportKind::Failed | RunReportKind::Returned))
+                .map(|fault| (fault, (run.executor.clone(), run.node.clone())));
             match ev.kind {
                 RunReportKind::Pending => {
                     if run.state != RunState::Leased {
@@ -194,6 +202,9 @@ impl State {
                     let reason = ev.reason.clone().unwrap_or_else(|| "the run never started on its node".to_string());
                     self.lose_run(out, id, at_ms, &reason, max_attempted_runs);
                 }
+            }
+            if let Some((fault, node)) = against_node {
+                self.count_node_failure(node, NodeFailure { at_ms, fault, job: id }, &policy, out);
             }
         }
         Response::Accepted(accepted)

@@ -296,6 +296,12 @@ async fn openapi_document_describes_the_real_server() {
     conforms(&doc, "get", "/v1/cluster", st, &v);
     let (st, v) = s.get("/v1/cluster/digest").await;
     conforms(&doc, "get", "/v1/cluster/digest", st, &v);
+    let (st, v) = s.get("/v1/cluster/nodes").await;
+    assert_eq!((st, v["nodes"][0]["name"].as_str()), (200, Some("n1")), "{v}");
+    conforms(&doc, "get", "/v1/cluster/nodes", st, &v);
+    let (st, v) = s.delete("/v1/cluster/nodes/e1/n1/quarantine").await;
+    assert_eq!(st, 404, "{v}");
+    conforms(&doc, "delete", "/v1/cluster/nodes/{executor}/{node}/quarantine", st, &v);
     let (st, v) = s.get("/healthz").await;
     conforms(&doc, "get", "/healthz", st, &v);
     let (st, v) = s.get("/readyz").await;
@@ -333,7 +339,8 @@ async fn openapi_document_describes_the_real_server() {
             .replace("{queue}", "q")
             .replace("{job_set}", "s")
             .replace("{id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
-            .replace("{executor}", "e9");
+            .replace("{executor}", "e9")
+            .replace("{node}", "n9");
         assert!(!concrete.contains('{'), "{path} has a parameter this test does not know");
         let concrete = if path.ends_with("/events") && path.starts_with("/v1/queues") {
             format!("{concrete}?follow=false")
