@@ -8,6 +8,7 @@
 pub mod v0001_initial;
 pub mod v0002_event_chunks;
 pub mod v0003_finished_index;
+pub mod v0004_node_health;
 
 /// A migration step.
 pub struct Migration {
@@ -24,4 +25,5 @@ pub const ALL: &[Migration] = &[
     Migration { version: 1, name: "initial schema", run: v0001_initial::run },
     Migration { version: 2, name: "events in chunks", run: v0002_event_chunks::run },
     Migration { version: 3, name: "finished jobs indexed by finish time", run: v0003_finished_index::run },
+    Migration { version: 4, name: "failures and quarantine of nodes", run: v0004_node_health::run },
 ];

@@ -59,7 +59,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 /// - 2: snapshots are snapshot files (the log entries did not change).
 /// - 3: log format 3 (purges of finished jobs, which a server of version 2 cannot decode) and
 ///   snapshots of state schema 3 (with the `finished` index).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// - 4: log format 4 (run events with node faults, quarantine lifts) and snapshots of state
+///   schema 4 (with the `node_health` table).
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -2,16 +2,17 @@
 //! chooses ids and timestamps before proposing, so applying a command is deterministic (see
 //! `state::State::apply`).
 
-use super::executor::NodeRecord;
+use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
 use super::queue::QueueRecord;
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 2 (the variant order is the format; log
-/// format 1 is the same list without [`Command::PurgeFinished`], so every format 1 command
-/// decodes, and encodes back, unchanged).
+/// A change to the replicated state. Format: log format 4 (the variant order is the format; log
+/// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
+/// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), so every older
+/// command decodes, and encodes back, unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -149,6 +150,52 @@ pub enum Command {
         /// The jobs, in the order of the `finished` index.
         jobs: Vec<PurgeTarget>,
     },
+    /// Run state changes reported by an executor, each failure with whether its node is to
+    /// blame, and the quarantine policy in force. Log format 4: the leader proposes this instead
+    /// of [`Command::RunEvents`], whose entries in older logs apply as before (counting nothing
+    /// against nodes).
+    RunEventsWithFaults {
+        /// The executor reporting.
+        executor: ExecutorName,
+        /// When (ms since the epoch, the leader's clock): the time failures are counted at.
+        at_ms: i64,
+        /// What happened to its runs.
+        events: Vec<FaultedRunReport>,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+        /// When failures of a node quarantine it, and for how long.
+        quarantine: QuarantinePolicyRecord,
+    },
+    /// Lifts a node's quarantine and forgets its counted failures (an admin's order). Refused
+    /// unless the node is quarantined at `at_ms`. Log format 4.
+    LiftQuarantine {
+        /// The node's executor.
+        executor: ExecutorName,
+        /// The node.
+        node: NodeName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
+}
+
+/// A run event with, for a failure, whether the run's node is to blame. Format: log format 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultedRunReport {
+    /// The event as reported.
+    pub report: RunReport,
+    /// Set when the run failed (or never started) because of its node.
+    pub node_fault: Option<NodeFaultRecord>,
+}
+
+/// Node quarantine settings as the leader had them. Format: log format 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinePolicyRecord {
+    /// Failures of a node within the window that quarantine it (0: off).
+    pub max_failures: u32,
+    /// Length of the window, in ms.
+    pub window_ms: u64,
+    /// Length of a quarantine, in ms.
+    pub duration_ms: u64,
 }
 
 /// A job as the leader proposes it: validated, id chosen. Format: log format 1.

@@ -421,6 +421,57 @@ fn log_format_3_commands() {
     golden("log-v3/command-purge-finished.bin", &purge_finished());
 }
 
+/// The commands log format 4 added: run events with node faults (one of each kind, with and
+/// without a fault), and a quarantine lifted.
+fn log_format_4_commands() -> Vec<(&'static str, Command)> {
+    let faults = [
+        None,
+        Some(NodeFaultRecord::NotStarted),
+        Some(NodeFaultRecord::ImagePull),
+        Some(NodeFaultRecord::NodePressure),
+        Some(NodeFaultRecord::NodeLost),
+    ];
+    let kinds = [
+        RunReportKind::Pending,
+        RunReportKind::Running,
+        RunReportKind::Succeeded,
+        RunReportKind::Failed,
+        RunReportKind::Returned,
+    ];
+    vec![
+        (
+            "command-run-events-with-faults",
+            Command::RunEventsWithFaults {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_700_000,
+                events: kinds
+                    .iter()
+                    .zip(faults)
+                    .enumerate()
+                    .map(|(i, (kind, node_fault))| FaultedRunReport {
+                        report: run_report(*kind, i as u64 + 1),
+                        node_fault,
+                    })
+                    .collect(),
+                max_attempted_runs: 5,
+                quarantine: QuarantinePolicyRecord { max_failures: 3, window_ms: 600_000, duration_ms: 1_800_000 },
+            },
+        ),
+        (
+            "command-lift-quarantine",
+            Command::LiftQuarantine { executor: ex("cluster-a"), node: nn("n1"), at_ms: 1_760_000_800_000 },
+        ),
+    ]
+}
+
+#[test]
+fn log_format_4_commands_are_golden() {
+    // Format 4 only added these commands: the older ones are format 4's byte for byte.
+    for (name, cmd) in log_format_4_commands() {
+        golden(&format!("log-v4/{name}.bin"), &cmd);
+    }
+}
+
 #[test]
 fn log_format_1_entries_vote_and_log_ids() {
     let entries = [
@@ -513,6 +564,35 @@ fn state_schema_3_rows() {
     let row = SnapshotRowRecord::Finished { key: finished_key() };
     golden("state-v3/row-finished.bin", &row);
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v3/row-finished.bin"));
+}
+
+/// A node with failures counted and a quarantine (schema 4's `node_health` row), and its
+/// snapshot row.
+fn node_health() -> NodeHealthRecord {
+    NodeHealthRecord {
+        executor: ex("cluster-a"),
+        node: nn("n1"),
+        failures: vec![
+            NodeFailureRecord { at_ms: 1_760_000_900_000, fault: NodeFaultRecord::ImagePull, job_id: jid(1) },
+            NodeFailureRecord { at_ms: 1_760_000_900_001, fault: NodeFaultRecord::NodeLost, job_id: jid(2) },
+        ],
+        quarantine: Some(QuarantineRecord {
+            since_ms: 1_760_000_800_000,
+            until_ms: 1_760_002_600_000,
+            reason: "3 failures of the node within 10m: image_pull ×3".into(),
+        }),
+    }
+}
+
+#[test]
+fn state_schema_4_rows() {
+    golden("state-v4/node-health.bin", &node_health());
+    let plain = NodeHealthRecord { executor: ex("e"), node: nn("n"), failures: vec![], quarantine: None };
+    golden("state-v4/node-health-empty.bin", &plain);
+    // Schema 4 added one kind of snapshot row, after `finished`.
+    let row = SnapshotRowRecord::NodeHealth { key: b"cluster-a\0n1".to_vec(), value: encode(&node_health()).unwrap() };
+    golden("state-v4/row-node-health.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v4/row-node-health.bin"));
 }
 
 #[test]
@@ -614,9 +694,9 @@ fn snapshot_file_format_1_whole_file() {
     assert_eq!(jobs, old.jobs.len());
     let mut converted = Vec::new();
     crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
-    // Converted today, the rows are schema 3's: the same rows, and the `finished` index, which is
-    // empty for this state (both jobs are queued).
-    assert_eq!(decode::<u32>(&converted[0]).unwrap(), 3);
+    // Converted today, the rows are today's schema's: the same rows, the `finished` index, which
+    // is empty for this state (both jobs are queued), and no node health.
+    assert_eq!(decode::<u32>(&converted[0]).unwrap(), super::STATE_SCHEMA_VERSION);
     assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.
     let dir = tempfile::tempdir().unwrap();

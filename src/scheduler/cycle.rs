@@ -21,8 +21,9 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
     let mut decisions = Decisions::default();
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
     let mut done: HashSet<JobId> = HashSet::default();
+    let quarantined = snapshot.quarantined_at(cfg, now_ms);
     for pool in pools {
-        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done);
+        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
         cycle.evict(&mut rng);
         cycle.fill(&mut rate);
         cycle.finish(&mut decisions, &mut done);

@@ -189,7 +189,13 @@ impl Harness {
                 queued_demand: None,
             })
             .collect();
-        Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), rate_limits: Default::default() }
+        Snapshot {
+            nodes: self.nodes.clone(),
+            queues,
+            running: self.running.clone(),
+            rate_limits: Default::default(),
+            quarantined: Default::default(),
+        }
     }
 
     fn apply(&mut self, d: &Decisions) {
