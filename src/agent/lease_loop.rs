@@ -12,7 +12,7 @@ use super::runtime::{EventReceiver, EventSink, Runtime, RuntimeError, is_final, 
 use crate::model::api::{
     EventsRequest, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, RunEventKind, RunEventReport,
 };
-use crate::model::{ExecutorName, JobId, RunId, RunState};
+use crate::model::{ExecutorName, JobId, NodeFault, RunId, RunState};
 use futures::StreamExt;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -232,6 +232,7 @@ async fn start_one<R: Runtime>(shared: &Arc<Shared<R>>, lease: LeaseOrder) {
                 _ => "start failed".into(),
             });
             ev.message = Some(e.to_string());
+            ev.node_fault = Some(NodeFault::NotStarted);
             ev
         }
     };

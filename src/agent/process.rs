@@ -11,7 +11,7 @@ use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
 use super::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
-use crate::model::{JobId, ResourceName, Resources, RunId};
+use crate::model::{JobId, NodeFault, ResourceName, Resources, RunId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -27,6 +27,8 @@ const LOG_TAIL_LINES: usize = 100;
 /// Reason of a run whose supervisor could not be kept alive: the node's fault, the job returns
 /// to the queue.
 const REASON_SUPERVISOR_FAILED: &str = "supervisor failed";
+/// Exit reason of a run whose supervisor vanished while the job ran.
+const REASON_SUPERVISOR_LOST: &str = "supervisor lost";
 
 /// Runs jobs as local processes.
 pub struct ProcessRuntime {
@@ -148,14 +150,19 @@ impl Inner {
 
     /// The final event for an exit record.
     fn final_event(&self, dir: &RunDir, run_id: RunId, job_id: JobId, rec: &ExitRecord) -> RunEventReport {
-        let kind = if rec.succeeded() {
-            RunEventKind::Succeeded
+        let (kind, node_fault) = if rec.succeeded() {
+            (RunEventKind::Succeeded, None)
         } else if rec.exit_code.is_none() && rec.reason.as_deref() == Some(REASON_SUPERVISOR_FAILED) {
-            RunEventKind::Returned
+            (RunEventKind::Returned, Some(NodeFault::NotStarted))
+        } else if rec.exit_code.is_none() && rec.reason.as_deref() == Some(REASON_SUPERVISOR_LOST) {
+            // The machine stopped the supervisor under the job (a reboot, the OOM killer): the
+            // job did nothing wrong.
+            (RunEventKind::Failed, Some(NodeFault::NodeLost))
         } else {
-            RunEventKind::Failed
+            (RunEventKind::Failed, None)
         };
         let mut ev = run_event(run_id, job_id, kind);
+        ev.node_fault = node_fault;
         ev.time_ms = Some(rec.finished_at_ms);
         ev.exit_code = rec.exit_code;
         ev.reason = rec.reason.clone();
@@ -239,7 +246,7 @@ impl Inner {
             }
             tracing::warn!(%run_id, %job_id, "the job's supervisor vanished; job stopped");
             write(record(
-                "supervisor lost",
+                REASON_SUPERVISOR_LOST,
                 "the job's supervisor ended without recording the exit status; the job was stopped".into(),
             ));
             return None;

@@ -120,6 +120,7 @@ pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventRe
         reason: None,
         message: None,
         log_tail: None,
+        node_fault: None,
     }
 }
 

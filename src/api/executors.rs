@@ -7,9 +7,9 @@ use crate::model::api::{
     EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, Problem,
     RunEventKind, RunEventReport,
 };
-use crate::model::{ExecutorName, JobId, Node, RunId};
+use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
 use crate::record::NodeRecord;
-use crate::state::{Command, Response, RunReport, RunReportKind};
+use crate::state::{Command, FaultedRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind};
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
 use std::collections::HashSet;
@@ -56,17 +56,28 @@ fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
     v
 }
 
-/// A run event as the log records it.
-fn run_report(e: RunEventReport) -> RunReport {
-    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail } = e;
-    let kind = match kind {
-        RunEventKind::Pending => RunReportKind::Pending,
-        RunEventKind::Running => RunReportKind::Running,
-        RunEventKind::Succeeded => RunReportKind::Succeeded,
-        RunEventKind::Failed => RunReportKind::Failed,
-        RunEventKind::Returned => RunReportKind::Returned,
+/// A run event as the log records it. A `returned` run never started on its node, which is
+/// the node's fault whether or not the agent said so (agents before node faults do not); a
+/// fault on any other kind than `failed` means nothing and is dropped.
+fn run_report(e: RunEventReport) -> FaultedRunReport {
+    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault } = e;
+    let (kind, node_fault) = match kind {
+        RunEventKind::Pending => (RunReportKind::Pending, None),
+        RunEventKind::Running => (RunReportKind::Running, None),
+        RunEventKind::Succeeded => (RunReportKind::Succeeded, None),
+        RunEventKind::Failed => (RunReportKind::Failed, node_fault),
+        RunEventKind::Returned => (RunReportKind::Returned, Some(node_fault.unwrap_or(NodeFault::NotStarted))),
     };
-    RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail }
+    FaultedRunReport {
+        report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
+        node_fault: node_fault.map(Into::into),
+    }
+}
+
+/// This server's quarantine settings, as a run events command carries them.
+fn quarantine_policy(app: &Control) -> QuarantinePolicyRecord {
+    let p = app.config.scheduler.quarantine.policy();
+    QuarantinePolicyRecord { max_failures: p.max_failures, window_ms: p.window_ms, duration_ms: p.duration_ms }
 }
 
 /// A lease answer's jobs, without their payloads yet.
@@ -281,11 +292,12 @@ pub async fn events(
         return Ok(json(EventsResponse { accepted: 0 }));
     }
     let r = app
-        .write(Command::RunEvents {
+        .write(Command::RunEventsWithFaults {
             executor,
             at_ms: now_ms(),
             events: req.events.into_iter().map(run_report).collect(),
             max_attempted_runs: app.config.server.max_attempted_runs,
+            quarantine: quarantine_policy(&app),
         })
         .await?;
     let accepted = match r {

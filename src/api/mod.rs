@@ -7,6 +7,7 @@ pub mod events;
 pub mod executors;
 pub mod forward;
 pub mod jobs;
+pub mod nodes;
 pub mod openapi;
 pub mod ops;
 pub mod problem;
@@ -55,6 +56,8 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(cluster::add))
         .routes(routes!(cluster::remove))
         .routes(routes!(cluster::digest))
+        .routes(routes!(nodes::list))
+        .routes(routes!(nodes::lift_quarantine))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -273,6 +273,8 @@ mod tests {
             ("/v1/cluster/digest", "GET"),
             ("/v1/cluster/members", "POST"),
             ("/v1/cluster/members/{id}", "DELETE"),
+            ("/v1/cluster/nodes", "GET"),
+            ("/v1/cluster/nodes/{executor}/{node}/quarantine", "DELETE"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),
@@ -319,7 +321,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 24);
+        assert_eq!(ids.len(), 26);
     }
 
     #[test]

@@ -79,7 +79,11 @@ pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
 )]
 pub async fn metrics(State(app): State<Arc<Control>>) -> Response {
     let mut out = String::new();
-    state_metrics(&mut out, &app.state());
+    {
+        let st = app.state();
+        state_metrics(&mut out, &st);
+        quarantine_metrics(&mut out, &st, &app.config.scheduler.quarantine, crate::control::now_ms());
+    }
     scheduling_metrics(&mut out, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
     Family::new(&mut out, "convoy_leader", "gauge", "1 if this server is the leader.")
         .sample("", u8::from(app.cluster.is_leader()));
@@ -194,6 +198,32 @@ fn state_metrics(out: &mut String, st: &crate::state::State) {
     Family::new(out, "convoy_executors", "gauge", "Known executors.").sample("", st.executors.len());
     let nodes: usize = st.executors.values().map(|e| e.nodes.len()).sum();
     Family::new(out, "convoy_nodes", "gauge", "Known nodes.").sample("", nodes);
+}
+
+/// Quarantined nodes per executor and pool (0 for every executor and pool with nodes, so that a
+/// lifted quarantine shows as a drop rather than a vanished series). A quarantined node no
+/// executor reports counts under its executor with `pool=""`.
+fn quarantine_metrics(out: &mut String, st: &crate::state::State, cfg: &crate::scheduler::QuarantineConfig, now: i64) {
+    let quarantined = |e: &crate::model::ExecutorName, n: &crate::model::NodeName| {
+        cfg.enabled() && st.node_health.get(&(e.clone(), n.clone())).is_some_and(|h| h.quarantined_at(now).is_some())
+    };
+    let mut counts: std::collections::BTreeMap<(&str, &str), u64> = std::collections::BTreeMap::new();
+    for e in st.executors.values() {
+        for n in &e.nodes {
+            *counts.entry((e.name.as_str(), n.pool.as_str())).or_default() += u64::from(quarantined(&e.name, &n.name));
+        }
+    }
+    for (e, n) in st.node_health.keys() {
+        let reported = st.executors.get(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
+        if !reported && quarantined(e, n) {
+            *counts.entry((e.as_str(), "")).or_default() += 1;
+        }
+    }
+    let help = "Nodes under quarantine (too many failures of the node), per executor and pool.";
+    let mut family = Family::new(out, "convoy_quarantined_nodes", "gauge", help);
+    for ((executor, pool), n) in counts {
+        family.sample(&format!("executor=\"{executor}\",pool=\"{pool}\""), n);
+    }
 }
 
 /// Families from this server's latest scheduling cycle.

@@ -143,6 +143,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         a.validate().map_err(|m| FieldError::new("pod_spec.affinity.nodeAffinity", m))?;
     }
     let gang = GangSpec::from_annotations(&item.annotations)?;
+    // Read again when a run is lost (`state::runs`); checked here so only true or false is stored.
+    crate::model::annotations::fail_fast(&item.annotations)?;
 
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
@@ -622,6 +624,35 @@ mod tests {
         let mut bad = member("2");
         bad.annotations.insert("convoy.io/gang-minimum-cardinality".into(), "5".into());
         assert_eq!(check(vec![bad]).unwrap_err().field, "jobs[0].annotations.convoy.io/gang-minimum-cardinality");
+    }
+
+    #[test]
+    fn armada_gang_and_fail_fast_annotations() {
+        let member = |id: &str| {
+            let mut i = item(pod("1"));
+            i.annotations.insert("armadaproject.io/gangId".into(), id.into());
+            i.annotations.insert("armadaproject.io/gangCardinality".into(), "2".into());
+            i.annotations.insert("armadaproject.io/gangMinimumCardinality".into(), "1".into());
+            i
+        };
+        let jobs = check(vec![member("g"), member("g")]).unwrap();
+        let g = jobs[0].gang.as_ref().expect("a gang");
+        assert_eq!((g.id.as_str(), g.cardinality, g.min_cardinality), ("g", 2, 1));
+        assert_eq!(jobs[0].gang, jobs[1].gang);
+        let mut both = member("g");
+        both.annotations.insert("convoy.io/gang-cardinality".into(), "3".into());
+        let e = check(vec![both, member("g")]).unwrap_err();
+        assert_eq!(e.field, "jobs[0].annotations.armadaproject.io/gangCardinality");
+        let mut old = item(pod("1"));
+        old.annotations.insert("armadaproject.io/gang-id".into(), "g".into());
+        let e = check(vec![old]).unwrap_err();
+        assert_eq!(e.field, "jobs[0].annotations.armadaproject.io/gang-id");
+        assert!(e.message.contains("armadaproject.io/gangId"), "{e}");
+        let mut ff = item(pod("1"));
+        ff.annotations.insert("armadaproject.io/failFast".into(), "sometimes".into());
+        assert_eq!(check(vec![ff.clone()]).unwrap_err().field, "jobs[0].annotations.armadaproject.io/failFast");
+        ff.annotations.insert("armadaproject.io/failFast".into(), "true".into());
+        assert!(check(vec![ff]).is_ok());
     }
 
     #[test]

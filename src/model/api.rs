@@ -2,7 +2,7 @@
 //! and of the executor API. The server, the agent and the CLI all speak through these.
 
 use super::job::{EventKind, JobState, RunState};
-use super::names::{JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
+use super::names::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
 use super::placement::{Labels, Taint};
 use super::resources::Resources;
 use serde::{Deserialize, Serialize};
@@ -40,8 +40,12 @@ pub struct SubmitItem {
     #[schema(value_type = Object)]
     pub pod_spec: Box<serde_json::value::RawValue>,
     /// Annotations (keys of 1 to 253 characters, values up to 64 KiB), handed to the executor and
-    /// set on the pod. The `convoy.io/gang-*` (or `armadaproject.io/gang-*`) ones make the job a
-    /// gang member.
+    /// set on the pod. The gang ones make the job a gang member: `convoy.io/gang-id`,
+    /// `convoy.io/gang-cardinality`, `convoy.io/gang-minimum-cardinality`,
+    /// `convoy.io/gang-node-uniformity-label`, or Armada's `armadaproject.io/gangId`,
+    /// `gangCardinality`, `gangMinimumCardinality`, `gangNodeUniformityLabel`.
+    /// `convoy.io/fail-fast` or `armadaproject.io/failFast` = `"true"`: a lost run fails the job
+    /// instead of queueing it again.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// Labels (same limits as annotations), handed to the executor and set on the pod.
@@ -441,6 +445,12 @@ pub struct RunEventReport {
     /// Last lines of output (at most 64 KiB), with the final event.
     #[serde(default)]
     pub log_tail: Option<String>,
+    /// With `failed` or `returned`: the run ended because of its node, not the job (it counts
+    /// toward the node's quarantine). Absent: a `failed` run is the job's own failure, and a
+    /// `returned` one (which agents that do not send this field report) counts as
+    /// `not_started`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_fault: Option<crate::model::NodeFault>,
 }
 
 /// `POST /v1/executors/{executor}/events`.
@@ -564,4 +574,50 @@ pub struct MembershipChange {
     pub outcome: String,
     /// The cluster after the change, as the leader sees it.
     pub cluster: ClusterStatus,
+}
+
+/// Answer of `GET /v1/cluster/nodes`: the nodes of the known executors, and nodes of executors
+/// that went away while quarantined, by executor and name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeList {
+    /// The nodes.
+    pub nodes: Vec<NodeView>,
+}
+
+/// A node as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeView {
+    /// The executor that reports it.
+    pub executor: ExecutorName,
+    /// Node name.
+    pub name: NodeName,
+    /// Pool of the node; absent for a node its executor does not report (any more).
+    pub pool: Option<PoolName>,
+    /// Reported by a live executor. False for a node kept only for its quarantine (its executor
+    /// went away; the quarantine holds if it comes back).
+    pub reported: bool,
+    /// Cordoned: no new jobs are placed here; running ones stay.
+    pub unschedulable: bool,
+    /// Everything the node offers.
+    pub allocatable: Resources,
+    /// Jobs holding resources on the node (leased, pending or running).
+    pub jobs: u64,
+    /// Failures of the node (of the node's own making, see `NodeFault`) counted toward its next
+    /// quarantine: those within `quarantine.window`. 0 when quarantine is off.
+    pub recent_failures: u32,
+    /// The quarantine in force: no new jobs are placed here until it ends or an admin lifts it.
+    pub quarantine: Option<QuarantineView>,
+}
+
+/// A node's quarantine as the API shows it. Times are the leader's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QuarantineView {
+    /// When it began.
+    #[schema(format = DateTime)]
+    pub since: String,
+    /// When it ends.
+    #[schema(format = DateTime)]
+    pub until: String,
+    /// Why: the failures of the node that led to it.
+    pub reason: String,
 }

@@ -40,6 +40,45 @@ impl Node {
     }
 }
 
+/// Why a run failed (or never started) because of its node rather than the job: such failures
+/// count toward the node's quarantine. A job's own failure (non-zero exit, its deadline, its own
+/// memory limit, a bad spec) is none of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeFault {
+    /// The pod or process never started on the node: the node refused or did not admit it, or
+    /// the runtime could not start it there.
+    NotStarted,
+    /// The node could not pull the job's image.
+    ImagePull,
+    /// The node ran short of memory (or another resource) and evicted or killed the job.
+    NodePressure,
+    /// The node went away or shut down under the run.
+    NodeLost,
+}
+
+impl NodeFault {
+    /// Every fault, in order.
+    pub const ALL: [NodeFault; 4] =
+        [NodeFault::NotStarted, NodeFault::ImagePull, NodeFault::NodePressure, NodeFault::NodeLost];
+
+    /// The fault's name as used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeFault::NotStarted => "not_started",
+            NodeFault::ImagePull => "image_pull",
+            NodeFault::NodePressure => "node_pressure",
+            NodeFault::NodeLost => "node_lost",
+        }
+    }
+}
+
+impl std::fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Node label that earmarks a node for queues: `convoy.io/reserved-for=<queue>[,<queue>...]`.
 /// Jobs of those queues are at home on the node; jobs of other queues may use it only as
 /// preemptible guests, preempted as soon as a job at home needs the room. Agents set it from

@@ -1,19 +1,34 @@
-//! Starting an election as soon as one can succeed.
+//! Elections: when a member starts one, and whether the others would vote for it.
 //!
-//! openraft 0.9 lets a follower that knows a leader start an election only after the leader's
-//! lease (`election_timeout_max`) *plus* a random election timeout have passed without word from
-//! it: with the default timings 1.5–2.2 s after a leader dies, although the other followers would
-//! grant their votes as soon as the lease is over. So each follower watches when it last heard
-//! from the leader, and once the lease is over it asks Raft for an election itself. To keep two
-//! followers from splitting the vote, they go in the order of their node ids, a heartbeat apart
-//! (the dead leader left out); openraft's own timer remains the fallback.
+//! openraft 0.9's own election timer is off (`enable_elect = false`) because of two faults:
+//! - a follower that knows a leader waits the leader's lease (`election_timeout_max`) *plus* a
+//!   random election timeout after the leader's last word, although the other followers would
+//!   grant their votes as soon as the lease is over;
+//! - it starts an election without asking first. A member that only lost touch with the leader —
+//!   cut off by a partition, or busy installing a snapshot while the leader's replication stream
+//!   waits for it — raises the term, and the healthy leader steps down as soon as it sees the
+//!   higher term in an append answer. Under load a lagging member deposed the leader again and
+//!   again this way.
+//!
+//! So elections are driven here. A follower starts one once the leader's lease is over, the
+//! survivors in node-id order a heartbeat apart (the dead leader left out); with no leader known,
+//! an election timeout after it started or after its last attempt, with jitter. Before it does, it
+//! asks the other voters for a pre-vote (the Raft thesis, §9.6): a voter says yes only if it has
+//! not heard from a leader within the lease itself, does not lead with a recent majority, and the
+//! candidate's log is at least as up to date as its own. Only with a majority of yeses does it ask
+//! openraft for the election, which then raises the term and asks for the real votes.
 
-use super::types::{NodeId, Raft};
+use super::log_store::LogStore;
+use super::network::NetworkFactory;
+use super::types::{LogId, NodeId, Raft};
 use openraft::ServerState;
+use rand_core::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// When this member last received an append (entries or heartbeat) from a leader.
+/// When this member last received an append or snapshot chunk from a leader it accepted.
 #[derive(Clone, Default)]
 pub struct LeaderContact(Arc<Mutex<Option<Instant>>>);
 
@@ -25,6 +40,131 @@ impl LeaderContact {
 
     fn last(&self) -> Option<Instant> {
         *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// When a majority last acknowledged this member as leader (kept by the metrics watch).
+pub type QuorumAck = Arc<Mutex<Option<Instant>>>;
+
+/// Body of `POST /raft/pre-vote`: would the receiver vote for `candidate`?
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    /// The member that wants to start an election.
+    pub candidate: NodeId,
+    /// The id of its last log entry.
+    pub last_log_id: Option<LogId>,
+}
+
+/// Answer to a [`PreVoteRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreVoteAnswer {
+    /// True if the receiver would grant its vote now.
+    pub granted: bool,
+    /// Why not, for the candidate's log.
+    pub reason: Option<String>,
+}
+
+/// Why a voter would not vote for a candidate now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The receiver leads, and a majority acknowledged it recently.
+    #[error("it leads, acknowledged by a majority {0} ms ago")]
+    Leading(u64),
+    /// The receiver heard from a leader within the lease.
+    #[error("it heard from the leader {0} ms ago")]
+    LeaderAlive(u64),
+    /// The candidate's log lacks entries the receiver holds.
+    #[error("the candidate's last log entry {theirs:?} is behind its own {mine:?}")]
+    LogBehind {
+        /// The candidate's last log id.
+        theirs: Option<LogId>,
+        /// The receiver's.
+        mine: Option<LogId>,
+    },
+    /// The receiver cannot read its own log.
+    #[error("it cannot read its log: {0}")]
+    Storage(String),
+}
+
+/// What a voter knows when it judges a pre-vote.
+#[derive(Debug, Clone)]
+pub(super) struct VoterView {
+    /// Since when a majority acknowledged this voter as leader, if it leads.
+    pub quorum_ack_age: Option<Duration>,
+    /// Since the last append or snapshot chunk from a leader.
+    pub leader_contact_age: Option<Duration>,
+    /// The voter's last log id.
+    pub last_log_id: Option<LogId>,
+}
+
+/// Whether a voter in `view` would vote for the candidate of `req`, given the leader `lease`.
+pub(super) fn judge(view: &VoterView, req: &PreVoteRequest, lease: Duration) -> Result<(), Refusal> {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if let Some(age) = view.quorum_ack_age.filter(|a| *a <= lease) {
+        return Err(Refusal::Leading(ms(age)));
+    }
+    if let Some(age) = view.leader_contact_age.filter(|a| *a <= lease) {
+        return Err(Refusal::LeaderAlive(ms(age)));
+    }
+    // `LogId` orders by leader (term first) and then index, as Raft compares logs.
+    if req.last_log_id < view.last_log_id {
+        return Err(Refusal::LogBehind { theirs: req.last_log_id, mine: view.last_log_id });
+    }
+    Ok(())
+}
+
+/// This member's side of elections: what it heard from leaders and how it answers pre-votes.
+#[derive(Clone)]
+pub struct Elections {
+    contact: LeaderContact,
+    quorum_ack: QuorumAck,
+    log: LogStore,
+    timing: Timing,
+}
+
+/// The timings elections follow.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    /// How long a leader's word holds off elections: `election_timeout_max`, openraft's lease.
+    pub lease: Duration,
+    /// The shortest election timeout: the wait with no leader known.
+    pub election_min: Duration,
+    /// The longest election timeout.
+    pub election_max: Duration,
+    /// The heartbeat interval: the gap between survivors' turns.
+    pub heartbeat: Duration,
+}
+
+impl Elections {
+    pub(super) fn new(log: LogStore, quorum_ack: QuorumAck, timing: Timing) -> Self {
+        Self { contact: LeaderContact::default(), quorum_ack, log, timing }
+    }
+
+    /// Records word from the leader (an append or snapshot chunk it accepted) received now.
+    pub fn heard(&self) {
+        self.contact.heard();
+    }
+
+    /// Answers a candidate's pre-vote.
+    pub(super) fn answer(&self, req: &PreVoteRequest) -> PreVoteAnswer {
+        let view = match self.log.last_log_id() {
+            Ok(last_log_id) => VoterView {
+                quorum_ack_age: self.quorum_ack.lock().unwrap_or_else(|p| p.into_inner()).map(|at| at.elapsed()),
+                leader_contact_age: self.contact.last().map(|at| at.elapsed()),
+                last_log_id,
+            },
+            Err(e) => {
+                let reason = Refusal::Storage(e.to_string()).to_string();
+                return PreVoteAnswer { granted: false, reason: Some(reason) };
+            }
+        };
+        match judge(&view, req, self.timing.lease) {
+            Ok(()) => PreVoteAnswer { granted: true, reason: None },
+            Err(refusal) => {
+                tracing::debug!(candidate = req.candidate, %refusal, "pre-vote refused");
+                PreVoteAnswer { granted: false, reason: Some(refusal.to_string()) }
+            }
+        }
     }
 }
 
@@ -40,34 +180,92 @@ pub(super) fn delay(me: NodeId, leader: NodeId, voters: &[NodeId], lease: Durati
     lease + MARGIN + heartbeat * rank
 }
 
-/// Watches until Raft stops.
-pub(super) async fn watch(raft: Raft, me: NodeId, contact: LeaderContact, lease: Duration, heartbeat: Duration) {
+/// How long a member that knows no leader waits (after it started, or after its last attempt)
+/// before it tries: an election timeout, then one heartbeat per voter with a smaller id.
+pub(super) fn delay_without_leader(
+    me: NodeId,
+    voters: &[NodeId],
+    election_min: Duration,
+    heartbeat: Duration,
+) -> Duration {
+    let rank = voters.iter().filter(|v| **v < me).count() as u32;
+    election_min + heartbeat * rank
+}
+
+/// Drives this member's elections until Raft stops.
+pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network: NetworkFactory) {
+    let timing = elections.timing;
     let mut metrics = raft.metrics();
-    // The contact an election was already asked for, so it is asked once per silence.
-    let mut asked_for: Option<Instant> = None;
+    let started = Instant::now();
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ me.rotate_left(32);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    // After an attempt, the next waits until then (a random election timeout later).
+    let mut not_before: Option<Instant> = None;
+    // Whether the last pre-vote lost, so a long silence logs once rather than every attempt.
+    let mut lost_before = false;
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
         if metrics.has_changed().is_err() {
             return;
         }
-        let (state, leader, voters) = {
+        let (state, leader, voters, term) = {
             let m = metrics.borrow_and_update();
-            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
-            (m.state, m.current_leader, voters)
+            let voters: BTreeMap<NodeId, String> = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter_map(|id| m.membership_config.membership().get_node(&id).map(|n| (id, n.addr.clone())))
+                .collect();
+            (m.state, m.current_leader, voters, m.current_term)
         };
-        let (Some(leader), Some(last)) = (leader, contact.last()) else { continue };
-        if state != ServerState::Follower || leader == me || !voters.contains(&me) || asked_for == Some(last) {
+        if state == ServerState::Leader || !voters.contains_key(&me) {
+            not_before = None;
+            lost_before = false;
             continue;
         }
-        if last.elapsed() < delay(me, leader, &voters, lease, heartbeat) {
+        let ids: Vec<NodeId> = voters.keys().copied().collect();
+        let now = Instant::now();
+        if not_before.is_some_and(|t| now < t) {
             continue;
         }
-        asked_for = Some(last);
-        tracing::info!(
-            leader,
-            silent_ms = last.elapsed().as_millis() as u64,
-            "no word from the leader since its lease ended; starting an election"
-        );
+        let due = match (leader, elections.contact.last()) {
+            (Some(l), Some(last)) if l != me && state == ServerState::Follower => {
+                last + delay(me, l, &ids, timing.lease, timing.heartbeat)
+            }
+            // No leader known (a start, or a failed election): attempts after the first are
+            // paced by `not_before`.
+            (_, last) => {
+                last.map_or(started, |l| l.max(started))
+                    + delay_without_leader(me, &ids, timing.election_min, timing.heartbeat)
+            }
+        };
+        if now < due {
+            continue;
+        }
+        let jitter = timing.election_max.saturating_sub(timing.election_min).as_millis() as u64;
+        not_before = Some(now + timing.election_min + Duration::from_millis(rng.next_u64() % (jitter + 1)));
+        let contact = elections.contact.last();
+        let silent_ms = contact.map(|l| l.elapsed().as_millis() as u64);
+        if ids.len() > 1 {
+            let (won, refusals) = pre_vote(&elections, &network, me, &voters).await;
+            if !won {
+                if !lost_before {
+                    tracing::info!(?leader, ?silent_ms, ?refusals, "pre-vote lost; not starting an election");
+                }
+                lost_before = true;
+                continue;
+            }
+            // Another member may have won an election while the pre-vote was out: starting one
+            // now would depose it.
+            let term_now = metrics.borrow().current_term;
+            if term_now != term || elections.contact.last() != contact {
+                tracing::debug!(term, term_now, "a leader appeared during the pre-vote; not starting an election");
+                continue;
+            }
+        }
+        lost_before = false;
+        tracing::info!(?leader, ?silent_ms, "no word from a leader and a majority would vote; starting an election");
         if let Err(e) = raft.trigger().elect().await {
             tracing::warn!(error = %e, "could not start an election");
             return;
@@ -75,9 +273,53 @@ pub(super) async fn watch(raft: Raft, me: NodeId, contact: LeaderContact, lease:
     }
 }
 
+/// Asks the other voters for a pre-vote, until a majority (counting this member's own yes) said
+/// yes or can no longer: whether it did, and the refusals by voter.
+async fn pre_vote(
+    elections: &Elections,
+    network: &NetworkFactory,
+    me: NodeId,
+    voters: &BTreeMap<NodeId, String>,
+) -> (bool, BTreeMap<NodeId, String>) {
+    use futures::StreamExt;
+    let mut refusals = BTreeMap::new();
+    let last_log_id = match elections.log.last_log_id() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read the log's last entry; not standing for election");
+            return (false, refusals);
+        }
+    };
+    let req = PreVoteRequest { candidate: me, last_log_id };
+    let mut asks: futures::stream::FuturesUnordered<_> = voters
+        .iter()
+        .filter(|(id, _)| **id != me)
+        .map(|(id, addr)| {
+            let req = req.clone();
+            async move { (*id, network.pre_vote(*id, addr, &req, elections.timing.election_min).await) }
+        })
+        .collect();
+    let majority = voters.len() / 2 + 1;
+    let mut granted = 1;
+    while granted < majority && granted + asks.len() >= majority {
+        let Some((id, answer)) = asks.next().await else { break };
+        match answer {
+            Ok(a) if a.granted => granted += 1,
+            Ok(a) => {
+                refusals.insert(id, a.reason.unwrap_or_default());
+            }
+            Err(e) => {
+                refusals.insert(id, e.to_string());
+            }
+        }
+    }
+    (granted >= majority, refusals)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::CommittedLeaderId;
 
     #[test]
     fn followers_go_in_id_order_without_the_leader() {
@@ -89,5 +331,49 @@ mod tests {
         // Leader 2 dies: 1 first, then 3.
         assert_eq!(delay(1, 2, &voters, lease, hb), lease + MARGIN);
         assert_eq!(delay(3, 2, &voters, lease, hb), lease + MARGIN + hb);
+        // No leader known: everyone in id order after an election timeout.
+        let min = Duration::from_millis(400);
+        assert_eq!(delay_without_leader(1, &voters, min, hb), min);
+        assert_eq!(delay_without_leader(3, &voters, min, hb), min + hb * 2);
+    }
+
+    fn log_id(term: u64, index: u64) -> Option<LogId> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    fn view(quorum_ms: Option<u64>, contact_ms: Option<u64>, last: Option<LogId>) -> VoterView {
+        VoterView {
+            quorum_ack_age: quorum_ms.map(Duration::from_millis),
+            leader_contact_age: contact_ms.map(Duration::from_millis),
+            last_log_id: last,
+        }
+    }
+
+    #[test]
+    fn a_voter_that_hears_from_a_leader_refuses() {
+        let lease = Duration::from_millis(800);
+        let req = PreVoteRequest { candidate: 2, last_log_id: log_id(3, 100) };
+        assert_eq!(judge(&view(None, Some(120), log_id(3, 100)), &req, lease), Err(Refusal::LeaderAlive(120)));
+        assert_eq!(judge(&view(Some(50), None, log_id(3, 100)), &req, lease), Err(Refusal::Leading(50)));
+        // Past the lease, or never heard: yes.
+        assert_eq!(judge(&view(None, Some(801), log_id(3, 100)), &req, lease), Ok(()));
+        assert_eq!(judge(&view(Some(900), None, log_id(3, 100)), &req, lease), Ok(()));
+        assert_eq!(judge(&view(None, None, None), &req, lease), Ok(()));
+    }
+
+    #[test]
+    fn a_candidate_with_less_log_is_refused() {
+        let lease = Duration::from_millis(800);
+        let silent = |last| view(None, Some(5_000), last);
+        let behind = PreVoteRequest { candidate: 2, last_log_id: log_id(3, 99) };
+        assert!(matches!(judge(&silent(log_id(3, 100)), &behind, lease), Err(Refusal::LogBehind { .. })));
+        // A later term wins over a longer log of an earlier term.
+        let later_term = PreVoteRequest { candidate: 2, last_log_id: log_id(4, 10) };
+        assert_eq!(judge(&silent(log_id(3, 100)), &later_term, lease), Ok(()));
+        let earlier_term = PreVoteRequest { candidate: 2, last_log_id: log_id(2, 500) };
+        assert!(judge(&silent(log_id(3, 100)), &earlier_term, lease).is_err());
+        let empty = PreVoteRequest { candidate: 2, last_log_id: None };
+        assert!(judge(&silent(log_id(1, 1)), &empty, lease).is_err());
+        assert_eq!(judge(&silent(None), &empty, lease), Ok(()));
     }
 }

@@ -170,6 +170,12 @@ impl LogStore {
         .await
     }
 
+    /// The id of the last entry in the log, or the last purged one when the log is empty: what a
+    /// member compares when it is asked whether a candidate's log is at least as up to date.
+    pub fn last_log_id(&self) -> io::Result<Option<LogId>> {
+        Ok(self.log_state()?.last_log_id)
+    }
+
     fn log_state(&self) -> io::Result<LogState<TypeConfig>> {
         let tx = self.db.begin_read().map_err(io_err)?;
         let meta = tx.open_table(META).map_err(io_err)?;

@@ -131,6 +131,8 @@ impl RaftSettings {
             purge_batch_size: self.purge_batch_size,
             max_payload_entries: self.max_payload_entries,
             snapshot_max_chunk_size: self.snapshot_chunk_size,
+            // Elections are started by `failover::watch`, after a pre-vote.
+            enable_elect: false,
             ..Config::default()
         }
         .validate()
@@ -239,9 +241,9 @@ pub struct RaftNode {
     /// A leader that has not heard from a majority for this long stops acting as leader.
     quorum_lease: Duration,
     /// When a majority last acknowledged this node as leader (see [`watch_metrics`]).
-    quorum_ack: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
-    /// When a leader's append last arrived (see [`failover`]).
-    contact: failover::LeaderContact,
+    quorum_ack: failover::QuorumAck,
+    /// What this member heard from leaders, and its answers to pre-votes (see [`failover`]).
+    elections: failover::Elections,
     flushed: watch::Receiver<u64>,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
@@ -308,6 +310,7 @@ impl RaftNode {
         let network =
             NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
+        let log_reader = log_store.clone();
         let state_machine = StateMachine::new(db, snapshot_dir, state)?;
         let installed = state_machine.installed_counter();
         let runtime = Arc::new(RaftRuntime::new()?);
@@ -317,6 +320,7 @@ impl RaftNode {
             .spawn(Raft::new(node_id, config, network.clone(), log_store, state_machine))
             .await
             .map_err(|e| RaftError::Shutdown(format!("starting raft: {e}")))??;
+        let quorum_ack: failover::QuorumAck = Arc::new(std::sync::Mutex::new(None));
         let node = Self {
             id: node_id,
             addr,
@@ -327,20 +331,23 @@ impl RaftNode {
             // A heartbeat short of the earliest election, so the old leader stops before a new
             // one can be elected even when the last acknowledgement it counts came late.
             quorum_lease: settings.election_timeout_min.saturating_sub(settings.heartbeat_interval),
-            quorum_ack: Arc::new(std::sync::Mutex::new(None)),
-            contact: failover::LeaderContact::default(),
+            quorum_ack: quorum_ack.clone(),
+            elections: failover::Elections::new(
+                log_reader,
+                quorum_ack,
+                failover::Timing {
+                    lease: settings.election_timeout_max,
+                    election_min: settings.election_timeout_min,
+                    election_max: settings.election_timeout_max,
+                    heartbeat: settings.heartbeat_interval,
+                },
+            ),
             flushed,
             forming: Arc::new(std::sync::Mutex::new(None)),
             installed,
             _runtime: runtime,
         };
-        tokio::spawn(failover::watch(
-            node.raft.clone(),
-            node_id,
-            node.contact.clone(),
-            settings.election_timeout_max,
-            settings.heartbeat_interval,
-        ));
+        tokio::spawn(failover::watch(node.raft.clone(), node_id, node.elections.clone(), node.network.clone()));
         tokio::spawn(watch_metrics(node.raft.metrics(), node.quorum_ack.clone(), node.network.stats()));
         let initialized = node.raft.is_initialized().await?;
         let single = settings.bootstrap == Bootstrap::Single;
@@ -399,7 +406,7 @@ impl RaftNode {
 
     /// The peer RPC routes for this node, guarded by the configured cluster secret.
     pub fn router(&self) -> axum::Router {
-        raft_router(self.raft.clone(), self.identity.clone(), self.contact.clone(), self.secret.clone())
+        raft_router(self.raft.clone(), self.identity.clone(), self.elections.clone(), self.secret.clone())
     }
 
     /// Peer RPC latency and failures, and leader changes.

@@ -12,7 +12,7 @@
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
 use super::acked::{Acked, LostEntries};
-use super::failover::LeaderContact;
+use super::failover::{Elections, PreVoteAnswer, PreVoteRequest};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
@@ -59,8 +59,11 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 /// - 2: snapshots are snapshot files (the log entries did not change).
 /// - 3: log format 3 (purges of finished jobs, which a server of version 2 cannot decode) and
 ///   snapshots of state schema 3 (with the `finished` index).
-/// - 4: log format 4 (records of the queues' usage) and snapshots of state schema 4.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// - 4: log format 4 (run events with node faults, quarantine lifts) and snapshots of state
+///   schema 4 (with the `node_health` table).
+/// - 5: log format 5 (records of the queues' usage) and snapshots of state schema 5 (with the
+///   `queue_usage` meta row).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a
@@ -186,6 +189,31 @@ impl NetworkFactory {
     pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
         let answer: ReadIndex = self.call_json(reqwest::Method::POST, addr, "/raft/read-index", target).await?;
         Ok(answer.index)
+    }
+
+    /// Asks voter `target` at `addr` whether it would vote for this member now (see
+    /// [`super::failover`]); `timeout` bounds the call.
+    pub async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: &PreVoteRequest,
+        timeout: Duration,
+    ) -> Result<PreVoteAnswer, PeerCallError> {
+        let response = self
+            .request(reqwest::Method::POST, addr, "/raft/pre-vote", target)
+            .timeout(timeout)
+            .json(req)
+            .send()
+            .await
+            .map_err(PeerCallError::Http)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(PeerCallError::Http)?;
+        if !status.is_success() {
+            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
     }
 
     /// A bodiless request to a peer's JSON route, its answer decoded.
@@ -462,14 +490,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 struct ServerState {
     raft: Raft,
     identity: Identity,
-    contact: LeaderContact,
+    elections: Elections,
 }
 
-/// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`, and for forming a
-/// cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
+/// The peer-facing routes: `/raft/append`, `/raft/vote`, `/raft/snapshot`, `/raft/pre-vote`,
+/// `/raft/read-index`, and for forming a cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
 /// `x-convoy-cluster-secret` header get 401 before their body is read; requests of another
 /// protocol version get 400, and requests meant for another node or from another cluster 409.
-pub fn raft_router(raft: Raft, identity: Identity, contact: LeaderContact, secret: Option<String>) -> Router {
+pub fn raft_router(raft: Raft, identity: Identity, elections: Elections, secret: Option<String>) -> Router {
     let routes = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
@@ -477,10 +505,11 @@ pub fn raft_router(raft: Raft, identity: Identity, contact: LeaderContact, secre
         .route("/raft/status", get(status))
         .route("/raft/cluster-id", post(cluster_id))
         .route("/raft/read-index", post(read_index))
+        .route("/raft/pre-vote", post(pre_vote))
         .layer(DefaultBodyLimit::max(MAX_RPC_BODY))
         .layer(axum::middleware::from_fn_with_state(identity.clone(), check_identity))
         .layer(axum::middleware::from_fn(check_protocol))
-        .with_state(ServerState { raft, identity, contact });
+        .with_state(ServerState { raft, identity, elections });
     match secret {
         Some(s) => routes.layer(axum::middleware::from_fn_with_state(Arc::<str>::from(s), check_secret)),
         None => routes,
@@ -558,6 +587,14 @@ async fn read_index(State(s): State<ServerState>) -> Response {
     }
 }
 
+/// Answers a candidate's pre-vote (see [`super::failover`]).
+async fn pre_vote(State(s): State<ServerState>, body: Bytes) -> Response {
+    match serde_json::from_slice::<PreVoteRequest>(&body) {
+        Ok(req) => axum::Json(s.elections.answer(&req)).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("cannot decode pre-vote request: {e}")).into_response(),
+    }
+}
+
 async fn status(State(s): State<ServerState>) -> Response {
     let initialized = match s.raft.is_initialized().await {
         Ok(i) => i,
@@ -632,8 +669,17 @@ fn answer<T: Serialize>(what: &str, result: &T) -> Response {
 async fn append(State(s): State<ServerState>, body: Bytes) -> Response {
     match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
         Ok(req) => {
-            s.contact.heard();
-            answer("append", &s.raft.append_entries(req).await)
+            let result = s.raft.append_entries(req).await;
+            // Word from a stale leader (refused with a higher vote) does not hold off elections.
+            if matches!(
+                result,
+                Ok(AppendEntriesResponse::Success
+                    | AppendEntriesResponse::PartialSuccess(_)
+                    | AppendEntriesResponse::Conflict)
+            ) {
+                s.elections.heard();
+            }
+            answer("append", &result)
         }
         Err(e) => bad_request("append", e),
     }
@@ -648,7 +694,14 @@ async fn vote(State(s): State<ServerState>, body: Bytes) -> Response {
 
 async fn snapshot(State(s): State<ServerState>, body: Bytes) -> Response {
     match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
-        Ok(req) => answer("snapshot", &s.raft.install_snapshot(req).await),
+        Ok(req) => {
+            let vote = req.vote;
+            let result = s.raft.install_snapshot(req).await;
+            if result.as_ref().is_ok_and(|r| r.vote <= vote) {
+                s.elections.heard();
+            }
+            answer("snapshot", &result)
+        }
         Err(e) => bad_request("snapshot", e),
     }
 }

@@ -2,7 +2,7 @@
 //! chooses ids and timestamps before proposing, so applying a command is deterministic (see
 //! `state::State::apply`).
 
-use super::executor::NodeRecord;
+use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
 use super::queue::QueueRecord;
 use super::usage::QueueUsageRecord;
@@ -10,9 +10,10 @@ use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, Priority
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 4 (the variant order is the format; log
-/// format 1 is the same list without [`Command::PurgeFinished`] (format 3) and
-/// [`Command::RecordUsage`] (format 4), so every older command decodes, and encodes back,
+/// A change to the replicated state. Format: log format 5 (the variant order is the format; log
+/// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
+/// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
+/// [`Command::RecordUsage`] (format 5), so every older command decodes, and encodes back,
 /// unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -151,15 +152,61 @@ pub enum Command {
         /// The jobs, in the order of the `finished` index.
         jobs: Vec<PurgeTarget>,
     },
+    /// Run state changes reported by an executor, each failure with whether its node is to
+    /// blame, and the quarantine policy in force. Log format 4: the leader proposes this instead
+    /// of [`Command::RunEvents`], whose entries in older logs apply as before (counting nothing
+    /// against nodes).
+    RunEventsWithFaults {
+        /// The executor reporting.
+        executor: ExecutorName,
+        /// When (ms since the epoch, the leader's clock): the time failures are counted at.
+        at_ms: i64,
+        /// What happened to its runs.
+        events: Vec<FaultedRunReport>,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+        /// When failures of a node quarantine it, and for how long.
+        quarantine: QuarantinePolicyRecord,
+    },
+    /// Lifts a node's quarantine and forgets its counted failures (an admin's order). Refused
+    /// unless the node is quarantined at `at_ms`. Log format 4.
+    LiftQuarantine {
+        /// The node's executor.
+        executor: ExecutorName,
+        /// The node.
+        node: NodeName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+    },
     /// Records the queues' usage as a scheduling cycle computed it (with `queue_usage_halftime`),
     /// replacing the record before. Refused unless `term` is the term of the log entry that
-    /// carries it, like [`Command::Schedule`]. Log format 4.
+    /// carries it, like [`Command::Schedule`]. Log format 5.
     RecordUsage {
         /// The term of the leader that ran the cycle.
         term: u64,
         /// The usage.
         usage: QueueUsageRecord,
     },
+}
+
+/// A run event with, for a failure, whether the run's node is to blame. Format: log format 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultedRunReport {
+    /// The event as reported.
+    pub report: RunReport,
+    /// Set when the run failed (or never started) because of its node.
+    pub node_fault: Option<NodeFaultRecord>,
+}
+
+/// Node quarantine settings as the leader had them. Format: log format 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinePolicyRecord {
+    /// Failures of a node within the window that quarantine it (0: off).
+    pub max_failures: u32,
+    /// Length of the window, in ms.
+    pub window_ms: u64,
+    /// Length of a quarantine, in ms.
+    pub duration_ms: u64,
 }
 
 /// A job as the leader proposes it: validated, id chosen. Format: log format 1.

@@ -1,9 +1,10 @@
-//! Stored executors: the `executors` rows (an executor's nodes), and the node reports of the
-//! log's executor command.
+//! Stored executors: the `executors` rows (an executor's nodes), the node reports of the log's
+//! executor command, and the `node_health` rows (failures counted against a node, its
+//! quarantine).
 
 use super::job::QuantitiesRecord;
 use super::placement::TaintRecord;
-use crate::model::{ExecutorName, Node, NodeName, PoolName, Resources};
+use crate::model::{ExecutorName, JobId, Node, NodeFault, NodeName, PoolName, Resources};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -68,4 +69,72 @@ pub struct ExecutorRecord {
     pub nodes: Vec<NodeRecord>,
     /// When they were last reported (ms since the epoch, the leader's clock).
     pub updated_at_ms: i64,
+}
+
+/// Why a run failed for a reason of its node. Format: log format 4, state schema 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // The variants are `model::NodeFault`'s.
+pub enum NodeFaultRecord {
+    NotStarted,
+    ImagePull,
+    NodePressure,
+    NodeLost,
+}
+
+impl From<NodeFault> for NodeFaultRecord {
+    fn from(f: NodeFault) -> Self {
+        match f {
+            NodeFault::NotStarted => Self::NotStarted,
+            NodeFault::ImagePull => Self::ImagePull,
+            NodeFault::NodePressure => Self::NodePressure,
+            NodeFault::NodeLost => Self::NodeLost,
+        }
+    }
+}
+
+impl From<NodeFaultRecord> for NodeFault {
+    fn from(f: NodeFaultRecord) -> Self {
+        match f {
+            NodeFaultRecord::NotStarted => Self::NotStarted,
+            NodeFaultRecord::ImagePull => Self::ImagePull,
+            NodeFaultRecord::NodePressure => Self::NodePressure,
+            NodeFaultRecord::NodeLost => Self::NodeLost,
+        }
+    }
+}
+
+/// One failure counted against a node. Format: state schema 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFailureRecord {
+    /// When it was reported (ms since the epoch, the leader's clock).
+    pub at_ms: i64,
+    /// What went wrong.
+    pub fault: NodeFaultRecord,
+    /// The job whose run failed.
+    pub job_id: JobId,
+}
+
+/// A node's quarantine. Format: state schema 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantineRecord {
+    /// When it began (ms since the epoch).
+    pub since_ms: i64,
+    /// When it ends (ms since the epoch).
+    pub until_ms: i64,
+    /// Why, for people.
+    pub reason: String,
+}
+
+/// A node's counted failures and its quarantine (`node_health` rows, by executor and node).
+/// Format: state schema 4.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHealthRecord {
+    /// The node's executor.
+    pub executor: ExecutorName,
+    /// The node.
+    pub node: NodeName,
+    /// Failures counted since the last quarantine (or lift), oldest first.
+    pub failures: Vec<NodeFailureRecord>,
+    /// The latest quarantine, possibly over.
+    pub quarantine: Option<QuarantineRecord>,
 }

@@ -39,9 +39,14 @@ pub mod snapshot;
 pub mod usage;
 
 pub use codec::{CodecError, decode, encode};
-pub use command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
+pub use command::{
+    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RunReport,
+    RunReportKind,
+};
 pub use event::{EventKindRecord, EventRecord};
-pub use executor::{ExecutorRecord, NodeRecord};
+pub use executor::{
+    ExecutorRecord, NodeFailureRecord, NodeFaultRecord, NodeHealthRecord, NodeRecord, QuarantineRecord,
+};
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
@@ -58,11 +63,15 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// for the finished jobs of a version 2 database, and an inline snapshot of schema 2 is converted
 /// to schema 3 the same way when its log is upgraded.
 ///
-/// 4 adds the `queue_usage` meta row (a [`QueueUsageRecord`]: the queues' decayed usage), which
-/// snapshots carry as they carry every meta row. Every older row is unchanged, so migration 4
+/// 4 adds the `node_health` table (failures counted against each node and its quarantine,
+/// [`NodeHealthRecord`]); snapshots carry it ([`SnapshotRowRecord::NodeHealth`]). Every older row
+/// is unchanged: migration 4 only creates the table.
+///
+/// 5 adds the `queue_usage` meta row (a [`QueueUsageRecord`]: the queues' decayed usage), which
+/// snapshots carry as they carry every meta row. Every older row is unchanged, so migration 5
 /// converts nothing; the bump makes an older binary refuse a database or snapshot that may hold
 /// the row instead of dropping the usage without a word.
-pub const STATE_SCHEMA_VERSION: u32 = 4;
+pub const STATE_SCHEMA_VERSION: u32 = 5;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -76,16 +85,21 @@ pub const STATE_SCHEMA_VERSION: u32 = 4;
 ///   still needed: a binary of format 2 cannot decode a purge, so it must refuse a format 3 log
 ///   by its version (naming it) rather than fail on the first purge entry, and servers of the two
 ///   formats must not exchange entries (peer protocol 3).
-/// - 4: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
+/// - 4: [`Command::RunEventsWithFaults`] (run events saying which failures are their node's, with
+///   the quarantine policy) and [`Command::LiftQuarantine`], added at the end of the commands:
+///   older entries are format 4 entries byte for byte, the mark is raised when opened (peer
 ///   protocol 4).
-pub const LOG_FORMAT_VERSION: u32 = 4;
+/// - 5: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
+///   protocol 5).
+pub const LOG_FORMAT_VERSION: u32 = 5;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
 /// `raft::snapshot_file` for the layout.
 ///
 /// Which rows a stream holds follows the state schema, whose version is the stream's first frame:
-/// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds. The file format
+/// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
+/// [`SnapshotRowRecord::NodeHealth`] after it. The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

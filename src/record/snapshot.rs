@@ -49,7 +49,8 @@ impl SnapshotRecord {
 }
 
 /// One row of a state table in a snapshot stream: one frame each. Format: snapshot file format 1,
-/// with rows of state schema 2 inside, and [`SnapshotRowRecord::Finished`] from state schema 3 on
+/// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on and
+/// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on
 /// (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
@@ -123,6 +124,13 @@ pub enum SnapshotRowRecord {
     Finished {
         /// The key as stored (`store::tables::finished_key`).
         key: [u8; 24],
+    },
+    /// A `node_health` row (state schema 4).
+    NodeHealth {
+        /// `executor 0 node`.
+        key: Vec<u8>,
+        /// The `NodeHealthRecord` as stored.
+        value: Vec<u8>,
     },
 }
 
@@ -201,6 +209,13 @@ pub enum SnapshotRowRef<'a> {
         /// The key.
         key: &'a [u8; 24],
     },
+    /// See [`SnapshotRowRecord::NodeHealth`].
+    NodeHealth {
+        /// The key.
+        key: &'a [u8],
+        /// The value.
+        value: &'a [u8],
+    },
 }
 
 impl SnapshotRowRecord {
@@ -218,6 +233,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::ClientId { key, job } => SnapshotRowRef::ClientId { key, job },
             SnapshotRowRecord::Executor { name, value } => SnapshotRowRef::Executor { name, value },
             SnapshotRowRecord::Finished { key } => SnapshotRowRef::Finished { key },
+            SnapshotRowRecord::NodeHealth { key, value } => SnapshotRowRef::NodeHealth { key, value },
         }
     }
 }

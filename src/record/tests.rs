@@ -422,6 +422,57 @@ fn log_format_3_commands() {
     golden("log-v3/command-purge-finished.bin", &purge_finished());
 }
 
+/// The commands log format 4 added: run events with node faults (one of each kind, with and
+/// without a fault), and a quarantine lifted.
+fn log_format_4_commands() -> Vec<(&'static str, Command)> {
+    let faults = [
+        None,
+        Some(NodeFaultRecord::NotStarted),
+        Some(NodeFaultRecord::ImagePull),
+        Some(NodeFaultRecord::NodePressure),
+        Some(NodeFaultRecord::NodeLost),
+    ];
+    let kinds = [
+        RunReportKind::Pending,
+        RunReportKind::Running,
+        RunReportKind::Succeeded,
+        RunReportKind::Failed,
+        RunReportKind::Returned,
+    ];
+    vec![
+        (
+            "command-run-events-with-faults",
+            Command::RunEventsWithFaults {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_700_000,
+                events: kinds
+                    .iter()
+                    .zip(faults)
+                    .enumerate()
+                    .map(|(i, (kind, node_fault))| FaultedRunReport {
+                        report: run_report(*kind, i as u64 + 1),
+                        node_fault,
+                    })
+                    .collect(),
+                max_attempted_runs: 5,
+                quarantine: QuarantinePolicyRecord { max_failures: 3, window_ms: 600_000, duration_ms: 1_800_000 },
+            },
+        ),
+        (
+            "command-lift-quarantine",
+            Command::LiftQuarantine { executor: ex("cluster-a"), node: nn("n1"), at_ms: 1_760_000_800_000 },
+        ),
+    ]
+}
+
+#[test]
+fn log_format_4_commands_are_golden() {
+    // Format 4 only added these commands: the older ones are format 4's byte for byte.
+    for (name, cmd) in log_format_4_commands() {
+        golden(&format!("log-v4/{name}.bin"), &cmd);
+    }
+}
+
 /// The usage of two queues in two pools, with values that need every bit of an `f64`.
 fn queue_usage() -> QueueUsageRecord {
     let sample = |usage, current| super::usage::UsageSampleRecord { usage, current };
@@ -440,19 +491,19 @@ fn queue_usage() -> QueueUsageRecord {
 }
 
 #[test]
-fn log_format_4_commands() {
-    // Format 4 only added this command, at the end: every older command is format 4's byte for
+fn log_format_5_commands() {
+    // Format 5 only added this command, at the end: every older command is format 5's byte for
     // byte (the golden tests of the older fixtures read them with today's types).
-    golden("log-v4/command-record-usage.bin", &Command::RecordUsage { term: 7, usage: queue_usage() });
+    golden("log-v5/command-record-usage.bin", &Command::RecordUsage { term: 7, usage: queue_usage() });
 }
 
 #[test]
-fn state_schema_4_rows() {
-    // Schema 4 added one meta row, the queues' usage; snapshots carry it as a meta row.
-    golden("state-v4/meta-queue-usage.bin", &queue_usage());
-    let row = SnapshotRowRecord::Meta { key: "queue_usage".into(), value: fixture("state-v4/meta-queue-usage.bin") };
-    golden("state-v4/row-meta-queue-usage.bin", &row);
-    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v4/row-meta-queue-usage.bin"));
+fn state_schema_5_rows() {
+    // Schema 5 added one meta row, the queues' usage; snapshots carry it as a meta row.
+    golden("state-v5/meta-queue-usage.bin", &queue_usage());
+    let row = SnapshotRowRecord::Meta { key: "queue_usage".into(), value: fixture("state-v5/meta-queue-usage.bin") };
+    golden("state-v5/row-meta-queue-usage.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v5/row-meta-queue-usage.bin"));
     // The domain value goes through the record unchanged.
     assert_eq!(QueueUsageRecord::from(crate::scheduler::QueueUsage::from(queue_usage())), queue_usage());
 }
@@ -549,6 +600,35 @@ fn state_schema_3_rows() {
     let row = SnapshotRowRecord::Finished { key: finished_key() };
     golden("state-v3/row-finished.bin", &row);
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v3/row-finished.bin"));
+}
+
+/// A node with failures counted and a quarantine (schema 4's `node_health` row), and its
+/// snapshot row.
+fn node_health() -> NodeHealthRecord {
+    NodeHealthRecord {
+        executor: ex("cluster-a"),
+        node: nn("n1"),
+        failures: vec![
+            NodeFailureRecord { at_ms: 1_760_000_900_000, fault: NodeFaultRecord::ImagePull, job_id: jid(1) },
+            NodeFailureRecord { at_ms: 1_760_000_900_001, fault: NodeFaultRecord::NodeLost, job_id: jid(2) },
+        ],
+        quarantine: Some(QuarantineRecord {
+            since_ms: 1_760_000_800_000,
+            until_ms: 1_760_002_600_000,
+            reason: "3 failures of the node within 10m: image_pull ×3".into(),
+        }),
+    }
+}
+
+#[test]
+fn state_schema_4_rows() {
+    golden("state-v4/node-health.bin", &node_health());
+    let plain = NodeHealthRecord { executor: ex("e"), node: nn("n"), failures: vec![], quarantine: None };
+    golden("state-v4/node-health-empty.bin", &plain);
+    // Schema 4 added one kind of snapshot row, after `finished`.
+    let row = SnapshotRowRecord::NodeHealth { key: b"cluster-a\0n1".to_vec(), value: encode(&node_health()).unwrap() };
+    golden("state-v4/row-node-health.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v4/row-node-health.bin"));
 }
 
 #[test]
@@ -650,9 +730,9 @@ fn snapshot_file_format_1_whole_file() {
     assert_eq!(jobs, old.jobs.len());
     let mut converted = Vec::new();
     crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
-    // Converted today, the rows are today's schema's: the same rows, and the `finished` index
-    // (schema 3), which is empty for this state (both jobs are queued). Schema 4's queue usage is
-    // not in an old snapshot, and the conversion adds none.
+    // Converted today, the rows are today's schema's: the same rows, the `finished` index, which
+    // is empty for this state (both jobs are queued), no node health, and no queue usage (schema
+    // 5; the conversion adds none).
     assert_eq!(decode::<u32>(&converted[0]).unwrap(), super::STATE_SCHEMA_VERSION);
     assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.

@@ -5,7 +5,7 @@ use crate::scheduler::{QueueUsage, UsageSample};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Every queue's usage of every pool, as of one time. Format: state schema 4, log format 4.
+/// Every queue's usage of every pool, as of one time. Format: state schema 5, log format 5.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueUsageRecord {
     /// When it was recorded (ms since the epoch, the leader's clock).
@@ -14,7 +14,7 @@ pub struct QueueUsageRecord {
     pub pools: BTreeMap<PoolName, BTreeMap<QueueName, UsageSampleRecord>>,
 }
 
-/// One queue's usage of one pool. Format: state schema 4, log format 4.
+/// One queue's usage of one pool. Format: state schema 5, log format 5.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct UsageSampleRecord {
     /// The moving average of its share of the pool at the record's time.

@@ -21,12 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 impl<'a> PoolCycle<'a> {
-    /// Builds the pool's view: nodes, running jobs, queues and their candidates.
+    /// Builds the pool's view: nodes, running jobs, queues and their candidates. Nodes in
+    /// `quarantined` (executor, node) take no new placements.
     pub(super) fn new(
         snap: &'a Snapshot,
         cfg: &'a SchedulerConfig,
         pool: &PoolName,
         done: &HashSet<crate::model::JobId>,
+        quarantined: &HashSet<(&str, &str)>,
     ) -> Self {
         let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
         nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
@@ -250,7 +252,13 @@ impl<'a> PoolCycle<'a> {
             // Each node type is wholly earmarked for one set of queues, or not at all.
             spec.add_full(crate::model::RESERVED_FOR_LABEL);
         }
-        cycle.types = NodeTypes::build(&cycle.nodes, &spec);
+        // Quarantined nodes get types of their own, which match no job (like cordoned ones).
+        let in_quarantine: Vec<bool> = if quarantined.is_empty() {
+            Vec::new()
+        } else {
+            cycle.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
+        };
+        cycle.types = NodeTypes::build(&cycle.nodes, &spec, &in_quarantine);
         cycle.earmarks.set_types(&cycle.types);
         let key_slots: Vec<Option<usize>> =
             cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();

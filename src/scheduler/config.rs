@@ -1,6 +1,7 @@
 //! Scheduler configuration: the `[scheduler]` section of the server config and the `config` block
 //! of a simulation scenario (same keys, same defaults).
 
+use super::quarantine::QuarantineConfig;
 use crate::model::duration::serde_text;
 use crate::model::{FieldError, PriorityClass, PriorityClassName, ResourceName};
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,8 @@ pub struct SchedulerConfig {
     /// …and at least this often.
     #[serde(with = "serde_text")]
     pub schedule_interval_max: Duration,
+    /// Node quarantine (off unless `max_failures` is set).
+    pub quarantine: QuarantineConfig,
     /// Half-time of the moving average of each queue's usage that orders queues in progressive
     /// filling (HTCondor's priority decay): recent usage counts more, and the average approaches
     /// the current usage with this half-time. 0 (the default) orders queues by their current
@@ -99,6 +102,7 @@ impl Default for SchedulerConfig {
             indexed_resources: vec![ResourceName::gpu(), ResourceName::cpu(), ResourceName::memory()],
             schedule_interval_min: Duration::from_millis(100),
             schedule_interval_max: Duration::from_secs(5),
+            quarantine: QuarantineConfig::default(),
             queue_usage_halftime: Duration::ZERO,
         }
     }
@@ -177,6 +181,7 @@ impl SchedulerConfig {
         if self.schedule_interval_max < self.schedule_interval_min {
             return Err(FieldError::new("schedule_interval_max", "must be >= schedule_interval_min"));
         }
+        self.quarantine.validate()?;
         Ok(())
     }
 

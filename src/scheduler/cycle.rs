@@ -22,9 +22,10 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
     let mut decisions = Decisions::default();
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
     let mut done: HashSet<JobId> = HashSet::default();
+    let quarantined = snapshot.quarantined_at(cfg, now_ms);
     let mut usage = (!cfg.queue_usage_halftime.is_zero()).then(|| QueueUsage { at_ms: now_ms, ..Default::default() });
     for pool in pools {
-        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done);
+        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
         cycle.start_usage(&snapshot.usage, now_ms);
         cycle.evict(&mut rng);
         cycle.fill(&mut rate);

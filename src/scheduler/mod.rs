@@ -12,6 +12,8 @@
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
 //!    that waits.
 //!
+//! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
+//!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
 //! [`usage`].
@@ -30,6 +32,7 @@ pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
 pub(crate) mod placement;
+pub mod quarantine;
 pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
@@ -41,6 +44,7 @@ pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};

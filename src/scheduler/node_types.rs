@@ -1,5 +1,5 @@
-//! Node types: nodes that no job of this cycle can tell apart (same executor, taints, cordon
-//! state, and values of the labels jobs look at) share a type, so constraint matching runs once
+//! Node types: nodes that no job of this cycle can tell apart (same executor, taints, cordon and
+//! quarantine state, and values of the labels jobs look at) share a type, so constraint matching runs once
 //! per (constraints, type) instead of once per (job, node).
 
 use crate::model::placement::untolerated_taint;
@@ -84,6 +84,7 @@ enum LabelClass {
 struct TypeKey {
     executor: String,
     unschedulable: bool,
+    quarantined: bool,
     taints: Vec<Taint>,
     labels: Vec<LabelClass>,
 }
@@ -97,6 +98,8 @@ pub(crate) struct NodeType {
     pub executor: u32,
     pub nodes: u32,
     pub unschedulable: bool,
+    /// Under quarantine: like cordoned, no new placements.
+    pub quarantined: bool,
 }
 
 /// The partition of a pool's nodes into types.
@@ -108,8 +111,9 @@ pub(crate) struct NodeTypes {
 }
 
 impl NodeTypes {
-    /// Partitions `nodes` (already in a deterministic order).
-    pub(crate) fn build(nodes: &[&Node], spec: &LabelSpec) -> Self {
+    /// Partitions `nodes` (already in a deterministic order). `quarantined[i]` says whether node
+    /// `i` is under quarantine (an empty slice: none is).
+    pub(crate) fn build(nodes: &[&Node], spec: &LabelSpec, quarantined: &[bool]) -> Self {
         let executors: Vec<String> =
             nodes.iter().map(|n| n.executor.to_string()).collect::<BTreeSet<_>>().into_iter().collect();
         let exec_index: HashMap<&str, u32> =
@@ -134,13 +138,21 @@ impl NodeTypes {
                     }
                 })
                 .collect();
-            let key = TypeKey { executor: n.executor.to_string(), unschedulable: n.unschedulable, taints, labels };
+            let in_quarantine = quarantined.get(i).copied().unwrap_or(false);
+            let key = TypeKey {
+                executor: n.executor.to_string(),
+                unschedulable: n.unschedulable,
+                quarantined: in_quarantine,
+                taints,
+                labels,
+            };
             let t = *by_key.entry(key).or_insert_with(|| {
                 types.push(NodeType {
                     rep: i as u32,
                     executor: exec_index.get(n.executor.as_str()).copied().unwrap_or(0),
                     nodes: 0,
                     unschedulable: n.unschedulable,
+                    quarantined: in_quarantine,
                 });
                 (types.len() - 1) as u32
             });
@@ -150,12 +162,13 @@ impl NodeTypes {
         NodeTypes { types, type_of }
     }
 
-    /// Types whose nodes accept a job with these constraints (cordoned types never do).
+    /// Types whose nodes accept a job with these constraints (cordoned and quarantined types
+    /// never do).
     pub(crate) fn matching(&self, nodes: &[&Node], r: &SchedulingRequirements) -> Vec<u32> {
         (0..self.types.len() as u32)
             .filter(|&t| {
                 let ty = &self.types[t as usize];
-                !ty.unschedulable && mismatch(nodes[ty.rep as usize], r).is_none()
+                !ty.unschedulable && !ty.quarantined && mismatch(nodes[ty.rep as usize], r).is_none()
             })
             .collect()
     }
@@ -166,6 +179,8 @@ impl NodeTypes {
         for ty in &self.types {
             let cause = if ty.unschedulable {
                 "cordoned".to_string()
+            } else if ty.quarantined {
+                "quarantined (too many failures of the node)".to_string()
             } else {
                 mismatch(nodes[ty.rep as usize], r).unwrap_or_else(|| "no room".to_string())
             };
@@ -240,7 +255,7 @@ mod tests {
         let mut spec = LabelSpec::default();
         let req = SchedulingRequirements { node_selector: labels(&[("rack", "r1")]), ..Default::default() };
         spec.add_constraints(&req);
-        let types = NodeTypes::build(&refs, &spec);
+        let types = NodeTypes::build(&refs, &spec, &[]);
         // r1 is referenced; r2 and r3 are both "other".
         assert_eq!(types.types.len(), 2);
         assert_eq!(types.matching(&refs, &req), vec![0]);
@@ -249,11 +264,26 @@ mod tests {
     }
 
     #[test]
+    fn quarantined_nodes_match_nothing_and_say_why() {
+        let ns = [node("a", "e", &[], vec![]), node("b", "e", &[], vec![]), node("c", "e", &[], vec![])];
+        let refs: Vec<&Node> = ns.iter().collect();
+        let any = SchedulingRequirements::default();
+        let types = NodeTypes::build(&refs, &LabelSpec::default(), &[false, true, false]);
+        // a and c share a type; b, quarantined, has its own, which no job may use.
+        assert_eq!(types.types.len(), 2);
+        assert_eq!(types.type_of, vec![0, 1, 0]);
+        assert_eq!(types.matching(&refs, &any), vec![0]);
+        let all = NodeTypes::build(&refs, &LabelSpec::default(), &[true, true, true]);
+        assert!(all.matching(&refs, &any).is_empty());
+        assert_eq!(all.describe_mismatch(&refs, &any), "3 nodes quarantined (too many failures of the node)");
+    }
+
+    #[test]
     fn taints_and_reasons() {
         let gpu = Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule };
         let ns = [node("a", "e", &[], vec![gpu.clone()]), node("b", "e", &[], vec![gpu])];
         let refs: Vec<&Node> = ns.iter().collect();
-        let types = NodeTypes::build(&refs, &LabelSpec::default());
+        let types = NodeTypes::build(&refs, &LabelSpec::default(), &[]);
         assert_eq!(types.types.len(), 1);
         let plain = SchedulingRequirements::default();
         assert!(types.matching(&refs, &plain).is_empty());

@@ -1,11 +1,14 @@
 //! The scheduler's input: everything one cycle looks at, as plain data.
 
+use super::config::SchedulerConfig;
 use super::rate_limit::RateLimiterState;
 use super::usage::QueueUsage;
 use crate::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources,
 };
+use rustc_hash::FxHashSet as HashSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The scheduling-relevant facts about one job. Shared (`Arc`) between the state indexes and
@@ -68,4 +71,22 @@ pub struct Snapshot {
     pub rate_limits: RateLimiterState,
     /// Queues' usage as last recorded (see [`super::usage`]; empty without a half-time).
     pub usage: QueueUsage,
+    /// Nodes under quarantine, with when each one's ends (ms since the epoch): no new placements
+    /// go to them before then (while `now_ms < until`, and only if `quarantine.max_failures` is
+    /// set). Their running jobs stay.
+    pub quarantined: BTreeMap<(ExecutorName, NodeName), i64>,
+}
+
+impl Snapshot {
+    /// The nodes whose quarantine holds at `now_ms` (none when quarantine is off).
+    pub fn quarantined_at(&self, cfg: &SchedulerConfig, now_ms: i64) -> HashSet<(&str, &str)> {
+        if !cfg.quarantine.enabled() {
+            return HashSet::default();
+        }
+        self.quarantined
+            .iter()
+            .filter(|(_, until)| now_ms < **until)
+            .map(|((e, n), _)| (e.as_str(), n.as_str()))
+            .collect()
+    }
 }

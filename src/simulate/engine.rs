@@ -1,10 +1,11 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
-use super::output::{JobOutput, Output, RoundOutput};
+use super::output::{JobOutput, NodeOutput, Output, RoundOutput};
 use super::scenario::Scenario;
-use crate::model::{GangSpec, JobId, Node, NodeName, QueueName, Requirements, SchedulingRequirements};
+use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
-    Decisions, JobInfo, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot, schedule,
+    Decisions, JobInfo, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot,
+    schedule,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ pub enum SimState {
     Running,
     /// Evicted by the scheduler; it is not queued again.
     Preempted,
-    /// Failed by the scheduler (e.g. a gang member beyond what fit).
+    /// Failed by the scheduler (e.g. a gang member beyond what fit), or by a round's `fail`.
     Failed,
     /// Finished by a round's `finish`.
     Succeeded,
@@ -55,6 +56,8 @@ pub struct Simulation {
     nodes: Vec<Node>,
     node_index: HashMap<(String, String), usize>,
     node_labels: Vec<String>,
+    /// Failures counted against each node (by index) and its quarantine.
+    health: Vec<NodeHealth>,
     jobs: Vec<SimJob>,
     by_name: HashMap<String, usize>,
     rate_limits: RateLimiterState,
@@ -104,6 +107,7 @@ impl Simulation {
             .collect();
         Simulation {
             scenario,
+            health: vec![NodeHealth::default(); nodes.len()],
             nodes,
             node_index,
             node_labels,
@@ -129,6 +133,7 @@ impl Simulation {
         let r = self.round;
         let round = self.scenario.rounds[r].clone();
         let mut warnings = Vec::new();
+        let now_ms = (r as f64 * self.scenario.round_interval_seconds * 1000.0).round() as i64;
         for name in &round.finish {
             let Some(&j) = self.by_name.get(name) else { continue };
             if self.jobs[j].state == SimState::Running {
@@ -149,13 +154,32 @@ impl Simulation {
                 s => warnings.push(format!("cancel {name}: the job is already {}", s.as_str())),
             }
         }
+        let policy = self.scenario.config.quarantine.policy();
+        for f in &round.fail {
+            let name = f.id();
+            let Some(&j) = self.by_name.get(name) else { continue };
+            if self.jobs[j].state != SimState::Running {
+                warnings.push(format!("fail {name}: the job is {}, not running", self.jobs[j].state.as_str()));
+                continue;
+            }
+            let job = &mut self.jobs[j];
+            job.state = SimState::Failed;
+            job.reason = Some(if f.node_fault() { "failed: its node's fault" } else { "failed" }.to_string());
+            if let Some(n) = job.node.take()
+                && f.node_fault()
+            {
+                // A running job its node failed: the node went away under it, as far as the
+                // scenario says.
+                self.health[n]
+                    .record(NodeFailure { at_ms: now_ms, fault: NodeFault::NodeLost, job: job.info.id }, &policy);
+            }
+        }
         self.submit(&round.submit);
 
-        let now_ms = (r as f64 * self.scenario.round_interval_seconds * 1000.0).round() as i64;
         let snapshot = self.snapshot();
         let seed = self.scenario.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let decisions = schedule(&snapshot, &self.scenario.config, seed, now_ms);
-        let out = self.apply(&decisions, r, warnings);
+        let out = self.apply(&decisions, r, now_ms, warnings);
         self.round += 1;
         out
     }
@@ -223,10 +247,19 @@ impl Simulation {
             running,
             rate_limits: self.rate_limits.clone(),
             usage: self.usage.clone(),
+            quarantined: self
+                .health
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| {
+                    let n = &self.nodes[i];
+                    h.quarantine.as_ref().map(|q| ((n.executor.clone(), n.name.clone()), q.until_ms))
+                })
+                .collect(),
         }
     }
 
-    fn apply(&mut self, d: &Decisions, round: usize, warnings: Vec<String>) -> RoundOutput {
+    fn apply(&mut self, d: &Decisions, round: usize, now_ms: i64, warnings: Vec<String>) -> RoundOutput {
         let idx = |id: JobId| (id.as_u128() - 1) as usize;
         let mut out = RoundOutput { round, warnings, ..Default::default() };
         for j in &mut self.jobs {
@@ -275,8 +308,10 @@ impl Simulation {
             self.usage = u.clone();
         }
 
-        for label in &self.node_labels {
-            out.nodes.insert(label.clone(), BTreeMap::new());
+        let quarantine_on = self.scenario.config.quarantine.enabled();
+        for (i, label) in self.node_labels.iter().enumerate() {
+            let quarantined = quarantine_on && self.health[i].quarantined_at(now_ms).is_some();
+            out.nodes.insert(label.clone(), NodeOutput { queues: BTreeMap::new(), quarantined });
         }
         for j in &self.jobs {
             match j.state {

@@ -27,17 +27,48 @@ pub struct RoundOutput {
     pub running: BTreeMap<QueueName, usize>,
     /// Jobs still queued after the round, per queue.
     pub queued: BTreeMap<QueueName, usize>,
-    /// Running jobs per node and queue after the round, every node listed. Nodes are named
-    /// `<executor>/<node>` when a node name is used by several executors.
-    pub nodes: BTreeMap<String, BTreeMap<QueueName, usize>>,
+    /// Running jobs per node and queue after the round, every node listed, with `quarantined:
+    /// true` for a node under quarantine. Nodes are named `<executor>/<node>` when a node name is
+    /// used by several executors.
+    pub nodes: BTreeMap<String, NodeOutput>,
     /// Every job submitted so far, by name, as it is after the round.
     pub jobs: BTreeMap<String, JobOutput>,
-    /// Finish or cancel entries that did not apply (e.g. finishing a job that is not running).
+    /// Finish, cancel or fail entries that did not apply (e.g. finishing a job that is not
+    /// running).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// The raw decisions, for tests.
     #[serde(skip)]
     pub decisions: Option<Decisions>,
+}
+
+/// The key of a node's quarantine flag in its record (beside the queues' counts).
+pub const QUARANTINED_KEY: &str = "quarantined";
+
+/// One node after the round: its running jobs per queue, and whether it is quarantined. It
+/// reads as the map of counts (it dereferences to it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeOutput {
+    /// Running jobs per queue.
+    #[serde(flatten)]
+    pub queues: BTreeMap<QueueName, usize>,
+    /// Under quarantine after the round (written only when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub quarantined: bool,
+}
+
+impl std::ops::Deref for NodeOutput {
+    type Target = BTreeMap<QueueName, usize>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.queues
+    }
+}
+
+impl std::ops::DerefMut for NodeOutput {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queues
+    }
 }
 
 /// One job after the round.

@@ -100,6 +100,41 @@ pub struct Round {
     /// Jobs cancelled before this round's cycle.
     #[serde(default)]
     pub cancel: Vec<String>,
+    /// Running jobs that fail before this round's cycle (with `finish` and `cancel`): a job name,
+    /// or `{id, node_fault: true}` for a failure its node is to blame for, which counts toward the
+    /// node's quarantine (`config.quarantine`) at the round's time.
+    #[serde(default)]
+    pub fail: Vec<FailSpec>,
+}
+
+/// One entry of a round's `fail`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum FailSpec {
+    /// A job name: the job's own failure.
+    Job(String),
+    /// A job name, and whether its node is to blame.
+    Detailed {
+        /// The job name.
+        id: String,
+        /// True: the failure counts against the job's node (default false).
+        #[serde(default)]
+        node_fault: bool,
+    },
+}
+
+impl FailSpec {
+    /// The job's name.
+    pub fn id(&self) -> &str {
+        match self {
+            FailSpec::Job(id) | FailSpec::Detailed { id, .. } => id,
+        }
+    }
+
+    /// Whether the failure counts against the node.
+    pub fn node_fault(&self) -> bool {
+        matches!(self, FailSpec::Detailed { node_fault: true, .. })
+    }
 }
 
 /// One submit entry (expanded to `count` jobs).
@@ -133,7 +168,9 @@ pub struct SubmitSpec {
     /// Required node affinity, as in Kubernetes.
     #[serde(default)]
     pub node_affinity: Option<NodeAffinity>,
-    /// Annotations; only the gang ones (`convoy.io/gang-*`) affect scheduling.
+    /// Annotations; only the gang ones (`convoy.io/gang-*`, or Armada's
+    /// `armadaproject.io/gangId`, `gangCardinality`, `gangMinimumCardinality`,
+    /// `gangNodeUniformityLabel`) affect scheduling.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     /// Pools the jobs may use (extension; default any).
@@ -209,6 +246,13 @@ impl Scenario {
         let mut queues = HashSet::new();
         for (i, q) in self.queues.iter().enumerate() {
             q.validate().map_err(|e| ScenarioError::new(format!("queues[{i}].{}", e.field), e.message))?;
+            if self.config.quarantine.enabled() && q.name.as_str() == super::output::QUARANTINED_KEY {
+                return Err(ScenarioError::new(
+                    format!("queues[{i}].name"),
+                    "with config.quarantine on, a queue may not be called `quarantined`: the output's node \
+                     records use that key for the node's quarantine",
+                ));
+            }
             if !queues.insert(q.name.clone()) {
                 return Err(ScenarioError::new(
                     format!("queues[{i}].name"),
@@ -283,7 +327,8 @@ impl Scenario {
                     ));
                 }
             }
-            for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel)] {
+            let failed: Vec<String> = round.fail.iter().map(|f| f.id().to_string()).collect();
+            for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel), ("fail", &failed)] {
                 for (i, name) in list.iter().enumerate() {
                     if !jobs.contains(name) {
                         return Err(ScenarioError::new(
@@ -334,6 +379,44 @@ mod tests {
         assert_eq!(e.field, "nodes[0].reserved_for");
         let e = Scenario::parse("nodes: [{name: n, allocatable: {cpu: '1'}, reserved_for: ['a b']}]").unwrap_err();
         assert!(e.field.starts_with("nodes[0].reserved_for"), "{e}");
+        // Gang annotations are named as spelled, in Armada's spelling too.
+        let e = Scenario::parse(
+            "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, count: 2, annotations: {armadaproject.io/gangId: g1, armadaproject.io/gangCardinality: two}}]}]",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "rounds[0].submit[0].annotations.armadaproject.io/gangCardinality");
+        assert_eq!(e.message, "must be an integer >= 1, got \"two\"");
+        let e = Scenario::parse(
+            "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, annotations: {armadaproject.io/gang-id: g1}}]}]",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "rounds[0].submit[0].annotations.armadaproject.io/gang-id");
+        assert!(e.message.contains("armadaproject.io/gangId"), "{e}");
+    }
+
+    #[test]
+    fn fail_entries_and_quarantine_keys() {
+        let s = Scenario::parse(
+            "config: {quarantine: {max_failures: 3, window_seconds: 600, duration_seconds: 1800}}\n\
+             queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: A, count: 4}]}, {fail: [a-3, {id: a-4, node_fault: true}, {id: a-1}]}]",
+        )
+        .unwrap();
+        assert_eq!(s.config.quarantine.max_failures, 3);
+        assert_eq!(s.config.quarantine.window, std::time::Duration::from_secs(600));
+        assert_eq!(s.config.quarantine.duration, std::time::Duration::from_secs(1800));
+        let f = &s.rounds[1].fail;
+        assert_eq!(
+            f.iter().map(|f| (f.id(), f.node_fault())).collect::<Vec<_>>(),
+            vec![("a-3", false), ("a-4", true), ("a-1", false)]
+        );
+        let e = Scenario::parse("queues: [{name: A}]\nrounds: [{fail: [{id: x, node_fault: true}]}]").unwrap_err();
+        assert_eq!(e.field, "rounds[0].fail[0]");
+        let e = Scenario::parse("config: {quarantine: {max_failures: 1, window_seconds: 0}}").unwrap_err();
+        assert_eq!(e.field, "config.quarantine.window");
+        let e = Scenario::parse("config: {quarantine: {max_failures: 1}}\nqueues: [{name: quarantined}]").unwrap_err();
+        assert_eq!(e.field, "queues[0].name");
+        // Without quarantine the name is free.
+        Scenario::parse("queues: [{name: quarantined}]").unwrap();
     }
 
     #[test]

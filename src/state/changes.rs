@@ -2,8 +2,10 @@
 //! effects for the server (whom to wake up). Applying is pure; the store and the server act on
 //! these.
 
-use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
-use crate::record::{EventRecord, ExecutorRecord, JobRecord, PayloadRecord, QueueRecord, QueueUsageRecord};
+use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
+use crate::record::{
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueUsageRecord,
+};
 use std::collections::BTreeSet;
 
 /// One durable write.
@@ -96,6 +98,15 @@ pub enum Change {
     /// Largest job id ever submitted: kept apart from the jobs table once purges may have
     /// removed that job.
     PutMaxJobId(JobId),
+    /// Writes a node's counted failures and quarantine.
+    PutNodeHealth(NodeHealthRecord),
+    /// Forgets a node's failures and quarantine.
+    DeleteNodeHealth {
+        /// The node's executor.
+        executor: ExecutorName,
+        /// The node.
+        node: NodeName,
+    },
     /// The queues' usage, replacing the record before.
     PutQueueUsage(QueueUsageRecord),
 }

@@ -4,7 +4,10 @@
 use crate::model::JobId;
 use serde::{Deserialize, Serialize};
 
-pub use crate::record::command::{Command, JobVerdict, NewJob, NewLease, PurgeTarget, RunReport, RunReportKind};
+pub use crate::record::command::{
+    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RunReport,
+    RunReportKind,
+};
 
 impl Command {
     /// Roughly how many jobs, runs or nodes applying this touches: where the Raft adapter runs
@@ -22,6 +25,8 @@ impl Command {
             }
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
+            Command::RunEventsWithFaults { events, .. } => events.len(),
+            Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::RecordUsage { .. } => 1,
             Command::DeleteQueue { .. }

@@ -5,11 +5,11 @@
 use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, Response};
 use crate::model::{
-    EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, PriorityClassName, Queue, QueueName, Requirements,
-    Resources, RunId, SchedulingRequirements,
+    EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
+    QueueName, Requirements, Resources, RunId, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
-use crate::scheduler::{JobInfo, QueueOrderKey, QueueUsage};
+use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -156,6 +156,9 @@ pub struct State {
     pub purges: u64,
     /// Known executors with their nodes, as last reported; a lost executor is removed.
     pub executors: BTreeMap<ExecutorName, Executor>,
+    /// Failures counted against nodes and their quarantines, by executor and node (kept when
+    /// the executor goes away: a node that comes back is still quarantined).
+    pub node_health: BTreeMap<(ExecutorName, NodeName), NodeHealth>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
     pub largest_node: Resources,
     /// Submission sequence number the next submitted job gets.
@@ -194,6 +197,7 @@ impl State {
             set_jobs: HashMap::new(),
             purges: 0,
             executors: BTreeMap::new(),
+            node_health: BTreeMap::new(),
             largest_node: Resources::new(),
             next_seq: 0,
             max_job_id: None,
@@ -258,8 +262,20 @@ impl State {
             }
             Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
             Command::RunEvents { executor, at_ms, events, max_attempted_runs } => {
-                self.run_events(&executor, at_ms, events, max_attempted_runs, out)
+                // Entries of logs older than node faults: nothing counts against nodes.
+                let events = events.into_iter().map(|report| (report, None)).collect();
+                self.run_events(&executor, at_ms, events, max_attempted_runs, QuarantinePolicy::default(), out)
             }
+            Command::RunEventsWithFaults { executor, at_ms, events, max_attempted_runs, quarantine } => {
+                let events = events.into_iter().map(|e| (e.report, e.node_fault.map(NodeFault::from))).collect();
+                let policy = QuarantinePolicy {
+                    max_failures: quarantine.max_failures,
+                    window_ms: quarantine.window_ms,
+                    duration_ms: quarantine.duration_ms,
+                };
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+            }
+            Command::LiftQuarantine { executor, node, at_ms } => self.lift_quarantine(executor, node, at_ms, out),
             Command::ExecutorLost { executor, at_ms, max_attempted_runs } => {
                 self.executor_lost(&executor, at_ms, max_attempted_runs, out)
             }

@@ -5,6 +5,7 @@ pub mod changes;
 pub mod command;
 mod jobs;
 pub mod machine;
+mod quarantine;
 mod queues;
 mod retention;
 mod runs;
@@ -12,8 +13,8 @@ mod snapshot;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, JobVerdict, NewJob, NewLease, PurgeTarget, RejectKind, Rejection, Response, RunReport, RunReportKind,
-    UNBOUNDED_WEIGHT,
+    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RejectKind,
+    Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 

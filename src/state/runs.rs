@@ -3,8 +3,9 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
-use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState};
+use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
+use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
 /// Most bytes of output kept with a run.
 const LOG_TAIL_LIMIT: usize = 64 * 1024;
@@ -100,16 +101,19 @@ impl State {
         Response::Ok
     }
 
+    /// Applies run events; a failure its node is to blame for (`Some` fault) counts against the
+    /// node under `policy`, unless the run was being stopped (its end is then the stop's).
     pub(super) fn run_events(
         &mut self,
         executor: &ExecutorName,
         at_ms: i64,
-        events: Vec<RunReport>,
+        events: Vec<(RunReport, Option<NodeFault>)>,
         max_attempted_runs: u32,
+        policy: QuarantinePolicy,
         out: &mut Applied,
     ) -> Response {
         let mut accepted = 0u32;
-        for ev in events {
+        for (ev, node_fault) in events {
             let Some(&id) = self.runs.get(&ev.run_id) else { continue };
             let Some(job) = self.jobs.get(&id) else { continue };
             let Some(run) = job.record.active_run() else { continue };
@@ -120,6 +124,10 @@ impl State {
             let record = job.record.clone();
             let run_id = run.run_id;
             let killing = run.kill.is_some();
+            // Counted once the event is applied (below); a stopped run's end is the stop's doing.
+            let against_node = node_fault
+                .filter(|_| !killing && matches!(ev.kind, RunReportKind::Failed | RunReportKind::Returned))
+                .map(|fault| (fault, (run.executor.clone(), run.node.clone())));
             match ev.kind {
                 RunReportKind::Pending => {
                     if run.state != RunState::Leased {
@@ -195,6 +203,9 @@ impl State {
                     self.lose_run(out, id, at_ms, &reason, max_attempted_runs);
                 }
             }
+            if let Some((fault, node)) = against_node {
+                self.count_node_failure(node, NodeFailure { at_ms, fault, job: id }, &policy, out);
+            }
         }
         Response::Accepted(accepted)
     }
@@ -207,6 +218,16 @@ impl State {
         let Some(run) = record.active_run() else { return };
         let run_id = run.run_id;
         let attempts = record.attempts();
+        // Armada's failFast: a run that is lost is not retried (the annotation was checked at
+        // submission, so reading it here is deterministic).
+        let fail_fast = annotations::is_fail_fast(&record.annotations);
+        let give_up = if fail_fast {
+            Some(format!("{reason}; not retried: the job is fail-fast ({})", annotations::FAIL_FAST.armada))
+        } else if attempts >= max_attempted_runs as usize {
+            Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"))
+        } else {
+            None
+        };
         let mut outcome = record.state;
         self.update_job(out, id, at_ms, |r| {
             if let Some(run) = r.active_run_mut() {
@@ -215,10 +236,9 @@ impl State {
                 run.reason = Some(reason.to_string());
             }
             if !r.state.is_terminal() {
-                if attempts >= max_attempted_runs as usize {
+                if let Some(why) = give_up.clone() {
                     r.state = JobState::Failed;
-                    r.state_reason =
-                        Some(format!("{reason}; gave up after {attempts} attempted runs (max_attempted_runs)"));
+                    r.state_reason = Some(why);
                 } else {
                     r.state = JobState::Queued;
                     r.state_reason = None;
@@ -228,6 +248,9 @@ impl State {
         });
         let (kind, message) = match outcome {
             JobState::Queued => (EventKind::Requeued, format!("run lost: {reason}")),
+            JobState::Failed if fail_fast => {
+                (EventKind::Failed, format!("run lost: {reason}; not retried: the job is fail-fast"))
+            }
             JobState::Failed => {
                 (EventKind::Failed, format!("run lost: {reason}; gave up after {attempts} attempted runs"))
             }

@@ -11,7 +11,8 @@ impl State {
     /// Builds a scheduling snapshot. Each queue contributes its first `lookback` queued jobs
     /// (0 = all), completed with the other queued members of any gang among them, and the sum
     /// of all its queued requests. Runs being stopped (cancelled or preempted, not yet confirmed
-    /// over) are not the scheduler's to move: their resources count as used by others.
+    /// over) are not the scheduler's to move: their resources count as used by others. Every
+    /// quarantine comes along with its end; the scheduler judges which hold at its `now`.
     pub fn scheduling_snapshot(&self, lookback: usize, rate_limits: RateLimiterState) -> Snapshot {
         let mut stopping: HashMap<(&str, &str), Resources> = HashMap::new();
         let mut running = Vec::new();
@@ -89,6 +90,11 @@ impl State {
                 QueueSnapshot { queue: q.queue.clone(), queued, queued_demand: Some(q.demand.clone()) }
             })
             .collect();
-        Snapshot { nodes, queues, running, rate_limits, usage: self.queue_usage.clone() }
+        let quarantined = self
+            .node_health
+            .iter()
+            .filter_map(|(node, h)| h.quarantine.as_ref().map(|q| (node.clone(), q.until_ms)))
+            .collect();
+        Snapshot { nodes, queues, running, rate_limits, usage: self.queue_usage.clone(), quarantined }
     }
 }

@@ -55,6 +55,7 @@ enum Tag {
     ClientIds = 9,
     Executors = 10,
     Finished = 11,
+    NodeHealth = 12,
 }
 
 struct Hasher {
@@ -144,6 +145,10 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     }
     for row in tx.open_table(FINISHED)?.iter()? {
         h.row(Tag::Finished, row?.0.value(), &[]);
+    }
+    for row in tx.open_table(NODE_HEALTH)?.iter()? {
+        let (k, v) = row?;
+        h.row(Tag::NodeHealth, k.value(), v.value());
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

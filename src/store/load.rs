@@ -1,11 +1,11 @@
-//! Rebuilding the in-memory state from the database at start-up: queues, executors, event
-//! counters, jobs per job set, idempotency keys and the live jobs (terminal jobs stay on disk).
+//! Rebuilding the in-memory state from the database at start-up: queues, executors, node
+//! health, event counters, jobs per job set, idempotency keys and the live jobs (terminal jobs stay on disk).
 
 use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
-use crate::record::{ExecutorRecord, JobRecord, QueueRecord, QueueUsageRecord};
+use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueUsageRecord};
 use crate::state::{Executor, QueueState, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +42,11 @@ impl Store {
             state.executors.insert(e.name.clone(), Executor::from(e));
         }
         state.refresh_largest_node();
+        for row in tx.open_table(NODE_HEALTH)?.iter()? {
+            let (k, v) = row?;
+            let h: NodeHealthRecord = decode_row(v.value(), || format!("node health {:?}", k.value()))?;
+            state.restore_node_health(h);
+        }
         for row in tx.open_table(EVENT_SEQS)?.iter()? {
             let (k, v) = row?;
             if let Some((q, s)) = split_pair(k.value())

@@ -42,6 +42,7 @@ const S_EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("import.e
 const S_CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("import.client_ids");
 const S_EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("import.executors");
 const S_FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("import.finished");
+const S_NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("import.node_health");
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +155,7 @@ struct Staging<'t> {
     client_ids: Table<'t, &'static [u8], &'static [u8; 16]>,
     executors: Table<'t, &'static str, &'static [u8]>,
     finished: Table<'t, &'static [u8; 24], ()>,
+    node_health: Table<'t, &'static [u8], &'static [u8]>,
 }
 
 impl<'t> Staging<'t> {
@@ -170,6 +172,7 @@ impl<'t> Staging<'t> {
             client_ids: tx.open_table(S_CLIENT_IDS)?,
             executors: tx.open_table(S_EXECUTORS)?,
             finished: tx.open_table(S_FINISHED)?,
+            node_health: tx.open_table(S_NODE_HEALTH)?,
         })
     }
 
@@ -210,6 +213,9 @@ impl<'t> Staging<'t> {
             SnapshotRowRecord::Finished { key } => {
                 self.finished.insert(&key, ())?;
             }
+            SnapshotRowRecord::NodeHealth { key, value } => {
+                self.node_health.insert(key.as_slice(), value.as_slice())?;
+            }
         }
         Ok(())
     }
@@ -239,6 +245,7 @@ fn swap(tx: &WriteTransaction, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), Stor
     swap_table(tx, CLIENT_IDS, S_CLIENT_IDS)?;
     swap_table(tx, EXECUTORS, S_EXECUTORS)?;
     swap_table(tx, FINISHED, S_FINISHED)?;
+    swap_table(tx, NODE_HEALTH, S_NODE_HEALTH)?;
     {
         let mut live = tx.open_table(META)?;
         live.retain(|k, _| is_node_local(k))?;
@@ -269,6 +276,7 @@ pub(super) fn drop_staging(db: &redb::Database) -> Result<bool, StoreError> {
     found |= tx.delete_table(S_CLIENT_IDS)?;
     found |= tx.delete_table(S_EXECUTORS)?;
     found |= tx.delete_table(S_FINISHED)?;
+    found |= tx.delete_table(S_NODE_HEALTH)?;
     tx.commit()?;
     Ok(found)
 }
@@ -363,14 +371,20 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
         emit(out, SnapshotRowRef::Finished { key: row?.0.value() })?;
         n += 1;
     }
+    for row in tx.open_table(NODE_HEALTH)?.iter()? {
+        let (k, v) = row?;
+        emit(out, SnapshotRowRef::NodeHealth { key: k.value(), value: v.value() })?;
+        n += 1;
+    }
     Ok(n)
 }
 
 /// Writes the frames of an inline snapshot of an older release (a state schema 2
 /// [`SnapshotRecord`], as `raft_snapshot` kept it before snapshot files): the same rows, in the
-/// same order, as an export of that state writes, as state schema 3 rows, that is with the
+/// same order, as an export of that state writes, as rows of today's schema, that is with the
 /// `finished` index that migration 3 builds for a schema 2 database (the state this snapshot is
-/// installed into has been migrated too). Holds the old record in memory, as the old release did.
+/// installed into has been migrated too) and no `node_health` rows (migration 4 starts that
+/// table empty). Holds the old record in memory, as the old release did.
 pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, StoreError> {
     use super::migrate::steps::v0003_finished_index::{ChunksInMemory, Events, finished_key_of};
     let found = SnapshotRecord::schema_version_of(data)

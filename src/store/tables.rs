@@ -1,7 +1,7 @@
 //! redb tables and key encodings. Every key is big-endian so redb's byte order is the natural
 //! order: ids sort by time (ULIDs), events by sequence number within their job set.
 
-use crate::model::{JobId, JobSetName, QueueName};
+use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
@@ -36,6 +36,9 @@ pub const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("execut
 /// Jobs that left memory (terminal, no run left to stop), by when they did: [`finished_key`].
 /// Retention reads it from the oldest on (schema 3).
 pub const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finished");
+/// Failures counted against nodes and their quarantines: [`node_key`] → bincode
+/// `NodeHealthRecord` (schema 4).
+pub const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("node_health");
 
 /// Meta key of the schema version.
 pub const SCHEMA_VERSION: &str = "schema_version";
@@ -45,7 +48,7 @@ pub const SUBMIT_SEQ: &str = "submit_seq";
 pub const PURGES: &str = "purges";
 /// Meta key of the largest job id ever submitted (written by purges, which may delete that job).
 pub const MAX_JOB_ID: &str = "max_job_id";
-/// Meta key of the queues' usage (bincode `QueueUsageRecord`; schema 4).
+/// Meta key of the queues' usage (bincode `QueueUsageRecord`; schema 5).
 pub const QUEUE_USAGE: &str = "queue_usage";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
@@ -118,6 +121,15 @@ pub fn client_id_key(queue: &QueueName, client_id: &str) -> Vec<u8> {
     k.extend_from_slice(queue.as_str().as_bytes());
     k.push(0);
     k.extend_from_slice(client_id.as_bytes());
+    k
+}
+
+/// `executor 0 node`.
+pub fn node_key(executor: &ExecutorName, node: &NodeName) -> Vec<u8> {
+    let mut k = Vec::with_capacity(executor.as_str().len() + node.as_str().len() + 1);
+    k.extend_from_slice(executor.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(node.as_str().as_bytes());
     k
 }
 

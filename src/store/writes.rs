@@ -30,7 +30,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     }
     let (mut meta, mut queues, mut jobs, mut payloads, mut live) = (None, None, None, None, None);
     let (mut job_sets, mut client_ids, mut executors, mut finished) = (None, None, None, None);
-    let (mut events, mut event_seqs) = (None, None);
+    let (mut events, mut event_seqs, mut node_health) = (None, None, None);
     // A job set's events of this transaction become chunks, written at the end.
     let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&EventRecord>> = HashMap::new();
     // Purged jobs by the event chunks holding their events: each chunk is rewritten once, at the
@@ -118,6 +118,13 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
             Change::PutMaxJobId(id) => {
                 open(&mut meta, tx, META)?.insert(MAX_JOB_ID, id.as_u128().to_be_bytes().as_slice())?;
+            }
+            Change::PutNodeHealth(h) => {
+                open(&mut node_health, tx, NODE_HEALTH)?
+                    .insert(node_key(&h.executor, &h.node).as_slice(), encode_row("node health", h)?.as_slice())?;
+            }
+            Change::DeleteNodeHealth { executor, node } => {
+                open(&mut node_health, tx, NODE_HEALTH)?.remove(node_key(executor, node).as_slice())?;
             }
             Change::PutQueueUsage(usage) => {
                 open(&mut meta, tx, META)?.insert(QUEUE_USAGE, encode_row("queue usage", usage)?.as_slice())?;

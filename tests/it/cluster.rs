@@ -560,3 +560,47 @@ async fn all_jobs_in(api: &Api, state: &str) -> usize {
     }
     v["jobs"].as_array().map_or(0, Vec::len)
 }
+
+/// Pre-vote: a follower that cannot reach the leader, while the other follower can, finds no
+/// majority that would vote for it. It never raises the term, so when the link comes back the
+/// leader is not deposed; and writes go on throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_from_the_leader_alone_does_not_depose_it() {
+    let trio = Trio::start_with_proxy(3).await;
+    let leader = trio.leader().await;
+    let (s, v) = trio.api(leader).post("/v1/queues", &json!({"name": "A"})).await;
+    assert_eq!(s, 201, "{v}");
+    let term = status(trio.api(leader)).await.and_then(|s| s["term"].as_u64()).expect("term");
+    let cut_off = if leader == 1 { 2 } else { 1 };
+    let proxy = trio.proxy.as_ref().expect("proxied trio");
+    proxy.cut(leader, cut_off);
+    // Several election timeouts (600 ms in these tests) with writes going on.
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut written = Vec::new();
+    while Instant::now() < until {
+        written.extend(trio.api(leader).submit("A", "s", vec![job("1")]).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.heal();
+    // The cut-off member catches up from the same leader, in the same term.
+    let last = written.last().expect("writes").clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, _) = trio.api(cut_off).get(&format!("/v1/jobs/{last}")).await;
+        if s == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cut-off member did not catch up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in 1..=3 {
+        let s = status(trio.api(id)).await.expect("status");
+        assert_eq!(s["term"].as_u64(), Some(term), "member {id} moved to another term: {s}");
+        assert_eq!(s["leader"].as_u64(), Some(leader), "member {id} follows another leader: {s}");
+    }
+    assert!(
+        trio.api(cut_off).log().contains("pre-vote lost"),
+        "the cut-off member never asked for a pre-vote:\n{}",
+        trio.api(cut_off).log()
+    );
+}

@@ -296,6 +296,12 @@ async fn openapi_document_describes_the_real_server() {
     conforms(&doc, "get", "/v1/cluster", st, &v);
     let (st, v) = s.get("/v1/cluster/digest").await;
     conforms(&doc, "get", "/v1/cluster/digest", st, &v);
+    let (st, v) = s.get("/v1/cluster/nodes").await;
+    assert_eq!((st, v["nodes"][0]["name"].as_str()), (200, Some("n1")), "{v}");
+    conforms(&doc, "get", "/v1/cluster/nodes", st, &v);
+    let (st, v) = s.delete("/v1/cluster/nodes/e1/n1/quarantine").await;
+    assert_eq!(st, 404, "{v}");
+    conforms(&doc, "delete", "/v1/cluster/nodes/{executor}/{node}/quarantine", st, &v);
     let (st, v) = s.get("/healthz").await;
     conforms(&doc, "get", "/healthz", st, &v);
     let (st, v) = s.get("/readyz").await;
@@ -333,7 +339,8 @@ async fn openapi_document_describes_the_real_server() {
             .replace("{queue}", "q")
             .replace("{job_set}", "s")
             .replace("{id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
-            .replace("{executor}", "e9");
+            .replace("{executor}", "e9")
+            .replace("{node}", "n9");
         assert!(!concrete.contains('{'), "{path} has a parameter this test does not know");
         let concrete = if path.ends_with("/events") && path.starts_with("/v1/queues") {
             format!("{concrete}?follow=false")
@@ -360,4 +367,60 @@ async fn oversized_requests_are_refused() {
     assert_eq!(v["status"], 413);
     let (_, v) = s.get("/v1/jobs?queue=A").await;
     assert_eq!(v["jobs"].as_array().map(|a| a.len()), Some(0));
+}
+
+/// Armada's gang annotations, spelled as Armada's clients send them, make a gang: all of it or
+/// nothing is leased. The kebab-case `armadaproject.io/gang-*` keys are refused, naming the right
+/// spelling.
+#[tokio::test]
+async fn armada_gang_annotations_form_a_gang() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let two = [node("n1", "4"), node("n2", "4")];
+    s.poll("e1", &two, &[], 0.0).await;
+    let member = json!({"pod_spec": pod("3", "true"), "annotations": {
+        "armadaproject.io/gangId": "g",
+        "armadaproject.io/gangCardinality": "3",
+    }});
+    let ids = s.submit("A", "s", vec![member.clone(), member.clone(), member]).await;
+    // Two of three would fit as plain jobs; as a gang none is leased, and the reason says why.
+    let j = s
+        .wait_job(&ids[0], Duration::from_secs(20), "waiting for the gang", |j| {
+            j["reason"].as_str().is_some_and(|r| r.contains("gang g"))
+        })
+        .await;
+    assert!(j["reason"].as_str().unwrap_or("").starts_with("gang g: 2 of 3 members fit"), "{j}");
+    for id in &ids {
+        assert_eq!(s.job(id).await["state"], "queued");
+    }
+    // A third node: the whole gang is leased at once.
+    let three = [node("n1", "4"), node("n2", "4"), node("n3", "4")];
+    let mut leased = Vec::new();
+    for _ in 0..20 {
+        let held: Vec<Value> = leased
+            .iter()
+            .map(|l: &Value| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "pending"}))
+            .collect();
+        let v = s.poll("e1", &three, &held, 2.0).await;
+        leased.extend(v["leases"].as_array().cloned().unwrap_or_default());
+        if leased.len() == 3 {
+            break;
+        }
+    }
+    let mut nodes: Vec<&str> = leased.iter().filter_map(|l| l["node"].as_str()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3"]);
+
+    // The old kebab-case spelling is not Armada's: refused, naming the key and the right one.
+    let bad = json!({"pod_spec": pod("1", "true"), "annotations": {"armadaproject.io/gang-id": "h"}});
+    let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [bad]})).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["field"], "jobs[0].annotations.armadaproject.io/gang-id");
+    assert!(v["detail"].as_str().unwrap_or("").contains("armadaproject.io/gangId"), "{v}");
+    // Both spellings with different values: refused, naming Armada's key.
+    let both = json!({"pod_spec": pod("1", "true"), "annotations": {
+        "convoy.io/gang-id": "h", "armadaproject.io/gangId": "i"}});
+    let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [both]})).await;
+    assert_eq!((st, v["field"].as_str()), (400, Some("jobs[0].annotations.armadaproject.io/gangId")), "{v}");
 }

@@ -88,6 +88,19 @@ async fn tokens_and_roles() {
     assert!(v["applied_index"].as_u64() > Some(0), "{v}");
     assert_eq!(v["digest"].as_str().map(str::len), Some(64), "{v}");
 
+    // Anyone signed in sees the nodes; only admins lift a quarantine (refused before anything
+    // else is looked at).
+    let (st, _) = s.call(M::GET, "/v1/cluster/nodes", None, None).await;
+    assert_eq!(st, 401);
+    let (st, v) = s.call(M::GET, "/v1/cluster/nodes", Some(ALICE), None).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = s.call(M::DELETE, "/v1/cluster/nodes/e1/n1/quarantine", Some(ALICE), None).await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = s.call(M::DELETE, "/v1/cluster/nodes/e1/n1/quarantine", Some(EXEC), None).await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = s.call(M::DELETE, "/v1/cluster/nodes/e1/n1/quarantine", Some(ADMIN), None).await;
+    assert_eq!(st, 404, "{v}");
+
     // Nothing the refused calls asked for happened.
     let (_, v) = s.call(M::GET, "/v1/jobs?queue=physics", Some(ADMIN), None).await;
     let jobs = v["jobs"].as_array().cloned().unwrap_or_default();

@@ -85,3 +85,16 @@ fn every_example_scenario_runs() {
         assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[test]
+fn quarantined_nodes_are_flagged_in_the_output() {
+    let out = simulate(&[&scenario("node_quarantine.yaml"), "--compact"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rounds = v["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds[1]["nodes"]["node-1"], serde_json::json!({"A": 1}));
+    assert_eq!(rounds[2]["nodes"]["node-1"], serde_json::json!({"quarantined": true}));
+    assert_eq!(rounds[3]["nodes"]["node-2"], serde_json::json!({"A": 1}));
+    assert_eq!(rounds[6]["nodes"]["node-1"], serde_json::json!({"A": 1}));
+    assert_eq!(rounds[2]["jobs"]["b"]["state"], "failed");
+}

@@ -16,7 +16,7 @@ use super::runtime::{
 };
 use crate::agent::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind};
-use crate::model::{JobId, Resources, RunId, RunState};
+use crate::model::{JobId, NodeFault, Resources, RunId, RunState};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -170,12 +170,15 @@ impl Inner {
                     exit_code: None,
                     reason: Some("pod deleted".into()),
                     message: Some(format!("pod {} was deleted while running", t.pod)),
+                    // Whoever deleted it, nothing says it was the node.
+                    node_fault: None,
                 },
                 (None, None) => Observation {
                     kind: RunEventKind::Returned,
                     exit_code: None,
                     reason: Some("pod deleted".into()),
                     message: Some(format!("pod {} was deleted before it ran", t.pod)),
+                    node_fault: Some(NodeFault::NotStarted),
                 },
             };
             t.last = Some(obs.kind);
@@ -189,6 +192,7 @@ impl Inner {
         ev.exit_code = obs.exit_code;
         ev.reason = obs.reason;
         ev.message = obs.message;
+        ev.node_fault = obs.node_fault;
         if is_final(obs.kind) && obs.kind != RunEventKind::Returned {
             ev.log_tail = self.log_tail(pod).await;
         }
@@ -344,6 +348,7 @@ fn killed_observation(exit_code: Option<i32>, reason: &str) -> Observation {
         exit_code,
         reason: Some("killed".into()),
         message: Some(reason.to_string()),
+        node_fault: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! A pod's status as a run event: phase, container exit codes and waiting reasons.
 
+use crate::model::NodeFault;
 use crate::model::api::RunEventKind;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
@@ -11,6 +12,12 @@ pub const REASON_UNSCHEDULABLE: &str = "unschedulable";
 /// Waiting reasons that mean the image cannot be pulled.
 const IMAGE_PULL_REASONS: &[&str] =
     &["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable"];
+/// Of those, the ones that are the job's own doing (a malformed image name): they do not count
+/// against the node.
+const JOB_IMAGE_REASONS: &[&str] = &["InvalidImageName"];
+/// Pod failure reasons that mean the node went away or shut down (`Terminated` is what the
+/// kubelet's graceful node shutdown sets).
+const NODE_GONE_REASONS: &[&str] = &["NodeLost", "NodeShutdown", "Terminated"];
 /// Waiting reasons that mean the container cannot be created as specified.
 const CONFIG_REASONS: &[&str] = &["CreateContainerConfigError", "CreateContainerError"];
 /// Pod failure reasons set by the kubelet when it refuses the pod: the node's fault.
@@ -36,11 +43,27 @@ pub struct Observation {
     pub reason: Option<String>,
     /// Details from the container's or the pod's status.
     pub message: Option<String>,
+    /// Set when the node, not the job, is to blame (see [`NodeFault`]).
+    pub node_fault: Option<NodeFault>,
 }
 
 impl Observation {
     fn new(kind: RunEventKind) -> Self {
-        Self { kind, exit_code: None, reason: None, message: None }
+        Self { kind, exit_code: None, reason: None, message: None, node_fault: None }
+    }
+}
+
+/// Whose fault a pod that failed or was refused for `pod_reason` is, if the node's.
+fn node_fault_of(pod_reason: &str, ran: bool) -> Option<NodeFault> {
+    if NODE_GONE_REASONS.contains(&pod_reason) {
+        Some(NodeFault::NodeLost)
+    } else if pod_reason == "Evicted" {
+        // The kubelet evicts pods when the node runs short of memory or disk.
+        Some(NodeFault::NodePressure)
+    } else if !ran {
+        Some(NodeFault::NotStarted)
+    } else {
+        None
     }
 }
 
@@ -63,6 +86,9 @@ pub fn classify(pod: &Pod) -> Option<Observation> {
         };
         let mut o = Observation::new(RunEventKind::Failed);
         o.reason = Some(mapped.into());
+        if mapped == REASON_IMAGE_PULL && !JOB_IMAGE_REASONS.contains(&reason) {
+            o.node_fault = Some(NodeFault::ImagePull);
+        }
         o.message = Some(match &w.message {
             Some(m) => format!("container {}: {reason}: {m}", cs.name),
             None => format!("container {}: {reason}", cs.name),
@@ -80,6 +106,7 @@ pub fn classify(pod: &Pod) -> Option<Observation> {
                     exit_code: None,
                     reason: Some(REASON_UNSCHEDULABLE.into()),
                     message: c.message.clone(),
+                    node_fault: Some(NodeFault::NotStarted),
                 },
                 None => Observation::new(RunEventKind::Pending),
             })
@@ -105,6 +132,7 @@ fn failed(pod: &Pod, containers: &[&ContainerStatus]) -> Observation {
             exit_code: None,
             reason: Some(REASON_UNSCHEDULABLE.into()),
             message: Some(format!("{pod_reason}: {}", pod_message.unwrap_or_default())),
+            node_fault: node_fault_of(pod_reason, false),
         };
     }
     // The first container that failed (non-zero exit) says why; else the first that ended.
@@ -124,6 +152,9 @@ fn failed(pod: &Pod, containers: &[&ContainerStatus]) -> Observation {
         _ => None,
     };
     o.message = term.and_then(|t| t.message.clone()).or(pod_message);
+    // A container killed for its own memory limit (`OOMKilled`) is the job's doing; an eviction
+    // for the node's pressure, or the node going away, is not.
+    o.node_fault = node_fault_of(pod_reason, true);
     o
 }
 
@@ -169,5 +200,37 @@ mod tests {
         let deadline =
             classify(&pod(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded"}))).expect("observation");
         assert_eq!(deadline.reason.as_deref(), Some("deadline exceeded"));
+    }
+    #[test]
+    fn node_faults_are_told_from_the_job_s_own() {
+        let waiting = |reason: &str| {
+            let status = serde_json::json!({"phase": "Pending", "containerStatuses": [{"name": "main", "image": "x",
+                "imageID": "", "ready": false, "restartCount": 0, "state": {"waiting": {"reason": reason}}}]});
+            classify(&pod(status)).expect("observation").node_fault
+        };
+        assert_eq!(waiting("ImagePullBackOff"), Some(NodeFault::ImagePull));
+        assert_eq!(waiting("ErrImagePull"), Some(NodeFault::ImagePull));
+        assert_eq!(waiting("InvalidImageName"), None, "a malformed image name is the job's doing");
+        assert_eq!(waiting("CreateContainerConfigError"), None);
+        let unsched = classify(&pod(serde_json::json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable"}]})));
+        assert_eq!(unsched.and_then(|o| o.node_fault), Some(NodeFault::NotStarted));
+        let failed = |status: serde_json::Value| classify(&pod(status)).expect("observation");
+        let refused = failed(serde_json::json!({"phase": "Failed", "reason": "OutOfmemory"}));
+        assert_eq!((refused.kind, refused.node_fault), (RunEventKind::Returned, Some(NodeFault::NotStarted)));
+        let lost = failed(serde_json::json!({"phase": "Failed", "reason": "NodeLost"}));
+        assert_eq!((lost.kind, lost.node_fault), (RunEventKind::Returned, Some(NodeFault::NodeLost)));
+        let ran = serde_json::json!([{"name": "main", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]);
+        let evicted = failed(serde_json::json!({"phase": "Failed", "reason": "Evicted", "containerStatuses": ran}));
+        assert_eq!((evicted.kind, evicted.node_fault), (RunEventKind::Failed, Some(NodeFault::NodePressure)));
+        let shutdown = failed(serde_json::json!({"phase": "Failed", "reason": "Terminated", "containerStatuses": ran}));
+        assert_eq!(shutdown.node_fault, Some(NodeFault::NodeLost));
+        // Its own memory limit, or a non-zero exit: the job's.
+        let oom = failed(serde_json::json!({"phase": "Failed", "containerStatuses": ran}));
+        assert_eq!((oom.reason.as_deref(), oom.node_fault), (Some("oom killed"), None));
+        let deadline =
+            failed(serde_json::json!({"phase": "Failed", "reason": "DeadlineExceeded", "containerStatuses": ran}));
+        assert_eq!(deadline.node_fault, None);
     }
 }

@@ -14,12 +14,18 @@ use std::time::{Duration, Instant};
 /// Arguments of `convoy bench cluster`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct ClusterArgs {
-    /// Jobs to submit in batches of 100 (8 clients spread over the three servers).
+    /// Jobs to submit in batches of 100.
     #[arg(long, default_value_t = 200_000)]
     batched_jobs: u64,
-    /// Requests of one job each (16 clients spread over the three servers).
+    /// Concurrent clients sending batches, spread over the three servers.
+    #[arg(long, default_value_t = 8)]
+    batch_clients: usize,
+    /// Requests of one job each.
     #[arg(long, default_value_t = 20_000)]
     single_requests: u64,
+    /// Concurrent clients sending single jobs, spread over the three servers.
+    #[arg(long, default_value_t = 16)]
+    single_clients: usize,
     /// Leader kills.
     #[arg(long, default_value_t = 10)]
     failovers: usize,
@@ -117,8 +123,8 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let r = http.post(format!("{}/v1/queues", urls[0])).json(&json!({"name": "bench"})).send().await?;
         anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
 
-        let (bwall, _, bjobs) = drive(&urls, 8, args.batched_jobs.div_ceil(100), 100).await?;
-        let (swall, _, sjobs) = drive(&urls, 16, args.single_requests, 1).await?;
+        let (bwall, _, bjobs) = drive(&urls, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
+        let (swall, _, sjobs) = drive(&urls, args.single_clients, args.single_requests, 1).await?;
 
         let append_ms = append_mean_ms(&http, &members.iter().find(|m| m.id == first).context("leader")?.url).await;
 
@@ -171,6 +177,8 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         };
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let out = json!({
+            "batch_clients": args.batch_clients,
+            "single_clients": args.single_clients,
             "batched_jobs": bjobs,
             "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
             "single_requests": sjobs,

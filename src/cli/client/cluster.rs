@@ -1,12 +1,13 @@
-//! `convoy cluster`: the Raft cluster's members, leader, term and replication progress, and
-//! adding and removing servers.
+//! `convoy cluster`: the Raft cluster's members, leader, term and replication progress, adding
+//! and removing servers, and the nodes of the executors with their quarantines.
 
 use super::http::{Client, print_json};
 use clap::{Args, Subcommand};
-use convoy::model::api::{AddMemberRequest, ClusterStatus, MembershipChange};
+use convoy::model::api::{AddMemberRequest, ClusterStatus, MembershipChange, NodeList, NodeView};
+use convoy::model::{ExecutorName, NodeName};
 use reqwest::Method;
 
-/// `convoy cluster [status|add|remove]`.
+/// `convoy cluster [status|add|remove|nodes|lift-quarantine]`.
 #[derive(Args, Debug)]
 pub(crate) struct ClusterArgs {
     #[command(subcommand)]
@@ -36,6 +37,20 @@ enum ClusterCommand {
     Remove {
         /// Its node id.
         id: u64,
+    },
+    /// The executors' nodes: pool, jobs, failures of the node counted toward quarantine, and
+    /// state (ready, cordoned, quarantined until when and why).
+    Nodes {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lift a node's quarantine (admins): it takes new jobs again at once.
+    LiftQuarantine {
+        /// The node's executor.
+        executor: ExecutorName,
+        /// The node.
+        node: NodeName,
     },
 }
 
@@ -70,7 +85,64 @@ pub(super) async fn run(c: &Client, args: ClusterArgs) -> anyhow::Result<()> {
             print!("{}", render(&change.cluster));
             Ok(())
         }
+        ClusterCommand::Nodes { json } => {
+            let list: NodeList = c.get("/v1/cluster/nodes").await?;
+            if json {
+                return print_json(&list);
+            }
+            print!("{}", render_nodes(&list.nodes));
+            Ok(())
+        }
+        ClusterCommand::LiftQuarantine { executor, node } => {
+            let path = format!("/v1/cluster/nodes/{executor}/{node}/quarantine");
+            let _: NodeView = c.send(c.request(Method::DELETE, &path), "DELETE").await?;
+            println!("node {node} of executor {executor} is no longer quarantined");
+            Ok(())
+        }
     }
+}
+
+/// Nodes as a table: executor, node, pool, jobs, recent failures, state and why.
+fn render_nodes(nodes: &[NodeView]) -> String {
+    if nodes.is_empty() {
+        return "no nodes: no executor has reported any\n".to_string();
+    }
+    let rows: Vec<[String; 7]> = nodes
+        .iter()
+        .map(|n| {
+            let (state, why) = match (&n.quarantine, n.unschedulable, n.reported) {
+                (Some(q), _, _) => (format!("quarantined until {}", q.until), q.reason.clone()),
+                (None, true, _) => ("cordoned".to_string(), String::new()),
+                (None, false, true) => ("ready".to_string(), String::new()),
+                (None, false, false) => ("not reported".to_string(), String::new()),
+            };
+            let pool = n.pool.as_ref().map_or("-".to_string(), |p| p.to_string());
+            [
+                n.executor.to_string(),
+                n.name.to_string(),
+                pool,
+                n.jobs.to_string(),
+                n.recent_failures.to_string(),
+                state,
+                why,
+            ]
+        })
+        .collect();
+    let head = ["EXECUTOR", "NODE", "POOL", "JOBS", "FAILURES", "STATE", "REASON"];
+    let width = |i: usize| rows.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..head.len()).map(width).collect();
+    let line = |cells: [&str; 7]| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            l.push_str(&format!("{c:<w$}  ", w = widths[i]));
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let mut out = line(head);
+    for r in &rows {
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]));
+    }
+    out
 }
 
 /// The status of the server asked, or, when it is a follower that knows the leader, the
@@ -147,7 +219,40 @@ fn opt(v: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use convoy::model::api::ClusterMember;
+    use convoy::model::api::{ClusterMember, QuarantineView};
+
+    #[test]
+    fn the_node_table_shows_quarantines_with_their_reason() {
+        let node = |name: &str, unschedulable, quarantine: Option<QuarantineView>| NodeView {
+            executor: "e1".parse().unwrap(),
+            name: name.parse().unwrap(),
+            pool: Some("default".parse().unwrap()),
+            reported: true,
+            unschedulable,
+            allocatable: Default::default(),
+            jobs: 2,
+            recent_failures: 1,
+            quarantine,
+        };
+        let q = QuarantineView {
+            since: "2026-01-01T00:00:00.000Z".into(),
+            until: "2026-01-01T00:30:00.000Z".into(),
+            reason: "3 failures of the node within 10m: image_pull ×3".into(),
+        };
+        let text = render_nodes(&[node("n1", false, None), node("n2", true, None), node("n3", false, Some(q))]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "EXECUTOR  NODE  POOL     JOBS  FAILURES  STATE                                       REASON"
+        );
+        assert_eq!(lines[1], "e1        n1    default  2     1         ready");
+        assert_eq!(lines[2], "e1        n2    default  2     1         cordoned");
+        assert_eq!(
+            lines[3],
+            "e1        n3    default  2     1         quarantined until 2026-01-01T00:30:00.000Z  3 failures of the node within 10m: image_pull ×3"
+        );
+        assert_eq!(render_nodes(&[]), "no nodes: no executor has reported any\n");
+    }
 
     #[test]
     fn the_table_names_roles_and_progress() {

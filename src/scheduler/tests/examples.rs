@@ -130,6 +130,64 @@ fn gang_node_uniformity() {
 }
 
 #[test]
+fn armada_gang_annotations_form_gangs() {
+    let out = run("armada_gang_annotations.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r0.failed), map(&[("A", 1)]));
+    assert_eq!((node(r0, "a-1"), node(r0, "a-2")), (Some("node-1"), Some("node-2")));
+    assert_eq!(state(r0, "a-3"), "failed");
+    assert_eq!(reason(r0, "a-3"), "gang a: 2 of 3 members fit (minimum 2)");
+    assert!(on_node(r0, "node-3").is_empty());
+    let r1 = &out.rounds[1];
+    assert!(counts(&r1.scheduled).is_empty());
+    for j in ["b-1", "b-2"] {
+        assert_eq!(state(r1, j), "queued");
+        assert_eq!(reason(r1, j), "gang b: 1 of 2 members fit; no node with 6 cpu free in pool default");
+    }
+}
+
+fn quarantined(r: &RoundOutput, node: &str) -> bool {
+    r.nodes[node].quarantined
+}
+
+#[test]
+fn node_quarantine_after_node_faults_within_the_window() {
+    let out = run("node_quarantine.yaml");
+    let r = &out.rounds;
+    assert_eq!((node(&r[0], "a-1"), node(&r[0], "a-2")), (Some("node-1"), Some("node-2")));
+    assert_eq!((state(&r[1], "a-1"), node(&r[1], "b")), ("failed", Some("node-1")));
+    assert!(!quarantined(&r[1], "node-1"), "one failure is not enough");
+    // The second failure of node-1 within 60 s: quarantined for 120 s (until t=180).
+    for (i, round) in r.iter().enumerate().take(6).skip(2) {
+        assert!(quarantined(round, "node-1"), "round {i}");
+        assert!(!quarantined(round, "node-2"), "round {i}");
+        assert_eq!(state(round, "c"), "queued", "round {i}");
+        assert_eq!(
+            reason(round, "c"),
+            "no node in pool default matches the job's constraints: 1 node do not match node selector \
+             kubernetes.io/hostname=node-1; 1 node quarantined (too many failures of the node)"
+        );
+    }
+    // a-2's own failure did not count against node-2; d and e ran there.
+    assert_eq!(state(&r[2], "a-2"), "failed");
+    assert_eq!(node(&r[3], "d"), Some("node-2"));
+    assert_eq!(node(&r[4], "e"), Some("node-2"));
+    // t=180: over; c runs on node-1. e's failure is one window after d's: no quarantine.
+    assert!(!quarantined(&r[6], "node-1") && !quarantined(&r[6], "node-2"));
+    assert_eq!((state(&r[6], "c"), node(&r[6], "c")), ("running", Some("node-1")));
+    assert_eq!(state(&r[6], "e"), "failed");
+    assert_eq!(counts(&r[6].scheduled), map(&[("A", 1)]));
+
+    // With quarantine off (max_failures 0), node faults count for nothing: c runs at once.
+    let path = format!("{}/tests/scenarios/node_quarantine.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap().replace("max_failures: 2", "max_failures: 0");
+    let off = run_text(&text).unwrap();
+    assert_eq!((state(&off.rounds[2], "c"), node(&off.rounds[2], "c")), ("running", Some("node-1")));
+    assert!(off.rounds.iter().all(|r| r.nodes.values().all(|n| !n.quarantined)));
+}
+
+#[test]
 fn urgency_preemption_picks_lowest_and_never_equal_or_higher() {
     let out = run("urgency_preemption.yaml");
     let r1 = &out.rounds[1];

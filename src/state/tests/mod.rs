@@ -292,6 +292,39 @@ fn lost_runs_requeue_until_the_attempt_limit() {
 }
 
 #[test]
+fn a_fail_fast_job_fails_when_its_first_run_is_lost() {
+    let mut s = state();
+    let mut job = new_job(1, None, "1");
+    job.annotations.insert("armadaproject.io/failFast".into(), "true".into());
+    let mut plain = new_job(2, None, "1");
+    plain.annotations.insert("armadaproject.io/failFast".into(), "false".into());
+    submit(&mut s, vec![job, plain]);
+    lease(&mut s, 1, 100, 1, 1);
+    let a = report(&mut s, 100, 1, RunEventKind::Returned, None);
+    assert_eq!(events(&a), vec![EventKind::Failed]);
+    // Over, and gone from memory; its record says why.
+    assert_eq!(job_state(&s, 1), None);
+    let failed = a
+        .changes
+        .iter()
+        .find_map(|c| match c {
+            Change::PutJob { record, live: false } if record.id == JobId::from_u128(1) => Some(record.clone()),
+            _ => None,
+        })
+        .expect("the failed job is written");
+    assert_eq!(failed.state, crate::record::JobStateRecord::Failed);
+    assert_eq!(
+        failed.state_reason.as_deref(),
+        Some("the run never started on its node; not retried: the job is fail-fast (armadaproject.io/failFast)")
+    );
+    // failFast = false is the default: requeued.
+    lease(&mut s, 2, 101, 1, 1);
+    let a = report(&mut s, 101, 2, RunEventKind::Returned, None);
+    assert_eq!(events(&a), vec![EventKind::Requeued]);
+    assert_eq!(job_state(&s, 2), Some(JobState::Queued));
+}
+
+#[test]
 fn executor_lost_requeues_its_runs_and_removes_its_nodes() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "1")]);
@@ -447,4 +480,5 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
     assert_eq!(s.interned_requirements(), 1000, "the cancelled jobs' sets are gone");
 }
 
+mod quarantine;
 mod retention;

@@ -180,21 +180,21 @@ fn newer_schema_is_refused() {
 }
 
 #[test]
-fn a_schema_3_database_opens_at_schema_4_as_it_was_without_a_usage_record() {
+fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");
     let before = {
         let store = Store::open(&path).unwrap();
         sample(&store);
         let state = store.load_state(settings()).unwrap();
-        // Make it a version 3 database: schema 4 only added the `queue_usage` row, absent here.
+        // Make it a version 4 database: schema 5 only added the `queue_usage` row, absent here.
         let tx = store.write().unwrap();
-        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 3u32.to_be_bytes().as_slice()).unwrap();
+        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 4u32.to_be_bytes().as_slice()).unwrap();
         tx.commit().unwrap();
         (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
     };
     let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), 4);
+    assert_eq!(migrate::version(&store.db()).unwrap(), 5);
     let state = store.load_state(settings()).unwrap();
     assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
     assert_eq!(state.queue_usage, crate::scheduler::QueueUsage::default());
@@ -369,4 +369,5 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
 }
 
+mod quarantine;
 mod retention;

@@ -288,7 +288,7 @@ fn the_finished_jobs_of_a_schema_2_data_dir_are_indexed_at_their_last_event() {
     std::fs::copy(fixture, &path).unwrap();
     assert_eq!(migrate::version(&redb::Database::open(&path).unwrap()).unwrap(), 2);
     let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
+    assert_eq!(migrate::version(&store.db()).unwrap(), migrate::CURRENT_VERSION);
     // `c1` succeeded; `c2` runs and `c3` is queued (live: not indexed).
     let c1: JobId = "01M83SZBRQEV3E1YK9CW9XG4ZQ".parse().unwrap();
     let record = store.job(c1).unwrap().unwrap();

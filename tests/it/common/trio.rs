@@ -231,6 +231,8 @@ pub(crate) fn member_config_with(
 /// HTTP proxies in front of the members' peer ports that can cut nodes off.
 pub(crate) struct FaultProxy {
     isolated: Arc<Mutex<HashSet<u64>>>,
+    /// Pairs of nodes that cannot reach each other (smaller id first).
+    cuts: Arc<Mutex<HashSet<(u64, u64)>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -239,20 +241,21 @@ impl FaultProxy {
     async fn start(routes: Vec<(u64, u16, u16)>) -> FaultProxy {
         super::install_crypto();
         let isolated = Arc::new(Mutex::new(HashSet::new()));
+        let cuts = Arc::new(Mutex::new(HashSet::new()));
         let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("proxy client");
         let mut tasks = Vec::new();
         for (id, listen, target) in routes {
             let listener = tokio::net::TcpListener::bind(("127.0.0.1", listen)).await.expect("proxy port");
-            let (isolated, client) = (isolated.clone(), client.clone());
+            let (isolated, cuts, client) = (isolated.clone(), cuts.clone(), client.clone());
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-                let (isolated, client) = (isolated.clone(), client.clone());
-                async move { forward(id, target, &isolated, &client, req).await }
+                let (isolated, cuts, client) = (isolated.clone(), cuts.clone(), client.clone());
+                async move { forward(id, target, &isolated, &cuts, &client, req).await }
             });
             tasks.push(tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             }));
         }
-        FaultProxy { isolated, tasks }
+        FaultProxy { isolated, cuts, tasks }
     }
 
     /// Cuts node `id` off from the others: nothing it sends to a peer and nothing sent to it
@@ -261,9 +264,15 @@ impl FaultProxy {
         self.isolated.lock().expect("lock").insert(id);
     }
 
+    /// Cuts the link between nodes `a` and `b` only: each still reaches the others.
+    pub(crate) fn cut(&self, a: u64, b: u64) {
+        self.cuts.lock().expect("lock").insert((a.min(b), a.max(b)));
+    }
+
     /// Reconnects every node.
     pub(crate) fn heal(&self) {
         self.isolated.lock().expect("lock").clear();
+        self.cuts.lock().expect("lock").clear();
     }
 }
 
@@ -275,11 +284,13 @@ impl Drop for FaultProxy {
     }
 }
 
-/// Forwards one request to `127.0.0.1:target` (node `to`), unless either end is isolated.
+/// Forwards one request to `127.0.0.1:target` (node `to`), unless either end is isolated or the
+/// link between them is cut.
 async fn forward(
     to: u64,
     target: u16,
     isolated: &Mutex<HashSet<u64>>,
+    cuts: &Mutex<HashSet<(u64, u64)>>,
     client: &reqwest::Client,
     req: axum::extract::Request,
 ) -> axum::response::Response {
@@ -288,7 +299,8 @@ async fn forward(
         req.headers().get("x-convoy-sender-node").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let cut = {
         let i = isolated.lock().expect("lock");
-        i.contains(&to) || from.is_some_and(|f| i.contains(&f))
+        i.contains(&to)
+            || from.is_some_and(|f| i.contains(&f) || cuts.lock().expect("lock").contains(&(f.min(to), f.max(to))))
     };
     if cut {
         return (axum::http::StatusCode::BAD_GATEWAY, "partitioned by the test").into_response();
