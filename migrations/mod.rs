@@ -9,6 +9,7 @@ pub mod v0001_initial;
 pub mod v0002_event_chunks;
 pub mod v0003_finished_index;
 pub mod v0004_node_health;
+pub mod v0005_queue_usage;
 
 /// A migration step.
 pub struct Migration {
@@ -26,4 +27,5 @@ pub const ALL: &[Migration] = &[
     Migration { version: 2, name: "events in chunks", run: v0002_event_chunks::run },
     Migration { version: 3, name: "finished jobs indexed by finish time", run: v0003_finished_index::run },
     Migration { version: 4, name: "failures and quarantine of nodes", run: v0004_node_health::run },
+    Migration { version: 5, name: "queue usage meta row", run: v0005_queue_usage::run },
 ];

@@ -6,7 +6,7 @@
 //! checks the rules serde cannot, naming the first offending key.
 
 use crate::model::duration::{format_duration, serde_text};
-use crate::model::{ExecutorName, Labels, NodeName, PoolName, Resources, Taint};
+use crate::model::{ExecutorName, Labels, NodeName, PoolName, QueueName, RESERVED_FOR_LABEL, Resources, Taint};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -173,6 +173,11 @@ pub struct ProcessConfig {
     /// Taints of the node.
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// Queues the node is earmarked for, e.g. `["ml", "physics"]`: their jobs are at home on it,
+    /// other queues' jobs may use it only as preemptible guests. Sent as the node label
+    /// `convoy.io/reserved-for`. Default: none (not earmarked).
+    #[serde(default)]
+    pub reserved_for: Vec<QueueName>,
     /// Overrides of what the node offers, e.g. `{ cpu = "6", memory = "16Gi", "nvidia.com/gpu" = "1" }`;
     /// resources not named here are read from the OS (cpu and memory).
     #[serde(default)]
@@ -201,6 +206,8 @@ struct ProcessFile {
     #[serde(default)]
     taints: Vec<Taint>,
     #[serde(default)]
+    reserved_for: Vec<QueueName>,
+    #[serde(default)]
     allocatable: Option<Resources>,
     #[serde(default)]
     supervisor: Option<PathBuf>,
@@ -226,6 +233,7 @@ impl TryFrom<ProcessFile> for ProcessConfig {
             pool: f.pool,
             labels: f.labels,
             taints: f.taints,
+            reserved_for: f.reserved_for,
             allocatable: f.allocatable,
             supervisor: f.supervisor,
             keep_finished,
@@ -245,6 +253,7 @@ impl Default for ProcessConfig {
             pool: PoolName::default_pool(),
             labels: Labels::new(),
             taints: Vec::new(),
+            reserved_for: Vec::new(),
             allocatable: None,
             supervisor: None,
             keep_finished: default_keep_finished(),
@@ -281,6 +290,9 @@ pub struct FakeNodeGroup {
     /// Taints of each node.
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// Queues the nodes are earmarked for (as `[agent.process] reserved_for`). Default: none.
+    #[serde(default)]
+    pub reserved_for: Vec<QueueName>,
 }
 
 /// `[agent.kubernetes]`: run jobs as pods.
@@ -438,6 +450,7 @@ impl AgentConfig {
     }
 
     fn validate_process(&self) -> Result<(), AgentConfigError> {
+        check_reserved_for("process", &self.process.reserved_for, &self.process.labels)?;
         if let Some((name, v)) = self.process.allocatable.iter().flat_map(|a| a.iter()).find(|(_, v)| *v < 0) {
             return Err(invalid(&format!("process.allocatable.{name}"), format!("{v} is negative")));
         }
@@ -475,6 +488,7 @@ impl AgentConfig {
                     format!("{:?} is used by two groups", g.name_prefix),
                 ));
             }
+            check_reserved_for(&key, &g.reserved_for, &g.labels)?;
             if g.allocatable.is_zero() {
                 return Err(invalid(
                     &format!("{key}.allocatable"),
@@ -507,6 +521,32 @@ impl AgentConfig {
         }
         Ok(())
     }
+}
+
+/// `reserved_for` of `[agent.<section>]` and the node labels beside it may not both earmark the
+/// node.
+fn check_reserved_for(section: &str, reserved_for: &[QueueName], labels: &Labels) -> Result<(), AgentConfigError> {
+    if !reserved_for.is_empty() && labels.contains_key(RESERVED_FOR_LABEL) {
+        return Err(invalid(
+            &format!("{section}.reserved_for"),
+            format!("the labels set {RESERVED_FOR_LABEL} too; earmark the node in one place"),
+        ));
+    }
+    if let Some(value) = labels.get(RESERVED_FOR_LABEL) {
+        crate::model::parse_reserved_for(value)
+            .map_err(|e| invalid(&format!("{section}.labels.\"{RESERVED_FOR_LABEL}\""), e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A node's labels as the agent reports them: `labels`, with `reserved_for` as the
+/// `convoy.io/reserved-for` label.
+pub fn node_labels(labels: &Labels, reserved_for: &[QueueName]) -> Labels {
+    let mut out = labels.clone();
+    if !reserved_for.is_empty() {
+        out.insert(RESERVED_FOR_LABEL.to_string(), crate::model::reserved_for_value(reserved_for));
+    }
+    out
 }
 
 /// True if `s` is a valid Kubernetes label value (empty is valid).
@@ -688,6 +728,41 @@ mod tests {
         assert_eq!(c.kubernetes.force_delete_after, Duration::ZERO);
         let e = AgentConfig::from_toml_str("[process]\nkeep_finished = \"1h\"\nkeep_finished_hours = 1\n").unwrap_err();
         assert!(e.to_string().contains("agent.process: keep_finished and keep_finished_hours"), "{e}");
+    }
+
+    #[test]
+    fn reserved_for_becomes_the_node_label_and_bad_values_name_the_key() {
+        let c = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\n[process]\nreserved_for = [\"ml\", \"physics\"]\nlabels = { rack = \"r1\" }\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let labels = node_labels(&c.process.labels, &c.process.reserved_for);
+        assert_eq!(labels.get(RESERVED_FOR_LABEL).map(String::as_str), Some("ml,physics"));
+        assert_eq!(labels.get("rack").map(String::as_str), Some("r1"));
+        assert_eq!(node_labels(&Labels::new(), &[]), Labels::new());
+
+        let fake = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = 2\nallocatable = { cpu = \"8\" }\nreserved_for = [\"A\"]\n",
+        )
+        .unwrap();
+        fake.validate().unwrap();
+        assert_eq!(fake.fake.node_groups[0].reserved_for, vec![QueueName::new("A").unwrap()]);
+
+        let e =
+            AgentConfig::from_toml_str("servers = [\"http://x\"]\n[process]\nreserved_for = [\"a b\"]\n").unwrap_err();
+        assert!(e.to_string().contains("agent.process.reserved_for[0]: queue name \"a b\" is invalid"), "{e}");
+        let both = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\n[process]\nreserved_for = [\"A\"]\nlabels = { \"convoy.io/reserved-for\" = \"B\" }\n",
+        )
+        .unwrap();
+        assert!(both.validate().unwrap_err().to_string().contains("agent.process.reserved_for: the labels set"));
+        let bad_label = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\n[process]\nlabels = { \"convoy.io/reserved-for\" = \"A,,B\" }\n",
+        )
+        .unwrap();
+        let e = bad_label.validate().unwrap_err().to_string();
+        assert!(e.contains("agent.process.labels.\"convoy.io/reserved-for\": queue name \"\" is invalid"), "{e}");
     }
 
     #[test]

@@ -57,7 +57,7 @@ impl FakeRuntime {
                 nodes.push(NodeReport {
                     name,
                     pool: g.pool.clone(),
-                    labels: g.labels.clone(),
+                    labels: super::config::node_labels(&g.labels, &g.reserved_for),
                     taints: g.taints.clone(),
                     allocatable: g.allocatable.clone(),
                     unallocatable: Resources::new(),

@@ -82,7 +82,7 @@ impl ProcessRuntime {
         let node = NodeReport {
             name: p.node.clone(),
             pool: p.pool.clone(),
-            labels: p.labels.clone(),
+            labels: super::config::node_labels(&p.labels, &p.reserved_for),
             taints: p.taints.clone(),
             allocatable,
             unallocatable: Resources::new(),

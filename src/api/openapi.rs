@@ -536,8 +536,12 @@ mod tests {
                 allocated: resources(&[("cpu", "2")]),
                 demand: resources(&[("cpu", "4")]),
                 pool_total: resources(&[("cpu", "8"), ("memory", "32Gi")]),
+                home_allocated: resources(&[("cpu", "1")]),
+                guest_allocated: resources(&[("cpu", "1")]),
+                usage: 0.375,
             }],
             jobs: BTreeMap::from([(JobState::Queued, 2), (JobState::Running, 1)]),
+            usage: BTreeMap::from([(crate::model::PoolName::default_pool(), 0.3125)]),
         };
         conforms(&d, "QueueReport", &report, true);
         let problem = Problem {

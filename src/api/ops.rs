@@ -319,6 +319,9 @@ mod tests {
             share_after: after,
             allocated: Resources::new(),
             demand: Resources::new(),
+            home_allocated: Resources::new(),
+            guest_allocated: Resources::new(),
+            usage: after,
         }
     }
 

@@ -5,12 +5,13 @@ use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
 use crate::control::{Control, now_ms};
 use crate::model::api::{Problem, QueuePoolReport, QueueReport};
-use crate::model::{Queue, QueueName};
+use crate::model::{PoolName, Queue, QueueName};
 use crate::state::Command;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
@@ -178,8 +179,10 @@ pub async fn delete(
 
 /// A queue's fair-share report
 ///
-/// Per pool: fair share, adjusted fair share, actual share, allocation and demand, from the
-/// leader's latest scheduling cycle; and the queue's jobs per state.
+/// Per pool: fair share, adjusted fair share, actual share, allocation (with what is held on
+/// earmarked nodes, at home and as a guest), demand and usage, from the leader's latest scheduling
+/// cycle; the queue's jobs per state; and, with `queue_usage_halftime`, its decayed usage per pool
+/// as of now, from the replicated state.
 #[utoipa::path(
     get,
     path = "/v1/queues/{queue}/report",
@@ -200,10 +203,18 @@ pub async fn report(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     let name = queue_name(&name)?;
-    let (queue, jobs) = {
+    let halftime = app.config.scheduler.queue_usage_halftime;
+    let (queue, jobs, usage) = {
         let st = app.state();
         let q = st.queues.get(&name).ok_or_else(|| ApiError::not_found(format!("queue {name} does not exist")))?;
-        (q.queue.clone(), q.counts.clone())
+        let now = now_ms();
+        let usage: BTreeMap<PoolName, f64> = if halftime.is_zero() {
+            BTreeMap::new()
+        } else {
+            let recorded = &st.queue_usage;
+            recorded.pools.keys().filter_map(|p| Some((p.clone(), recorded.at(p, &name, now, halftime)?))).collect()
+        };
+        (q.queue.clone(), q.counts.clone(), usage)
     };
     let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
     let pools = sched
@@ -219,8 +230,11 @@ pub async fn report(
                 allocated: q.allocated.clone(),
                 demand: q.demand.clone(),
                 pool_total: p.total.clone(),
+                home_allocated: q.home_allocated.clone(),
+                guest_allocated: q.guest_allocated.clone(),
+                usage: q.usage,
             })
         })
         .collect();
-    Ok(json(QueueReport { queue: name, weight: queue.weight(), pools, jobs }))
+    Ok(json(QueueReport { queue: name, weight: queue.weight(), pools, jobs, usage }))
 }

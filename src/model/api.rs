@@ -244,6 +244,11 @@ pub struct QueueReport {
     /// The queue's live jobs per state. Finished jobs are not counted: a terminal state counts
     /// only jobs whose run is still being stopped.
     pub jobs: BTreeMap<JobState, u64>,
+    /// With `queue_usage_halftime`: per pool, the moving average of the queue's share of the pool
+    /// (0 to 1) as of now, which orders it against other queues; from the replicated state, so
+    /// every server shows it, before any cycle too. Empty without a half-time.
+    #[serde(default)]
+    pub usage: BTreeMap<PoolName, f64>,
 }
 
 /// A queue's standing in one pool.
@@ -264,6 +269,16 @@ pub struct QueuePoolReport {
     pub demand: Resources,
     /// The pool's capacity in the cycle: allocatable minus unallocatable, summed over its nodes.
     pub pool_total: Resources,
+    /// Of `allocated`, what the queue holds on nodes earmarked for it (`convoy.io/reserved-for`).
+    #[serde(default)]
+    pub home_allocated: Resources,
+    /// Of `allocated`, what the queue holds as a guest on nodes earmarked for other queues.
+    #[serde(default)]
+    pub guest_allocated: Resources,
+    /// The usage that ordered the queue in the cycle: with `queue_usage_halftime`, the moving
+    /// average of its share; otherwise its share at the start of the cycle.
+    #[serde(default)]
+    pub usage: f64,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, Run
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
 };
-pub use node::{Node, NodeFault};
+pub use node::{Node, NodeFault, RESERVED_FOR_LABEL, parse_reserved_for, reserved_for_value};
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
 pub use priority::PriorityClass;
 pub use queue::{FieldError, Queue};

@@ -1,6 +1,6 @@
 //! Nodes as reported by agents.
 
-use super::names::{ExecutorName, NodeName, PoolName};
+use super::names::{ExecutorName, NameError, NodeName, PoolName, QueueName};
 use super::placement::{Labels, Taint};
 use super::resources::Resources;
 use serde::{Deserialize, Serialize};
@@ -76,5 +76,47 @@ impl NodeFault {
 impl std::fmt::Display for NodeFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Node label that earmarks a node for queues: `convoy.io/reserved-for=<queue>[,<queue>...]`.
+/// Jobs of those queues are at home on the node; jobs of other queues may use it only as
+/// preemptible guests, preempted as soon as a job at home needs the room. Agents set it from
+/// their `reserved_for` keys; the kubernetes runtime reads it from the node's labels, or from the
+/// node's annotation of the same name (a Kubernetes label value cannot hold a comma).
+pub const RESERVED_FOR_LABEL: &str = "convoy.io/reserved-for";
+
+/// The queues named by a `convoy.io/reserved-for` value: names separated by commas, spaces
+/// around them ignored. Refuses an empty value, an empty entry and an invalid name.
+pub fn parse_reserved_for(value: &str) -> Result<Vec<QueueName>, NameError> {
+    let mut out: Vec<QueueName> = Vec::new();
+    for part in value.split(',') {
+        let name = QueueName::new(part.trim())?;
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// The `convoy.io/reserved-for` value naming `queues`.
+pub fn reserved_for_value(queues: &[QueueName]) -> String {
+    queues.iter().map(QueueName::as_str).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_for_values_parse() {
+        let names = |v: &str| parse_reserved_for(v).map(|q| q.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        assert_eq!(names("A").unwrap(), vec!["A"]);
+        assert_eq!(names("ml, physics ,ml").unwrap(), vec!["ml", "physics"]);
+        assert!(names("").is_err());
+        assert!(names("A,,B").is_err());
+        assert_eq!(parse_reserved_for("a b").unwrap_err().value, "a b");
+        let queues = parse_reserved_for("x.1,y_2").unwrap();
+        assert_eq!(reserved_for_value(&queues), "x.1,y_2");
     }
 }

@@ -61,7 +61,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   snapshots of state schema 3 (with the `finished` index).
 /// - 4: log format 4 (run events with node faults, quarantine lifts) and snapshots of state
 ///   schema 4 (with the `node_health` table).
-pub const PROTOCOL_VERSION: u32 = 4;
+/// - 5: log format 5 (records of the queues' usage) and snapshots of state schema 5 (with the
+///   `queue_usage` meta row).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

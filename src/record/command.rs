@@ -5,14 +5,16 @@
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
 use super::queue::QueueRecord;
+use super::usage::QueueUsageRecord;
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 4 (the variant order is the format; log
+/// A change to the replicated state. Format: log format 5 (the variant order is the format; log
 /// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
-/// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), so every older
-/// command decodes, and encodes back, unchanged).
+/// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
+/// [`Command::RecordUsage`] (format 5), so every older command decodes, and encodes back,
+/// unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -175,6 +177,15 @@ pub enum Command {
         node: NodeName,
         /// When (ms since the epoch).
         at_ms: i64,
+    },
+    /// Records the queues' usage as a scheduling cycle computed it (with `queue_usage_halftime`),
+    /// replacing the record before. Refused unless `term` is the term of the log entry that
+    /// carries it, like [`Command::Schedule`]. Log format 5.
+    RecordUsage {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// The usage.
+        usage: QueueUsageRecord,
     },
 }
 

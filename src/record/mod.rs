@@ -36,6 +36,7 @@ pub mod placement;
 pub mod queue;
 pub mod raft;
 pub mod snapshot;
+pub mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{
@@ -51,6 +52,7 @@ pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunR
 pub use placement::TaintRecord;
 pub use queue::QueueRecord;
 pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
+pub use usage::{QueueUsageRecord, UsageSampleRecord};
 
 /// Version of the state database (`convoy.redb`): its tables, key encodings and row records, and
 /// the snapshots made of it.
@@ -64,7 +66,12 @@ pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 /// 4 adds the `node_health` table (failures counted against each node and its quarantine,
 /// [`NodeHealthRecord`]); snapshots carry it ([`SnapshotRowRecord::NodeHealth`]). Every older row
 /// is unchanged: migration 4 only creates the table.
-pub const STATE_SCHEMA_VERSION: u32 = 4;
+///
+/// 5 adds the `queue_usage` meta row (a [`QueueUsageRecord`]: the queues' decayed usage), which
+/// snapshots carry as they carry every meta row. Every older row is unchanged, so migration 5
+/// converts nothing; the bump makes an older binary refuse a database or snapshot that may hold
+/// the row instead of dropping the usage without a word.
+pub const STATE_SCHEMA_VERSION: u32 = 5;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -82,7 +89,9 @@ pub const STATE_SCHEMA_VERSION: u32 = 4;
 ///   the quarantine policy) and [`Command::LiftQuarantine`], added at the end of the commands:
 ///   older entries are format 4 entries byte for byte, the mark is raised when opened (peer
 ///   protocol 4).
-pub const LOG_FORMAT_VERSION: u32 = 4;
+/// - 5: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
+///   protocol 5).
+pub const LOG_FORMAT_VERSION: u32 = 5;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

@@ -11,6 +11,7 @@ use super::placement::*;
 use super::queue::*;
 use super::raft::*;
 use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
+use super::usage::QueueUsageRecord;
 use crate::model::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -472,6 +473,41 @@ fn log_format_4_commands_are_golden() {
     }
 }
 
+/// The usage of two queues in two pools, with values that need every bit of an `f64`.
+fn queue_usage() -> QueueUsageRecord {
+    let sample = |usage, current| super::usage::UsageSampleRecord { usage, current };
+    QueueUsageRecord {
+        at_ms: 1_760_000_700_000,
+        pools: [
+            (
+                PoolName::default_pool(),
+                [(qn("physics"), sample(0.25, 0.5)), (qn("a"), sample(1.0 / 3.0, 0.0))].into_iter().collect(),
+            ),
+            (PoolName::new("gpu").unwrap(), [(qn("a"), sample(1e-9, 0.75))].into_iter().collect()),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+#[test]
+fn log_format_5_commands() {
+    // Format 5 only added this command, at the end: every older command is format 5's byte for
+    // byte (the golden tests of the older fixtures read them with today's types).
+    golden("log-v5/command-record-usage.bin", &Command::RecordUsage { term: 7, usage: queue_usage() });
+}
+
+#[test]
+fn state_schema_5_rows() {
+    // Schema 5 added one meta row, the queues' usage; snapshots carry it as a meta row.
+    golden("state-v5/meta-queue-usage.bin", &queue_usage());
+    let row = SnapshotRowRecord::Meta { key: "queue_usage".into(), value: fixture("state-v5/meta-queue-usage.bin") };
+    golden("state-v5/row-meta-queue-usage.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v5/row-meta-queue-usage.bin"));
+    // The domain value goes through the record unchanged.
+    assert_eq!(QueueUsageRecord::from(crate::scheduler::QueueUsage::from(queue_usage())), queue_usage());
+}
+
 #[test]
 fn log_format_1_entries_vote_and_log_ids() {
     let entries = [
@@ -695,7 +731,8 @@ fn snapshot_file_format_1_whole_file() {
     let mut converted = Vec::new();
     crate::store::snapshot_stream::convert_legacy(&fixture("state-v2/snapshot.bin"), &mut converted).unwrap();
     // Converted today, the rows are today's schema's: the same rows, the `finished` index, which
-    // is empty for this state (both jobs are queued), and no node health.
+    // is empty for this state (both jobs are queued), no node health, and no queue usage (schema
+    // 5; the conversion adds none).
     assert_eq!(decode::<u32>(&converted[0]).unwrap(), super::STATE_SCHEMA_VERSION);
     assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.

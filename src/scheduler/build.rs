@@ -7,6 +7,7 @@
 
 use super::config::SchedulerConfig;
 use super::context::{Class, Constraint, Origin, PcInfo, PoolCycle, QCtx, SrcJob};
+use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
@@ -43,7 +44,9 @@ impl<'a> PoolCycle<'a> {
         names.extend(node_res);
         let layout = Layout::new(names);
 
-        let levels = Levels::new(cfg.priority_classes.iter().map(|p| p.priority).collect());
+        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
+        let earmarked = super::earmark::any_earmarked(&nodes);
+        let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
         let pcs: Vec<PcInfo> = cfg
             .priority_classes
             .iter()
@@ -108,9 +111,12 @@ impl<'a> PoolCycle<'a> {
                 adjusted_fair_share: 0.0,
                 actual_share: 0.0,
                 overshare: 0.0,
+                usage: 0.0,
+                usage_offset: 0.0,
             })
             .collect();
 
+        let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
         let mut cycle = PoolCycle {
             cfg,
             pool: pool.clone(),
@@ -140,6 +146,7 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
+            earmarks,
         };
         let mut interner = Interner {
             classes: HashMap::default(),
@@ -241,6 +248,10 @@ impl<'a> PoolCycle<'a> {
         for l in uniformity {
             spec.add_full(l);
         }
+        if earmarked {
+            // Each node type is wholly earmarked for one set of queues, or not at all.
+            spec.add_full(crate::model::RESERVED_FOR_LABEL);
+        }
         // Quarantined nodes get types of their own, which match no job (like cordoned ones).
         let in_quarantine: Vec<bool> = if quarantined.is_empty() {
             Vec::new()
@@ -248,6 +259,7 @@ impl<'a> PoolCycle<'a> {
             cycle.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
         cycle.types = NodeTypes::build(&cycle.nodes, &spec, &in_quarantine);
+        cycle.earmarks.set_types(&cycle.types);
         let key_slots: Vec<Option<usize>> =
             cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
         cycle.db =
@@ -262,7 +274,7 @@ impl<'a> PoolCycle<'a> {
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
-                freed_at: cycle.levels.running_freed_at(job.prio_idx as usize),
+                freed_at: cycle.freed_at(j, node, false),
                 evicted: false,
                 seq: job.seq,
                 req: req.clone(),
@@ -297,6 +309,7 @@ impl<'a> PoolCycle<'a> {
         for q in &mut self.queues {
             q.actual_share = self.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
+            q.usage = q.actual_share;
         }
     }
 

@@ -63,6 +63,12 @@ pub struct SchedulerConfig {
     pub schedule_interval_max: Duration,
     /// Node quarantine (off unless `max_failures` is set).
     pub quarantine: QuarantineConfig,
+    /// Half-time of the moving average of each queue's usage that orders queues in progressive
+    /// filling (HTCondor's priority decay): recent usage counts more, and the average approaches
+    /// the current usage with this half-time. 0 (the default) orders queues by their current
+    /// usage alone. Also read as `queue_usage_halftime_seconds` (the `convoy simulate` spelling).
+    #[serde(with = "serde_text", alias = "queue_usage_halftime_seconds")]
+    pub queue_usage_halftime: Duration,
 }
 
 /// Most resources that may order nodes for best fit.
@@ -97,6 +103,7 @@ impl Default for SchedulerConfig {
             schedule_interval_min: Duration::from_millis(100),
             schedule_interval_max: Duration::from_secs(5),
             quarantine: QuarantineConfig::default(),
+            queue_usage_halftime: Duration::ZERO,
         }
     }
 }
@@ -212,5 +219,16 @@ mod tests {
         assert_eq!(c.schedule_interval_min, Duration::from_millis(250));
         assert_eq!(c.priority_classes.len(), 2);
         assert!(serde_yaml_ng::from_str::<SchedulerConfig>("bogus_key: 1").is_err());
+    }
+
+    #[test]
+    fn usage_halftime_reads_text_or_seconds_under_both_names() {
+        assert_eq!(SchedulerConfig::default().queue_usage_halftime, Duration::ZERO);
+        let c: SchedulerConfig = serde_yaml_ng::from_str("queue_usage_halftime_seconds: 3600\n").unwrap();
+        assert_eq!(c.queue_usage_halftime, Duration::from_secs(3600));
+        let c: SchedulerConfig = toml::from_str("queue_usage_halftime = \"2h\"\n").unwrap();
+        assert_eq!(c.queue_usage_halftime, Duration::from_secs(7200));
+        let e = serde_yaml_ng::from_str::<SchedulerConfig>("queue_usage_halftime_seconds: -1\n").unwrap_err();
+        assert!(e.to_string().contains("non-negative"), "{e}");
     }
 }

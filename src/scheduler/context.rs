@@ -7,6 +7,7 @@
 
 use super::config::SchedulerConfig;
 use super::decisions::Reason;
+use super::earmark::Earmarks;
 use super::fairness::CostModel;
 use super::gang::GangShape;
 use super::node_types::NodeTypes;
@@ -174,6 +175,10 @@ pub(super) struct QCtx<'a> {
     pub actual_share: f64,
     /// Start share minus adjusted fair share: the victim preference among equals.
     pub overshare: f64,
+    /// Usage that orders the queue: its decayed usage, else `actual_share` ([`super::usage`]).
+    pub usage: f64,
+    /// `usage - actual_share`, added to the queue's share when it is compared (0 without decay).
+    pub usage_offset: f64,
 }
 
 /// Undo record for gang transactions.
@@ -213,8 +218,9 @@ pub(super) struct PoolCycle<'a> {
     pub total: ResVec,
     pub undo: Vec<Undo>,
     pub recording: bool,
-    /// (class, priority level) → why nothing fits; valid until a displacement frees more than it takes.
-    pub unschedulable: HashMap<(u32, u8), Arc<Reason>>,
+    /// (class, priority level, earmark profile) → why nothing fits; valid until a displacement
+    /// frees more than it takes.
+    pub unschedulable: HashMap<(u32, u8, u32), Arc<Reason>>,
     /// Same for gangs of identical members.
     pub gang_unschedulable: HashMap<GangShape, Arc<Reason>>,
     /// Running gang members by (queue, gang id).
@@ -232,6 +238,8 @@ pub(super) struct PoolCycle<'a> {
     pub global_rate_stopped: Option<Arc<Reason>>,
     pub evicted_count: usize,
     pub jobs_tried: usize,
+    /// Nodes earmarked for some queues.
+    pub earmarks: Earmarks,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.

@@ -7,6 +7,7 @@ use super::context::PoolCycle;
 use super::decisions::{Decisions, Reason, Unscheduled};
 use super::rate_limit::RateLimits;
 use super::snapshot::Snapshot;
+use super::usage::QueueUsage;
 use crate::model::{JobId, PoolName};
 use rand_core::SeedableRng;
 use rustc_hash::FxHashSet as HashSet;
@@ -22,10 +23,16 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
     let mut done: HashSet<JobId> = HashSet::default();
     let quarantined = snapshot.quarantined_at(cfg, now_ms);
+    let mut usage = (!cfg.queue_usage_halftime.is_zero()).then(|| QueueUsage { at_ms: now_ms, ..Default::default() });
     for pool in pools {
         let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
+        cycle.start_usage(&snapshot.usage, now_ms);
         cycle.evict(&mut rng);
         cycle.fill(&mut rate);
+        cycle.refill_earmarked(&mut rate);
+        if let Some(u) = usage.as_mut() {
+            u.pools.insert(pool.clone(), cycle.usage_record());
+        }
         cycle.finish(&mut decisions, &mut done);
     }
     // Queued jobs no pool could take at all.
@@ -42,5 +49,6 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
         }
     }
     decisions.rate_limits = rate.finish();
+    decisions.usage = usage;
     decisions
 }

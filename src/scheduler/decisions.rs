@@ -1,6 +1,7 @@
 //! The scheduler's output: leases, preemptions, failures, and why the rest waits.
 
 use super::rate_limit::RateLimiterState;
+use super::usage::QueueUsage;
 use crate::model::{ExecutorName, JobId, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -99,6 +100,14 @@ pub enum Reason {
     },
     /// None of the job's pools has nodes.
     NoPool,
+    /// The nodes that would take the job are earmarked for other queues, and its priority class
+    /// is not preemptible, so it may not use them as a guest.
+    ReservedNodes {
+        /// The pool tried.
+        pool: PoolName,
+        /// The queues those nodes are earmarked for.
+        queues: Vec<QueueName>,
+    },
 }
 
 /// Which token bucket ran dry.
@@ -145,6 +154,16 @@ impl fmt::Display for Reason {
             Reason::GangMemberLost { gang } => write!(f, "gang {gang}: a member could not return to its node"),
             Reason::NoRoomOnNode { node } => write!(f, "no room left on its node {node}"),
             Reason::NoPool => write!(f, "no pool the job may run in has nodes"),
+            Reason::ReservedNodes { pool, queues } => {
+                let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
+                write!(
+                    f,
+                    "the nodes that would take the job in pool {pool} are reserved for queue{} {}; only jobs of a \
+                     preemptible priority class may use them as guests",
+                    if names.len() == 1 { "" } else { "s" },
+                    if names.is_empty() { "(none of this pool's)".to_string() } else { names.join(", ") }
+                )
+            }
         }
     }
 }
@@ -176,6 +195,16 @@ pub enum PreemptionReason {
         /// That job's queue.
         by_queue: QueueName,
     },
+    /// A guest on a node earmarked for other queues, preempted because a job at home there needed
+    /// the room (whatever the priorities and fair shares).
+    Reserved {
+        /// The job at home that took the room.
+        by: JobId,
+        /// That job's queue (one the node is earmarked for).
+        by_queue: QueueName,
+        /// The earmarked node.
+        node: NodeName,
+    },
     /// Evicted and could not return for another reason.
     NotRescheduled {
         /// Why it could not return.
@@ -194,6 +223,12 @@ impl fmt::Display for PreemptionReason {
             }
             PreemptionReason::GangMember { gang, by, by_queue } => {
                 write!(f, "preempted with its gang {gang}: a member's node was given to job {by} of queue {by_queue}")
+            }
+            PreemptionReason::Reserved { by, by_queue, node } => {
+                write!(
+                    f,
+                    "preempted as a guest: node {node} is reserved for queue {by_queue}, whose job {by} needed the room"
+                )
             }
             PreemptionReason::NotRescheduled { reason } => {
                 write!(f, "evicted for fair share and not rescheduled: {reason}")
@@ -271,6 +306,13 @@ pub struct QueueShare {
     pub allocated: Resources,
     /// Resources held plus resources requested by queued jobs.
     pub demand: Resources,
+    /// Of `allocated`, what is held on nodes earmarked for this queue.
+    pub home_allocated: Resources,
+    /// Of `allocated`, what is held as a guest on nodes earmarked for other queues.
+    pub guest_allocated: Resources,
+    /// The queue's usage that ordered it in this cycle: the moving average of its share with
+    /// `queue_usage_halftime`, else `actual_share`.
+    pub usage: f64,
 }
 
 /// What a cycle saw and did in one pool.
@@ -307,4 +349,6 @@ pub struct Decisions {
     pub pools: Vec<PoolReport>,
     /// Token buckets to pass to the next cycle.
     pub rate_limits: RateLimiterState,
+    /// Queues' usage to record (with `queue_usage_halftime` only), for the next cycles.
+    pub usage: Option<QueueUsage>,
 }

@@ -99,19 +99,10 @@ impl PoolCycle<'_> {
             let job = &self.jobs[j as usize];
             let Some(node) = job.node() else { continue };
             let req = self.req(j);
-            let (q, pc, prio_idx, seq) = (job.queue, job.pc, job.prio_idx, job.seq);
+            let (q, pc, seq) = (job.queue, job.pc, job.seq);
+            let freed_at = self.freed_at(j, node, true);
             self.db.remove(node, j);
-            self.db.add(
-                node,
-                Occupant {
-                    job: j,
-                    queue: q,
-                    freed_at: self.levels.evicted_freed_at(prio_idx as usize),
-                    evicted: true,
-                    seq,
-                    req: req.clone(),
-                },
-            );
+            self.db.add(node, Occupant { job: j, queue: q, freed_at, evicted: true, seq, req: req.clone() });
             self.jobs[j as usize].status = Status::Evicted;
             sub_from(&mut self.queues[q as usize].alloc, &req);
             sub_from(&mut self.queues[q as usize].alloc_by_pc[pc as usize], &req);
@@ -154,6 +145,7 @@ impl PoolCycle<'_> {
                     job.reason.as_deref(),
                     Some(
                         Reason::NoCapacity { .. }
+                            | Reason::ReservedNodes { .. }
                             | Reason::Gang { .. }
                             | Reason::Displaced { .. }
                             | Reason::GangMemberLost { .. }
@@ -174,7 +166,11 @@ impl PoolCycle<'_> {
         }
         let shares = self.adjusted_shares_now();
         let over = self.over_share(&shares);
-        if !self.evict_queues(&over) {
+        // With earmarked nodes, a displacement that freed more than it took (a larger victim, a
+        // broken gang) left room that jobs tried before it, guests among them (which may not
+        // displace anyone), may take: offer them once more too.
+        let room_freed = self.earmarks.active() && std::mem::take(&mut self.earmarks.room_freed);
+        if !self.evict_queues(&over) && !room_freed {
             return false;
         }
         self.unschedulable.clear();

@@ -232,7 +232,7 @@ impl<'a> PoolCycle<'a> {
             };
             let urgency = self.jobs[first as usize].class_priority;
             let qc = &self.queues[q as usize];
-            let cost_after = self.cost.share_with(&qc.alloc, &req) * qc.priority_factor;
+            let cost_after = (self.cost.share_with(&qc.alloc, &req) + qc.usage_offset) * qc.priority_factor;
             let gang = if members.len() > 1 || self.jobs[first as usize].gang {
                 self.jobs[first as usize].info.gang.clone()
             } else {

@@ -25,6 +25,8 @@ pub(super) struct GangShape {
     pub min_cardinality: u32,
     /// Label whose value all the gang's nodes must share.
     pub uniformity_label: Option<String>,
+    /// The members' earmark profile ([`super::earmark::Earmarks::profile`]).
+    pub profile: u32,
 }
 
 /// Outcome of trying a gang in one domain.
@@ -120,6 +122,7 @@ impl PoolCycle<'_> {
             members: present,
             min_cardinality: gang.min_cardinality,
             uniformity_label: gang.node_uniformity_label.clone(),
+            profile: self.earmarks.profile(first.queue, self.pcs[first.pc as usize].preemptible),
         });
         if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
             let r = r.clone();

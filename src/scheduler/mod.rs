@@ -13,12 +13,17 @@
 //!    that waits.
 //!
 //! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
+//!
+//! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
+//! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
+//! [`usage`].
 
 pub(crate) mod build;
 pub mod config;
 pub(crate) mod context;
 pub(crate) mod cycle;
 pub mod decisions;
+pub(crate) mod earmark;
 pub(crate) mod eviction;
 pub mod fairness;
 pub(crate) mod fill;
@@ -32,6 +37,7 @@ pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
 pub mod snapshot;
+pub mod usage;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;
@@ -42,6 +48,7 @@ pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, Quar
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
+pub use usage::{QueueUsage, UsageSample};
 
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,9 @@
 //! `p_i`. A job of priority `p_j` may search levels `0..=E_j`: it may displace evicted jobs of
 //! its own or lower priority (fair-share preemption never displaces a higher class) and
 //! urgency-preempt running jobs of strictly lower priority. Searching levels in increasing order
-//! makes the lowest priority class possible go first.
+//! makes the lowest priority class possible go first. When the pool has earmarked nodes, a guest
+//! level `G = 1` comes before them (and the others move up by one): guests on earmarked nodes are
+//! freed there, for the jobs at home on those nodes ([`Levels::with_guest_level`]).
 //!
 //! **Tiers.** Within a level, nodes used (by non-evicted jobs) only by the job's queue come
 //! first, then empty nodes, then the rest; within a tier, the node with the least free of the
@@ -93,30 +95,42 @@ impl TypeIndex {
 pub(crate) struct Levels {
     /// Distinct priorities, ascending.
     pub prios: Vec<i32>,
+    /// Level of `E_0`: 1, or 2 when level 1 is the guest level.
+    base: u8,
 }
 
 impl Levels {
     pub(crate) fn new(mut prios: Vec<i32>) -> Self {
         prios.sort_unstable();
         prios.dedup();
-        Levels { prios }
+        Levels { prios, base: 1 }
+    }
+    /// Levels with a guest level `G = 1` below every priority level: guests on earmarked nodes
+    /// (`super::earmark`) are freed there, so a job at home on such a node displaces them before
+    /// anyone else, whatever their class.
+    pub(crate) fn with_guest_level(prios: Vec<i32>) -> Self {
+        Levels { base: 2, ..Levels::new(prios) }
     }
     pub(crate) fn count(&self) -> usize {
-        1 + 2 * self.prios.len()
+        self.base as usize + 2 * self.prios.len()
     }
     /// Index of a priority in `prios`.
     pub(crate) fn index_of(&self, prio: i32) -> usize {
         self.prios.binary_search(&prio).unwrap_or(0)
     }
     pub(crate) fn evicted_freed_at(&self, prio_idx: usize) -> u8 {
-        (1 + 2 * prio_idx) as u8
+        (self.base as usize + 2 * prio_idx) as u8
     }
     pub(crate) fn running_freed_at(&self, prio_idx: usize) -> u8 {
-        (2 + 2 * prio_idx) as u8
+        (self.base as usize + 1 + 2 * prio_idx) as u8
     }
     /// Highest level a job of this priority may search.
     pub(crate) fn max_search_level(&self, prio_idx: usize) -> u8 {
-        (1 + 2 * prio_idx) as u8
+        (self.base as usize + 2 * prio_idx) as u8
+    }
+    /// The guest level, if there is one.
+    pub(crate) fn guest_level(&self) -> Option<u8> {
+        (self.base == 2).then_some(1)
     }
 }
 
@@ -508,6 +522,25 @@ mod tests {
         assert_eq!(d.victims(0, 3, &[22], |_| 0.0), vec![2]);
         assert!(d.level_is_redundant(1));
         assert!(!d.level_is_redundant(2));
+    }
+
+    #[test]
+    fn the_guest_level_frees_guests_before_any_priority_level() {
+        // Priorities [20000, 30000] with a guest level: 0, G=1, E0=2, R0=3, E1=4, R1=5.
+        let lv = Levels::with_guest_level(vec![30000, 20000]);
+        assert_eq!((lv.count(), lv.guest_level()), (6, Some(1)));
+        assert_eq!((lv.evicted_freed_at(0), lv.running_freed_at(0), lv.max_search_level(1)), (2, 3, 4));
+        assert_eq!(Levels::new(vec![1]).guest_level(), None);
+        let mut d = NodeDb::new(vec![smallvec![10]], &[0], 1, &[Some(0)], lv.count());
+        d.add(0, occ(1, 0, lv.running_freed_at(0), false, 4)); // a preemptible job at home
+        d.add(0, occ(2, 1, 1, false, 4)); // a guest of the default class
+        d.add(0, occ(3, 1, 1, true, 2)); // an evicted guest
+        // At G only the guests are free; at E1 the job at home too, but guests go first (the newest
+        // first).
+        assert!(d.fits_at(0, 1, &[6]) && !d.fits_at(0, 1, &[7]));
+        assert_eq!(d.victims(0, 1, &[6], |_| 0.0), vec![3, 2]);
+        assert_eq!(d.victims(0, 1, &[2], |_| 0.0), vec![3]);
+        assert_eq!(d.victims(0, 4, &[10], |_| 0.0), vec![3, 2, 1]);
     }
 
     #[test]

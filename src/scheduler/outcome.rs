@@ -66,7 +66,16 @@ impl PoolCycle<'_> {
                     let reason = match (own, via_gang) {
                         (Some(by), _) => {
                             let b = &self.jobs[by as usize];
-                            if b.class_priority > j.class_priority {
+                            let home = j
+                                .node
+                                .filter(|&n| self.earmarks.is_guest(n, j.queue) && self.earmarks.is_home(n, b.queue));
+                            if let Some(n) = home {
+                                PreemptionReason::Reserved {
+                                    by: b.id,
+                                    by_queue: b.info.queue.clone(),
+                                    node: self.nodes[n as usize].name.clone(),
+                                }
+                            } else if b.class_priority > j.class_priority {
                                 PreemptionReason::Urgency {
                                     by: b.id,
                                     by_priority_class: self.pcs[b.pc as usize].name.clone(),
@@ -122,6 +131,7 @@ impl PoolCycle<'_> {
                 out.queue_notes.entry(q.name.clone()).or_insert_with(|| n.clone());
             }
         }
+        let earmarked = self.earmarked_allocation();
         out.pools.push(PoolReport {
             pool: self.pool.clone(),
             total: self.layout.named(&self.total),
@@ -129,8 +139,9 @@ impl PoolCycle<'_> {
             queues: self
                 .queues
                 .iter()
-                .filter(|q| q.active)
-                .map(|q| QueueShare {
+                .enumerate()
+                .filter(|(_, q)| q.active)
+                .map(|(i, q)| QueueShare {
                     queue: q.name.clone(),
                     weight: 1.0 / q.priority_factor,
                     fair_share: q.fair_share,
@@ -139,6 +150,9 @@ impl PoolCycle<'_> {
                     share_after: self.cost.share(&q.alloc),
                     allocated: self.layout.named(&q.alloc),
                     demand: self.layout.named(&q.demand),
+                    home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
+                    guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
+                    usage: q.usage,
                 })
                 .collect(),
             evicted: self.evicted_count,

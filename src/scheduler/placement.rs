@@ -149,12 +149,15 @@ impl PoolCycle<'_> {
             let detail = self.types.describe_mismatch(&self.nodes, self.constraints[constraint as usize].reqs);
             return Err(Reason::NoMatchingNode { pool: self.pool.clone(), detail });
         }
+        let types = self.allowed_types(j, types)?;
         Ok((req, types))
     }
 
     /// Places a single queued job; records why not if it cannot.
     fn place_single(&mut self, j: u32) -> bool {
-        let key = (self.jobs[j as usize].class, self.jobs[j as usize].prio_idx);
+        let job = &self.jobs[j as usize];
+        let profile = self.earmarks.profile(job.queue, self.pcs[job.pc as usize].preemptible);
+        let key = (job.class, job.prio_idx, profile);
         if let Some(r) = self.unschedulable.get(&key) {
             let r = r.clone();
             self.set_reason(j, r);
@@ -172,7 +175,10 @@ impl PoolCycle<'_> {
         if self.try_place(j, &types, &req).is_some() {
             return true;
         }
-        let reason = Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].prio_idx));
+        let reason = match self.earmark_reason(j, &req) {
+            Some(r) => Arc::new(r),
+            None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].prio_idx)),
+        };
         self.unschedulable.insert(key, reason.clone());
         self.set_reason(j, reason);
         false
@@ -181,6 +187,9 @@ impl PoolCycle<'_> {
     /// Finds the best node over the levels the job may use and places it there; returns the
     /// level used.
     pub(super) fn try_place(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        if self.earmarks.active() {
+            return self.try_place_earmarked(j, types, req);
+        }
         let job = &self.jobs[j as usize];
         let (q, max) = (job.queue, self.levels.max_search_level(job.prio_idx as usize));
         for l in 0..=max {
@@ -204,7 +213,13 @@ impl PoolCycle<'_> {
     /// [`DISPLACE_CANDIDATES`] nodes the tier and best-fit order ranks first: victims of the
     /// lowest priority class, then victims whose queues are furthest above their fair share
     /// (judged by the least over-served victim's queue); ties keep the tier/best-fit order.
-    fn least_harmful_node(&mut self, level: u8, types: &[u32], q: u32, req: &ResVec) -> Option<(u32, Vec<u32>)> {
+    pub(super) fn least_harmful_node(
+        &mut self,
+        level: u8,
+        types: &[u32],
+        q: u32,
+        req: &ResVec,
+    ) -> Option<(u32, Vec<u32>)> {
         let cands = self.db.find_candidates(level, types, q, req, DISPLACE_CANDIDATES);
         let queues = &self.queues;
         let overshare = |q: u32| queues[q as usize].overshare;
@@ -244,7 +259,7 @@ impl PoolCycle<'_> {
     }
 
     /// Puts `j` on node `n` after displacing `victims` (as the node db chose them).
-    fn place_displacing(&mut self, j: u32, n: u32, req: &ResVec, victims: Vec<u32>) {
+    pub(super) fn place_displacing(&mut self, j: u32, n: u32, req: &ResVec, victims: Vec<u32>) {
         for v in victims {
             self.displace(v, j, req);
         }
@@ -252,7 +267,7 @@ impl PoolCycle<'_> {
         let occ = Occupant {
             job: j,
             queue: job.queue,
-            freed_at: self.levels.running_freed_at(job.prio_idx as usize),
+            freed_at: self.freed_at(j, n, false),
             evicted: false,
             seq: job.seq,
             req: req.clone(),
@@ -276,6 +291,7 @@ impl PoolCycle<'_> {
         if !fits(&occ.req, by_req) {
             self.unschedulable.clear();
             self.gang_unschedulable.clear();
+            self.earmarks.room_freed = true;
         }
         let victim = &self.jobs[v as usize];
         let (q, pc, status) = (victim.queue, victim.pc, victim.status);
@@ -337,6 +353,7 @@ impl PoolCycle<'_> {
         }
         self.unschedulable.clear();
         self.gang_unschedulable.clear();
+        self.earmarks.room_freed = true;
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
@@ -417,6 +434,8 @@ impl PoolCycle<'_> {
             self.undo.push(Undo::Removed { node, occ: occ.clone() });
         }
         let max = self.levels.max_search_level(self.jobs[e as usize].prio_idx as usize);
+        // A guest goes back only where nothing has to move (it never displaces a job at home).
+        let max = if self.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
                 self.place(e, node, l, &req);

@@ -361,6 +361,7 @@ mod tests {
                     queues: vec![QueueSnapshot { queue: Queue::new(queue, 1.0), queued, queued_demand: None }],
                     running: vec![],
                     rate_limits: Default::default(),
+                    usage: Default::default(),
                     quarantined: quarantined
                         .iter()
                         .zip(&nodes)

@@ -2,6 +2,7 @@
 
 use super::config::SchedulerConfig;
 use super::rate_limit::RateLimiterState;
+use super::usage::QueueUsage;
 use crate::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources,
@@ -68,6 +69,8 @@ pub struct Snapshot {
     pub running: Vec<RunningJob>,
     /// Token buckets as the previous cycle left them.
     pub rate_limits: RateLimiterState,
+    /// Queues' usage as last recorded (see [`super::usage`]; empty without a half-time).
+    pub usage: QueueUsage,
     /// Nodes under quarantine, with when each one's ends (ms since the epoch): no new placements
     /// go to them before then (while `now_ms < until`, and only if `quarantine.max_failures` is
     /// set). Their running jobs stay.

@@ -2,6 +2,11 @@
 //! `schedule_interval_min`) and at least every `schedule_interval_max`. Each cycle reads a
 //! snapshot of the in-memory indexes, runs the pure scheduler off the async runtime, and
 //! proposes the decisions as one command carrying the leader's term.
+//!
+//! With `queue_usage_halftime`, cycles also run while nothing is queued (queues' usage moves on
+//! whether or not anything waits), and a cycle that finds a queue's share changed since the last
+//! record proposes the new record of the queues' usage with its decisions
+//! (`scheduler::usage`).
 
 use crate::control::ids;
 use crate::control::{Control, now_ms};
@@ -29,8 +34,10 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
             break;
         }
         // With nothing queued a cycle can neither place nor usefully preempt anything; skipping
-        // it keeps the next submission from waiting out the minimum interval.
-        if app.state().queues.values().all(|q| q.queued.is_empty()) {
+        // it keeps the next submission from waiting out the minimum interval. Usage decay needs
+        // the cycles all the same: they record when a queue's share changes.
+        let decay = !cfg.queue_usage_halftime.is_zero();
+        if !decay && app.state().queues.values().all(|q| q.queued.is_empty()) {
             continue;
         }
         let since = last.elapsed();
@@ -64,7 +71,17 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
         cycle += 1;
         rate = decisions.rate_limits.clone();
         record(&app, &decisions, took);
+        let usage = decisions
+            .usage
+            .as_ref()
+            .filter(|u| app.state().queue_usage.differs_in_current(u))
+            .map(|u| Command::RecordUsage { term, usage: u.clone().into() });
         if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
+            if let Some(cmd) = usage
+                && let Err(e) = app.writer.write(cmd).await
+            {
+                tracing::warn!(error = %e, "queue usage was not recorded");
+            }
             continue;
         }
         tracing::info!(
@@ -100,6 +117,11 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
                 .iter()
                 .map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() })
                 .collect(),
+        };
+        // The usage record goes in the same log entry as the decisions it follows from.
+        let cmd = match usage {
+            Some(u) => Command::Batch(vec![cmd, u]),
+            None => cmd,
         };
         if let Err(e) = app.writer.write(cmd).await {
             tracing::warn!(error = %e, "scheduling decisions were not committed");

@@ -4,7 +4,8 @@ use super::output::{JobOutput, NodeOutput, Output, RoundOutput};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
-    Decisions, JobInfo, NodeFailure, NodeHealth, QueueSnapshot, RateLimiterState, RunningJob, Snapshot, schedule,
+    Decisions, JobInfo, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot,
+    schedule,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Simulation {
     jobs: Vec<SimJob>,
     by_name: HashMap<String, usize>,
     rate_limits: RateLimiterState,
+    /// Queues' usage as the last round recorded it.
+    usage: QueueUsage,
     round: usize,
 }
 
@@ -75,6 +78,12 @@ impl Simulation {
             for name in spec.names() {
                 let mut labels = spec.labels.clone();
                 labels.entry("kubernetes.io/hostname".to_string()).or_insert_with(|| name.clone());
+                if !spec.reserved_for.is_empty() {
+                    labels.insert(
+                        crate::model::RESERVED_FOR_LABEL.to_string(),
+                        crate::model::reserved_for_value(&spec.reserved_for),
+                    );
+                }
                 nodes.push(Node {
                     name: NodeName::new(&name).unwrap_or_else(|_| NodeName::new("invalid").expect("literal")),
                     executor: spec.executor.clone(),
@@ -105,6 +114,7 @@ impl Simulation {
             jobs: Vec::new(),
             by_name: HashMap::new(),
             rate_limits: RateLimiterState::default(),
+            usage: QueueUsage::default(),
             round: 0,
         }
     }
@@ -236,6 +246,7 @@ impl Simulation {
             queues,
             running,
             rate_limits: self.rate_limits.clone(),
+            usage: self.usage.clone(),
             quarantined: self
                 .health
                 .iter()
@@ -293,6 +304,9 @@ impl Simulation {
             }
         }
         self.rate_limits = d.rate_limits.clone();
+        if let Some(u) = &d.usage {
+            self.usage = u.clone();
+        }
 
         let quarantine_on = self.scenario.config.quarantine.enabled();
         for (i, label) in self.node_labels.iter().enumerate() {

@@ -80,6 +80,11 @@ pub struct NodeSpec {
     /// Cordoned: no jobs are placed on these nodes.
     #[serde(default)]
     pub unschedulable: bool,
+    /// Earmarked for these queues (declared in `queues`): their jobs are at home on the nodes;
+    /// other queues' jobs may use them only as preemptible guests. The same as the node label
+    /// `convoy.io/reserved-for`, which this sets (default: not earmarked).
+    #[serde(default)]
+    pub reserved_for: Vec<QueueName>,
 }
 
 /// One round.
@@ -221,6 +226,12 @@ impl Scenario {
             if n.count == Some(0) || n.count.is_some_and(|c| c > MAX_COUNT) {
                 return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
             }
+            if !n.reserved_for.is_empty() && n.labels.contains_key(crate::model::RESERVED_FOR_LABEL) {
+                return Err(ScenarioError::new(
+                    format!("{f}.reserved_for"),
+                    format!("set reserved_for or the label {}, not both", crate::model::RESERVED_FOR_LABEL),
+                ));
+            }
             for name in n.names() {
                 crate::model::NodeName::new(&name)
                     .map_err(|e| ScenarioError::new(format!("{f}.name"), e.to_string()))?;
@@ -246,6 +257,14 @@ impl Scenario {
                 return Err(ScenarioError::new(
                     format!("queues[{i}].name"),
                     format!("queue {} is declared twice", q.name),
+                ));
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some((k, q)) = n.reserved_for.iter().enumerate().find(|(_, q)| !queues.contains(*q)) {
+                return Err(ScenarioError::new(
+                    format!("nodes[{i}].reserved_for[{k}]"),
+                    format!("queue {q} is not declared in queues"),
                 ));
             }
         }
@@ -346,6 +365,20 @@ mod tests {
         assert!(e.message.contains("cardinality 4 but 3"), "{e}");
         let e = Scenario::parse("queues: [{name: A}]\nrounds: [{finish: [x]}]").unwrap_err();
         assert_eq!(e.field, "rounds[0].finish[0]");
+        let e =
+            Scenario::parse("nodes: [{name: n, allocatable: {cpu: '1'}, reserved_for: [A, B]}]\nqueues: [{name: A}]")
+                .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            ("nodes[0].reserved_for[1]", "queue B is not declared in queues")
+        );
+        let e = Scenario::parse(
+            "nodes: [{name: n, allocatable: {cpu: '1'}, reserved_for: [A], labels: {convoy.io/reserved-for: A}}]\nqueues: [{name: A}]",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "nodes[0].reserved_for");
+        let e = Scenario::parse("nodes: [{name: n, allocatable: {cpu: '1'}, reserved_for: ['a b']}]").unwrap_err();
+        assert!(e.field.starts_with("nodes[0].reserved_for"), "{e}");
         // Gang annotations are named as spelled, in Armada's spelling too.
         let e = Scenario::parse(
             "queues: [{name: A}]\nrounds: [{submit: [{id: g, queue: A, count: 2, annotations: {armadaproject.io/gangId: g1, armadaproject.io/gangCardinality: two}}]}]",

@@ -3,7 +3,9 @@
 //! these.
 
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
-use crate::record::{EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord};
+use crate::record::{
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueUsageRecord,
+};
 use std::collections::BTreeSet;
 
 /// One durable write.
@@ -105,6 +107,8 @@ pub enum Change {
         /// The node.
         node: NodeName,
     },
+    /// The queues' usage, replacing the record before.
+    PutQueueUsage(QueueUsageRecord),
 }
 
 /// What the server should do after the changes are durable.

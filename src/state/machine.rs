@@ -9,7 +9,7 @@ use crate::model::{
     QueueName, Requirements, Resources, RunId, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
-use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey};
+use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -166,6 +166,9 @@ pub struct State {
     /// The largest job id ever submitted: a new leader's ids start above it, whatever its clock
     /// says (ids are ULIDs, and another leader's clock may have been ahead).
     pub max_job_id: Option<JobId>,
+    /// The queues' usage as the leader last recorded it (`queue_usage_halftime`; see
+    /// [`crate::scheduler::usage`]).
+    pub queue_usage: QueueUsage,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
     /// Number of requirement sets in `interned`.
@@ -198,6 +201,7 @@ impl State {
             largest_node: Resources::new(),
             next_seq: 0,
             max_job_id: None,
+            queue_usage: QueueUsage::default(),
             interned: HashMap::new(),
             interned_len: 0,
             trim_interned_at: MIN_TRIM_INTERNED_AT,
@@ -276,6 +280,18 @@ impl State {
                 self.executor_lost(&executor, at_ms, max_attempted_runs, out)
             }
             Command::PurgeFinished { purges, before_ms, jobs } => self.purge_finished(purges, before_ms, jobs, out),
+            Command::RecordUsage { term, usage } => {
+                if term != ctx.term {
+                    return reject(
+                        RejectKind::Conflict,
+                        None,
+                        format!("queue usage of term {term} arrived in term {}: the leader changed", ctx.term),
+                    );
+                }
+                self.queue_usage = QueueUsage::from(usage.clone());
+                out.changes.push(Change::PutQueueUsage(usage));
+                Response::Ok
+            }
         }
     }
 

@@ -5,7 +5,7 @@ use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
-use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord};
+use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueUsageRecord};
 use crate::state::{Executor, QueueState, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +23,10 @@ impl Store {
             state.purges = u64::from_be_bytes(b);
         }
         let purged_max = meta_bytes::<16>(&meta, MAX_JOB_ID)?.map(|b| JobId::from_u128(u128::from_be_bytes(b)));
+        if let Some(v) = meta.get(QUEUE_USAGE)? {
+            let usage: QueueUsageRecord = decode_row(v.value(), || "meta.queue_usage".to_string())?;
+            state.queue_usage = usage.into();
+        }
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;

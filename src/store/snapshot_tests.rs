@@ -305,3 +305,43 @@ fn the_digest_follows_the_state_not_how_applies_were_batched() {
     set_meta(&a, &raft_meta(41));
     assert_eq!(a.digest().unwrap().applied_index(), 41);
 }
+
+#[test]
+fn the_queues_usage_survives_a_restart_and_a_snapshot() {
+    use crate::scheduler::{QueueUsage, UsageSample};
+    use crate::state::{ApplyContext, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.redb");
+    let usage = QueueUsage {
+        at_ms: 1_000,
+        pools: [(
+            crate::model::PoolName::default_pool(),
+            [(QueueName::new("A").unwrap(), UsageSample { usage: 0.375, current: 0.5 })].into_iter().collect(),
+        )]
+        .into_iter()
+        .collect(),
+    };
+    let record = Command::RecordUsage { term: 1, usage: usage.clone().into() };
+    {
+        let a = Store::open(&path).unwrap();
+        let mut state = sample(&a);
+        // A deposed leader's record is refused and changes nothing.
+        let stale =
+            state.apply(Command::RecordUsage { term: 1, usage: usage.clone().into() }, ApplyContext { term: 2 });
+        assert!(matches!(stale.response, Some(Response::Rejected(_))) && stale.changes.is_empty());
+        assert_eq!(state.queue_usage, QueueUsage::default());
+        apply_all(&a, &mut state, vec![record]);
+        assert_eq!(state.queue_usage, usage);
+        assert_eq!(state.scheduling_snapshot(0, Default::default()).usage, usage, "the scheduler reads it");
+    }
+    // Restart: the record is loaded back from the database.
+    let a = Store::open(&path).unwrap();
+    assert_eq!(a.load_state(settings()).unwrap().queue_usage, usage);
+    // Snapshot: another member that installs it has the same record and digest.
+    set_meta(&a, &raft_meta(4));
+    let frames = export(&a);
+    let b = Store::open(&dir.path().join("b.redb")).unwrap();
+    b.import_stream(&mut MemoryFrames::new(frames), &raft_meta(4), 1000).unwrap();
+    assert_eq!(b.load_state(settings()).unwrap().queue_usage, usage);
+    assert_eq!(b.digest().unwrap(), a.digest().unwrap());
+}

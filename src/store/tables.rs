@@ -4,7 +4,8 @@
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use redb::TableDefinition;
 
-/// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE).
+/// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
+/// `queue_usage` (bincode `QueueUsageRecord`).
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
@@ -47,6 +48,8 @@ pub const SUBMIT_SEQ: &str = "submit_seq";
 pub const PURGES: &str = "purges";
 /// Meta key of the largest job id ever submitted (written by purges, which may delete that job).
 pub const MAX_JOB_ID: &str = "max_job_id";
+/// Meta key of the queues' usage (bincode `QueueUsageRecord`; schema 5).
+pub const QUEUE_USAGE: &str = "queue_usage";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
 /// Meta key of the last applied Raft membership (`StoredMembershipRecord`).

@@ -126,6 +126,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             Change::DeleteNodeHealth { executor, node } => {
                 open(&mut node_health, tx, NODE_HEALTH)?.remove(node_key(executor, node).as_slice())?;
             }
+            Change::PutQueueUsage(usage) => {
+                open(&mut meta, tx, META)?.insert(QUEUE_USAGE, encode_row("queue usage", usage)?.as_slice())?;
+            }
         }
     }
     // Purged events before new ones: a job set forgotten and begun again in this transaction

@@ -4,7 +4,7 @@
 use crate::agent::config::is_label_value;
 use crate::agent::runtime::RuntimeError;
 use crate::model::api::{LeaseOrder, NodeReport};
-use crate::model::{Labels, NodeName, PoolName, Resources, RunId, Taint, TaintEffect};
+use crate::model::{Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, RunId, Taint, TaintEffect};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -176,6 +176,29 @@ pub fn pod_requests(spec: &PodSpec) -> Resources {
     sum
 }
 
+/// Puts the node's earmark in `labels`: the `convoy.io/reserved-for` label, or else the annotation
+/// of that name (a label value cannot hold a comma, so several queues are named there). A value
+/// that names no valid queue is dropped with a warning rather than read as "earmarked for
+/// nobody".
+fn earmark(node: &str, labels: &mut Labels, annotations: Option<&BTreeMap<String, String>>) {
+    if !labels.contains_key(RESERVED_FOR_LABEL)
+        && let Some(v) = annotations.and_then(|a| a.get(RESERVED_FOR_LABEL))
+    {
+        labels.insert(RESERVED_FOR_LABEL.to_string(), v.clone());
+    }
+    if let Some(v) = labels.get(RESERVED_FOR_LABEL) {
+        match crate::model::parse_reserved_for(v) {
+            Ok(queues) => {
+                labels.insert(RESERVED_FOR_LABEL.to_string(), crate::model::reserved_for_value(&queues));
+            }
+            Err(e) => {
+                tracing::warn!(node, value = %v, error = %e, "node earmark ({RESERVED_FOR_LABEL}) ignored");
+                labels.remove(RESERVED_FOR_LABEL);
+            }
+        }
+    }
+}
+
 /// A node as the agent reports it; `used_by_others` is what pods Convoy did not start request.
 pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> Option<NodeReport> {
     let raw_name = node.metadata.name.as_deref()?;
@@ -186,7 +209,8 @@ pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> 
             return None;
         }
     };
-    let labels: Labels = node.metadata.labels.clone().unwrap_or_default();
+    let mut labels: Labels = node.metadata.labels.clone().unwrap_or_default();
+    earmark(raw_name, &mut labels, node.metadata.annotations.as_ref());
     let pool = labels.get(pool_label).and_then(|p| PoolName::new(p).ok()).unwrap_or_else(PoolName::default_pool);
     let spec = node.spec.as_ref();
     let taints = spec
@@ -255,5 +279,29 @@ mod tests {
         assert_eq!(r.taints.len(), 1);
         assert_eq!(r.allocatable.get("cpu"), 8000);
         assert!(r.unschedulable, "a node that is not Ready takes no jobs");
+        assert!(!r.labels.contains_key(RESERVED_FOR_LABEL));
+    }
+
+    #[test]
+    fn node_report_reads_the_earmark_from_the_label_or_the_annotation() {
+        let report = |metadata: serde_json::Value| {
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": metadata, "status": {"allocatable": {"cpu": "8"}}
+            }))
+            .expect("node");
+            let r = node_report(&node, "convoy.io/pool", Resources::new()).expect("report");
+            r.labels.get(RESERVED_FOR_LABEL).cloned()
+        };
+        let label = serde_json::json!({"name": "n1", "labels": {"convoy.io/reserved-for": "ml"}});
+        assert_eq!(report(label).as_deref(), Some("ml"));
+        // Several queues: the annotation (a label value cannot hold a comma).
+        let annotation = serde_json::json!({"name": "n1", "annotations": {"convoy.io/reserved-for": "ml, physics"}});
+        assert_eq!(report(annotation).as_deref(), Some("ml,physics"));
+        // The label wins over the annotation.
+        let both = serde_json::json!({"name": "n1", "labels": {"convoy.io/reserved-for": "ml"},
+                                      "annotations": {"convoy.io/reserved-for": "physics"}});
+        assert_eq!(report(both).as_deref(), Some("ml"));
+        let bad = serde_json::json!({"name": "n1", "annotations": {"convoy.io/reserved-for": "ml,,x"}});
+        assert_eq!(report(bad), None);
     }
 }

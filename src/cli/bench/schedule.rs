@@ -224,6 +224,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
         running,
         rate_limits: Default::default(),
         quarantined: Default::default(),
+        usage: Default::default(),
     }
 }
 

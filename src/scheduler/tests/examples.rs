@@ -246,3 +246,77 @@ fn contract_example_runs() {
     // The gang of four fits on the tainted nodes it tolerates.
     assert_eq!(counts(&out.rounds[0].scheduled).get("B"), Some(&4));
 }
+
+#[test]
+fn earmarked_nodes_take_guests_and_give_them_up() {
+    let out = run("earmarked_nodes.yaml");
+    let shares = |r: &RoundOutput, q: &str| {
+        let d = r.decisions.as_ref().expect("decisions");
+        let s = d.pools[0].queues.iter().find(|s| s.queue.as_str() == q).expect("queue in report").clone();
+        (s.home_allocated.get("cpu") / 1000, s.guest_allocated.get("cpu") / 1000)
+    };
+    // Round 1: B's preemptible jobs run on idle `gpu` as guests; C's non-preemptible job may not.
+    let r1 = &out.rounds[1];
+    assert_eq!(on_node(r1, "gpu"), map(&[("B", 4)]));
+    assert!((1..=4).all(|i| node(r1, &format!("g-{i}")) == Some("gpu")));
+    assert_eq!(state(r1, "c"), "queued");
+    assert_eq!(
+        reason(r1, "c"),
+        "the nodes that would take the job in pool default are reserved for queue A; only jobs of a preemptible \
+         priority class may use them as guests"
+    );
+    assert_eq!(shares(r1, "B"), (0, 4));
+    // Round 2: A's 6 jobs arrive; 4 take the free room and 2 guests are preempted in the same cycle.
+    let r2 = &out.rounds[2];
+    assert_eq!(counts(&r2.scheduled), map(&[("A", 6)]));
+    assert_eq!(counts(&r2.preempted), map(&[("B", 2)]));
+    assert_eq!(on_node(r2, "gpu"), map(&[("A", 6), ("B", 2)]));
+    assert_eq!((state(r2, "g-3"), state(r2, "g-4")), ("preempted", "preempted"), "the newest guests go first");
+    for g in ["g-3", "g-4"] {
+        assert!(
+            reason(r2, g).starts_with("preempted as a guest: node gpu is reserved for queue A"),
+            "{}",
+            reason(r2, g)
+        );
+    }
+    for p in &r2.decisions.as_ref().unwrap().preemptions {
+        assert!(matches!(p.reason, crate::scheduler::PreemptionReason::Reserved { .. }), "{:?}", p.reason);
+    }
+    assert_eq!((shares(r2, "A"), shares(r2, "B")), ((6, 0), (0, 2)));
+    // Round 3: D's urgent preemptible job, a guest on `gpu`, displaces nobody there.
+    let r3 = &out.rounds[3];
+    assert!(counts(&r3.preempted).is_empty() && counts(&r3.scheduled).is_empty());
+    assert_eq!(state(r3, "d"), "queued");
+    assert_eq!(on_node(r3, "gpu"), map(&[("A", 6), ("B", 2)]));
+    // Round 4: A's finished jobs leave room, which `d` uses as a guest; `c` still may not.
+    let r4 = &out.rounds[4];
+    assert_eq!((state(r4, "d"), node(r4, "d")), ("running", Some("gpu")));
+    assert_eq!(on_node(r4, "gpu"), map(&[("A", 2), ("B", 2), ("D", 1)]));
+    assert!(reason(r4, "c").contains("reserved for queue A"), "{}", reason(r4, "c"));
+    assert_eq!(shares(r4, "D"), (0, 2));
+}
+
+#[test]
+fn decayed_usage_orders_a_recently_heavy_queue_last() {
+    let out = run("usage_decay.yaml");
+    assert_eq!(counts(&out.rounds[0].scheduled), map(&[("A", 8)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2), ("B", 6)]));
+    let d = r1.decisions.as_ref().expect("decisions");
+    let usage = |q: &str| d.pools[0].queues.iter().find(|s| s.queue.as_str() == q).map(|s| s.usage);
+    assert_eq!((usage("A"), usage("B")), (Some(0.5), Some(0.0)), "A used all of the pool an hour (one half-time) ago");
+    // The record after the round: what each holds now, and the averages the cycle used.
+    let rec = &d.usage.as_ref().expect("recorded").pools[&crate::model::PoolName::default_pool()];
+    let q = |n: &str| crate::model::QueueName::new(n).unwrap();
+    assert_eq!((rec[&q("A")].usage, rec[&q("A")].current), (0.5, 0.25));
+    assert_eq!((rec[&q("B")].usage, rec[&q("B")].current), (0.0, 0.75));
+
+    // Without a half-time the two queues, both idle at the start of round 1, split evenly.
+    let path = format!("{}/tests/scenarios/usage_decay.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path)
+        .unwrap()
+        .replace("queue_usage_halftime_seconds: 3600", "queue_usage_halftime_seconds: 0");
+    let plain = run_text(&text).unwrap();
+    assert_eq!(counts(&plain.rounds[1].scheduled), map(&[("A", 4), ("B", 4)]));
+    assert_eq!(plain.rounds[1].decisions.as_ref().unwrap().usage, None);
+}

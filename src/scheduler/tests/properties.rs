@@ -1,10 +1,12 @@
 //! Property tests over random clusters and workloads: no over-commitment, gangs all-or-nothing,
 //! every preemption makes room for something scheduled in the same cycle, determinism, and
-//! stability (a second cycle with nothing new changes nothing).
+//! stability (a second cycle with nothing new changes nothing). Some nodes are earmarked for a
+//! queue: no non-preemptible job of another queue is placed there, and a job at home never waits
+//! while guests hold the room it needs.
 
 use crate::model::{
     ExecutorName, GangSpec, JobId, Labels, Node, NodeName, PoolName, PriorityClass, PriorityClassName, Queue,
-    QueueName, Requirements, Resources, SchedulingRequirements,
+    QueueName, RESERVED_FOR_LABEL, Requirements, Resources, SchedulingRequirements,
 };
 use crate::scheduler::{
     Decisions, JobInfo, PreemptionReason, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule,
@@ -32,6 +34,8 @@ struct JobGen {
 #[derive(Debug, Clone)]
 struct World {
     nodes: Vec<(i64, i64, u8, u8)>, // cpu, mem, rack, executor
+    /// Per node: the queue it is earmarked for, if any.
+    reserved: Vec<Option<usize>>,
     factors: Vec<f64>,
     before: Vec<JobGen>,
     after: Vec<JobGen>,
@@ -71,8 +75,10 @@ fn world() -> impl Strategy<Value = World> {
         prop::collection::vec(job_gen(), 0..40),
         prop::sample::select(vec![1.0, 0.5]),
         any::<u64>(),
+        prop::collection::vec(prop::option::weighted(0.3, 0usize..4), 6),
     )
-        .prop_map(|(nodes, factors, before, after, eviction_probability, seed)| World {
+        .prop_map(|(nodes, factors, before, after, eviction_probability, seed, reserved)| World {
+            reserved: reserved.into_iter().take(nodes.len()).map(|r| r.map(|q| q % factors.len())).collect(),
             nodes,
             factors,
             before,
@@ -118,6 +124,9 @@ impl Harness {
             .map(|(i, (cpu, mem, rack, exec))| {
                 let mut labels = Labels::new();
                 labels.insert("rack".into(), format!("r{rack}"));
+                if let Some(q) = w.reserved[i] {
+                    labels.insert(RESERVED_FOR_LABEL.into(), format!("q{q}"));
+                }
                 Node {
                     name: NodeName::new(&format!("n{i}")).expect("valid"),
                     executor: ExecutorName::new(&format!("e{exec}")).expect("valid"),
@@ -189,13 +198,7 @@ impl Harness {
                 queued_demand: None,
             })
             .collect();
-        Snapshot {
-            nodes: self.nodes.clone(),
-            queues,
-            running: self.running.clone(),
-            rate_limits: Default::default(),
-            quarantined: Default::default(),
-        }
+        Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), ..Default::default() }
     }
 
     fn apply(&mut self, d: &Decisions) {
@@ -304,7 +307,8 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
         let by = match &p.reason {
             PreemptionReason::FairShare { by, .. }
             | PreemptionReason::Urgency { by, .. }
-            | PreemptionReason::GangMember { by, .. } => *by,
+            | PreemptionReason::GangMember { by, .. }
+            | PreemptionReason::Reserved { by, .. } => *by,
             PreemptionReason::NotRescheduled { reason } => {
                 return Err(TestCaseError::fail(format!("{} preempted without helping anyone: {reason}", p.job_id)));
             }
@@ -331,7 +335,76 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
             PreemptionReason::Urgency { .. } => {
                 prop_assert!(prio(by_job) > prio(&victim.job), "urgency preemption of an equal or higher class")
             }
+            // A job at home displaces guests whatever their class.
+            PreemptionReason::Reserved { node, by_queue, .. } => {
+                let n = snap.nodes.iter().find(|n| &n.name == node && n.executor == p.executor).expect("node exists");
+                prop_assert!(reserved_for(n).is_some_and(|r| r == by_queue.as_str() && r != p.queue.as_str()));
+            }
             _ => prop_assert!(prio(by_job) >= prio(&victim.job), "fair-share displacement of a higher class"),
+        }
+    }
+    check_earmarks(snap, d)
+}
+
+/// The queue a node is earmarked for (the harness earmarks for one queue at most).
+fn reserved_for(n: &Node) -> Option<&str> {
+    n.labels.get(RESERVED_FOR_LABEL).map(String::as_str)
+}
+
+/// After the cycle: no non-preemptible job of another queue on an earmarked node (none is ever
+/// placed there, and none runs there at the start); and a job at home that waits does not fit on
+/// any of its earmarked nodes even with that node's guests gone.
+fn check_earmarks(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
+    let preempted: BTreeSet<JobId> = d.preemptions.iter().map(|p| p.job_id).collect();
+    let queued: HashMap<JobId, &Arc<JobInfo>> =
+        snap.queues.iter().flat_map(|q| q.queued.iter()).map(|j| (j.id, j)).collect();
+    let key = |e: &ExecutorName, n: &NodeName| (e.to_string(), n.to_string());
+    // Jobs on each node after the cycle.
+    let mut on: BTreeMap<(String, String), Vec<&JobInfo>> = BTreeMap::new();
+    for r in snap.running.iter().filter(|r| !preempted.contains(&r.job.id)) {
+        on.entry(key(&r.executor, &r.node)).or_default().push(&r.job);
+    }
+    for l in &d.leases {
+        on.entry(key(&l.executor, &l.node)).or_default().push(queued[&l.job_id]);
+    }
+    let preemptible = |j: &JobInfo| j.priority_class.as_str() == "preemptible";
+    for n in &snap.nodes {
+        let Some(home) = reserved_for(n) else { continue };
+        let jobs = on.get(&key(&n.executor, &n.name)).map(Vec::as_slice).unwrap_or_default();
+        for j in jobs {
+            prop_assert!(
+                j.queue.as_str() == home || preemptible(j),
+                "non-preemptible job {} of queue {} on node {} earmarked for {home}",
+                j.id,
+                j.queue,
+                n.name
+            );
+        }
+    }
+    let leased: BTreeSet<JobId> = d.leases.iter().map(|l| l.job_id).collect();
+    let failed: BTreeSet<JobId> = d.failures.iter().map(|f| f.job_id).collect();
+    for j in queued.values().filter(|j| !leased.contains(&j.id) && !failed.contains(&j.id) && j.gang.is_none()) {
+        for n in &snap.nodes {
+            if reserved_for(n) != Some(j.queue.as_str())
+                || j.requirements.node_selector.iter().any(|(k, v)| n.labels.get(k) != Some(v))
+            {
+                continue;
+            }
+            let jobs = on.get(&key(&n.executor, &n.name)).map(Vec::as_slice).unwrap_or_default();
+            if jobs.iter().all(|g| g.queue == j.queue) {
+                continue;
+            }
+            let mut free = n.allocatable.clone();
+            for g in jobs.iter().filter(|g| g.queue == j.queue) {
+                free.sub(&g.requirements.requests);
+            }
+            prop_assert!(
+                !j.requirements.requests.fits_in(&free),
+                "job {} of queue {} waits while guests hold the room it needs on its earmarked node {}",
+                j.id,
+                j.queue,
+                n.name
+            );
         }
     }
     Ok(())
@@ -350,7 +423,8 @@ fn world_yaml(w: &World) -> String {
     );
     out.push_str("    - {name: default, priority: 30000, preemptible: false}\n    - {name: preemptible, priority: 20000, preemptible: true}\n    - {name: urgent, priority: 35000, preemptible: false}\nnodes:\n");
     for (i, (cpu, mem, rack, exec)) in w.nodes.iter().enumerate() {
-        out.push_str(&format!("  - {{name: n{i}, executor: e{exec}, labels: {{rack: r{rack}}}, allocatable: {{cpu: \"{cpu}\", memory: {mem}Gi}}}}\n"));
+        let reserved = w.reserved[i].map(|q| format!(", reserved_for: [q{q}]")).unwrap_or_default();
+        out.push_str(&format!("  - {{name: n{i}, executor: e{exec}, labels: {{rack: r{rack}}}, allocatable: {{cpu: \"{cpu}\", memory: {mem}Gi}}{reserved}}}\n"));
     }
     out.push_str("queues:\n");
     for (i, f) in w.factors.iter().enumerate() {

@@ -180,6 +180,27 @@ fn newer_schema_is_refused() {
 }
 
 #[test]
+fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let before = {
+        let store = Store::open(&path).unwrap();
+        sample(&store);
+        let state = store.load_state(settings()).unwrap();
+        // Make it a version 4 database: schema 5 only added the `queue_usage` row, absent here.
+        let tx = store.write().unwrap();
+        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 4u32.to_be_bytes().as_slice()).unwrap();
+        tx.commit().unwrap();
+        (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), 5);
+    let state = store.load_state(settings()).unwrap();
+    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
+    assert_eq!(state.queue_usage, crate::scheduler::QueueUsage::default());
+}
+
+#[test]
 fn prototype_database_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");

@@ -6,7 +6,7 @@ use crate::common::wait::wait_for;
 use convoy::agent::RuntimeKind;
 use convoy::agent::config::FakeNodeGroup;
 use convoy::model::api::{LeaseOrder, RunEventKind};
-use convoy::model::{PoolName, Resources, Taint, TaintEffect};
+use convoy::model::{PoolName, QueueName, RESERVED_FOR_LABEL, Resources, Taint, TaintEffect};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,7 @@ fn groups() -> Vec<FakeNodeGroup> {
             allocatable: Resources::parse([("cpu", "16"), ("memory", "64Gi")]).expect("resources"),
             labels: [("kind".to_string(), "cpu".to_string())].into(),
             taints: vec![],
+            reserved_for: vec![],
         },
         FakeNodeGroup {
             count: 2,
@@ -29,6 +30,7 @@ fn groups() -> Vec<FakeNodeGroup> {
             allocatable: Resources::parse([("cpu", "8"), ("nvidia.com/gpu", "4")]).expect("resources"),
             labels: Default::default(),
             taints: vec![Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule }],
+            reserved_for: vec![QueueName::new("ml").expect("queue"), QueueName::new("physics").expect("queue")],
         },
     ]
 }
@@ -53,6 +55,9 @@ async fn declared_nodes_are_reported_and_jobs_follow_their_annotations() {
     let gpu = &poll.nodes[3];
     assert_eq!((gpu.pool.as_str(), gpu.allocatable.get("nvidia.com/gpu"), gpu.taints.len()), ("gpu", 4000, 1));
     assert_eq!(poll.nodes[0].labels.get("kind").map(String::as_str), Some("cpu"));
+    // Earmarked nodes carry the label the scheduler reads.
+    assert_eq!(gpu.labels.get(RESERVED_FOR_LABEL).map(String::as_str), Some("ml,physics"));
+    assert!(!poll.nodes[0].labels.contains_key(RESERVED_FOR_LABEL));
 
     let ok = fake_lease("cpu-0", "0.3", "0");
     let bad = fake_lease("gpu-1", "0", "2");
