@@ -108,6 +108,7 @@ impl<'a> PoolCycle<'a> {
                 adjusted_fair_share: 0.0,
                 actual_share: 0.0,
                 overshare: 0.0,
+                protected: true,
             })
             .collect();
 
@@ -140,6 +141,10 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
+            return_order: vec![],
+            return_head: 0,
+            rank_floor: u32::MAX,
+            walk_free: HashMap::default(),
         };
         let mut interner = Interner {
             classes: HashMap::default(),
@@ -265,6 +270,7 @@ impl<'a> PoolCycle<'a> {
                 freed_at: cycle.levels.running_freed_at(job.prio_idx as usize),
                 evicted: false,
                 seq: job.seq,
+                return_rank: 0,
                 req: req.clone(),
             };
             let (q, pc) = (job.queue as usize, job.pc as usize);

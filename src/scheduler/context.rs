@@ -174,6 +174,8 @@ pub(super) struct QCtx<'a> {
     pub actual_share: f64,
     /// Start share minus adjusted fair share: the victim preference among equals.
     pub overshare: f64,
+    /// Never found above its protected share in this cycle, so fair-share eviction spared it.
+    pub protected: bool,
 }
 
 /// Undo record for gang transactions.
@@ -232,6 +234,15 @@ pub(super) struct PoolCycle<'a> {
     pub global_rate_stopped: Option<Arc<Reason>>,
     pub evicted_count: usize,
     pub jobs_tried: usize,
+    /// Evicted jobs, the one that would return last first ([`super::return_order`]); entries
+    /// before `return_head` are gone for good, later ones are checked when read.
+    pub return_order: Vec<u32>,
+    pub return_head: usize,
+    /// Lowest return rank given so far: each eviction ranks its jobs below the ones before, so
+    /// that jobs still evicted from an earlier round give their places up first.
+    pub rank_floor: u32,
+    /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
+    pub walk_free: HashMap<u32, ResVec>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.

@@ -137,6 +137,7 @@ impl PoolCycle<'_> {
                     adjusted_fair_share: q.adjusted_fair_share,
                     actual_share: q.actual_share,
                     share_after: self.cost.share(&q.alloc),
+                    protected: q.protected,
                     allocated: self.layout.named(&q.alloc),
                     demand: self.layout.named(&q.demand),
                 })
