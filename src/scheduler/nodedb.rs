@@ -134,8 +134,8 @@ impl Levels {
         (1 + 2 * prio_idx) as u8
     }
     /// True if level `l` is an `E_i` level: the first to free evicted jobs of priority `p_i`.
-    pub(crate) fn is_eviction_level(l: u8) -> bool {
-        l % 2 == 1
+    pub(crate) fn is_eviction_level(&self, l: u8) -> bool {
+        (0..self.prios.len()).any(|i| self.evicted_freed_at(i) == l)
     }
 }
 
@@ -528,6 +528,8 @@ mod tests {
         assert_eq!(d.victims(0, 3, &[22], |_| 0.0), vec![2]);
         assert!(d.level_is_redundant(1));
         assert!(!d.level_is_redundant(2));
+        let eviction: Vec<u8> = (0..lv.count() as u8).filter(|&l| lv.is_eviction_level(l)).collect();
+        assert_eq!(eviction, vec![1, 3]);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::context::{Candidate, Origin, PoolCycle, Status, Undo};
 use super::decisions::Reason;
-use super::nodedb::{Levels, Occupant};
+use super::nodedb::Occupant;
 use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use crate::model::quantity::{Unit, format_quantity};
@@ -189,7 +189,7 @@ impl PoolCycle<'_> {
             }
             let found = if l == 0 {
                 self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
-            } else if Levels::is_eviction_level(l) {
+            } else if self.levels.is_eviction_level(l) {
                 match self.fair_share_node(l, types, req) {
                     Some(n) => {
                         let queues = &self.queues;

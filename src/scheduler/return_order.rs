@@ -12,7 +12,7 @@
 
 use super::context::{PoolCycle, Status};
 use super::fill::Turn;
-use super::nodedb::{Levels, Occupant};
+use super::nodedb::Occupant;
 use super::resvec::{ResVec, add_to, fits};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
@@ -136,7 +136,7 @@ impl PoolCycle<'_> {
     /// jobs on nodes the job may not use): then None, and the caller chooses among the nodes its
     /// tier and best-fit order ranks first, still by return rank.
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
-        debug_assert!(Levels::is_eviction_level(level));
+        debug_assert!(self.levels.is_eviction_level(level));
         let below = (level - 1) as usize;
         let mut free = std::mem::take(&mut self.walk_free);
         free.clear();
