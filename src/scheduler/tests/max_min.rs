@@ -124,6 +124,7 @@ impl Cluster {
             running: self.running.clone(),
             rate_limits: Default::default(),
             quarantined: Default::default(),
+            usage: Default::default(),
         }
     }
 
