@@ -200,20 +200,8 @@ impl NetworkFactory {
         req: &PreVoteRequest,
         timeout: Duration,
     ) -> Result<PreVoteAnswer, PeerCallError> {
-        let response = self
-            .request(reqwest::Method::POST, addr, "/raft/pre-vote", target)
-            .timeout(timeout)
-            .json(req)
-            .send()
+        json_answer(self.request(reqwest::Method::POST, addr, "/raft/pre-vote", target).timeout(timeout).json(req))
             .await
-            .map_err(PeerCallError::Http)?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(PeerCallError::Http)?;
-        if !status.is_success() {
-            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
     }
 
     /// A bodiless request to a peer's JSON route, its answer decoded.
@@ -224,19 +212,7 @@ impl NetworkFactory {
         path: &str,
         target: NodeId,
     ) -> Result<T, PeerCallError> {
-        let response = self
-            .request(method, addr, path, target)
-            .timeout(PEER_CALL_TIMEOUT)
-            .send()
-            .await
-            .map_err(PeerCallError::Http)?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(PeerCallError::Http)?;
-        if !status.is_success() {
-            return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
+        json_answer(self.request(method, addr, path, target).timeout(PEER_CALL_TIMEOUT)).await
     }
 
     /// Gives peer `target` at `addr` the id of the cluster it is about to be a founding member of.
@@ -255,6 +231,17 @@ impl NetworkFactory {
         let body = response.bytes().await.map_err(PeerCallError::Http)?;
         Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) })
     }
+}
+
+/// Sends a request to a peer's JSON route and decodes its answer; any other status is refused.
+async fn json_answer<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Result<T, PeerCallError> {
+    let response = request.send().await.map_err(PeerCallError::Http)?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(PeerCallError::Http)?;
+    if !status.is_success() {
+        return Err(PeerCallError::Refused { status: status.as_u16(), body: text_of(&body) });
+    }
+    serde_json::from_slice(&body).map_err(|e| PeerCallError::Refused { status: status.as_u16(), body: e.to_string() })
 }
 
 /// How long a status or cluster-id call to a peer may take.
