@@ -147,6 +147,7 @@ impl Earmarks {
     }
 
     /// True if node `n` is earmarked for `queue`.
+    #[inline]
     pub(super) fn is_home(&self, n: u32, queue: u32) -> bool {
         self.active() && self.access(self.node_res[n as usize], queue, true) == Access::Home
     }
@@ -188,6 +189,7 @@ impl PoolCycle<'_> {
 
     /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
     /// class; anyone else's as its priority (and eviction) says.
+    #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
         let job = &self.jobs[j as usize];
         if let Some(g) = self.levels.guest_level()
@@ -204,6 +206,7 @@ impl PoolCycle<'_> {
 
     /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why
     /// it may use none.
+    #[inline]
     pub(super) fn allowed_types(&self, j: u32, types: Vec<u32>) -> Result<Vec<u32>, Reason> {
         if !self.earmarks.active() {
             return Ok(types);
