@@ -533,6 +533,7 @@ mod tests {
                 fair_share: 0.5,
                 adjusted_fair_share: 0.6,
                 actual_share: 0.25,
+                protected: true,
                 allocated: resources(&[("cpu", "2")]),
                 demand: resources(&[("cpu", "4")]),
                 pool_total: resources(&[("cpu", "8"), ("memory", "32Gi")]),

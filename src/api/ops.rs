@@ -317,6 +317,7 @@ mod tests {
             adjusted_fair_share: adjusted,
             actual_share: 0.0,
             share_after: after,
+            protected: true,
             allocated: Resources::new(),
             demand: Resources::new(),
             home_allocated: Resources::new(),

@@ -227,6 +227,7 @@ pub async fn report(
                 fair_share: q.fair_share,
                 adjusted_fair_share: q.adjusted_fair_share,
                 actual_share: q.share_after,
+                protected: q.protected,
                 allocated: q.allocated.clone(),
                 demand: q.demand.clone(),
                 pool_total: p.total.clone(),

@@ -263,6 +263,11 @@ pub struct QueuePoolReport {
     pub adjusted_fair_share: f64,
     /// Share of the pool the queue holds after the cycle, by the configured fairness model.
     pub actual_share: f64,
+    /// True if the queue was protected from fair-share eviction in the cycle: its share was at
+    /// or below `protected_fraction_of_fair_share` of the larger of its fair share and its
+    /// adjusted fair share, so its preemptible jobs were not evicted.
+    #[serde(default)]
+    pub protected: bool,
     /// Resources the queue's jobs hold in the pool after the cycle.
     pub allocated: Resources,
     /// Resources the queue held at the start of the cycle plus those its queued jobs request.

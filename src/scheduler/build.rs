@@ -113,6 +113,7 @@ impl<'a> PoolCycle<'a> {
                 overshare: 0.0,
                 usage: 0.0,
                 usage_offset: 0.0,
+                protected: true,
             })
             .collect();
 
@@ -147,6 +148,10 @@ impl<'a> PoolCycle<'a> {
             evicted_count: 0,
             jobs_tried: 0,
             earmarks,
+            return_order: vec![],
+            return_head: 0,
+            rank_floor: u32::MAX,
+            walk_free: HashMap::default(),
         };
         let mut interner = Interner {
             classes: HashMap::default(),
@@ -277,6 +282,7 @@ impl<'a> PoolCycle<'a> {
                 freed_at: cycle.freed_at(j, node, false),
                 evicted: false,
                 seq: job.seq,
+                return_rank: 0,
                 req: req.clone(),
             };
             let (q, pc) = (job.queue as usize, job.pc as usize);

@@ -33,8 +33,8 @@ pub struct SchedulerConfig {
     /// Probability that a node's preemptible jobs are evicted for fair-share rebalancing in a
     /// cycle (0 disables fair-share preemption).
     pub node_eviction_probability: f64,
-    /// Queues whose share is at most this fraction of their (adjusted) fair share are never
-    /// evicted.
+    /// Queues whose share is at most this fraction of the larger of their fair share and their
+    /// adjusted fair share are never evicted.
     pub protected_fraction_of_fair_share: f64,
     /// At most this many queued jobs per queue are tried in one cycle (0 = no limit).
     pub max_queue_lookback: usize,

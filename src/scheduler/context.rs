@@ -179,6 +179,8 @@ pub(super) struct QCtx<'a> {
     pub usage: f64,
     /// `usage - actual_share`, added to the queue's share when it is compared (0 without decay).
     pub usage_offset: f64,
+    /// Never found above its protected share in this cycle, so fair-share eviction spared it.
+    pub protected: bool,
 }
 
 /// Undo record for gang transactions.
@@ -240,6 +242,15 @@ pub(super) struct PoolCycle<'a> {
     pub jobs_tried: usize,
     /// Nodes earmarked for some queues.
     pub earmarks: Earmarks,
+    /// Evicted jobs, the one that would return last first ([`super::return_order`]); entries
+    /// before `return_head` are gone for good, later ones are checked when read.
+    pub return_order: Vec<u32>,
+    pub return_head: usize,
+    /// Lowest return rank given so far: each eviction ranks its jobs below the ones before, so
+    /// that jobs still evicted from an earlier round give their places up first.
+    pub rank_floor: u32,
+    /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
+    pub walk_free: HashMap<u32, ResVec>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.

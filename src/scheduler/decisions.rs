@@ -302,6 +302,11 @@ pub struct QueueShare {
     pub actual_share: f64,
     /// Share after the cycle's decisions.
     pub share_after: f64,
+    /// True if the queue was protected from fair-share eviction in this cycle: its share was at
+    /// or below `protected_fraction_of_fair_share` of the larger of its fair share and its
+    /// adjusted fair share, at the start of the cycle and (if the cycle rebalanced) after
+    /// filling.
+    pub protected: bool,
     /// Resources held at the end of the cycle.
     pub allocated: Resources,
     /// Resources held plus resources requested by queued jobs.

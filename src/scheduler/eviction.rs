@@ -1,10 +1,14 @@
 //! Fair-share preemption: evict preemptible jobs in the scheduler's view.
 //!
 //! Each node is picked with `node_eviction_probability`; on a picked node every job of a
-//! preemptible class whose queue is above `protected_fraction_of_fair_share` of its adjusted fair
-//! share is evicted, and gangs go whole. Evicted jobs leave their queue's allocation, go to the
-//! front of their queue and still occupy their node (at a level that only jobs of their priority
-//! or higher may take) until progressive filling either puts them back or gives their place away.
+//! preemptible class whose queue is above its protected share is evicted, and gangs go whole. A
+//! queue's protected share is, as in Armada, `protected_fraction_of_fair_share` times the larger
+//! of its fair share (`weight / Σ weights` of the active queues) and its adjusted (demand-capped)
+//! fair share: a heavily weighted queue that asks for little keeps what it has. Evicted jobs
+//! leave their queue's allocation, go to the front of their queue and still occupy their node (at
+//! a level that only jobs of their priority or higher may take), ranked by the order in which
+//! they would return ([`super::return_order`]), until progressive filling either puts them back
+//! or gives their place away.
 //!
 //! Protection is judged first on the shares at the start of the cycle and then again after
 //! filling: a queue that this cycle's placements pushed above its protected share is evicted and
@@ -14,7 +18,6 @@
 
 use super::context::{Origin, PoolCycle, Status};
 use super::decisions::Reason;
-use super::nodedb::Occupant;
 use super::resvec::sub_from;
 use rand_core::Rng;
 use std::collections::BTreeSet;
@@ -29,15 +32,23 @@ impl PoolCycle<'_> {
         self.evict_queues(&over);
     }
 
-    /// Queues above their protected share of `fair` now.
-    fn over_share(&self, fair: &[f64]) -> Vec<bool> {
+    /// Queues above their protected share now, given their adjusted fair shares; the others
+    /// keep their `protected` mark.
+    fn over_share(&mut self, adjusted: &[f64]) -> Vec<bool> {
         let frac = self.cfg.protected_fraction_of_fair_share;
-        self.queues
+        let over: Vec<bool> = self
+            .queues
             .iter()
-            .zip(fair)
+            .zip(adjusted)
             // A small tolerance keeps a queue exactly at its share from flapping on rounding.
-            .map(|(q, f)| self.cost.share(&q.alloc) > frac * f + 1e-9)
-            .collect()
+            .map(|(q, a)| self.cost.share(&q.alloc) > frac * q.fair_share.max(*a) + 1e-9)
+            .collect();
+        for (q, &o) in self.queues.iter_mut().zip(&over) {
+            if o {
+                q.protected = false;
+            }
+        }
+        over
     }
 
     /// Adjusted fair shares as the next cycle will see them: preempted and failed jobs no longer
@@ -97,24 +108,26 @@ impl PoolCycle<'_> {
         let mut per_queue: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         for &j in &chosen {
             let job = &self.jobs[j as usize];
-            let Some(node) = job.node() else { continue };
+            if job.node().is_none() {
+                continue;
+            }
             let req = self.req(j);
-            let (q, pc, seq) = (job.queue, job.pc, job.seq);
-            let freed_at = self.freed_at(j, node, true);
-            self.db.remove(node, j);
-            self.db.add(node, Occupant { job: j, queue: q, freed_at, evicted: true, seq, req: req.clone() });
+            let (q, pc) = (job.queue, job.pc);
             self.jobs[j as usize].status = Status::Evicted;
             sub_from(&mut self.queues[q as usize].alloc, &req);
             sub_from(&mut self.queues[q as usize].alloc_by_pc[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
         self.evicted_count += chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();
+        for list in &mut per_queue {
+            list.sort_by_key(|&j| (self.jobs[j as usize].order_key(), j));
+        }
+        self.leave_evicted(&per_queue, &chosen);
         for (q, mut list) in per_queue.into_iter().enumerate() {
             if list.is_empty() {
                 continue;
             }
             // One entry per gang (its first member in queue order); the rest travel with it.
-            list.sort_by_key(|&j| (self.jobs[j as usize].order_key(), j));
             let mut seen = rustc_hash::FxHashSet::default();
             list.retain(|&j| match &self.jobs[j as usize].info.gang {
                 Some(g) => seen.insert(g.id.clone()),

@@ -8,7 +8,8 @@
 //! 3. `fill.rs`: progressive filling — the most urgent next gang first, then the queue whose cost
 //!    ([`fairness`]) after scheduling it is lowest — with `queue_order.rs` inside each queue;
 //! 4. `placement.rs` and `gang.rs`: node choice through the node db (`nodedb.rs`: priority levels,
-//!    tiers, best fit), urgency preemption, limits and [`rate_limit`]s;
+//!    tiers, best fit), the places of the evicted jobs that would return last
+//!    (`return_order.rs`), urgency preemption, limits and [`rate_limit`]s;
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
 //!    that waits.
 //!
@@ -36,6 +37,7 @@ pub mod quarantine;
 pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
+pub(crate) mod return_order;
 pub mod snapshot;
 pub mod usage;
 

@@ -14,9 +14,11 @@
 //!
 //! **Tiers.** Within a level, nodes used (by non-evicted jobs) only by the job's queue come
 //! first, then empty nodes, then the rest; within a tier, the node with the least free of the
-//! indexed resources (lexicographically) that fits: best fit. At a displacing level the placement
-//! compares the first few nodes in this order by whom they would displace (lowest class, then
-//! the queue furthest above its fair share) before tier and best fit decide.
+//! indexed resources (lexicographically) that fits: best fit. At an `E_i` level the placement
+//! takes the places of the evicted jobs that would return last, wherever they are
+//! ([`super::return_order`]); at an `R_i` level (and when that search gives up) it compares the
+//! first few nodes in this order by whom they would displace (lowest class, then the readiest
+//! victims, [`Occupant::readiness`]) before tier and best fit decide.
 //!
 //! **Index.** Per level and node type, ordered sets keyed by the free amounts of the indexed
 //! resources. A level's index is only built when a job first searches it (cycles without
@@ -41,7 +43,20 @@ pub(crate) struct Occupant {
     pub evicted: bool,
     /// Submit sequence: among equal victims the newest goes first.
     pub seq: u64,
+    /// Evicted jobs: place in the order they would return ([`super::return_order`]); of the
+    /// evicted jobs on a node, the one that would return last gives its place up first. 0 for
+    /// running jobs.
+    pub return_rank: u32,
     pub req: ResVec,
+}
+
+impl Occupant {
+    /// How readily the occupant gives up its place to a job that must displace someone, among
+    /// occupants freed at the same level (all evicted, or all running): an evicted job's return
+    /// rank, a running job's queue's `overshare`. Higher goes first.
+    pub(crate) fn readiness(&self, overshare: &impl Fn(u32) -> f64) -> f64 {
+        if self.evicted { f64::from(self.return_rank) } else { overshare(self.queue) }
+    }
 }
 
 /// One node's state.
@@ -131,6 +146,10 @@ impl Levels {
     /// The guest level, if there is one.
     pub(crate) fn guest_level(&self) -> Option<u8> {
         (self.base == 2).then_some(1)
+    }
+    /// True if level `l` is an `E_i` level: the first to free evicted jobs of priority `p_i`.
+    pub(crate) fn is_eviction_level(&self, l: u8) -> bool {
+        (0..self.prios.len()).any(|i| self.evicted_freed_at(i) == l)
     }
 }
 
@@ -395,12 +414,12 @@ impl NodeDb {
     }
 
     /// Over node `n`'s occupants freed at or below `level`: the lowest level they are freed at,
-    /// and the largest `overshare` of their queues (bounds on what displacing any of them costs).
+    /// and their largest [`Occupant::readiness`] (bounds on what displacing any of them costs).
     pub(crate) fn eligible_bounds(&self, n: u32, level: u8, overshare: impl Fn(u32) -> f64) -> (u8, f64) {
         let (mut lowest, mut most) = (u8::MAX, f64::NEG_INFINITY);
         for o in self.nodes[n as usize].occupants.iter().filter(|o| o.freed_at <= level) {
             lowest = lowest.min(o.freed_at);
-            most = most.max(overshare(o.queue));
+            most = most.max(o.readiness(&overshare));
         }
         (lowest, most)
     }
@@ -411,8 +430,9 @@ impl NodeDb {
     }
 
     /// The jobs to displace on node `n` so that `req` fits, using only occupants freed at or
-    /// below `level`: lowest level first, then jobs of the queue furthest above its fair share,
-    /// then the newest; jobs not actually needed are kept.
+    /// below `level`: lowest level first, then the readiest ([`Occupant::readiness`]: of evicted
+    /// jobs the one that would return last, of running jobs those of the queue furthest above its
+    /// fair share), then the newest; jobs not actually needed are kept.
     pub(crate) fn victims(&self, n: u32, level: u8, req: &[i64], overshare: impl Fn(u32) -> f64) -> Vec<u32> {
         self.victim_occupants(n, level, req, overshare).into_iter().map(|o| o.job).collect()
     }
@@ -430,7 +450,7 @@ impl NodeDb {
         cands.sort_by(|a, b| {
             a.freed_at
                 .cmp(&b.freed_at)
-                .then_with(|| overshare(b.queue).total_cmp(&overshare(a.queue)))
+                .then_with(|| b.readiness(&overshare).total_cmp(&a.readiness(&overshare)))
                 .then_with(|| b.seq.cmp(&a.seq))
                 .then_with(|| a.job.cmp(&b.job))
         });
@@ -481,7 +501,7 @@ mod tests {
     use smallvec::smallvec;
 
     fn occ(job: u32, queue: u32, freed_at: u8, evicted: bool, cpu: i64) -> Occupant {
-        Occupant { job, queue, freed_at, evicted, seq: job as u64, req: smallvec![cpu] }
+        Occupant { job, queue, freed_at, evicted, seq: job as u64, return_rank: 0, req: smallvec![cpu] }
     }
 
     fn db(caps: &[i64]) -> NodeDb {
@@ -525,6 +545,8 @@ mod tests {
         assert_eq!(d.victims(0, 3, &[22], |_| 0.0), vec![2]);
         assert!(d.level_is_redundant(1));
         assert!(!d.level_is_redundant(2));
+        let eviction: Vec<u8> = (0..lv.count() as u8).filter(|&l| lv.is_eviction_level(l)).collect();
+        assert_eq!(eviction, vec![1, 3]);
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl PoolCycle<'_> {
                     adjusted_fair_share: q.adjusted_fair_share,
                     actual_share: q.actual_share,
                     share_after: self.cost.share(&q.alloc),
+                    protected: q.protected,
                     allocated: self.layout.named(&q.alloc),
                     demand: self.layout.named(&q.demand),
                     home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),

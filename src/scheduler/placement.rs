@@ -204,6 +204,14 @@ impl PoolCycle<'_> {
             }
             let found = if l == 0 {
                 self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
+            } else if self.levels.is_eviction_level(l) {
+                match self.fair_share_node(l, types, req) {
+                    Some(n) => {
+                        let queues = &self.queues;
+                        Some((n, self.db.victims(n, l, req, |q| queues[q as usize].overshare)))
+                    }
+                    None => self.least_harmful_node(l, types, q, req),
+                }
             } else {
                 self.least_harmful_node(l, types, q, req)
             };
@@ -217,8 +225,9 @@ impl PoolCycle<'_> {
 
     /// Where placing at displacing level `level` does the least harm, among the
     /// [`DISPLACE_CANDIDATES`] nodes the tier and best-fit order ranks first: victims of the
-    /// lowest priority class, then victims whose queues are furthest above their fair share
-    /// (judged by the least over-served victim's queue); ties keep the tier/best-fit order.
+    /// lowest priority class, then the readiest victims of that class ([`Occupant::readiness`],
+    /// judged by the least ready: of running jobs those whose queues are furthest above their fair
+    /// share, of evicted jobs those that would return last); ties keep the tier/best-fit order.
     pub(super) fn least_harmful_node(
         &mut self,
         level: u8,
@@ -229,7 +238,7 @@ impl PoolCycle<'_> {
         let cands = self.db.find_candidates(level, types, q, req, DISPLACE_CANDIDATES);
         let queues = &self.queues;
         let overshare = |q: u32| queues[q as usize].overshare;
-        // (node, its victims, their highest level, the least overshare of their queues)
+        // (node, its victims, their highest level, the least readiness of those at that level)
         let mut best: Option<(u32, Vec<u32>, u8, f64)> = None;
         for n in cands {
             if let Some((_, _, h, l)) = best {
@@ -241,7 +250,11 @@ impl PoolCycle<'_> {
             }
             let victims = self.db.victim_occupants(n, level, req, overshare);
             let highest = victims.iter().map(|o| o.freed_at).max().unwrap_or(0);
-            let least = victims.iter().map(|o| overshare(o.queue)).fold(f64::INFINITY, f64::min);
+            let least = victims
+                .iter()
+                .filter(|o| o.freed_at == highest)
+                .map(|o| o.readiness(&overshare))
+                .fold(f64::INFINITY, f64::min);
             let better = match best {
                 None => true,
                 Some((_, _, h, l)) => highest < h || (highest == h && least > l),
@@ -276,6 +289,7 @@ impl PoolCycle<'_> {
             freed_at: self.freed_at(j, n, false),
             evicted: false,
             seq: job.seq,
+            return_rank: 0,
             req: req.clone(),
         };
         let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };

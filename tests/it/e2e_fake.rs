@@ -105,6 +105,7 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
     let (_, report) = s.get("/v1/queues/q0/report").await;
     let adjusted = report["pools"][0]["adjusted_fair_share"].as_f64().unwrap_or(0.0);
     assert!((adjusted - fair).abs() < 1e-9, "{report}");
+    assert!(report["pools"][0]["protected"].is_boolean(), "{report}");
 
     // Every job runs to success.
     let deadline = Instant::now() + Duration::from_secs(600);

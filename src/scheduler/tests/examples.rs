@@ -66,6 +66,101 @@ fn fair_share_preemption_worked_example() {
 }
 
 #[test]
+fn newcomer_takes_the_places_of_the_jobs_that_would_return_last() {
+    let out = run("newcomer_fair_share.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(on_node(r0, "node-1"), map(&[("A", 16)]));
+    assert_eq!(on_node(r0, "node-2"), map(&[("B", 16)]));
+    assert_eq!(on_node(r0, "node-3"), map(&[("C", 16)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.running), map(&[("A", 12), ("B", 12), ("C", 12), ("D", 12)]));
+    assert_eq!(counts(&r1.preempted), map(&[("A", 4), ("B", 4), ("C", 4)]));
+    assert_eq!(counts(&r1.queued), map(&[("D", 36)]));
+    assert_eq!(on_node(r1, "node-1"), map(&[("A", 12), ("D", 4)]));
+    assert_eq!(on_node(r1, "node-2"), map(&[("B", 12), ("D", 4)]));
+    assert_eq!(on_node(r1, "node-3"), map(&[("C", 12), ("D", 4)]));
+    // Each queue loses the jobs that would have returned last: its four newest.
+    for q in ["a", "b", "c"] {
+        for i in 1..=16 {
+            let j = format!("{q}-{i}");
+            let want = if i > 12 { "preempted" } else { "running" };
+            assert_eq!(state(r1, &j), want, "{j}");
+        }
+        assert!(reason(r1, &format!("{q}-16")).contains("of queue D"), "{}", reason(r1, &format!("{q}-16")));
+    }
+    // A, B and C were above their fair share; D, with nothing running, was protected.
+    let report = &r1.decisions.as_ref().expect("decisions").pools[0];
+    let protected: Vec<(String, bool)> = report.queues.iter().map(|q| (q.queue.to_string(), q.protected)).collect();
+    let want = [("A", false), ("B", false), ("C", false), ("D", true)];
+    assert_eq!(protected, want.map(|(q, p)| (q.to_string(), p)));
+    assert_eq!(report.evicted, 48);
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+    assert_eq!(counts(&r2.running), map(&[("A", 12), ("B", 12), ("C", 12), ("D", 12)]));
+}
+
+/// The same example with every layout of A, B and C over the three nodes: the first queue
+/// submitted takes node-1, the next node-2, the last node-3.
+#[test]
+fn newcomer_fair_share_whatever_the_layout() {
+    let perms = [["A", "B", "C"], ["A", "C", "B"], ["B", "A", "C"], ["B", "C", "A"], ["C", "A", "B"], ["C", "B", "A"]];
+    for perm in perms {
+        let mut text =
+            String::from("nodes:\n  - {name: node, count: 3, allocatable: {cpu: \"16\", memory: \"64Gi\"}}\nqueues:\n");
+        for q in ["A", "B", "C", "D"] {
+            text.push_str(&format!("  - {{name: {q}}}\n"));
+        }
+        text.push_str("rounds:\n");
+        let job = |q: &str, count: u32| {
+            format!(
+                "  - submit:\n      - {{id: {}, queue: {q}, count: {count}, priority_class: preemptible, requests: {{cpu: \"1\", memory: 1Gi}}}}\n",
+                q.to_lowercase()
+            )
+        };
+        for q in perm {
+            text.push_str(&job(q, 16));
+        }
+        text.push_str(&job("D", 48));
+        text.push_str("  - submit: []\n");
+        let out = run_text(&text).unwrap_or_else(|e| panic!("{perm:?}: {e}"));
+        let layout = &out.rounds[2];
+        for (i, q) in perm.iter().enumerate() {
+            assert_eq!(on_node(layout, &format!("node-{}", i + 1)), map(&[(q, 16)]), "{perm:?}");
+        }
+        let r = &out.rounds[3];
+        assert_eq!(counts(&r.running), map(&[("A", 12), ("B", 12), ("C", 12), ("D", 12)]), "{perm:?}");
+        assert_eq!(counts(&r.preempted), map(&[("A", 4), ("B", 4), ("C", 4)]), "{perm:?}");
+        for (i, q) in perm.iter().enumerate() {
+            assert_eq!(on_node(r, &format!("node-{}", i + 1)), map(&[(q, 12), ("D", 4)]), "{perm:?}");
+        }
+        let stable = &out.rounds[4];
+        assert!(counts(&stable.scheduled).is_empty() && counts(&stable.preempted).is_empty(), "{perm:?}");
+    }
+}
+
+#[test]
+fn heavy_queue_asking_little_is_protected_by_its_fair_share() {
+    let out = run("protected_fair_share.yaml");
+    let r1 = &out.rounds[1];
+    assert_eq!((state(r1, "h-1"), state(r1, "h-2")), ("running", "running"));
+    assert!(counts(&r1.scheduled).is_empty() && counts(&r1.preempted).is_empty());
+    assert_eq!(counts(&r1.queued), map(&[("N", 20)]));
+    assert!(reason(r1, "n-1").contains("no node with 100m cpu free"), "{}", reason(r1, "n-1"));
+    let report = &r1.decisions.as_ref().expect("decisions").pools[0];
+    assert_eq!(report.evicted, 0);
+    let shares: Vec<(String, f64, f64, f64, bool)> = report
+        .queues
+        .iter()
+        .map(|q| (q.queue.to_string(), q.fair_share, q.adjusted_fair_share, q.actual_share, q.protected))
+        .collect();
+    assert_eq!(shares.len(), 2);
+    let (h, n) = (&shares[0], &shares[1]);
+    assert_eq!((h.0.as_str(), n.0.as_str()), ("H", "N"));
+    assert!((h.1 - 0.8).abs() < 1e-9 && (h.2 - 0.25).abs() < 1e-9 && (h.3 - 0.25).abs() < 1e-9, "{h:?}");
+    assert!(h.4 && n.4, "{shares:?}");
+}
+
+#[test]
 fn allocatable_depends_on_priority() {
     let out = run("per_priority_allocatable.yaml");
     let r0 = &out.rounds[0];

@@ -1,4 +1,5 @@
 //! Scheduler tests: worked examples with exact outcomes, and property tests.
 
 mod examples;
+mod max_min;
 mod properties;
