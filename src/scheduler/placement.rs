@@ -311,7 +311,7 @@ impl PoolCycle<'_> {
         if !fits(&occ.req, by_req) {
             self.unschedulable.clear();
             self.gang_unschedulable.clear();
-            self.earmarks.room_freed = true;
+            self.earmarks.reoffer = true;
         }
         let victim = &self.jobs[v as usize];
         let (q, pc, status) = (victim.queue, victim.pc, victim.status);
@@ -324,6 +324,7 @@ impl PoolCycle<'_> {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
+                self.earmarks.reoffer |= self.earmarks.is_guest(node, q);
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
@@ -373,7 +374,7 @@ impl PoolCycle<'_> {
         }
         self.unschedulable.clear();
         self.gang_unschedulable.clear();
-        self.earmarks.room_freed = true;
+        self.earmarks.reoffer = true;
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
