@@ -220,9 +220,9 @@ pub(super) struct PoolCycle<'a> {
     pub total: ResVec,
     pub undo: Vec<Undo>,
     pub recording: bool,
-    /// (class, priority level, earmark profile) → why nothing fits; valid until a displacement
-    /// frees more than it takes.
-    pub unschedulable: HashMap<(u32, u8, u32), Arc<Reason>>,
+    /// (class, priority level + 256 × earmark profile) → why nothing fits; valid until a
+    /// displacement frees more than it takes.
+    pub unschedulable: HashMap<(u32, u32), Arc<Reason>>,
     /// Same for gangs of identical members.
     pub gang_unschedulable: HashMap<GangShape, Arc<Reason>>,
     /// Running gang members by (queue, gang id).

@@ -63,8 +63,11 @@ pub(crate) struct Earmarks {
     reservations: Vec<Reservation>,
     /// Per queue: an id shared by the queues at home in the same reservations (0: in none).
     queue_profile: Vec<u32>,
-    /// A displacement freed more room than the displacing job took since the last fill pass.
-    pub(super) room_freed: bool,
+    /// Since the last fill pass, a displacement freed more room than the displacing job took, or
+    /// withdrew a guest's new placement for a job at home (which need not be more urgent, so it may
+    /// come after jobs the guest could have displaced nobody for elsewhere): waiting jobs are
+    /// offered again.
+    pub(super) reoffer: bool,
 }
 
 /// True if any node carries the earmark label.
@@ -106,7 +109,7 @@ impl Earmarks {
                 *profiles.entry(homes).or_insert(next)
             })
             .collect();
-        Earmarks { node_res, type_res: Vec::new(), reservations, queue_profile, room_freed: false }
+        Earmarks { node_res, type_res: Vec::new(), reservations, queue_profile, reoffer: false }
     }
 
     /// True if the pool has earmarked nodes.
@@ -147,6 +150,7 @@ impl Earmarks {
     }
 
     /// True if node `n` is earmarked for `queue`.
+    #[inline]
     pub(super) fn is_home(&self, n: u32, queue: u32) -> bool {
         self.active() && self.access(self.node_res[n as usize], queue, true) == Access::Home
     }
@@ -188,6 +192,7 @@ impl PoolCycle<'_> {
 
     /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
     /// class; anyone else's as its priority (and eviction) says.
+    #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
         let job = &self.jobs[j as usize];
         if let Some(g) = self.levels.guest_level()
@@ -204,6 +209,7 @@ impl PoolCycle<'_> {
 
     /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why
     /// it may use none.
+    #[inline]
     pub(super) fn allowed_types(&self, j: u32, types: Vec<u32>) -> Result<Vec<u32>, Reason> {
         if !self.earmarks.active() {
             return Ok(types);
@@ -328,6 +334,28 @@ impl PoolCycle<'_> {
             q.retry_pos = 0;
         }
         self.fill(rate);
+    }
+
+    /// In a pool with earmarked nodes, who took the room of running job `j`, evicted and unable to
+    /// return, when no chain of displacements says: room it held was given up in the cycle (by
+    /// the withdrawn placement of a job that had displaced it) and then taken, without displacing
+    /// anyone, by jobs placed on its node — on an earmarked node, for a guest, by jobs at home
+    /// there first. The latest such job, jobs at home preferred.
+    pub(super) fn earmark_taker(&self, j: u32) -> Option<u32> {
+        if !self.earmarks.active() {
+            return None;
+        }
+        let job = &self.jobs[j as usize];
+        let n = job.node?;
+        let guest = self.earmarks.is_guest(n, job.queue);
+        let placed_here =
+            |x: &&super::context::CJob<'_>| matches!(x.status, Status::Placed | Status::Returned) && x.node == Some(n);
+        let latest = |home: bool| {
+            (0..self.jobs.len() as u32).rev().find(|&x| {
+                placed_here(&&self.jobs[x as usize]) && (!home || self.earmarks.is_home(n, self.jobs[x as usize].queue))
+            })
+        };
+        if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
     }
 
     /// Per queue, what its jobs hold at the end of the cycle on nodes earmarked for it (home) and

@@ -181,9 +181,10 @@ impl PoolCycle<'_> {
         let over = self.over_share(&shares);
         // With earmarked nodes, a displacement that freed more than it took (a larger victim, a
         // broken gang) left room that jobs tried before it, guests among them (which may not
-        // displace anyone), may take: offer them once more too.
-        let room_freed = self.earmarks.active() && std::mem::take(&mut self.earmarks.room_freed);
-        if !self.evict_queues(&over) && !room_freed {
+        // displace anyone), may take; and a guest whose new place a job at home took may find
+        // another: offer the waiting jobs once more too.
+        let reoffer = self.earmarks.active() && std::mem::take(&mut self.earmarks.reoffer);
+        if !self.evict_queues(&over) && !reoffer {
             return false;
         }
         self.unschedulable.clear();

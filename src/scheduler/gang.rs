@@ -122,7 +122,11 @@ impl PoolCycle<'_> {
             members: present,
             min_cardinality: gang.min_cardinality,
             uniformity_label: gang.node_uniformity_label.clone(),
-            profile: self.earmarks.profile(first.queue, self.pcs[first.pc as usize].preemptible),
+            profile: if self.earmarks.active() {
+                self.earmarks.profile(first.queue, self.pcs[first.pc as usize].preemptible)
+            } else {
+                0
+            },
         });
         if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
             let r = r.clone();

@@ -52,7 +52,7 @@ impl PoolCycle<'_> {
                         (b.scheduled() && b.node == m.node).then_some(by)
                     };
                     let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
-                    let own = if cascaded { None } else { holder(ji as u32) };
+                    let own = if cascaded { None } else { holder(ji as u32).or_else(|| self.earmark_taker(ji as u32)) };
                     // A gang member that kept its place went because another member lost one.
                     let via_gang = match (&own, &j.info.gang) {
                         (None, Some(g)) => self

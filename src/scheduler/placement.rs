@@ -128,6 +128,7 @@ impl PoolCycle<'_> {
     }
 
     /// Types of node a constraint class may use (computed once per cycle).
+    #[inline]
     pub(super) fn matching_types(&mut self, constraint: u32) -> Vec<u32> {
         let c = &mut self.constraints[constraint as usize];
         if c.matching.is_none() {
@@ -156,8 +157,13 @@ impl PoolCycle<'_> {
     /// Places a single queued job; records why not if it cannot.
     fn place_single(&mut self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
-        let profile = self.earmarks.profile(job.queue, self.pcs[job.pc as usize].preemptible);
-        let key = (job.class, job.prio_idx, profile);
+        let profile = if self.earmarks.active() {
+            self.earmarks.profile(job.queue, self.pcs[job.pc as usize].preemptible)
+        } else {
+            0
+        };
+        // One word for level and profile: the cache is looked up for every job tried.
+        let key = (job.class, u32::from(job.prio_idx) | profile << 8);
         if let Some(r) = self.unschedulable.get(&key) {
             let r = r.clone();
             self.set_reason(j, r);
@@ -305,7 +311,7 @@ impl PoolCycle<'_> {
         if !fits(&occ.req, by_req) {
             self.unschedulable.clear();
             self.gang_unschedulable.clear();
-            self.earmarks.room_freed = true;
+            self.earmarks.reoffer = true;
         }
         let victim = &self.jobs[v as usize];
         let (q, pc, status) = (victim.queue, victim.pc, victim.status);
@@ -318,6 +324,7 @@ impl PoolCycle<'_> {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
+                self.earmarks.reoffer |= self.earmarks.is_guest(node, q);
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
@@ -367,7 +374,7 @@ impl PoolCycle<'_> {
         }
         self.unschedulable.clear();
         self.gang_unschedulable.clear();
-        self.earmarks.room_freed = true;
+        self.earmarks.reoffer = true;
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.

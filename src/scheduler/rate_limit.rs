@@ -86,6 +86,7 @@ impl RateLimits {
     }
 
     /// Ok if `n` tokens are available in both the global and the queue's bucket.
+    #[inline]
     pub(crate) fn check(&mut self, q: &QueueName, n: u64) -> Result<(), RateScope> {
         if let Some(g) = &self.global
             && g.whole_tokens() < n
@@ -106,6 +107,7 @@ impl RateLimits {
     }
 
     /// Takes `n` tokens (after a successful `check`).
+    #[inline]
     pub(crate) fn take(&mut self, q: &QueueName, n: u64) {
         let milli = (n as i64).saturating_mul(1000);
         if let Some(g) = &mut self.global {
