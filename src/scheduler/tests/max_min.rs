@@ -2,6 +2,10 @@
 //! preemptible jobs, whatever the queues, their weights, their demands and the nodes their
 //! running jobs happen to occupy, one cycle ends with every queue within one job of the
 //! water-filling allocation, and a second cycle with nothing new changes nothing.
+//!
+//! The same holds in a pool with a node earmarked for a queue of its own ("home") when that
+//! queue asks for no more than its fair share: it ends with all it asked for, on its node, and
+//! the others water-fill the rest, as guests on its node where it leaves room.
 
 use crate::model::{
     ExecutorName, JobId, Labels, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
@@ -20,6 +24,16 @@ struct World {
     layout: Vec<Vec<Option<usize>>>,
     /// Per queue: priority factor (weight = 1 / factor) and queued jobs.
     queues: Vec<(f64, usize)>,
+    /// A node earmarked for queue "home" (factor 1), if any.
+    home: Option<Home>,
+}
+
+/// The earmarked node: how many of its cpus run jobs of "home" (the rest are free), and how many
+/// more "home" has queued.
+#[derive(Debug, Clone)]
+struct Home {
+    running: usize,
+    queued: usize,
 }
 
 fn world() -> impl Strategy<Value = World> {
@@ -40,20 +54,36 @@ fn world() -> impl Strategy<Value = World> {
                     runs.into_iter().flat_map(|(q, len)| std::iter::repeat_n(q, len)).collect();
                 places.resize(capacity, None);
                 let layout = places.chunks(cpus).map(<[Option<usize>]>::to_vec).collect();
-                World { cpus, layout, queues }
+                World { cpus, layout, queues, home: None }
             })
     })
 }
+
+fn world_with_home() -> impl Strategy<Value = World> {
+    world().prop_flat_map(|w| {
+        let cpus = w.cpus;
+        (Just(w), 0..=cpus, 0..=cpus).prop_map(move |(mut w, running, queued)| {
+            w.home = Some(Home { running, queued: queued.min(cpus - running) });
+            w
+        })
+    })
+}
+
+const HOME: &str = "home";
 
 fn queue_name(q: usize) -> QueueName {
     QueueName::new(&format!("q{q}")).expect("valid")
 }
 
 fn job(q: usize, seq: u64) -> Arc<JobInfo> {
+    job_of(queue_name(q), seq)
+}
+
+fn job_of(queue: QueueName, seq: u64) -> Arc<JobInfo> {
     let requests = Resources::parse([("cpu", "1"), ("memory", "1Gi")]).expect("valid");
     Arc::new(JobInfo {
         id: JobId::from_u128(u128::from(seq)),
-        queue: queue_name(q),
+        queue,
         priority_class: PriorityClassName::new("preemptible").expect("valid"),
         priority: 0,
         submit_seq: seq,
@@ -85,7 +115,17 @@ impl Cluster {
                 unschedulable: false,
             })
             .collect();
-        let queues = w.queues.iter().enumerate().map(|(i, (f, _))| Queue::new(queue_name(i), *f)).collect();
+        let mut nodes = nodes;
+        let mut queues: Vec<Queue> =
+            w.queues.iter().enumerate().map(|(i, (f, _))| Queue::new(queue_name(i), *f)).collect();
+        let home = QueueName::new(HOME).expect("valid");
+        if w.home.is_some() {
+            let mut node = nodes[0].clone();
+            node.name = NodeName::new("earmarked").expect("valid");
+            node.labels.insert(crate::model::RESERVED_FOR_LABEL.to_string(), HOME.to_string());
+            nodes.push(node);
+            queues.push(Queue::new(home.clone(), 1.0));
+        }
         let mut seq = 0u64;
         let mut running = Vec::new();
         for (n, slots) in w.layout.iter().enumerate() {
@@ -103,6 +143,22 @@ impl Cluster {
             for _ in 0..*count {
                 seq += 1;
                 queued.push(job(q, seq));
+            }
+        }
+        if let Some(h) = &w.home {
+            let earmarked = nodes.last().expect("pushed above");
+            for i in 0..h.running + h.queued {
+                seq += 1;
+                let j = job_of(home.clone(), seq);
+                if i < h.running {
+                    running.push(RunningJob {
+                        job: j,
+                        executor: earmarked.executor.clone(),
+                        node: earmarked.name.clone(),
+                    });
+                } else {
+                    queued.push(j);
+                }
             }
         }
         Cluster { nodes, queues, queued, running }
@@ -138,8 +194,9 @@ impl Cluster {
         }
     }
 
+    /// Running jobs per queue, in the order of `queues` ("home" last).
     fn running_per_queue(&self) -> Vec<usize> {
-        (0..self.queues.len()).map(|q| self.running.iter().filter(|r| r.job.queue == queue_name(q)).count()).collect()
+        self.queues.iter().map(|q| self.running.iter().filter(|r| r.job.queue == q.name).count()).collect()
     }
 }
 
@@ -162,11 +219,20 @@ fn water_filling(factors: &[f64], demands: &[usize], capacity: usize) -> Vec<usi
 fn check(w: &World) -> Result<(), TestCaseError> {
     let cfg = SchedulerConfig { node_eviction_probability: 1.0, max_queue_lookback: 0, ..Default::default() };
     let mut c = Cluster::new(w);
-    let capacity = w.layout.len() * w.cpus;
+    let capacity = c.nodes.len() * w.cpus;
     let before = c.running_per_queue();
-    let demands: Vec<usize> = before.iter().zip(&w.queues).map(|(r, (_, queued))| r + queued).collect();
-    let factors: Vec<f64> = w.queues.iter().map(|(f, _)| *f).collect();
+    let mut demands: Vec<usize> = before.iter().zip(&w.queues).map(|(r, (_, queued))| r + queued).collect();
+    let mut factors: Vec<f64> = w.queues.iter().map(|(f, _)| *f).collect();
+    if let Some(h) = &w.home {
+        demands.push(h.running + h.queued);
+        factors.push(1.0);
+    }
     let want = water_filling(&factors, &demands, capacity);
+    // "home" asks for no more than its fair share (above it, it would rightly be evicted, and
+    // guests may not take its place: not the max-min situation).
+    if w.home.is_some() && want[want.len() - 1] < demands[demands.len() - 1] {
+        return Ok(());
+    }
 
     let d1 = schedule(&c.snapshot(), &cfg, 7, 0);
     c.apply(&d1);
@@ -191,6 +257,11 @@ fn check(w: &World) -> Result<(), TestCaseError> {
         );
     }
 
+    if w.home.is_some() {
+        let away = c.running.iter().filter(|r| r.job.queue.as_str() == HOME && r.node.as_str() != "earmarked").count();
+        prop_assert_eq!(away, 0, "home jobs away from their node: {:?}", got);
+    }
+
     let d2 = schedule(&c.snapshot(), &cfg, 8, 1000);
     prop_assert!(
         d2.leases.is_empty() && d2.preemptions.is_empty(),
@@ -212,6 +283,11 @@ proptest! {
     fn one_cycle_reaches_water_filling_and_stays(w in world()) {
         check(&w)?;
     }
+
+    #[test]
+    fn with_an_earmarked_node_home_gets_its_demand_and_the_rest_water_fills(w in world_with_home()) {
+        check(&w)?;
+    }
 }
 
 #[test]
@@ -227,7 +303,11 @@ fn water_filling_reference() {
 #[test]
 fn issue_example_holds() {
     let own = |q| vec![Some(q); 16];
-    let w =
-        World { cpus: 16, layout: vec![own(0), own(1), own(2)], queues: vec![(1.0, 0), (1.0, 0), (1.0, 0), (1.0, 48)] };
+    let w = World {
+        cpus: 16,
+        layout: vec![own(0), own(1), own(2)],
+        queues: vec![(1.0, 0), (1.0, 0), (1.0, 0), (1.0, 48)],
+        home: None,
+    };
     check(&w).unwrap();
 }
