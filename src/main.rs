@@ -63,6 +63,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent(args) => cli::agent::run(args),
         Command::AgentSupervise(args) => cli::supervise::run(args),
         Command::Up(args) => cli::up::run(args),
-        Command::Client(cmd) => cli::runtime::runtime()?.block_on(cli::client::run(cli.client, cmd)),
+        Command::Client(cmd) => cli::runtime::client_runtime()?.block_on(cli::client::run(cli.client, cmd)),
     }
 }

@@ -5,6 +5,12 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
 }
 
+/// The runtime of the client verbs: one thread, since a verb waits on one request at a time and
+/// starting worker threads was a measurable part of a short command.
+pub(crate) fn client_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
 /// Completes on SIGTERM or Ctrl-C.
 pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
