@@ -234,6 +234,8 @@ pub async fn report(
                 home_allocated: q.home_allocated.clone(),
                 guest_allocated: q.guest_allocated.clone(),
                 usage: q.usage,
+                parent: q.parent.clone(),
+                is_parent: q.is_parent,
             })
         })
         .collect();

@@ -52,10 +52,6 @@ impl From<Queue> for QueueRecord {
             resource_limits_by_priority_class,
             cordoned,
             labels,
-            parent: None,
-            priority_offset: 0,
-            priority_policy: PriorityPolicy::Default,
-            sort_priority: SortPriority::Enabled,
         }
     }
 }

@@ -132,6 +132,7 @@ impl PoolCycle<'_> {
             }
         }
         let earmarked = self.earmarked_allocation();
+        let parents = self.parent_reports();
         out.pools.push(PoolReport {
             pool: self.pool.clone(),
             total: self.layout.named(&self.total),
@@ -140,8 +141,12 @@ impl PoolCycle<'_> {
                 .queues
                 .iter()
                 .enumerate()
-                .filter(|(_, q)| q.active)
-                .map(|(i, q)| QueueShare {
+                .filter(|(i, q)| q.active || parents.contains_key(i))
+                .map(|(i, q)| {
+                    if let Some(p) = parents.get(&i) {
+                        return p.clone();
+                    }
+                    QueueShare {
                     queue: q.name.clone(),
                     weight: 1.0 / q.priority_factor,
                     fair_share: q.fair_share,
@@ -154,10 +159,13 @@ impl PoolCycle<'_> {
                     home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
                     guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
                     usage: q.usage,
-                })
+                    parent: self.tree_parent_name(i as u32),
+                    is_parent: false,
+                }})
                 .collect(),
             evicted: self.evicted_count,
             jobs_tried: self.jobs_tried,
+            queue_priority: self.tree.as_ref().map(|t| t.first_priorities.clone()).unwrap_or_default(),
         });
     }
 }
