@@ -93,6 +93,26 @@ impl Hierarchy {
                 parent[i] = ROOT;
             }
         }
+        Some(Box::new(Self::assemble(
+            parent,
+            queues.iter().map(|q| q.snap.queue.priority_policy == PriorityPolicy::Fence).collect(),
+            queues.iter().map(|q| q.snap.queue.priority_offset).collect(),
+            queues.iter().map(|q| q.snap.queue.sort_priority == SortPriority::Disabled).collect(),
+            cycle.pcs.get(cycle.default_pc as usize).map_or(0, |p| p.priority),
+            cycle.layout.zero(),
+        )))
+    }
+
+    /// The tree of the given parents (which must form no cycle) and settings.
+    fn assemble(
+        parent: Vec<u32>,
+        fence: Vec<bool>,
+        offset: Vec<i32>,
+        sort_disabled: Vec<bool>,
+        default_priority: i32,
+        zero: ResVec,
+    ) -> Hierarchy {
+        let n = parent.len();
         let mut children = vec![Vec::new(); n];
         let mut roots = Vec::new();
         for (i, &p) in parent.iter().enumerate() {
@@ -115,16 +135,15 @@ impl Hierarchy {
         }
         let mut sort_off = vec![false; n];
         for &v in post.iter().rev() {
-            let own = queues[v as usize].snap.queue.sort_priority == SortPriority::Disabled;
             let p = parent[v as usize];
-            sort_off[v as usize] = own || (p != ROOT && sort_off[p as usize]);
+            sort_off[v as usize] = sort_disabled[v as usize] || (p != ROOT && sort_off[p as usize]);
         }
-        Some(Box::new(Hierarchy {
-            fence: queues.iter().map(|q| q.snap.queue.priority_policy == PriorityPolicy::Fence).collect(),
-            offset: queues.iter().map(|q| q.snap.queue.priority_offset).collect(),
+        Hierarchy {
+            fence,
+            offset,
             sort_off,
-            default_priority: cycle.pcs.get(cycle.default_pc as usize).map_or(0, |p| p.priority),
-            alloc: vec![cycle.layout.zero(); n],
+            default_priority,
+            alloc: vec![zero; n],
             offer: vec![None; n],
             parent,
             children,
@@ -132,7 +151,15 @@ impl Hierarchy {
             post,
             first_priorities: BTreeMap::new(),
             recorded: false,
-        }))
+        }
+    }
+
+    /// A tree of plain queues from each queue's parent (tests).
+    #[cfg(test)]
+    pub(super) fn of_parents(parents: &[Option<usize>]) -> Hierarchy {
+        let n = parents.len();
+        let parent = parents.iter().map(|p| p.map_or(ROOT, |p| p as u32)).collect();
+        Self::assemble(parent, vec![false; n], vec![0; n], vec![false; n], 0, ResVec::new())
     }
 
     /// True if queue `q` has children.
