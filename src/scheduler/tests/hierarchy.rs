@@ -333,3 +333,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn queue_tree_scenario() {
+    let path = format!("{}/tests/scenarios/queue_tree.yaml", env!("CARGO_MANIFEST_DIR"));
+    let out = run_text(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let order: Vec<Vec<String>> = out.rounds.iter().map(scheduled).collect();
+    assert_eq!(
+        order,
+        vec![
+            vec!["sys".to_string()],
+            vec!["sys".into(), "tb".into()],
+            vec!["open-urgent".into(), "sys".into(), "tb".into()],
+            vec!["fenced-urgent".into(), "open-urgent".into(), "sys".into(), "tb".into()],
+        ]
+    );
+    assert_eq!(
+        priorities(&out.rounds[0]),
+        prio(&[
+            ("a-fenced", 30000),
+            ("b-open", 35000),
+            ("system", 35000),
+            ("tb-jobs", 30000),
+            ("tenant-a", 30000),
+            ("tenant-b", 30000)
+        ])
+    );
+}
