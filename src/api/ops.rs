@@ -329,7 +329,15 @@ mod tests {
     }
 
     fn pool(name: PoolName, queues: Vec<QueueShare>) -> PoolReport {
-        PoolReport { pool: name, total: Resources::new(), nodes: 1, queues, evicted: 0, jobs_tried: 0, queue_priority: Default::default() }
+        PoolReport {
+            pool: name,
+            total: Resources::new(),
+            nodes: 1,
+            queues,
+            evicted: 0,
+            jobs_tried: 0,
+            queue_priority: Default::default(),
+        }
     }
 
     #[test]

@@ -216,7 +216,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(q.parent.as_ref().map(|p| p.as_str()), Some("t"));
-        assert_eq!((q.priority_offset, q.priority_policy, q.sort_priority), (-5, PriorityPolicy::Fence, SortPriority::Disabled));
+        assert_eq!(
+            (q.priority_offset, q.priority_policy, q.sort_priority),
+            (-5, PriorityPolicy::Fence, SortPriority::Disabled)
+        );
         assert!(!q.is_flat());
         let e = serde_json::from_str::<Queue>(r#"{"name": "a", "priority_offset": 3000000000}"#).unwrap_err();
         assert!(e.to_string().contains("i32"), "{e}");

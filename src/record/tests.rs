@@ -777,7 +777,10 @@ fn queue_trees() -> QueueTreesRecord {
 fn format_6_commands() -> Vec<(&'static str, Command)> {
     let trees = queue_trees().queues;
     vec![
-        ("command-create-queue-in-tree", Command::CreateQueueInTree { queue: queue(), tree: trees[&qn("physics")].clone() }),
+        (
+            "command-create-queue-in-tree",
+            Command::CreateQueueInTree { queue: queue(), tree: trees[&qn("physics")].clone() },
+        ),
         (
             "command-update-queue-in-tree",
             Command::UpdateQueueInTree { queue: plain_queue("science"), tree: trees[&qn("science")].clone() },

@@ -356,10 +356,7 @@ impl<'a> PoolCycle<'a> {
                 None => true,
                 Some(b) => {
                     let by_priority = if sort_off { std::cmp::Ordering::Equal } else { c.priority.cmp(&b.priority) };
-                    by_priority
-                        .then_with(|| b.cost.total_cmp(&c.cost))
-                        .then_with(|| b.index.cmp(&c.index))
-                        .is_gt()
+                    by_priority.then_with(|| b.cost.total_cmp(&c.cost)).then_with(|| b.index.cmp(&c.index)).is_gt()
                 }
             };
             if better {
@@ -396,23 +393,6 @@ fn split_pair(v: &mut [ResVec], a: usize, b: usize) -> (&mut ResVec, &ResVec) {
     } else {
         let (lo, hi) = v.split_at_mut(a);
         (&mut hi[0], &lo[b])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn water_fill_matches_the_flat_one_and_divides_a_parent_share() {
-        let w = [1.0, 1.0, 1.0, 1.0];
-        let d = [0.05, 0.2, 0.3, 1.0];
-        assert_eq!(water_fill(1.0, &w, &d), super::super::fairness::adjusted_fair_shares(&w, &d));
-        // Half a pool between two children, one wanting 10%: the other gets 40%.
-        let s = water_fill(0.5, &[1.0, 1.0], &[0.1, 1.0]);
-        assert!((s[0] - 0.1).abs() < 1e-12 && (s[1] - 0.4).abs() < 1e-12, "{s:?}");
-        // Nothing to divide.
-        assert_eq!(water_fill(0.0, &[1.0], &[1.0]), vec![0.0]);
     }
 }
 
@@ -466,5 +446,22 @@ impl PoolCycle<'_> {
                 (i, share)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn water_fill_matches_the_flat_one_and_divides_a_parent_share() {
+        let w = [1.0, 1.0, 1.0, 1.0];
+        let d = [0.05, 0.2, 0.3, 1.0];
+        assert_eq!(water_fill(1.0, &w, &d), super::super::fairness::adjusted_fair_shares(&w, &d));
+        // Half a pool between two children, one wanting 10%: the other gets 40%.
+        let s = water_fill(0.5, &[1.0, 1.0], &[0.1, 1.0]);
+        assert!((s[0] - 0.1).abs() < 1e-12 && (s[1] - 0.4).abs() < 1e-12, "{s:?}");
+        // Nothing to divide.
+        assert_eq!(water_fill(0.0, &[1.0], &[1.0]), vec![0.0]);
     }
 }

@@ -147,21 +147,22 @@ impl PoolCycle<'_> {
                         return p.clone();
                     }
                     QueueShare {
-                    queue: q.name.clone(),
-                    weight: 1.0 / q.priority_factor,
-                    fair_share: q.fair_share,
-                    adjusted_fair_share: q.adjusted_fair_share,
-                    actual_share: q.actual_share,
-                    share_after: self.cost.share(&q.alloc),
-                    protected: q.protected,
-                    allocated: self.layout.named(&q.alloc),
-                    demand: self.layout.named(&q.demand),
-                    home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
-                    guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
-                    usage: q.usage,
-                    parent: self.tree_parent_name(i as u32),
-                    is_parent: false,
-                }})
+                        queue: q.name.clone(),
+                        weight: 1.0 / q.priority_factor,
+                        fair_share: q.fair_share,
+                        adjusted_fair_share: q.adjusted_fair_share,
+                        actual_share: q.actual_share,
+                        share_after: self.cost.share(&q.alloc),
+                        protected: q.protected,
+                        allocated: self.layout.named(&q.alloc),
+                        demand: self.layout.named(&q.demand),
+                        home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
+                        guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
+                        usage: q.usage,
+                        parent: self.tree_parent_name(i as u32),
+                        is_parent: false,
+                    }
+                })
                 .collect(),
             evicted: self.evicted_count,
             jobs_tried: self.jobs_tried,

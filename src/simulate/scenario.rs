@@ -216,7 +216,8 @@ impl<'de> Deserialize<'de> for QueueEntry {
                 "weight: give weight or priority_factor, not both (weight = 1 / priority_factor)",
             ));
         }
-        let mut q: Queue = serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(fields)).map_err(D::Error::custom)?;
+        let mut q: Queue =
+            serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(fields)).map_err(D::Error::custom)?;
         if let Some(w) = weight {
             let w: f64 = serde_yaml_ng::from_value(w).map_err(|e| D::Error::custom(format!("weight: {e}")))?;
             if !(w.is_finite() && w > 0.0) {

@@ -4,7 +4,8 @@
 
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use crate::record::{
-    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord,
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueTreesRecord,
+    QueueUsageRecord,
 };
 use std::collections::BTreeSet;
 

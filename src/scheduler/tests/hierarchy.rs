@@ -199,7 +199,11 @@ fn offsets_saturate_at_the_bounds_of_an_i32() {
 }
 
 fn shares(d: &Decisions) -> BTreeMap<String, (f64, f64, bool)> {
-    d.pools[0].queues.iter().map(|q| (q.queue.to_string(), (q.fair_share, q.adjusted_fair_share, q.is_parent))).collect()
+    d.pools[0]
+        .queues
+        .iter()
+        .map(|q| (q.queue.to_string(), (q.fair_share, q.adjusted_fair_share, q.is_parent)))
+        .collect()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -222,12 +226,7 @@ rounds:
     let out = run_text(text).unwrap();
     let r = &out.rounds[0];
     let s = shares(r.decisions.as_ref().unwrap());
-    let expect = [
-        ("A", 0.5, 0.5, true),
-        ("A1", 0.25, 0.1, false),
-        ("A2", 0.25, 0.4, false),
-        ("B", 0.5, 0.5, false),
-    ];
+    let expect = [("A", 0.5, 0.5, true), ("A1", 0.25, 0.1, false), ("A2", 0.25, 0.4, false), ("B", 0.5, 0.5, false)];
     for (q, fair, adjusted, parent) in expect {
         let (f, a, p) = s[q];
         assert!(close(f, fair) && close(a, adjusted) && p == parent, "{q}: {:?}", s[q]);
@@ -286,7 +285,9 @@ fn flat_through_tree(w: &World) -> Result<(), TestCaseError> {
 fn forest() -> impl Strategy<Value = (Vec<Option<usize>>, Vec<f64>, Vec<f64>, Vec<bool>)> {
     (1usize..12).prop_flat_map(|n| {
         (
-            (0..n).map(|i| if i == 0 { Just(None).boxed() } else { prop::option::of(0..i).boxed() }).collect::<Vec<_>>(),
+            (0..n)
+                .map(|i| if i == 0 { Just(None).boxed() } else { prop::option::of(0..i).boxed() })
+                .collect::<Vec<_>>(),
             prop::collection::vec(prop::sample::select(vec![0.5, 1.0, 2.0, 3.0]), n),
             prop::collection::vec(0.0f64..0.6, n),
             prop::collection::vec(any::<bool>(), n),

@@ -84,7 +84,10 @@ fn jobs_go_to_leaves_and_a_queue_with_jobs_does_not_become_a_parent() {
     assert!(msg.contains("cannot become a parent"), "{msg}");
 
     s.apply(Command::create_queue(Queue::new(q("P"), 1.0)), ApplyContext::default());
-    assert_eq!(s.apply(Command::create_queue(child("leaf", "P")), ApplyContext::default()).response, Some(Response::Ok));
+    assert_eq!(
+        s.apply(Command::create_queue(child("leaf", "P")), ApplyContext::default()).response,
+        Some(Response::Ok)
+    );
     let a = s.apply(
         Command::Submit { queue: q("P"), job_set: set("s"), at_ms: 10, jobs: vec![new_job(2, None, "1")] },
         ApplyContext::default(),
