@@ -10,6 +10,7 @@ pub mod v0002_event_chunks;
 pub mod v0003_finished_index;
 pub mod v0004_node_health;
 pub mod v0005_queue_usage;
+pub mod v0006_queue_tree;
 
 /// A migration step.
 pub struct Migration {
@@ -28,4 +29,5 @@ pub const ALL: &[Migration] = &[
     Migration { version: 3, name: "finished jobs indexed by finish time", run: v0003_finished_index::run },
     Migration { version: 4, name: "failures and quarantine of nodes", run: v0004_node_health::run },
     Migration { version: 5, name: "queue usage meta row", run: v0005_queue_usage::run },
+    Migration { version: 6, name: "queue tree meta row", run: v0006_queue_tree::run },
 ];

@@ -71,6 +71,13 @@ pub async fn submit(
             format!("queue {} is cordoned and accepts no new jobs", queue.name),
         ));
     }
+    if app.state().is_parent(&queue.name) {
+        return Err(ApiError::field(
+            axum::http::StatusCode::CONFLICT,
+            "queue",
+            format!("queue {} is a parent queue: jobs are submitted to leaf queues only", queue.name),
+        ));
+    }
     let largest =
         if app.config.server.reject_jobs_larger_than_any_node { largest_node(&app) } else { Resources::new() };
     let ctx = SubmitContext { server: &app.config.server, scheduler: &app.config.scheduler, largest_node: &largest };

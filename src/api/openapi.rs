@@ -474,6 +474,10 @@ mod tests {
             .insert(crate::model::PriorityClassName::new("default").expect("name"), q.resource_limits.clone());
         q.cordoned = true;
         q.labels.insert("team".into(), "a".into());
+        q.parent = Some(QueueName::new("tenant").expect("name"));
+        q.priority_offset = -3;
+        q.priority_policy = crate::model::PriorityPolicy::Fence;
+        q.sort_priority = crate::model::SortPriority::Disabled;
         conforms(&d, "Queue", &q, true);
         let job_id = JobId::from_parts(1_700_000_000_000, 7);
         let run_id = RunId::from_parts(1_700_000_000_001, 8);
@@ -540,6 +544,8 @@ mod tests {
                 home_allocated: resources(&[("cpu", "1")]),
                 guest_allocated: resources(&[("cpu", "1")]),
                 usage: 0.375,
+                parent: Some(QueueName::new("tenant").unwrap()),
+                is_parent: false,
             }],
             jobs: BTreeMap::from([(JobState::Queued, 2), (JobState::Running, 1)]),
             usage: BTreeMap::from([(crate::model::PoolName::default_pool(), 0.3125)]),

@@ -323,11 +323,21 @@ mod tests {
             home_allocated: Resources::new(),
             guest_allocated: Resources::new(),
             usage: after,
+            parent: None,
+            is_parent: false,
         }
     }
 
     fn pool(name: PoolName, queues: Vec<QueueShare>) -> PoolReport {
-        PoolReport { pool: name, total: Resources::new(), nodes: 1, queues, evicted: 0, jobs_tried: 0 }
+        PoolReport {
+            pool: name,
+            total: Resources::new(),
+            nodes: 1,
+            queues,
+            evicted: 0,
+            jobs_tried: 0,
+            queue_priority: Default::default(),
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub async fn create(
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
     queue.validate()?;
-    app.write(Command::CreateQueue { queue: queue.clone().into() }).await?;
+    app.write(Command::create_queue(queue.clone())).await?;
     Ok((StatusCode::CREATED, axum::Json(queue)).into_response())
 }
 
@@ -128,7 +128,7 @@ pub async fn update(
         ));
     }
     queue.validate()?;
-    app.write(Command::UpdateQueue { queue: queue.clone().into() }).await?;
+    app.write(Command::update_queue(queue.clone())).await?;
     Ok(json(queue))
 }
 
@@ -234,6 +234,8 @@ pub async fn report(
                 home_allocated: q.home_allocated.clone(),
                 guest_allocated: q.guest_allocated.clone(),
                 usage: q.usage,
+                parent: q.parent.clone(),
+                is_parent: q.is_parent,
             })
         })
         .collect();

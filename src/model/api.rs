@@ -284,6 +284,14 @@ pub struct QueuePoolReport {
     /// average of its share; otherwise its share at the start of the cycle.
     #[serde(default)]
     pub usage: f64,
+    /// The queue's parent in the queue tree (absent: a top-level queue).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub parent: Option<QueueName>,
+    /// True for a parent queue: its shares are its level's, its allocation and demand its
+    /// subtree's.
+    #[serde(default)]
+    pub is_parent: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

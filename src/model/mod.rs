@@ -22,6 +22,6 @@ pub use names::{
 pub use node::{Node, NodeFault, RESERVED_FOR_LABEL, parse_reserved_for, reserved_for_value};
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
 pub use priority::PriorityClass;
-pub use queue::{FieldError, Queue};
+pub use queue::{FieldError, PriorityPolicy, Queue, SortPriority};
 pub use requirements::{Requirements, SchedulingRequirements};
 pub use resources::Resources;

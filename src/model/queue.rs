@@ -38,6 +38,64 @@ pub struct Queue {
     /// Free-form labels for people and tools; Convoy does not act on them.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The parent queue, if this queue is a child in the queue tree (absent: a top-level queue).
+    /// Jobs are submitted to leaf queues only; a parent's share is divided among its children.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub parent: Option<QueueName>,
+    /// Added to the queue's priority when it competes with its siblings (saturating at the
+    /// bounds of an i32).
+    #[serde(default)]
+    pub priority_offset: i32,
+    /// `fence`: the priorities inside this queue's subtree are not visible outside it.
+    #[serde(default)]
+    pub priority_policy: PriorityPolicy,
+    /// `disabled`: priorities are ignored when ordering this queue's children (and, inherited,
+    /// in its whole subtree); fair share alone decides.
+    #[serde(default)]
+    pub sort_priority: SortPriority,
+}
+
+/// Whether a queue's subtree shows its priorities to the rest of the tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityPolicy {
+    /// Seen from outside, the queue has the highest priority of its jobs or children, plus its
+    /// offset.
+    #[default]
+    Default,
+    /// Seen from outside, the queue has the default priority class's priority plus its offset,
+    /// whatever its jobs ask for; inside, its children still compete by priority.
+    Fence,
+}
+
+/// Whether priorities order a queue's children (inherited by the subtree only when disabled).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SortPriority {
+    /// The child with the highest priority goes first; fair share breaks ties.
+    #[default]
+    Enabled,
+    /// Priorities are ignored inside this queue and its subtree: fair share alone decides.
+    Disabled,
+}
+
+impl std::fmt::Display for PriorityPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PriorityPolicy::Default => "default",
+            PriorityPolicy::Fence => "fence",
+        })
+    }
+}
+
+impl std::fmt::Display for SortPriority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SortPriority::Enabled => "enabled",
+            SortPriority::Disabled => "disabled",
+        })
+    }
 }
 
 fn default_priority_factor() -> f64 {
@@ -56,7 +114,20 @@ impl Queue {
             resource_limits_by_priority_class: BTreeMap::new(),
             cordoned: false,
             labels: BTreeMap::new(),
+            parent: None,
+            priority_offset: 0,
+            priority_policy: PriorityPolicy::Default,
+            sort_priority: SortPriority::Enabled,
         }
+    }
+
+    /// True if the queue uses none of the tree's settings: no parent, no offset, no fence,
+    /// priorities sorted. A pool whose queues are all flat is scheduled as Armada does.
+    pub fn is_flat(&self) -> bool {
+        self.parent.is_none()
+            && self.priority_offset == 0
+            && self.priority_policy == PriorityPolicy::Default
+            && self.sort_priority == SortPriority::Enabled
     }
 
     /// The queue's weight in fair share.
@@ -71,6 +142,9 @@ impl Queue {
                 "priority_factor",
                 format!("must be a finite number > 0, got {}", self.priority_factor),
             ));
+        }
+        if self.parent.as_ref() == Some(&self.name) {
+            return Err(FieldError::new("parent", format!("queue {} cannot be its own parent", self.name)));
         }
         validate_fractions("resource_limits", &self.resource_limits)?;
         for (pc, f) in &self.resource_limits_by_priority_class {
@@ -128,5 +202,27 @@ mod tests {
         assert!((q.weight() - 0.5).abs() < 1e-12);
         q.resource_limits.insert(ResourceName::cpu(), 1.5);
         assert_eq!(q.validate().unwrap_err().field, "resource_limits.cpu");
+        q.resource_limits.clear();
+        q.parent = Some(q.name.clone());
+        assert_eq!(q.validate().unwrap_err().field, "parent");
+    }
+
+    #[test]
+    fn tree_fields_default_and_parse() {
+        let q: Queue = serde_json::from_str(r#"{"name": "a"}"#).unwrap();
+        assert!(q.is_flat());
+        let q: Queue = serde_json::from_str(
+            r#"{"name": "a", "parent": "t", "priority_offset": -5, "priority_policy": "fence", "sort_priority": "disabled"}"#,
+        )
+        .unwrap();
+        assert_eq!(q.parent.as_ref().map(|p| p.as_str()), Some("t"));
+        assert_eq!(
+            (q.priority_offset, q.priority_policy, q.sort_priority),
+            (-5, PriorityPolicy::Fence, SortPriority::Disabled)
+        );
+        assert!(!q.is_flat());
+        let e = serde_json::from_str::<Queue>(r#"{"name": "a", "priority_offset": 3000000000}"#).unwrap_err();
+        assert!(e.to_string().contains("i32"), "{e}");
+        assert!(serde_json::from_str::<Queue>(r#"{"name": "a", "priority_policy": "wall"}"#).is_err());
     }
 }

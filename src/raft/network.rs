@@ -63,7 +63,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   schema 4 (with the `node_health` table).
 /// - 5: log format 5 (records of the queues' usage) and snapshots of state schema 5 (with the
 ///   `queue_usage` meta row).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// - 6: log format 6 (queues with their place in the queue tree) and snapshots of state schema 6
+///   (with the `queue_tree` meta row).
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

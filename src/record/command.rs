@@ -4,16 +4,17 @@
 
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
-use super::queue::QueueRecord;
+use super::queue::{QueueRecord, QueueTreeRecord};
 use super::usage::QueueUsageRecord;
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 5 (the variant order is the format; log
+/// A change to the replicated state. Format: log format 6 (the variant order is the format; log
 /// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
 /// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
-/// [`Command::RecordUsage`] (format 5), so every older command decodes, and encodes back,
+/// [`Command::RecordUsage`] (format 5), format 5 without [`Command::CreateQueueInTree`] and
+/// [`Command::UpdateQueueInTree`] (format 6), so every older command decodes, and encodes back,
 /// unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -187,6 +188,37 @@ pub enum Command {
         /// The usage.
         usage: QueueUsageRecord,
     },
+    /// Creates a queue with its place in the queue tree. Log format 6: the leader proposes this
+    /// instead of [`Command::CreateQueue`], whose entries in older logs create top-level queues.
+    CreateQueueInTree {
+        /// The new queue's settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+    },
+    /// Replaces a queue's settings, its place in the tree included. Log format 6 (older logs'
+    /// [`Command::UpdateQueue`] entries make the queue a top-level one with default settings,
+    /// which every queue was then).
+    UpdateQueueInTree {
+        /// The queue's new settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+    },
+}
+
+impl Command {
+    /// The command creating `queue` as the leader proposes it (log format 6).
+    pub fn create_queue(queue: crate::model::Queue) -> Self {
+        let tree = QueueTreeRecord::of(&queue);
+        Command::CreateQueueInTree { queue: queue.into(), tree }
+    }
+
+    /// The command replacing `queue`'s settings as the leader proposes it (log format 6).
+    pub fn update_queue(queue: crate::model::Queue) -> Self {
+        let tree = QueueTreeRecord::of(&queue);
+        Command::UpdateQueueInTree { queue: queue.into(), tree }
+    }
 }
 
 /// A run event with, for a failure, whether the run's node is to blame. Format: log format 4.

@@ -50,7 +50,7 @@ pub use executor::{
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
-pub use queue::QueueRecord;
+pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
 pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 pub use usage::{QueueUsageRecord, UsageSampleRecord};
 
@@ -71,7 +71,13 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// snapshots carry as they carry every meta row. Every older row is unchanged, so migration 5
 /// converts nothing; the bump makes an older binary refuse a database or snapshot that may hold
 /// the row instead of dropping the usage without a word.
-pub const STATE_SCHEMA_VERSION: u32 = 5;
+///
+/// 6 adds the `queue_tree` meta row (a [`QueueTreesRecord`]: the parent, priority offset and
+/// priority policies of every queue that has any), which snapshots carry as a meta row. The
+/// `queues` rows are unchanged (a queue absent from the row is a top-level queue with default
+/// settings, as every queue of an older database is), so migration 6 converts nothing; the bump
+/// makes an older binary refuse a database or snapshot that may hold the tree.
+pub const STATE_SCHEMA_VERSION: u32 = 6;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.

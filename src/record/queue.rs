@@ -1,10 +1,11 @@
 //! The stored queue (`queues` rows, and the queue commands of the log).
 
-use crate::model::{PriorityClassName, Queue, QueueName, ResourceName};
+use crate::model::{PriorityClassName, PriorityPolicy, Queue, QueueName, ResourceName, SortPriority};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A queue's settings. Format: state schema 2, log format 1.
+/// A queue's settings, but its place in the tree ([`QueueTreeRecord`], stored and carried
+/// beside it). Format: state schema 2, log format 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueueRecord {
     /// The queue's name.
@@ -25,6 +26,7 @@ pub struct QueueRecord {
     pub labels: BTreeMap<String, String>,
 }
 
+/// The settings part: the tree settings go into a [`QueueTreeRecord`] ([`QueueTreeRecord::of`]).
 impl From<Queue> for QueueRecord {
     fn from(q: Queue) -> Self {
         let Queue {
@@ -36,6 +38,10 @@ impl From<Queue> for QueueRecord {
             resource_limits_by_priority_class,
             cordoned,
             labels,
+            parent: _,
+            priority_offset: _,
+            priority_policy: _,
+            sort_priority: _,
         } = q;
         QueueRecord {
             name,
@@ -50,6 +56,7 @@ impl From<Queue> for QueueRecord {
     }
 }
 
+/// A top-level queue with default tree settings (see [`queue_in_tree`]).
 impl From<QueueRecord> for Queue {
     fn from(r: QueueRecord) -> Self {
         let QueueRecord {
@@ -71,6 +78,93 @@ impl From<QueueRecord> for Queue {
             resource_limits_by_priority_class,
             cordoned,
             labels,
+            parent: None,
+            priority_offset: 0,
+            priority_policy: PriorityPolicy::Default,
+            sort_priority: SortPriority::Enabled,
         }
     }
+}
+
+/// A queue's place in the queue tree and its priority settings. Format: state schema 6 (in the
+/// `queue_tree` meta row, [`QueueTreesRecord`]), log format 6 ([`super::Command::CreateQueueInTree`],
+/// [`super::Command::UpdateQueueInTree`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTreeRecord {
+    /// The parent queue (none: a top-level queue).
+    pub parent: Option<QueueName>,
+    /// Added to the queue's priority among its siblings.
+    pub priority_offset: i32,
+    /// Whether the subtree's priorities are fenced in.
+    pub priority_policy: PriorityPolicyRecord,
+    /// Whether priorities order the queue's children.
+    pub sort_priority: SortPriorityRecord,
+}
+
+/// [`crate::model::PriorityPolicy`]. Format: state schema 6, log format 6.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PriorityPolicyRecord {
+    /// Priorities flow up.
+    #[default]
+    Default,
+    /// Fenced in.
+    Fence,
+}
+
+/// [`crate::model::SortPriority`]. Format: state schema 6, log format 6.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SortPriorityRecord {
+    /// Priorities order the children.
+    #[default]
+    Enabled,
+    /// Fair share alone orders the children.
+    Disabled,
+}
+
+/// The `queue_tree` meta row: the tree settings of every queue that has any (a queue absent from
+/// it is a top-level queue with the default settings). Format: state schema 6.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTreesRecord {
+    /// By queue name.
+    pub queues: BTreeMap<QueueName, QueueTreeRecord>,
+}
+
+impl QueueTreeRecord {
+    /// The tree settings of a queue.
+    pub fn of(q: &Queue) -> Self {
+        QueueTreeRecord {
+            parent: q.parent.clone(),
+            priority_offset: q.priority_offset,
+            priority_policy: match q.priority_policy {
+                PriorityPolicy::Default => PriorityPolicyRecord::Default,
+                PriorityPolicy::Fence => PriorityPolicyRecord::Fence,
+            },
+            sort_priority: match q.sort_priority {
+                SortPriority::Enabled => SortPriorityRecord::Enabled,
+                SortPriority::Disabled => SortPriorityRecord::Disabled,
+            },
+        }
+    }
+
+    /// Sets these tree settings on a queue.
+    pub fn apply_to(self, q: &mut Queue) {
+        let QueueTreeRecord { parent, priority_offset, priority_policy, sort_priority } = self;
+        q.parent = parent;
+        q.priority_offset = priority_offset;
+        q.priority_policy = match priority_policy {
+            PriorityPolicyRecord::Default => PriorityPolicy::Default,
+            PriorityPolicyRecord::Fence => PriorityPolicy::Fence,
+        };
+        q.sort_priority = match sort_priority {
+            SortPriorityRecord::Enabled => SortPriority::Enabled,
+            SortPriorityRecord::Disabled => SortPriority::Disabled,
+        };
+    }
+}
+
+/// A queue with its tree settings, from the two records a command carries.
+pub fn queue_in_tree(queue: QueueRecord, tree: QueueTreeRecord) -> Queue {
+    let mut q = Queue::from(queue);
+    tree.apply_to(&mut q);
+    q
 }

@@ -152,7 +152,9 @@ impl<'a> PoolCycle<'a> {
             return_head: 0,
             rank_floor: u32::MAX,
             walk_free: HashMap::default(),
+            tree: None,
         };
+        cycle.tree = super::hierarchy::Hierarchy::build(&cycle, false);
         let mut interner = Interner {
             classes: HashMap::default(),
             constraints: HashMap::default(),
@@ -316,6 +318,9 @@ impl<'a> PoolCycle<'a> {
             q.actual_share = self.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
             q.usage = q.actual_share;
+        }
+        if self.tree.is_some() {
+            self.tree_shares();
         }
     }
 

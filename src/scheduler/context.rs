@@ -251,6 +251,9 @@ pub(super) struct PoolCycle<'a> {
     pub rank_floor: u32,
     /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
     pub walk_free: HashMap<u32, ResVec>,
+    /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
+    /// path).
+    pub tree: Option<Box<super::hierarchy::Hierarchy>>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.

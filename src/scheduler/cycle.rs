@@ -17,6 +17,18 @@ use std::sync::Arc;
 /// Runs one scheduling cycle. Pure: the same snapshot, config, seed and `now_ms` always give the
 /// same decisions.
 pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64) -> Decisions {
+    run(snapshot, cfg, seed, now_ms, false)
+}
+
+/// [`schedule`] through the queue tree's path even when every queue is flat (tests: it must
+/// decide exactly as the flat path).
+#[cfg(test)]
+pub(crate) fn schedule_through_tree(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64) -> Decisions {
+    run(snapshot, cfg, seed, now_ms, true)
+}
+
+fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force_tree: bool) -> Decisions {
+    let _ = force_tree;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut rate = RateLimits::start(&snapshot.rate_limits, cfg, now_ms);
     let mut decisions = Decisions::default();
@@ -26,6 +38,10 @@ pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i
     let mut usage = (!cfg.queue_usage_halftime.is_zero()).then(|| QueueUsage { at_ms: now_ms, ..Default::default() });
     for pool in pools {
         let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
+        #[cfg(test)]
+        if force_tree && cycle.tree.is_none() {
+            cycle.force_tree();
+        }
         cycle.start_usage(&snapshot.usage, now_ms);
         cycle.evict(&mut rng);
         cycle.fill(&mut rate);

@@ -318,6 +318,10 @@ pub struct QueueShare {
     /// The queue's usage that ordered it in this cycle: the moving average of its share with
     /// `queue_usage_halftime`, else `actual_share`.
     pub usage: f64,
+    /// The queue's parent in the queue tree (none: a top-level queue).
+    pub parent: Option<QueueName>,
+    /// True for a parent queue: its shares, allocation and demand are its subtree's.
+    pub is_parent: bool,
 }
 
 /// What a cycle saw and did in one pool.
@@ -335,6 +339,10 @@ pub struct PoolReport {
     pub evicted: usize,
     /// Jobs the cycle tried to place.
     pub jobs_tried: usize,
+    /// With a queue tree: the effective priority each queue with something to offer showed its
+    /// parent (for a top-level queue, the priority the top level compared) at the cycle's first
+    /// pick. Empty for flat queues.
+    pub queue_priority: BTreeMap<QueueName, i32>,
 }
 
 /// Everything one cycle decided.

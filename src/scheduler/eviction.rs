@@ -68,6 +68,9 @@ impl PoolCycle<'_> {
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
         let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&demand[i])).collect();
+        if let Some(tree) = self.tree_adjusted_shares(&demand) {
+            return tree;
+        }
         let adjusted = super::fairness::adjusted_fair_shares(&weights, &demands);
         let mut out = vec![0.0; self.queues.len()];
         for (k, &i) in active.iter().enumerate() {

@@ -85,6 +85,13 @@ impl<'a> PoolCycle<'a> {
     /// Fills, then rebalances a bounded number of times.
     pub(super) fn fill(&mut self, rate: &mut RateLimits) {
         loop {
+            if self.tree.is_some() {
+                self.fill_tree(rate);
+                if !self.rebalance() {
+                    break;
+                }
+                continue;
+            }
             let mut heap = BinaryHeap::new();
             for q in 0..self.queues.len() as u32 {
                 if let Some(t) = self.advance(q, rate) {
@@ -189,7 +196,7 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
-    fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
+    pub(super) fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
         if self.global_rate_stopped.is_none() && rate.global_exhausted() {
             self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }

@@ -15,6 +15,9 @@
 //!
 //! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
 //!
+//! Queues may form a tree (`hierarchy.rs`): hierarchical fair shares, priority offsets and
+//! fences (YuniKorn); a pool whose queues are all flat runs the flat path unchanged.
+//!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
 //! [`usage`].
@@ -29,6 +32,7 @@ pub(crate) mod eviction;
 pub mod fairness;
 pub(crate) mod fill;
 pub(crate) mod gang;
+pub(crate) mod hierarchy;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;

@@ -132,6 +132,7 @@ impl PoolCycle<'_> {
             }
         }
         let earmarked = self.earmarked_allocation();
+        let parents = self.parent_reports();
         out.pools.push(PoolReport {
             pool: self.pool.clone(),
             total: self.layout.named(&self.total),
@@ -140,24 +141,32 @@ impl PoolCycle<'_> {
                 .queues
                 .iter()
                 .enumerate()
-                .filter(|(_, q)| q.active)
-                .map(|(i, q)| QueueShare {
-                    queue: q.name.clone(),
-                    weight: 1.0 / q.priority_factor,
-                    fair_share: q.fair_share,
-                    adjusted_fair_share: q.adjusted_fair_share,
-                    actual_share: q.actual_share,
-                    share_after: self.cost.share(&q.alloc),
-                    protected: q.protected,
-                    allocated: self.layout.named(&q.alloc),
-                    demand: self.layout.named(&q.demand),
-                    home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
-                    guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
-                    usage: q.usage,
+                .filter(|(i, q)| q.active || parents.contains_key(i))
+                .map(|(i, q)| {
+                    if let Some(p) = parents.get(&i) {
+                        return p.clone();
+                    }
+                    QueueShare {
+                        queue: q.name.clone(),
+                        weight: 1.0 / q.priority_factor,
+                        fair_share: q.fair_share,
+                        adjusted_fair_share: q.adjusted_fair_share,
+                        actual_share: q.actual_share,
+                        share_after: self.cost.share(&q.alloc),
+                        protected: q.protected,
+                        allocated: self.layout.named(&q.alloc),
+                        demand: self.layout.named(&q.demand),
+                        home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
+                        guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
+                        usage: q.usage,
+                        parent: self.tree_parent_name(i as u32),
+                        is_parent: false,
+                    }
                 })
                 .collect(),
             evicted: self.evicted_count,
             jobs_tried: self.jobs_tried,
+            queue_priority: self.tree.as_ref().map(|t| t.first_priorities.clone()).unwrap_or_default(),
         });
     }
 }

@@ -337,6 +337,8 @@ impl Simulation {
                 },
             );
         }
+        out.queue_priority =
+            d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
         out.decisions = Some(d.clone());
         out
     }

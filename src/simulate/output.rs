@@ -37,6 +37,11 @@ pub struct RoundOutput {
     /// running).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// With a queue tree: the effective priority each queue with something to offer showed its
+    /// parent at the cycle's first pick (for a top-level queue, the priority the top level
+    /// compared). Absent for flat queues.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub queue_priority: BTreeMap<QueueName, i32>,
     /// The raw decisions, for tests.
     #[serde(skip)]
     pub decisions: Option<Decisions>,

@@ -47,8 +47,10 @@ pub struct Scenario {
     /// The nodes; a node name is unique within its executor.
     #[serde(default)]
     pub nodes: Vec<NodeSpec>,
-    /// The queues; names are unique.
-    #[serde(default)]
+    /// The queues; names are unique. Each may give `weight` instead of `priority_factor`
+    /// (weight = 1 / priority_factor), and `parent`, `priority_offset`, `priority_policy`,
+    /// `sort_priority` for the queue tree.
+    #[serde(default, deserialize_with = "queues_with_weight")]
     pub queues: Vec<Queue>,
     /// The rounds, run in order, one scheduling cycle each.
     #[serde(default)]
@@ -201,6 +203,36 @@ impl SubmitSpec {
     }
 }
 
+/// A scenario's queue: the queue API's fields, or `weight` in place of `priority_factor`.
+struct QueueEntry(Queue);
+
+impl<'de> Deserialize<'de> for QueueEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_yaml_ng::Mapping::deserialize(d)?;
+        let weight = fields.remove("weight");
+        if weight.is_some() && fields.contains_key("priority_factor") {
+            return Err(D::Error::custom(
+                "weight: give weight or priority_factor, not both (weight = 1 / priority_factor)",
+            ));
+        }
+        let mut q: Queue =
+            serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(fields)).map_err(D::Error::custom)?;
+        if let Some(w) = weight {
+            let w: f64 = serde_yaml_ng::from_value(w).map_err(|e| D::Error::custom(format!("weight: {e}")))?;
+            if !(w.is_finite() && w > 0.0) {
+                return Err(D::Error::custom(format!("weight: must be a finite number > 0, got {w}")));
+            }
+            q.priority_factor = 1.0 / w;
+        }
+        Ok(QueueEntry(q))
+    }
+}
+
+fn queues_with_weight<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Queue>, D::Error> {
+    Ok(Vec::<QueueEntry>::deserialize(d)?.into_iter().map(|e| e.0).collect())
+}
+
 impl Scenario {
     /// Parses YAML (or JSON, which is YAML) and checks it.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
@@ -212,6 +244,33 @@ impl Scenario {
         })?;
         scenario.validate()?;
         Ok(scenario)
+    }
+
+    /// The queue tree's rules: every parent is declared, and no queue is its own ancestor.
+    fn validate_tree(&self) -> Result<(), ScenarioError> {
+        let parent: HashMap<&QueueName, Option<&QueueName>> =
+            self.queues.iter().map(|q| (&q.name, q.parent.as_ref())).collect();
+        for (i, q) in self.queues.iter().enumerate() {
+            let Some(p) = &q.parent else { continue };
+            if !parent.contains_key(p) {
+                return Err(ScenarioError::new(
+                    format!("queues[{i}].parent"),
+                    format!("parent queue {p} is not declared in queues"),
+                ));
+            }
+            let mut at = Some(p);
+            for _ in 0..=self.queues.len() {
+                let Some(a) = at else { break };
+                if a == &q.name {
+                    return Err(ScenarioError::new(
+                        format!("queues[{i}].parent"),
+                        format!("queue {} would be its own ancestor", q.name),
+                    ));
+                }
+                at = parent.get(a).copied().flatten();
+            }
+        }
+        Ok(())
     }
 
     /// Checks the rules serde cannot: references, uniqueness, gangs.
@@ -260,6 +319,7 @@ impl Scenario {
                 ));
             }
         }
+        self.validate_tree()?;
         for (i, n) in self.nodes.iter().enumerate() {
             if let Some((k, q)) = n.reserved_for.iter().enumerate().find(|(_, q)| !queues.contains(*q)) {
                 return Err(ScenarioError::new(
@@ -278,6 +338,12 @@ impl Scenario {
                     return Err(ScenarioError::new(
                         format!("{f}.queue"),
                         format!("queue {} is not declared in queues", sub.queue),
+                    ));
+                }
+                if self.queues.iter().any(|q| q.parent.as_ref() == Some(&sub.queue)) {
+                    return Err(ScenarioError::new(
+                        format!("{f}.queue"),
+                        format!("queue {} is a parent queue: jobs are submitted to leaf queues only", sub.queue),
                     ));
                 }
                 if let Some(pc) = &sub.priority_class

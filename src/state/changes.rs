@@ -4,7 +4,8 @@
 
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use crate::record::{
-    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueUsageRecord,
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueTreesRecord,
+    QueueUsageRecord,
 };
 use std::collections::BTreeSet;
 
@@ -109,6 +110,8 @@ pub enum Change {
     },
     /// The queues' usage, replacing the record before.
     PutQueueUsage(QueueUsageRecord),
+    /// The tree settings of every queue that has any, replacing the record before.
+    PutQueueTrees(QueueTreesRecord),
 }
 
 /// What the server should do after the changes are durable.

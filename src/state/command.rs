@@ -16,7 +16,10 @@ impl Command {
     pub fn apply_weight(&self) -> usize {
         match self {
             Command::Batch(cmds) => cmds.iter().fold(0, |sum, c| sum.saturating_add(c.apply_weight())),
-            Command::CreateQueue { .. } | Command::UpdateQueue { .. } => 1,
+            Command::CreateQueue { .. }
+            | Command::UpdateQueue { .. }
+            | Command::CreateQueueInTree { .. }
+            | Command::UpdateQueueInTree { .. } => 1,
             Command::Submit { jobs, .. } => jobs.len(),
             Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
             Command::Preempt { job_ids, .. } => job_ids.len(),

@@ -24,6 +24,13 @@ impl State {
                 format!("queue {queue} is cordoned and accepts no new jobs"),
             );
         }
+        if self.is_parent(queue) {
+            return reject(
+                RejectKind::Conflict,
+                Some("queue"),
+                format!("queue {queue} is a parent queue: jobs are submitted to leaf queues only"),
+            );
+        }
         let queue = q.queue.name.clone();
         let mut ids = Vec::with_capacity(jobs.len());
         for nj in jobs {

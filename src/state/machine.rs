@@ -238,6 +238,12 @@ impl State {
             Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
             Command::CreateQueue { queue } => self.create_queue(Queue::from(queue), out),
             Command::UpdateQueue { queue } => self.update_queue(Queue::from(queue), out),
+            Command::CreateQueueInTree { queue, tree } => {
+                self.create_queue(crate::record::queue::queue_in_tree(queue, tree), out)
+            }
+            Command::UpdateQueueInTree { queue, tree } => {
+                self.update_queue(crate::record::queue::queue_in_tree(queue, tree), out)
+            }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
             Command::Submit { queue, job_set, at_ms, jobs } => self.submit(&queue, &job_set, at_ms, jobs, out),
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {

@@ -5,7 +5,7 @@ use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
-use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueUsageRecord};
+use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord};
 use crate::state::{Executor, QueueState, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
@@ -27,10 +27,17 @@ impl Store {
             let usage: QueueUsageRecord = decode_row(v.value(), || "meta.queue_usage".to_string())?;
             state.queue_usage = usage.into();
         }
+        let mut trees = match meta.get(QUEUE_TREE)? {
+            Some(v) => decode_row::<QueueTreesRecord>(v.value(), || "meta.queue_tree".to_string())?.queues,
+            None => BTreeMap::new(),
+        };
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;
-            let q = Queue::from(q);
+            let mut q = Queue::from(q);
+            if let Some(tree) = trees.remove(&q.name) {
+                tree.apply_to(&mut q);
+            }
             state.queues.insert(
                 q.name.clone(),
                 QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },

@@ -5,7 +5,7 @@ use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
-/// `queue_usage` (bincode `QueueUsageRecord`).
+/// `queue_usage` (bincode `QueueUsageRecord`), `queue_tree` (bincode `QueueTreesRecord`).
 pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
@@ -50,6 +50,8 @@ pub const PURGES: &str = "purges";
 pub const MAX_JOB_ID: &str = "max_job_id";
 /// Meta key of the queues' usage (bincode `QueueUsageRecord`; schema 5).
 pub const QUEUE_USAGE: &str = "queue_usage";
+/// Meta key of the queue tree (bincode `QueueTreesRecord`; schema 6).
+pub const QUEUE_TREE: &str = "queue_tree";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
 /// Meta key of the last applied Raft membership (`StoredMembershipRecord`).

@@ -129,6 +129,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             Change::PutQueueUsage(usage) => {
                 open(&mut meta, tx, META)?.insert(QUEUE_USAGE, encode_row("queue usage", usage)?.as_slice())?;
             }
+            Change::PutQueueTrees(trees) => {
+                open(&mut meta, tx, META)?.insert(QUEUE_TREE, encode_row("queue tree", trees)?.as_slice())?;
+            }
         }
     }
     // Purged events before new ones: a job set forgotten and begun again in this transaction

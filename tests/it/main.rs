@@ -14,6 +14,7 @@ mod e2e_process;
 mod formats;
 mod packaging;
 mod quarantine;
+mod queue_tree;
 mod queue_usage;
 mod retention;
 mod server_api;

@@ -32,6 +32,37 @@ pub(crate) struct ScheduleArgs {
     repeat: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Depth of the queue tree over the queues: 1 = flat queues (Armada's path); N > 1 puts
+    /// them under N - 1 levels of parent queues of equal fan-out.
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+}
+
+/// Hangs the snapshot's queues (the leaves) under `depth - 1` levels of parent queues, each
+/// level grouping the one below by the same fan-out (`queues^(1/depth)`, at least 2).
+fn add_tree(snap: &mut Snapshot, depth: usize) {
+    if depth <= 1 || snap.queues.is_empty() {
+        return;
+    }
+    let leaves = snap.queues.len();
+    let fan = ((leaves as f64).powf(1.0 / depth as f64).ceil() as usize).max(2);
+    let parent_name = |level: usize, k: usize| name(&format!("p{level}-{k:04}"));
+    // Level depth - 1 holds the leaves' parents; level 1 is the top.
+    let mut below = leaves;
+    for level in (1..depth).rev() {
+        let count = below.div_ceil(fan);
+        for k in 0..count {
+            let mut q = Queue::new(parent_name(level, k), 1.0);
+            if level > 1 {
+                q.parent = Some(parent_name(level - 1, k / fan));
+            }
+            snap.queues.push(QueueSnapshot { queue: q, queued: vec![], queued_demand: None });
+        }
+        below = count;
+    }
+    for (i, qs) in snap.queues.iter_mut().take(leaves).enumerate() {
+        qs.queue.parent = Some(parent_name(depth - 1, i / fan));
+    }
 }
 
 /// Small deterministic generator for the synthetic workload.
@@ -231,7 +262,9 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
 pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes > 0 && args.queues > 0, "--nodes and --queues must be at least 1");
     let t0 = Instant::now();
-    let snap = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
+    anyhow::ensure!(args.depth >= 1, "--depth must be at least 1");
+    let mut snap = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
+    add_tree(&mut snap, args.depth);
     let build_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
     cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;
@@ -255,6 +288,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     let out = serde_json::json!({
         "nodes": args.nodes,
         "queues": args.queues,
+        "depth": args.depth,
         "jobs": args.jobs,
         "running_before": snap.running.len(),
         "lookback": args.lookback,

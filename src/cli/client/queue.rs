@@ -4,7 +4,7 @@ use super::doc;
 use super::http::{Client, print_json};
 use clap::Subcommand;
 use convoy::model::api::QueueReport;
-use convoy::model::{Queue, QueueName};
+use convoy::model::{PriorityPolicy, Queue, QueueName, SortPriority};
 use reqwest::Method;
 
 /// Queue verbs.
@@ -21,13 +21,28 @@ pub(crate) enum QueueCommand {
         /// Groups (repeatable).
         #[arg(long = "group")]
         groups: Vec<String>,
+        #[command(flatten)]
+        tree: TreeFlags,
     },
-    /// List queues.
-    List,
+    /// List queues (JSON; with --tree, the queue tree as indented names).
+    List {
+        /// Print the queue tree: each queue under its parent, indented, with its tree settings.
+        #[arg(long)]
+        tree: bool,
+    },
     /// Show one queue.
     Get { name: QueueName },
-    /// Replace a queue's settings from a JSON or YAML file.
-    Update { name: QueueName, file: std::path::PathBuf },
+    /// Replace a queue's settings from a JSON or YAML file, or change the queue's current
+    /// settings with the tree flags (given with a file, the flags override it).
+    Update {
+        name: QueueName,
+        file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tree: TreeFlags,
+        /// Make the queue a top-level queue (no parent).
+        #[arg(long, conflicts_with = "parent")]
+        top_level: bool,
+    },
     /// Delete a queue (with --force, cancelling its jobs).
     Delete {
         name: QueueName,
@@ -38,18 +53,129 @@ pub(crate) enum QueueCommand {
     Report { name: QueueName },
 }
 
+/// The queue tree's settings, as flags.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct TreeFlags {
+    /// Parent queue in the queue tree (jobs then go to this queue's leaves only).
+    #[arg(long)]
+    parent: Option<QueueName>,
+    /// Added to the queue's priority among its siblings (an i32).
+    #[arg(long, allow_hyphen_values = true)]
+    priority_offset: Option<i32>,
+    /// `fence`: the subtree's priorities are not visible outside it (default | fence).
+    #[arg(long, value_parser = parse_policy)]
+    priority_policy: Option<PriorityPolicy>,
+    /// `disabled`: fair share alone orders the queue's children and subtree (enabled | disabled).
+    #[arg(long, value_parser = parse_sort)]
+    sort_priority: Option<SortPriority>,
+}
+
+impl TreeFlags {
+    fn apply(self, q: &mut Queue) {
+        if let Some(p) = self.parent {
+            q.parent = Some(p);
+        }
+        if let Some(o) = self.priority_offset {
+            q.priority_offset = o;
+        }
+        if let Some(p) = self.priority_policy {
+            q.priority_policy = p;
+        }
+        if let Some(s) = self.sort_priority {
+            q.sort_priority = s;
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.parent.is_some()
+            || self.priority_offset.is_some()
+            || self.priority_policy.is_some()
+            || self.sort_priority.is_some()
+    }
+}
+
+fn parse_policy(s: &str) -> Result<PriorityPolicy, String> {
+    match s {
+        "default" => Ok(PriorityPolicy::Default),
+        "fence" => Ok(PriorityPolicy::Fence),
+        _ => Err(format!("priority policy must be default or fence, got {s}")),
+    }
+}
+
+fn parse_sort(s: &str) -> Result<SortPriority, String> {
+    match s {
+        "enabled" => Ok(SortPriority::Enabled),
+        "disabled" => Ok(SortPriority::Disabled),
+        _ => Err(format!("sort priority must be enabled or disabled, got {s}")),
+    }
+}
+
+/// The queues as an indented tree: each queue under its parent, children in name order, with
+/// what differs from the defaults. A queue whose parent is not listed is shown at the top.
+pub(crate) fn tree_text(queues: &[Queue]) -> String {
+    use std::collections::{BTreeMap, BTreeSet};
+    let names: BTreeSet<&QueueName> = queues.iter().map(|q| &q.name).collect();
+    let mut children: BTreeMap<Option<&QueueName>, Vec<&Queue>> = BTreeMap::new();
+    for q in queues {
+        let parent = q.parent.as_ref().filter(|p| names.contains(p) && *p != &q.name);
+        children.entry(parent).or_default().push(q);
+    }
+    for list in children.values_mut() {
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    let mut out = String::new();
+    let mut seen = BTreeSet::new();
+    let mut stack: Vec<(&Queue, usize)> = children.get(&None).into_iter().flatten().rev().map(|q| (*q, 0)).collect();
+    while let Some((q, depth)) = stack.pop() {
+        if !seen.insert(&q.name) {
+            continue;
+        }
+        let mut notes = vec![format!("weight {}", 1.0 / q.priority_factor)];
+        if q.priority_offset != 0 {
+            notes.push(format!("priority_offset {}", q.priority_offset));
+        }
+        if q.priority_policy == PriorityPolicy::Fence {
+            notes.push("fence".into());
+        }
+        if q.sort_priority == SortPriority::Disabled {
+            notes.push("sort_priority disabled".into());
+        }
+        if q.cordoned {
+            notes.push("cordoned".into());
+        }
+        out.push_str(&format!("{}{} ({})\n", "  ".repeat(depth), q.name, notes.join(", ")));
+        if let Some(kids) = children.get(&Some(&q.name)) {
+            stack.extend(kids.iter().rev().map(|c| (*c, depth + 1)));
+        }
+    }
+    out
+}
+
 /// Runs a queue verb.
 pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
     match cmd {
-        QueueCommand::Create { name, priority_factor, owners, groups } => {
-            let queue = Queue { owners, groups, ..Queue::new(name, priority_factor) };
+        QueueCommand::Create { name, priority_factor, owners, groups, tree } => {
+            let mut queue = Queue { owners, groups, ..Queue::new(name, priority_factor) };
+            tree.apply(&mut queue);
             let created: Queue = c.send_json(Method::POST, "/v1/queues", &queue).await?;
             print_json(&created)
         }
-        QueueCommand::List => print_json(&c.get::<Vec<Queue>>("/v1/queues").await?),
+        QueueCommand::List { tree: false } => print_json(&c.get::<Vec<Queue>>("/v1/queues").await?),
+        QueueCommand::List { tree: true } => {
+            print!("{}", tree_text(&c.get::<Vec<Queue>>("/v1/queues").await?));
+            Ok(())
+        }
         QueueCommand::Get { name } => print_json(&c.get::<Queue>(&format!("/v1/queues/{name}")).await?),
-        QueueCommand::Update { name, file } => {
-            let queue: Queue = doc::read(&file)?;
+        QueueCommand::Update { name, file, tree, top_level } => {
+            let mut queue: Queue = match &file {
+                Some(f) => doc::read(f)?,
+                None if tree.any() || top_level => c.get::<Queue>(&format!("/v1/queues/{name}")).await?,
+                None => anyhow::bail!("queue update: give a settings file, or tree flags to change"),
+            };
+            tree.apply(&mut queue);
+            if top_level {
+                queue.parent = None;
+            }
             let stored: Queue = c.send_json(Method::PUT, &format!("/v1/queues/{name}"), &queue).await?;
             print_json(&stored)
         }
@@ -59,5 +185,26 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
             Ok(())
         }
         QueueCommand::Report { name } => print_json(&c.get::<QueueReport>(&format!("/v1/queues/{name}/report")).await?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tree_is_indented_under_parents() {
+        let q = |name: &str, parent: Option<&str>| Queue {
+            parent: parent.map(|p| QueueName::new(p).unwrap()),
+            ..Queue::new(QueueName::new(name).unwrap(), 1.0)
+        };
+        let mut fenced = q("tenant", None);
+        fenced.priority_policy = PriorityPolicy::Fence;
+        fenced.priority_offset = 5;
+        let text = tree_text(&[q("b-leaf", Some("tenant")), q("system", None), fenced, q("a-leaf", Some("tenant"))]);
+        assert_eq!(
+            text,
+            "system (weight 1)\ntenant (weight 1, priority_offset 5, fence)\n  a-leaf (weight 1)\n  b-leaf (weight 1)\n"
+        );
     }
 }

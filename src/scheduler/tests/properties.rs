@@ -20,7 +20,7 @@ fn res(cpu: i64, mem_gi: i64) -> Resources {
 }
 
 #[derive(Debug, Clone)]
-struct JobGen {
+pub(super) struct JobGen {
     queue: usize,
     class: usize,
     cpu: i64,
@@ -32,15 +32,15 @@ struct JobGen {
 }
 
 #[derive(Debug, Clone)]
-struct World {
+pub(super) struct World {
     nodes: Vec<(i64, i64, u8, u8)>, // cpu, mem, rack, executor
     /// Per node: the queue it is earmarked for, if any.
     reserved: Vec<Option<usize>>,
     factors: Vec<f64>,
-    before: Vec<JobGen>,
-    after: Vec<JobGen>,
+    pub(super) before: Vec<JobGen>,
+    pub(super) after: Vec<JobGen>,
     eviction_probability: f64,
-    seed: u64,
+    pub(super) seed: u64,
 }
 
 fn job_gen() -> impl Strategy<Value = JobGen> {
@@ -64,7 +64,7 @@ fn job_gen() -> impl Strategy<Value = JobGen> {
         })
 }
 
-fn world() -> impl Strategy<Value = World> {
+pub(super) fn world() -> impl Strategy<Value = World> {
     (
         prop::collection::vec(
             (prop::sample::select(vec![4i64, 8, 16, 32]), prop::sample::select(vec![16i64, 32, 64]), 0u8..2, 0u8..2),
@@ -106,8 +106,8 @@ fn config(w: &World) -> SchedulerConfig {
 
 const CLASSES: [&str; 3] = ["default", "preemptible", "urgent"];
 
-struct Harness {
-    cfg: SchedulerConfig,
+pub(super) struct Harness {
+    pub(super) cfg: SchedulerConfig,
     nodes: Vec<Node>,
     queues: Vec<Queue>,
     queued: Vec<Arc<JobInfo>>,
@@ -116,7 +116,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(w: &World) -> Self {
+    pub(super) fn new(w: &World) -> Self {
         let nodes = w
             .nodes
             .iter()
@@ -148,7 +148,7 @@ impl Harness {
         Harness { cfg: config(w), nodes, queues, queued: vec![], running: vec![], seq: 0 }
     }
 
-    fn submit(&mut self, jobs: &[JobGen]) {
+    pub(super) fn submit(&mut self, jobs: &[JobGen]) {
         let nq = self.queues.len();
         for g in jobs {
             let mut node_selector = Labels::new();
@@ -188,7 +188,7 @@ impl Harness {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
+    pub(super) fn snapshot(&self) -> Snapshot {
         let queues = self
             .queues
             .iter()
@@ -201,7 +201,7 @@ impl Harness {
         Snapshot { nodes: self.nodes.clone(), queues, running: self.running.clone(), ..Default::default() }
     }
 
-    fn apply(&mut self, d: &Decisions) {
+    pub(super) fn apply(&mut self, d: &Decisions) {
         let by_id: HashMap<JobId, Arc<JobInfo>> = self.queued.iter().map(|j| (j.id, j.clone())).collect();
         let preempted: BTreeSet<JobId> = d.preemptions.iter().map(|p| p.job_id).collect();
         let leased: BTreeSet<JobId> = d.leases.iter().map(|l| l.job_id).collect();
@@ -411,7 +411,7 @@ fn check_earmarks(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
 }
 
 /// The seed the simulator uses for a round, so a failing world replays under `convoy simulate`.
-fn round_seed(seed: u64, round: u64) -> u64 {
+pub(super) fn round_seed(seed: u64, round: u64) -> u64 {
     seed ^ round.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 

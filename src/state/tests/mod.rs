@@ -481,4 +481,5 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
 }
 
 mod quarantine;
+mod queue_tree;
 mod retention;

@@ -194,10 +194,48 @@ fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
         (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
     };
     let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), 5);
+    // Migrated on to the latest schema (6 converts nothing either).
+    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
     let state = store.load_state(settings()).unwrap();
     assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
     assert_eq!(state.queue_usage, crate::scheduler::QueueUsage::default());
+}
+
+#[test]
+fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let before = {
+        let store = Store::open(&path).unwrap();
+        sample(&store);
+        let state = store.load_state(settings()).unwrap();
+        // Make it a version 5 database: schema 6 only added the `queue_tree` row, absent here.
+        let tx = store.write().unwrap();
+        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 5u32.to_be_bytes().as_slice()).unwrap();
+        tx.commit().unwrap();
+        (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), 6);
+    let mut state = store.load_state(settings()).unwrap();
+    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
+    assert!(state.queues.values().all(|q| q.queue.is_flat()));
+    // A tree written now is read back.
+    let parent = QueueName::new("P").unwrap();
+    let child = Queue {
+        parent: Some(parent.clone()),
+        priority_offset: -4,
+        priority_policy: crate::model::PriorityPolicy::Fence,
+        ..Queue::new(QueueName::new("tree-child").unwrap(), 1.0)
+    };
+    apply_all(
+        &store,
+        &mut state,
+        vec![Command::create_queue(Queue::new(parent.clone(), 1.0)), Command::create_queue(child.clone())],
+    );
+    let again = store.load_state(settings()).unwrap();
+    assert_eq!(again.queues[&child.name].queue, child);
+    assert_eq!(again.queues[&parent].queue.parent, None);
 }
 
 #[test]
