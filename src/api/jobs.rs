@@ -78,8 +78,7 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
             format!("queue {} is cordoned and accepts no new jobs", queue.name),
         ));
     }
-    let largest =
-        if app.config.server.reject_jobs_larger_than_any_node { largest_node(app) } else { Resources::new() };
+    let largest = if app.config.server.reject_jobs_larger_than_any_node { largest_node(app) } else { Resources::new() };
     let ctx = SubmitContext { server: &app.config.server, scheduler: &app.config.scheduler, largest_node: &largest };
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked

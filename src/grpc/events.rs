@@ -3,8 +3,8 @@
 //! resumes right after the last message a client received, without gaps or duplicates.
 
 use super::pb::{self, event_message::Events, event_server::Event};
-use super::submit::{health, job_set_name, queue_name};
 use super::principal;
+use super::submit::{health, job_set_name, queue_name};
 use crate::control::Control;
 use crate::model::{Event as StoredEvent, EventKind, Job, JobId, JobSetName, QueueName};
 use crate::store::Store;
@@ -82,9 +82,7 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
         EventKind::Failed => {
             let exit = run.and_then(|r| r.exit_code);
             let container_statuses = exit
-                .map(|code| {
-                    vec![pb::ContainerStatus { exit_code: code, message: text.clone(), ..Default::default() }]
-                })
+                .map(|code| vec![pb::ContainerStatus { exit_code: code, message: text.clone(), ..Default::default() }])
                 .unwrap_or_default();
             Events::Failed(pb::JobFailedEvent {
                 job_id,
@@ -98,15 +96,30 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
                 ..Default::default()
             })
         }
-        EventKind::CancelRequested => {
-            Events::Cancelling(pb::JobCancellingEvent { job_id, job_set_id, queue, created, reason: text, requestor: String::new() })
-        }
-        EventKind::Cancelled => {
-            Events::Cancelled(pb::JobCancelledEvent { job_id, job_set_id, queue, created, reason: text, requestor: String::new() })
-        }
-        EventKind::PreemptRequested => {
-            Events::Preempting(pb::JobPreemptingEvent { job_id, job_set_id, queue, created, reason: text, requestor: String::new() })
-        }
+        EventKind::CancelRequested => Events::Cancelling(pb::JobCancellingEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
+        EventKind::Cancelled => Events::Cancelled(pb::JobCancelledEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
+        EventKind::PreemptRequested => Events::Preempting(pb::JobPreemptingEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
         EventKind::Preempted => Events::Preempted(pb::JobPreemptedEvent {
             job_id,
             job_set_id,
@@ -229,10 +242,7 @@ fn messages(cursor: Cursor) -> impl Stream<Item = Result<pb::EventStreamMessage,
 impl Event for EventService {
     type GetJobSetEventsStream = EventStream;
 
-    async fn get_job_set_events(
-        &self,
-        request: Request<pb::JobSetRequest>,
-    ) -> Result<Response<EventStream>, Status> {
+    async fn get_job_set_events(&self, request: Request<pb::JobSetRequest>) -> Result<Response<EventStream>, Status> {
         let app = self.0.clone();
         principal(&app, &request)?;
         let req = request.into_inner();

@@ -11,7 +11,9 @@
 
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{DecodeContext, WireType, decode_varint, encode_key, encode_varint};
-use prost_reflect::{DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value};
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor, ReflectMessage, Value,
+};
 use serde_json::{Map, Value as Json};
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -214,7 +216,11 @@ fn value_to_json(value: &Value, path: &str) -> Result<Json, PodSpecError> {
         Value::String(s) => Json::String(s.clone()),
         Value::Message(m) => message_to_json(m, path)?,
         Value::List(items) => Json::Array(
-            items.iter().enumerate().map(|(i, v)| value_to_json(v, &format!("{path}[{i}]"))).collect::<Result<_, _>>()?,
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| value_to_json(v, &format!("{path}[{i}]")))
+                .collect::<Result<_, _>>()?,
         ),
         Value::Map(entries) => {
             let mut sorted: Vec<_> = entries.iter().collect();
@@ -283,9 +289,8 @@ fn json_to_message(json: &Json, desc: &MessageDescriptor, path: &str) -> Result<
             msg.set_field(&field, json_to_value(value, &field, &here)?);
             continue;
         }
-        let holder = desc.fields().find(|f| {
-            is_inline(desc, f) && f.kind().as_message().is_some_and(|m| accepts(m, key))
-        });
+        let holder =
+            desc.fields().find(|f| is_inline(desc, f) && f.kind().as_message().is_some_and(|m| accepts(m, key)));
         match holder {
             Some(f) => {
                 inlined.entry(f.name().to_string()).or_default().insert(key.clone(), value.clone());

@@ -28,8 +28,8 @@ pub mod pb {
 /// The gRPC services, each routed by its path prefix. Merge it into the API router (whose
 /// fallback answers gRPC requests for other services with UNIMPLEMENTED, see [`unimplemented`]).
 pub fn router(app: Arc<Control>) -> Router {
-    use pb::{event_server::EventServer, jobs_server::JobsServer, queue_service_server::QueueServiceServer};
     use pb::submit_server::SubmitServer;
+    use pb::{event_server::EventServer, jobs_server::JobsServer, queue_service_server::QueueServiceServer};
     let limit = app.config.server.max_request_bytes;
     Router::new()
         .route_service(
@@ -62,10 +62,17 @@ pub fn unimplemented(path: &str) -> Response {
     headers.insert("grpc-status", HeaderValue::from(Code::Unimplemented as i32));
     let message = format!("convoy does not serve {path} (see docs/armada-grpc.md)");
     // grpc-message is percent-encoded; a path is plain ASCII apart from what we escape here.
-    let encoded: String = message
-        .bytes()
-        .map(|b| if b.is_ascii_graphic() && b != b'%' || b == b' ' { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect();
+    let encoded: String =
+        message
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_graphic() && b != b'%' || b == b' ' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
     if let Ok(v) = HeaderValue::from_str(&encoded) {
         headers.insert("grpc-message", v);
     }

@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(c.owners, ["alice"]);
         assert_eq!(c.groups, ["phys", "lab"]);
         let back = armada_queue(&c);
-        assert_eq!((back.name.as_str(), back.group_owners.clone()), ("physics", vec!["phys".to_string(), "lab".to_string()]));
+        assert_eq!(
+            (back.name.as_str(), back.group_owners.clone()),
+            ("physics", vec!["phys".to_string(), "lab".to_string()])
+        );
         assert_eq!(back.labels.get("team").map(String::as_str), Some("p"));
 
         let unset = convoy_queue(&pb::Queue { name: "b".into(), ..Default::default() }, None).unwrap();

@@ -131,7 +131,11 @@ fn armada_field(rest: &str, req: &pb::JobSubmitRequest) -> String {
         };
     };
     let Some((index, tail)) = tail.split_once(']') else { return rest.to_string() };
-    let single = index.parse::<usize>().ok().and_then(|i| req.job_request_items.get(i)).is_some_and(|item| item.pod_spec.is_some());
+    let single = index
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| req.job_request_items.get(i))
+        .is_some_and(|item| item.pod_spec.is_some());
     let tail = match tail.strip_prefix(".pod_spec") {
         Some(t) if !single => format!(".pod_specs[0]{t}"),
         _ => tail.to_string(),
@@ -167,7 +171,8 @@ impl Submit for SubmitService {
         let req = request.into_inner();
         let queue = queue_name("queue", &req.queue)?;
         let job_set = job_set_name("job_set_id", &req.job_set_id)?;
-        let jobs = req.job_request_items.iter().enumerate().map(|(i, item)| submit_item(i, item)).collect::<Result<_, _>>()?;
+        let jobs =
+            req.job_request_items.iter().enumerate().map(|(i, item)| submit_item(i, item)).collect::<Result<_, _>>()?;
         leading(app).await?;
         let ids = submit_jobs(app, &p, SubmitRequest { queue, job_set, jobs }).await.map_err(|mut e| {
             e.field = e.field.map(|f| armada_field(&f, &req));
@@ -298,7 +303,8 @@ mod tests {
 
     #[test]
     fn required_node_labels_join_the_node_selector_unless_they_conflict() {
-        let spec = k8s::from_json(&serde_json::json!({"containers": [{"name": "a"}], "nodeSelector": {"zone": "a"}})).unwrap();
+        let spec =
+            k8s::from_json(&serde_json::json!({"containers": [{"name": "a"}], "nodeSelector": {"zone": "a"}})).unwrap();
         let mut item = pb::JobSubmitRequestItem { pod_specs: vec![spec], ..Default::default() };
         item.required_node_labels.insert("disk".into(), "ssd".into());
         let json = pod_spec_json(0, &item).unwrap();
