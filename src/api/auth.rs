@@ -101,7 +101,7 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
         } as u32)
     };
     let bytes = text.as_bytes();
-    if bytes.is_empty() || bytes.len() % 4 != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);

@@ -7,7 +7,7 @@ use serde_json::json;
 fn full(desc: &MessageDescriptor, depth: usize) -> Json {
     match desc.full_name() {
         QUANTITY => return json!("1500m"),
-        INT_OR_STRING => return if depth % 2 == 0 { json!(8080) } else { json!("http") },
+        INT_OR_STRING => return if depth.is_multiple_of(2) { json!(8080) } else { json!("http") },
         TIME => return json!("2024-05-06T07:08:09Z"),
         FIELDS_V1 => return json!({"f:metadata": {"f:labels": {}}}),
         _ => {}
