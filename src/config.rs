@@ -665,6 +665,22 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
     }
 
     #[test]
+    fn basic_users_are_checked_and_may_stand_in_for_tokens() {
+        let user = |name: &str, password: &str, roles: &str| {
+            format!("[auth]\nusers = [{{ name = \"{name}\", password = \"{password}\", roles = [{roles}] }}]\n")
+        };
+        let c = Config::parse(&user("alice", "long-enough-password", "\"submitter\""), "f").unwrap();
+        assert_eq!(c.auth.users[0].name, "alice");
+        assert_eq!(c.auth.users[0].roles, [Role::Submitter]);
+        let e = Config::parse(&user("al:ice", "long-enough-password", "\"admin\""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].name: "), "{e}");
+        let e = Config::parse(&user("alice", "short", "\"admin\""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].password: must be at least 12 characters"), "{e}");
+        let e = Config::parse(&user("alice", "long-enough-password", ""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].roles: needs at least one role"), "{e}");
+    }
+
+    #[test]
     fn an_agent_section_is_checked_but_not_used() {
         let off = "[auth]\nenabled = false\n";
         let c = Config::parse(&format!("{off}[agent]\nservers = [\"http://a:1\"]\npoll_wait = \"5s\"\n"), "f").unwrap();

@@ -65,9 +65,12 @@ fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Stat
         invalid(at, e.message)
     })?;
     if !item.required_node_labels.is_empty() {
-        let Json::Object(object) = &mut json else { unreachable!("a pod spec converts to an object") };
-        let selector = object.entry("nodeSelector").or_insert_with(|| Json::Object(Default::default()));
-        let Json::Object(selector) = selector else { unreachable!("nodeSelector is a map") };
+        // A pod spec converts to an object, and its nodeSelector (a map) to an object too.
+        let selector = json
+            .as_object_mut()
+            .map(|o| o.entry("nodeSelector").or_insert_with(|| Json::Object(Default::default())))
+            .and_then(Json::as_object_mut)
+            .ok_or_else(|| Status::internal("the pod spec's JSON has no nodeSelector object"))?;
         for (k, v) in &item.required_node_labels {
             match selector.get(k) {
                 Some(Json::String(s)) if s != v => {
