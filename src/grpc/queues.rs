@@ -129,27 +129,34 @@ impl queue_service_server::QueueService for QueueService {
 
     type GetQueuesStream = QueueStream;
 
-    /// Every queue (at most `num` when it is not 0) in name order, then an end marker.
     async fn get_queues(
         &self,
         request: Request<pb::StreamingQueueGetRequest>,
     ) -> Result<Response<QueueStream>, Status> {
-        principal(&self.0, &request)?;
-        let num = request.get_ref().num as usize;
-        let mut queues: Vec<pb::Queue> = self.0.state().queues.values().map(|q| armada_queue(&q.queue)).collect();
-        queues.sort_by(|a, b| a.name.cmp(&b.name));
-        if num > 0 {
-            queues.truncate(num);
-        }
-        let messages = queues
-            .into_iter()
-            .map(|q| pb::StreamingQueueMessage { event: Some(pb::streaming_queue_message::Event::Queue(q)) })
-            .chain(std::iter::once(pb::StreamingQueueMessage {
-                event: Some(pb::streaming_queue_message::Event::End(pb::EndMarker {})),
-            }))
-            .map(Ok);
-        Ok(Response::new(Box::pin(futures::stream::iter(messages))))
+        list(&self.0, request)
     }
+}
+
+/// Every queue (at most `num` when it is not 0) in name order, then an end marker.
+pub(super) fn list(
+    app: &Control,
+    request: Request<pb::StreamingQueueGetRequest>,
+) -> Result<Response<QueueStream>, Status> {
+    principal(app, &request)?;
+    let num = request.get_ref().num as usize;
+    let mut queues: Vec<pb::Queue> = app.state().queues.values().map(|q| armada_queue(&q.queue)).collect();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    if num > 0 {
+        queues.truncate(num);
+    }
+    let messages = queues
+        .into_iter()
+        .map(|q| pb::StreamingQueueMessage { event: Some(pb::streaming_queue_message::Event::Queue(q)) })
+        .chain(std::iter::once(pb::StreamingQueueMessage {
+            event: Some(pb::streaming_queue_message::Event::End(pb::EndMarker {})),
+        }))
+        .map(Ok);
+    Ok(Response::new(Box::pin(futures::stream::iter(messages))))
 }
 
 #[cfg(test)]

@@ -254,6 +254,15 @@ impl Submit for SubmitService {
         super::queues::get(&self.0, request).await
     }
 
+    type GetQueuesStream = super::queues::QueueStream;
+
+    async fn get_queues(
+        &self,
+        request: Request<pb::StreamingQueueGetRequest>,
+    ) -> Result<Response<Self::GetQueuesStream>, Status> {
+        super::queues::list(&self.0, request)
+    }
+
     async fn health(&self, _request: Request<()>) -> Result<Response<pb::HealthCheckResponse>, Status> {
         Ok(Response::new(health(&self.0)))
     }

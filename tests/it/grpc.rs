@@ -129,6 +129,13 @@ async fn armada_clients_submit_watch_and_cancel_over_grpc() {
         }
     }
     assert_eq!(listed, ["A", "B", "<end>"]);
+    // The same on api.Submit, at most `num`.
+    let mut stream = submit.get_queues(pb::StreamingQueueGetRequest { num: 1 }).await.expect("get queues").into_inner();
+    let first = stream.message().await.expect("queue stream").and_then(|m| m.event);
+    assert!(matches!(first, Some(pb::streaming_queue_message::Event::Queue(ref q)) if q.name == "A"), "{first:?}");
+    let end = stream.message().await.expect("queue stream").and_then(|m| m.event);
+    assert!(matches!(end, Some(pb::streaming_queue_message::Event::End(_))), "{end:?}");
+    assert!(stream.message().await.expect("queue stream").is_none());
     queues.delete_queue(pb::QueueDeleteRequest { name: "B".into() }).await.expect("delete queue");
     let e = queues.get_queue(pb::QueueGetRequest { name: "B".into() }).await.unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
