@@ -203,6 +203,22 @@ pub struct TokenConfig {
     pub roles: Vec<Role>,
 }
 
+/// One user name and password, accepted as HTTP Basic credentials (as Armada's `armadactl` and
+/// clients send them); the user is a principal like a token's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    /// The user name, which is also the principal (matched against queue owners).
+    pub name: String,
+    /// The password (compared exactly).
+    pub password: String,
+    /// Groups the user belongs to (matched against queue groups).
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// What the user may do.
+    pub roles: Vec<Role>,
+}
+
 /// `[auth]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -211,13 +227,15 @@ pub struct AuthConfig {
     pub enabled: bool,
     /// The accepted bearer tokens.
     pub tokens: Vec<TokenConfig>,
+    /// The accepted Basic user names and passwords.
+    pub users: Vec<UserConfig>,
     /// Shared secret for Raft RPC between servers.
     pub cluster_secret: Option<String>,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { enabled: true, tokens: vec![], cluster_secret: None }
+        AuthConfig { enabled: true, tokens: vec![], users: vec![], cluster_secret: None }
     }
 }
 
@@ -480,11 +498,23 @@ impl Config {
             return Err(FieldError::new("server.node_id", "must be at least 1"));
         }
         self.validate_cluster()?;
-        if self.auth.enabled && self.auth.tokens.is_empty() {
+        if self.auth.enabled && self.auth.tokens.is_empty() && self.auth.users.is_empty() {
             return Err(FieldError::new(
                 "auth.tokens",
-                "auth is enabled but no tokens are configured; add tokens or set auth.enabled = false",
+                "auth is enabled but no tokens are configured; add tokens (or users) or set auth.enabled = false",
             ));
+        }
+        for (i, u) in self.auth.users.iter().enumerate() {
+            // Basic credentials are "name:password": a colon in the name would split elsewhere.
+            if u.name.is_empty() || u.name.contains(':') {
+                return Err(FieldError::new(format!("auth.users[{i}].name"), "must be non-empty and without ':'"));
+            }
+            if u.password.len() < 12 {
+                return Err(FieldError::new(format!("auth.users[{i}].password"), "must be at least 12 characters"));
+            }
+            if u.roles.is_empty() {
+                return Err(FieldError::new(format!("auth.users[{i}].roles"), "needs at least one role"));
+            }
         }
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.token.len() < 16 {
@@ -632,6 +662,22 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
         assert_eq!(c.server.job_retention, Duration::from_secs(36 * 3600));
         let e = Config::parse("[server]\nmax_lease_wait = \"a while\"\n", "f").unwrap_err().to_string();
         assert!(e.starts_with("f: server.max_lease_wait: duration \"a while\" is invalid"), "{e}");
+    }
+
+    #[test]
+    fn basic_users_are_checked_and_may_stand_in_for_tokens() {
+        let user = |name: &str, password: &str, roles: &str| {
+            format!("[auth]\nusers = [{{ name = \"{name}\", password = \"{password}\", roles = [{roles}] }}]\n")
+        };
+        let c = Config::parse(&user("alice", "long-enough-password", "\"submitter\""), "f").unwrap();
+        assert_eq!(c.auth.users[0].name, "alice");
+        assert_eq!(c.auth.users[0].roles, [Role::Submitter]);
+        let e = Config::parse(&user("al:ice", "long-enough-password", "\"admin\""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].name: "), "{e}");
+        let e = Config::parse(&user("alice", "short", "\"admin\""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].password: must be at least 12 characters"), "{e}");
+        let e = Config::parse(&user("alice", "long-enough-password", ""), "f").unwrap_err().to_string();
+        assert!(e.starts_with("f: auth.users[0].roles: needs at least one role"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,8 @@ pub mod api;
 pub mod certs;
 pub mod config;
 pub mod control;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod model;
 pub mod raft;
 pub mod record;

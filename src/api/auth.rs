@@ -76,23 +76,98 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The user name and password of a `Basic` authorization value (RFC 7617): base64 of
+/// `name:password`. Only the scheme is case-insensitive.
+fn basic_credentials(value: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = value.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = String::from_utf8(base64_decode(encoded.trim())?).ok()?;
+    let (name, password) = decoded.split_once(':')?;
+    Some((name.to_string(), password.to_string()))
+}
+
+/// Standard base64 with padding (no crate needed for credentials of a few dozen bytes).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = text.as_bytes();
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for (i, chunk) in bytes.chunks(4).enumerate() {
+        let last = i == bytes.len() / 4 - 1;
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &chunk[..4 - pad] {
+            n = (n << 6) | value(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let got = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&got[..3 - pad]);
+    }
+    Some(out)
+}
+
+/// The message of a missing or unreadable `Authorization`.
+const CREDENTIALS_REQUIRED: &str =
+    "an Authorization: Bearer <token> header (or Basic credentials of a configured user) is required";
+
+/// The caller named by an `Authorization` value (`Bearer <token>` or `Basic <name:password>`),
+/// checked against `[auth]`; everyone is an admin when auth is off. The REST API and the gRPC API
+/// (its `authorization` metadata) both authenticate here.
+pub fn authenticate(app: &Control, authorization: Option<&str>) -> Result<Principal, ApiError> {
+    let auth = &app.config.auth;
+    if !auth.enabled {
+        return Ok(Principal { name: "anonymous".into(), groups: vec![], roles: vec![Role::Admin] });
+    }
+    let Some(value) = authorization else {
+        return Err(ApiError::unauthorized(CREDENTIALS_REQUIRED));
+    };
+    if let Some(token) = bearer_token(value) {
+        return match auth.tokens.iter().find(|t| same(t.token.as_bytes(), token.as_bytes())) {
+            Some(t) => Ok(Principal { name: t.principal.clone(), groups: t.groups.clone(), roles: t.roles.clone() }),
+            None => Err(ApiError::unauthorized("the bearer token is not valid")),
+        };
+    }
+    if let Some((name, password)) = basic_credentials(value) {
+        // Every user is compared, so the time taken does not tell which names exist.
+        let found = auth.users.iter().fold(None, |found, u| {
+            let ok = same(u.name.as_bytes(), name.as_bytes()) & same(u.password.as_bytes(), password.as_bytes());
+            if ok { Some(u) } else { found }
+        });
+        return match found {
+            Some(u) => Ok(Principal { name: u.name.clone(), groups: u.groups.clone(), roles: u.roles.clone() }),
+            None => Err(ApiError::unauthorized("the user name or password is not valid")),
+        };
+    }
+    Err(ApiError::unauthorized(CREDENTIALS_REQUIRED))
+}
+
 impl FromRequestParts<Arc<Control>> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<Control>) -> Result<Self, ApiError> {
-        let auth = &app.config.auth;
-        if !auth.enabled {
-            return Ok(Principal { name: "anonymous".into(), groups: vec![], roles: vec![Role::Admin] });
-        }
-        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
-            return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
-        };
-        let Some(token) = value.to_str().ok().and_then(bearer_token) else {
-            return Err(ApiError::unauthorized("an Authorization: Bearer <token> header is required"));
-        };
-        match auth.tokens.iter().find(|t| same(t.token.as_bytes(), token.as_bytes())) {
-            Some(t) => Ok(Principal { name: t.principal.clone(), groups: t.groups.clone(), roles: t.roles.clone() }),
-            None => Err(ApiError::unauthorized("the bearer token is not valid")),
+        match parts.headers.get(header::AUTHORIZATION) {
+            None => authenticate(app, None),
+            Some(v) => match v.to_str() {
+                Ok(v) => authenticate(app, Some(v)),
+                Err(_) if !app.config.auth.enabled => authenticate(app, None),
+                Err(_) => Err(ApiError::unauthorized(CREDENTIALS_REQUIRED)),
+            },
         }
     }
 }
@@ -154,6 +229,24 @@ mod tests {
         let e = principal("Bob", &[Role::Submitter]).require_queue(&q).unwrap_err();
         assert_eq!(e.detail, "Bob is not an owner of queue Physics (nor in one of its groups)");
         assert!(principal("Root", &[Role::Admin]).require(Role::Executor).is_ok());
+    }
+
+    #[test]
+    fn basic_credentials_are_base64_of_name_colon_password() {
+        // "alice:open sesame:1" and "bob:x"
+        assert_eq!(
+            basic_credentials("Basic YWxpY2U6b3BlbiBzZXNhbWU6MQ=="),
+            Some(("alice".into(), "open sesame:1".into()))
+        );
+        assert_eq!(basic_credentials("basic   Ym9iOng="), Some(("bob".into(), "x".into())));
+        assert_eq!(basic_credentials("Basic Ym9iOng"), None, "unpadded");
+        assert_eq!(basic_credentials("Basic Ym9i"), None, "no colon");
+        assert_eq!(basic_credentials("Basic Y=9iOng="), None, "padding inside");
+        assert_eq!(basic_credentials("Bearer Ym9iOng="), None);
+        assert_eq!(base64_decode("TWFu"), Some(b"Man".to_vec()));
+        assert_eq!(base64_decode("TWE="), Some(b"Ma".to_vec()));
+        assert_eq!(base64_decode("TQ=="), Some(b"M".to_vec()));
+        assert_eq!(base64_decode("T==="), None);
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) ->
 
 /// Waits a little for a leader to be allowed to act: just elected, it needs its first entry
 /// applied and one round of acknowledgements.
-async fn await_serving(app: &Control) -> bool {
+pub(crate) async fn await_serving(app: &Control) -> bool {
     let patience = app.config.cluster.election_timeout;
     let deadline = tokio::time::Instant::now() + patience;
     loop {

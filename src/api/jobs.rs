@@ -62,7 +62,14 @@ pub async fn submit(
     p: Principal,
     ApiJson(req): ApiJson<SubmitRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let queue = queue_of(&app, &req.queue)?;
+    Ok(json(SubmitResponse { job_ids: submit_jobs(&app, &p, req).await? }))
+}
+
+/// The submission path of every API: the caller's right to the queue, the checks of
+/// [`check_submission`] (all or nothing), then one `Submit` command. Answers one id per job, in
+/// order.
+pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ApiError> {
+    let queue = queue_of(app, &req.queue)?;
     p.require_queue(&queue)?;
     if queue.cordoned {
         return Err(ApiError::field(
@@ -78,8 +85,7 @@ pub async fn submit(
             format!("queue {} is a parent queue: jobs are submitted to leaf queues only", queue.name),
         ));
     }
-    let largest =
-        if app.config.server.reject_jobs_larger_than_any_node { largest_node(&app) } else { Resources::new() };
+    let largest = if app.config.server.reject_jobs_larger_than_any_node { largest_node(app) } else { Resources::new() };
     let ctx = SubmitContext { server: &app.config.server, scheduler: &app.config.scheduler, largest_node: &largest };
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked
@@ -99,7 +105,7 @@ pub async fn submit(
         })
         .collect();
     let r = app.write(Command::Submit { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
-    Ok(json(SubmitResponse { job_ids: ids_of(r)? }))
+    ids_of(r)
 }
 
 /// Largest amount of each resource on any known node.
@@ -133,7 +139,13 @@ pub async fn cancel(
     p: Principal,
     ApiJson(req): ApiJson<CancelRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    p.require_queue(&queue_of(&app, &req.queue)?)?;
+    Ok(json(JobIdsResponse { job_ids: cancel_jobs(&app, &p, req).await? }))
+}
+
+/// The cancellation path of every API: the caller's right to the queue, the states asked for,
+/// then one `Cancel` command. Answers the jobs cancelled.
+pub async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Result<Vec<JobId>, ApiError> {
+    p.require_queue(&queue_of(app, &req.queue)?)?;
     if let Some(states) = &req.states
         && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
     {
@@ -153,7 +165,7 @@ pub async fn cancel(
             at_ms: now_ms(),
         })
         .await?;
-    Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
+    ids_of(r)
 }
 
 /// Change jobs' priority

@@ -77,7 +77,15 @@ pub fn router(app: Arc<Control>) -> Router {
 /// bodies are limited.
 fn with_layers<S: Clone + Send + Sync + 'static>(routes: Router<S>, body_limit: usize) -> Router<S> {
     routes
-        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .fallback(|req: Request<axum::body::Body>| async move {
+            // A gRPC call of a service this server does not serve gets a gRPC answer.
+            #[cfg(feature = "grpc")]
+            if crate::grpc::is_grpc(req.headers()) {
+                return crate::grpc::unimplemented(req.uri().path());
+            }
+            let _ = req;
+            axum::response::IntoResponse::into_response(ApiError::not_found("no such endpoint"))
+        })
         .method_not_allowed_fallback(|| async {
             ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this endpoint")
         })

@@ -206,6 +206,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         shutdown: stop_rx.clone(),
     });
     let router = crate::api::router(control.clone()).merge(raft.router());
+    #[cfg(feature = "grpc")]
+    let router = router.merge(crate::grpc::router(control.clone()));
     let url = format!("{scheme}://{local}");
     tracing::info!(%url, node_id = config.server.node_id, startup_ms = t0.elapsed().as_millis() as u64, "convoy server listening");
 

@@ -12,6 +12,8 @@ mod config_files;
 mod e2e_fake;
 mod e2e_process;
 mod formats;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod packaging;
 mod quarantine;
 mod queue_tree;

@@ -1,0 +1,319 @@
+//! `api.Event`: a job set's events from the same event log as REST's event stream, as Armada's
+//! messages. A message's id is the event's sequence number in its job set, so `from_message_id`
+//! resumes right after the last message a client received, without gaps or duplicates.
+
+use super::pb::{self, event_message::Events, event_server::Event};
+use super::principal;
+use super::submit::{health, job_set_name, queue_name};
+use crate::control::Control;
+use crate::model::{Event as StoredEvent, EventKind, Job, JobId, JobSetName, QueueName};
+use crate::store::Store;
+use futures::Stream;
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// The `api.Event` service.
+pub struct EventService(pub Arc<Control>);
+
+/// Events read from the store at a time.
+const BATCH: usize = 1000;
+
+/// The stream of GetJobSetEvents.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::EventStreamMessage, Status>> + Send>>;
+
+/// What a message needs besides the event: the job's queue and job set, and the run's place.
+struct Context<'a> {
+    queue: &'a QueueName,
+    job_set: &'a JobSetName,
+    /// The jobs of the events with a run, as stored.
+    jobs: &'a HashMap<JobId, Job>,
+}
+
+fn timestamp(ms: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
+}
+
+/// Armada's message for a stored event.
+fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
+    let (job_id, job_set_id, queue, created) =
+        (e.job_id.to_string(), c.job_set.to_string(), c.queue.to_string(), Some(timestamp(e.at_ms)));
+    let run = e.run_id.and_then(|id| c.jobs.get(&e.job_id)?.runs.iter().find(|r| r.run_id == id));
+    let cluster_id = run.map(|r| r.executor.to_string()).unwrap_or_default();
+    let pool = run.map(|r| r.pool.to_string()).unwrap_or_default();
+    let node_name = run.map(|r| r.node.to_string()).unwrap_or_default();
+    let text = e.message.clone().unwrap_or_default();
+    let events = match e.kind {
+        EventKind::Submitted => Events::Submitted(pb::JobSubmittedEvent { job_id, job_set_id, queue, created }),
+        EventKind::Queued => Events::Queued(pb::JobQueuedEvent { job_id, job_set_id, queue, created }),
+        EventKind::Leased => {
+            Events::Leased(pb::JobLeasedEvent { job_id, job_set_id, queue, created, cluster_id, pool })
+        }
+        EventKind::Pending => Events::Pending(pb::JobPendingEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            cluster_id,
+            pool,
+            ..Default::default()
+        }),
+        EventKind::Running => Events::Running(pb::JobRunningEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            cluster_id,
+            node_name,
+            pool,
+            ..Default::default()
+        }),
+        EventKind::Succeeded => Events::Succeeded(pb::JobSucceededEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            cluster_id,
+            node_name,
+            ..Default::default()
+        }),
+        EventKind::Failed => {
+            let exit = run.and_then(|r| r.exit_code);
+            let container_statuses = exit
+                .map(|code| vec![pb::ContainerStatus { exit_code: code, message: text.clone(), ..Default::default() }])
+                .unwrap_or_default();
+            Events::Failed(pb::JobFailedEvent {
+                job_id,
+                job_set_id,
+                queue,
+                created,
+                cluster_id,
+                node_name,
+                reason: text,
+                container_statuses,
+                ..Default::default()
+            })
+        }
+        EventKind::CancelRequested => Events::Cancelling(pb::JobCancellingEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
+        EventKind::Cancelled => Events::Cancelled(pb::JobCancelledEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
+        EventKind::PreemptRequested => Events::Preempting(pb::JobPreemptingEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            reason: text,
+            requestor: String::new(),
+        }),
+        EventKind::Preempted => Events::Preempted(pb::JobPreemptedEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            cluster_id,
+            run_id: e.run_id.map(|r| r.to_string()).unwrap_or_default(),
+            reason: text,
+            ..Default::default()
+        }),
+        EventKind::Reprioritized => Events::Reprioritized(pb::JobReprioritizedEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            // The state machine writes "priority <n>".
+            new_priority: text.strip_prefix("priority ").and_then(|p| p.parse().ok()).unwrap_or_default(),
+            requestor: String::new(),
+        }),
+        EventKind::Requeued => Events::LeaseReturned(pb::JobLeaseReturnedEvent {
+            job_id,
+            job_set_id,
+            queue,
+            created,
+            cluster_id,
+            reason: text,
+            run_attempted: run.is_some_and(|r| r.running_at_ms.is_some()),
+            ..Default::default()
+        }),
+    };
+    pb::EventStreamMessage { id: e.seq.to_string(), message: Some(pb::EventMessage { events: Some(events) }) }
+}
+
+/// The stored events of a job set from `next` on, with the jobs of those that concern a run.
+fn read(
+    store: &Store,
+    queue: &QueueName,
+    job_set: &JobSetName,
+    next: u64,
+) -> Result<(Vec<StoredEvent>, HashMap<JobId, Job>), crate::store::StoreError> {
+    let events = store.events(queue, job_set, next, BATCH)?;
+    let mut jobs = HashMap::new();
+    for e in events.iter().filter(|e| e.run_id.is_some()) {
+        if !jobs.contains_key(&e.job_id)
+            && let Some(job) = store.job(e.job_id)?
+        {
+            jobs.insert(e.job_id, job);
+        }
+    }
+    Ok((events, jobs))
+}
+
+struct Cursor {
+    app: Arc<Control>,
+    queue: QueueName,
+    job_set: JobSetName,
+    next: u64,
+    watch: bool,
+    buffer: VecDeque<pb::EventStreamMessage>,
+    rx: tokio::sync::broadcast::Receiver<(QueueName, JobSetName)>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    done: bool,
+}
+
+async fn fetch(c: &Cursor) -> Result<Vec<pb::EventStreamMessage>, Status> {
+    let (store, queue, job_set, next) = (c.app.store.clone(), c.queue.clone(), c.job_set.clone(), c.next);
+    let (events, jobs) = tokio::task::spawn_blocking(move || read(&store, &queue, &job_set, next))
+        .await
+        .map_err(|e| Status::internal(format!("the read task failed: {e}")))?
+        .map_err(|e| Status::internal(format!("reading the stored events failed: {e}; resume from the last id")))?;
+    let context = Context { queue: &c.queue, job_set: &c.job_set, jobs: &jobs };
+    Ok(events.iter().map(|e| message(e, &context)).collect())
+}
+
+fn messages(cursor: Cursor) -> impl Stream<Item = Result<pb::EventStreamMessage, Status>> {
+    futures::stream::unfold(cursor, |mut c| async move {
+        if c.done {
+            return None;
+        }
+        loop {
+            if let Some(m) = c.buffer.pop_front() {
+                return Some((Ok(m), c));
+            }
+            // Drain notifications before reading, so none that comes after the read is lost.
+            while c.rx.try_recv().is_ok() {}
+            match fetch(&c).await {
+                Ok(batch) if !batch.is_empty() => {
+                    // Ids are sequence numbers: the next read starts after the last one.
+                    if let Some(last) = batch.last().and_then(|m| m.id.parse::<u64>().ok()) {
+                        c.next = last + 1;
+                    }
+                    c.buffer.extend(batch);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(status) => {
+                    c.done = true;
+                    return Some((Err(status), c));
+                }
+            }
+            if !c.watch || *c.stopping.borrow() {
+                return None;
+            }
+            loop {
+                let news = tokio::select! {
+                    n = tokio::time::timeout(Duration::from_secs(5), c.rx.recv()) => n,
+                    _ = c.stopping.changed() => return None,
+                };
+                match news {
+                    Ok(Ok((q, s))) if q != c.queue || s != c.job_set => continue,
+                    // Ours, a periodic recheck, or notifications lost to lag: read again.
+                    _ => break,
+                }
+            }
+        }
+    })
+}
+
+#[tonic::async_trait]
+impl Event for EventService {
+    type GetJobSetEventsStream = EventStream;
+
+    async fn get_job_set_events(&self, request: Request<pb::JobSetRequest>) -> Result<Response<EventStream>, Status> {
+        let app = self.0.clone();
+        principal(&app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("id", &req.id)?;
+        let next = if req.from_message_id.is_empty() {
+            1
+        } else {
+            let id: u64 = req.from_message_id.parse().map_err(|_| {
+                Status::invalid_argument(format!(
+                    "from_message_id: {:?} is not the id of a message of this stream",
+                    req.from_message_id
+                ))
+            })?;
+            id + 1
+        };
+        if req.error_if_missing {
+            let (store, q, s) = (app.store.clone(), queue.clone(), job_set.clone());
+            let any = tokio::task::spawn_blocking(move || store.events(&q, &s, 1, 1))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::internal(e.to_string()))?;
+            if any.is_empty() {
+                return Err(Status::not_found(format!("job set {job_set} of queue {queue} has no events")));
+            }
+        }
+        let cursor = Cursor {
+            rx: app.notify.subscribe_job_sets(),
+            stopping: app.shutdown.clone(),
+            app,
+            queue,
+            job_set,
+            next,
+            watch: req.watch,
+            buffer: VecDeque::new(),
+            done: false,
+        };
+        Ok(Response::new(Box::pin(messages(cursor))))
+    }
+
+    async fn health(&self, _request: Request<()>) -> Result<Response<pb::HealthCheckResponse>, Status> {
+        Ok(Response::new(health(&self.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_keep_milliseconds() {
+        assert_eq!(timestamp(1_700_000_000_123), prost_types::Timestamp { seconds: 1_700_000_000, nanos: 123_000_000 });
+        assert_eq!(timestamp(-1), prost_types::Timestamp { seconds: -1, nanos: 999_000_000 });
+    }
+
+    #[test]
+    fn reprioritized_events_carry_the_new_priority() {
+        let (q, s) = ("q".parse().unwrap(), JobSetName::new("s").unwrap());
+        let jobs = HashMap::new();
+        let c = Context { queue: &q, job_set: &s, jobs: &jobs };
+        let e = StoredEvent {
+            seq: 7,
+            job_id: crate::control::ids::job_id(),
+            at_ms: 5,
+            kind: EventKind::Reprioritized,
+            run_id: None,
+            message: Some("priority 42".into()),
+        };
+        let m = message(&e, &c);
+        assert_eq!(m.id, "7");
+        let Some(pb::EventMessage { events: Some(Events::Reprioritized(r)) }) = m.message else { panic!("{m:?}") };
+        assert_eq!((r.new_priority, r.queue.as_str(), r.job_set_id.as_str()), (42.0, "q", "s"));
+    }
+}

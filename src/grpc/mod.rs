@@ -1,0 +1,130 @@
+//! Armada's gRPC API (package `api`) beside the REST API, on the same listener: each service is
+//! routed by its path prefix (`/api.Submit/...`) on the axum router, HTTP/2 over plain TCP (h2c)
+//! or TLS (ALPN `h2`). The services are adapters over the REST API's own logic (the same
+//! authentication, validation, commands and event log), so the two APIs cannot disagree.
+//! docs/armada-grpc.md says what is served and how Armada's messages map onto Convoy's.
+
+pub mod events;
+pub mod jobs;
+pub mod k8s;
+pub mod queues;
+pub mod submit;
+
+use crate::api::auth::{Principal, authenticate};
+use crate::api::problem::ApiError;
+use crate::control::Control;
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode as HttpStatus};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use tonic::{Code, Status};
+
+/// The Rust types and services generated from `proto/armada/*.proto` (package `api`).
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("api");
+}
+
+/// The gRPC services, each routed by its path prefix. Merge it into the API router (whose
+/// fallback answers gRPC requests for other services with UNIMPLEMENTED, see [`unimplemented`]).
+pub fn router(app: Arc<Control>) -> Router {
+    use pb::submit_server::SubmitServer;
+    use pb::{event_server::EventServer, jobs_server::JobsServer, queue_service_server::QueueServiceServer};
+    let limit = app.config.server.max_request_bytes;
+    Router::new()
+        .route_service(
+            "/api.Submit/{*method}",
+            SubmitServer::new(submit::SubmitService(app.clone())).max_decoding_message_size(limit),
+        )
+        .route_service(
+            "/api.QueueService/{*method}",
+            QueueServiceServer::new(queues::QueueService(app.clone())).max_decoding_message_size(limit),
+        )
+        .route_service("/api.Jobs/{*method}", JobsServer::new(jobs::JobsService(app.clone())))
+        .route_service("/api.Event/{*method}", EventServer::new(events::EventService(app)))
+        .layer(tower_http::trace::TraceLayer::new_for_grpc())
+}
+
+/// Whether a request is a gRPC call (`content-type: application/grpc...`).
+pub fn is_grpc(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+/// The answer to a gRPC call of a service this server does not serve: grpc-status UNIMPLEMENTED
+/// in a trailers-only answer (HTTP 200, as gRPC requires), not a problem+json 404.
+pub fn unimplemented(path: &str) -> Response {
+    let mut resp = HttpStatus::OK.into_response();
+    let headers = resp.headers_mut();
+    headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(Code::Unimplemented as i32));
+    let message = format!("convoy does not serve {path} (see docs/armada-grpc.md)");
+    // grpc-message is percent-encoded; a path is plain ASCII apart from what we escape here.
+    let encoded: String =
+        message
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_graphic() && b != b'%' || b == b' ' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+    if let Ok(v) = HeaderValue::from_str(&encoded) {
+        headers.insert("grpc-message", v);
+    }
+    resp
+}
+
+/// The gRPC status of a REST error: the same refusal under gRPC's codes. The message names the
+/// field first, as Armada's do (`job_request_items[0].pod_specs[0].containers: ...`).
+pub fn status(e: ApiError) -> Status {
+    let code = match e.status {
+        HttpStatus::BAD_REQUEST | HttpStatus::UNPROCESSABLE_ENTITY => Code::InvalidArgument,
+        HttpStatus::UNAUTHORIZED => Code::Unauthenticated,
+        HttpStatus::FORBIDDEN => Code::PermissionDenied,
+        HttpStatus::NOT_FOUND => Code::NotFound,
+        HttpStatus::CONFLICT => Code::FailedPrecondition,
+        HttpStatus::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        HttpStatus::SERVICE_UNAVAILABLE | HttpStatus::GATEWAY_TIMEOUT => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    match e.field {
+        Some(field) => Status::new(code, format!("{field}: {}", e.detail)),
+        None => Status::new(code, e.detail),
+    }
+}
+
+/// The caller of a gRPC request, from its `authorization` metadata (Bearer or Basic).
+pub fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal, Status> {
+    let value = match req.metadata().get("authorization") {
+        None => None,
+        Some(v) => Some(v.to_str().map_err(|_| {
+            Status::unauthenticated("the authorization metadata is not text (Bearer <token> or Basic <credentials>)")
+        })?),
+    };
+    authenticate(app, value).map_err(status)
+}
+
+/// Refuses a write unless this server leads and may act (a new leader waits for its first
+/// heartbeat round). Writes are not relayed to the leader over gRPC: a follower answers
+/// UNAVAILABLE naming the leader, which the client should call instead.
+pub async fn leading(app: &Control) -> Result<(), Status> {
+    if app.cluster.is_leader() && crate::api::forward::await_serving(app).await {
+        return Ok(());
+    }
+    Err(match app.cluster.leader_addr() {
+        Some(leader) if !app.cluster.is_leader() => Status::unavailable(format!(
+            "this server is a follower and takes no gRPC writes; send them to the leader at {leader}"
+        )),
+        _ => Status::unavailable("no leader is elected right now (an election is under way); retry shortly"),
+    })
+}
+
+/// A required text field of a request: INVALID_ARGUMENT naming it when empty.
+pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    if value.is_empty() { Err(Status::invalid_argument(format!("{field}: is required"))) } else { Ok(value) }
+}

@@ -1,0 +1,213 @@
+//! `api.QueueService` (and the same queue RPCs of `api.Submit`): queue CRUD over the REST API's
+//! queue logic: admins change queues, anyone authenticated reads them.
+
+use super::pb::{self, queue_service_server};
+use super::submit::queue_name;
+use super::{leading, principal, status};
+use crate::api::problem::ApiError;
+use crate::config::Role;
+use crate::control::{Control, WriteError, now_ms};
+use crate::model::Queue;
+use crate::state::{Command, RejectKind};
+use std::pin::Pin;
+use std::sync::Arc;
+use tonic::{Code, Request, Response, Status};
+
+/// The `api.QueueService` service.
+pub struct QueueService(pub Arc<Control>);
+
+/// An Armada queue as Convoy's, starting from `base` (the stored queue on an update, so the
+/// settings Armada's message does not carry, such as resource limits, are kept).
+fn convoy_queue(q: &pb::Queue, base: Option<Queue>) -> Result<Queue, Status> {
+    let name = queue_name("name", &q.name)?;
+    let mut queue = base.unwrap_or_else(|| Queue::new(name.clone(), 1.0));
+    // Armada's default factor is 1 too; 0 is "not set" in proto3.
+    queue.priority_factor = if q.priority_factor == 0.0 { 1.0 } else { q.priority_factor };
+    queue.owners = q.user_owners.clone();
+    queue.groups = q.group_owners.clone();
+    // Armada's permission subjects: users and groups.
+    for p in &q.permissions {
+        for s in &p.subjects {
+            let list = match s.kind.to_ascii_lowercase().as_str() {
+                "user" => &mut queue.owners,
+                "group" => &mut queue.groups,
+                _ => continue,
+            };
+            if !list.contains(&s.name) {
+                list.push(s.name.clone());
+            }
+        }
+    }
+    queue.cordoned = q.cordoned;
+    queue.labels = q.labels.clone().into_iter().collect();
+    queue.validate().map_err(|e| Status::invalid_argument(format!("{}: {}", e.field, e.message)))?;
+    Ok(queue)
+}
+
+/// A Convoy queue as Armada's message.
+pub(super) fn armada_queue(q: &Queue) -> pb::Queue {
+    pb::Queue {
+        name: q.name.to_string(),
+        priority_factor: q.priority_factor,
+        user_owners: q.owners.clone(),
+        group_owners: q.groups.clone(),
+        permissions: vec![],
+        cordoned: q.cordoned,
+        labels: q.labels.clone().into_iter().collect(),
+    }
+}
+
+fn admin<T>(app: &Control, request: &Request<T>) -> Result<(), Status> {
+    principal(app, request)?.require(Role::Admin).map_err(status)
+}
+
+/// A write's refusal: as REST's, but an existing queue is ALREADY_EXISTS (as Armada answers).
+fn write_status(e: WriteError) -> Status {
+    if let WriteError::Rejected(r) = &e
+        && r.kind == RejectKind::Conflict
+    {
+        return Status::new(Code::AlreadyExists, ApiError::from(e).detail);
+    }
+    status(e.into())
+}
+
+pub(super) async fn create(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+    admin(app, &request)?;
+    let queue = convoy_queue(request.get_ref(), None)?;
+    leading(app).await?;
+    app.write(Command::create_queue(queue)).await.map_err(write_status)?;
+    Ok(Response::new(()))
+}
+
+pub(super) async fn update(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+    admin(app, &request)?;
+    let name = queue_name("name", &request.get_ref().name)?;
+    let stored = app.state().queues.get(&name).map(|q| q.queue.clone());
+    let Some(stored) = stored else { return Err(Status::not_found(format!("queue {name} does not exist"))) };
+    let queue = convoy_queue(request.get_ref(), Some(stored))?;
+    leading(app).await?;
+    app.write(Command::update_queue(queue)).await.map_err(|e| status(e.into()))?;
+    Ok(Response::new(()))
+}
+
+pub(super) async fn delete(app: &Control, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
+    admin(app, &request)?;
+    let name = queue_name("name", &request.get_ref().name)?;
+    leading(app).await?;
+    // As Armada: a queue with jobs that are not over is not deleted (REST's force=false).
+    app.write(Command::DeleteQueue { name, force: false, at_ms: now_ms() }).await.map_err(|e| status(e.into()))?;
+    Ok(Response::new(()))
+}
+
+pub(super) async fn get(app: &Control, request: Request<pb::QueueGetRequest>) -> Result<Response<pb::Queue>, Status> {
+    principal(app, &request)?;
+    let name = queue_name("name", &request.get_ref().name)?;
+    let queue = app.state().queues.get(&name).map(|q| armada_queue(&q.queue));
+    queue.map(Response::new).ok_or_else(|| Status::not_found(format!("queue {name} does not exist")))
+}
+
+/// The stream of GetQueues.
+pub type QueueStream = Pin<Box<dyn futures::Stream<Item = Result<pb::StreamingQueueMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl queue_service_server::QueueService for QueueService {
+    async fn create_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+        create(&self.0, request).await
+    }
+
+    async fn update_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+        update(&self.0, request).await
+    }
+
+    async fn delete_queue(&self, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
+        delete(&self.0, request).await
+    }
+
+    async fn get_queue(&self, request: Request<pb::QueueGetRequest>) -> Result<Response<pb::Queue>, Status> {
+        get(&self.0, request).await
+    }
+
+    type GetQueuesStream = QueueStream;
+
+    async fn get_queues(
+        &self,
+        request: Request<pb::StreamingQueueGetRequest>,
+    ) -> Result<Response<QueueStream>, Status> {
+        list(&self.0, request)
+    }
+}
+
+/// Every queue (at most `num` when it is not 0) in name order, then an end marker.
+pub(super) fn list(
+    app: &Control,
+    request: Request<pb::StreamingQueueGetRequest>,
+) -> Result<Response<QueueStream>, Status> {
+    principal(app, &request)?;
+    let num = request.get_ref().num as usize;
+    let mut queues: Vec<pb::Queue> = app.state().queues.values().map(|q| armada_queue(&q.queue)).collect();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    if num > 0 {
+        queues.truncate(num);
+    }
+    let messages = queues
+        .into_iter()
+        .map(|q| pb::StreamingQueueMessage { event: Some(pb::streaming_queue_message::Event::Queue(q)) })
+        .chain(std::iter::once(pb::StreamingQueueMessage {
+            event: Some(pb::streaming_queue_message::Event::End(pb::EndMarker {})),
+        }))
+        .map(Ok);
+    Ok(Response::new(Box::pin(futures::stream::iter(messages))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn armada_queues_map_onto_convoy_s_and_back() {
+        let mut q = pb::Queue {
+            name: "physics".into(),
+            priority_factor: 2.0,
+            user_owners: vec!["alice".into()],
+            group_owners: vec!["phys".into()],
+            cordoned: true,
+            ..Default::default()
+        };
+        q.permissions.push(pb::queue::Permissions {
+            subjects: vec![
+                pb::queue::permissions::Subject { kind: "Group".into(), name: "lab".into() },
+                pb::queue::permissions::Subject { kind: "User".into(), name: "alice".into() },
+            ],
+            verbs: vec!["submit".into()],
+        });
+        q.labels.insert("team".into(), "p".into());
+        let c = convoy_queue(&q, None).unwrap();
+        assert_eq!((c.priority_factor, c.cordoned), (2.0, true));
+        assert_eq!(c.owners, ["alice"]);
+        assert_eq!(c.groups, ["phys", "lab"]);
+        let back = armada_queue(&c);
+        assert_eq!(
+            (back.name.as_str(), back.group_owners.clone()),
+            ("physics", vec!["phys".to_string(), "lab".to_string()])
+        );
+        assert_eq!(back.labels.get("team").map(String::as_str), Some("p"));
+
+        let unset = convoy_queue(&pb::Queue { name: "b".into(), ..Default::default() }, None).unwrap();
+        assert_eq!(unset.priority_factor, 1.0);
+        let e = convoy_queue(&pb::Queue { name: "b".into(), priority_factor: -1.0, ..Default::default() }, None)
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(e.message().starts_with("priority_factor: "), "{}", e.message());
+        assert_eq!(convoy_queue(&pb::Queue::default(), None).unwrap_err().message(), "name: is required");
+    }
+
+    #[test]
+    fn an_update_keeps_what_armada_s_queue_does_not_carry() {
+        let mut stored = Queue::new("a".parse().unwrap(), 1.0);
+        stored.resource_limits.insert(crate::model::ResourceName::cpu(), 0.5);
+        let c = convoy_queue(&pb::Queue { name: "a".into(), priority_factor: 3.0, ..Default::default() }, Some(stored))
+            .unwrap();
+        assert_eq!(c.priority_factor, 3.0);
+        assert_eq!(c.resource_limits.len(), 1);
+    }
+}

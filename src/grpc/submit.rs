@@ -1,0 +1,338 @@
+//! `api.Submit`: submissions and cancellations through the REST API's own paths
+//! ([`submit_jobs`], [`cancel_jobs`]), the queue RPCs Armada's clients call on this service, and
+//! Health.
+
+use super::k8s::{self, EncodedPodSpec};
+use super::pb::{self, submit_server::Submit};
+use super::{leading, principal, required, status};
+use crate::api::jobs::{cancel_jobs, submit_jobs};
+use crate::control::Control;
+use crate::model::api::{CancelRequest, SubmitItem, SubmitRequest};
+use crate::model::{JobId, JobSetName, JobState, QueueName};
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// Armada's annotation for a job's URI in another system, set from `external_job_uri`.
+pub const EXTERNAL_JOB_URI_ANNOTATION: &str = "armadaproject.io/externalJobUri";
+
+/// The `api.Submit` service.
+pub struct SubmitService(pub Arc<Control>);
+
+fn invalid(field: impl std::fmt::Display, message: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(format!("{field}: {message}"))
+}
+
+/// A queue name of a request, INVALID_ARGUMENT naming `field` if it is not one.
+pub(super) fn queue_name(field: &str, value: &str) -> Result<QueueName, Status> {
+    QueueName::new(required(field, value)?).map_err(|e| invalid(field, e))
+}
+
+/// A job set name of a request, INVALID_ARGUMENT naming `field` if it is not one.
+pub(super) fn job_set_name(field: &str, value: &str) -> Result<JobSetName, Status> {
+    JobSetName::new(required(field, value)?).map_err(|e| invalid(field, e))
+}
+
+/// Armada's float priority as Convoy's: rounded to the nearest whole number and clamped to
+/// 0..=u32::MAX, as Armada does; lower runs first in both.
+fn priority(field: &str, p: f64) -> Result<u32, Status> {
+    if p.is_nan() {
+        return Err(invalid(field, "must be a number"));
+    }
+    Ok(p.round().clamp(0.0, f64::from(u32::MAX)) as u32)
+}
+
+/// The Kubernetes JSON of an item's one pod spec, with `required_node_labels` merged into its
+/// node selector.
+fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Status> {
+    let (field, spec): (String, &EncodedPodSpec) = match (&item.pod_spec, item.pod_specs.as_slice()) {
+        (Some(_), [_, ..]) => {
+            return Err(invalid(
+                format_args!("job_request_items[{i}].pod_spec"),
+                "set either pod_spec or pod_specs, not both",
+            ));
+        }
+        (Some(spec), []) => (format!("job_request_items[{i}].pod_spec"), spec),
+        (None, [spec]) => (format!("job_request_items[{i}].pod_specs[0]"), spec),
+        (None, []) => return Err(invalid(format_args!("job_request_items[{i}].pod_specs"), "a pod spec is required")),
+        (None, [_, _, ..]) => {
+            return Err(invalid(format_args!("job_request_items[{i}].pod_specs"), "a job has exactly one pod spec"));
+        }
+    };
+    let mut json = k8s::to_json(spec).map_err(|e| {
+        let at = if e.field.is_empty() { field.clone() } else { format!("{field}.{}", e.field) };
+        invalid(at, e.message)
+    })?;
+    if !item.required_node_labels.is_empty() {
+        // A pod spec converts to an object, and its nodeSelector (a map) to an object too.
+        let selector = json
+            .as_object_mut()
+            .map(|o| o.entry("nodeSelector").or_insert_with(|| Json::Object(Default::default())))
+            .and_then(Json::as_object_mut)
+            .ok_or_else(|| Status::internal("the pod spec's JSON has no nodeSelector object"))?;
+        for (k, v) in &item.required_node_labels {
+            match selector.get(k) {
+                Some(Json::String(s)) if s != v => {
+                    return Err(invalid(
+                        format_args!("job_request_items[{i}].required_node_labels.{k}"),
+                        format!("is {v:?} but the pod spec's nodeSelector says {s:?}"),
+                    ));
+                }
+                _ => {
+                    selector.insert(k.clone(), Json::String(v.clone()));
+                }
+            }
+        }
+    }
+    Ok(json)
+}
+
+/// One Armada item as a Convoy submission item.
+fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, Status> {
+    if !item.ingress.is_empty() {
+        return Err(invalid(
+            format_args!("job_request_items[{i}].ingress"),
+            "Armada's ingress configs are not supported yet; submit Ingress objects through the REST API",
+        ));
+    }
+    if !item.services.is_empty() {
+        return Err(invalid(
+            format_args!("job_request_items[{i}].services"),
+            "Armada's service configs are not supported yet; submit Service objects through the REST API",
+        ));
+    }
+    let json = pod_spec_json(i, item)?;
+    // Armada's way to name the priority class.
+    let priority_class = json.get("priorityClassName").and_then(Json::as_str).map(str::to_string);
+    let pod_spec =
+        serde_json::value::to_raw_value(&json).map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
+    let mut annotations: BTreeMap<String, String> = item.annotations.clone().into_iter().collect();
+    if !item.external_job_uri.is_empty() {
+        annotations.entry(EXTERNAL_JOB_URI_ANNOTATION.to_string()).or_insert_with(|| item.external_job_uri.clone());
+    }
+    Ok(SubmitItem {
+        priority: priority(&format!("job_request_items[{i}].priority"), item.priority)?,
+        priority_class,
+        pod_spec,
+        annotations,
+        labels: item.labels.clone().into_iter().collect(),
+        services: vec![],
+        ingresses: vec![],
+        client_id: (!item.client_id.is_empty()).then(|| item.client_id.clone()),
+    })
+}
+
+/// A field path of the REST submission (`jobs[3].pod_spec.containers[0]`) as Armada's request
+/// names it (`job_request_items[3].pod_specs[0].containers[0]`).
+fn armada_field(rest: &str, req: &pb::JobSubmitRequest) -> String {
+    let Some(tail) = rest.strip_prefix("jobs[") else {
+        return match rest {
+            "job_set" => "job_set_id".to_string(),
+            "jobs" => "job_request_items".to_string(),
+            other => other.to_string(),
+        };
+    };
+    let Some((index, tail)) = tail.split_once(']') else { return rest.to_string() };
+    let single = index
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| req.job_request_items.get(i))
+        .is_some_and(|item| item.pod_spec.is_some());
+    let tail = match tail.strip_prefix(".pod_spec") {
+        Some(t) if !single => format!(".pod_specs[0]{t}"),
+        _ => tail.to_string(),
+    };
+    format!("job_request_items[{index}]{tail}")
+}
+
+/// Armada's job states that a job set cancellation may name, as Convoy's.
+fn cancellable_state(i: usize, s: i32) -> Result<JobState, Status> {
+    let field = format!("filter.states[{i}]");
+    match pb::JobState::try_from(s) {
+        Ok(pb::JobState::Queued | pb::JobState::Submitted) => Ok(JobState::Queued),
+        Ok(pb::JobState::Leased) => Ok(JobState::Leased),
+        Ok(pb::JobState::Pending) => Ok(JobState::Pending),
+        Ok(pb::JobState::Running) => Ok(JobState::Running),
+        Ok(other) => Err(invalid(field, format!("{} jobs cannot be cancelled", other.as_str_name()))),
+        Err(_) => Err(invalid(field, format!("{s} is not a job state"))),
+    }
+}
+
+fn job_ids(field: &str, ids: &[String]) -> Result<Vec<JobId>, Status> {
+    ids.iter().enumerate().map(|(i, id)| id.parse().map_err(|e| invalid(format_args!("{field}[{i}]"), e))).collect()
+}
+
+#[tonic::async_trait]
+impl Submit for SubmitService {
+    async fn submit_jobs(
+        &self,
+        request: Request<pb::JobSubmitRequest>,
+    ) -> Result<Response<pb::JobSubmitResponse>, Status> {
+        let app = &self.0;
+        let p = principal(app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let jobs =
+            req.job_request_items.iter().enumerate().map(|(i, item)| submit_item(i, item)).collect::<Result<_, _>>()?;
+        leading(app).await?;
+        let ids = submit_jobs(app, &p, SubmitRequest { queue, job_set, jobs }).await.map_err(|mut e| {
+            e.field = e.field.map(|f| armada_field(&f, &req));
+            status(e)
+        })?;
+        Ok(Response::new(pb::JobSubmitResponse {
+            job_response_items: ids
+                .into_iter()
+                .map(|id| pb::JobSubmitResponseItem { job_id: id.to_string(), error: String::new() })
+                .collect(),
+        }))
+    }
+
+    async fn cancel_jobs(
+        &self,
+        request: Request<pb::JobCancelRequest>,
+    ) -> Result<Response<pb::CancellationResult>, Status> {
+        let app = &self.0;
+        let p = principal(app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let mut ids = job_ids("job_ids", &req.job_ids)?;
+        if !req.job_id.is_empty() {
+            ids.insert(0, req.job_id.parse().map_err(|e| invalid("job_id", e))?);
+        }
+        if ids.is_empty() {
+            return Err(invalid("job_ids", "name at least one job (CancelJobSet cancels a whole job set)"));
+        }
+        leading(app).await?;
+        let reason = (!req.reason.is_empty()).then_some(req.reason);
+        let cancel = CancelRequest { queue, job_set, job_ids: Some(ids), states: None, reason };
+        let cancelled = cancel_jobs(app, &p, cancel).await.map_err(status)?;
+        Ok(Response::new(pb::CancellationResult { cancelled_ids: cancelled.iter().map(ToString::to_string).collect() }))
+    }
+
+    async fn cancel_job_set(&self, request: Request<pb::JobSetCancelRequest>) -> Result<Response<()>, Status> {
+        let app = &self.0;
+        let p = principal(app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let states = match &req.filter {
+            Some(f) if !f.states.is_empty() => {
+                let mut states = Vec::new();
+                for (i, s) in f.states.iter().enumerate() {
+                    let s = cancellable_state(i, *s)?;
+                    if !states.contains(&s) {
+                        states.push(s);
+                    }
+                }
+                Some(states)
+            }
+            _ => None,
+        };
+        leading(app).await?;
+        let reason = (!req.reason.is_empty()).then_some(req.reason);
+        let cancel = CancelRequest { queue, job_set, job_ids: None, states, reason };
+        cancel_jobs(app, &p, cancel).await.map_err(status)?;
+        Ok(Response::new(()))
+    }
+
+    async fn create_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+        super::queues::create(&self.0, request).await
+    }
+
+    async fn update_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
+        super::queues::update(&self.0, request).await
+    }
+
+    async fn delete_queue(&self, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
+        super::queues::delete(&self.0, request).await
+    }
+
+    async fn get_queue(&self, request: Request<pb::QueueGetRequest>) -> Result<Response<pb::Queue>, Status> {
+        super::queues::get(&self.0, request).await
+    }
+
+    type GetQueuesStream = super::queues::QueueStream;
+
+    async fn get_queues(
+        &self,
+        request: Request<pb::StreamingQueueGetRequest>,
+    ) -> Result<Response<Self::GetQueuesStream>, Status> {
+        super::queues::list(&self.0, request)
+    }
+
+    async fn health(&self, _request: Request<()>) -> Result<Response<pb::HealthCheckResponse>, Status> {
+        Ok(Response::new(health(&self.0)))
+    }
+}
+
+/// SERVING once the server has applied its log and knows a leader (as `/readyz`).
+pub(super) fn health(app: &Control) -> pb::HealthCheckResponse {
+    let serving = if app.cluster.ready() {
+        pb::health_check_response::ServingStatus::Serving
+    } else {
+        pb::health_check_response::ServingStatus::NotServing
+    };
+    pb::HealthCheckResponse { status: serving as i32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priorities_round_and_clamp_as_armada_s() {
+        assert_eq!(priority("p", 0.0).unwrap(), 0);
+        assert_eq!(priority("p", 2.5).unwrap(), 3);
+        assert_eq!(priority("p", 2.4).unwrap(), 2);
+        assert_eq!(priority("p", -7.0).unwrap(), 0);
+        assert_eq!(priority("p", 1e12).unwrap(), u32::MAX);
+        assert_eq!(priority("p", f64::INFINITY).unwrap(), u32::MAX);
+        assert_eq!(priority("p", f64::NAN).unwrap_err().code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn rest_field_paths_become_armada_s() {
+        let item = |single: bool| pb::JobSubmitRequestItem {
+            pod_spec: single.then(EncodedPodSpec::default),
+            ..Default::default()
+        };
+        let req = pb::JobSubmitRequest { job_request_items: vec![item(false), item(true)], ..Default::default() };
+        let cases = [
+            ("jobs[0].pod_spec.containers[0].resources", "job_request_items[0].pod_specs[0].containers[0].resources"),
+            ("jobs[1].pod_spec.containers", "job_request_items[1].pod_spec.containers"),
+            ("jobs[0].annotations", "job_request_items[0].annotations"),
+            ("jobs", "job_request_items"),
+            ("job_set", "job_set_id"),
+            ("queue", "queue"),
+        ];
+        for (rest, armada) in cases {
+            assert_eq!(armada_field(rest, &req), armada, "{rest}");
+        }
+    }
+
+    #[test]
+    fn required_node_labels_join_the_node_selector_unless_they_conflict() {
+        let spec =
+            k8s::from_json(&serde_json::json!({"containers": [{"name": "a"}], "nodeSelector": {"zone": "a"}})).unwrap();
+        let mut item = pb::JobSubmitRequestItem { pod_specs: vec![spec], ..Default::default() };
+        item.required_node_labels.insert("disk".into(), "ssd".into());
+        let json = pod_spec_json(0, &item).unwrap();
+        assert_eq!(json["nodeSelector"], serde_json::json!({"disk": "ssd", "zone": "a"}));
+        item.required_node_labels.insert("zone".into(), "b".into());
+        let e = pod_spec_json(0, &item).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.message().starts_with("job_request_items[0].required_node_labels.zone: "), "{}", e.message());
+    }
+
+    #[test]
+    fn only_live_states_may_be_cancelled() {
+        assert_eq!(cancellable_state(0, pb::JobState::Submitted as i32).unwrap(), JobState::Queued);
+        assert_eq!(cancellable_state(0, pb::JobState::Running as i32).unwrap(), JobState::Running);
+        let e = cancellable_state(2, pb::JobState::Succeeded as i32).unwrap_err();
+        assert_eq!(e.message(), "filter.states[2]: SUCCEEDED jobs cannot be cancelled");
+        assert_eq!(cancellable_state(0, 99).unwrap_err().message(), "filter.states[0]: 99 is not a job state");
+    }
+}

@@ -1,0 +1,452 @@
+//! Armada's gRPC API on a real server's REST port, driven by a tonic client over h2c: queue CRUD,
+//! submission through the REST path (all or nothing, fields named as Armada names them), a job
+//! set's events until success with a reconnect that resumes without gaps or duplicates (a real
+//! agent on the fake runtime runs the jobs), job states, cancellation, auth and UNIMPLEMENTED.
+
+use crate::common::{Server, config};
+use convoy::grpc::k8s;
+use convoy::grpc::pb::{
+    self, event_client::EventClient, jobs_client::JobsClient, queue_service_client::QueueServiceClient,
+    submit_client::SubmitClient,
+};
+use serde_json::json;
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tonic::Code;
+use tonic::transport::Channel;
+
+async fn channel(s: &Server) -> Channel {
+    Channel::from_shared(s.url.clone()).expect("server url").connect().await.expect("h2c connection")
+}
+
+/// A request carrying `authorization`, if any.
+fn req<T>(msg: T, auth: Option<&str>) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    if let Some(a) = auth {
+        r.metadata_mut().insert("authorization", a.parse().expect("ascii metadata"));
+    }
+    r
+}
+
+/// A job item running on the fake runtime for `seconds`.
+fn item(cpu: &str, seconds: u32) -> pb::JobSubmitRequestItem {
+    let spec = json!({"containers": [{"name": "main", "image": "busybox",
+        "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}}]});
+    let mut i =
+        pb::JobSubmitRequestItem { pod_specs: vec![k8s::from_json(&spec).expect("pod spec")], ..Default::default() };
+    i.annotations.insert("convoy.io/fake-runtime".into(), seconds.to_string());
+    i.namespace = "default".into();
+    i
+}
+
+fn submit_req(queue: &str, job_set: &str, items: Vec<pb::JobSubmitRequestItem>) -> pb::JobSubmitRequest {
+    pb::JobSubmitRequest { queue: queue.into(), job_set_id: job_set.into(), job_request_items: items }
+}
+
+/// A `convoy agent` on the fake runtime with one 8-CPU node.
+fn fake_agent(s: &Server) -> Child {
+    let cfg = s.dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "executor = \"fake\"\nservers = [\"{}\"]\ndata_dir = \"{}\"\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"8\", memory = \"64Gi\" }}\n",
+            s.url,
+            s.dir.join("agent").display()
+        ),
+    )
+    .expect("agent config");
+    Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(s.dir.join("agent.log")).expect("agent log")))
+        .spawn()
+        .expect("convoy agent starts")
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kind(m: &pb::EventStreamMessage) -> (&'static str, String) {
+    use pb::event_message::Events as E;
+    let events = m.message.as_ref().and_then(|m| m.events.as_ref()).expect("an event");
+    match events {
+        E::Submitted(e) => ("submitted", e.job_id.clone()),
+        E::Queued(e) => ("queued", e.job_id.clone()),
+        E::Leased(e) => ("leased", e.job_id.clone()),
+        E::Pending(e) => ("pending", e.job_id.clone()),
+        E::Running(e) => ("running", e.job_id.clone()),
+        E::Succeeded(e) => ("succeeded", e.job_id.clone()),
+        E::Failed(e) => ("failed", e.job_id.clone()),
+        E::Cancelling(e) => ("cancelling", e.job_id.clone()),
+        E::Cancelled(e) => ("cancelled", e.job_id.clone()),
+        E::Preempting(e) => ("preempting", e.job_id.clone()),
+        E::Preempted(e) => ("preempted", e.job_id.clone()),
+        E::Reprioritized(e) => ("reprioritized", e.job_id.clone()),
+        E::LeaseReturned(e) => ("lease_returned", e.job_id.clone()),
+        E::LeaseExpired(e) => ("lease_expired", e.job_id.clone()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armada_clients_submit_watch_and_cancel_over_grpc() {
+    let s = Server::start("");
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit) = (QueueServiceClient::new(ch.clone()), SubmitClient::new(ch.clone()));
+    let (mut jobs, mut events) = (JobsClient::new(ch.clone()), EventClient::new(ch.clone()));
+
+    // Health, and queue CRUD.
+    let h = submit.health(()).await.expect("health").into_inner();
+    assert_eq!(h.status, pb::health_check_response::ServingStatus::Serving as i32);
+    let q =
+        pb::Queue { name: "A".into(), priority_factor: 1.0, user_owners: vec!["alice".into()], ..Default::default() };
+    queues.create_queue(q.clone()).await.expect("create queue");
+    let e = queues.create_queue(q.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    queues.update_queue(pb::Queue { priority_factor: 2.0, ..q.clone() }).await.expect("update queue");
+    let got = queues.get_queue(pb::QueueGetRequest { name: "A".into() }).await.expect("get queue").into_inner();
+    assert_eq!(
+        (got.name.as_str(), got.priority_factor, got.user_owners.clone()),
+        ("A", 2.0, vec!["alice".to_string()])
+    );
+    submit.create_queue(pb::Queue { name: "B".into(), ..Default::default() }).await.expect("create on Submit");
+    let mut stream = queues.get_queues(pb::StreamingQueueGetRequest { num: 0 }).await.expect("get queues").into_inner();
+    let mut listed = Vec::new();
+    while let Some(m) = stream.message().await.expect("queue stream") {
+        match m.event {
+            Some(pb::streaming_queue_message::Event::Queue(q)) => listed.push(q.name),
+            Some(pb::streaming_queue_message::Event::End(_)) => listed.push("<end>".into()),
+            None => panic!("empty message"),
+        }
+    }
+    assert_eq!(listed, ["A", "B", "<end>"]);
+    // The same on api.Submit, at most `num`.
+    let mut stream = submit.get_queues(pb::StreamingQueueGetRequest { num: 1 }).await.expect("get queues").into_inner();
+    let first = stream.message().await.expect("queue stream").and_then(|m| m.event);
+    assert!(matches!(first, Some(pb::streaming_queue_message::Event::Queue(ref q)) if q.name == "A"), "{first:?}");
+    let end = stream.message().await.expect("queue stream").and_then(|m| m.event);
+    assert!(matches!(end, Some(pb::streaming_queue_message::Event::End(_))), "{end:?}");
+    assert!(stream.message().await.expect("queue stream").is_none());
+    queues.delete_queue(pb::QueueDeleteRequest { name: "B".into() }).await.expect("delete queue");
+    let e = queues.get_queue(pb::QueueGetRequest { name: "B".into() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+
+    // All or nothing: the second job has no requests, so neither is stored, and the refusal
+    // names the field as Armada's request does.
+    let mut bad = item("1", 1);
+    bad.pod_specs = vec![k8s::from_json(&json!({"containers": [{"name": "x", "image": "busybox"}]})).unwrap()];
+    let e = submit.submit_jobs(submit_req("A", "set-1", vec![item("1", 1), bad])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().starts_with("job_request_items[1].pod_specs[0].containers[0].resources"), "{}", e.message());
+    assert_eq!(s.count_jobs("queue=A").await, 0);
+    let e = submit.submit_jobs(submit_req("nope", "set-1", vec![item("1", 1)])).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = submit.submit_jobs(submit_req("A", "", vec![item("1", 1)])).await.unwrap_err();
+    assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "job_set_id: is required"));
+
+    // Two jobs succeed on the fake runtime; the event stream is read in two connections.
+    let answer = submit.submit_jobs(submit_req("A", "set-1", vec![item("1", 1), item("1", 1)])).await.expect("submit");
+    let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
+    assert_eq!(ids.len(), 2);
+    let agent = Killed(fake_agent(&s));
+    let set = |from: &str| pb::JobSetRequest {
+        id: "set-1".into(),
+        queue: "A".into(),
+        watch: true,
+        from_message_id: from.into(),
+        error_if_missing: true,
+    };
+    let mut first = events.get_job_set_events(set("")).await.expect("events").into_inner();
+    let mut seen: Vec<pb::EventStreamMessage> = Vec::new();
+    for _ in 0..3 {
+        seen.push(first.message().await.expect("event").expect("open stream"));
+    }
+    drop(first);
+    let resume = seen.last().map(|m| m.id.clone()).unwrap_or_default();
+    let mut second = events.get_job_set_events(set(&resume)).await.expect("events again").into_inner();
+    let done = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let m = second.message().await.expect("event").expect("the watched stream stays open");
+            seen.push(m);
+            let succeeded = seen.iter().filter(|m| kind(m).0 == "succeeded").count();
+            if succeeded == 2 {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "both jobs succeed in time; seen {:?}\n{}",
+        seen.iter().map(kind).collect::<Vec<_>>(),
+        s.log()
+    );
+    // Ids are dense from 1: nothing was lost or repeated across the reconnect.
+    let numbers: Vec<u64> = seen.iter().map(|m| m.id.parse().expect("numeric id")).collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>());
+    for id in &ids {
+        let of_job: Vec<&str> = seen.iter().map(kind).filter(|(_, j)| j == id).map(|(k, _)| k).collect();
+        assert_eq!(of_job, ["submitted", "queued", "leased", "pending", "running", "succeeded"], "{id}");
+    }
+    let leased = seen.iter().find_map(|m| match m.message.as_ref()?.events.as_ref()? {
+        pb::event_message::Events::Leased(l) => Some(l.clone()),
+        _ => None,
+    });
+    assert_eq!(leased.map(|l| l.cluster_id), Some("fake".to_string()));
+
+    // States: unknown ids are UNKNOWN, not an error.
+    let unknown = "01ARZ3NDEKTSV4RRFFQ69G5FAV".to_string();
+    let states = jobs
+        .get_job_status(pb::JobStatusRequest {
+            job_ids: vec![ids[0].clone(), ids[1].clone(), unknown.clone(), "x".into()],
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .job_states;
+    let want: HashMap<String, i32> = [
+        (ids[0].clone(), pb::JobState::Succeeded as i32),
+        (ids[1].clone(), pb::JobState::Succeeded as i32),
+        (unknown, pb::JobState::Unknown as i32),
+        ("x".to_string(), pb::JobState::Unknown as i32),
+    ]
+    .into();
+    assert_eq!(states, want);
+
+    // Cancellation: one job by id, then a job set by state. No node has the label they require,
+    // so they stay queued.
+    drop(agent);
+    let waiting = || {
+        let mut i = item("1", 600);
+        i.required_node_labels.insert("convoy-test/nowhere".into(), "true".into());
+        i
+    };
+    let more = submit
+        .submit_jobs(submit_req("A", "set-2", vec![waiting(), waiting(), waiting()]))
+        .await
+        .expect("submit more")
+        .into_inner();
+    let more: Vec<String> = more.job_response_items.into_iter().map(|i| i.job_id).collect();
+    let cancelled = submit
+        .cancel_jobs(pb::JobCancelRequest {
+            queue: "A".into(),
+            job_set_id: "set-2".into(),
+            job_ids: vec![more[0].clone()],
+            reason: "not needed".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(cancelled.cancelled_ids, [more[0].clone()]);
+    let e = submit
+        .cancel_job_set(pb::JobSetCancelRequest {
+            queue: "A".into(),
+            job_set_id: "set-2".into(),
+            filter: Some(pb::JobSetFilter { states: vec![pb::JobState::Succeeded as i32] }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::InvalidArgument, "filter.states[0]: SUCCEEDED jobs cannot be cancelled")
+    );
+    submit
+        .cancel_job_set(pb::JobSetCancelRequest {
+            queue: "A".into(),
+            job_set_id: "set-2".into(),
+            filter: Some(pb::JobSetFilter { states: vec![pb::JobState::Queued as i32] }),
+            ..Default::default()
+        })
+        .await
+        .expect("cancel job set");
+    let states =
+        jobs.get_job_status(pb::JobStatusRequest { job_ids: more.clone() }).await.expect("status").into_inner();
+    for id in &more {
+        assert_eq!(states.job_states.get(id), Some(&(pb::JobState::Cancelled as i32)), "{id}");
+    }
+    let e = events
+        .get_job_set_events(pb::JobSetRequest {
+            id: "never".into(),
+            queue: "A".into(),
+            error_if_missing: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // Without watch the stream ends after the stored events.
+    let mut stored = events
+        .get_job_set_events(pb::JobSetRequest { id: "set-2".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut n = 0;
+    while stored.message().await.expect("event").is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 3 * 2 + 3 * 2, "submitted, queued, cancelling and cancelled per job");
+}
+
+#[tokio::test]
+async fn unknown_grpc_methods_and_services_are_unimplemented() {
+    let s = Server::start("");
+    s.ready().await;
+    let mut grpc = tonic::client::Grpc::new(channel(&s).await);
+    for path in ["/api.Submit/ReprioritizeJobs", "/api.Nowhere/Anything"] {
+        grpc.ready().await.expect("ready");
+        let codec = tonic_prost::ProstCodec::<(), ()>::default();
+        let e = grpc.unary(tonic::Request::new(()), path.parse().expect("path"), codec).await.expect_err("not served");
+        assert_eq!(e.code(), Code::Unimplemented, "{path}: {e:?}");
+    }
+    // REST is untouched: a non-gRPC request to an unknown path is still a problem+json 404.
+    let (st, v) = s.get("/api.Nowhere/Anything").await;
+    assert_eq!(st, 404, "{v}");
+}
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdefgh";
+
+fn basic(user: &str, password: &str) -> String {
+    // Base64 of "user:password", encoded here so the test does not trust the server's decoder.
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | (u32::from(b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+#[tokio::test]
+async fn grpc_calls_authenticate_with_bearer_tokens_and_basic_credentials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = config(tmp.path(), "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            r#"[auth]
+enabled = true
+tokens = [
+  {{ token = "{ADMIN}", principal = "root", roles = ["admin"] }},
+  {{ token = "{BOB}", principal = "bob", roles = ["submitter"] }},
+]
+users = [ {{ name = "alice", password = "alice-password-1", groups = ["physics"], roles = ["submitter"] }} ]
+"#
+        ),
+    );
+    let s = Server::start_in(tmp.path(), &text);
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit) = (QueueServiceClient::new(ch.clone()), SubmitClient::new(ch.clone()));
+    let alice = basic("alice", "alice-password-1");
+    let admin = format!("Bearer {ADMIN}");
+    let bob = format!("Bearer {BOB}");
+
+    let physics = pb::Queue { name: "physics".into(), group_owners: vec!["physics".into()], ..Default::default() };
+    for (auth, code) in [
+        (None, Code::Unauthenticated),
+        (Some("Bearer not-a-token".to_string()), Code::Unauthenticated),
+        (Some(basic("alice", "wrong-password")), Code::Unauthenticated),
+        (Some(alice.clone()), Code::PermissionDenied),
+    ] {
+        let e = queues.create_queue(req(physics.clone(), auth.as_deref())).await.unwrap_err();
+        assert_eq!(e.code(), code, "{auth:?}: {e:?}");
+    }
+    queues.create_queue(req(physics, Some(&admin))).await.expect("the admin creates a queue");
+    let got = queues.get_queue(req(pb::QueueGetRequest { name: "physics".into() }, Some(&alice))).await;
+    assert_eq!(got.expect("alice reads it").into_inner().group_owners, ["physics"]);
+
+    // Alice is in the queue's group; Bob is not.
+    let ok = submit.submit_jobs(req(submit_req("physics", "s", vec![item("1", 1)]), Some(&alice))).await;
+    assert_eq!(ok.expect("alice submits").into_inner().job_response_items.len(), 1);
+    let e = submit.submit_jobs(req(submit_req("physics", "s", vec![item("1", 1)]), Some(&bob))).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("bob is not an owner of queue physics"), "{}", e.message());
+    let e = submit.submit_jobs(req(submit_req("physics", "s", vec![item("1", 1)]), None)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+
+    // The REST API takes the same Basic credentials.
+    let r = s.client.get(format!("{}/v1/queues/physics", s.url)).header("authorization", &alice).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn grpc_is_served_over_tls_through_alpn_h2() {
+    use crate::common::tls::TestCa;
+    use tonic::transport::{Certificate, ClientTlsConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = TestCa::new(dir, "convoy test CA");
+    let cert = ca.issue(dir, "server", "convoy-test-server", 1);
+    let s = Server::start_in(dir, &format!("{}{}", config(dir, ""), cert.section(&ca.path))).trusting(&ca.path);
+    s.ready().await;
+    let pem = std::fs::read_to_string(&ca.path).expect("CA file");
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)).domain_name("localhost");
+    let ch = Channel::from_shared(s.url.clone())
+        .unwrap()
+        .tls_config(tls)
+        .expect("tls")
+        .connect()
+        .await
+        .expect("h2 over TLS");
+    let mut queues = QueueServiceClient::new(ch.clone());
+    queues.create_queue(pb::Queue { name: "A".into(), ..Default::default() }).await.expect("create over TLS");
+    let h = EventClient::new(ch).health(()).await.expect("health over TLS").into_inner();
+    assert_eq!(h.status, pb::health_check_response::ServingStatus::Serving as i32);
+    // The REST API on the same port sees the queue.
+    let (st, v) = s.get("/v1/queues/A").await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_answer_grpc_writes_with_unavailable_naming_the_leader_and_serve_reads() {
+    use crate::common::trio::Trio;
+    let trio = Trio::start(3).await;
+    let leader = trio.leader().await;
+    let follower = trio.running().into_iter().find(|id| *id != leader).expect("a follower");
+    let leader_url = trio.api(leader).url.clone();
+    let mut on_leader = QueueServiceClient::new(channel(trio.api(leader)).await);
+    on_leader.create_queue(pb::Queue { name: "A".into(), ..Default::default() }).await.expect("create on the leader");
+
+    let ch = channel(trio.api(follower)).await;
+    let e = QueueServiceClient::new(ch.clone())
+        .create_queue(pb::Queue { name: "B".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains(&leader_url), "{} should name {leader_url}", e.message());
+    let e = SubmitClient::new(ch.clone()).submit_jobs(submit_req("A", "s", vec![item("1", 1)])).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    // Reads are served by the follower once it has applied the queue.
+    let mut reader = QueueServiceClient::new(ch);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match reader.get_queue(pb::QueueGetRequest { name: "A".into() }).await {
+            Ok(q) => {
+                assert_eq!(q.into_inner().name, "A");
+                break;
+            }
+            Err(e) if e.code() == Code::NotFound && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
