@@ -323,11 +323,20 @@ mod tests {
             home_allocated: Resources::new(),
             guest_allocated: Resources::new(),
             usage: after,
+            proportional_target: None,
         }
     }
 
     fn pool(name: PoolName, queues: Vec<QueueShare>) -> PoolReport {
-        PoolReport { pool: name, total: Resources::new(), nodes: 1, queues, evicted: 0, jobs_tried: 0 }
+        PoolReport {
+            pool: name,
+            policy: Default::default(),
+            total: Resources::new(),
+            nodes: 1,
+            queues,
+            evicted: 0,
+            jobs_tried: 0,
+        }
     }
 
     #[test]

@@ -234,6 +234,8 @@ pub async fn report(
                 home_allocated: q.home_allocated.clone(),
                 guest_allocated: q.guest_allocated.clone(),
                 usage: q.usage,
+                policy: p.policy,
+                proportional_target: q.proportional_target.clone(),
             })
         })
         .collect();

@@ -152,6 +152,7 @@ impl<'a> PoolCycle<'a> {
             return_head: 0,
             rank_floor: u32::MAX,
             walk_free: HashMap::default(),
+            policy: None,
         };
         let mut interner = Interner {
             classes: HashMap::default(),

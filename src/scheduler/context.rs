@@ -251,6 +251,8 @@ pub(super) struct PoolCycle<'a> {
     pub rank_floor: u32,
     /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
     pub walk_free: HashMap<u32, ResVec>,
+    /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
+    pub policy: Option<Box<super::policy::PolicyState>>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.

@@ -15,6 +15,9 @@
 //!
 //! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
 //!
+//! A pool may be scheduled by another [`policy`] (`[scheduler.pools.<pool>] policy`):
+//! Determined's `priority` or `proportional`, in place of steps 2 and 3.
+//!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
 //! [`usage`].
@@ -33,6 +36,7 @@ pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
 pub(crate) mod placement;
+pub mod policy;
 pub mod quarantine;
 pub(crate) mod queue_order;
 pub mod rate_limit;
@@ -42,6 +46,7 @@ pub mod snapshot;
 pub mod usage;
 
 pub use config::{FairnessModel, SchedulerConfig};
+pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,

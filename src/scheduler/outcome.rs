@@ -95,6 +95,9 @@ impl PoolCycle<'_> {
                             }),
                         },
                     };
+                    // A pool policy's own victim: the policy says why.
+                    let chosen = self.policy.as_ref().and_then(|p| p.preempted.get(&(ji as u32)));
+                    let reason = chosen.cloned().unwrap_or(reason);
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
@@ -132,8 +135,10 @@ impl PoolCycle<'_> {
             }
         }
         let earmarked = self.earmarked_allocation();
+        let targets = self.policy.as_ref().and_then(|p| p.targets.as_ref());
         out.pools.push(PoolReport {
             pool: self.pool.clone(),
+            policy: self.policy.as_ref().map(|p| p.policy).unwrap_or_default(),
             total: self.layout.named(&self.total),
             nodes: self.nodes.len(),
             queues: self
@@ -154,6 +159,11 @@ impl PoolCycle<'_> {
                     home_allocated: earmarked.get(i).map(|a| self.layout.named(&a.0)).unwrap_or_default(),
                     guest_allocated: earmarked.get(i).map(|a| self.layout.named(&a.1)).unwrap_or_default(),
                     usage: q.usage,
+                    proportional_target: targets.map(|(s, t)| {
+                        let mut r = crate::model::Resources::new();
+                        r.set(self.layout.name(*s).clone(), t[i]);
+                        r
+                    }),
                 })
                 .collect(),
             evicted: self.evicted_count,

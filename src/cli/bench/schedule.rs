@@ -202,6 +202,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
                         }),
                         executor: n.executor.clone(),
                         node: n.name.clone(),
+                        leased_at_ms: seq as i64,
                     });
                     seq += 1;
                 }
