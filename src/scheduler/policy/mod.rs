@@ -85,8 +85,8 @@ pub(crate) struct PolicyState {
     /// What each node offers in all (allocatable minus unallocatable): a job too big for every
     /// node it may use never runs, so it blocks nobody.
     pub capacity: Vec<ResVec>,
-    /// Jobs this policy preempted, with why (jobs that went with their gang are not listed: the
-    /// outcome names the gang).
+    /// Jobs this policy chose to preempt, with why (the other members of a victim's gang, when
+    /// a `priority` job displaced it, are not listed: the outcome names the gang).
     pub preempted: HashMap<u32, PreemptionReason>,
     /// `proportional`: the resource divided and each queue's target (by queue index), in stored
     /// units.
@@ -259,9 +259,8 @@ impl<'a> PoolCycle<'a> {
             let Some(occ) = self.db.remove(node, m) else { continue };
             self.set_status(m, Status::Preempted, None);
             self.alloc(q, pc, &occ.req, false);
-            if m == v
-                && let Some(st) = self.policy.as_mut()
-            {
+            // The gang goes for the same reason as `v`.
+            if let Some(st) = self.policy.as_mut() {
                 st.preempted.insert(m, reason.clone());
             }
         }
@@ -280,20 +279,37 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
-    /// True if the job (or gang) could run in this pool were it empty: some node it may use is
-    /// big enough (a gang: the pool is).
+    /// True if the job (or gang) could run in this pool were it empty: a node it may use is big
+    /// enough; for a gang, the empty nodes of one executor hold at least its minimum cardinality
+    /// of members like its first.
     pub(super) fn could_ever_fit(&mut self, members: &[u32]) -> bool {
-        if members.len() > 1 {
-            let mut need = self.layout.zero();
-            for &m in members {
-                add_to(&mut need, &self.req(m));
-            }
-            return fits(&need, &self.total);
-        }
-        let Some(&j) = members.first() else { return false };
-        let Ok((req, types)) = self.job_targets(j) else { return false };
+        let Some(&first) = members.first() else { return false };
+        let Ok((req, types)) = self.job_targets(first) else { return false };
         let Some(st) = self.policy.as_ref() else { return true };
-        types.iter().any(|&t| self.db.type_nodes[t as usize].iter().any(|&n| fits(&req, &st.capacity[n as usize])))
+        let need = match &self.jobs[first as usize].info.gang {
+            Some(g) if members.len() > 1 => u64::from(g.min_cardinality.max(1)),
+            _ => 1,
+        };
+        let mut per_executor: SmallVec<[(u32, u64); 4]> = SmallVec::new();
+        for &t in &types {
+            let exec = self.types.types[t as usize].executor;
+            for &n in &self.db.type_nodes[t as usize] {
+                let cap = &st.capacity[n as usize];
+                // How many such members the empty node holds.
+                let holds = req
+                    .iter()
+                    .zip(cap.iter())
+                    .filter(|(r, _)| **r > 0)
+                    .map(|(r, c)| (c.max(&0) / r) as u64)
+                    .min()
+                    .unwrap_or(need);
+                match per_executor.iter_mut().find(|(e, _)| *e == exec) {
+                    Some((_, count)) => *count += holds,
+                    None => per_executor.push((exec, holds)),
+                }
+            }
+        }
+        per_executor.iter().any(|(_, count)| *count >= need)
     }
 
     /// The reason to give a job that waits behind `blocker`.

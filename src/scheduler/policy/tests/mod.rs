@@ -13,6 +13,8 @@ use crate::scheduler::{
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod properties;
+
 /// A small cluster driven cycle by cycle, jobs known by name.
 struct Cluster {
     cfg: SchedulerConfig,
@@ -71,9 +73,15 @@ struct Outcome {
 impl Cluster {
     /// `nodes` nodes of `gpus` GPUs (and 64 cpus) in pool `pool`, scheduled by `policy`.
     fn new(pool: &str, nodes: usize, gpus: i64, policy: PoolPolicyConfig, queues: &[(&str, f64)]) -> Self {
+        Self::with_nodes(pool, &vec![gpus; nodes], policy, queues)
+    }
+
+    /// Nodes `node-1 ..` with these GPUs (and 64 cpus each).
+    fn with_nodes(pool: &str, gpus: &[i64], policy: PoolPolicyConfig, queues: &[(&str, f64)]) -> Self {
         let pool = PoolName::new(pool).expect("valid");
-        let nodes = (1..=nodes)
-            .map(|i| Node {
+        let nodes = (1..=gpus.len())
+            .zip(gpus)
+            .map(|(i, gpus)| Node {
                 name: NodeName::new(&format!("node-{i}")).expect("valid"),
                 executor: ExecutorName::new("e").expect("valid"),
                 pool: pool.clone(),
@@ -153,6 +161,10 @@ impl Cluster {
         let names: Vec<String> = (1..=count).map(|i| format!("{prefix}-{i}")).collect();
         let specs: Vec<Spec> = names.iter().map(|n| Spec::new(n, queue, priority, 1).preemptible()).collect();
         self.submit(&specs);
+    }
+
+    fn name(&self, id: JobId) -> &str {
+        &self.names[&id]
     }
 
     fn id(&self, name: &str) -> JobId {
