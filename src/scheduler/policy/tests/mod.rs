@@ -575,3 +575,151 @@ fn pool_policies_parse_and_are_checked_by_key() {
         serde_yaml_ng::from_str("pools: {gpu: {policy: proportional, preemption: false}}\n").unwrap();
     assert!(!c.pools[&PoolName::new("gpu").unwrap()].preemption());
 }
+
+mod scenarios {
+    //! The worked scenarios (tests/scenarios/pool_*.yaml) through the simulator, exact outcomes.
+
+    use crate::simulate::{Output, RoundOutput, run_text};
+    use std::collections::BTreeMap;
+
+    fn run(name: &str) -> Output {
+        let path = format!("{}/tests/scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        run_text(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> Vec<(String, usize)> {
+        m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    fn pairs(p: &[(&str, usize)]) -> Vec<(String, usize)> {
+        p.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// (state, node, reason) of a job after a round.
+    fn job<'a>(r: &'a RoundOutput, name: &str) -> (&'a str, Option<&'a str>, &'a str) {
+        let j = r.jobs.get(name).unwrap_or_else(|| panic!("no job {name}"));
+        (j.state, j.node.as_deref(), j.reason.as_deref().unwrap_or(""))
+    }
+
+    fn id(n: u128) -> crate::model::JobId {
+        crate::model::JobId::from_u128(n)
+    }
+
+    fn range(prefix: &str, r: std::ops::RangeInclusive<usize>) -> Vec<String> {
+        r.map(|i| format!("{prefix}-{i}")).collect()
+    }
+
+    #[test]
+    fn pool_priority_worked_example() {
+        let out = run("pool_priority.yaml");
+        let rounds = &out.rounds;
+        assert_eq!(rounds.len(), 10);
+        let no_gpu = "no node with 1 nvidia.com/gpu free in pool gpu";
+        // Job ids follow submission: t-N is N, train 21, nb 22, big-1 23, big-2 24, mid 25.
+        let behind = |n: u128, p: u32| format!("behind higher-priority pending job {} (priority {p}) in pool gpu", id(n));
+
+        let r = &rounds[0];
+        assert_eq!(counts(&r.scheduled), pairs(&[("research", 8)]));
+        for t in range("t", 1..=4) {
+            assert_eq!(job(r, &t), ("running", Some("node-1"), ""), "{t}");
+        }
+        for t in range("t", 5..=8) {
+            assert_eq!(job(r, &t), ("running", Some("node-2"), ""), "{t}");
+        }
+        for t in range("t", 9..=20) {
+            assert_eq!(job(r, &t), ("queued", None, no_gpu), "{t}");
+        }
+
+        let r = &rounds[1];
+        assert_eq!(counts(&r.scheduled), pairs(&[("research", 1)]));
+        assert_eq!(counts(&r.preempted), pairs(&[("research", 4)]));
+        assert_eq!(job(r, "train"), ("running", Some("node-2"), ""));
+        let by_train = format!("preempted (priority 2) by higher-priority job {} (priority 1)", id(21));
+        for t in range("t", 5..=8) {
+            assert_eq!(job(r, &t), ("preempted", None, by_train.as_str()), "{t}");
+        }
+        assert_eq!(job(r, "t-9"), ("queued", None, no_gpu));
+
+        let r = &rounds[2];
+        assert!(counts(&r.scheduled).is_empty() && counts(&r.preempted).is_empty());
+        assert_eq!(job(r, "nb"), ("queued", None, behind(9, 2).as_str()));
+
+        let r = &rounds[3];
+        assert_eq!(counts(&r.scheduled), pairs(&[("research", 8)]));
+        for t in range("t", 9..=16) {
+            assert_eq!(job(r, &t).0, "running", "{t}");
+        }
+        assert_eq!(job(r, "nb"), ("queued", None, behind(17, 2).as_str()));
+
+        let r = &rounds[4];
+        assert_eq!(counts(&r.scheduled), pairs(&[("notebooks", 1), ("research", 4)]));
+        for t in range("t", 17..=20) {
+            assert_eq!(job(r, &t), ("running", Some("node-1"), ""), "{t}");
+        }
+        assert_eq!(job(r, "nb"), ("running", Some("node-2"), ""));
+
+        let r = &rounds[5];
+        assert!(counts(&r.scheduled).is_empty());
+        assert_eq!(counts(&r.running), pairs(&[("notebooks", 1)]));
+
+        let r = &rounds[6];
+        assert!(counts(&r.scheduled).is_empty() && counts(&r.preempted).is_empty());
+        let gang = "gang big: 1 of 2 members fit; no node with 4 nvidia.com/gpu free in pool gpu";
+        assert_eq!(job(r, "big-1"), ("queued", None, gang));
+        assert_eq!(job(r, "big-2"), ("queued", None, gang));
+
+        let r = &rounds[7];
+        assert!(counts(&r.scheduled).is_empty() && counts(&r.preempted).is_empty());
+        assert_eq!(job(r, "mid"), ("queued", None, behind(23, 1).as_str()));
+        assert_eq!(counts(&r.nodes["node-1"]), vec![]);
+
+        let r = &rounds[8];
+        assert_eq!(counts(&r.scheduled), pairs(&[("research", 2)]));
+        assert_eq!(job(r, "big-1"), ("running", Some("node-1"), ""));
+        assert_eq!(job(r, "big-2"), ("running", Some("node-2"), ""));
+        assert_eq!(job(r, "mid"), ("queued", None, "no node with 4 nvidia.com/gpu free in pool gpu"));
+
+        let r = &rounds[9];
+        assert_eq!(counts(&r.scheduled), pairs(&[("research", 1)]));
+        assert_eq!(job(r, "mid"), ("running", Some("node-1"), ""));
+        assert!(counts(&r.queued).is_empty());
+    }
+
+    #[test]
+    fn pool_proportional_example() {
+        let out = run("pool_proportional.yaml");
+        let rounds = &out.rounds;
+        for r in &rounds[..2] {
+            assert_eq!(counts(&r.scheduled).len(), if r.round == 0 { 4 } else { 0 });
+            assert_eq!(counts(&r.running), pairs(&[("A", 2), ("B", 6), ("C", 4), ("D", 4)]));
+            assert!(counts(&r.preempted).is_empty());
+            assert_eq!(
+                job(r, "a-3").2,
+                "queue A at its proportional target in pool even: holds 2 of 2 nvidia.com/gpu, and the job would \
+                 take it above"
+            );
+            assert_eq!(
+                job(r, "d-5").2,
+                "queue D at its proportional target in pool weighted: holds 4 of 4 nvidia.com/gpu, and the job \
+                 would take it above"
+            );
+        }
+        let r = &rounds[2];
+        assert_eq!(counts(&r.scheduled), pairs(&[("E", 1)]));
+        assert_eq!(counts(&r.preempted), pairs(&[("B", 1)]));
+        assert_eq!(
+            job(r, "b-6"),
+            ("preempted", None, "preempted: queue B held more than its proportional target of 5 nvidia.com/gpu in pool even")
+        );
+        assert_eq!(counts(&r.running), pairs(&[("A", 2), ("B", 5), ("C", 4), ("D", 4), ("E", 1)]));
+        let report = r.decisions.as_ref().expect("decisions");
+        let even = report.pools.iter().find(|p| p.pool.as_str() == "even").expect("pool even");
+        let targets: Vec<(String, i64)> = even
+            .queues
+            .iter()
+            .map(|q| (q.queue.to_string(), q.proportional_target.as_ref().map(|t| t.get("nvidia.com/gpu")).unwrap_or(-1)))
+            .collect();
+        assert_eq!(targets, vec![("A".into(), 2000), ("B".into(), 5000), ("E".into(), 1000)]);
+    }
+}
