@@ -13,6 +13,7 @@ mod e2e_fake;
 mod e2e_process;
 mod formats;
 mod packaging;
+mod pool_policy;
 mod quarantine;
 mod queue_usage;
 mod retention;
