@@ -287,7 +287,10 @@ impl fmt::Display for PreemptionReason {
                 write!(f, "preempted (priority {priority}) by higher-priority job {by} (priority {by_priority})")
             }
             PreemptionReason::ProportionalTarget { queue, pool, resource, target } => {
-                write!(f, "preempted: queue {queue} held more than its proportional target of {target} {resource} in pool {pool}")
+                write!(
+                    f,
+                    "preempted: queue {queue} held more than its proportional target of {target} {resource} in pool {pool}"
+                )
             }
             PreemptionReason::NotRescheduled { reason } => {
                 write!(f, "evicted for fair share and not rescheduled: {reason}")

@@ -46,11 +46,11 @@ pub mod snapshot;
 pub mod usage;
 
 pub use config::{FairnessModel, SchedulerConfig};
-pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};

@@ -209,7 +209,14 @@ impl Simulation {
                     pools: sub.pools.clone(),
                 });
                 self.by_name.insert(name.clone(), idx);
-                self.jobs.push(SimJob { name, info, state: SimState::Queued, node: None, reason: None, leased_at_ms: 0 });
+                self.jobs.push(SimJob {
+                    name,
+                    info,
+                    state: SimState::Queued,
+                    node: None,
+                    reason: None,
+                    leased_at_ms: 0,
+                });
             }
         }
     }

@@ -31,8 +31,9 @@ async fn a_priority_pool_blocks_lower_priorities_behind_a_waiting_job() {
     s.ready().await;
     s.create_queue("A").await;
     s.create_queue("B").await;
-    let nodes =
-        vec![json!({"name": "n1", "pool": "gpu", "allocatable": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}})];
+    let nodes = vec![
+        json!({"name": "n1", "pool": "gpu", "allocatable": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "4"}}),
+    ];
     s.poll("e1", &nodes, &[], 0.0).await;
 
     // Three of the four GPUs taken.
@@ -49,7 +50,10 @@ async fn a_priority_pool_blocks_lower_priorities_behind_a_waiting_job() {
     let j = s.wait_job(narrow, Duration::from_secs(20), "behind the wide job", |j| j["reason"] == json!(want)).await;
     assert_eq!(j["state"], "queued", "{j:#}");
     let j = s.job(&wide[0]).await;
-    assert_eq!((&j["state"], &j["reason"]), (&json!("queued"), &json!("no node with 2 nvidia.com/gpu free in pool gpu")));
+    assert_eq!(
+        (&j["state"], &j["reason"]),
+        (&json!("queued"), &json!("no node with 2 nvidia.com/gpu free in pool gpu"))
+    );
 
     // The queue report names the pool's policy.
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -111,7 +111,9 @@ fn pool_policies_decide_as_determined_does() {
     // The training job preempts four trials; the notebook waits behind the pending trials.
     assert_eq!(rounds[1]["preempted"]["research"], 4);
     assert_eq!(rounds[1]["jobs"]["train"]["state"], "running");
-    assert!(rounds[2]["jobs"]["nb"]["reason"].as_str().is_some_and(|r| r.starts_with("behind higher-priority pending job")));
+    assert!(
+        rounds[2]["jobs"]["nb"]["reason"].as_str().is_some_and(|r| r.starts_with("behind higher-priority pending job"))
+    );
     // The 4-GPU job of priority 2 does not start behind the pending 8-GPU gang.
     assert_eq!(rounds[7]["jobs"]["mid"]["state"], "queued");
     assert_eq!(rounds[9]["jobs"]["mid"]["state"], "running");

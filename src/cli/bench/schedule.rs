@@ -8,7 +8,8 @@ use convoy::model::{
     Resources, SchedulingRequirements, Taint, TaintEffect, Toleration,
 };
 use convoy::scheduler::{
-    JobInfo, PoolPolicy, PoolPolicyConfig, QueueOrderKey, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule,
+    JobInfo, PoolPolicy, PoolPolicyConfig, QueueOrderKey, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot,
+    schedule,
 };
 use std::sync::Arc;
 use std::time::Instant;
@@ -272,11 +273,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "--preemption and --no-preemption go with --policy priority or proportional"
     );
     if policy != PoolPolicy::FairShare {
-        let preemption = if args.preemption {
-            Some(true)
-        } else {
-            args.no_preemption.then_some(false)
-        };
+        let preemption = if args.preemption { Some(true) } else { args.no_preemption.then_some(false) };
         cfg.pools.insert(PoolName::default_pool(), PoolPolicyConfig { policy, preemption });
     }
     cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;

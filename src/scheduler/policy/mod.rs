@@ -108,8 +108,7 @@ impl<'a> PoolCycle<'a> {
                 c
             })
             .collect();
-        let running: std::collections::HashSet<JobId> =
-            self.jobs[..self.running_count].iter().map(|j| j.id).collect();
+        let running: std::collections::HashSet<JobId> = self.jobs[..self.running_count].iter().map(|j| j.id).collect();
         let started = snapshot
             .running
             .iter()
@@ -159,8 +158,7 @@ impl<'a> PoolCycle<'a> {
         let (n, victims) = self.priority_victims(j, types, req)?;
         let (by, by_priority) = (self.jobs[j as usize].id, self.jobs[j as usize].priority);
         for &v in &victims {
-            let reason =
-                PreemptionReason::JobPriority { by, by_priority, priority: self.jobs[v as usize].priority };
+            let reason = PreemptionReason::JobPriority { by, by_priority, priority: self.jobs[v as usize].priority };
             if let Some(st) = self.policy.as_mut() {
                 st.preempted.insert(v, reason);
             }
@@ -231,8 +229,7 @@ impl<'a> PoolCycle<'a> {
                 let top = victims.iter().map(|&v| self.jobs[v as usize].priority).min().unwrap_or(u32::MAX);
                 let earliest = victims.iter().map(|&v| self.started_ms(v)).min().unwrap_or(i64::MAX);
                 let oldest = victims.iter().map(|&v| self.jobs[v as usize].seq).min().unwrap_or(u64::MAX);
-                let score =
-                    (u32::MAX - top, victims.len(), std::cmp::Reverse(earliest), std::cmp::Reverse(oldest), n);
+                let score = (u32::MAX - top, victims.len(), std::cmp::Reverse(earliest), std::cmp::Reverse(oldest), n);
                 if best.as_ref().is_none_or(|(b, _)| score < *b) {
                     best = Some((score, victims));
                 }

@@ -210,8 +210,8 @@ impl PoolCycle<'_> {
 
     /// Preempts, queue by queue, preemptible jobs of queues above their target.
     fn preempt_above_targets(&mut self, s: usize, targets: &[i64]) {
-        for q in 0..self.queues.len() {
-            if self.queues[q].alloc[s] <= targets[q] {
+        for (q, &target) in targets.iter().enumerate() {
+            if self.queues[q].alloc[s] <= target {
                 continue;
             }
             let mut victims: Vec<(i64, u64, u32)> = (0..self.running_count as u32)
@@ -228,7 +228,7 @@ impl PoolCycle<'_> {
             victims.sort_unstable_by(|a, b| b.cmp(a));
             let unit = Unit::for_resource(self.layout.name(s).as_str());
             for (_, _, v) in victims {
-                if self.queues[q].alloc[s] <= targets[q] {
+                if self.queues[q].alloc[s] <= target {
                     break;
                 }
                 if self.jobs[v as usize].status != Status::Running {
@@ -238,7 +238,7 @@ impl PoolCycle<'_> {
                     queue: self.queues[q].name.clone(),
                     pool: self.pool.clone(),
                     resource: self.layout.name(s).clone(),
-                    target: format_quantity(targets[q], unit),
+                    target: format_quantity(target, unit),
                 };
                 self.preempt_for_policy(v, reason);
             }

@@ -67,7 +67,13 @@ fn world() -> impl Strategy<Value = World> {
             prop::collection::vec(0usize..6, 4..=4),
             any::<bool>(),
         )
-            .prop_map(|(nodes, factors, rounds, ends, preemption)| World { nodes, factors, rounds, ends, preemption })
+            .prop_map(|(nodes, factors, rounds, ends, preemption)| World {
+                nodes,
+                factors,
+                rounds,
+                ends,
+                preemption,
+            })
     })
 }
 
@@ -210,10 +216,8 @@ fn check_proportional_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCa
             "{} of {q} preempted though {q} was within its target",
             p.job_id
         );
-        let expected = matches!(
-            p.reason,
-            PreemptionReason::ProportionalTarget { .. } | PreemptionReason::GangMember { .. }
-        );
+        let expected =
+            matches!(p.reason, PreemptionReason::ProportionalTarget { .. } | PreemptionReason::GangMember { .. });
         prop_assert!(expected, "{}: unexpected reason {}", p.job_id, p.reason);
     }
     Ok(())
@@ -224,12 +228,8 @@ fn run(w: &World, policy: PoolPolicy) -> Result<(), TestCaseError> {
     for (r, jobs) in w.rounds.iter().enumerate() {
         // The oldest running jobs end.
         let snap = c.snapshot();
-        let ending: Vec<String> = snap
-            .running
-            .iter()
-            .take(w.ends[r % w.ends.len()])
-            .map(|rj| c.name(rj.job.id).to_string())
-            .collect();
+        let ending: Vec<String> =
+            snap.running.iter().take(w.ends[r % w.ends.len()]).map(|rj| c.name(rj.job.id).to_string()).collect();
         c.end(&ending.iter().map(String::as_str).collect::<Vec<_>>());
         submit_round(&mut c, r, jobs);
         let snap = c.snapshot();
