@@ -96,8 +96,7 @@ impl PoolCycle<'_> {
                         },
                     };
                     // A pool policy's own victim: the policy says why.
-                    let chosen = self.policy.as_ref().and_then(|p| p.preempted.get(&(ji as u32)));
-                    let reason = chosen.cloned().unwrap_or(reason);
+                    let reason = self.policy_preemption(ji as u32, own).unwrap_or(reason);
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),

@@ -85,8 +85,7 @@ pub(crate) struct PolicyState {
     /// What each node offers in all (allocatable minus unallocatable): a job too big for every
     /// node it may use never runs, so it blocks nobody.
     pub capacity: Vec<ResVec>,
-    /// Jobs this policy chose to preempt, with why (the other members of a victim's gang, when
-    /// a `priority` job displaced it, are not listed: the outcome names the gang).
+    /// `proportional`: the jobs preempted for their queue's target (with their gangs), and why.
     pub preempted: HashMap<u32, PreemptionReason>,
     /// `proportional`: the resource divided and each queue's target (by queue index), in stored
     /// units.
@@ -156,15 +155,26 @@ impl<'a> PoolCycle<'a> {
             return None;
         }
         let (n, victims) = self.priority_victims(j, types, req)?;
-        let (by, by_priority) = (self.jobs[j as usize].id, self.jobs[j as usize].priority);
-        for &v in &victims {
-            let reason = PreemptionReason::JobPriority { by, by_priority, priority: self.jobs[v as usize].priority };
-            if let Some(st) = self.policy.as_mut() {
-                st.preempted.insert(v, reason);
-            }
-        }
         self.place_displacing(j, n, req, victims);
         Some(1)
+    }
+
+    /// Why the pool's policy preempted job `j`, if it did: in a `priority` pool, for `by`, the
+    /// job that finally took its place (judged at the end of the cycle, so trials of a gang that
+    /// were rolled back leave no trace); in a `proportional` pool, its queue's target.
+    pub(super) fn policy_preemption(&self, j: u32, by: Option<u32>) -> Option<PreemptionReason> {
+        let st = self.policy.as_ref()?;
+        match st.policy {
+            PoolPolicy::Priority => by.map(|b| {
+                let b = &self.jobs[b as usize];
+                PreemptionReason::JobPriority {
+                    by: b.id,
+                    by_priority: b.priority,
+                    priority: self.jobs[j as usize].priority,
+                }
+            }),
+            _ => st.preempted.get(&j).cloned(),
+        }
     }
 
     /// `priority` with preemption: the node where job `j` fits after preempting running jobs of

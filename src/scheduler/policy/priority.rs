@@ -34,8 +34,9 @@ impl PoolCycle<'_> {
         }
         order.sort_unstable();
         let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
-        // Per line (zero-slot, GPU): the first job that waits for room, and its priority.
-        let mut blocked: [Option<(u32, u32)>; 2] = [None, None];
+        // Per line (zero-slot, GPU): the first job that waits for room, its priority, and the
+        // reason of the jobs behind it (one for all of them).
+        let mut blocked: [Option<(u32, Arc<Reason>)>; 2] = [None, None];
         for (prio, _, q, pos) in order {
             let qc = &self.queues[q as usize];
             if qc.queued_stopped {
@@ -66,10 +67,10 @@ impl PoolCycle<'_> {
             let members = self.take_queued(q, pos);
             let Some(&first) = members.first() else { continue };
             let line = usize::from(members.iter().any(|&m| self.in_gpu_line(m)));
-            if let Some((blocker, p)) = blocked[line]
-                && prio > p
+            if let Some((p, reason)) = &blocked[line]
+                && prio > *p
             {
-                let reason = self.behind(blocker);
+                let reason = reason.clone();
                 for &m in &members {
                     self.set_reason(m, reason.clone());
                 }
@@ -90,7 +91,7 @@ impl PoolCycle<'_> {
             }
             let waits = self.jobs[first as usize].reason.as_deref().is_some_and(Self::waits_for_room);
             if waits && self.could_ever_fit(&members) {
-                blocked[line] = Some((first, prio));
+                blocked[line] = Some((prio, self.behind(first)));
             }
         }
     }
