@@ -325,12 +325,14 @@ mod tests {
             usage: after,
             parent: None,
             is_parent: false,
+            proportional_target: None,
         }
     }
 
     fn pool(name: PoolName, queues: Vec<QueueShare>) -> PoolReport {
         PoolReport {
             pool: name,
+            policy: Default::default(),
             total: Resources::new(),
             nodes: 1,
             queues,

@@ -236,6 +236,8 @@ pub async fn report(
                 usage: q.usage,
                 parent: q.parent.clone(),
                 is_parent: q.is_parent,
+                policy: p.policy,
+                proportional_target: q.proportional_target.clone(),
             })
         })
         .collect();

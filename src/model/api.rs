@@ -292,6 +292,14 @@ pub struct QueuePoolReport {
     /// subtree's.
     #[serde(default)]
     pub is_parent: bool,
+    /// How the pool is scheduled (`[scheduler.pools.<pool>] policy`): `fair_share` (the default),
+    /// `priority` or `proportional`.
+    #[serde(default)]
+    pub policy: super::pool_policy::PoolPolicy,
+    /// In a `proportional` pool: the queue's target of the resource divided (whole GPUs, or the
+    /// pool's dominant resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proportional_target: Option<Resources>,
 }
 
 // ---------------------------------------------------------------------------------------------

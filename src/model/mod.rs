@@ -8,6 +8,7 @@ pub mod job;
 pub mod names;
 pub mod node;
 pub mod placement;
+pub mod pool_policy;
 pub mod priority;
 pub mod quantity;
 pub mod queue;
@@ -21,6 +22,7 @@ pub use names::{
 };
 pub use node::{Node, NodeFault, RESERVED_FOR_LABEL, parse_reserved_for, reserved_for_value};
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
+pub use pool_policy::PoolPolicy;
 pub use priority::PriorityClass;
 pub use queue::{FieldError, PriorityPolicy, Queue, SortPriority};
 pub use requirements::{Requirements, SchedulingRequirements};

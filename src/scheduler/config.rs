@@ -1,9 +1,10 @@
 //! Scheduler configuration: the `[scheduler]` section of the server config and the `config` block
 //! of a simulation scenario (same keys, same defaults).
 
+use super::policy::PoolPolicyConfig;
 use super::quarantine::QuarantineConfig;
 use crate::model::duration::serde_text;
-use crate::model::{FieldError, PriorityClass, PriorityClassName, ResourceName};
+use crate::model::{FieldError, PoolName, PriorityClass, PriorityClassName, ResourceName};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -69,6 +70,10 @@ pub struct SchedulerConfig {
     /// usage alone. Also read as `queue_usage_halftime_seconds` (the `convoy simulate` spelling).
     #[serde(with = "serde_text", alias = "queue_usage_halftime_seconds")]
     pub queue_usage_halftime: Duration,
+    /// Per-pool policy (`[scheduler.pools.<pool>]`): pools not listed are scheduled by
+    /// `fair_share` (see [`super::policy`] and docs/pool-policies.md).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<PoolName, PoolPolicyConfig>,
 }
 
 /// Most resources that may order nodes for best fit.
@@ -104,6 +109,7 @@ impl Default for SchedulerConfig {
             schedule_interval_max: Duration::from_secs(5),
             quarantine: QuarantineConfig::default(),
             queue_usage_halftime: Duration::ZERO,
+            pools: BTreeMap::new(),
         }
     }
 }
@@ -182,6 +188,9 @@ impl SchedulerConfig {
             return Err(FieldError::new("schedule_interval_max", "must be >= schedule_interval_min"));
         }
         self.quarantine.validate()?;
+        for (pool, p) in &self.pools {
+            p.validate().map_err(|e| e.within(&format!("pools.{pool}")))?;
+        }
         Ok(())
     }
 

@@ -1,10 +1,12 @@
 //! One scheduling cycle: for each pool, build its view ([`super::build`]), evict for fair share
-//! ([`super::eviction`]), fill by progressive filling ([`super::fill`]), then turn what happened
-//! into decisions ([`super::outcome`]).
+//! ([`super::eviction`]), fill by progressive filling ([`super::fill`]) — or, in a pool with
+//! another [`super::policy`], fill by that policy — then turn what happened into decisions
+//! ([`super::outcome`]).
 
 use super::config::SchedulerConfig;
 use super::context::PoolCycle;
 use super::decisions::{Decisions, Reason, Unscheduled};
+use super::policy::PoolPolicy;
 use super::rate_limit::RateLimits;
 use super::snapshot::Snapshot;
 use super::usage::QueueUsage;
@@ -43,9 +45,22 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
             cycle.force_tree();
         }
         cycle.start_usage(&snapshot.usage, now_ms);
-        cycle.evict(&mut rng);
-        cycle.fill(&mut rate);
-        cycle.refill_earmarked(&mut rate);
+        let policy = cfg.pools.get(pool);
+        match policy.map(|p| p.policy).unwrap_or_default() {
+            PoolPolicy::FairShare => {
+                cycle.evict(&mut rng);
+                cycle.fill(&mut rate);
+                cycle.refill_earmarked(&mut rate);
+            }
+            p @ PoolPolicy::Priority => {
+                cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
+                cycle.fill_by_priority(&mut rate);
+            }
+            p @ PoolPolicy::Proportional => {
+                cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
+                cycle.fill_proportional(&mut rate);
+            }
+        }
         if let Some(u) = usage.as_mut() {
             u.pools.insert(pool.clone(), cycle.usage_record());
         }

@@ -1,5 +1,6 @@
 //! The scheduler's output: leases, preemptions, failures, and why the rest waits.
 
+use super::policy::PoolPolicy;
 use super::rate_limit::RateLimiterState;
 use super::usage::QueueUsage;
 use crate::model::{ExecutorName, JobId, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources};
@@ -108,6 +109,29 @@ pub enum Reason {
         /// The queues those nodes are earmarked for.
         queues: Vec<QueueName>,
     },
+    /// In a `priority` pool: a job of a higher priority (lower number) of the same line (GPU or
+    /// zero-slot) waits for room, so no lower-priority job starts (head-of-line blocking).
+    BehindHigherPriority {
+        /// The pool.
+        pool: PoolName,
+        /// The first higher-priority job of the line that waits for room.
+        job: JobId,
+        /// Its job priority.
+        priority: u32,
+    },
+    /// In a `proportional` pool: the job would take its queue above its target.
+    ProportionalTarget {
+        /// The job's queue.
+        queue: QueueName,
+        /// The pool.
+        pool: PoolName,
+        /// The resource divided (`nvidia.com/gpu`, or the pool's dominant resource).
+        resource: ResourceName,
+        /// The queue's target, as a quantity.
+        target: String,
+        /// What the queue holds, as a quantity.
+        allocated: String,
+    },
 }
 
 /// Which token bucket ran dry.
@@ -164,6 +188,14 @@ impl fmt::Display for Reason {
                     if names.is_empty() { "(none of this pool's)".to_string() } else { names.join(", ") }
                 )
             }
+            Reason::BehindHigherPriority { pool, job, priority } => {
+                write!(f, "behind higher-priority pending job {job} (priority {priority}) in pool {pool}")
+            }
+            Reason::ProportionalTarget { queue, pool, resource, target, allocated } => write!(
+                f,
+                "queue {queue} at its proportional target in pool {pool}: holds {allocated} of {target} {resource}, \
+                 and the job would take it above"
+            ),
         }
     }
 }
@@ -205,6 +237,27 @@ pub enum PreemptionReason {
         /// The earmarked node.
         node: NodeName,
     },
+    /// In a `priority` pool with preemption: removed for a pending job of a higher job priority
+    /// (lower number) that did not fit otherwise.
+    JobPriority {
+        /// The job that needed the room.
+        by: JobId,
+        /// That job's priority.
+        by_priority: u32,
+        /// The preempted job's priority.
+        priority: u32,
+    },
+    /// In a `proportional` pool: its queue held more than its target.
+    ProportionalTarget {
+        /// The queue.
+        queue: QueueName,
+        /// The pool.
+        pool: PoolName,
+        /// The resource divided.
+        resource: ResourceName,
+        /// The queue's target, as a quantity.
+        target: String,
+    },
     /// Evicted and could not return for another reason.
     NotRescheduled {
         /// Why it could not return.
@@ -228,6 +281,15 @@ impl fmt::Display for PreemptionReason {
                 write!(
                     f,
                     "preempted as a guest: node {node} is reserved for queue {by_queue}, whose job {by} needed the room"
+                )
+            }
+            PreemptionReason::JobPriority { by, by_priority, priority } => {
+                write!(f, "preempted (priority {priority}) by higher-priority job {by} (priority {by_priority})")
+            }
+            PreemptionReason::ProportionalTarget { queue, pool, resource, target } => {
+                write!(
+                    f,
+                    "preempted: queue {queue} held more than its proportional target of {target} {resource} in pool {pool}"
                 )
             }
             PreemptionReason::NotRescheduled { reason } => {
@@ -322,6 +384,8 @@ pub struct QueueShare {
     pub parent: Option<QueueName>,
     /// True for a parent queue: its shares, allocation and demand are its subtree's.
     pub is_parent: bool,
+    /// In a `proportional` pool: the queue's target of the resource divided.
+    pub proportional_target: Option<Resources>,
 }
 
 /// What a cycle saw and did in one pool.
@@ -329,6 +393,8 @@ pub struct QueueShare {
 pub struct PoolReport {
     /// The pool.
     pub pool: PoolName,
+    /// How the pool was scheduled.
+    pub policy: PoolPolicy,
     /// What its schedulable nodes offer in all (allocatable minus what others use).
     pub total: Resources,
     /// Its nodes.

@@ -146,7 +146,7 @@ impl<'a> PoolCycle<'a> {
 
     /// Position in `src` of the queue's next queued job to offer, skipping jobs not for this
     /// pool and members of gangs already offered.
-    fn peek_queued(&mut self, q: u32) -> Option<u32> {
+    pub(super) fn peek_queued(&mut self, q: u32) -> Option<u32> {
         let qc = &mut self.queues[q as usize];
         loop {
             let pos = match &qc.order {
@@ -272,7 +272,7 @@ impl<'a> PoolCycle<'a> {
 
     /// Takes the queued job at position `pos` of queue `q`'s `src`, with the queued members of its
     /// gang, into the cycle.
-    fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
+    pub(super) fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
         self.queues[q as usize].queued_pos += 1;
         let src = self.queues[q as usize].src;
         let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };

@@ -136,7 +136,9 @@ impl PoolCycle<'_> {
             return 0;
         }
         let max_level = self.levels.max_search_level(first.prio_idx as usize);
-        let domains: Vec<Vec<u32>> = if same_class {
+        // Pool policies other than fair_share preempt by their own rules, which the levels do not
+        // count: every domain gets a trial there.
+        let domains: Vec<Vec<u32>> = if same_class && self.policy.is_none() {
             let mut need = targets[0].0.clone();
             for v in need.iter_mut() {
                 *v *= i64::from(gang.min_cardinality);

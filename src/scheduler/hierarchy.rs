@@ -442,6 +442,7 @@ impl PoolCycle<'_> {
                     usage: self.cost.share(&start[i]),
                     parent: self.tree_parent_name(i as u32),
                     is_parent: true,
+                    proportional_target: None,
                 };
                 (i, share)
             })

@@ -17,6 +17,8 @@
 //!
 //! Queues may form a tree (`hierarchy.rs`): hierarchical fair shares, priority offsets and
 //! fences (YuniKorn); a pool whose queues are all flat runs the flat path unchanged.
+//! A pool may be scheduled by another [`policy`] (`[scheduler.pools.<pool>] policy`):
+//! Determined's `priority` or `proportional`, in place of steps 2 and 3.
 //!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
@@ -37,6 +39,7 @@ pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
 pub(crate) mod placement;
+pub mod policy;
 pub mod quarantine;
 pub(crate) mod queue_order;
 pub mod rate_limit;
@@ -50,6 +53,7 @@ pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};

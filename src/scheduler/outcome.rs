@@ -95,6 +95,8 @@ impl PoolCycle<'_> {
                             }),
                         },
                     };
+                    // A pool policy's own victim: the policy says why.
+                    let reason = self.policy_preemption(ji as u32, own).unwrap_or(reason);
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
@@ -133,8 +135,10 @@ impl PoolCycle<'_> {
         }
         let earmarked = self.earmarked_allocation();
         let parents = self.parent_reports();
+        let targets = self.policy.as_ref().and_then(|p| p.targets.as_ref());
         out.pools.push(PoolReport {
             pool: self.pool.clone(),
+            policy: self.policy.as_ref().map(|p| p.policy).unwrap_or_default(),
             total: self.layout.named(&self.total),
             nodes: self.nodes.len(),
             queues: self
@@ -161,6 +165,11 @@ impl PoolCycle<'_> {
                         usage: q.usage,
                         parent: self.tree_parent_name(i as u32),
                         is_parent: false,
+                        proportional_target: targets.map(|(s, t)| {
+                            let mut r = crate::model::Resources::new();
+                            r.set(self.layout.name(*s).clone(), t[i]);
+                            r
+                        }),
                     }
                 })
                 .collect(),

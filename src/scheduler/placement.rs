@@ -193,6 +193,9 @@ impl PoolCycle<'_> {
     /// Finds the best node over the levels the job may use and places it there; returns the
     /// level used.
     pub(super) fn try_place(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        if self.policy.is_some() {
+            return self.try_place_policy(j, types, req);
+        }
         if self.earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
@@ -387,7 +390,7 @@ impl PoolCycle<'_> {
         }
     }
 
-    fn alloc(&mut self, q: u32, pc: u16, req: &ResVec, added: bool) {
+    pub(super) fn alloc(&mut self, q: u32, pc: u16, req: &ResVec, added: bool) {
         let qc = &mut self.queues[q as usize];
         if added {
             add_to(&mut qc.alloc, req);
@@ -494,7 +497,8 @@ impl PoolCycle<'_> {
 
     /// Why a job fits on no node of `types`, even counting what it may preempt.
     pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, prio_idx: u8) -> Reason {
-        let level = self.levels.max_search_level(prio_idx as usize);
+        // Pool policies other than fair_share place at level 0 (what is free now).
+        let level = if self.policy.is_some() { 0 } else { self.levels.max_search_level(prio_idx as usize) };
         let max = self.db.max_free(level, types, self.layout.len());
         let amount = |s: usize| {
             let name = self.layout.name(s);

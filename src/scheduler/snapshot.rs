@@ -42,6 +42,9 @@ pub struct RunningJob {
     pub executor: ExecutorName,
     /// The node it holds resources on.
     pub node: NodeName,
+    /// When the scheduler placed its run (ms since the epoch): pool policies preempt the latest
+    /// started first.
+    pub leased_at_ms: i64,
 }
 
 /// A queue with its queued jobs.

@@ -190,6 +190,7 @@ mod tests {
                     job: job(i, "A"),
                     executor: ExecutorName::new("e").unwrap(),
                     node: NodeName::new("a").unwrap(),
+                    leased_at_ms: 0,
                 })
                 .collect(),
             usage: usage.clone(),

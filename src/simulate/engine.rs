@@ -48,6 +48,8 @@ struct SimJob {
     /// Index into the node list while running.
     node: Option<usize>,
     reason: Option<String>,
+    /// When it was last placed (the round's time).
+    leased_at_ms: i64,
 }
 
 /// A scenario in progress.
@@ -207,7 +209,14 @@ impl Simulation {
                     pools: sub.pools.clone(),
                 });
                 self.by_name.insert(name.clone(), idx);
-                self.jobs.push(SimJob { name, info, state: SimState::Queued, node: None, reason: None });
+                self.jobs.push(SimJob {
+                    name,
+                    info,
+                    state: SimState::Queued,
+                    node: None,
+                    reason: None,
+                    leased_at_ms: 0,
+                });
             }
         }
     }
@@ -225,6 +234,7 @@ impl Simulation {
                             job: j.info.clone(),
                             executor: node.executor.clone(),
                             node: node.name.clone(),
+                            leased_at_ms: j.leased_at_ms,
                         });
                     }
                 }
@@ -274,6 +284,7 @@ impl Simulation {
             job.state = SimState::Running;
             job.node = node;
             job.reason = None;
+            job.leased_at_ms = now_ms;
             *out.scheduled.entry(l.queue.clone()).or_default() += 1;
         }
         for p in &d.preemptions {

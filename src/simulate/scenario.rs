@@ -41,7 +41,9 @@ pub struct Scenario {
     /// refill by it.
     #[serde(default = "default_interval")]
     pub round_interval_seconds: f64,
-    /// Scheduler configuration, as the server's `[scheduler]` section (default: its defaults).
+    /// Scheduler configuration, as the server's `[scheduler]` section (default: its defaults);
+    /// pool policies as `pools: {<pool>: {policy: fair_share|priority|proportional, preemption:
+    /// bool}}` (docs/pool-policies.md).
     #[serde(default)]
     pub config: SchedulerConfig,
     /// The nodes; a node name is unique within its executor.

@@ -27,6 +27,7 @@ impl State {
                         job: job.info.clone(),
                         executor: run.executor.clone(),
                         node: run.node.clone(),
+                        leased_at_ms: run.leased_at_ms,
                     });
                 }
             }

@@ -15,6 +15,7 @@ mod formats;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod packaging;
+mod pool_policy;
 mod quarantine;
 mod queue_tree;
 mod queue_usage;

@@ -65,6 +65,9 @@ fn malformed_scenarios_fail_naming_the_field() {
         ),
         ("rounds: [{submit: [{id: a, queue: Z}]}]", "rounds[0].submit[0].queue"),
         ("config: {max_queue_lookback: -1}", "config.max_queue_lookback"),
+        ("config: {pools: {gpu: {policy: fifo}}}", "config.pools.gpu.policy"),
+        ("config: {pools: {gpu: {policy: fair_share, preemption: true}}}", "config.pools.gpu.preemption"),
+        ("config: {pools: {gpu: {policy: priority, preempt: true}}}", "config.pools.gpu.preempt"),
     ] {
         let out = simulate(&["-"], Some(text));
         assert!(!out.status.success(), "{text} should fail");
@@ -97,4 +100,25 @@ fn quarantined_nodes_are_flagged_in_the_output() {
     assert_eq!(rounds[3]["nodes"]["node-2"], serde_json::json!({"A": 1}));
     assert_eq!(rounds[6]["nodes"]["node-1"], serde_json::json!({"A": 1}));
     assert_eq!(rounds[2]["jobs"]["b"]["state"], "failed");
+}
+
+#[test]
+fn pool_policies_decide_as_determined_does() {
+    let out = simulate(&[&scenario("pool_priority.yaml"), "--compact"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rounds = v["rounds"].as_array().expect("rounds");
+    // The training job preempts four trials; the notebook waits behind the pending trials.
+    assert_eq!(rounds[1]["preempted"]["research"], 4);
+    assert_eq!(rounds[1]["jobs"]["train"]["state"], "running");
+    assert!(
+        rounds[2]["jobs"]["nb"]["reason"].as_str().is_some_and(|r| r.starts_with("behind higher-priority pending job"))
+    );
+    // The 4-GPU job of priority 2 does not start behind the pending 8-GPU gang.
+    assert_eq!(rounds[7]["jobs"]["mid"]["state"], "queued");
+    assert_eq!(rounds[9]["jobs"]["mid"]["state"], "running");
+    let out = simulate(&[&scenario("pool_proportional.yaml"), "--compact"], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["rounds"][0]["running"], serde_json::json!({"A": 2, "B": 6, "C": 4, "D": 4}));
 }

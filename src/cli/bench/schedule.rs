@@ -7,7 +7,10 @@ use convoy::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
     Resources, SchedulingRequirements, Taint, TaintEffect, Toleration,
 };
-use convoy::scheduler::{JobInfo, QueueOrderKey, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
+use convoy::scheduler::{
+    JobInfo, PoolPolicy, PoolPolicyConfig, QueueOrderKey, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot,
+    schedule,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,6 +39,17 @@ pub(crate) struct ScheduleArgs {
     /// them under N - 1 levels of parent queues of equal fan-out.
     #[arg(long, default_value_t = 1)]
     depth: usize,
+    /// Pool policy of the (single) pool: Armada's fair share, or Determined's priority or
+    /// proportional (docs/pool-policies.md).
+    #[arg(long, value_enum, default_value_t = PolicyArg::FairShare)]
+    policy: PolicyArg,
+    /// With --policy priority: preempt lower-priority jobs (off by default); with --policy
+    /// proportional preemption is on unless --no-preemption.
+    #[arg(long, conflicts_with = "no_preemption")]
+    preemption: bool,
+    /// With --policy proportional: no preemption of queues above their targets.
+    #[arg(long)]
+    no_preemption: bool,
 }
 
 /// Hangs the snapshot's queues (the leaves) under `depth - 1` levels of parent queues, each
@@ -62,6 +76,24 @@ fn add_tree(snap: &mut Snapshot, depth: usize) {
     }
     for (i, qs) in snap.queues.iter_mut().take(leaves).enumerate() {
         qs.queue.parent = Some(parent_name(depth - 1, i / fan));
+    }
+}
+
+/// `--policy`: the pool policy benchmarked.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyArg {
+    FairShare,
+    Priority,
+    Proportional,
+}
+
+impl PolicyArg {
+    fn policy(self) -> PoolPolicy {
+        match self {
+            PolicyArg::FairShare => PoolPolicy::FairShare,
+            PolicyArg::Priority => PoolPolicy::Priority,
+            PolicyArg::Proportional => PoolPolicy::Proportional,
+        }
     }
 }
 
@@ -233,6 +265,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
                         }),
                         executor: n.executor.clone(),
                         node: n.name.clone(),
+                        leased_at_ms: seq as i64,
                     });
                     seq += 1;
                 }
@@ -266,7 +299,16 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     let mut snap = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
     add_tree(&mut snap, args.depth);
     let build_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
+    let mut cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
+    let policy = args.policy.policy();
+    anyhow::ensure!(
+        policy != PoolPolicy::FairShare || !(args.preemption || args.no_preemption),
+        "--preemption and --no-preemption go with --policy priority or proportional"
+    );
+    if policy != PoolPolicy::FairShare {
+        let preemption = if args.preemption { Some(true) } else { args.no_preemption.then_some(false) };
+        cfg.pools.insert(PoolName::default_pool(), PoolPolicyConfig { policy, preemption });
+    }
     cfg.validate().map_err(|e| anyhow::anyhow!("config: {e}"))?;
     let mut best: Option<(f64, f64, convoy::scheduler::Decisions)> = None;
     for _ in 0..args.repeat.max(1) {
@@ -292,6 +334,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "jobs": args.jobs,
         "running_before": snap.running.len(),
         "lookback": args.lookback,
+        "policy": policy.as_str(),
         "scheduled": scheduled,
         "preempted": d.preemptions.len(),
         "evicted": evicted,

@@ -135,6 +135,7 @@ impl Cluster {
                     job: job(*q, seq),
                     executor: nodes[n].executor.clone(),
                     node: nodes[n].name.clone(),
+                    leased_at_ms: 0,
                 });
             }
         }
@@ -155,6 +156,7 @@ impl Cluster {
                         job: j,
                         executor: earmarked.executor.clone(),
                         node: earmarked.name.clone(),
+                        leased_at_ms: 0,
                     });
                 } else {
                     queued.push(j);
@@ -190,7 +192,7 @@ impl Cluster {
         for l in &d.leases {
             let Some(pos) = self.queued.iter().position(|j| j.id == l.job_id) else { continue };
             let job = self.queued.remove(pos);
-            self.running.push(RunningJob { job, executor: l.executor.clone(), node: l.node.clone() });
+            self.running.push(RunningJob { job, executor: l.executor.clone(), node: l.node.clone(), leased_at_ms: 0 });
         }
     }
 

@@ -212,6 +212,7 @@ impl Harness {
                 job: by_id[&l.job_id].clone(),
                 executor: l.executor.clone(),
                 node: l.node.clone(),
+                leased_at_ms: 0,
             });
         }
         self.queued.retain(|j| !leased.contains(&j.id) && !failed.contains(&j.id));
@@ -308,7 +309,11 @@ fn check_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
             PreemptionReason::FairShare { by, .. }
             | PreemptionReason::Urgency { by, .. }
             | PreemptionReason::GangMember { by, .. }
-            | PreemptionReason::Reserved { by, .. } => *by,
+            | PreemptionReason::Reserved { by, .. }
+            | PreemptionReason::JobPriority { by, .. } => *by,
+            PreemptionReason::ProportionalTarget { .. } => {
+                return Err(TestCaseError::fail(format!("{} preempted for a proportional target", p.job_id)));
+            }
             PreemptionReason::NotRescheduled { reason } => {
                 return Err(TestCaseError::fail(format!("{} preempted without helping anyone: {reason}", p.job_id)));
             }
