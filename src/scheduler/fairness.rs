@@ -88,10 +88,17 @@ pub fn fair_shares(weights: &[f64]) -> Vec<f64> {
 /// left, but never more than it demands; what a capped queue does not need is shared among the
 /// others, until nothing is left or every queue is capped. `demands` are shares of the pool.
 pub fn adjusted_fair_shares(weights: &[f64], demands: &[f64]) -> Vec<f64> {
+    water_fill(1.0, weights, demands)
+}
+
+/// Demand-capped shares of `total` by water filling: every child gets its weighted part of what
+/// is left, never more than it demands; what a capped child does not need goes to the others.
+/// A queue tree divides each parent's share among its children this way.
+pub(crate) fn water_fill(total: f64, weights: &[f64], demands: &[f64]) -> Vec<f64> {
     let n = weights.len();
     let mut adjusted = vec![0.0; n];
     let mut capped: Vec<bool> = demands.iter().map(|d| *d <= 0.0).collect();
-    let mut unallocated = 1.0f64;
+    let mut unallocated = total;
     for _ in 0..=n {
         let total_w: f64 = (0..n).filter(|&i| !capped[i]).map(|i| weights[i]).sum();
         if total_w <= 0.0 || unallocated <= 1e-12 {
@@ -103,7 +110,7 @@ pub fn adjusted_fair_shares(weights: &[f64], demands: &[f64]) -> Vec<f64> {
                 continue;
             }
             let give = unallocated * weights[i] / total_w;
-            let demand = demands[i].min(1.0);
+            let demand = demands[i].min(total);
             if adjusted[i] + give >= demand {
                 adjusted[i] = demand;
                 capped[i] = true;
@@ -112,7 +119,7 @@ pub fn adjusted_fair_shares(weights: &[f64], demands: &[f64]) -> Vec<f64> {
                 adjusted[i] += give;
             }
         }
-        unallocated = 1.0 - adjusted.iter().sum::<f64>();
+        unallocated = total - adjusted.iter().sum::<f64>();
         if !newly_capped {
             break;
         }

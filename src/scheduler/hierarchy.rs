@@ -21,6 +21,7 @@
 //! Urgency preemption still compares priority-class priorities: offsets and fences only order.
 
 use super::context::PoolCycle;
+use super::fairness::water_fill;
 use super::fill::Turn;
 use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to};
@@ -222,42 +223,6 @@ impl Hierarchy {
     }
 }
 
-/// Demand-capped shares of `total` by water filling: every child gets its weighted part of what
-/// is left, never more than it demands; what a capped child does not need goes to the others.
-/// With `total = 1` this is [`super::fairness::adjusted_fair_shares`], step for step.
-pub(crate) fn water_fill(total: f64, weights: &[f64], demands: &[f64]) -> Vec<f64> {
-    let n = weights.len();
-    let mut adjusted = vec![0.0; n];
-    let mut capped: Vec<bool> = demands.iter().map(|d| *d <= 0.0).collect();
-    let mut unallocated = total;
-    for _ in 0..=n {
-        let total_w: f64 = (0..n).filter(|&i| !capped[i]).map(|i| weights[i]).sum();
-        if total_w <= 0.0 || unallocated <= 1e-12 {
-            break;
-        }
-        let mut newly_capped = false;
-        for i in 0..n {
-            if capped[i] {
-                continue;
-            }
-            let give = unallocated * weights[i] / total_w;
-            let demand = demands[i].min(total);
-            if adjusted[i] + give >= demand {
-                adjusted[i] = demand;
-                capped[i] = true;
-                newly_capped = true;
-            } else {
-                adjusted[i] += give;
-            }
-        }
-        unallocated = total - adjusted.iter().sum::<f64>();
-        if !newly_capped {
-            break;
-        }
-    }
-    adjusted
-}
-
 impl<'a> PoolCycle<'a> {
     /// Builds the queue tree even for flat queues (tests: the tree's path must then decide as
     /// the flat one does), and recomputes the shares through it.
@@ -455,10 +420,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn water_fill_matches_the_flat_one_and_divides_a_parent_share() {
-        let w = [1.0, 1.0, 1.0, 1.0];
-        let d = [0.05, 0.2, 0.3, 1.0];
-        assert_eq!(water_fill(1.0, &w, &d), super::super::fairness::adjusted_fair_shares(&w, &d));
+    fn water_fill_caps_in_cascade_and_divides_a_parent_share() {
+        let s = water_fill(1.0, &[1.0; 4], &[0.05, 0.2, 0.3, 1.0]);
+        let want = [0.05, 0.2, 0.3, 0.45];
+        assert!(s.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{s:?}");
         // Half a pool between two children, one wanting 10%: the other gets 40%.
         let s = water_fill(0.5, &[1.0, 1.0], &[0.1, 1.0]);
         assert!((s[0] - 0.1).abs() < 1e-12 && (s[1] - 0.4).abs() < 1e-12, "{s:?}");

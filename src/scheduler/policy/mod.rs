@@ -23,7 +23,8 @@ pub(crate) mod proportional;
 mod tests;
 
 use super::context::{Origin, PoolCycle, Status};
-use super::decisions::{PreemptionReason, Reason};
+use super::decisions::{PreemptionReason, RateScope, Reason};
+use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use super::snapshot::Snapshot;
 pub use crate::model::PoolPolicy;
@@ -123,6 +124,26 @@ impl<'a> PoolCycle<'a> {
             preempted: HashMap::default(),
             targets: None,
         }));
+    }
+
+    /// Stops taking queue `q`'s queued jobs when the global rate limit is spent or the queue has
+    /// had `lookback` tries, noting why on the queue; true if it stopped.
+    pub(super) fn stop_queued(&mut self, q: u32, lookback: usize, rate: &RateLimits) -> bool {
+        if self.global_rate_stopped.is_none() && rate.global_exhausted() {
+            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
+        }
+        let qc = &self.queues[q as usize];
+        let stop = match &self.global_rate_stopped {
+            Some(r) => r.clone(),
+            None if qc.taken >= lookback => {
+                Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.cfg.max_queue_lookback })
+            }
+            None => return false,
+        };
+        let qc = &mut self.queues[q as usize];
+        qc.queued_stopped = true;
+        qc.note.get_or_insert(stop);
+        true
     }
 
     /// True if job `j` is in the GPU line (it requests a GPU).

@@ -15,7 +15,7 @@
 //! ([`PoolCycle::try_place_policy`]). Gangs are placed whole or not at all.
 
 use super::super::context::{Candidate, PoolCycle};
-use super::super::decisions::{RateScope, Reason};
+use super::super::decisions::Reason;
 use super::super::rate_limit::RateLimits;
 use super::super::resvec::add_to;
 use std::sync::Arc;
@@ -48,20 +48,7 @@ impl PoolCycle<'_> {
             {
                 continue;
             }
-            if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-                self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
-            }
-            let stop = match &self.global_rate_stopped {
-                Some(r) => Some(r.clone()),
-                None if qc.taken >= lookback => {
-                    Some(Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.cfg.max_queue_lookback }))
-                }
-                None => None,
-            };
-            if let Some(stop) = stop {
-                let qc = &mut self.queues[q as usize];
-                qc.queued_stopped = true;
-                qc.note.get_or_insert(stop);
+            if self.stop_queued(q, lookback, rate) {
                 continue;
             }
             let members = self.take_queued(q, pos);

@@ -25,7 +25,7 @@
 //! GPU pool) are not held to targets.
 
 use super::super::context::{Candidate, PoolCycle, Status};
-use super::super::decisions::{PreemptionReason, RateScope, Reason};
+use super::super::decisions::{PreemptionReason, Reason};
 use super::super::rate_limit::RateLimits;
 use super::super::resvec::add_to;
 use crate::model::quantity::{Unit, format_quantity};
@@ -152,21 +152,7 @@ impl PoolCycle<'_> {
                 continue;
             }
             let Some(pos) = self.peek_queued(q) else { continue };
-            if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-                self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
-            }
-            let qc = &self.queues[q as usize];
-            let stop = match &self.global_rate_stopped {
-                Some(r) => Some(r.clone()),
-                None if qc.taken >= lookback => {
-                    Some(Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.cfg.max_queue_lookback }))
-                }
-                None => None,
-            };
-            if let Some(stop) = stop {
-                let qc = &mut self.queues[q as usize];
-                qc.queued_stopped = true;
-                qc.note.get_or_insert(stop);
+            if self.stop_queued(q, lookback, rate) {
                 continue;
             }
             let members = self.take_queued(q, pos);
