@@ -153,6 +153,7 @@ impl<'a> PoolCycle<'a> {
             rank_floor: u32::MAX,
             walk_free: HashMap::default(),
             tree: None,
+            alloc_log: None,
             policy: None,
         };
         cycle.tree = super::hierarchy::Hierarchy::build(&cycle, false);

@@ -254,6 +254,8 @@ pub(super) struct PoolCycle<'a> {
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<super::hierarchy::Hierarchy>>,
+    /// While the tree fills: the queues whose allocation changed since the last pick.
+    pub alloc_log: Option<Vec<u32>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<super::policy::PolicyState>>,
 }

@@ -28,6 +28,13 @@ use super::resvec::{ResVec, add_to};
 use crate::model::{PriorityPolicy, QueueName, SortPriority};
 use std::collections::BTreeMap;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: recompute the whole tree at every pick, the reference the incremental picks must
+    /// match.
+    pub(super) static FULL_PICKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Sentinel for "no parent" (a child of the implicit root).
 const ROOT: u32 = u32::MAX;
 
@@ -53,6 +60,11 @@ pub(super) struct Hierarchy {
     alloc: Vec<ResVec>,
     /// Scratch: each subtree's offer (leaf, priority shown to the parent), at every pick.
     offer: Vec<Option<(u32, i32)>>,
+    /// Scratch: queues whose `alloc` and `offer` must be recomputed at the next pick (a queue
+    /// that changed, and its ancestors); all of them when `fresh` is false.
+    stale: Vec<bool>,
+    /// Whether `alloc` and `offer` hold the last pick's values for every queue not `stale`.
+    fresh: bool,
     /// Each queue's priority as its parent saw it at the cycle's first pick.
     pub(super) first_priorities: BTreeMap<QueueName, i32>,
     recorded: bool,
@@ -146,6 +158,8 @@ impl Hierarchy {
             default_priority,
             alloc: vec![zero; n],
             offer: vec![None; n],
+            stale: vec![false; n],
+            fresh: false,
             parent,
             children,
             roots,
@@ -177,6 +191,15 @@ impl Hierarchy {
     /// Every queue, children before their parents.
     pub(super) fn post_order(&self) -> &[u32] {
         &self.post
+    }
+
+    /// Marks queue `q` and its ancestors for recomputing at the next pick.
+    fn mark_stale(&mut self, q: u32) {
+        let mut at = q;
+        while at != ROOT && !self.stale[at as usize] {
+            self.stale[at as usize] = true;
+            at = self.parent[at as usize];
+        }
     }
 
     /// The priority queue `v` shows its parent, given the highest priority inside it.
@@ -262,6 +285,11 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn fill_tree(&mut self, rate: &mut RateLimits) {
         let Some(mut tree) = self.tree.take() else { return };
         let mut turns: Vec<Option<Turn>> = (0..self.queues.len() as u32).map(|q| self.advance(q, rate)).collect();
+        // Between picks only the queue offered and the queues whose allocation an attempt
+        // changed (placements, displacements, evictions, rollbacks: all through `alloc`) need
+        // recomputing, with their ancestors.
+        tree.fresh = false;
+        self.alloc_log = Some(Vec::new());
         while let Some(q) = self.pick(&mut tree, &turns) {
             if !tree.recorded {
                 tree.recorded = true;
@@ -270,7 +298,18 @@ impl<'a> PoolCycle<'a> {
                     .collect();
             }
             self.offer_and_advance(q, &mut turns, rate);
+            tree.mark_stale(q);
+            if let Some(log) = self.alloc_log.as_mut() {
+                for c in log.drain(..) {
+                    tree.mark_stale(c);
+                }
+            }
+            #[cfg(test)]
+            if FULL_PICKS.with(std::cell::Cell::get) {
+                tree.fresh = false;
+            }
         }
+        self.alloc_log = None;
         self.tree = Some(tree);
     }
 
@@ -283,9 +322,15 @@ impl<'a> PoolCycle<'a> {
 
     /// The leaf whose candidate goes next, if any queue has one.
     fn pick(&self, tree: &mut Hierarchy, turns: &[Option<Turn>]) -> Option<u32> {
+        let all = !tree.fresh;
+        tree.fresh = true;
         for k in 0..tree.post.len() {
             let v = tree.post[k];
             let vi = v as usize;
+            if !all && !tree.stale[vi] {
+                continue;
+            }
+            tree.stale[vi] = false;
             tree.alloc[vi].clone_from_slice(&self.queues[vi].alloc);
             for i in 0..tree.children[vi].len() {
                 let c = tree.children[vi][i] as usize;

@@ -402,6 +402,9 @@ impl PoolCycle<'_> {
         if self.recording {
             self.undo.push(Undo::Alloc { queue: q, pc, req: req.clone(), added });
         }
+        if let Some(log) = self.alloc_log.as_mut() {
+            log.push(q);
+        }
     }
 
     /// Starts recording changes so they can be rolled back.

@@ -6,8 +6,9 @@
 //! the job scheduled is the one picked first.
 
 use super::properties::{Harness, World, round_seed, world};
+use crate::model::{Queue, QueueName};
 use crate::scheduler::cycle::schedule_through_tree;
-use crate::scheduler::hierarchy::Hierarchy;
+use crate::scheduler::hierarchy::{FULL_PICKS, Hierarchy};
 use crate::scheduler::{Decisions, schedule};
 use crate::simulate::{Output, RoundOutput, run_text};
 use proptest::prelude::*;
@@ -281,6 +282,41 @@ fn flat_through_tree(w: &World) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Hangs the world's queues under two parents, alternately.
+fn under_two_parents(s: &mut crate::scheduler::Snapshot) {
+    let parents = [QueueName::new("pa").expect("valid"), QueueName::new("pb").expect("valid")];
+    for (i, qs) in s.queues.iter_mut().enumerate() {
+        qs.queue.parent = Some(parents[i % 2].clone());
+    }
+    for p in parents {
+        s.queues.push(crate::scheduler::QueueSnapshot {
+            queue: Queue::new(p, 1.0),
+            queued: vec![],
+            queued_demand: None,
+        });
+    }
+}
+
+/// Through a real tree, picks that recompute only what changed decide as picks that recompute
+/// everything: displacements, evictions and rollbacks change other queues' allocations too.
+fn incremental_picks_as_full_ones(w: &World) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(w);
+    h.submit(&w.before);
+    for (round, jobs) in [&w.after[..], &[]].into_iter().enumerate() {
+        let mut s = h.snapshot();
+        under_two_parents(&mut s);
+        let (seed, now) = (round_seed(w.seed, round as u64), round as i64 * 1000);
+        let incremental = schedule(&s, &h.cfg, seed, now);
+        FULL_PICKS.with(|f| f.set(true));
+        let full = schedule(&s, &h.cfg, seed, now);
+        FULL_PICKS.with(|f| f.set(false));
+        prop_assert_eq!(comparable(&incremental), comparable(&full), "round {}", round);
+        h.apply(&incremental);
+        h.submit(jobs);
+    }
+    Ok(())
+}
+
 /// Random forests: `parents[i] < i`, so there is no cycle.
 fn forest() -> impl Strategy<Value = (Vec<Option<usize>>, Vec<f64>, Vec<f64>, Vec<bool>)> {
     (1usize..12).prop_flat_map(|n| {
@@ -304,6 +340,11 @@ proptest! {
     #[test]
     fn a_flat_set_of_queues_decides_the_same_through_the_tree(w in world()) {
         flat_through_tree(&w)?;
+    }
+
+    #[test]
+    fn incremental_tree_picks_decide_as_full_recomputation(w in world()) {
+        incremental_picks_as_full_ones(&w)?;
     }
 
     #[test]
