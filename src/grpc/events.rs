@@ -32,7 +32,7 @@ struct Context<'a> {
     jobs: &'a HashMap<JobId, Job>,
 }
 
-fn timestamp(ms: i64) -> prost_types::Timestamp {
+pub(super) fn timestamp(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
