@@ -300,6 +300,20 @@ impl Submit for SubmitService {
         super::queues::update(&self.0, request).await
     }
 
+    async fn create_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueCreateResponse>, Status> {
+        super::queues::create_many(&self.0, request).await
+    }
+
+    async fn update_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueUpdateResponse>, Status> {
+        super::queues::update_many(&self.0, request).await
+    }
+
     async fn delete_queue(&self, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
         super::queues::delete(&self.0, request).await
     }

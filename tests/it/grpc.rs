@@ -655,3 +655,55 @@ async fn armada_clients_reprioritize_preempt_and_read_job_details_over_grpc() {
     assert_eq!((q.state, q.cancel_reason.as_str()), (pb::JobState::Cancelled as i32, "not needed"));
     assert!(q.cancel_ts.is_some() && q.cancel_ts == q.last_transition_ts, "{q:?}");
 }
+
+#[tokio::test]
+async fn batch_queue_creates_and_updates_answer_per_queue_failures() {
+    let s = Server::start("");
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit) = (QueueServiceClient::new(ch.clone()), SubmitClient::new(ch.clone()));
+    let q = |name: &str, factor: f64| pb::Queue { name: name.into(), priority_factor: factor, ..Default::default() };
+    queues.create_queue(q("A", 1.0)).await.expect("create A");
+
+    // Each queue on its own: A exists and D is invalid, B and C are created.
+    let r = queues
+        .create_queues(pb::QueueList { queues: vec![q("A", 1.0), q("B", 2.0), q("D", -1.0), q("C", 1.0)] })
+        .await
+        .expect("create queues")
+        .into_inner();
+    let failed: Vec<(String, String)> = r
+        .failed_queues
+        .iter()
+        .map(|f| (f.queue.as_ref().map(|q| q.name.clone()).unwrap_or_default(), f.error.clone()))
+        .collect();
+    assert_eq!(failed.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(), ["A", "D"], "{failed:?}");
+    assert_eq!(failed[0].1, "queue A already exists");
+    assert!(failed[1].1.starts_with("priority_factor: "), "{failed:?}");
+    let mut stream = queues.get_queues(pb::StreamingQueueGetRequest { num: 0 }).await.expect("get queues").into_inner();
+    let mut listed = Vec::new();
+    while let Some(m) = stream.message().await.expect("queue stream") {
+        if let Some(pb::streaming_queue_message::Event::Queue(q)) = m.event {
+            listed.push((q.name, q.priority_factor));
+        }
+    }
+    assert_eq!(listed, [("A".to_string(), 1.0), ("B".to_string(), 2.0), ("C".to_string(), 1.0)]);
+
+    // Updates, on api.Submit too: Z does not exist, B and C change.
+    let r = submit
+        .update_queues(pb::QueueList { queues: vec![q("B", 3.0), q("Z", 1.0), q("C", 4.0)] })
+        .await
+        .expect("update queues")
+        .into_inner();
+    let failed: Vec<(String, String)> = r
+        .failed_queues
+        .iter()
+        .map(|f| (f.queue.as_ref().map(|q| q.name.clone()).unwrap_or_default(), f.error.clone()))
+        .collect();
+    assert_eq!(failed, [("Z".to_string(), "queue Z does not exist".to_string())]);
+    for (name, factor) in [("B", 3.0), ("C", 4.0)] {
+        let got = queues.get_queue(pb::QueueGetRequest { name: name.into() }).await.expect("get").into_inner();
+        assert_eq!(got.priority_factor, factor, "{name}");
+    }
+    let r = submit.create_queues(pb::QueueList { queues: vec![q("E", 1.0)] }).await.expect("create on Submit");
+    assert!(r.into_inner().failed_queues.is_empty());
+}
