@@ -634,6 +634,30 @@ async fn armada_clients_reprioritize_preempt_and_read_job_details_over_grpc() {
     let e = jobs.get_job_status_using_external_job_uri(by_uri("u", "")).await.unwrap_err();
     assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "jobset: is required"));
 
+    // Watch (Armada's older call) resumes after `from_id` and stays open for new events.
+    let mut events = EventClient::new(ch.clone());
+    let mut stored = events
+        .get_job_set_events(pb::JobSetRequest { id: "set-1".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut last = 0u64;
+    while let Some(m) = stored.message().await.expect("event") {
+        last = m.id.parse().expect("numeric id");
+    }
+    let mut watch = events
+        .watch(pb::WatchRequest { queue: "A".into(), job_set_id: "set-1".into(), from_id: last.to_string() })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut first = events
+        .watch(pb::WatchRequest { queue: "A".into(), job_set_id: "set-1".into(), from_id: String::new() })
+        .await
+        .expect("watch from the start")
+        .into_inner();
+    let m = first.message().await.expect("event").expect("stored events");
+    assert_eq!((m.id.as_str(), kind(&m)), ("1", ("submitted", long.clone())));
+
     // A cancelled job's details carry the reason and time.
     submit
         .cancel_jobs(pb::JobCancelRequest {
@@ -654,6 +678,9 @@ async fn armada_clients_reprioritize_preempt_and_read_job_details_over_grpc() {
     let q = &d[&queued];
     assert_eq!((q.state, q.cancel_reason.as_str()), (pb::JobState::Cancelled as i32, "not needed"));
     assert!(q.cancel_ts.is_some() && q.cancel_ts == q.last_transition_ts, "{q:?}");
+    let next = tokio::time::timeout(Duration::from_secs(10), watch.message()).await.expect("a new event");
+    let m = next.expect("event").expect("the watched stream stays open");
+    assert_eq!((m.id.clone(), kind(&m)), ((last + 1).to_string(), ("cancelling", queued.clone())));
 }
 
 #[tokio::test]
