@@ -256,3 +256,41 @@ impl Jobs for JobsService {
         Ok(Response::new(pb::JobStatusResponse { job_states: states }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Run;
+
+    fn run(state: RunState, message: Option<&str>) -> Run {
+        Run {
+            run_id: crate::model::RunId::from_parts(1, 1),
+            executor: "fake".parse().unwrap(),
+            node: "fake-0".parse().unwrap(),
+            pool: "default".parse().unwrap(),
+            state,
+            leased_at_ms: 1_000,
+            pending_at_ms: None,
+            running_at_ms: Some(2_000),
+            finished_at_ms: None,
+            exit_code: None,
+            reason: None,
+            message: message.map(str::to_string),
+            kill: None,
+            log_tail: None,
+        }
+    }
+
+    #[test]
+    fn lost_runs_are_lease_returned_and_the_rest_map_one_to_one() {
+        assert_eq!(armada_run_state(RunState::Lost), pb::JobRunState::RunsStateLeaseReturned);
+        assert_eq!(armada_run_state(RunState::Preempted), pb::JobRunState::RunStatePreempted);
+        assert_eq!(armada_run_state(RunState::Leased), pb::JobRunState::RunStateLeased);
+        let d = run_details(JobId::from_parts(5, 5), &run(RunState::Running, None));
+        assert_eq!((d.cluster.as_str(), d.node.as_str()), ("fake", "fake-0"));
+        assert_eq!(
+            (d.leased_ts.map(|t| t.seconds), d.pending_ts, d.started_ts.map(|t| t.seconds)),
+            (Some(1), None, Some(2))
+        );
+    }
+}
