@@ -194,7 +194,13 @@ pub async fn reprioritize(
     p: Principal,
     ApiJson(req): ApiJson<ReprioritizeRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    p.require_queue(&queue_of(&app, &req.queue)?)?;
+    Ok(json(JobIdsResponse { job_ids: reprioritize_jobs(&app, &p, req).await? }))
+}
+
+/// The reprioritization path of every API: the caller's right to the queue, then one
+/// `Reprioritize` command. Answers the jobs whose priority changed.
+pub async fn reprioritize_jobs(app: &Control, p: &Principal, req: ReprioritizeRequest) -> Result<Vec<JobId>, ApiError> {
+    p.require_queue(&queue_of(app, &req.queue)?)?;
     let r = app
         .write(Command::Reprioritize {
             queue: req.queue,
@@ -204,7 +210,7 @@ pub async fn reprioritize(
             at_ms: now_ms(),
         })
         .await?;
-    Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
+    ids_of(r)
 }
 
 /// Preempt running jobs
@@ -233,7 +239,13 @@ pub async fn preempt(
     p: Principal,
     ApiJson(req): ApiJson<PreemptRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    p.require_queue(&queue_of(&app, &req.queue)?)?;
+    Ok(json(JobIdsResponse { job_ids: preempt_jobs(&app, &p, req).await? }))
+}
+
+/// The preemption path of every API: the caller's right to the queue, at least one job, then
+/// one `Preempt` command. Answers the jobs preempted (those that held a node).
+pub async fn preempt_jobs(app: &Control, p: &Principal, req: PreemptRequest) -> Result<Vec<JobId>, ApiError> {
+    p.require_queue(&queue_of(app, &req.queue)?)?;
     if req.job_ids.is_empty() {
         return Err(ApiError::bad_request("job_ids", "name at least one job to preempt"));
     }
@@ -247,7 +259,7 @@ pub async fn preempt(
             at_ms: now_ms(),
         })
         .await?;
-    Ok(json(JobIdsResponse { job_ids: ids_of(r)? }))
+    ids_of(r)
 }
 
 pub(super) fn event_view(e: &Event) -> EventView {

@@ -32,7 +32,7 @@ struct Context<'a> {
     jobs: &'a HashMap<JobId, Job>,
 }
 
-fn timestamp(ms: i64) -> prost_types::Timestamp {
+pub(super) fn timestamp(ms: i64) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as i32 }
 }
 
@@ -238,49 +238,73 @@ fn messages(cursor: Cursor) -> impl Stream<Item = Result<pb::EventStreamMessage,
     })
 }
 
+/// The sequence number to start from: 1, or the one after `value` (a message id of the stream).
+fn after(field: &str, value: &str) -> Result<u64, Status> {
+    if value.is_empty() {
+        return Ok(1);
+    }
+    let id: u64 = value.parse().map_err(|_| {
+        Status::invalid_argument(format!("{field}: {value:?} is not the id of a message of this stream"))
+    })?;
+    Ok(id + 1)
+}
+
+/// The job set's events from sequence number `next`, kept open for new ones if `watch`.
+async fn events(
+    app: Arc<Control>,
+    queue: QueueName,
+    job_set: JobSetName,
+    next: u64,
+    watch: bool,
+    error_if_missing: bool,
+) -> Result<Response<EventStream>, Status> {
+    if error_if_missing {
+        let (store, q, s) = (app.store.clone(), queue.clone(), job_set.clone());
+        let any = tokio::task::spawn_blocking(move || store.events(&q, &s, 1, 1))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+        if any.is_empty() {
+            return Err(Status::not_found(format!("job set {job_set} of queue {queue} has no events")));
+        }
+    }
+    let cursor = Cursor {
+        rx: app.notify.subscribe_job_sets(),
+        stopping: app.shutdown.clone(),
+        app,
+        queue,
+        job_set,
+        next,
+        watch,
+        buffer: VecDeque::new(),
+        done: false,
+    };
+    Ok(Response::new(Box::pin(messages(cursor))))
+}
+
 #[tonic::async_trait]
 impl Event for EventService {
     type GetJobSetEventsStream = EventStream;
 
     async fn get_job_set_events(&self, request: Request<pb::JobSetRequest>) -> Result<Response<EventStream>, Status> {
-        let app = self.0.clone();
-        principal(&app, &request)?;
+        principal(&self.0, &request)?;
         let req = request.into_inner();
         let queue = queue_name("queue", &req.queue)?;
         let job_set = job_set_name("id", &req.id)?;
-        let next = if req.from_message_id.is_empty() {
-            1
-        } else {
-            let id: u64 = req.from_message_id.parse().map_err(|_| {
-                Status::invalid_argument(format!(
-                    "from_message_id: {:?} is not the id of a message of this stream",
-                    req.from_message_id
-                ))
-            })?;
-            id + 1
-        };
-        if req.error_if_missing {
-            let (store, q, s) = (app.store.clone(), queue.clone(), job_set.clone());
-            let any = tokio::task::spawn_blocking(move || store.events(&q, &s, 1, 1))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| Status::internal(e.to_string()))?;
-            if any.is_empty() {
-                return Err(Status::not_found(format!("job set {job_set} of queue {queue} has no events")));
-            }
-        }
-        let cursor = Cursor {
-            rx: app.notify.subscribe_job_sets(),
-            stopping: app.shutdown.clone(),
-            app,
-            queue,
-            job_set,
-            next,
-            watch: req.watch,
-            buffer: VecDeque::new(),
-            done: false,
-        };
-        Ok(Response::new(Box::pin(messages(cursor))))
+        let next = after("from_message_id", &req.from_message_id)?;
+        events(self.0.clone(), queue, job_set, next, req.watch, req.error_if_missing).await
+    }
+
+    type WatchStream = EventStream;
+
+    /// Armada's older call: GetJobSetEvents with `watch` always on.
+    async fn watch(&self, request: Request<pb::WatchRequest>) -> Result<Response<EventStream>, Status> {
+        principal(&self.0, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let next = after("from_id", &req.from_id)?;
+        events(self.0.clone(), queue, job_set, next, true, false).await
     }
 
     async fn health(&self, _request: Request<()>) -> Result<Response<pb::HealthCheckResponse>, Status> {

@@ -73,21 +73,74 @@ fn write_status(e: WriteError) -> Status {
 
 pub(super) async fn create(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
     admin(app, &request)?;
-    let queue = convoy_queue(request.get_ref(), None)?;
+    create_one(app, request.get_ref()).await?;
+    Ok(Response::new(()))
+}
+
+async fn create_one(app: &Control, q: &pb::Queue) -> Result<(), Status> {
+    let queue = convoy_queue(q, None)?;
     leading(app).await?;
     app.write(Command::create_queue(queue)).await.map_err(write_status)?;
-    Ok(Response::new(()))
+    Ok(())
 }
 
 pub(super) async fn update(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
     admin(app, &request)?;
-    let name = queue_name("name", &request.get_ref().name)?;
+    update_one(app, request.get_ref()).await?;
+    Ok(Response::new(()))
+}
+
+async fn update_one(app: &Control, q: &pb::Queue) -> Result<(), Status> {
+    let name = queue_name("name", &q.name)?;
     let stored = app.state().queues.get(&name).map(|q| q.queue.clone());
     let Some(stored) = stored else { return Err(Status::not_found(format!("queue {name} does not exist"))) };
-    let queue = convoy_queue(request.get_ref(), Some(stored))?;
+    let queue = convoy_queue(q, Some(stored))?;
     leading(app).await?;
     app.write(Command::update_queue(queue)).await.map_err(|e| status(e.into()))?;
-    Ok(Response::new(()))
+    Ok(())
+}
+
+/// A refusal of a whole batch rather than of one queue: no leader, or the write could not be
+/// committed (the client retries the batch).
+fn whole_batch(s: &Status) -> bool {
+    s.code() == Code::Unavailable || s.code() == Code::Internal
+}
+
+/// CreateQueues: each queue on its own, as Armada: the answer lists the queues that failed, each
+/// with its error; the others are created.
+pub(super) async fn create_many(
+    app: &Control,
+    request: Request<pb::QueueList>,
+) -> Result<Response<pb::BatchQueueCreateResponse>, Status> {
+    admin(app, &request)?;
+    let mut failed = Vec::new();
+    for q in &request.get_ref().queues {
+        if let Err(e) = create_one(app, q).await {
+            if whole_batch(&e) {
+                return Err(e);
+            }
+            failed.push(pb::QueueCreateResponse { queue: Some(q.clone()), error: e.message().to_string() });
+        }
+    }
+    Ok(Response::new(pb::BatchQueueCreateResponse { failed_queues: failed }))
+}
+
+/// UpdateQueues: each queue on its own, as Armada (see [`create_many`]).
+pub(super) async fn update_many(
+    app: &Control,
+    request: Request<pb::QueueList>,
+) -> Result<Response<pb::BatchQueueUpdateResponse>, Status> {
+    admin(app, &request)?;
+    let mut failed = Vec::new();
+    for q in &request.get_ref().queues {
+        if let Err(e) = update_one(app, q).await {
+            if whole_batch(&e) {
+                return Err(e);
+            }
+            failed.push(pb::QueueUpdateResponse { queue: Some(q.clone()), error: e.message().to_string() });
+        }
+    }
+    Ok(Response::new(pb::BatchQueueUpdateResponse { failed_queues: failed }))
 }
 
 pub(super) async fn delete(app: &Control, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
@@ -117,6 +170,20 @@ impl queue_service_server::QueueService for QueueService {
 
     async fn update_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
         update(&self.0, request).await
+    }
+
+    async fn create_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueCreateResponse>, Status> {
+        create_many(&self.0, request).await
+    }
+
+    async fn update_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueUpdateResponse>, Status> {
+        update_many(&self.0, request).await
     }
 
     async fn delete_queue(&self, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {

@@ -5,9 +5,9 @@
 use super::k8s::{self, EncodedPodSpec};
 use super::pb::{self, submit_server::Submit};
 use super::{leading, principal, required, status};
-use crate::api::jobs::{cancel_jobs, submit_jobs};
+use crate::api::jobs::{cancel_jobs, preempt_jobs, reprioritize_jobs, submit_jobs};
 use crate::control::Control;
-use crate::model::api::{CancelRequest, SubmitItem, SubmitRequest};
+use crate::model::api::{CancelRequest, PreemptRequest, ReprioritizeRequest, SubmitItem, SubmitRequest};
 use crate::model::{JobId, JobSetName, JobState, QueueName};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -159,6 +159,16 @@ fn cancellable_state(i: usize, s: i32) -> Result<JobState, Status> {
     }
 }
 
+/// Armada's per-job results: "" for each job acted on, `why_not` for each named job that was not.
+fn results(named: &[JobId], done: &[JobId], why_not: &str) -> std::collections::HashMap<String, String> {
+    let mut out: std::collections::HashMap<String, String> =
+        done.iter().map(|id| (id.to_string(), String::new())).collect();
+    for id in named {
+        out.entry(id.to_string()).or_insert_with(|| why_not.to_string());
+    }
+    out
+}
+
 fn job_ids(field: &str, ids: &[String]) -> Result<Vec<JobId>, Status> {
     ids.iter().enumerate().map(|(i, id)| id.parse().map_err(|e| invalid(format_args!("{field}[{i}]"), e))).collect()
 }
@@ -238,12 +248,70 @@ impl Submit for SubmitService {
         Ok(Response::new(()))
     }
 
+    async fn reprioritize_jobs(
+        &self,
+        request: Request<pb::JobReprioritizeRequest>,
+    ) -> Result<Response<pb::JobReprioritizeResponse>, Status> {
+        let app = &self.0;
+        let p = principal(app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let named = job_ids("job_ids", &req.job_ids)?;
+        let new_priority = priority("new_priority", req.new_priority)?;
+        leading(app).await?;
+        // No ids: the whole job set, as Armada.
+        let job_ids = (!named.is_empty()).then(|| named.clone());
+        let changed =
+            reprioritize_jobs(app, &p, ReprioritizeRequest { queue, job_set, job_ids, priority: new_priority })
+                .await
+                .map_err(status)?;
+        let why_not = format!("not reprioritized: the job is over or already has priority {new_priority}");
+        Ok(Response::new(pb::JobReprioritizeResponse { reprioritization_results: results(&named, &changed, &why_not) }))
+    }
+
+    async fn preempt_jobs(
+        &self,
+        request: Request<pb::JobPreemptRequest>,
+    ) -> Result<Response<pb::PreemptionResult>, Status> {
+        let app = &self.0;
+        let p = principal(app, &request)?;
+        let req = request.into_inner();
+        let queue = queue_name("queue", &req.queue)?;
+        let job_set = job_set_name("job_set_id", &req.job_set_id)?;
+        let named = job_ids("job_ids", &req.job_ids)?;
+        if named.is_empty() {
+            return Err(invalid("job_ids", "name at least one job to preempt"));
+        }
+        leading(app).await?;
+        let reason = (!req.reason.is_empty()).then_some(req.reason);
+        let preempted = preempt_jobs(app, &p, PreemptRequest { queue, job_set, job_ids: named.clone(), reason })
+            .await
+            .map_err(status)?;
+        let why_not = "not preempted: the job holds no node (only leased, pending and running jobs are preempted)";
+        Ok(Response::new(pb::PreemptionResult { preemption_results: results(&named, &preempted, why_not) }))
+    }
+
     async fn create_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
         super::queues::create(&self.0, request).await
     }
 
     async fn update_queue(&self, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
         super::queues::update(&self.0, request).await
+    }
+
+    async fn create_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueCreateResponse>, Status> {
+        super::queues::create_many(&self.0, request).await
+    }
+
+    async fn update_queues(
+        &self,
+        request: Request<pb::QueueList>,
+    ) -> Result<Response<pb::BatchQueueUpdateResponse>, Status> {
+        super::queues::update_many(&self.0, request).await
     }
 
     async fn delete_queue(&self, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {

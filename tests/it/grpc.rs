@@ -303,7 +303,7 @@ async fn unknown_grpc_methods_and_services_are_unimplemented() {
     let s = Server::start("");
     s.ready().await;
     let mut grpc = tonic::client::Grpc::new(channel(&s).await);
-    for path in ["/api.Submit/ReprioritizeJobs", "/api.Nowhere/Anything"] {
+    for path in ["/api.Jobs/GetActiveQueues", "/api.Nowhere/Anything"] {
         grpc.ready().await.expect("ready");
         let codec = tonic_prost::ProstCodec::<(), ()>::default();
         let e = grpc.unary(tonic::Request::new(()), path.parse().expect("path"), codec).await.expect_err("not served");
@@ -449,4 +449,288 @@ async fn followers_answer_grpc_writes_with_unavailable_naming_the_leader_and_ser
             Err(e) => panic!("{e:?}"),
         }
     }
+}
+
+/// Polls GetJobStatus until `id` is in `want` (60 s at most).
+async fn wait_state(jobs: &mut JobsClient<Channel>, s: &Server, id: &str, want: pb::JobState) {
+    let reached = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let st = jobs.get_job_status(pb::JobStatusRequest { job_ids: vec![id.to_string()] }).await.expect("status");
+            if st.into_inner().job_states.get(id) == Some(&(want as i32)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "job {id} reaches {want:?}\n{}", s.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armada_clients_reprioritize_preempt_and_read_job_details_over_grpc() {
+    let s = Server::start("");
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit, mut jobs) =
+        (QueueServiceClient::new(ch.clone()), SubmitClient::new(ch.clone()), JobsClient::new(ch.clone()));
+    queues.create_queue(pb::Queue { name: "A".into(), ..Default::default() }).await.expect("create queue");
+
+    // A long job (to preempt), a failing one, and one no node can take (to reprioritize).
+    let mut failing = item("1", 0);
+    failing.annotations.insert("convoy.io/fake-exit-code".into(), "3".into());
+    let mut waiting = item("1", 600);
+    waiting.required_node_labels.insert("convoy-test/nowhere".into(), "true".into());
+    waiting.external_job_uri = "airflow://dag/run+1:2".into();
+    waiting.client_id = "c-1".into();
+    waiting.priority = 1.0;
+    let answer =
+        submit.submit_jobs(submit_req("A", "set-1", vec![item("1", 600), failing, waiting])).await.expect("submit");
+    let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
+    let (long, failed, queued) = (ids[0].clone(), ids[1].clone(), ids[2].clone());
+    let _agent = Killed(fake_agent(&s));
+    wait_state(&mut jobs, &s, &long, pb::JobState::Running).await;
+    wait_state(&mut jobs, &s, &failed, pb::JobState::Failed).await;
+
+    // Reprioritize: per-job results, "" where it took effect; priorities round as Armada's.
+    let r = submit
+        .reprioritize_jobs(pb::JobReprioritizeRequest {
+            queue: "A".into(),
+            job_set_id: "set-1".into(),
+            job_ids: vec![queued.clone(), failed.clone()],
+            new_priority: 5.4,
+        })
+        .await
+        .expect("reprioritize")
+        .into_inner();
+    let want: HashMap<String, String> = [
+        (queued.clone(), String::new()),
+        (failed.clone(), "not reprioritized: the job is over or already has priority 5".to_string()),
+    ]
+    .into();
+    assert_eq!(r.reprioritization_results, want);
+    let e = submit
+        .reprioritize_jobs(pb::JobReprioritizeRequest {
+            queue: "nope".into(),
+            job_set_id: "set-1".into(),
+            new_priority: 1.0,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // Details with the spec: what was submitted, at the new priority.
+    let d = jobs
+        .get_job_details(pb::JobDetailsRequest {
+            job_ids: vec![queued.clone(), "01ARZ3NDEKTSV4RRFFQ69G5FAV".into()],
+            expand_job_spec: true,
+            expand_job_run: true,
+        })
+        .await
+        .expect("details")
+        .into_inner()
+        .job_details;
+    assert_eq!(d.keys().collect::<Vec<_>>(), [&queued], "unknown ids are left out");
+    let q = &d[&queued];
+    assert_eq!((q.queue.as_str(), q.jobset.as_str(), q.state), ("A", "set-1", pb::JobState::Queued as i32));
+    assert_eq!((q.job_runs.len(), q.latest_run_id.as_str(), q.cancel_ts), (0, "", None));
+    let spec = q.job_spec.as_ref().expect("the spec, as asked");
+    assert_eq!((spec.id.as_str(), spec.priority, spec.client_id.as_str()), (queued.as_str(), 5.0, "c-1"));
+    assert_eq!(
+        spec.annotations.get("armadaproject.io/externalJobUri").map(String::as_str),
+        Some("airflow://dag/run+1:2")
+    );
+    let pod = k8s::to_json(&spec.pod_specs[0]).expect("pod spec");
+    assert_eq!(pod["nodeSelector"], json!({"convoy-test/nowhere": "true"}));
+    assert_eq!(pod["containers"][0]["resources"]["requests"], json!({"cpu": "1", "memory": "64Mi"}));
+
+    // Preempt: the running job is, the queued one holds no node.
+    let e = submit
+        .preempt_jobs(pb::JobPreemptRequest { queue: "A".into(), job_set_id: "set-1".into(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "job_ids: name at least one job to preempt"));
+    let r = submit
+        .preempt_jobs(pb::JobPreemptRequest {
+            queue: "A".into(),
+            job_set_id: "set-1".into(),
+            job_ids: vec![long.clone(), queued.clone()],
+            reason: "maintenance".into(),
+        })
+        .await
+        .expect("preempt")
+        .into_inner();
+    let want: HashMap<String, String> = [
+        (long.clone(), String::new()),
+        (
+            queued.clone(),
+            "not preempted: the job holds no node (only leased, pending and running jobs are preempted)".to_string(),
+        ),
+    ]
+    .into();
+    assert_eq!(r.preemption_results, want);
+    wait_state(&mut jobs, &s, &long, pb::JobState::Preempted).await;
+
+    // Runs, without the spec. The job is preempted at once; its run once the agent stopped it.
+    let l = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let mut d = jobs
+                .get_job_details(pb::JobDetailsRequest {
+                    job_ids: vec![long.clone()],
+                    expand_job_run: true,
+                    ..Default::default()
+                })
+                .await
+                .expect("details")
+                .into_inner()
+                .job_details;
+            let l = d.remove(&long).expect("the job's details");
+            if l.job_runs.first().is_some_and(|r| r.state != pb::JobRunState::RunStateRunning as i32) {
+                return l;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the preempted run ends");
+    let l = &l;
+    assert_eq!((l.state, l.job_spec.is_none(), l.job_runs.len()), (pb::JobState::Preempted as i32, true, 1));
+    let run = &l.job_runs[0];
+    assert_eq!((run.job_id.as_str(), run.run_id.as_str()), (long.as_str(), l.latest_run_id.as_str()));
+    assert_eq!((run.state, run.cluster.as_str()), (pb::JobRunState::RunStatePreempted as i32, "fake"));
+    assert!(run.node.starts_with("fake"), "{run:?}");
+    assert!(run.leased_ts.is_some() && run.started_ts.is_some() && run.finished_ts.is_some(), "{run:?}");
+
+    // Errors: the failed job's reason, "" for the others and for unknown ids.
+    let errors = jobs
+        .get_job_errors(pb::JobErrorsRequest { job_ids: vec![failed.clone(), long.clone(), "x".into()] })
+        .await
+        .expect("errors")
+        .into_inner()
+        .job_errors;
+    let want: HashMap<String, String> =
+        [(failed.clone(), "exit code 3".to_string()), (long.clone(), String::new()), ("x".into(), String::new())]
+            .into();
+    assert_eq!(errors, want);
+
+    // Status by external URI, within the job set.
+    let by_uri = |uri: &str, jobset: &str| pb::JobStatusUsingExternalJobUriRequest {
+        queue: "A".into(),
+        jobset: jobset.into(),
+        external_job_uri: uri.into(),
+    };
+    let st = jobs
+        .get_job_status_using_external_job_uri(by_uri("airflow://dag/run+1:2", "set-1"))
+        .await
+        .expect("by uri")
+        .into_inner();
+    assert_eq!(st.job_states, HashMap::from([(queued.clone(), pb::JobState::Queued as i32)]));
+    let st = jobs
+        .get_job_status_using_external_job_uri(by_uri("airflow://dag/run+1:2", "set-2"))
+        .await
+        .expect("by uri")
+        .into_inner();
+    assert!(st.job_states.is_empty(), "{st:?}");
+    let e = jobs.get_job_status_using_external_job_uri(by_uri("u", "")).await.unwrap_err();
+    assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "jobset: is required"));
+
+    // Watch (Armada's older call) resumes after `from_id` and stays open for new events.
+    let mut events = EventClient::new(ch.clone());
+    let mut stored = events
+        .get_job_set_events(pb::JobSetRequest { id: "set-1".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut last = 0u64;
+    while let Some(m) = stored.message().await.expect("event") {
+        last = m.id.parse().expect("numeric id");
+    }
+    let mut watch = events
+        .watch(pb::WatchRequest { queue: "A".into(), job_set_id: "set-1".into(), from_id: last.to_string() })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut first = events
+        .watch(pb::WatchRequest { queue: "A".into(), job_set_id: "set-1".into(), from_id: String::new() })
+        .await
+        .expect("watch from the start")
+        .into_inner();
+    let m = first.message().await.expect("event").expect("stored events");
+    assert_eq!((m.id.as_str(), kind(&m)), ("1", ("submitted", long.clone())));
+
+    // A cancelled job's details carry the reason and time.
+    submit
+        .cancel_jobs(pb::JobCancelRequest {
+            queue: "A".into(),
+            job_set_id: "set-1".into(),
+            job_id: queued.clone(),
+            reason: "not needed".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("cancel");
+    let d = jobs
+        .get_job_details(pb::JobDetailsRequest { job_ids: vec![queued.clone()], ..Default::default() })
+        .await
+        .expect("details")
+        .into_inner()
+        .job_details;
+    let q = &d[&queued];
+    assert_eq!((q.state, q.cancel_reason.as_str()), (pb::JobState::Cancelled as i32, "not needed"));
+    assert!(q.cancel_ts.is_some() && q.cancel_ts == q.last_transition_ts, "{q:?}");
+    let next = tokio::time::timeout(Duration::from_secs(10), watch.message()).await.expect("a new event");
+    let m = next.expect("event").expect("the watched stream stays open");
+    assert_eq!((m.id.clone(), kind(&m)), ((last + 1).to_string(), ("cancelling", queued.clone())));
+}
+
+#[tokio::test]
+async fn batch_queue_creates_and_updates_answer_per_queue_failures() {
+    let s = Server::start("");
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit) = (QueueServiceClient::new(ch.clone()), SubmitClient::new(ch.clone()));
+    let q = |name: &str, factor: f64| pb::Queue { name: name.into(), priority_factor: factor, ..Default::default() };
+    queues.create_queue(q("A", 1.0)).await.expect("create A");
+
+    // Each queue on its own: A exists and D is invalid, B and C are created.
+    let r = queues
+        .create_queues(pb::QueueList { queues: vec![q("A", 1.0), q("B", 2.0), q("D", -1.0), q("C", 1.0)] })
+        .await
+        .expect("create queues")
+        .into_inner();
+    let failed: Vec<(String, String)> = r
+        .failed_queues
+        .iter()
+        .map(|f| (f.queue.as_ref().map(|q| q.name.clone()).unwrap_or_default(), f.error.clone()))
+        .collect();
+    assert_eq!(failed.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(), ["A", "D"], "{failed:?}");
+    assert_eq!(failed[0].1, "queue A already exists");
+    assert!(failed[1].1.starts_with("priority_factor: "), "{failed:?}");
+    let mut stream = queues.get_queues(pb::StreamingQueueGetRequest { num: 0 }).await.expect("get queues").into_inner();
+    let mut listed = Vec::new();
+    while let Some(m) = stream.message().await.expect("queue stream") {
+        if let Some(pb::streaming_queue_message::Event::Queue(q)) = m.event {
+            listed.push((q.name, q.priority_factor));
+        }
+    }
+    assert_eq!(listed, [("A".to_string(), 1.0), ("B".to_string(), 2.0), ("C".to_string(), 1.0)]);
+
+    // Updates, on api.Submit too: Z does not exist, B and C change.
+    let r = submit
+        .update_queues(pb::QueueList { queues: vec![q("B", 3.0), q("Z", 1.0), q("C", 4.0)] })
+        .await
+        .expect("update queues")
+        .into_inner();
+    let failed: Vec<(String, String)> = r
+        .failed_queues
+        .iter()
+        .map(|f| (f.queue.as_ref().map(|q| q.name.clone()).unwrap_or_default(), f.error.clone()))
+        .collect();
+    assert_eq!(failed, [("Z".to_string(), "queue Z does not exist".to_string())]);
+    for (name, factor) in [("B", 3.0), ("C", 4.0)] {
+        let got = queues.get_queue(pb::QueueGetRequest { name: name.into() }).await.expect("get").into_inner();
+        assert_eq!(got.priority_factor, factor, "{name}");
+    }
+    let r = submit.create_queues(pb::QueueList { queues: vec![q("E", 1.0)] }).await.expect("create on Submit");
+    assert!(r.into_inner().failed_queues.is_empty());
 }
