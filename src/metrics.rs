@@ -11,9 +11,11 @@
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// The instruments of this process, registered once.
@@ -131,6 +133,15 @@ pub struct Metrics {
     pub preempted: Family<DecisionLabels, Counter>,
     /// Queued jobs the scheduler failed for good, by queue and reason.
     pub failed: Family<DecisionLabels, Counter>,
+    /// When this server last built a Raft snapshot (Unix seconds; 0: not since it started).
+    pub snapshot_built_at: Gauge<f64, AtomicU64>,
+    /// When this server last installed a leader's Raft snapshot (Unix seconds; 0: never).
+    pub snapshot_installed_at: Gauge<f64, AtomicU64>,
+}
+
+/// Now, in seconds since the Unix epoch.
+pub fn unix_seconds() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Buckets for durations from 1 ms to about 33 s (doubling).
@@ -155,6 +166,8 @@ impl Metrics {
             scheduled: Family::default(),
             preempted: Family::default(),
             failed: Family::default(),
+            snapshot_built_at: Gauge::default(),
+            snapshot_installed_at: Gauge::default(),
         };
         // Metrics are shared handles (Arc inside): the registry encodes the same values.
         registry.register(
@@ -191,6 +204,16 @@ impl Metrics {
             "convoy_jobs_failed",
             "Queued jobs failed for good by this server's scheduling cycles (committed), by queue and reason",
             m.failed.clone(),
+        );
+        registry.register(
+            "convoy_raft_snapshot_built_timestamp_seconds",
+            "When this server last built a Raft snapshot, in Unix seconds (0: not since it started)",
+            m.snapshot_built_at.clone(),
+        );
+        registry.register(
+            "convoy_raft_snapshot_installed_timestamp_seconds",
+            "When this server last installed a snapshot sent by the leader, in Unix seconds (0: not since it started)",
+            m.snapshot_installed_at.clone(),
         );
         Metrics { registry, ..m }
     }
