@@ -564,4 +564,104 @@ mod tests {
             assert!(verdict.is_err());
         }
     }
+
+    /// The families a full answer has (text format names), with every optional family present.
+    fn all_families() -> Vec<String> {
+        let mut held = share("a", 0.5, 0.25);
+        held.allocated = [(crate::model::ResourceName::new("cpu").unwrap(), 2)].into_iter().collect();
+        held.demand = held.allocated.clone();
+        let mut p = pool(PoolName::default_pool(), vec![held]);
+        p.total = [(crate::model::ResourceName::new("cpu").unwrap(), 8)].into_iter().collect();
+        let view = SchedulingView { cycles: 1, last_cycle_ms: 1.0, pools: vec![p], ..Default::default() };
+        let member = |id, lag| crate::model::api::ClusterMember {
+            id,
+            addr: String::new(),
+            voter: true,
+            matched_index: Some(5),
+            lag: Some(lag),
+        };
+        let status = ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 2,
+            leader: Some(1),
+            leader_addr: None,
+            last_log_index: Some(5),
+            last_applied: Some(5),
+            snapshot_index: None,
+            purged_index: None,
+            millis_since_quorum_ack: Some(5),
+            leader_changes: 1,
+            snapshots_installed: 0,
+            members: vec![member(2, 0)],
+        };
+        let stats = crate::raft::stats::PeerStats::default();
+        stats.answered(2, "append", Duration::from_millis(2));
+        stats.failed(2, "vote");
+        let rpcs = PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        };
+        // The process instruments' labelled families appear once they have a sample.
+        let global = crate::metrics::global();
+        global.observe_request("/v1/jobs", &http::Method::POST, http::StatusCode::OK, Duration::from_millis(4));
+        let job = crate::model::JobId::from_parts(1, 1);
+        let q = crate::model::QueueName::new("a").unwrap();
+        let decisions = crate::scheduler::Decisions {
+            leases: vec![crate::scheduler::Lease {
+                job_id: job,
+                queue: q.clone(),
+                pool: PoolName::default_pool(),
+                executor: crate::model::ExecutorName::new("e").unwrap(),
+                node: crate::model::NodeName::new("n").unwrap(),
+            }],
+            preemptions: vec![crate::scheduler::Preemption {
+                job_id: job,
+                queue: q.clone(),
+                executor: crate::model::ExecutorName::new("e").unwrap(),
+                node: crate::model::NodeName::new("n").unwrap(),
+                reason: crate::scheduler::PreemptionReason::FairShare { by: job, by_queue: q.clone() },
+            }],
+            failures: vec![crate::scheduler::Failure { job_id: job, queue: q, reason: crate::scheduler::Reason::NoPool }],
+            ..Default::default()
+        };
+        crate::metrics::count_decisions(global, &decisions);
+        let mut r = Registry::default();
+        let settings = crate::state::StateSettings::from_config(&crate::scheduler::SchedulerConfig::default());
+        let st = crate::state::State::new(settings);
+        state_metrics(&mut r, &st);
+        quarantine_metrics(&mut r, &st, &crate::scheduler::QuarantineConfig::default(), 0);
+        int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
+        scheduling_metrics(&mut r, &view);
+        raft_metrics(&mut r, &status, &rpcs);
+        let text = to_text_format(&render(&r).unwrap());
+        text.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()
+    }
+
+    #[test]
+    fn every_family_is_documented_and_the_dashboard_uses_only_real_ones() {
+        let docs = include_str!("../../docs/metrics.md");
+        let mut families = all_families();
+        for f in &families {
+            assert!(docs.contains(&format!("| `{f}` |")), "{f} is not in docs/metrics.md");
+        }
+        // Families of live jobs and of nodes appear once the state has some (tests/it checks
+        // them on a running server).
+        families.extend(["convoy_jobs".to_string(), "convoy_quarantined_nodes".to_string()]);
+        let documented: Vec<&str> =
+            docs.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|n| n.starts_with("convoy_")).collect();
+        for d in &documented {
+            assert!(families.iter().any(|f| f == d), "docs/metrics.md lists {d}, which /metrics does not have");
+        }
+        assert_eq!(documented.len(), families.len(), "{documented:?}");
+        let dashboard = include_str!("../../packaging/grafana-dashboard.json");
+        let mut used = 0;
+        for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("convoy_")) {
+            let name = ["_bucket", "_count", "_sum"].iter().find_map(|s| word.strip_suffix(s)).unwrap_or(word);
+            assert!(families.iter().any(|f| f == name), "the dashboard uses {word}, which /metrics does not have");
+            used += 1;
+        }
+        assert!(used > 20);
+    }
 }
