@@ -241,7 +241,8 @@ pub fn reason_kind(reason: &impl serde::Serialize) -> String {
 /// Counts the committed decisions of one scheduling cycle.
 pub fn count_decisions(m: &Metrics, d: &crate::scheduler::Decisions) {
     for l in &d.leases {
-        let labels = DecisionLabels { queue: l.queue.to_string(), pool: l.pool.to_string(), reason: "scheduled".into() };
+        let labels =
+            DecisionLabels { queue: l.queue.to_string(), pool: l.pool.to_string(), reason: "scheduled".into() };
         m.scheduled.get_or_create(&labels).inc();
     }
     for p in &d.preemptions {
@@ -283,12 +284,13 @@ mod tests {
         m.observe_request("/v1/jobs/{id}", &http::Method::GET, http::StatusCode::OK, Duration::from_millis(1));
         let mut out = String::new();
         encode_registry(&mut out, m.registry()).unwrap();
-        let count = "convoy_api_request_duration_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"2xx\"} 2";
+        let count =
+            "convoy_api_request_duration_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"2xx\"} 2";
         assert!(out.contains(count), "{out}");
-        let count = "convoy_api_request_duration_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"4xx\"} 1";
+        let count =
+            "convoy_api_request_duration_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"4xx\"} 1";
         assert!(out.contains(count), "{out}");
-        let bucket =
-            "convoy_api_request_duration_seconds_bucket{le=\"0.002\",route=\"/v1/jobs/{id}\",method=\"GET\",status=\"2xx\"} 1";
+        let bucket = "convoy_api_request_duration_seconds_bucket{le=\"0.002\",route=\"/v1/jobs/{id}\",method=\"GET\",status=\"2xx\"} 1";
         assert!(out.contains(bucket), "{out}");
     }
 
@@ -330,7 +332,10 @@ mod tests {
         count_decisions(&m, &d);
         let mut out = String::new();
         encode_registry(&mut out, m.registry()).unwrap();
-        assert!(out.contains("convoy_jobs_scheduled_total{queue=\"a\",pool=\"default\",reason=\"scheduled\"} 2"), "{out}");
+        assert!(
+            out.contains("convoy_jobs_scheduled_total{queue=\"a\",pool=\"default\",reason=\"scheduled\"} 2"),
+            "{out}"
+        );
         assert!(out.contains("convoy_jobs_preempted_total{queue=\"a\",pool=\"\",reason=\"fair_share\"} 1"), "{out}");
         assert!(out.contains("convoy_jobs_failed_total{queue=\"a\",pool=\"\",reason=\"unknown_resource\"} 1"), "{out}");
     }

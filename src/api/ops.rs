@@ -3,10 +3,10 @@
 use super::problem::{ApiError, json};
 use crate::control::Control;
 use crate::control::{PeerRpcFigures, SchedulingView};
+use crate::model::Resources;
 use crate::model::api::ClusterStatus;
 use crate::model::api::Problem;
 use crate::raft::stats::LATENCY_BUCKETS;
-use crate::model::Resources;
 use crate::scheduler::QueueShare;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -102,7 +102,9 @@ pub async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::Heade
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("application/openmetrics-text"));
     match render(&scrape) {
-        Ok(out) if openmetrics => (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, OPENMETRICS)], out).into_response(),
+        Ok(out) if openmetrics => {
+            (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, OPENMETRICS)], out).into_response()
+        }
         Ok(out) => (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, TEXT)], to_text_format(&out)).into_response(),
         Err(_) => ApiError::internal("the metrics could not be encoded").into_response(),
     }
@@ -116,10 +118,8 @@ const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The Prometheus text format (0.0.4) of an OpenMetrics text: a counter's family is named
 /// with its `_total` suffix, as its samples are, and there is no `# EOF` or `# UNIT` line.
 fn to_text_format(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
-        .collect();
+    let counters: std::collections::HashSet<&str> =
+        openmetrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
     let mut out = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
         if line == "# EOF" || line.starts_with("# UNIT ") {
@@ -211,26 +211,42 @@ fn quarantine_metrics(r: &mut Registry, st: &crate::state::State, cfg: &crate::s
     }
 }
 
+/// A per-queue family: its name, help and the value it reads from a queue's report.
+type PerQueue<T> = (&'static str, &'static str, fn(&QueueShare) -> T);
+/// A per-queue, per-resource family: its name, help and the resources it reads.
+type PerQueueResources = (&'static str, &'static str, fn(&QueueShare) -> &Resources);
+
 /// Families from this server's latest scheduling cycle: per queue and pool its shares, per
 /// queue, pool and resource its allocation and demand, per pool and resource the capacity.
 fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
     counter(r, "convoy_scheduling_cycles", "Scheduling cycles run by this server.", s.cycles);
     let help = "Duration of the last cycle.";
-    family(r, "convoy_scheduling_cycle_seconds", help, Gauge::<f64, AtomicU64>::default()).set(s.last_cycle_ms / 1000.0);
-    let shares: [(&str, &str, fn(&QueueShare) -> f64); 5] = [
-        ("convoy_queue_fair_share", "Adjusted fair share per queue and pool (fair share capped by demand, surplus shared).", |q| {
-            q.adjusted_fair_share
+    family(r, "convoy_scheduling_cycle_seconds", help, Gauge::<f64, AtomicU64>::default())
+        .set(s.last_cycle_ms / 1000.0);
+    let shares: [PerQueue<f64>; 5] = [
+        (
+            "convoy_queue_fair_share",
+            "Adjusted fair share per queue and pool (fair share capped by demand, surplus shared).",
+            |q| q.adjusted_fair_share,
+        ),
+        (
+            "convoy_queue_base_fair_share",
+            "Fair share per queue and pool: weight over the sum of the active queues' weights.",
+            |q| q.fair_share,
+        ),
+        (
+            "convoy_queue_actual_share",
+            "Share of the pool a queue held at the start of the last cycle, per queue and pool.",
+            |q| q.actual_share,
+        ),
+        (
+            "convoy_queue_share",
+            "Share of the pool a queue holds after the last cycle's decisions, per queue and pool.",
+            |q| q.share_after,
+        ),
+        ("convoy_queue_weight", "A queue's weight (1 / priority factor) in the last cycle, per queue and pool.", |q| {
+            q.weight
         }),
-        ("convoy_queue_base_fair_share", "Fair share per queue and pool: weight over the sum of the active queues' weights.", |q| {
-            q.fair_share
-        }),
-        ("convoy_queue_actual_share", "Share of the pool a queue held at the start of the last cycle, per queue and pool.", |q| {
-            q.actual_share
-        }),
-        ("convoy_queue_share", "Share of the pool a queue holds after the last cycle's decisions, per queue and pool.", |q| {
-            q.share_after
-        }),
-        ("convoy_queue_weight", "A queue's weight (1 / priority factor) in the last cycle, per queue and pool.", |q| q.weight),
     ];
     for (name, help, value) in shares {
         let gauges = family(r, name, help, Gauges::default());
@@ -240,20 +256,28 @@ fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
             }
         }
     }
-    let resources: [(&str, &str, fn(&QueueShare) -> &Resources); 2] = [
-        ("convoy_queue_allocated", "Resources a queue holds after the last cycle, per queue, pool and resource.", |q| {
-            &q.allocated
-        }),
-        ("convoy_queue_demand", "Resources a queue holds plus those its queued jobs request, per queue, pool and resource.", |q| {
-            &q.demand
-        }),
+    let resources: [PerQueueResources; 2] = [
+        (
+            "convoy_queue_allocated",
+            "Resources a queue holds after the last cycle, per queue, pool and resource.",
+            |q| &q.allocated,
+        ),
+        (
+            "convoy_queue_demand",
+            "Resources a queue holds plus those its queued jobs request, per queue, pool and resource.",
+            |q| &q.demand,
+        ),
     ];
     for (name, help, value) in resources {
         let gauges = family(r, name, help, IntGauges::default());
         for p in &s.pools {
             for q in &p.queues {
                 for (resource, amount) in value(q).iter() {
-                    let labels = vec![("pool", p.pool.to_string()), ("queue", q.queue.to_string()), ("resource", resource.to_string())];
+                    let labels = vec![
+                        ("pool", p.pool.to_string()),
+                        ("queue", q.queue.to_string()),
+                        ("resource", resource.to_string()),
+                    ];
                     gauges.get_or_create(&labels).set(amount);
                 }
             }
@@ -287,7 +311,12 @@ fn commit_index(st: &ClusterStatus) -> Option<u64> {
 /// Families of the Raft layer: role, term, leader, indexes, quorum, replication lag, peer RPCs.
 fn raft_metrics(r: &mut Registry, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
     int_gauge(r, "convoy_raft_term", "Current Raft term.", st.term);
-    int_gauge(r, "convoy_raft_leader_id", "Id of the leader this server knows (0: none known).", st.leader.unwrap_or(0));
+    int_gauge(
+        r,
+        "convoy_raft_leader_id",
+        "Id of the leader this server knows (0: none known).",
+        st.leader.unwrap_or(0),
+    );
     let state = family(r, "convoy_raft_state", "1 for this server's Raft role.", IntGauges::default());
     for role in ["Leader", "Follower", "Candidate", "Learner", "Shutdown"] {
         state.get_or_create(&vec![("state", role.to_lowercase())]).set(i64::from(st.state == role));
@@ -310,7 +339,8 @@ fn raft_metrics(r: &mut Registry, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
     counter(r, "convoy_raft_snapshots_installed", help, st.snapshots_installed);
     if let Some(ms) = st.millis_since_quorum_ack {
         let help = "On the leader: time since a majority acknowledged it.";
-        family(r, "convoy_raft_quorum_ack_age_seconds", help, Gauge::<f64, AtomicU64>::default()).set(ms as f64 / 1000.0);
+        family(r, "convoy_raft_quorum_ack_age_seconds", help, Gauge::<f64, AtomicU64>::default())
+            .set(ms as f64 / 1000.0);
     }
     let help = "On the leader: entries each member is behind.";
     let lag = family(r, "convoy_raft_replication_lag_entries", help, IntGauges::default());
@@ -329,7 +359,8 @@ struct PeerRpcs(PeerRpcFigures);
 impl Collector for PeerRpcs {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let help = "Latency of answered peer RPCs, by peer and kind (append, vote, snapshot).";
-        let mut latency = encoder.encode_descriptor("convoy_raft_peer_rpc_seconds", help, None, MetricType::Histogram)?;
+        let mut latency =
+            encoder.encode_descriptor("convoy_raft_peer_rpc_seconds", help, None, MetricType::Histogram)?;
         for ((peer, kind), h) in &self.0.latency {
             let labels = [("peer", peer.to_string()), ("rpc", kind.to_string())];
             let bounds = LATENCY_BUCKETS.iter().copied().chain([f64::INFINITY]);
@@ -337,7 +368,8 @@ impl Collector for PeerRpcs {
             latency.encode_family(&labels)?.encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
         }
         let help = "Peer RPCs that got no answer, by peer and kind.";
-        let mut failures = encoder.encode_descriptor("convoy_raft_peer_rpc_failures", help, None, MetricType::Counter)?;
+        let mut failures =
+            encoder.encode_descriptor("convoy_raft_peer_rpc_failures", help, None, MetricType::Counter)?;
         for ((peer, kind), n) in &self.0.failures {
             let labels = [("peer", peer.to_string()), ("rpc", kind.to_string())];
             failures.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
@@ -374,8 +406,13 @@ mod tests {
             .spawn();
         let mut child = match child {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CONVOY_REQUIRE_PROMTOOL").is_none() => {
-                eprintln!("SKIPPED: promtool is not installed (Debian package `prometheus`); set CONVOY_REQUIRE_PROMTOOL=1 to fail instead");
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && std::env::var_os("CONVOY_REQUIRE_PROMTOOL").is_none() =>
+            {
+                eprintln!(
+                    "SKIPPED: promtool is not installed (Debian package `prometheus`); set CONVOY_REQUIRE_PROMTOOL=1 to fail instead"
+                );
                 return None;
             }
             Err(e) => panic!("promtool could not be started: {e}"),
@@ -623,7 +660,11 @@ mod tests {
                 node: crate::model::NodeName::new("n").unwrap(),
                 reason: crate::scheduler::PreemptionReason::FairShare { by: job, by_queue: q.clone() },
             }],
-            failures: vec![crate::scheduler::Failure { job_id: job, queue: q, reason: crate::scheduler::Reason::NoPool }],
+            failures: vec![crate::scheduler::Failure {
+                job_id: job,
+                queue: q,
+                reason: crate::scheduler::Reason::NoPool,
+            }],
             ..Default::default()
         };
         crate::metrics::count_decisions(global, &decisions);
@@ -649,15 +690,20 @@ mod tests {
         // Families of live jobs and of nodes appear once the state has some (tests/it checks
         // them on a running server).
         families.extend(["convoy_jobs".to_string(), "convoy_quarantined_nodes".to_string()]);
-        let documented: Vec<&str> =
-            docs.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|n| n.starts_with("convoy_")).collect();
+        let documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .filter(|n| n.starts_with("convoy_"))
+            .collect();
         for d in &documented {
             assert!(families.iter().any(|f| f == d), "docs/metrics.md lists {d}, which /metrics does not have");
         }
         assert_eq!(documented.len(), families.len(), "{documented:?}");
         let dashboard = include_str!("../../packaging/grafana-dashboard.json");
         let mut used = 0;
-        for word in dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("convoy_")) {
+        for word in
+            dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("convoy_"))
+        {
             let name = ["_bucket", "_count", "_sum"].iter().find_map(|s| word.strip_suffix(s)).unwrap_or(word);
             assert!(families.iter().any(|f| f == name), "the dashboard uses {word}, which /metrics does not have");
             used += 1;
