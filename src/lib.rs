@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod metrics;
 pub mod model;
 pub mod raft;
 pub mod record;

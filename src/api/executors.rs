@@ -200,6 +200,7 @@ pub async fn lease(
     let held: HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
     let notify = app.notify.executor(&executor);
     let mut stopping = app.shutdown.clone();
+    let polled = std::time::Instant::now();
     let pending = loop {
         let notified = notify.notified();
         tokio::pin!(notified);
@@ -223,6 +224,12 @@ pub async fn lease(
         }
         app.liveness.touch(&executor);
     };
+    let metrics = crate::metrics::global();
+    metrics.lease_poll_wait.observe(polled.elapsed().as_secs_f64());
+    let now = now_ms();
+    for (_, _, r) in &pending.leases {
+        metrics.submit_to_lease.observe(now.saturating_sub(r.submitted_at_ms).max(0) as f64 / 1000.0);
+    }
     let ids: Vec<JobId> = pending.leases.iter().map(|(id, _, _)| *id).collect();
     let store = app.store.clone();
     let payloads = tokio::task::spawn_blocking(move || store.payloads(&ids))

@@ -68,7 +68,10 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
 pub fn router(app: Arc<Control>) -> Router {
     let limit = app.config.server.max_request_bytes;
     let (routes, _) = routes().split_for_parts();
-    let routes = routes.layer(axum::middleware::from_fn_with_state(app.clone(), forward::route));
+    let routes = routes
+        .layer(axum::middleware::from_fn_with_state(app.clone(), forward::route))
+        // Latency by matched route template (a route layer: unmatched paths are not recorded).
+        .route_layer(axum::middleware::from_fn(crate::metrics::track_requests));
     with_layers(routes, limit).with_state(app)
 }
 

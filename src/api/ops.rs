@@ -3,16 +3,25 @@
 use super::problem::{ApiError, json};
 use crate::control::Control;
 use crate::control::{PeerRpcFigures, SchedulingView};
+use crate::model::Resources;
 use crate::model::api::ClusterStatus;
 use crate::model::api::Problem;
-use crate::raft::stats::{Histogram, LATENCY_BUCKETS};
+use crate::raft::stats::LATENCY_BUCKETS;
 use crate::scheduler::QueueShare;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
-use std::fmt::{Display, Write};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 /// Answer of `GET /healthz`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -69,141 +78,117 @@ pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
 
 /// Prometheus metrics
 ///
-/// Prometheus text format (0.0.4), computed from the state at scrape time.
+/// OpenMetrics text (prometheus-client): families computed from the state at scrape time, then
+/// this process's histograms and counters (docs/metrics.md lists them all).
 #[utoipa::path(
     get,
     path = "/metrics",
     operation_id = "metrics",
     tag = "operations",
-    responses((status = 200, description = "Metrics in the Prometheus text exposition format, version 0.0.4", body = String, content_type = "text/plain"))
+    responses((status = 200, description = "Metrics in the OpenMetrics text format, version 1.0.0 (also read by Prometheus' text parser)", body = String, content_type = "text/plain"))
 )]
-pub async fn metrics(State(app): State<Arc<Control>>) -> Response {
-    let mut out = String::new();
+pub async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::HeaderMap) -> Response {
+    let mut scrape = Registry::default();
     {
         let st = app.state();
-        state_metrics(&mut out, &st);
-        quarantine_metrics(&mut out, &st, &app.config.scheduler.quarantine, crate::control::now_ms());
+        state_metrics(&mut scrape, &st);
+        quarantine_metrics(&mut scrape, &st, &app.config.scheduler.quarantine, crate::control::now_ms());
     }
-    scheduling_metrics(&mut out, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
-    Family::new(&mut out, "convoy_leader", "gauge", "1 if this server is the leader.")
-        .sample("", u8::from(app.cluster.is_leader()));
-    raft_metrics(&mut out, &app.cluster.status(), &app.cluster.peer_rpcs());
-    (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
-}
-
-/// Families of the Raft layer: role, term, indexes, quorum, replication lag, peer RPCs.
-fn raft_metrics(out: &mut String, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
-    Family::new(out, "convoy_raft_term", "gauge", "Current Raft term.").sample("", st.term);
-    let mut state = Family::new(out, "convoy_raft_state", "gauge", "1 for this server's Raft role.");
-    for role in ["Leader", "Follower", "Candidate", "Learner", "Shutdown"] {
-        state.sample(&format!("state=\"{}\"", role.to_lowercase()), u8::from(st.state == role));
-    }
-    Family::new(out, "convoy_raft_serving", "gauge", "1 if this server leads and a majority acknowledged it lately.")
-        .sample("", u8::from(st.serving));
-    Family::new(out, "convoy_raft_leader_changes_total", "counter", "Leader changes this server saw.")
-        .sample("", st.leader_changes);
-    Family::new(out, "convoy_raft_last_log_index", "gauge", "Index of the last entry in the log.")
-        .sample("", st.last_log_index.unwrap_or(0));
-    Family::new(out, "convoy_raft_applied_index", "gauge", "Index of the last applied entry.")
-        .sample("", st.last_applied.unwrap_or(0));
-    Family::new(out, "convoy_raft_snapshot_index", "gauge", "Index of the last entry the latest snapshot covers.")
-        .sample("", st.snapshot_index.unwrap_or(0));
-    Family::new(out, "convoy_raft_purged_index", "gauge", "Index of the last entry purged from the log.")
-        .sample("", st.purged_index.unwrap_or(0));
-    let help = "Snapshots this server installed since it started (it caught up by snapshot).";
-    Family::new(out, "convoy_raft_snapshots_installed_total", "counter", help).sample("", st.snapshots_installed);
-    if let Some(ms) = st.millis_since_quorum_ack {
-        Family::new(
-            out,
-            "convoy_raft_quorum_ack_age_seconds",
-            "gauge",
-            "On the leader: time since a majority acknowledged it.",
-        )
-        .sample("", ms as f64 / 1000.0);
-    }
-    let mut lag = Family::new(
-        out,
-        "convoy_raft_replication_lag_entries",
-        "gauge",
-        "On the leader: entries each member is behind.",
-    );
-    for m in &st.members {
-        if let Some(l) = m.lag {
-            lag.sample(&format!("peer=\"{}\"", m.id), l);
+    scheduling_metrics(&mut scrape, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
+    int_gauge(&mut scrape, "convoy_leader", "1 if this server is the leader.", u64::from(app.cluster.is_leader()));
+    raft_metrics(&mut scrape, &app.cluster.status(), &app.cluster.peer_rpcs());
+    let openmetrics = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("application/openmetrics-text"));
+    match render(&scrape) {
+        Ok(out) if openmetrics => {
+            (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, OPENMETRICS)], out).into_response()
         }
-    }
-    let help = "Latency of answered peer RPCs, by peer and kind (append, vote, snapshot).";
-    let mut latency = Family::new(out, "convoy_raft_peer_rpc_seconds", "histogram", help);
-    for ((peer, kind), h) in &rpcs.latency {
-        let labels = format!("peer=\"{peer}\",rpc=\"{kind}\"");
-        latency.histogram(&labels, h);
-    }
-    let mut failures = Family::new(
-        out,
-        "convoy_raft_peer_rpc_failures_total",
-        "counter",
-        "Peer RPCs that got no answer, by peer and kind.",
-    );
-    for ((peer, kind), n) in &rpcs.failures {
-        failures.sample(&format!("peer=\"{peer}\",rpc=\"{kind}\""), n);
+        Ok(out) => (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, TEXT)], to_text_format(&out)).into_response(),
+        Err(_) => ApiError::internal("the metrics could not be encoded").into_response(),
     }
 }
 
-/// One metric family in the text exposition format. Its `# HELP` and `# TYPE` lines are written
-/// first and the samples go right after them: a family's samples must form one block, so a
-/// family is finished before the next one is begun (the borrow of `out` enforces it).
-struct Family<'a> {
-    out: &'a mut String,
-    name: &'static str,
-}
+/// Content type of the answer to a scraper that accepts OpenMetrics (Prometheus does).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the answer to anyone else (curl, promtool).
+const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-impl<'a> Family<'a> {
-    fn new(out: &'a mut String, name: &'static str, kind: &str, help: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        Family { out, name }
-    }
-
-    /// The `_bucket`, `_sum` and `_count` samples of a histogram.
-    fn histogram(&mut self, labels: &str, h: &Histogram) {
-        let name = self.name;
-        let cumulative = h.cumulative();
-        for (i, n) in cumulative.iter().enumerate() {
-            let le = LATENCY_BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
-            let _ = writeln!(self.out, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+/// The Prometheus text format (0.0.4) of an OpenMetrics text: a counter's family is named
+/// with its `_total` suffix, as its samples are, and there is no `# EOF` or `# UNIT` line.
+fn to_text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> =
+        openmetrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
         }
-        let _ = writeln!(self.out, "{name}_sum{{{labels}}} {}", h.sum);
-        let _ = writeln!(self.out, "{name}_count{{{labels}}} {}", h.count);
+        let header = ["# HELP ", "# TYPE "].into_iter().find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match header {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) { "_total" } else { "" };
+                out.push_str(&format!("{prefix}{name}{total} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
     }
+    out
+}
 
-    /// A sample; `labels` is `k="v",…` (empty for none). Label values are validated names,
-    /// which need no escaping.
-    fn sample(&mut self, labels: &str, value: impl Display) {
-        let name = self.name;
-        let _ = if labels.is_empty() {
-            writeln!(self.out, "{name} {value}")
-        } else {
-            writeln!(self.out, "{name}{{{labels}}} {value}")
-        };
-    }
+/// The scrape-time families, then the process-wide instruments, then `# EOF`.
+fn render(scrape: &Registry) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    encode_registry(&mut out, scrape)?;
+    encode_registry(&mut out, crate::metrics::global().registry())?;
+    encode_eof(&mut out)?;
+    Ok(out)
+}
+
+/// Label pairs of a scrape-time sample (bounded values: queue, pool, resource, executor, peer).
+type Labels = Vec<(&'static str, String)>;
+/// A scrape-time gauge family with fractional values.
+type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+/// A scrape-time gauge family with whole values.
+type IntGauges = Family<Labels, Gauge>;
+
+/// Registers `family` under `name` and answers a handle to fill it.
+fn family<M: prometheus_client::registry::Metric + Clone>(r: &mut Registry, name: &str, help: &str, family: M) -> M {
+    // The registry ends help texts with a period itself.
+    r.register(name, help.strip_suffix('.').unwrap_or(help), family.clone());
+    family
+}
+
+/// One whole-valued gauge without labels.
+fn int_gauge(r: &mut Registry, name: &str, help: &str, value: u64) {
+    family(r, name, help, Gauge::<i64>::default()).set(i64::try_from(value).unwrap_or(i64::MAX));
+}
+
+/// One counter without labels, set from a total kept elsewhere.
+fn counter(r: &mut Registry, name: &str, help: &str, total: u64) {
+    family(r, name, help, Counter::<u64>::default()).inc_by(total);
 }
 
 /// Families computed from the replicated state.
-fn state_metrics(out: &mut String, st: &crate::state::State) {
-    let mut jobs = Family::new(out, "convoy_jobs", "gauge", "Live jobs by queue and state.");
+fn state_metrics(r: &mut Registry, st: &crate::state::State) {
+    let jobs = family(r, "convoy_jobs", "Live jobs by queue and state.", IntGauges::default());
     for (name, q) in &st.queues {
         for (state, n) in &q.counts {
-            jobs.sample(&format!("queue=\"{name}\",state=\"{state}\""), n);
+            jobs.get_or_create(&vec![("queue", name.to_string()), ("state", state.to_string())]).set(*n as i64);
         }
     }
-    Family::new(out, "convoy_executors", "gauge", "Known executors.").sample("", st.executors.len());
+    int_gauge(r, "convoy_executors", "Known executors.", st.executors.len() as u64);
     let nodes: usize = st.executors.values().map(|e| e.nodes.len()).sum();
-    Family::new(out, "convoy_nodes", "gauge", "Known nodes.").sample("", nodes);
+    int_gauge(r, "convoy_nodes", "Known nodes.", nodes as u64);
 }
 
 /// Quarantined nodes per executor and pool (0 for every executor and pool with nodes, so that a
 /// lifted quarantine shows as a drop rather than a vanished series). A quarantined node no
 /// executor reports counts under its executor with `pool=""`.
-fn quarantine_metrics(out: &mut String, st: &crate::state::State, cfg: &crate::scheduler::QuarantineConfig, now: i64) {
+fn quarantine_metrics(r: &mut Registry, st: &crate::state::State, cfg: &crate::scheduler::QuarantineConfig, now: i64) {
     let quarantined = |e: &crate::model::ExecutorName, n: &crate::model::NodeName| {
         cfg.enabled() && st.node_health.get(&(e.clone(), n.clone())).is_some_and(|h| h.quarantined_at(now).is_some())
     };
@@ -220,32 +205,176 @@ fn quarantine_metrics(out: &mut String, st: &crate::state::State, cfg: &crate::s
         }
     }
     let help = "Nodes under quarantine (too many failures of the node), per executor and pool.";
-    let mut family = Family::new(out, "convoy_quarantined_nodes", "gauge", help);
+    let gauges = family(r, "convoy_quarantined_nodes", help, IntGauges::default());
     for ((executor, pool), n) in counts {
-        family.sample(&format!("executor=\"{executor}\",pool=\"{pool}\""), n);
+        gauges.get_or_create(&vec![("executor", executor.to_string()), ("pool", pool.to_string())]).set(n as i64);
     }
 }
 
-/// Families from this server's latest scheduling cycle.
-fn scheduling_metrics(out: &mut String, s: &SchedulingView) {
-    Family::new(out, "convoy_scheduling_cycles_total", "counter", "Scheduling cycles run by this server.")
-        .sample("", s.cycles);
-    Family::new(out, "convoy_scheduling_cycle_seconds", "gauge", "Duration of the last cycle.")
-        .sample("", s.last_cycle_ms / 1000.0);
-    let help = "Adjusted fair share per queue and pool.";
-    per_queue(out, s, "convoy_queue_fair_share", help, |q| q.adjusted_fair_share);
-    let help = "Share of the pool a queue holds after the last cycle's decisions, per queue and pool.";
-    per_queue(out, s, "convoy_queue_share", help, |q| q.share_after);
+/// A per-queue family: its name, help and the value it reads from a queue's report.
+type PerQueue<T> = (&'static str, &'static str, fn(&QueueShare) -> T);
+/// A per-queue, per-resource family: its name, help and the resources it reads.
+type PerQueueResources = (&'static str, &'static str, fn(&QueueShare) -> &Resources);
+
+/// Families from this server's latest scheduling cycle: per queue and pool its shares, per
+/// queue, pool and resource its allocation and demand, per pool and resource the capacity.
+fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
+    counter(r, "convoy_scheduling_cycles", "Scheduling cycles run by this server.", s.cycles);
+    let help = "Duration of the last cycle.";
+    family(r, "convoy_scheduling_cycle_seconds", help, Gauge::<f64, AtomicU64>::default())
+        .set(s.last_cycle_ms / 1000.0);
+    let shares: [PerQueue<f64>; 5] = [
+        (
+            "convoy_queue_fair_share",
+            "Adjusted fair share per queue and pool (fair share capped by demand, surplus shared).",
+            |q| q.adjusted_fair_share,
+        ),
+        (
+            "convoy_queue_base_fair_share",
+            "Fair share per queue and pool: weight over the sum of the active queues' weights.",
+            |q| q.fair_share,
+        ),
+        (
+            "convoy_queue_actual_share",
+            "Share of the pool a queue held at the start of the last cycle, per queue and pool.",
+            |q| q.actual_share,
+        ),
+        (
+            "convoy_queue_share",
+            "Share of the pool a queue holds after the last cycle's decisions, per queue and pool.",
+            |q| q.share_after,
+        ),
+        ("convoy_queue_weight", "A queue's weight (1 / priority factor) in the last cycle, per queue and pool.", |q| {
+            q.weight
+        }),
+    ];
+    for (name, help, value) in shares {
+        let gauges = family(r, name, help, Gauges::default());
+        for p in &s.pools {
+            for q in &p.queues {
+                gauges.get_or_create(&vec![("pool", p.pool.to_string()), ("queue", q.queue.to_string())]).set(value(q));
+            }
+        }
+    }
+    let resources: [PerQueueResources; 2] = [
+        (
+            "convoy_queue_allocated",
+            "Resources a queue holds after the last cycle, per queue, pool and resource.",
+            |q| &q.allocated,
+        ),
+        (
+            "convoy_queue_demand",
+            "Resources a queue holds plus those its queued jobs request, per queue, pool and resource.",
+            |q| &q.demand,
+        ),
+    ];
+    for (name, help, value) in resources {
+        let gauges = family(r, name, help, IntGauges::default());
+        for p in &s.pools {
+            for q in &p.queues {
+                for (resource, amount) in value(q).iter() {
+                    let labels = vec![
+                        ("pool", p.pool.to_string()),
+                        ("queue", q.queue.to_string()),
+                        ("resource", resource.to_string()),
+                    ];
+                    gauges.get_or_create(&labels).set(amount);
+                }
+            }
+        }
+    }
+    let help = "Resources of a pool's schedulable nodes in the last cycle, per pool and resource.";
+    let capacity = family(r, "convoy_pool_capacity", help, IntGauges::default());
+    for p in &s.pools {
+        for (resource, amount) in p.total.iter() {
+            capacity.get_or_create(&vec![("pool", p.pool.to_string()), ("resource", resource.to_string())]).set(amount);
+        }
+    }
 }
 
-/// A family with one sample per queue and pool: its own pass over the pools, so that its
-/// samples stay together.
-fn per_queue(out: &mut String, s: &SchedulingView, name: &'static str, help: &str, value: fn(&QueueShare) -> f64) {
-    let mut family = Family::new(out, name, "gauge", help);
-    for p in &s.pools {
-        for q in &p.queues {
-            family.sample(&format!("pool=\"{}\",queue=\"{}\"", p.pool, q.queue), value(q));
+/// On the leader: the highest index a majority of voters holds (the leader counts with its last
+/// log index). None elsewhere: a follower does not know it.
+fn commit_index(st: &ClusterStatus) -> Option<u64> {
+    if st.state != "Leader" {
+        return None;
+    }
+    let mut held: Vec<u64> = st
+        .members
+        .iter()
+        .filter(|m| m.voter)
+        .map(|m| if m.id == st.id { st.last_log_index.unwrap_or(0) } else { m.matched_index.unwrap_or(0) })
+        .collect();
+    held.sort_unstable_by(|a, b| b.cmp(a));
+    held.get(held.len() / 2).copied()
+}
+
+/// Families of the Raft layer: role, term, leader, indexes, quorum, replication lag, peer RPCs.
+fn raft_metrics(r: &mut Registry, st: &ClusterStatus, rpcs: &PeerRpcFigures) {
+    int_gauge(r, "convoy_raft_term", "Current Raft term.", st.term);
+    int_gauge(
+        r,
+        "convoy_raft_leader_id",
+        "Id of the leader this server knows (0: none known).",
+        st.leader.unwrap_or(0),
+    );
+    let state = family(r, "convoy_raft_state", "1 for this server's Raft role.", IntGauges::default());
+    for role in ["Leader", "Follower", "Candidate", "Learner", "Shutdown"] {
+        state.get_or_create(&vec![("state", role.to_lowercase())]).set(i64::from(st.state == role));
+    }
+    let help = "1 if this server leads and a majority acknowledged it lately.";
+    int_gauge(r, "convoy_raft_serving", help, u64::from(st.serving));
+    counter(r, "convoy_raft_leader_changes", "Leader changes this server saw.", st.leader_changes);
+    let help = "Index of the last entry in the log.";
+    int_gauge(r, "convoy_raft_last_log_index", help, st.last_log_index.unwrap_or(0));
+    if let Some(i) = commit_index(st) {
+        let help = "On the leader: index of the last entry a majority of voters holds (committed).";
+        int_gauge(r, "convoy_raft_commit_index", help, i);
+    }
+    int_gauge(r, "convoy_raft_applied_index", "Index of the last applied entry.", st.last_applied.unwrap_or(0));
+    let help = "Index of the last entry the latest snapshot covers.";
+    int_gauge(r, "convoy_raft_snapshot_index", help, st.snapshot_index.unwrap_or(0));
+    let help = "Index of the last entry purged from the log.";
+    int_gauge(r, "convoy_raft_purged_index", help, st.purged_index.unwrap_or(0));
+    let help = "Snapshots this server installed since it started (it caught up by snapshot).";
+    counter(r, "convoy_raft_snapshots_installed", help, st.snapshots_installed);
+    if let Some(ms) = st.millis_since_quorum_ack {
+        let help = "On the leader: time since a majority acknowledged it.";
+        family(r, "convoy_raft_quorum_ack_age_seconds", help, Gauge::<f64, AtomicU64>::default())
+            .set(ms as f64 / 1000.0);
+    }
+    let help = "On the leader: entries each member is behind.";
+    let lag = family(r, "convoy_raft_replication_lag_entries", help, IntGauges::default());
+    for m in &st.members {
+        if let Some(l) = m.lag {
+            lag.get_or_create(&vec![("peer", m.id.to_string())]).set(i64::try_from(l).unwrap_or(i64::MAX));
         }
+    }
+    r.register_collector(Box::new(PeerRpcs(rpcs.clone())));
+}
+
+/// The peer RPC histograms and failure counts, encoded from the Raft layer's own figures.
+#[derive(Debug)]
+struct PeerRpcs(PeerRpcFigures);
+
+impl Collector for PeerRpcs {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let help = "Latency of answered peer RPCs, by peer and kind (append, vote, snapshot).";
+        let mut latency =
+            encoder.encode_descriptor("convoy_raft_peer_rpc_seconds", help, None, MetricType::Histogram)?;
+        for ((peer, kind), h) in &self.0.latency {
+            let labels = [("peer", peer.to_string()), ("rpc", kind.to_string())];
+            let bounds = LATENCY_BUCKETS.iter().copied().chain([f64::INFINITY]);
+            let buckets: Vec<(f64, u64)> = bounds.zip(h.buckets.iter().copied()).collect();
+            latency.encode_family(&labels)?.encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets, None)?;
+        }
+        let help = "Peer RPCs that got no answer, by peer and kind.";
+        let mut failures =
+            encoder.encode_descriptor("convoy_raft_peer_rpc_failures", help, None, MetricType::Counter)?;
+        for ((peer, kind), n) in &self.0.failures {
+            let labels = [("peer", peer.to_string()), ("rpc", kind.to_string())];
+            failures.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        Ok(())
     }
 }
 
@@ -254,59 +383,44 @@ mod tests {
     use super::*;
     use crate::model::{PoolName, QueueName, Resources};
     use crate::scheduler::PoolReport;
-    use std::collections::HashSet;
     use std::time::Duration;
 
-    /// Checks the text exposition format: every family has `# HELP` then `# TYPE`, and all its
-    /// samples follow them in one block; no family appears twice. Answers the families in order.
-    fn check_exposition(text: &str) -> Result<Vec<String>, String> {
-        let (mut families, mut seen) = (Vec::new(), HashSet::new());
-        let (mut current, mut want_type): (Option<&str>, Option<&str>) = (None, None);
-        for line in text.lines() {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                ["#", "HELP", name, _, ..] => {
-                    if let Some(w) = want_type {
-                        return Err(format!("{w} has HELP but no TYPE"));
-                    }
-                    if !seen.insert(*name) {
-                        return Err(format!("family {name} appears twice"));
-                    }
-                    (current, want_type) = (None, Some(*name));
-                }
-                ["#", "TYPE", name, kind] => {
-                    if want_type != Some(*name) {
-                        return Err(format!("TYPE of {name} does not follow its HELP"));
-                    }
-                    if !["counter", "gauge", "histogram", "summary", "untyped"].contains(kind) {
-                        return Err(format!("{name} has the unknown type {kind}"));
-                    }
-                    (current, want_type) = (Some(*name), None);
-                    families.push(name.to_string());
-                }
-                ["#", ..] | [] => {}
-                [sample, .., value] => {
-                    let full = sample.split('{').next().unwrap_or(sample);
-                    // A histogram's samples are its name with _bucket, _sum or _count.
-                    let name = ["_bucket", "_sum", "_count"]
-                        .iter()
-                        .find_map(|suffix| full.strip_suffix(suffix).filter(|base| current == Some(*base)))
-                        .unwrap_or(full);
-                    if current != Some(name) {
-                        return Err(match seen.contains(name) {
-                            true => format!("a sample of {name} is outside its family's block: {line}"),
-                            false => format!("{name} has no HELP and TYPE: {line}"),
-                        });
-                    }
-                    value.parse::<f64>().map_err(|_| format!("bad value: {line}"))?;
-                }
-                [_] => return Err(format!("a sample without a value: {line}")),
+    /// The families `fill` registers, encoded.
+    fn encoded(fill: impl FnOnce(&mut Registry)) -> String {
+        let mut r = Registry::default();
+        fill(&mut r);
+        let mut out = String::new();
+        encode_registry(&mut out, &r).unwrap();
+        out
+    }
+
+    /// Runs `promtool check metrics` (Prometheus' own parser and linter) on `text`. Answers
+    /// None when promtool is not installed and CONVOY_REQUIRE_PROMTOOL is unset (CI sets it).
+    fn promtool_check(text: &str) -> Option<Result<(), String>> {
+        use std::io::Write as _;
+        let child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && std::env::var_os("CONVOY_REQUIRE_PROMTOOL").is_none() =>
+            {
+                eprintln!(
+                    "SKIPPED: promtool is not installed (Debian package `prometheus`); set CONVOY_REQUIRE_PROMTOOL=1 to fail instead"
+                );
+                return None;
             }
-        }
-        match want_type {
-            Some(w) => Err(format!("{w} has HELP but no TYPE")),
-            None => Ok(families),
-        }
+            Err(e) => panic!("promtool could not be started: {e}"),
+        };
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        Some(if out.status.success() && said.trim().is_empty() { Ok(()) } else { Err(said) })
     }
 
     fn share(queue: &str, adjusted: f64, after: f64) -> QueueShare {
@@ -353,20 +467,19 @@ mod tests {
             ],
             ..Default::default()
         };
-        let mut out = String::new();
-        scheduling_metrics(&mut out, &view);
-        let families = check_exposition(&out).unwrap_or_else(|e| panic!("{e}:\n{out}"));
+        let out = encoded(|r| scheduling_metrics(r, &view));
+        let families: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("# TYPE ")).collect();
         assert_eq!(
-            families,
+            families[..4],
             [
-                "convoy_scheduling_cycles_total",
-                "convoy_scheduling_cycle_seconds",
-                "convoy_queue_fair_share",
-                "convoy_queue_share"
+                "convoy_scheduling_cycles counter",
+                "convoy_scheduling_cycle_seconds gauge",
+                "convoy_queue_fair_share gauge",
+                "convoy_queue_base_fair_share gauge"
             ]
         );
         assert!(out.contains("\nconvoy_queue_share{pool=\"default\",queue=\"b\"} 0.75\n"), "{out}");
-        assert!(out.contains("\nconvoy_queue_share{pool=\"gpu\",queue=\"a\"} 1\n"), "{out}");
+        assert!(out.contains("\nconvoy_queue_share{pool=\"gpu\",queue=\"a\"} 1.0\n"), "{out}");
         assert_eq!(out.lines().filter(|l| l.starts_with("convoy_queue_share{")).count(), 3, "{out}");
         assert!(out.contains("\nconvoy_scheduling_cycle_seconds 0.0125\n"), "{out}");
     }
@@ -406,10 +519,8 @@ mod tests {
             latency: stats.latency().into_iter().collect(),
             failures: stats.failures().into_iter().collect(),
         };
-        let mut out = String::new();
-        raft_metrics(&mut out, &st, &rpcs);
-        let families = check_exposition(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
-        assert!(families.iter().any(|f| f == "convoy_raft_peer_rpc_seconds"), "{families:?}");
+        let out = encoded(|r| raft_metrics(r, &st, &rpcs));
+        assert!(out.contains("# TYPE convoy_raft_peer_rpc_seconds histogram"), "{out}");
         for line in [
             "convoy_raft_term 4",
             "convoy_raft_state{state=\"leader\"} 1",
@@ -419,10 +530,12 @@ mod tests {
             "convoy_raft_purged_index 40",
             "convoy_raft_snapshots_installed_total 1",
             "convoy_raft_quorum_ack_age_seconds 0.12",
+            "convoy_raft_commit_index 100",
+            "convoy_raft_leader_id 1",
             "convoy_raft_replication_lag_entries{peer=\"3\"} 7",
-            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"0.0025\"} 1",
-            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"0.05\"} 2",
-            "convoy_raft_peer_rpc_seconds_bucket{peer=\"2\",rpc=\"append\",le=\"+Inf\"} 2",
+            "convoy_raft_peer_rpc_seconds_bucket{le=\"0.0025\",peer=\"2\",rpc=\"append\"} 1",
+            "convoy_raft_peer_rpc_seconds_bucket{le=\"0.05\",peer=\"2\",rpc=\"append\"} 2",
+            "convoy_raft_peer_rpc_seconds_bucket{le=\"+Inf\",peer=\"2\",rpc=\"append\"} 2",
             "convoy_raft_peer_rpc_seconds_count{peer=\"2\",rpc=\"append\"} 2",
             "convoy_raft_peer_rpc_failures_total{peer=\"3\",rpc=\"append\"} 1",
         ] {
@@ -433,13 +546,168 @@ mod tests {
     }
 
     #[test]
-    fn the_format_check_catches_interleaving_and_missing_headers() {
-        let interleaved = "# HELP a A.\n# TYPE a gauge\na{q=\"1\"} 1\n# HELP b B.\n# TYPE b gauge\nb 1\na{q=\"2\"} 2\n";
-        assert!(check_exposition(interleaved).unwrap_err().contains("outside its family's block"));
-        let headless = "# HELP a A.\n# TYPE a gauge\na{q=\"1\"} 1\nb{q=\"1\"} 1\n";
-        assert!(check_exposition(headless).unwrap_err().contains("no HELP and TYPE"));
-        assert!(check_exposition("# HELP a A.\na 1\n").is_err());
-        assert!(check_exposition("# HELP a A.\n# TYPE a gauge\n# HELP a A.\n# TYPE a gauge\n").is_err());
-        assert_eq!(check_exposition("# HELP a A.\n# TYPE a counter\na 1\n"), Ok(vec!["a".to_string()]));
+    fn the_whole_answer_passes_promtool() {
+        let view = SchedulingView {
+            cycles: 3,
+            last_cycle_ms: 2.0,
+            pools: vec![pool(PoolName::default_pool(), vec![share("a", 0.5, 0.25), share("b", 0.5, 0.75)])],
+            ..Default::default()
+        };
+        let status = ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 2,
+            leader: Some(1),
+            leader_addr: None,
+            last_log_index: Some(9),
+            last_applied: Some(9),
+            snapshot_index: None,
+            purged_index: None,
+            millis_since_quorum_ack: Some(5),
+            leader_changes: 1,
+            snapshots_installed: 0,
+            members: vec![],
+        };
+        let stats = crate::raft::stats::PeerStats::default();
+        stats.answered(2, "append", Duration::from_millis(2));
+        stats.failed(2, "vote");
+        let rpcs = PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        };
+        let global = crate::metrics::global();
+        global.observe_request("/v1/jobs", &http::Method::POST, http::StatusCode::OK, Duration::from_millis(4));
+        global.scheduling_cycle.observe(0.002);
+        let mut r = Registry::default();
+        scheduling_metrics(&mut r, &view);
+        raft_metrics(&mut r, &status, &rpcs);
+        let openmetrics = render(&r).unwrap();
+        assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+        assert!(openmetrics.contains("\n# TYPE convoy_scheduling_cycles counter\nconvoy_scheduling_cycles_total 3\n"));
+        let text = to_text_format(&openmetrics);
+        assert!(text.contains("\n# TYPE convoy_scheduling_cycles_total counter\nconvoy_scheduling_cycles_total 3\n"));
+        assert!(!text.contains("# EOF"), "{text}");
+        if let Some(verdict) = promtool_check(&text) {
+            verdict.unwrap_or_else(|e| panic!("promtool check metrics: {e}\n{text}"));
+        }
+    }
+
+    #[test]
+    fn promtool_rejects_a_bad_exposition() {
+        // The check above can fail: a counter without `_total` and a duplicate family.
+        let bad = "# HELP a A.\n# TYPE a counter\na 1\n# HELP a A.\n# TYPE a counter\na 2\n";
+        if let Some(verdict) = promtool_check(bad) {
+            assert!(verdict.is_err());
+        }
+    }
+
+    /// The families a full answer has (text format names), with every optional family present.
+    fn all_families() -> Vec<String> {
+        let mut held = share("a", 0.5, 0.25);
+        held.allocated = [(crate::model::ResourceName::new("cpu").unwrap(), 2)].into_iter().collect();
+        held.demand = held.allocated.clone();
+        let mut p = pool(PoolName::default_pool(), vec![held]);
+        p.total = [(crate::model::ResourceName::new("cpu").unwrap(), 8)].into_iter().collect();
+        let view = SchedulingView { cycles: 1, last_cycle_ms: 1.0, pools: vec![p], ..Default::default() };
+        let member = |id, lag| crate::model::api::ClusterMember {
+            id,
+            addr: String::new(),
+            voter: true,
+            matched_index: Some(5),
+            lag: Some(lag),
+        };
+        let status = ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 2,
+            leader: Some(1),
+            leader_addr: None,
+            last_log_index: Some(5),
+            last_applied: Some(5),
+            snapshot_index: None,
+            purged_index: None,
+            millis_since_quorum_ack: Some(5),
+            leader_changes: 1,
+            snapshots_installed: 0,
+            members: vec![member(2, 0)],
+        };
+        let stats = crate::raft::stats::PeerStats::default();
+        stats.answered(2, "append", Duration::from_millis(2));
+        stats.failed(2, "vote");
+        let rpcs = PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        };
+        // The process instruments' labelled families appear once they have a sample.
+        let global = crate::metrics::global();
+        global.observe_request("/v1/jobs", &http::Method::POST, http::StatusCode::OK, Duration::from_millis(4));
+        let job = crate::model::JobId::from_parts(1, 1);
+        let q = crate::model::QueueName::new("a").unwrap();
+        let decisions = crate::scheduler::Decisions {
+            leases: vec![crate::scheduler::Lease {
+                job_id: job,
+                queue: q.clone(),
+                pool: PoolName::default_pool(),
+                executor: crate::model::ExecutorName::new("e").unwrap(),
+                node: crate::model::NodeName::new("n").unwrap(),
+            }],
+            preemptions: vec![crate::scheduler::Preemption {
+                job_id: job,
+                queue: q.clone(),
+                executor: crate::model::ExecutorName::new("e").unwrap(),
+                node: crate::model::NodeName::new("n").unwrap(),
+                reason: crate::scheduler::PreemptionReason::FairShare { by: job, by_queue: q.clone() },
+            }],
+            failures: vec![crate::scheduler::Failure {
+                job_id: job,
+                queue: q,
+                reason: crate::scheduler::Reason::NoPool,
+            }],
+            ..Default::default()
+        };
+        crate::metrics::count_decisions(global, &decisions);
+        let mut r = Registry::default();
+        let settings = crate::state::StateSettings::from_config(&crate::scheduler::SchedulerConfig::default());
+        let st = crate::state::State::new(settings);
+        state_metrics(&mut r, &st);
+        quarantine_metrics(&mut r, &st, &crate::scheduler::QuarantineConfig::default(), 0);
+        int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
+        scheduling_metrics(&mut r, &view);
+        raft_metrics(&mut r, &status, &rpcs);
+        let text = to_text_format(&render(&r).unwrap());
+        text.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()
+    }
+
+    #[test]
+    fn every_family_is_documented_and_the_dashboard_uses_only_real_ones() {
+        let docs = include_str!("../../docs/metrics.md");
+        let mut families = all_families();
+        for f in &families {
+            assert!(docs.contains(&format!("| `{f}` |")), "{f} is not in docs/metrics.md");
+        }
+        // Families of live jobs and of nodes appear once the state has some (tests/it checks
+        // them on a running server).
+        families.extend(["convoy_jobs".to_string(), "convoy_quarantined_nodes".to_string()]);
+        let documented: Vec<&str> = docs
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .filter(|n| n.starts_with("convoy_"))
+            .collect();
+        for d in &documented {
+            assert!(families.iter().any(|f| f == d), "docs/metrics.md lists {d}, which /metrics does not have");
+        }
+        assert_eq!(documented.len(), families.len(), "{documented:?}");
+        let dashboard = include_str!("../../packaging/grafana-dashboard.json");
+        let mut used = 0;
+        for word in
+            dashboard.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("convoy_"))
+        {
+            let name = ["_bucket", "_count", "_sum"].iter().find_map(|s| word.strip_suffix(s)).unwrap_or(word);
+            assert!(families.iter().any(|f| f == name), "the dashboard uses {word}, which /metrics does not have");
+            used += 1;
+        }
+        assert!(used > 20);
     }
 }

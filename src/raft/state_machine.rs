@@ -409,6 +409,7 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes = done.bytes, frames = done.frames,
             build_ms = t0.elapsed().as_millis() as u64, "raft snapshot built"
         );
+        crate::metrics::global().snapshot_built_at.set(crate::metrics::unix_seconds());
         Ok(Snapshot { meta, snapshot: Box::new(file) })
     }
 }
@@ -489,6 +490,7 @@ impl<S: ReplicatedState> RaftStateMachine<TypeConfig> for StateMachine<S> {
             .await
             .map_err(err)?;
         self.shared.installed.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::global().snapshot_installed_at.set(crate::metrics::unix_seconds());
         tracing::info!(
             snapshot_id = %meta.snapshot_id, last_log_id = ?meta.last_log_id, bytes,
             install_ms = t0.elapsed().as_millis() as u64, "raft snapshot installed"

@@ -123,8 +123,10 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
             Some(u) => Command::Batch(vec![cmd, u]),
             None => cmd,
         };
-        if let Err(e) = app.writer.write(cmd).await {
-            tracing::warn!(error = %e, "scheduling decisions were not committed");
+        // Counted once committed and accepted (a rejected write, e.g. of a stale term, is not).
+        match app.write(cmd).await {
+            Ok(_) => crate::metrics::count_decisions(crate::metrics::global(), &decisions),
+            Err(e) => tracing::warn!(error = %e, "scheduling decisions were not committed"),
         }
     }
 }
@@ -137,4 +139,6 @@ fn record(app: &Control, d: &Decisions, took: Duration) {
     view.pools = d.pools.clone();
     view.cycles += 1;
     view.last_cycle_ms = took.as_secs_f64() * 1000.0;
+    drop(view);
+    crate::metrics::global().scheduling_cycle.observe(took.as_secs_f64());
 }

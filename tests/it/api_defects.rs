@@ -204,7 +204,13 @@ fn exposition_families(text: &str) -> Result<Vec<String>, String> {
             }
             typed = true;
         } else {
-            let name = line.split(['{', ' ']).next().unwrap_or("");
+            let full = line.split(['{', ' ']).next().unwrap_or("");
+            // A histogram's samples are its name with _bucket, _sum or _count.
+            let last = families.last().map(String::as_str);
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| full.strip_suffix(suffix).filter(|base| last == Some(*base)))
+                .unwrap_or(full);
             if !typed || families.last().map(String::as_str) != Some(name) {
                 return Err(format!("sample outside its family's block, or without HELP and TYPE: {line}"));
             }
@@ -239,4 +245,34 @@ async fn metrics_families_are_whole_blocks() {
     for f in ["convoy_jobs", "convoy_queue_fair_share", "convoy_queue_share", "convoy_leader"] {
         assert!(families.iter().any(|x| x == f), "{f} missing:\n{text}");
     }
+    // Requests are timed by route template, not by raw path.
+    let submits = "convoy_api_request_duration_seconds_count{route=\"/v1/jobs\",method=\"POST\",status=\"2xx\"} 2";
+    assert!(text.lines().any(|l| l == submits), "{text}");
+    assert!(text.contains("route=\"/v1/executors/{executor}/lease\""), "{text}");
+    assert!(!text.contains("/v1/executors/e1"), "{text}");
+    promtool_accepts(&text);
+}
+
+/// Fails unless `promtool check metrics` (Debian package `prometheus`) accepts `text`; skips
+/// with a message only when promtool is absent and CONVOY_REQUIRE_PROMTOOL is unset.
+fn promtool_accepts(text: &str) {
+    use std::io::Write as _;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CONVOY_REQUIRE_PROMTOOL").is_none() => {
+            eprintln!("SKIPPED promtool check: promtool is not installed (Debian package `prometheus`)");
+            return;
+        }
+        Err(e) => panic!("promtool could not be started: {e}"),
+    };
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}\n{text}");
 }
