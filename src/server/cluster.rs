@@ -77,8 +77,14 @@ impl ClusterView for RaftView {
 
     fn ready(&self) -> bool {
         let m = self.node.metrics().borrow().clone();
-        let applied = m.last_applied.map(|l| l.index);
-        m.current_leader.is_some() && applied >= m.last_log_index.filter(|_| m.current_leader == Some(m.id)).or(applied)
+        // A leader is ready once it has applied an entry of its own term (the blank entry every
+        // new leader commits first): everything before it is then applied too. Comparing with the
+        // last log index instead made a busy leader, with writes in flight, look unready.
+        match m.current_leader {
+            None => false,
+            Some(leader) if leader == m.id => m.last_applied.is_some_and(|l| l.leader_id.get_term() == m.current_term),
+            Some(_) => true,
+        }
     }
 
     fn status(&self) -> ClusterStatus {
