@@ -29,8 +29,8 @@ pub(crate) fn schedule_through_tree(snapshot: &Snapshot, cfg: &SchedulerConfig, 
     run(snapshot, cfg, seed, now_ms, true)
 }
 
+#[cfg_attr(not(test), allow(unused_variables))]
 fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force_tree: bool) -> Decisions {
-    let _ = force_tree;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut rate = RateLimits::start(&snapshot.rate_limits, cfg, now_ms);
     let mut decisions = Decisions::default();

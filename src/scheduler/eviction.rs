@@ -65,12 +65,12 @@ impl PoolCycle<'_> {
             let q = self.jobs[j as usize].queue as usize;
             sub_from(&mut demand[q], &self.req(j));
         }
-        let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
-        let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&demand[i])).collect();
         if let Some(tree) = self.tree_adjusted_shares(&demand) {
             return tree;
         }
+        let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
+        let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&demand[i])).collect();
         let adjusted = super::fairness::adjusted_fair_shares(&weights, &demands);
         let mut out = vec![0.0; self.queues.len()];
         for (k, &i) in active.iter().enumerate() {
