@@ -4,6 +4,8 @@
 
 mod agent;
 mod api_defects;
+#[cfg(feature = "grpc")]
+mod armada_python;
 mod cli_client;
 mod cli_submit;
 mod cluster;
