@@ -38,13 +38,17 @@ pub fn base() -> OpenApi {
              (RFC 9457). Every answer carries an `x-request-id` header (a client may send its own); \
              a problem body repeats it as `request_id`. \
              When authentication is enabled, operations with a security requirement need \
-             `Authorization: Bearer <token>`.",
+             `Authorization: Bearer <token>`, or `Authorization: Basic <base64 of name:password>` \
+             for a user of the server's `[auth] users` (the same principal, groups and roles).",
         ))
         .license(Some(License::builder().name("Apache-2.0").identifier(Some("Apache-2.0")).build()))
         .build();
     let bearer = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
-        .description(Some("A token from the server's `[auth]` configuration; roles decide what it may do."))
+        .description(Some(
+            "A token from the server's `[auth] tokens`; roles decide what it may do. HTTP Basic \
+             credentials of `[auth] users` are accepted wherever a token is.",
+        ))
         .build();
     // Path and query parameters refer to these, but utoipa collects schemas only from bodies.
     let components = ComponentsBuilder::new()

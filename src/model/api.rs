@@ -355,7 +355,7 @@ pub struct LeaseRequest {
     #[serde(default)]
     pub runs: Vec<HeldRun>,
     /// Longest the server may hold the request open, in seconds (default 30, at most the server's
-    /// `max_lease_wait`, 60 by default).
+    /// `max_lease_wait`, 30 by default).
     #[serde(default)]
     pub wait_seconds: Option<f64>,
     /// At most this many leases in one answer (default: no limit; 0 counts as 1).
@@ -505,7 +505,8 @@ pub struct Problem {
     /// The offending field, e.g. `jobs[3].pod_spec.containers[0].resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// Id of the request. This server does not set it: the id is in the `x-request-id` header.
+    /// Id of the request, as in the `x-request-id` header of the answer: quote it when reporting
+    /// a problem, the server's log carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }

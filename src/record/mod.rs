@@ -97,7 +97,9 @@ pub const STATE_SCHEMA_VERSION: u32 = 6;
 ///   protocol 4).
 /// - 5: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
 ///   protocol 5).
-pub const LOG_FORMAT_VERSION: u32 = 5;
+/// - 6: [`Command::CreateQueueInTree`] and [`Command::UpdateQueueInTree`] (queues with their
+///   place in the queue tree), added at the end of the commands in the same way (peer protocol 6).
+pub const LOG_FORMAT_VERSION: u32 = 6;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

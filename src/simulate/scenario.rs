@@ -1,4 +1,4 @@
-//! The scenario file of `convoy simulate` (see SIMULATE.md): nodes, queues, scheduler config and
+//! The scenario file of `convoy simulate` (see docs/simulate.md): nodes, queues, scheduler config and
 //! rounds of submissions, parsed from YAML or JSON and checked with errors that name the field.
 
 use crate::model::placement::NodeAffinity;
