@@ -103,8 +103,6 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         ));
     }
     let json = pod_spec_json(i, item)?;
-    // Armada's way to name the priority class.
-    let priority_class = json.get("priorityClassName").and_then(Json::as_str).map(str::to_string);
     let pod_spec =
         serde_json::value::to_raw_value(&json).map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
     let mut annotations: BTreeMap<String, String> = item.annotations.clone().into_iter().collect();
@@ -113,7 +111,9 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
     }
     Ok(SubmitItem {
         priority: priority(&format!("job_request_items[{i}].priority"), item.priority)?,
-        priority_class,
+        // Armada names the class in the pod spec (`priorityClassName`), which the submission
+        // checks read for both APIs.
+        priority_class: None,
         pod_spec,
         annotations,
         labels: item.labels.clone().into_iter().collect(),
