@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// Queue to submit to; it must exist and not be cordoned.
+    /// Queue to submit to; it must exist (a cordoned queue takes jobs and leaves them queued).
     pub queue: QueueName,
     /// Job set to put the jobs in: related jobs of the queue, watched and cancelled together.
     /// Created by its first submission.
