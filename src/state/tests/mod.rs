@@ -482,5 +482,6 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
 }
 
 mod quarantine;
+mod queue_select;
 mod queue_tree;
 mod retention;
