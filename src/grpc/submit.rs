@@ -148,7 +148,12 @@ fn armada_field(rest: &str, req: &pb::JobSubmitRequest) -> String {
 
 /// Armada's job states that a job set cancellation may name, as Convoy's.
 fn cancellable_state(i: usize, s: i32) -> Result<JobState, Status> {
-    let field = format!("filter.states[{i}]");
+    cancellable_state_at(format!("filter.states[{i}]"), s)
+}
+
+/// Armada's job state `s` of the request field `field` as Convoy's live state: INVALID_ARGUMENT
+/// naming the field for a finished state or a number that is not a state.
+pub(super) fn cancellable_state_at(field: String, s: i32) -> Result<JobState, Status> {
     match pb::JobState::try_from(s) {
         Ok(pb::JobState::Queued | pb::JobState::Submitted) => Ok(JobState::Queued),
         Ok(pb::JobState::Leased) => Ok(JobState::Leased),
