@@ -27,9 +27,11 @@ use std::sync::Arc;
 pub const MAX_IDS_PER_COMMAND: usize = 1000;
 
 fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, ApiError> {
-    app.state().queues.get(name).map(|q| q.queue.clone()).ok_or_else(|| {
-        ApiError::field(StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist"))
-    })
+    app.state()
+        .queues
+        .get(name)
+        .map(|q| q.queue.clone())
+        .ok_or_else(|| ApiError::field(StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist")))
 }
 
 /// Cordons (`true`) or uncordons a queue; answers the queue as stored. Admins only. Setting the

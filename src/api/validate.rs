@@ -264,8 +264,8 @@ fn container_requests(c: &Container, list: &str, i: usize) -> Result<Resources, 
     let mut out = Resources::new();
     for (kind, (name, q)) in requests.chain(limits) {
         let rn = ResourceName::new(name).map_err(|e| FieldError::new(field(kind, name), e.to_string()))?;
-        let v =
-            parse_quantity(&q.0, Unit::for_resource(name)).map_err(|e| FieldError::new(field(kind, name), e.to_string()))?;
+        let v = parse_quantity(&q.0, Unit::for_resource(name))
+            .map_err(|e| FieldError::new(field(kind, name), e.to_string()))?;
         out.set(rn, v);
     }
     Ok(out)

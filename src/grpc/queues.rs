@@ -5,14 +5,14 @@
 
 use super::pb::{self, queue_service_server};
 use super::submit::{cancellable_state_at, queue_name};
-use crate::api::queue_ops;
-use crate::model::api::{QueueCancelRequest, QueuePreemptRequest};
-use crate::model::{PoolName, PriorityClassName};
 use super::{leading, principal, status};
 use crate::api::problem::ApiError;
+use crate::api::queue_ops;
 use crate::config::Role;
 use crate::control::{Control, WriteError, now_ms};
 use crate::model::Queue;
+use crate::model::api::{QueueCancelRequest, QueuePreemptRequest};
+use crate::model::{PoolName, PriorityClassName};
 use crate::state::{Command, RejectKind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -210,7 +210,9 @@ fn pools(field: &str, names: &[String]) -> Result<Vec<PoolName>, Status> {
 /// A REST error of a queue-wide operation with its field as Armada's request spells it.
 fn armada_status(mut e: ApiError) -> Status {
     e.field = e.field.map(|f| {
-        f.replacen("priority_classes", "priorityClasses", 1).replacen("states", "jobStates", 1).replacen("queue", "name", 1)
+        f.replacen("priority_classes", "priorityClasses", 1)
+            .replacen("states", "jobStates", 1)
+            .replacen("queue", "name", 1)
     });
     status(e)
 }

@@ -345,7 +345,10 @@ mod tests {
         assert!(JobSetName::new(&"é".repeat(512)).is_ok());
         assert!(JobSetName::new(&"é".repeat(513)).is_err());
         let e = JobSetName::new("a\nb").unwrap_err();
-        assert_eq!(e.to_string(), "job set name \"a\\nb\" is invalid: 1-1024 bytes of any characters except control characters");
+        assert_eq!(
+            e.to_string(),
+            "job set name \"a\\nb\" is invalid: 1-1024 bytes of any characters except control characters"
+        );
     }
 
     #[test]

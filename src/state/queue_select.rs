@@ -42,11 +42,8 @@ impl State {
             for id in ids {
                 let Some(job) = self.jobs.get(id) else { continue };
                 let r = &job.record;
-                let state_ok = if filter.states.is_empty() {
-                    !r.state.is_terminal()
-                } else {
-                    filter.states.contains(&r.state)
-                };
+                let state_ok =
+                    if filter.states.is_empty() { !r.state.is_terminal() } else { filter.states.contains(&r.state) };
                 if state_ok
                     && (filter.priority_classes.is_empty() || filter.priority_classes.contains(&r.priority_class))
                     && filter.matches_pool(&job.info.pools, r.active_run().map(|run| &run.pool))

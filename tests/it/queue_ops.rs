@@ -31,8 +31,13 @@ fn job(class: Option<&str>, placeable: bool) -> Value {
 
 /// Registers executor e1 with one 8-cpu node labelled `place=here`.
 async fn node(s: &Server) {
-    s.poll("e1", &[json!({"name": "n1", "labels": {"place": "here"}, "allocatable": {"cpu": "8", "memory": "64Gi"}})], &[], 0.0)
-        .await;
+    s.poll(
+        "e1",
+        &[json!({"name": "n1", "labels": {"place": "here"}, "allocatable": {"cpu": "8", "memory": "64Gi"}})],
+        &[],
+        0.0,
+    )
+    .await;
 }
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -130,7 +135,10 @@ async fn queue_wide_cancel_and_preempt_reach_exactly_the_jobs_their_filters_sele
     assert_eq!((&j["state"], &j["reason"]), (&json!("preempted"), &json!("drain")), "{j:#}");
     // Everything else of A, in every job set, through the CLI.
     let out: Value = serde_json::from_str(&ok(&s.url, &["queue", "cancel", "A"]).await).expect("JSON");
-    assert_eq!(sorted(serde_json::from_value(out["job_ids"].clone()).unwrap()), sorted(vec![s1[1].clone(), s2[0].clone()]));
+    assert_eq!(
+        sorted(serde_json::from_value(out["job_ids"].clone()).unwrap()),
+        sorted(vec![s1[1].clone(), s2[0].clone()])
+    );
     for id in [&s1[1], &s2[0], &s2[1]] {
         assert_eq!(s.job(id).await["state"], "cancelled", "{id}");
     }
@@ -157,7 +165,11 @@ async fn armada_clients_cordon_cancel_and_preempt_on_a_queue_over_grpc() {
         pod_specs: vec![k8s::from_json(&job(class, placeable)["pod_spec"]).expect("pod spec")],
         ..Default::default()
     };
-    let submit_ids = async |submit: &mut SubmitClient<Channel>, queue: &str, set: &str, items: Vec<pb::JobSubmitRequestItem>| -> Vec<String> {
+    let submit_ids = async |submit: &mut SubmitClient<Channel>,
+                            queue: &str,
+                            set: &str,
+                            items: Vec<pb::JobSubmitRequestItem>|
+           -> Vec<String> {
         let r = submit
             .submit_jobs(pb::JobSubmitRequest { queue: queue.into(), job_set_id: set.into(), job_request_items: items })
             .await
@@ -206,7 +218,11 @@ async fn armada_clients_cordon_cancel_and_preempt_on_a_queue_over_grpc() {
         .unwrap_err();
     assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "jobStates[0]: SUCCEEDED jobs cannot be cancelled"));
     let e = queues
-        .preempt_on_queue(pb::QueuePreemptRequest { name: "A".into(), priority_classes: vec!["gold".into()], pools: vec![] })
+        .preempt_on_queue(pb::QueuePreemptRequest {
+            name: "A".into(),
+            priority_classes: vec!["gold".into()],
+            pools: vec![],
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
@@ -241,7 +257,8 @@ async fn cordon_needs_an_admin_and_queue_wide_cancel_an_owner() {
     let s = Server::start_in(tmp.path(), &text);
     s.ready().await;
     let post = async |path: &str, token: &str| s.call(reqwest::Method::POST, path, Some(token), Some(&json!({}))).await;
-    let (st, v) = s.call(reqwest::Method::POST, "/v1/queues", Some(ADMIN), Some(&json!({"name": "A", "owners": ["bob"]}))).await;
+    let (st, v) =
+        s.call(reqwest::Method::POST, "/v1/queues", Some(ADMIN), Some(&json!({"name": "A", "owners": ["bob"]}))).await;
     assert_eq!(st, 201, "{v}");
     let (st, v) = s.call(reqwest::Method::POST, "/v1/queues", Some(ADMIN), Some(&json!({"name": "C"}))).await;
     assert_eq!(st, 201, "{v}");

@@ -1,9 +1,9 @@
 //! `convoy queue create|list|get|update|delete|report|cordon|uncordon|cancel|preempt`.
 
+use super::cancel::parse_states;
 use super::doc;
 use super::http::{Client, print_json};
 use clap::Subcommand;
-use super::cancel::parse_states;
 use convoy::model::api::{JobIdsResponse, QueueCancelRequest, QueuePreemptRequest, QueueReport};
 use convoy::model::{PoolName, PriorityClassName, PriorityPolicy, Queue, QueueName, SortPriority};
 use reqwest::Method;

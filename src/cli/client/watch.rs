@@ -41,9 +41,14 @@ pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
 fn events_path(queue: &QueueName, job_set: &JobSetName, from: u64) -> String {
     // Any base does: only the path it builds is used.
     let mut url = reqwest::Url::parse("http://convoy/").expect("a valid URL literal");
-    url.path_segments_mut()
-        .expect("an http URL has path segments")
-        .extend(["v1", "queues", queue.as_str(), "job-sets", job_set.as_str(), "events"]);
+    url.path_segments_mut().expect("an http URL has path segments").extend([
+        "v1",
+        "queues",
+        queue.as_str(),
+        "job-sets",
+        job_set.as_str(),
+        "events",
+    ]);
     format!("{}?from={from}", url.path())
 }
 

@@ -39,7 +39,12 @@ fn snapshot(a_cordoned: bool) -> Snapshot {
         unschedulable: false,
     };
     let running: Vec<RunningJob> = (1..=4)
-        .map(|s| RunningJob { job: job("A", s), executor: node.executor.clone(), node: node.name.clone(), leased_at_ms: 0 })
+        .map(|s| RunningJob {
+            job: job("A", s),
+            executor: node.executor.clone(),
+            node: node.name.clone(),
+            leased_at_ms: 0,
+        })
         .collect();
     let mut a = Queue::new(name("A"), 1.0);
     a.cordoned = a_cordoned;
@@ -59,7 +64,11 @@ fn snapshot(a_cordoned: bool) -> Snapshot {
 }
 
 fn leased(d: &crate::scheduler::Decisions, queue: &str) -> Vec<u128> {
-    d.leases.iter().filter(|l| l.job_id.as_u128() >= 1 && queue_of(l.job_id.as_u128()) == queue).map(|l| l.job_id.as_u128()).collect()
+    d.leases
+        .iter()
+        .filter(|l| l.job_id.as_u128() >= 1 && queue_of(l.job_id.as_u128()) == queue)
+        .map(|l| l.job_id.as_u128())
+        .collect()
 }
 
 fn queue_of(seq: u128) -> &'static str {

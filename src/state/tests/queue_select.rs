@@ -48,10 +48,8 @@ fn filters_by_state_priority_class_and_pool() {
     let states = |st: &[JobState]| QueueJobFilter { states: st.to_vec(), ..Default::default() };
     assert_eq!(reach(&s, states(&[JobState::Queued])), vec![("s".into(), ids(&[2])), ("t".into(), ids(&[3]))]);
     assert_eq!(reach(&s, states(&[JobState::Leased, JobState::Running])), vec![("s".into(), ids(&[1]))]);
-    let classes = QueueJobFilter {
-        priority_classes: vec![PriorityClassName::new("preemptible").unwrap()],
-        ..Default::default()
-    };
+    let classes =
+        QueueJobFilter { priority_classes: vec![PriorityClassName::new("preemptible").unwrap()], ..Default::default() };
     assert_eq!(reach(&s, classes.clone()), vec![("s".into(), ids(&[1, 2]))]);
     let both = QueueJobFilter { states: vec![JobState::Queued], ..classes };
     assert_eq!(reach(&s, both), vec![("s".into(), ids(&[2]))]);
