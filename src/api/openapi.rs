@@ -264,6 +264,10 @@ mod tests {
             ("/v1/queues", "GET,POST"),
             ("/v1/queues/{queue}", "DELETE,GET,PUT"),
             ("/v1/queues/{queue}/report", "GET"),
+            ("/v1/queues/{queue}/cordon", "POST"),
+            ("/v1/queues/{queue}/uncordon", "POST"),
+            ("/v1/queues/{queue}/cancel", "POST"),
+            ("/v1/queues/{queue}/preempt", "POST"),
             ("/v1/queues/{queue}/job-sets/{job_set}/events", "GET"),
             ("/v1/jobs", "GET,POST"),
             ("/v1/jobs/cancel", "POST"),
@@ -325,7 +329,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 26);
+        assert_eq!(ids.len(), 30);
     }
 
     #[test]
@@ -440,7 +444,8 @@ mod tests {
             json!(["queued", "leased", "pending", "running", "succeeded", "failed", "cancelled", "preempted"])
         );
         assert_eq!(schemas["QueueName"]["pattern"], "^[A-Za-z0-9][A-Za-z0-9._\\-]{0,62}$");
-        assert_eq!(schemas["JobSetName"]["maxLength"], 253);
+        assert_eq!(schemas["JobSetName"]["maxLength"], 1024);
+        assert_eq!(schemas["JobSetName"]["pattern"], "^[^\\p{Cc}]+$");
         assert_eq!(schemas["Resources"]["additionalProperties"]["type"], "string");
         assert_eq!(schemas["SubmitItem"]["properties"]["pod_spec"]["type"], "object");
         assert_eq!(schemas["SubmitItem"]["properties"]["services"]["items"]["type"], "object");
@@ -534,6 +539,19 @@ mod tests {
         conforms(&d, "JobList", &JobList { jobs: vec![listed], next: Some(job_id) }, false);
         conforms(&d, "JobList", &JobList { jobs: vec![], next: None }, true);
         conforms(&d, "SubmitResponse", &SubmitResponse { job_ids: vec![job_id] }, true);
+        let cancel = QueueCancelRequest {
+            states: vec![JobState::Queued],
+            priority_classes: vec![crate::model::PriorityClassName::new("default").expect("name")],
+            pools: vec![crate::model::PoolName::default_pool()],
+            reason: Some("drain".into()),
+        };
+        conforms(&d, "QueueCancelRequest", &cancel, true);
+        let preempt = QueuePreemptRequest {
+            priority_classes: vec![crate::model::PriorityClassName::new("default").expect("name")],
+            pools: vec![],
+            reason: None,
+        };
+        conforms(&d, "QueuePreemptRequest", &preempt, false);
         let report = QueueReport {
             queue: q.name.clone(),
             weight: 0.5,

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// Queue to submit to; it must exist and not be cordoned.
+    /// Queue to submit to; it must exist (a cordoned queue takes jobs and leaves them queued).
     pub queue: QueueName,
     /// Job set to put the jobs in: related jobs of the queue, watched and cancelled together.
     /// Created by its first submission.
@@ -126,6 +126,41 @@ pub struct PreemptRequest {
     /// The jobs, at least one; only those holding a node (leased, pending or running) are
     /// preempted.
     pub job_ids: Vec<JobId>,
+    /// Why, recorded on the jobs and their events (default: `preempted by <caller>`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/cancel`: the queue's live jobs, every job set; the filters narrow
+/// them (an absent or empty filter reaches every job).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueCancelRequest {
+    /// Only jobs in these states (not finished ones).
+    #[serde(default)]
+    pub states: Vec<JobState>,
+    /// Only jobs of these priority classes.
+    #[serde(default)]
+    pub priority_classes: Vec<PriorityClassName>,
+    /// Only jobs in these pools: where a job's run is, or for a queued job a pool it may use.
+    #[serde(default)]
+    pub pools: Vec<PoolName>,
+    /// Why, recorded on the jobs and their events (default: `cancelled by <caller>`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/preempt`: the queue's jobs that hold a node (leased, pending or
+/// running), every job set; the filters narrow them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueuePreemptRequest {
+    /// Only jobs of these priority classes.
+    #[serde(default)]
+    pub priority_classes: Vec<PriorityClassName>,
+    /// Only jobs whose run is in one of these pools.
+    #[serde(default)]
+    pub pools: Vec<PoolName>,
     /// Why, recorded on the jobs and their events (default: `preempted by <caller>`).
     #[serde(default)]
     pub reason: Option<String>,

@@ -19,6 +19,7 @@ mod grpc;
 mod packaging;
 mod pool_policy;
 mod quarantine;
+mod queue_ops;
 mod queue_tree;
 mod queue_usage;
 mod retention;
