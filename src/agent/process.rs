@@ -483,8 +483,10 @@ fn create_run_dir(runs_dir: &Path, final_path: &Path, lease: &LeaseOrder) -> Res
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| RuntimeError::io(ctx("creating"), e))?;
     let bytes = serde_json::to_vec_pretty(lease).map_err(|e| RuntimeError::Setup(e.to_string()))?;
-    rundir::write_atomic(&tmp.join(rundir::LEASE), &bytes)
-        .map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
+    // Not forced to disk: the rename makes the directory appear whole, and a directory a machine
+    // crash loses costs nothing (its job died with the machine; the server re-sends a lease the
+    // agent does not report, and counts a started run it does not report as lost).
+    std::fs::write(tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
     std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
     std::fs::rename(&tmp, final_path)
         .map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))

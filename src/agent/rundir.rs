@@ -135,6 +135,16 @@ impl RunDir {
         write_atomic(&self.file(name), bytes)
     }
 
+    /// Like [`write_atomic`](Self::write_atomic) without forcing the bytes to disk: for the
+    /// stamps of live processes (`supervisor`, `pid`), which mean nothing after the machine
+    /// restarts, so the fsync would only slow every job's start.
+    pub fn write_volatile(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let path = self.file(name);
+        let tmp = self.file(&format!(".{name}.tmp.{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
+    }
+
     /// Writes `exit` unless it exists already (the first writer wins).
     pub fn write_exit_once(&self, rec: &ExitRecord) -> io::Result<bool> {
         if self.has(EXIT) {

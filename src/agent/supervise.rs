@@ -84,7 +84,7 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         return Ok(());
     }
     if let Some(me) = ProcStamp::current() {
-        dir.write_atomic(rundir::SUPERVISOR, me.encode().as_bytes()).map_err(err("writing the supervisor file"))?;
+        dir.write_volatile(rundir::SUPERVISOR, me.encode().as_bytes()).map_err(err("writing the supervisor file"))?;
     }
     // Ready once it can be signalled too (the agent's stop orders read the stamp).
     signal_ready();
@@ -133,7 +133,7 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let pid = i32::try_from(child.id())
         .map_err(|_| err("reading the job's pid")(std::io::Error::other("pid out of range")))?;
     let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
-    dir.write_atomic(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
+    dir.write_volatile(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
 
     let deadline = args.deadline_seconds.filter(|d| *d > 0).map(|d| Instant::now() + Duration::from_secs(d));
     let default_grace = Duration::try_from_secs_f64(args.grace_seconds).unwrap_or(Duration::from_secs(1));
