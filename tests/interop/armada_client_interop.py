@@ -197,6 +197,33 @@ def main(address):
         event_pb2.JobSetRequest(queue=QUEUE, id=long_set, watch=False))]
     check("reprioritized" in kinds, f"a reprioritized event: {kinds}")
 
+    # A cordoned queue takes jobs and schedules none of them until it is uncordoned; a queue-wide
+    # cancel reaches exactly the jobs in the states it names.
+    client.queue_stub.CordonQueue(submit_pb2.QueueCordonRequest(name=QUEUE))
+    check(client.get_queue(QUEUE).cordoned, "the queue reads cordoned")
+    waiting = [
+        r.job_id
+        for r in client.submit_jobs(
+            QUEUE, JOB_SET + " cordoned", [client.create_job_request_item(pod_spec=pod("true")) for _ in range(3)]
+        ).job_response_items
+    ]
+    time.sleep(1.0)
+    states = client.get_job_status(waiting).job_states
+    check(all(states[j] == submit_pb2.QUEUED for j in waiting), f"a cordoned queue's jobs wait: {states}")
+    client.queue_stub.CancelOnQueue(submit_pb2.QueueCancelRequest(name=QUEUE, jobStates=[submit_pb2.QUEUED]))
+    deadline = time.monotonic() + 30
+    while not all(s == submit_pb2.CANCELLED for s in client.get_job_status(waiting).job_states.values()):
+        check(time.monotonic() < deadline, f"CancelOnQueue: {client.get_job_status(waiting).job_states}")
+        time.sleep(0.1)
+    client.queue_stub.UncordonQueue(submit_pb2.QueueUncordonRequest(name=QUEUE))
+    check(not client.get_queue(QUEUE).cordoned, "the queue reads uncordoned")
+    after = client.submit_jobs(QUEUE, JOB_SET, [client.create_job_request_item(pod_spec=pod("true"))])
+    last = after.job_response_items[0].job_id
+    deadline = time.monotonic() + 60
+    while client.get_job_status([last]).job_states[last] != submit_pb2.SUCCEEDED:
+        check(time.monotonic() < deadline, "a job of the uncordoned queue runs")
+        time.sleep(0.1)
+
     print(json.dumps({"ok": True, "jobs": [ok, bad, first, second, third], "events": len(seen)}))
 
 
