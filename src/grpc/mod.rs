@@ -5,6 +5,7 @@
 //! docs/armada-grpc.md says what is served and how Armada's messages map onto Convoy's.
 
 pub mod events;
+pub mod ingress;
 pub mod jobs;
 pub mod k8s;
 pub mod queues;
