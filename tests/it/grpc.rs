@@ -807,3 +807,44 @@ async fn ingress_and_service_configs_become_the_jobs_services_and_ingresses() {
                          "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}}])
     );
 }
+
+/// GetActiveQueues: per pool, the queues with a leased, pending or running job; a queue without
+/// one (C) is not listed.
+#[tokio::test]
+async fn get_active_queues_lists_the_queues_holding_nodes_per_pool() {
+    let s = Server::start("");
+    s.ready().await;
+    for q in ["A", "B", "C"] {
+        s.create_queue(q).await;
+    }
+    let mut jobs = JobsClient::new(channel(&s).await);
+    let active = |r: pb::GetActiveQueuesResponse| -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<(String, Vec<String>)> =
+            r.active_queues_by_pool.into_iter().map(|(pool, q)| (pool, q.queues)).collect();
+        v.sort();
+        v
+    };
+    let got = jobs.get_active_queues(pb::GetActiveQueuesRequest {}).await.expect("active queues").into_inner();
+    assert_eq!(active(got), vec![]);
+
+    // One node of 4 CPUs in pool "gpu": A's and B's 1-CPU jobs are leased there.
+    let nodes = vec![json!({"name": "n1", "pool": "gpu", "allocatable": {"cpu": "4", "memory": "64Gi"}})];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    s.submit("A", "s", vec![crate::common::job("1")]).await;
+    s.submit("B", "s", vec![crate::common::job("1")]).await;
+    let mut leases = Vec::new();
+    for _ in 0..20 {
+        if leases.len() >= 2 {
+            break;
+        }
+        let held: Vec<serde_json::Value> = leases
+            .iter()
+            .map(|l: &serde_json::Value| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "running"}))
+            .collect();
+        let v = s.poll("e1", &nodes, &held, 5.0).await;
+        leases.extend(v["leases"].as_array().cloned().unwrap_or_default());
+    }
+    assert_eq!(leases.len(), 2, "A's and B's jobs are leased: {leases:?}");
+    let got = jobs.get_active_queues(pb::GetActiveQueuesRequest {}).await.expect("active queues").into_inner();
+    assert_eq!(active(got), vec![("gpu".to_string(), vec!["A".to_string(), "B".to_string()])]);
+}
