@@ -332,7 +332,8 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_armada_field() {
-        let cases: Vec<(Box<dyn Fn(&mut pb::JobSubmitRequestItem)>, &str)> = vec![
+        type Add = Box<dyn Fn(&mut pb::JobSubmitRequestItem)>;
+        let cases: Vec<(Add, &str)> = vec![
             (
                 Box::new(|it| it.ingress.push(pb::IngressConfig { ports: vec![], ..Default::default() })),
                 "job_request_items[2].ingress[1].ports: name at least one container port",

@@ -142,7 +142,7 @@ async fn armada_ingress_placeholders_are_filled_in_by_the_agent() {
         cert_name_suffix: Some("wildcard".into()),
         annotations: [("kubernetes.io/ingress.class".to_string(), "nginx".to_string())].into(),
     };
-    let mut h = harness(KubernetesConfig { namespace: "batch".into(), ingress, ..Default::default() }).await;
+    let h = harness(KubernetesConfig { namespace: "batch".into(), ingress, ..Default::default() }).await;
     h.recover().await;
     let mut l = kube_lease();
     let host = "main-8080-{pod}.{namespace}{host_suffix}";
