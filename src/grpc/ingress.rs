@@ -57,11 +57,22 @@ fn selected<'a>(field: &str, ports: &[u32], exposed: &'a [ExposedPort]) -> Resul
         return Err(invalid(format_args!("{field}.ports"), "name at least one container port"));
     }
     for (j, p) in ports.iter().enumerate() {
-        if !exposed.iter().any(|e| e.port == *p) {
-            return Err(invalid(
-                format_args!("{field}.ports[{j}]"),
-                format!("no container of the pod spec exposes port {p} (without a hostPort)"),
-            ));
+        let mut by = exposed.iter().filter(|e| e.port == *p);
+        match (by.next(), by.next()) {
+            (None, _) => {
+                return Err(invalid(
+                    format_args!("{field}.ports[{j}]"),
+                    format!("no container of the pod spec exposes port {p} (without a hostPort)"),
+                ));
+            }
+            // A Service cannot hold one port twice (Armada refuses such pod specs outright).
+            (Some(a), Some(b)) => {
+                return Err(invalid(
+                    format_args!("{field}.ports[{j}]"),
+                    format!("port {p} is exposed twice in the pod spec ({} and {})", a.name, b.name),
+                ));
+            }
+            (Some(_), None) => {}
         }
     }
     Ok(exposed.iter().filter(|e| ports.contains(&e.port)).collect())
@@ -397,6 +408,19 @@ mod tests {
             assert_eq!(e.code(), tonic::Code::InvalidArgument);
             assert_eq!(e.message(), message);
         }
+    }
+
+    #[test]
+    fn a_port_exposed_twice_cannot_be_a_service_port() {
+        let spec = json!({"containers": [{"name": "a", "ports": [{"containerPort": 80}]},
+                                         {"name": "b", "ports": [{"containerPort": 80, "protocol": "UDP"}]}]});
+        let mut it = item();
+        it.services.push(pb::ServiceConfig { r#type: 0, ports: vec![80], name: "".into() });
+        let e = objects(0, &it, &spec).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "job_request_items[0].services[0].ports[0]: port 80 is exposed twice in the pod spec (a-80 and b-80)"
+        );
     }
 
     #[test]

@@ -119,23 +119,18 @@ fn object_meta(
     meta
 }
 
-/// `s` with the placeholders filled in.
-fn fill(s: &str, pod: &str, namespace: &str, ingress: &IngressDefaults) -> String {
+/// Fills in the placeholders of `s` (left as is without any).
+fn fill_in(s: &mut String, pod: &str, namespace: &str, ingress: &IngressDefaults) {
     if !s.contains('{') {
-        return s.to_string();
+        return;
     }
     let host_suffix = ingress.host_suffix.as_deref().map(|h| format!(".{h}")).unwrap_or_default();
     let cert_suffix = ingress.cert_name_suffix.as_deref().map(|c| format!("-{c}")).unwrap_or_default();
-    s.replace(PLACEHOLDER_POD, pod)
+    *s = s
+        .replace(PLACEHOLDER_POD, pod)
         .replace(PLACEHOLDER_NAMESPACE, namespace)
         .replace(PLACEHOLDER_HOST_SUFFIX, &host_suffix)
-        .replace(PLACEHOLDER_CERT_SUFFIX, &cert_suffix)
-}
-
-fn fill_in(s: &mut String, pod: &str, namespace: &str, ingress: &IngressDefaults) {
-    if s.contains('{') {
-        *s = fill(s, pod, namespace, ingress);
-    }
+        .replace(PLACEHOLDER_CERT_SUFFIX, &cert_suffix);
 }
 
 /// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
