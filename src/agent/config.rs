@@ -8,6 +8,7 @@
 use crate::model::duration::{format_duration, serde_text};
 use crate::model::{ExecutorName, Labels, NodeName, PoolName, QueueName, RESERVED_FOR_LABEL, Resources, Taint};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -329,6 +330,32 @@ pub struct KubernetesConfig {
     /// Lines of the pod's log sent with its final event (0: none). Default: 100.
     #[serde(default = "default_log_tail_lines")]
     pub log_tail_lines: u32,
+    /// `[agent.kubernetes.ingress]`: what the agent adds to the ingresses it creates (Armada's
+    /// executor ingress settings).
+    #[serde(default)]
+    pub ingress: IngressDefaults,
+}
+
+/// `[agent.kubernetes.ingress]`: the agent's part of a job's ingresses. The hosts and TLS secrets
+/// of the ingresses built from Armada's ingress configs (docs/armada-grpc.md) end with these
+/// suffixes, and every ingress the agent creates carries these annotations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngressDefaults {
+    /// DNS suffix of the hosts (`<port>-<pod>.<namespace>.<host_suffix>`), e.g.
+    /// `jobs.example.com`; where the placeholder `{host_suffix}` stands. Default: none (the host
+    /// ends with the namespace).
+    #[serde(default)]
+    pub host_suffix: Option<String>,
+    /// Suffix of the default TLS secret name (`<namespace>-<cert_name_suffix>`) of an ingress
+    /// config with TLS and no `cert_name`; where `{cert_suffix}` stands. Default: none (the
+    /// secret is named after the namespace).
+    #[serde(default)]
+    pub cert_name_suffix: Option<String>,
+    /// Annotations set on every ingress the agent creates (e.g. the ingress class); an
+    /// ingress's own annotation of the same key wins.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl Default for KubernetesConfig {
@@ -342,6 +369,7 @@ impl Default for KubernetesConfig {
             delete_finished_pods: true,
             force_delete_after: default_force_delete_after(),
             log_tail_lines: default_log_tail_lines(),
+            ingress: IngressDefaults::default(),
         }
     }
 }
@@ -520,6 +548,24 @@ impl AgentConfig {
         if k.inventory_refresh < Duration::from_secs(1) {
             return Err(invalid("kubernetes.inventory_refresh", "must be at least 1s"));
         }
+        if let Some(h) = &k.ingress.host_suffix
+            && !(h.len() <= 253 && h.split('.').all(is_dns_label))
+        {
+            return Err(invalid(
+                "kubernetes.ingress.host_suffix",
+                format!(
+                    "{h:?} is not a DNS name (lower-case labels of letters, digits and '-', e.g. \"jobs.example.com\")"
+                ),
+            ));
+        }
+        if let Some(c) = &k.ingress.cert_name_suffix
+            && !(c.len() <= 200 && c.split('.').all(is_dns_label))
+        {
+            return Err(invalid(
+                "kubernetes.ingress.cert_name_suffix",
+                format!("{c:?} cannot end a Secret name (lower-case letters, digits, '-' and '.')"),
+            ));
+        }
         Ok(())
     }
 }
@@ -693,6 +739,33 @@ mod tests {
         assert!(e.to_string().starts_with("f.toml: agent.server: unknown field"), "{e}");
         let e = AgentConfig::parse("servers = [", "f.toml").unwrap_err();
         assert!(e.to_string().starts_with("f.toml: TOML parse error"), "{e}");
+    }
+
+    #[test]
+    fn ingress_defaults_are_read_and_checked() {
+        let mut c = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\nruntime = \"kubernetes\"\n[kubernetes.ingress]\nhost_suffix = \"jobs.example.com\"\ncert_name_suffix = \"wildcard\"\nannotations = { \"kubernetes.io/ingress.class\" = \"nginx\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.kubernetes.ingress,
+            IngressDefaults {
+                host_suffix: Some("jobs.example.com".into()),
+                cert_name_suffix: Some("wildcard".into()),
+                annotations: [("kubernetes.io/ingress.class".to_string(), "nginx".to_string())].into(),
+            }
+        );
+        c.validate().unwrap();
+        c.kubernetes.ingress.host_suffix = Some(".example.com".into());
+        assert!(
+            c.validate().unwrap_err().to_string().contains("agent.kubernetes.ingress.host_suffix: \".example.com\"")
+        );
+        c.kubernetes.ingress.host_suffix = None;
+        c.kubernetes.ingress.cert_name_suffix = Some("Tls".into());
+        assert!(c.validate().unwrap_err().to_string().contains("agent.kubernetes.ingress.cert_name_suffix: \"Tls\""));
+        let e =
+            AgentConfig::from_toml_str("servers = [\"http://x\"]\n[kubernetes.ingress]\nhost = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("agent.kubernetes.ingress.host: unknown field"), "{e}");
     }
 
     #[test]

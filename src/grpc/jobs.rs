@@ -255,6 +255,14 @@ impl Jobs for JobsService {
         .map_err(|e| Status::internal(format!("reading jobs failed: {e}")))?;
         Ok(Response::new(pb::JobStatusResponse { job_states: states }))
     }
+
+    async fn get_active_queues(
+        &self,
+        request: Request<pb::GetActiveQueuesRequest>,
+    ) -> Result<Response<pb::GetActiveQueuesResponse>, Status> {
+        principal(&self.0, &request)?;
+        Ok(Response::new(super::active_queues::active_queues(&self.0.state())))
+    }
 }
 
 #[cfg(test)]

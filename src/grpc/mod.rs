@@ -4,7 +4,9 @@
 //! authentication, validation, commands and event log), so the two APIs cannot disagree.
 //! docs/armada-grpc.md says what is served and how Armada's messages map onto Convoy's.
 
+pub mod active_queues;
 pub mod events;
+pub mod ingress;
 pub mod jobs;
 pub mod k8s;
 pub mod queues;

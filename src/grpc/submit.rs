@@ -90,19 +90,10 @@ fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Stat
 
 /// One Armada item as a Convoy submission item.
 fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, Status> {
-    if !item.ingress.is_empty() {
-        return Err(invalid(
-            format_args!("job_request_items[{i}].ingress"),
-            "Armada's ingress configs are not supported yet; submit Ingress objects through the REST API",
-        ));
-    }
-    if !item.services.is_empty() {
-        return Err(invalid(
-            format_args!("job_request_items[{i}].services"),
-            "Armada's service configs are not supported yet; submit Service objects through the REST API",
-        ));
-    }
     let json = pod_spec_json(i, item)?;
+    let (services, ingresses) = super::ingress::objects(i, item, &json)?;
+    let raw =
+        |v: &Json| serde_json::value::to_raw_value(v).map_err(|e| Status::internal(format!("object as JSON: {e}")));
     let pod_spec =
         serde_json::value::to_raw_value(&json).map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
     let mut annotations: BTreeMap<String, String> = item.annotations.clone().into_iter().collect();
@@ -117,8 +108,8 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         pod_spec,
         annotations,
         labels: item.labels.clone().into_iter().collect(),
-        services: vec![],
-        ingresses: vec![],
+        services: services.iter().map(raw).collect::<Result<_, _>>()?,
+        ingresses: ingresses.iter().map(raw).collect::<Result<_, _>>()?,
         client_id: (!item.client_id.is_empty()).then(|| item.client_id.clone()),
     })
 }

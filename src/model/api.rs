@@ -51,11 +51,14 @@ pub struct SubmitItem {
     /// Labels (same limits as annotations), handed to the executor and set on the pod.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Kubernetes Service objects to create with the pod.
+    /// Kubernetes Service objects to create with the pod. Their names may hold `{pod}` (the
+    /// run's pod name) and `{namespace}`, which the Kubernetes agent fills in.
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub services: Vec<Box<serde_json::value::RawValue>>,
-    /// Kubernetes Ingress objects to create with the pod.
+    /// Kubernetes Ingress objects to create with the pod. Their names, hosts, backend service
+    /// names and TLS hosts and secrets may hold `{pod}`, `{namespace}`, `{host_suffix}` and
+    /// `{cert_suffix}`, which the Kubernetes agent fills in (docs/armada-grpc.md).
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub ingresses: Vec<Box<serde_json::value::RawValue>>,

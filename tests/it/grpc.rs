@@ -303,7 +303,7 @@ async fn unknown_grpc_methods_and_services_are_unimplemented() {
     let s = Server::start("");
     s.ready().await;
     let mut grpc = tonic::client::Grpc::new(channel(&s).await);
-    for path in ["/api.Jobs/GetActiveQueues", "/api.Nowhere/Anything"] {
+    for path in ["/api.Jobs/NoSuchMethod", "/api.Nowhere/Anything"] {
         grpc.ready().await.expect("ready");
         let codec = tonic_prost::ProstCodec::<(), ()>::default();
         let e = grpc.unary(tonic::Request::new(()), path.parse().expect("path"), codec).await.expect_err("not served");
@@ -742,4 +742,118 @@ async fn batch_queue_creates_and_updates_answer_per_queue_failures() {
     }
     let r = submit.create_queues(pb::QueueList { queues: vec![q("E", 1.0)] }).await.expect("create on Submit");
     assert!(r.into_inner().failed_queues.is_empty());
+}
+
+/// Armada's ingress and service configs become the Service and Ingress objects of the stored job,
+/// which its lease hands to the executor (placeholders for the pod and namespace included); a bad
+/// config refuses the whole request, naming Armada's field.
+#[tokio::test]
+async fn ingress_and_service_configs_become_the_jobs_services_and_ingresses() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![crate::common::node("n1", "4")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let mut submit = SubmitClient::new(channel(&s).await);
+    let spec = json!({"containers": [{"name": "main", "image": "busybox",
+        "ports": [{"containerPort": 8080}, {"containerPort": 6000, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "1", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}}]});
+    let with_configs = |ingress_port: u32| {
+        let mut i = pb::JobSubmitRequestItem {
+            pod_specs: vec![k8s::from_json(&spec).expect("pod spec")],
+            ..Default::default()
+        };
+        i.ingress.push(pb::IngressConfig {
+            ports: vec![ingress_port],
+            annotations: [("a".to_string(), "b".to_string())].into(),
+            tls_enabled: true,
+            ..Default::default()
+        });
+        i.services.push(pb::ServiceConfig {
+            r#type: pb::ServiceType::Headless as i32,
+            ports: vec![6000],
+            name: "".into(),
+        });
+        i
+    };
+
+    // All or nothing: the second item's ingress names a port no container exposes.
+    let e = submit.submit_jobs(submit_req("A", "web", vec![with_configs(8080), with_configs(8081)])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "job_request_items[1].ingress[0].ports[0]: no container of the pod spec exposes port 8081 (without a hostPort)"
+    );
+    let ids = submit
+        .submit_jobs(submit_req("A", "web", vec![with_configs(8080)]))
+        .await
+        .expect("submit with ingress and services")
+        .into_inner()
+        .job_response_items;
+    assert_eq!(ids.len(), 1);
+
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    let leases = v["leases"].as_array().cloned().unwrap_or_default();
+    assert_eq!(leases.len(), 1, "only the accepted job was stored: {v}");
+    let lease = &leases[0];
+    assert_eq!(lease["job_id"], ids[0].job_id.as_str());
+    assert_eq!(
+        lease["services"],
+        json!([
+            {"metadata": {"name": "{pod}-service-0"},
+             "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}]}},
+            {"metadata": {"name": "{pod}-service-1"},
+             "spec": {"type": "ClusterIP", "clusterIP": "None",
+                      "ports": [{"name": "main-6000", "port": 6000, "protocol": "TCP"}]}}
+        ])
+    );
+    let host = "main-8080-{pod}.{namespace}{host_suffix}";
+    assert_eq!(
+        lease["ingresses"],
+        json!([{"metadata": {"name": "{pod}-ingress-1", "annotations": {"a": "b"}},
+                "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                            "backend": {"service": {"name": "{pod}-service-0", "port": {"number": 8080}}}}]}}],
+                         "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}}])
+    );
+}
+
+/// GetActiveQueues: per pool, the queues with a leased, pending or running job; a queue without
+/// one (C) is not listed.
+#[tokio::test]
+async fn get_active_queues_lists_the_queues_holding_nodes_per_pool() {
+    let s = Server::start("");
+    s.ready().await;
+    for q in ["A", "B", "C"] {
+        s.create_queue(q).await;
+    }
+    let mut jobs = JobsClient::new(channel(&s).await);
+    let active = |r: pb::GetActiveQueuesResponse| -> Vec<(String, Vec<String>)> {
+        let mut v: Vec<(String, Vec<String>)> =
+            r.active_queues_by_pool.into_iter().map(|(pool, q)| (pool, q.queues)).collect();
+        v.sort();
+        v
+    };
+    let got = jobs.get_active_queues(pb::GetActiveQueuesRequest {}).await.expect("active queues").into_inner();
+    assert_eq!(active(got), vec![]);
+
+    // One node of 4 CPUs in pool "gpu": A's and B's 1-CPU jobs are leased there.
+    let nodes = vec![json!({"name": "n1", "pool": "gpu", "allocatable": {"cpu": "4", "memory": "64Gi"}})];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    s.submit("A", "s", vec![crate::common::job("1")]).await;
+    s.submit("B", "s", vec![crate::common::job("1")]).await;
+    let mut leases = Vec::new();
+    for _ in 0..20 {
+        if leases.len() >= 2 {
+            break;
+        }
+        let held: Vec<serde_json::Value> = leases
+            .iter()
+            .map(|l: &serde_json::Value| json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "running"}))
+            .collect();
+        let v = s.poll("e1", &nodes, &held, 5.0).await;
+        leases.extend(v["leases"].as_array().cloned().unwrap_or_default());
+    }
+    assert_eq!(leases.len(), 2, "A's and B's jobs are leased: {leases:?}");
+    let got = jobs.get_active_queues(pb::GetActiveQueuesRequest {}).await.expect("active queues").into_inner();
+    assert_eq!(active(got), vec![("gpu".to_string(), vec!["A".to_string(), "B".to_string()])]);
 }

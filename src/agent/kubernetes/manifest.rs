@@ -1,7 +1,7 @@
 //! Kubernetes objects for a lease (pod, services, ingresses) and the node inventory from the API's
 //! nodes and pods.
 
-use crate::agent::config::is_label_value;
+use crate::agent::config::{IngressDefaults, is_label_value};
 use crate::agent::runtime::RuntimeError;
 use crate::model::api::{LeaseOrder, NodeReport};
 use crate::model::{Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, RunId, Taint, TaintEffect};
@@ -21,6 +21,16 @@ pub const LABEL_EXECUTOR: &str = "convoy.io/executor";
 pub const LABEL_QUEUE: &str = "convoy.io/queue";
 /// Label and annotation: the job's job set.
 pub const LABEL_JOB_SET: &str = "convoy.io/job-set";
+
+/// Placeholder in the names and hosts of a job's services and ingresses: the run's pod name.
+pub const PLACEHOLDER_POD: &str = "{pod}";
+/// Placeholder: the namespace the agent creates the objects in.
+pub const PLACEHOLDER_NAMESPACE: &str = "{namespace}";
+/// Placeholder in ingress hosts: `.` and the agent's `ingress.host_suffix`, or nothing.
+pub const PLACEHOLDER_HOST_SUFFIX: &str = "{host_suffix}";
+/// Placeholder in ingress TLS secret names: `-` and the agent's `ingress.cert_name_suffix`, or
+/// nothing.
+pub const PLACEHOLDER_CERT_SUFFIX: &str = "{cert_suffix}";
 
 /// Name of the pod of a run: `convoy-<run id in lower case>`.
 pub fn pod_name(run_id: RunId) -> String {
@@ -109,6 +119,20 @@ fn object_meta(
     meta
 }
 
+/// Fills in the placeholders of `s` (left as is without any).
+fn fill_in(s: &mut String, pod: &str, namespace: &str, ingress: &IngressDefaults) {
+    if !s.contains('{') {
+        return;
+    }
+    let host_suffix = ingress.host_suffix.as_deref().map(|h| format!(".{h}")).unwrap_or_default();
+    let cert_suffix = ingress.cert_name_suffix.as_deref().map(|c| format!("-{c}")).unwrap_or_default();
+    *s = s
+        .replace(PLACEHOLDER_POD, pod)
+        .replace(PLACEHOLDER_NAMESPACE, namespace)
+        .replace(PLACEHOLDER_HOST_SUFFIX, &host_suffix)
+        .replace(PLACEHOLDER_CERT_SUFFIX, &cert_suffix);
+}
+
 /// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
 /// select something themselves. Owner references are added once the pod exists.
 pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Service>, RuntimeError> {
@@ -122,6 +146,9 @@ pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Re
                 .map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
             s.metadata =
                 object_meta(std::mem::take(&mut s.metadata), format!("{pod}-svc-{i}"), lease, executor, namespace);
+            if let Some(name) = s.metadata.name.as_mut() {
+                fill_in(name, &pod, namespace, &IngressDefaults::default());
+            }
             let spec = s.spec.get_or_insert_with(Default::default);
             if spec.selector.as_ref().is_none_or(BTreeMap::is_empty) {
                 spec.selector = Some(BTreeMap::from([(LABEL_RUN_ID.to_string(), lease.run_id.to_string())]));
@@ -132,8 +159,15 @@ pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Re
         .collect()
 }
 
-/// The job's ingresses, named `<pod>-ing-<i>` unless named.
-pub fn build_ingresses(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Ingress>, RuntimeError> {
+/// The job's ingresses, named `<pod>-ing-<i>` unless named, with the placeholders of their
+/// names, hosts, service backends and TLS secrets filled in and the agent's ingress annotations
+/// (the ingress's own win).
+pub fn build_ingresses(
+    lease: &LeaseOrder,
+    executor: &str,
+    namespace: &str,
+    defaults: &IngressDefaults,
+) -> Result<Vec<Ingress>, RuntimeError> {
     let pod = pod_name(lease.run_id);
     lease
         .ingresses
@@ -144,6 +178,40 @@ pub fn build_ingresses(lease: &LeaseOrder, executor: &str, namespace: &str) -> R
                 .map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
             g.metadata =
                 object_meta(std::mem::take(&mut g.metadata), format!("{pod}-ing-{i}"), lease, executor, namespace);
+            let resolve = |s: &mut String| fill_in(s, &pod, namespace, defaults);
+            if let Some(name) = g.metadata.name.as_mut() {
+                resolve(name);
+            }
+            if !defaults.annotations.is_empty() {
+                let own = g.metadata.annotations.take().unwrap_or_default();
+                let mut merged = defaults.annotations.clone();
+                merged.extend(own);
+                g.metadata.annotations = Some(merged);
+            }
+            if let Some(spec) = g.spec.as_mut() {
+                let backends = spec.default_backend.iter_mut().chain(
+                    spec.rules
+                        .iter_mut()
+                        .flatten()
+                        .flat_map(|r| r.http.iter_mut().flat_map(|h| h.paths.iter_mut().map(|p| &mut p.backend))),
+                );
+                for b in backends {
+                    if let Some(s) = b.service.as_mut() {
+                        resolve(&mut s.name);
+                    }
+                }
+                for r in spec.rules.iter_mut().flatten() {
+                    if let Some(h) = r.host.as_mut() {
+                        resolve(h);
+                    }
+                }
+                for t in spec.tls.iter_mut().flatten() {
+                    t.hosts.iter_mut().flatten().for_each(resolve);
+                    if let Some(secret) = t.secret_name.as_mut() {
+                        resolve(secret);
+                    }
+                }
+            }
             g.status = None;
             Ok(g)
         })
@@ -248,6 +316,77 @@ pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease(services: Vec<serde_json::Value>, ingresses: Vec<serde_json::Value>) -> LeaseOrder {
+        use crate::model::{JobId, JobSetName, PriorityClassName, QueueName};
+        LeaseOrder {
+            run_id: RunId::from_parts(1, 1),
+            job_id: JobId::from_parts(1, 2),
+            queue: QueueName::new("q").expect("name"),
+            job_set: JobSetName::new("s").expect("name"),
+            node: NodeName::new("n").expect("name"),
+            priority_class: PriorityClassName::new("default").expect("name"),
+            pod_spec: serde_json::json!({"containers": [{"name": "main"}]}),
+            services,
+            ingresses,
+            annotations: Default::default(),
+            labels: Default::default(),
+            termination_grace_period_seconds: 1.0,
+            active_deadline_seconds: 0,
+        }
+    }
+
+    #[test]
+    fn placeholders_in_services_and_ingresses_are_filled_in() {
+        use serde_json::json;
+        let service = json!({"metadata": {"name": "{pod}-service-0"}, "spec": {"type": "ClusterIP", "clusterIP": "None",
+            "ports": [{"name": "main-8080", "port": 8080}]}});
+        let ingress = json!({"metadata": {"name": "{pod}-ingress-1", "annotations": {"a": "job"}},
+            "spec": {"rules": [{"host": "main-8080-{pod}.{namespace}{host_suffix}", "http": {"paths": [{"path": "/",
+                "pathType": "Prefix", "backend": {"service": {"name": "{pod}-service-0", "port": {"number": 8080}}}}]}}],
+                "tls": [{"hosts": ["main-8080-{pod}.{namespace}{host_suffix}"], "secretName": "{namespace}{cert_suffix}"}]}});
+        let l = lease(vec![service], vec![ingress]);
+        let pod = pod_name(l.run_id);
+        let run = l.run_id.to_string();
+        let job = l.job_id.to_string();
+        let labels = json!({"convoy.io/executor": "ex", "convoy.io/job-id": job, "convoy.io/job-set": "s",
+                            "convoy.io/queue": "q", "convoy.io/run-id": run});
+        let services = build_services(&l, "ex", "jobs").unwrap();
+        assert_eq!(
+            serde_json::to_value(&services).unwrap(),
+            json!([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("{pod}-service-0"), "namespace": "jobs", "labels": labels},
+                    "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}],
+                             "selector": {"convoy.io/run-id": run}}}])
+        );
+        let defaults = IngressDefaults {
+            host_suffix: Some("jobs.example.com".into()),
+            cert_name_suffix: Some("wildcard".into()),
+            annotations: [
+                ("a".to_string(), "agent".to_string()),
+                ("kubernetes.io/ingress.class".to_string(), "nginx".to_string()),
+            ]
+            .into(),
+        };
+        let host = format!("main-8080-{pod}.jobs.jobs.example.com");
+        let expected = |host: &str, secret: &str, annotations: serde_json::Value| {
+            json!([{"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": format!("{pod}-ingress-1"), "namespace": "jobs", "labels": labels,
+                                 "annotations": annotations},
+                    "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": format!("{pod}-service-0"), "port": {"number": 8080}}}}]}}],
+                             "tls": [{"hosts": [host], "secretName": secret}]}}])
+        };
+        let ingresses = build_ingresses(&l, "ex", "jobs", &defaults).unwrap();
+        assert_eq!(
+            serde_json::to_value(&ingresses).unwrap(),
+            expected(&host, "jobs-wildcard", json!({"a": "job", "kubernetes.io/ingress.class": "nginx"}))
+        );
+        // Without suffixes the host ends with the namespace and the secret is named after it.
+        let ingresses = build_ingresses(&l, "ex", "jobs", &IngressDefaults::default()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&ingresses).unwrap(),
+            expected(&format!("main-8080-{pod}.jobs"), "jobs", json!({"a": "job"}))
+        );
+    }
 
     #[test]
     fn requests_sum_containers_and_cover_init_containers() {

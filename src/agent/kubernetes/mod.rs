@@ -320,7 +320,7 @@ impl Inner {
             }
         }
         let ingresses: Api<Ingress> = Api::namespaced(self.client.clone(), &self.namespace);
-        for mut g in manifest::build_ingresses(lease, &self.executor, &self.namespace)? {
+        for mut g in manifest::build_ingresses(lease, &self.executor, &self.namespace, &self.cfg.ingress)? {
             g.metadata.owner_references = Some(vec![owner.clone()]);
             let gname = g.metadata.name.clone().unwrap_or_default();
             match ingresses.create(&PostParams::default(), &g).await {
@@ -415,7 +415,7 @@ impl Runtime for KubernetesRuntime {
         let pod = manifest::build_pod(&lease, &inner.executor, &inner.namespace)?;
         // Validate the owned objects before anything is created.
         manifest::build_services(&lease, &inner.executor, &inner.namespace)?;
-        manifest::build_ingresses(&lease, &inner.executor, &inner.namespace)?;
+        manifest::build_ingresses(&lease, &inner.executor, &inner.namespace, &inner.cfg.ingress)?;
         let name = pod_name(run_id);
         {
             let mut runs = lock(&inner.runs);

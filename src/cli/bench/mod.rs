@@ -9,6 +9,8 @@ mod recovery;
 mod schedule;
 mod snapshot;
 mod submit;
+#[cfg(feature = "grpc")]
+mod submit_grpc;
 
 use clap::Subcommand;
 

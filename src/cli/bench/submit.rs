@@ -1,5 +1,6 @@
 //! `convoy bench submit`: acknowledged jobs per second against a server it starts, with batches
-//! of 100 and with one job per request (16 concurrent clients), and request latency.
+//! of 100 and with one job per request (16 concurrent clients), and request latency. With
+//! `--grpc`: the batches through Armada's gRPC `SubmitJobs` and through REST in the same run.
 
 use super::harness::{BenchServer, config, percentile};
 use serde_json::{Value, json};
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 /// Arguments of `convoy bench submit`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SubmitArgs {
-    /// Jobs to submit in batches.
-    #[arg(long, default_value_t = 200_000)]
+    /// Jobs to submit in batches (with `--grpc`: through each API).
+    #[arg(long, visible_alias = "jobs", default_value_t = 200_000)]
     batched_jobs: u64,
     /// Jobs per batch.
     #[arg(long, default_value_t = 100)]
@@ -25,6 +26,12 @@ pub(crate) struct SubmitArgs {
     /// Concurrent clients sending single jobs.
     #[arg(long, default_value_t = 16)]
     single_clients: usize,
+    /// Compare Armada's gRPC API with REST instead: the batched jobs through `api.Submit/SubmitJobs`
+    /// (a tonic client over h2c, plain HTTP/2 without TLS) and through `POST /v1/jobs`, with the
+    /// same batch size and clients, in the order REST, gRPC, gRPC, REST (half the jobs each) so
+    /// that the store's growth weighs on both alike; prints both figures and gRPC/REST.
+    #[arg(long)]
+    grpc: bool,
 }
 
 fn item(i: u64) -> Value {
@@ -92,6 +99,9 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
         anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
 
         let batches = args.batched_jobs.div_ceil(args.batch as u64);
+        if args.grpc {
+            return compare(&server, &args, batches, tmp).await;
+        }
         let cpu0 = server.cpu_time();
         let (bwall, blat, bjobs) =
             drive(std::slice::from_ref(&server.url), args.batch_clients, batches, args.batch).await?;
@@ -121,6 +131,76 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&tmp);
         Ok(())
     })
+}
+
+/// Figures of one API over the segments it was driven in.
+#[cfg(feature = "grpc")]
+#[derive(Default)]
+struct Figures {
+    wall: Duration,
+    lat: Vec<Duration>,
+    jobs: u64,
+    cpu: Duration,
+}
+
+#[cfg(feature = "grpc")]
+impl Figures {
+    fn jobs_per_sec(&self) -> f64 {
+        self.jobs as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn json(&mut self, api: &str) -> Value {
+        self.lat.sort();
+        let ms = |p: f64| (percentile(&self.lat, p) * 10.0).round() / 10.0;
+        json!({
+            format!("{api}_jobs"): self.jobs,
+            format!("{api}_jobs_per_sec"): self.jobs_per_sec().round(),
+            format!("{api}_p50_ms"): ms(50.0),
+            format!("{api}_p99_ms"): ms(99.0),
+            format!("{api}_server_cpu_us_per_job"): (self.cpu.as_secs_f64() * 1e6 / self.jobs.max(1) as f64).round(),
+        })
+    }
+}
+
+/// `--grpc`: the batches through REST and through gRPC, in the order REST, gRPC, gRPC, REST.
+#[cfg(feature = "grpc")]
+async fn compare(server: &BenchServer, args: &SubmitArgs, batches: u64, tmp: std::path::PathBuf) -> anyhow::Result<()> {
+    let (mut rest, mut grpc) = (Figures::default(), Figures::default());
+    let half = batches.div_ceil(2);
+    for (i, use_grpc) in [false, true, true, false].into_iter().enumerate() {
+        // The second half of each API's batches: what is left of the total.
+        let n = if i < 2 { half } else { batches - half };
+        let cpu0 = server.cpu_time();
+        let (wall, lat, jobs) = if use_grpc {
+            super::submit_grpc::drive(&server.url, args.batch_clients, n, args.batch).await?
+        } else {
+            drive(std::slice::from_ref(&server.url), args.batch_clients, n, args.batch).await?
+        };
+        let f = if use_grpc { &mut grpc } else { &mut rest };
+        f.wall += wall;
+        f.lat.extend(lat);
+        f.jobs += jobs;
+        f.cpu += server.cpu_time().saturating_sub(cpu0);
+    }
+    let mut out = json!({
+        "batch_size": args.batch,
+        "batch_clients": args.batch_clients,
+        "grpc_to_rest": (grpc.jobs_per_sec() / rest.jobs_per_sec().max(1e-9) * 1000.0).round() / 1000.0,
+        "server_rss_mb": server.rss_mb().round(),
+    });
+    for (api, f) in [("rest", &mut rest), ("grpc", &mut grpc)] {
+        if let (Some(o), Value::Object(add)) = (out.as_object_mut(), f.json(api)) {
+            o.extend(add);
+        }
+    }
+    println!("{out}");
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+#[cfg(not(feature = "grpc"))]
+async fn compare(_: &BenchServer, _: &SubmitArgs, _: u64, _: std::path::PathBuf) -> anyhow::Result<()> {
+    anyhow::bail!("--grpc: this convoy was built without the `grpc` feature")
 }
 
 /// A scratch directory under the system temp dir.

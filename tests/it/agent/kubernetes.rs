@@ -133,6 +133,52 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1);
 }
 
+/// The objects an Armada ingress config becomes (docs/armada-grpc.md) reach the API with the pod's
+/// name, the namespace and the agent's `[kubernetes.ingress]` suffixes and annotations filled in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armada_ingress_placeholders_are_filled_in_by_the_agent() {
+    let ingress = convoy::agent::config::IngressDefaults {
+        host_suffix: Some("jobs.example.com".into()),
+        cert_name_suffix: Some("wildcard".into()),
+        annotations: [("kubernetes.io/ingress.class".to_string(), "nginx".to_string())].into(),
+    };
+    let h = harness(KubernetesConfig { namespace: "batch".into(), ingress, ..Default::default() }).await;
+    h.recover().await;
+    let mut l = kube_lease();
+    let host = "main-8080-{pod}.{namespace}{host_suffix}";
+    l.services = vec![json!({"metadata": {"name": "{pod}-service-0"},
+        "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}]}})];
+    l.ingresses = vec![json!({"metadata": {"name": "{pod}-ingress-1", "annotations": {"a": "b"}},
+        "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "{pod}-service-0", "port": {"number": 8080}}}}]}}],
+                 "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}})];
+    let (run_id, job_id) = (l.run_id, l.job_id);
+    assert_eq!(h.rt.start(l).await.expect("start"), Started::New);
+    let name = pod_name(run_id);
+    let owner = json!([{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": format!("uid-{name}"), "controller": true, "blockOwnerDeletion": true}]);
+    let labels = json!({"convoy.io/executor": "test-executor", "convoy.io/job-id": job_id.to_string(),
+        "convoy.io/job-set": "set-1", "convoy.io/queue": "team-a", "convoy.io/run-id": run_id.to_string()});
+    let svc = h.api.calls(Method::POST, "/api/v1/namespaces/batch/services");
+    assert_eq!(
+        svc.iter().map(|c| c.body.clone().expect("service body")).collect::<Vec<_>>(),
+        vec![json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{name}-service-0"), "namespace": "batch", "labels": labels, "ownerReferences": owner},
+            "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}],
+                     "selector": {"convoy.io/run-id": run_id.to_string()}}})]
+    );
+    let host = format!("main-8080-{name}.batch.jobs.example.com");
+    let ing = h.api.calls(Method::POST, "/apis/networking.k8s.io/v1/namespaces/batch/ingresses");
+    assert_eq!(
+        ing.iter().map(|c| c.body.clone().expect("ingress body")).collect::<Vec<_>>(),
+        vec![json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": format!("{name}-ingress-1"), "namespace": "batch", "labels": labels, "ownerReferences": owner,
+                         "annotations": {"a": "b", "kubernetes.io/ingress.class": "nginx"}},
+            "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": format!("{name}-service-0"), "port": {"number": 8080}}}}]}}],
+                     "tls": [{"hosts": [host], "secretName": "batch-wildcard"}]}})]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_events_become_run_events() {
     let mut h = harness(KubernetesConfig::default()).await;
