@@ -12,7 +12,7 @@ use crate::model::api::{
 };
 use crate::model::duration::format_duration;
 use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources};
-use crate::state::{Command, NewJob, Response};
+use crate::state::{Command, NamespacedJob, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
@@ -90,7 +90,9 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked
         .into_iter()
-        .map(|c| NewJob {
+        .map(|c| NamespacedJob {
+            namespace: c.namespace,
+            job: NewJob {
             id: ids::job_id(),
             client_id: c.client_id,
             priority: c.priority,
@@ -102,9 +104,11 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
             termination_grace_period_ms: c.termination_grace_period_ms,
             active_deadline_seconds: c.active_deadline_seconds,
             payload: c.payload.into(),
+            },
         })
         .collect();
-    let r = app.write(Command::Submit { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
+    let r =
+        app.write(Command::SubmitInNamespaces { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
     ids_of(r)
 }
 

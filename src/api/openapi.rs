@@ -578,6 +578,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 termination_grace_period_seconds: 30.0,
                 active_deadline_seconds: 0,
+                namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
             }],
             kills: vec![KillOrder {
                 run_id,

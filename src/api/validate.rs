@@ -10,7 +10,7 @@ use crate::model::placement::{
 };
 use crate::model::quantity::{Unit, parse_quantity};
 use crate::model::{
-    FieldError, GangSpec, JobPayload, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
+    FieldError, GangSpec, JobPayload, Namespace, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
 };
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
@@ -49,6 +49,8 @@ pub struct CheckedJob {
     pub active_deadline_seconds: u64,
     /// Pod spec, services and ingresses as submitted.
     pub payload: JobPayload,
+    /// Kubernetes namespace asked for; none: the agent's.
+    pub namespace: Option<Namespace>,
 }
 
 const MAX_CLIENT_ID: usize = 256;
@@ -95,6 +97,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     }
     check_metadata("annotations", &item.annotations)?;
     check_metadata("labels", &item.labels)?;
+    let namespace = match &item.namespace {
+        None => None,
+        Some(ns) => Some(Namespace::new(ns).map_err(|e| FieldError::new("namespace", e.to_string()))?),
+    };
 
     let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
         FieldError::new(nested("pod_spec", &path), format!("is not a valid Kubernetes PodSpec: {message}"))
@@ -174,6 +180,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         termination_grace_period_ms: grace_ms,
         active_deadline_seconds: deadline,
         payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
+        namespace,
     })
 }
 
@@ -450,6 +457,7 @@ mod tests {
             services: vec![],
             ingresses: vec![],
             client_id: None,
+            namespace: None,
         }
     }
 

@@ -278,6 +278,7 @@ mod tests {
             message: message.map(str::to_string),
             kill: None,
             log_tail: None,
+            pod: None,
         }
     }
 

@@ -120,6 +120,7 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         services: vec![],
         ingresses: vec![],
         client_id: (!item.client_id.is_empty()).then(|| item.client_id.clone()),
+        namespace: (!item.namespace.is_empty()).then(|| item.namespace.clone()),
     })
 }
 

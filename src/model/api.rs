@@ -64,6 +64,11 @@ pub struct SubmitItem {
     /// name a new job).
     #[serde(default)]
     pub client_id: Option<String>,
+    /// Kubernetes namespace of the job's pod, services and ingresses: a DNS-1123 label (1 to 63
+    /// lower-case letters, digits and `-`). Absent: the namespace configured for the agent that
+    /// runs the job. Runtimes without Kubernetes (processes) ignore it.
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// Answer to a submission: one id per submitted job, in order.
@@ -397,6 +402,10 @@ pub struct LeaseOrder {
     /// Longest the run may last, in seconds: the pod spec's `activeDeadlineSeconds`, or the
     /// server's default for CPU or GPU jobs. 0: no deadline.
     pub active_deadline_seconds: u64,
+    /// Kubernetes namespace of the job's pod, services and ingresses; absent: the agent's
+    /// configured one. Runtimes without Kubernetes ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<super::Namespace>,
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
@@ -472,6 +481,10 @@ pub struct RunEventReport {
     /// `not_started`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_fault: Option<crate::model::NodeFault>,
+    /// The Kubernetes pod the run became (with `pending` and `running`, by the Kubernetes
+    /// runtime; absent for runtimes without pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<super::RunPod>,
 }
 
 /// `POST /v1/executors/{executor}/events`.

@@ -4,7 +4,7 @@
 use crate::agent::config::is_label_value;
 use crate::agent::runtime::RuntimeError;
 use crate::model::api::{LeaseOrder, NodeReport};
-use crate::model::{Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, RunId, Taint, TaintEffect};
+use crate::model::{JobId, Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, Taint, TaintEffect};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -22,9 +22,17 @@ pub const LABEL_QUEUE: &str = "convoy.io/queue";
 /// Label and annotation: the job's job set.
 pub const LABEL_JOB_SET: &str = "convoy.io/job-set";
 
-/// Name of the pod of a run: `convoy-<run id in lower case>`.
-pub fn pod_name(run_id: RunId) -> String {
-    format!("convoy-{}", run_id.to_string().to_ascii_lowercase())
+/// Name of the pod of a job's run: `armada-<job id in lower case>-0`, the name Armada gives the
+/// first pod of a job (Armada's Airflow operator finds a job's logs by it). A job has at most one
+/// live run, so the name is unique among live runs; the pod of an earlier run of the job may
+/// still hold it, which `start` resolves (see `KubernetesRuntime`).
+pub fn pod_name(job_id: JobId) -> String {
+    format!("armada-{}-0", job_id.to_string().to_ascii_lowercase())
+}
+
+/// The namespace a lease's objects go to: the job's, else the agent's configured one.
+pub fn namespace_of<'a>(lease: &'a LeaseOrder, default: &'a str) -> &'a str {
+    lease.namespace.as_ref().map_or(default, |ns| ns.as_str())
 }
 
 /// Label selector of the pods this executor started.
@@ -70,7 +78,7 @@ pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<
     annotations.insert(LABEL_JOB_SET.to_string(), lease.job_set.to_string());
     Ok(Pod {
         metadata: ObjectMeta {
-            name: Some(pod_name(lease.run_id)),
+            name: Some(pod_name(lease.job_id)),
             namespace: Some(namespace.to_string()),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -112,7 +120,7 @@ fn object_meta(
 /// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
 /// select something themselves. Owner references are added once the pod exists.
 pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Service>, RuntimeError> {
-    let pod = pod_name(lease.run_id);
+    let pod = pod_name(lease.job_id);
     lease
         .services
         .iter()
@@ -134,7 +142,7 @@ pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Re
 
 /// The job's ingresses, named `<pod>-ing-<i>` unless named.
 pub fn build_ingresses(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Ingress>, RuntimeError> {
-    let pod = pod_name(lease.run_id);
+    let pod = pod_name(lease.job_id);
     lease
         .ingresses
         .iter()
