@@ -11,7 +11,7 @@ use crate::model::api::{
     SubmitRequest, SubmitResponse,
 };
 use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources};
+use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources, Run};
 use crate::state::{Command, NamespacedJob, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
@@ -302,27 +302,30 @@ fn job_view(app: &Control, r: &Job) -> JobView {
         annotations: r.annotations.clone(),
         labels: r.labels.clone(),
         client_id: r.client_id.clone(),
+        namespace: r.namespace.clone(),
         reason,
-        runs: r
-            .runs
-            .iter()
-            .map(|run| RunView {
-                run_id: run.run_id,
-                executor: run.executor.to_string(),
-                node: run.node.clone(),
-                pool: run.pool.clone(),
-                state: run.state,
-                leased_at: rfc3339(run.leased_at_ms),
-                pending_at: run.pending_at_ms.map(rfc3339),
-                running_at: run.running_at_ms.map(rfc3339),
-                finished_at: run.finished_at_ms.map(rfc3339),
-                exit_code: run.exit_code,
-                reason: run.reason.clone(),
-                message: run.message.clone(),
-            })
-            .collect(),
+        runs: r.runs.iter().map(run_view).collect(),
         events: None,
         pod_spec: None,
+    }
+}
+
+/// A run for the API.
+pub(super) fn run_view(run: &Run) -> RunView {
+    RunView {
+        run_id: run.run_id,
+        executor: run.executor.to_string(),
+        node: run.node.clone(),
+        pool: run.pool.clone(),
+        state: run.state,
+        leased_at: rfc3339(run.leased_at_ms),
+        pending_at: run.pending_at_ms.map(rfc3339),
+        running_at: run.running_at_ms.map(rfc3339),
+        finished_at: run.finished_at_ms.map(rfc3339),
+        exit_code: run.exit_code,
+        reason: run.reason.clone(),
+        message: run.message.clone(),
+        pod: run.pod.clone(),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod ops;
 pub mod problem;
 pub mod queues;
+pub mod runs;
 pub mod validate;
 
 use crate::control::Control;
@@ -50,6 +51,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(jobs::preempt))
         .routes(routes!(jobs::get))
         .routes(routes!(jobs::logs))
+        .routes(routes!(runs::get))
         .routes(routes!(executors::lease))
         .routes(routes!(executors::events))
         .routes(routes!(cluster::status))

@@ -537,6 +537,20 @@ mod tests {
         let mut bad_class = item(pod("1"));
         bad_class.priority_class = Some("gold".into());
         assert_eq!(check(vec![bad_class]).unwrap_err().field, "jobs[0].priority_class");
+        let mut bad_namespace = item(pod("1"));
+        bad_namespace.namespace = Some("ML_team".into());
+        let e = check(vec![item(pod("1")), bad_namespace]).unwrap_err();
+        assert_eq!(e.field, "jobs[1].namespace");
+        assert!(e.message.contains("DNS-1123"), "{e}");
+    }
+
+    #[test]
+    fn a_namespace_is_kept_and_none_means_the_agents() {
+        let mut with = item(pod("1"));
+        with.namespace = Some("team-a".into());
+        let checked = check(vec![with, item(pod("1"))]).unwrap();
+        assert_eq!(checked[0].namespace.as_ref().map(|n| n.as_str()), Some("team-a"));
+        assert_eq!(checked[1].namespace, None);
     }
 
     #[test]

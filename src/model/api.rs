@@ -167,6 +167,24 @@ pub struct RunView {
     pub reason: Option<String>,
     /// Details of the end, as the executor reported them.
     pub message: Option<String>,
+    /// The Kubernetes pod the run became (name, namespace, uid), as the Kubernetes agent reported
+    /// it; absent for runs of other runtimes and before the pod was created.
+    pub pod: Option<super::RunPod>,
+}
+
+/// `GET /v1/runs/{run_id}`: a run with the job it belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunDetails {
+    /// The run's job.
+    pub job_id: JobId,
+    /// The job's queue.
+    pub queue: QueueName,
+    /// The job's job set.
+    pub job_set: JobSetName,
+    /// The job's Kubernetes namespace, if it named one.
+    pub namespace: Option<super::Namespace>,
+    /// The run.
+    pub run: RunView,
 }
 
 /// A job as the API shows it.
@@ -196,6 +214,8 @@ pub struct JobView {
     pub labels: BTreeMap<String, String>,
     /// The submission's `client_id`, if it had one.
     pub client_id: Option<String>,
+    /// The Kubernetes namespace the job asked for; absent: its agent's configured namespace.
+    pub namespace: Option<super::Namespace>,
     /// Why the job waits (the scheduler's latest reason) or why it ended.
     pub reason: Option<String>,
     /// Attempts to run the job, oldest first; at most one is not over.
