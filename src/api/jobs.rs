@@ -93,22 +93,23 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
         .map(|c| NamespacedJob {
             namespace: c.namespace,
             job: NewJob {
-            id: ids::job_id(),
-            client_id: c.client_id,
-            priority: c.priority,
-            priority_class: c.priority_class,
-            requirements: c.requirements.into(),
-            gang: c.gang.map(Into::into),
-            annotations: c.annotations,
-            labels: c.labels,
-            termination_grace_period_ms: c.termination_grace_period_ms,
-            active_deadline_seconds: c.active_deadline_seconds,
-            payload: c.payload.into(),
+                id: ids::job_id(),
+                client_id: c.client_id,
+                priority: c.priority,
+                priority_class: c.priority_class,
+                requirements: c.requirements.into(),
+                gang: c.gang.map(Into::into),
+                annotations: c.annotations,
+                labels: c.labels,
+                termination_grace_period_ms: c.termination_grace_period_ms,
+                active_deadline_seconds: c.active_deadline_seconds,
+                payload: c.payload.into(),
             },
         })
         .collect();
-    let r =
-        app.write(Command::SubmitInNamespaces { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
+    let r = app
+        .write(Command::SubmitInNamespaces { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs })
+        .await?;
     ids_of(r)
 }
 

@@ -34,7 +34,8 @@ pub async fn get(
     _p: Principal,
     Path(run_id): Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let run_id: RunId = run_id.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("run_id", e.to_string()))?;
+    let run_id: RunId =
+        run_id.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("run_id", e.to_string()))?;
     let store = app.store.clone();
     let job = tokio::task::spawn_blocking(move || store.jobs_of_runs(&[run_id]))
         .await

@@ -64,7 +64,11 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
     let c1_run = jobs["c1"]["runs"][0]["run_id"].as_str().expect("c1's run").to_string();
     for (client, run) in [("c1", &c1_run), ("c2", &running["run_id"].as_str().expect("c2's run").to_string())] {
         let (s, r) = server.get(&format!("/v1/runs/{run}")).await;
-        assert_eq!((s, &r["job_id"], &r["namespace"], &r["run"]["pod"]), (200, &jobs[client]["id"], &json!(null), &json!(null)), "{r}");
+        assert_eq!(
+            (s, &r["job_id"], &r["namespace"], &r["run"]["pod"]),
+            (200, &jobs[client]["id"], &json!(null), &json!(null)),
+            "{r}"
+        );
     }
 
     // The finished job's output and events are where the old server left them.

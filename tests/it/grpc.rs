@@ -830,7 +830,14 @@ async fn namespaces_round_trip_and_runs_are_read_by_id() {
     let (status, run) = s.get(&format!("/v1/runs/{}", runs[0])).await;
     assert_eq!(status, 200, "{run}");
     assert_eq!(
-        (&run["job_id"], &run["queue"], &run["job_set"], &run["namespace"], &run["run"]["run_id"], &run["run"]["state"]),
+        (
+            &run["job_id"],
+            &run["queue"],
+            &run["job_set"],
+            &run["namespace"],
+            &run["run"]["run_id"],
+            &run["run"]["state"]
+        ),
         (&json!(ids[0]), &json!("A"), &json!("set-ns"), &json!("ml-team"), &json!(runs[0]), &json!("succeeded"))
     );
     let (status, p) = s.get("/v1/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV").await;
@@ -841,4 +848,55 @@ async fn namespaces_round_trip_and_runs_are_read_by_id() {
     let body = json!({"queue": "A", "job_set": "set-ns", "jobs": [{"pod_spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}, "namespace": "-x"}]});
     let (status, p) = s.post("/v1/jobs", &body).await;
     assert_eq!((status, &p["field"]), (400, &json!("jobs[0].namespace")), "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_an_agent_reports_reaches_runs_and_armada_events() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![crate::common::node("n1", "4")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let mut job = crate::common::job("1");
+    job["namespace"] = json!("ml-team");
+    let id = s.submit("A", "set-pod", vec![job]).await.remove(0);
+    // The lease order names the job's namespace for the agent.
+    let lease = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let v = s.poll("e1", &nodes, &[], 5.0).await;
+            if let Some(l) = v["leases"].as_array().and_then(|l| l.first()).cloned() {
+                return l;
+            }
+        }
+    })
+    .await
+    .expect("a lease");
+    assert_eq!((&lease["job_id"], &lease["namespace"]), (&json!(id), &json!("ml-team")));
+    let name = format!("armada-{}-0", id.to_lowercase());
+    let pod = json!({"name": name, "namespace": "ml-team", "uid": "0b6e-uid"});
+    let report = |kind: &str| json!({"run_id": lease["run_id"], "job_id": id, "kind": kind, "pod": pod});
+    assert_eq!(s.report("e1", vec![report("pending"), report("running")]).await, 2);
+    let j = s.job(&id).await;
+    assert_eq!((&j["state"], &j["runs"][0]["pod"]), (&json!("running"), &pod));
+
+    let ch = channel(&s).await;
+    let mut stream = EventClient::new(ch)
+        .get_job_set_events(pb::JobSetRequest { id: "set-pod".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut seen = vec![];
+    while let Some(m) = stream.message().await.expect("event") {
+        match m.message.and_then(|m| m.events) {
+            Some(pb::event_message::Events::Pending(e)) => {
+                seen.push(("pending", e.pod_name, e.pod_namespace, e.kubernetes_id, e.pod_number))
+            }
+            Some(pb::event_message::Events::Running(e)) => {
+                seen.push(("running", e.pod_name, e.pod_namespace, e.kubernetes_id, e.pod_number))
+            }
+            _ => {}
+        }
+    }
+    let want = |k| (k, name.clone(), "ml-team".to_string(), "0b6e-uid".to_string(), 0);
+    assert_eq!(seen, vec![want("pending"), want("running")]);
 }

@@ -659,7 +659,11 @@ impl Runtime for KubernetesRuntime {
                 .await?
                 .iter()
                 .filter_map(|p| {
-                    Some((p.metadata.name.clone()?, namespace_or(p, &inner.namespace).to_string(), p.metadata.uid.clone()))
+                    Some((
+                        p.metadata.name.clone()?,
+                        namespace_or(p, &inner.namespace).to_string(),
+                        p.metadata.uid.clone(),
+                    ))
                 })
                 .collect(),
         };

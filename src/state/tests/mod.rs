@@ -539,7 +539,8 @@ fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
     assert_eq!(events(&a), vec![EventKind::Pending]);
     let run = s.jobs[&JobId::from_u128(1)].record.runs[0].clone();
     assert_eq!((run.state, run.pod.clone()), (RunState::Pending, Some(RunPod::from(pod.clone()))));
-    let Some(Change::PutJob { record, .. }) = a.changes.iter().rev().find(|c| matches!(c, Change::PutJob { .. })) else {
+    let Some(Change::PutJob { record, .. }) = a.changes.iter().rev().find(|c| matches!(c, Change::PutJob { .. }))
+    else {
         panic!("no PutJob")
     };
     assert_eq!(record.runs[0].pod, Some(pod.clone()), "stored with the run");

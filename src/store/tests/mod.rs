@@ -219,7 +219,10 @@ fn a_schema_6_database_is_migrated_with_its_runs_indexed_and_jobs_unchanged() {
     assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
     let runs: Vec<_> = jobs.iter().flat_map(|j| j.runs.iter().map(move |r| (r.run_id, j.id))).collect();
     let found = store.jobs_of_runs(&runs.iter().map(|(r, _)| *r).collect::<Vec<_>>()).unwrap();
-    assert_eq!(found.iter().map(|j| j.as_ref().map(|j| j.id)).collect::<Vec<_>>(), runs.iter().map(|(_, j)| Some(*j)).collect::<Vec<_>>());
+    assert_eq!(
+        found.iter().map(|j| j.as_ref().map(|j| j.id)).collect::<Vec<_>>(),
+        runs.iter().map(|(_, j)| Some(*j)).collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -422,7 +422,8 @@ pub(super) fn assert_rbac_allows(calls: &[Call]) {
     let mut cluster = Vec::new();
     let mut namespaced = Vec::new();
     for v in &docs {
-        let role = (v["roleRef"]["kind"].as_str().unwrap_or_default(), v["roleRef"]["name"].as_str().unwrap_or_default());
+        let role =
+            (v["roleRef"]["kind"].as_str().unwrap_or_default(), v["roleRef"]["name"].as_str().unwrap_or_default());
         match v["kind"].as_str() {
             Some("ClusterRoleBinding") => cluster.extend(rules_of(role.0, role.1, None)),
             Some("RoleBinding") => {
@@ -435,8 +436,7 @@ pub(super) fn assert_rbac_allows(calls: &[Call]) {
     for call in calls {
         let (g, r, v, cluster_wide) = rbac_need(call);
         let key = (g, r, v);
-        let ok = cluster.contains(&key)
-            || (!cluster_wide && namespaced.contains(&key));
+        let ok = cluster.contains(&key) || (!cluster_wide && namespaced.contains(&key));
         assert!(
             ok,
             "{} {} needs {key:?} (cluster-wide: {cluster_wide}), which agent-rbac.yaml does not grant",

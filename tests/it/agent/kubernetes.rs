@@ -345,7 +345,10 @@ async fn jobs_run_in_their_namespace_and_a_new_run_replaces_the_pod_of_an_earlie
     let deletes = h.api.calls(Method::DELETE, &format!("/api/v1/namespaces/ml/pods/{name}"));
     assert_eq!(deletes.len(), 1, "the stale pod is deleted once");
     let body = deletes[0].body.clone().expect("delete options");
-    assert_eq!((&body["gracePeriodSeconds"], &body["preconditions"]["uid"]), (&json!(0), &json!(format!("uid-{name}"))));
+    assert_eq!(
+        (&body["gracePeriodSeconds"], &body["preconditions"]["uid"]),
+        (&json!(0), &json!(format!("uid-{name}")))
+    );
     let pod = h.api.state().pods.get(&name).cloned().expect("the new pod");
     assert_eq!(pod["metadata"]["labels"]["convoy.io/run-id"], json!(second.run_id.to_string()));
     assert_ne!(pod["metadata"]["uid"], json!(format!("uid-{name}")));
@@ -365,7 +368,10 @@ async fn jobs_run_in_their_namespace_and_a_new_run_replaces_the_pod_of_an_earlie
     // A pod holding the name that is not an earlier run's of the job refuses the run.
     let third = kube_lease();
     let foreign = pod_name(third.job_id);
-    h.api.state().pods.insert(foreign.clone(), json!({"metadata": {"name": foreign, "namespace": "default", "uid": "x"}}));
+    h.api
+        .state()
+        .pods
+        .insert(foreign.clone(), json!({"metadata": {"name": foreign, "namespace": "default", "uid": "x"}}));
     let err = h.rt.start(third).await.expect_err("name taken");
     assert!(err.to_string().contains("belongs to something else"), "{err}");
     assert!(h.api.state().pods.contains_key(&foreign));
