@@ -267,6 +267,7 @@ mod tests {
             ("/v1/jobs/preempt", "POST"),
             ("/v1/jobs/{id}", "GET"),
             ("/v1/jobs/{id}/logs", "GET"),
+            ("/v1/runs/{run_id}", "GET"),
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
             ("/v1/cluster", "GET"),
@@ -321,7 +322,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 26);
+        assert_eq!(ids.len(), 27);
     }
 
     #[test]

@@ -195,9 +195,10 @@ fn a_state_database_of_a_newer_schema_is_refused() {
 #[test]
 fn a_raft_log_of_a_newer_format_is_refused() {
     let tmp = copy_fixture("datadir-v2");
-    set_meta(&tmp.path().join("data/raft.redb"), "raft_meta", "format_version", &7u32.to_be_bytes());
+    let newer = convoy::record::LOG_FORMAT_VERSION + 1;
+    set_meta(&tmp.path().join("data/raft.redb"), "raft_meta", "format_version", &newer.to_be_bytes());
     let err = refused_start(tmp.path());
-    assert!(err.contains("format version 7") && err.contains("written by a newer convoy"), "{err}");
+    assert!(err.contains(&format!("format version {newer}")) && err.contains("written by a newer convoy"), "{err}");
 }
 
 /// The inline snapshot a release of log format 1 kept in `raft_snapshot`: the state tables of
