@@ -362,6 +362,13 @@ impl Config {
     /// Checks `[cluster]`, and the `[server]` keys that must agree with it.
     fn validate_cluster(&self) -> Result<(), FieldError> {
         let c = &self.cluster;
+        if self.auth.enabled && !c.peers.is_empty() && self.auth.cluster_secret.is_none() {
+            return Err(FieldError::new(
+                "auth.cluster_secret",
+                "is required with [cluster] peers when auth is enabled: without it anyone who reaches this port could \
+                 act as a peer (send log entries, call elections)",
+            ));
+        }
         if c.heartbeat_interval < Duration::from_millis(10) {
             return Err(FieldError::new("cluster.heartbeat_interval", "must be at least 10ms"));
         }
@@ -583,6 +590,14 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
             let got = err(&text);
             assert!(got.starts_with(want), "{text}\n  got: {got}\n want: {want}");
         }
+        // With auth on, peers need the cluster secret.
+        let member = format!("[server]\nnode_id = 2\nadvertise = \"https://b.example:8080\"\n{peers}");
+        let tokens =
+            "[auth]\ntokens = [ { token = \"0123456789abcdef0123\", principal = \"a\", roles = [\"admin\"] } ]\n";
+        let got = Config::parse(&format!("{member}{tokens}"), "f").unwrap_err().to_string();
+        assert!(got.starts_with("f: auth.cluster_secret: is required with [cluster] peers"), "{got}");
+        Config::parse(&format!("{member}{tokens}cluster_secret = \"a-long-shared-secret-0123456789\"\n"), "f")
+            .expect("with the secret");
     }
 
     #[test]

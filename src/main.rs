@@ -9,8 +9,26 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `convoy --version`: the release and the versions of what it stores and speaks, which decide
+/// whether two binaries can share a data directory or a cluster (docs/operations.md).
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{}\nstate schema {}, log format {}, snapshot file format {}, peer protocol {}",
+        env!("CARGO_PKG_VERSION"),
+        convoy::record::STATE_SCHEMA_VERSION,
+        convoy::record::LOG_FORMAT_VERSION,
+        convoy::record::SNAPSHOT_FORMAT_VERSION,
+        convoy::raft::network::PROTOCOL_VERSION,
+    )
+});
+
 #[derive(Parser)]
-#[command(name = "convoy", version, about = "Batch-job scheduler with Armada's fair-share model, in one binary")]
+#[command(
+    name = "convoy",
+    version,
+    long_version = LONG_VERSION.as_str(),
+    about = "Batch-job scheduler with Armada's fair-share model, in one binary"
+)]
 struct Cli {
     #[command(flatten)]
     client: cli::client::ClientArgs,

@@ -182,8 +182,9 @@ pub struct ProcessConfig {
     /// resources not named here are read from the OS (cpu and memory).
     #[serde(default)]
     pub allocatable: Option<Resources>,
-    /// The `convoy` executable that supervises each job (`convoy agent-supervise`). Default: the
-    /// running executable.
+    /// The `convoy` executable the agent starts as its supervisor spawner (`convoy
+    /// agent-supervise --spawner`, which forks a supervisor per job). Default: the running
+    /// executable.
     #[serde(default)]
     pub supervisor: Option<PathBuf>,
     /// How long to keep the directories of runs whose result was reported (at least 1s).

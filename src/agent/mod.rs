@@ -14,6 +14,7 @@ mod os;
 pub mod process;
 pub mod rundir;
 pub mod runtime;
+pub mod spawner;
 pub mod supervise;
 mod tasks;
 

@@ -131,6 +131,122 @@ pub(crate) fn new_session() -> io::Result<()> {
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// A set of signals this thread takes synchronously ([`SignalSet::wait`]) instead of by
+/// handler: blocked here, so they queue until waited for. Children inherit the mask through
+/// exec: unblock in their `pre_exec` ([`unblock_all_signals`]).
+pub(crate) struct SignalSet(libc::sigset_t);
+
+impl SignalSet {
+    /// Blocks `signals` in the calling thread and returns them as a set to wait on.
+    pub(crate) fn block(signals: &[i32]) -> io::Result<SignalSet> {
+        // SAFETY: sigset_t is plain data, initialised by sigemptyset before any other use;
+        // pthread_sigmask only changes this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in signals {
+                libc::sigaddset(&mut set, *s);
+            }
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(SignalSet(set))
+        }
+    }
+
+    /// Waits up to `timeout` for one of the set's signals; the signal, or none on timeout.
+    pub(crate) fn wait(&self, timeout: std::time::Duration) -> io::Result<Option<i32>> {
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+        };
+        // SAFETY: the set and the timespec live across the call; no siginfo is asked for.
+        let rc = unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &ts) };
+        if rc >= 0 {
+            return Ok(Some(rc));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            _ => Err(e),
+        }
+    }
+}
+
+/// Unblocks every signal of the calling thread: a job must not inherit the mask its supervisor
+/// takes signals with ([`SignalSet`]); exec keeps the mask. Async-signal-safe, for `pre_exec`.
+pub(crate) fn unblock_all_signals() -> io::Result<()> {
+    // SAFETY: as in SignalSet::block.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
+
+/// Where a [`fork`] returns.
+pub(crate) enum Forked {
+    /// In the parent, with the child's pid.
+    Parent(i32),
+    /// In the child.
+    Child,
+}
+
+/// fork(2).
+///
+/// # Safety
+/// The calling process must have one thread: a child of a multi-threaded process may only call
+/// async-signal-safe functions, and the code after this is ordinary Rust.
+pub(crate) unsafe fn fork() -> io::Result<Forked> {
+    // SAFETY: the caller guarantees a single-threaded process.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(pid)),
+    }
+}
+
+/// Waits for child `pid` to end (retrying on EINTR); its raw wait status.
+pub(crate) fn wait_child(pid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid(2) writes the status into our local.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// A pipe whose both ends close on exec: (read end, write end).
+pub(crate) fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two descriptors, which we then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned by nobody else.
+    Ok(unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Points descriptor `target` (0, 1 or 2) at `file`.
+pub(crate) fn redirect(file: &impl AsRawFd, target: i32) -> io::Result<()> {
+    // SAFETY: dup2(2) on descriptors we own; `target` is replaced atomically.
+    let rc = unsafe { libc::dup2(file.as_raw_fd(), target) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! The process runtime (bare metal): this machine is one node; each run is the job's first
-//! container command, run under a `convoy agent-supervise` process that outlives the agent.
+//! container command, run under a supervisor process that outlives the agent (forked by the
+//! agent's spawner, see [`super::spawner`]).
 //!
 //! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`super::rundir`]) that appears
 //! atomically with the lease in it. Its existence makes `start` idempotent; after a restart the
@@ -9,12 +10,12 @@ use super::config::AgentConfig;
 use super::os;
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
+use super::spawner::{SpawnRequest, SpawnerClient};
 use super::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
 use crate::model::{JobId, NodeFault, ResourceName, Resources, RunId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ struct Inner {
     sink: EventSink,
     /// Runs not yet forgotten: started here or found at recovery.
     runs: Mutex<HashMap<RunId, JobId>>,
+    /// The process that forks supervisors, started on first use and again if it dies.
+    spawner: tokio::sync::Mutex<Option<SpawnerClient>>,
 }
 
 /// The command line and environment of a job, taken from its pod spec.
@@ -95,6 +98,7 @@ impl ProcessRuntime {
             keep_finished: p.keep_finished,
             sink,
             runs: Mutex::new(HashMap::new()),
+            spawner: tokio::sync::Mutex::new(None),
         };
         Ok(Self { inner: Arc::new(inner), tasks: OwnedTasks::default() })
     }
@@ -113,39 +117,41 @@ impl Inner {
         RunDir::new(self.runs_dir.join(run_id.to_string()))
     }
 
-    /// Starts `convoy agent-supervise` for the run in `dir`.
-    fn spawn_supervisor(
-        &self,
-        dir: &RunDir,
-        lease: &LeaseOrder,
-        cmd: &JobCommand,
-    ) -> std::io::Result<tokio::process::Child> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.file(rundir::SUPERVISOR_LOG))?;
-        let log2 = log.try_clone()?;
-        let mut c = tokio::process::Command::new(&self.supervisor_exe);
-        c.arg("agent-supervise")
-            .arg("--run-dir")
-            .arg(&dir.path)
-            .arg("--grace-seconds")
-            .arg(lease.termination_grace_period_seconds.to_string());
-        if lease.active_deadline_seconds > 0 {
-            c.arg("--deadline-seconds").arg(lease.active_deadline_seconds.to_string());
+    /// Starts a supervisor for the run in `dir` through the spawner; returns once it holds the
+    /// run directory's lock.
+    async fn start_supervisor(&self, dir: &RunDir, lease: &LeaseOrder, cmd: &JobCommand) -> std::io::Result<()> {
+        let mut env = cmd.env.clone();
+        env.extend([
+            ("CONVOY_RUN_ID".to_string(), lease.run_id.to_string()),
+            ("CONVOY_JOB_ID".to_string(), lease.job_id.to_string()),
+            ("CONVOY_QUEUE".to_string(), lease.queue.as_str().to_string()),
+            ("CONVOY_JOB_SET".to_string(), lease.job_set.as_str().to_string()),
+            ("CONVOY_RUN_DIR".to_string(), dir.path.to_string_lossy().into_owned()),
+        ]);
+        let req = SpawnRequest {
+            run_dir: dir.path.clone(),
+            grace_seconds: lease.termination_grace_period_seconds,
+            deadline_seconds: (lease.active_deadline_seconds > 0).then_some(lease.active_deadline_seconds),
+            workdir: cmd.workdir.clone(),
+            command: cmd.argv.clone(),
+            env,
+        };
+        let mut spawner = self.spawner.lock().await;
+        // One retry with a fresh spawner: the old one may have died between two jobs.
+        for attempt in 0..2 {
+            if !spawner.as_mut().is_some_and(SpawnerClient::alive) {
+                *spawner = Some(SpawnerClient::start(&self.supervisor_exe)?);
+            }
+            let Some(client) = spawner.as_mut() else { continue };
+            match client.spawn(&req).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt == 0 && !client.alive() => {
+                    tracing::warn!(error = %e, "the supervisor spawner died; starting another");
+                }
+                Err(e) => return Err(e),
+            }
         }
-        if let Some(w) = &cmd.workdir {
-            c.arg("--workdir").arg(w);
-        }
-        c.arg("--").args(&cmd.argv);
-        c.envs(cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("CONVOY_RUN_ID", lease.run_id.to_string())
-            .env("CONVOY_JOB_ID", lease.job_id.to_string())
-            .env("CONVOY_QUEUE", lease.queue.as_str())
-            .env("CONVOY_JOB_SET", lease.job_set.as_str())
-            .env("CONVOY_RUN_DIR", &dir.path)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .kill_on_drop(false);
-        c.spawn()
+        Err(std::io::Error::other("the supervisor spawner keeps dying"))
     }
 
     /// The final event for an exit record.
@@ -173,21 +179,11 @@ impl Inner {
 
     /// Follows a run until its exit record appears, reporting `running` and the final event. Also
     /// takes over when the supervisor vanished without an exit record.
-    async fn watch(
-        self: Arc<Self>,
-        dir: RunDir,
-        run_id: RunId,
-        job_id: JobId,
-        mut child: Option<tokio::process::Child>,
-        mut last: RunEventKind,
-    ) {
+    async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, mut last: RunEventKind) {
         let mut respawned = false;
         loop {
             match dir.read_exit() {
                 Ok(Some(rec)) => {
-                    if let Some(c) = child.as_mut() {
-                        let _ = c.try_wait();
-                    }
                     if last == RunEventKind::Pending && dir.has(rundir::PID) {
                         // A job quicker than one check still ran: say so before its end.
                         self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
@@ -210,10 +206,11 @@ impl Inner {
                 self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
                 last = RunEventKind::Running;
             }
-            let own_alive = child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
-            let alive = own_alive || os::is_locked(&dir.file(rundir::LOCK)).unwrap_or(false);
+            // A supervisor holds the lock from before the spawner answers until after it wrote the
+            // exit record.
+            let alive = os::is_locked(&dir.file(rundir::LOCK)).unwrap_or(false);
             if !alive && matches!(dir.read_exit(), Ok(None)) {
-                child = self.take_over(&dir, run_id, job_id, &mut respawned);
+                self.take_over(&dir, run_id, job_id, &mut respawned).await;
             }
             tokio::time::sleep(WATCH_INTERVAL).await;
         }
@@ -221,13 +218,7 @@ impl Inner {
 
     /// The supervisor is gone and left no exit record: stop what is left of the job and record
     /// that, or start a supervisor if the job never started.
-    fn take_over(
-        &self,
-        dir: &RunDir,
-        run_id: RunId,
-        job_id: JobId,
-        respawned: &mut bool,
-    ) -> Option<tokio::process::Child> {
+    async fn take_over(&self, dir: &RunDir, run_id: RunId, job_id: JobId, respawned: &mut bool) {
         let record = |reason: &str, message: String| ExitRecord {
             exit_code: None,
             signal: None,
@@ -249,22 +240,25 @@ impl Inner {
                 REASON_SUPERVISOR_LOST,
                 "the job's supervisor ended without recording the exit status; the job was stopped".into(),
             ));
-            return None;
+            return;
         }
         if dir.has(rundir::KILL) {
             write(record(rundir::REASON_KILLED, "stopped before it started".into()));
-            return None;
+            return;
         }
         if !*respawned {
             *respawned = true;
-            let started = dir.read_lease().and_then(|lease| {
-                let cmd = JobCommand::from_lease(&lease).map_err(std::io::Error::other)?;
-                self.spawn_supervisor(dir, &lease, &cmd)
-            });
+            let started = match dir
+                .read_lease()
+                .and_then(|lease| JobCommand::from_lease(&lease).map(|cmd| (lease, cmd)).map_err(std::io::Error::other))
+            {
+                Ok((lease, cmd)) => self.start_supervisor(dir, &lease, &cmd).await,
+                Err(e) => Err(e),
+            };
             match started {
-                Ok(c) => {
+                Ok(()) => {
                     tracing::info!(%run_id, %job_id, "started a supervisor for a run that had none");
-                    return Some(c);
+                    return;
                 }
                 Err(e) => tracing::error!(%run_id, %job_id, error = %e, "cannot start a supervisor"),
             }
@@ -274,7 +268,6 @@ impl Inner {
             REASON_SUPERVISOR_FAILED,
             format!("the supervisor exited without starting the job: {}", super::runtime::tail_text(log.trim(), 2000)),
         ));
-        None
     }
 
     /// Deletes directories of reported runs older than `keep_finished`.
@@ -405,7 +398,7 @@ impl Runtime for ProcessRuntime {
             tracing::info!(%run_id, %job_id, state = ?kind, "adopted a run from an earlier agent");
             inner.sink.send(run_event(run_id, job_id, kind));
             held.push(HeldRun { run_id, job_id, state: state_after(kind) });
-            self.spawn_task(inner.clone().watch(dir, run_id, job_id, None, kind));
+            self.spawn_task(inner.clone().watch(dir, run_id, job_id, kind));
         }
         inner.sweep();
         let sweeper = inner.clone();
@@ -438,17 +431,14 @@ impl Runtime for ProcessRuntime {
         let cmd = JobCommand::from_lease(&lease)?;
         create_run_dir(&inner.runs_dir, &dir.path, &lease)?;
         lock(&inner.runs).insert(run_id, job_id);
-        let child = match inner.spawn_supervisor(&dir, &lease, &cmd) {
-            Ok(c) => c,
-            Err(e) => {
-                lock(&inner.runs).remove(&run_id);
-                let _ = std::fs::remove_dir_all(&dir.path);
-                return Err(RuntimeError::io(format!("starting {}", inner.supervisor_exe.display()), e));
-            }
-        };
+        if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd).await {
+            lock(&inner.runs).remove(&run_id);
+            let _ = std::fs::remove_dir_all(&dir.path);
+            return Err(RuntimeError::io(format!("starting a supervisor with {}", inner.supervisor_exe.display()), e));
+        }
         tracing::info!(%run_id, %job_id, command = ?cmd.argv, "started");
         inner.sink.send(run_event(run_id, job_id, RunEventKind::Pending));
-        self.spawn_task(inner.clone().watch(dir, run_id, job_id, Some(child), RunEventKind::Pending));
+        self.spawn_task(inner.clone().watch(dir, run_id, job_id, RunEventKind::Pending));
         Ok(Started::New)
     }
 

@@ -1,4 +1,6 @@
-//! `convoy agent-supervise`: the small process that owns one job of the process runtime.
+//! The supervisor: the small process that owns one job of the process runtime (forked by the
+//! agent's spawner, [`super::spawner`], or run as `convoy agent-supervise`). Plain blocking code
+//! on one thread: no runtime to start, so a supervisor costs a fork, not an exec of the binary.
 //!
 //! It leaves the agent's session, takes the run directory's lock for its whole life (so a second
 //! supervisor for the same run waits and then finds the job already done), starts the job in a
@@ -9,12 +11,10 @@
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::now_ms;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::Duration;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How often the supervisor looks for a `kill` file (signals make it react sooner).
 const KILL_POLL: Duration = Duration::from_millis(200);
@@ -32,6 +32,8 @@ pub struct SuperviseArgs {
     pub workdir: Option<PathBuf>,
     /// The command and its arguments.
     pub command: Vec<String>,
+    /// Environment variables the job gets besides the supervisor's own.
+    pub env: Vec<(String, String)>,
 }
 
 /// Why supervising failed before an exit status could be recorded.
@@ -46,30 +48,23 @@ pub struct SuperviseError {
     pub source: std::io::Error,
 }
 
-/// Runs the supervisor to the end (blocks; builds its own single-threaded runtime).
-pub fn supervise(args: SuperviseArgs) -> Result<(), SuperviseError> {
-    let err = |context: &'static str| {
-        let run_dir = args.run_dir.clone();
-        move |source| SuperviseError { run_dir, context, source }
-    };
-    // Not fatal: without a session of its own the supervisor still works, it just shares the
-    // agent's terminal signals.
-    let _ = os::new_session();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(err("starting the runtime"))?;
-    rt.block_on(supervise_async(args))
-}
-
-async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
+/// Runs the supervisor to the end (blocks). `ready`, if given, gets one byte once the run
+/// directory's lock is held and the supervisor's stamp written, and is closed: the spawner answers the agent only then, so the agent
+/// never takes a starting supervisor for a dead one.
+pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Result<(), SuperviseError> {
     let run_dir = args.run_dir.clone();
     let err = |context: &'static str| {
         let run_dir = run_dir.clone();
         move |source| SuperviseError { run_dir, context, source }
     };
+    // Not fatal: without a session of its own the supervisor still works, it just shares the
+    // agent's terminal signals.
+    let _ = os::new_session();
     let dir = RunDir::new(args.run_dir.clone());
-    // Handlers first: from here on a SIGTERM is a stop order, not the supervisor's death.
-    let mut sigterm = signal(SignalKind::terminate()).map_err(err("installing the SIGTERM handler"))?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(err("installing the SIGINT handler"))?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(err("installing the SIGHUP handler"))?;
+    // Taken synchronously from here on: a SIGTERM is a stop order, not the supervisor's death,
+    // and SIGCHLD wakes the wait as soon as the job ends.
+    let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
+        .map_err(err("blocking signals"))?;
 
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -77,13 +72,22 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
         .open(dir.file(rundir::LOCK))
         .map_err(err("opening the lock file"))?;
     os::lock_exclusive(&lock).map_err(err("locking the run directory"))?;
+    let signal_ready = || {
+        if let Some(fd) = ready {
+            // The spawner may have gone meanwhile; the job still runs.
+            let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), b"1");
+        }
+    };
     if dir.has(rundir::EXIT) || dir.has(rundir::PID) {
         // Another supervisor started this job already.
+        signal_ready();
         return Ok(());
     }
     if let Some(me) = ProcStamp::current() {
         dir.write_atomic(rundir::SUPERVISOR, me.encode().as_bytes()).map_err(err("writing the supervisor file"))?;
     }
+    // Ready once it can be signalled too (the agent's stop orders read the stamp).
+    signal_ready();
     let record = |exit_code, signal, reason: Option<&str>, message: Option<String>| ExitRecord {
         exit_code,
         signal,
@@ -105,14 +109,18 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
     let open_out = |name| std::fs::OpenOptions::new().create(true).append(true).open(dir.file(name));
     let stdout = open_out(rundir::STDOUT).map_err(err("opening stdout"))?;
     let stderr = open_out(rundir::STDERR).map_err(err("opening stderr"))?;
-    let mut cmd = tokio::process::Command::new(program);
+    let mut cmd = std::process::Command::new(program);
     cmd.args(program_args)
+        .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(args.workdir.as_deref().unwrap_or(&dir.path))
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(false);
+        .process_group(0);
+    // SAFETY: the hook only calls pthread_sigmask, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(os::unblock_all_signals);
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -122,9 +130,8 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
             return Ok(());
         }
     };
-    let Some(pid) = child.id().map(|p| p as i32) else {
-        return Err(err("reading the job's pid")(std::io::Error::other("the job has no pid")));
-    };
+    let pid = i32::try_from(child.id())
+        .map_err(|_| err("reading the job's pid")(std::io::Error::other("pid out of range")))?;
     let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
     dir.write_atomic(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
 
@@ -133,7 +140,7 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
     // (reason, message, SIGKILL time) once a stop began.
     let mut stopping: Option<(&'static str, Option<String>, Instant)> = None;
     let mut forced = false;
-    let mut poll = tokio::time::interval(KILL_POLL);
+    let mut next_poll = Instant::now() + KILL_POLL;
     let begin_stop = |reason: &'static str, message: Option<String>, grace: Duration| {
         let _ = os::signal_group(pid, libc::SIGTERM);
         (reason, message, Instant::now() + grace)
@@ -143,36 +150,49 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
         Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
     };
     let status = loop {
-        let force_at = stopping.as_ref().map(|s| s.2).filter(|_| !forced);
-        tokio::select! {
-            st = child.wait() => break st,
-            _ = sigterm.recv(), if stopping.is_none() => {
-                let (msg, grace) = kill_order(&dir).unwrap_or((Some("the supervisor received SIGTERM".into()), default_grace));
-                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
-            }
-            _ = sigint.recv(), if stopping.is_none() => {
-                let (msg, grace) = kill_order(&dir).unwrap_or((Some("the supervisor received SIGINT".into()), default_grace));
-                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
-            }
-            _ = sighup.recv() => {}
-            _ = sleep_until_opt(deadline), if stopping.is_none() && deadline.is_some() => {
+        if let Some(st) = child.try_wait().map_err(err("waiting for the job"))? {
+            break st;
+        }
+        let now = Instant::now();
+        if stopping.is_none() {
+            if deadline.is_some_and(|d| now >= d) {
                 let msg = format!("ran longer than activeDeadlineSeconds ({}s)", args.deadline_seconds.unwrap_or(0));
                 stopping = Some(begin_stop(rundir::REASON_DEADLINE, Some(msg), default_grace));
-            }
-            _ = poll.tick(), if stopping.is_none() => {
+            } else if now >= next_poll {
+                next_poll = now + KILL_POLL;
                 if let Some((msg, grace)) = kill_order(&dir) {
                     stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
                 }
             }
-            _ = sleep_until_opt(force_at), if force_at.is_some() => {
-                let _ = os::signal_group(pid, libc::SIGKILL);
-                forced = true;
+        }
+        if let Some((_, _, force_at)) = &stopping
+            && !forced
+            && now >= *force_at
+        {
+            let _ = os::signal_group(pid, libc::SIGKILL);
+            forced = true;
+        }
+        // Sleep until a signal or the next thing to check, whichever is first.
+        let mut wake = next_poll;
+        if let Some(d) = deadline.filter(|_| stopping.is_none()) {
+            wake = wake.min(d);
+        }
+        if let Some((_, _, force_at)) = stopping.as_ref().filter(|_| !forced) {
+            wake = wake.min(*force_at);
+        }
+        match signals.wait(wake.saturating_duration_since(Instant::now())).map_err(err("waiting for signals"))? {
+            Some(sig @ (libc::SIGTERM | libc::SIGINT)) if stopping.is_none() => {
+                let who = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                let (msg, grace) =
+                    kill_order(&dir).unwrap_or((Some(format!("the supervisor received {who}")), default_grace));
+                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
             }
+            // SIGCHLD: the loop reaps; SIGHUP and repeated stops: nothing to do.
+            _ => {}
         }
     };
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
-    let status = status.map_err(err("waiting for the job"))?;
     let (exit_code, sig) = match (status.code(), status.signal()) {
         (Some(c), _) => (c, None),
         (None, Some(s)) => (128 + s, Some(s)),
@@ -185,11 +205,4 @@ async fn supervise_async(args: SuperviseArgs) -> Result<(), SuperviseError> {
     dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
-}
-
-async fn sleep_until_opt(t: Option<Instant>) {
-    match t {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
 }

@@ -147,7 +147,8 @@ fn pending_for(
 /// Poll for work (long poll)
 ///
 /// Reports the agent's nodes and the runs it holds; answers as soon as there are new runs to start
-/// or runs to kill for this executor, or after `wait_seconds`. Only the leader answers.
+/// or runs to kill for this executor, or after `wait_seconds`. Only the leader decides: a
+/// follower relays the poll to the leader and answers with its answer.
 #[utoipa::path(
     post,
     path = "/v1/executors/{executor}/lease",
@@ -164,7 +165,7 @@ fn pending_for(
         (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader to relay to (an election is under way), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn lease(
@@ -272,7 +273,7 @@ pub async fn lease(
 /// Report run events
 ///
 /// Run state changes as the agent saw them: pending, running, succeeded, failed, returned.
-/// Only the leader answers.
+/// Only the leader applies them: a follower relays the report to the leader.
 #[utoipa::path(
     post,
     path = "/v1/executors/{executor}/events",
@@ -288,7 +289,7 @@ pub async fn lease(
         (status = 403, description = "The caller lacks the executor role", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "This server is not the leader (the detail names it), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No leader to relay to (an election is under way), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn events(

@@ -35,7 +35,8 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
 
 /// Submit jobs
 ///
-/// All or nothing: every job is checked before any is stored. Jobs with a `client_id` already
+/// All or nothing: every job is checked before any is stored. A cordoned queue takes jobs too;
+/// they stay queued until it is uncordoned. Jobs with a `client_id` already
 /// used in the queue answer the existing job's id, while that job is kept (`job_retention` after
 /// it finished, the `client_id` is free again).
 #[utoipa::path(
@@ -51,7 +52,7 @@ fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The caller may not submit to or cancel in this queue (not an owner nor in one of its groups)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The queue is cordoned", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The queue is a parent queue (jobs go to leaf queues)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
@@ -71,13 +72,6 @@ pub async fn submit(
 pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ApiError> {
     let queue = queue_of(app, &req.queue)?;
     p.require_queue(&queue)?;
-    if queue.cordoned {
-        return Err(ApiError::field(
-            axum::http::StatusCode::CONFLICT,
-            "queue",
-            format!("queue {} is cordoned and accepts no new jobs", queue.name),
-        ));
-    }
     if app.state().is_parent(&queue.name) {
         return Err(ApiError::field(
             axum::http::StatusCode::CONFLICT,

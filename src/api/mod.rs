@@ -11,6 +11,7 @@ pub mod nodes;
 pub mod openapi;
 pub mod ops;
 pub mod problem;
+pub mod queue_ops;
 pub mod queues;
 pub mod runs;
 pub mod validate;
@@ -44,6 +45,10 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(queues::create, queues::list))
         .routes(routes!(queues::get, queues::update, queues::delete))
         .routes(routes!(queues::report))
+        .routes(routes!(queue_ops::cordon))
+        .routes(routes!(queue_ops::uncordon))
+        .routes(routes!(queue_ops::cancel))
+        .routes(routes!(queue_ops::preempt))
         .routes(routes!(events::stream))
         .routes(routes!(jobs::submit, jobs::list))
         .routes(routes!(jobs::cancel))

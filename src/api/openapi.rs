@@ -38,13 +38,17 @@ pub fn base() -> OpenApi {
              (RFC 9457). Every answer carries an `x-request-id` header (a client may send its own); \
              a problem body repeats it as `request_id`. \
              When authentication is enabled, operations with a security requirement need \
-             `Authorization: Bearer <token>`.",
+             `Authorization: Bearer <token>`, or `Authorization: Basic <base64 of name:password>` \
+             for a user of the server's `[auth] users` (the same principal, groups and roles).",
         ))
         .license(Some(License::builder().name("Apache-2.0").identifier(Some("Apache-2.0")).build()))
         .build();
     let bearer = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
-        .description(Some("A token from the server's `[auth]` configuration; roles decide what it may do."))
+        .description(Some(
+            "A token from the server's `[auth] tokens`; roles decide what it may do. HTTP Basic \
+             credentials of `[auth] users` are accepted wherever a token is.",
+        ))
         .build();
     // Path and query parameters refer to these, but utoipa collects schemas only from bodies.
     let components = ComponentsBuilder::new()
@@ -260,6 +264,10 @@ mod tests {
             ("/v1/queues", "GET,POST"),
             ("/v1/queues/{queue}", "DELETE,GET,PUT"),
             ("/v1/queues/{queue}/report", "GET"),
+            ("/v1/queues/{queue}/cordon", "POST"),
+            ("/v1/queues/{queue}/uncordon", "POST"),
+            ("/v1/queues/{queue}/cancel", "POST"),
+            ("/v1/queues/{queue}/preempt", "POST"),
             ("/v1/queues/{queue}/job-sets/{job_set}/events", "GET"),
             ("/v1/jobs", "GET,POST"),
             ("/v1/jobs/cancel", "POST"),
@@ -322,7 +330,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 27);
+        assert_eq!(ids.len(), 31);
     }
 
     #[test]
@@ -437,7 +445,8 @@ mod tests {
             json!(["queued", "leased", "pending", "running", "succeeded", "failed", "cancelled", "preempted"])
         );
         assert_eq!(schemas["QueueName"]["pattern"], "^[A-Za-z0-9][A-Za-z0-9._\\-]{0,62}$");
-        assert_eq!(schemas["JobSetName"]["maxLength"], 253);
+        assert_eq!(schemas["JobSetName"]["maxLength"], 1024);
+        assert_eq!(schemas["JobSetName"]["pattern"], "^[^\\p{Cc}]+$");
         assert_eq!(schemas["Resources"]["additionalProperties"]["type"], "string");
         assert_eq!(schemas["SubmitItem"]["properties"]["pod_spec"]["type"], "object");
         assert_eq!(schemas["SubmitItem"]["properties"]["services"]["items"]["type"], "object");
@@ -545,6 +554,19 @@ mod tests {
         conforms(&d, "JobList", &JobList { jobs: vec![listed], next: Some(job_id) }, false);
         conforms(&d, "JobList", &JobList { jobs: vec![], next: None }, true);
         conforms(&d, "SubmitResponse", &SubmitResponse { job_ids: vec![job_id] }, true);
+        let cancel = QueueCancelRequest {
+            states: vec![JobState::Queued],
+            priority_classes: vec![crate::model::PriorityClassName::new("default").expect("name")],
+            pools: vec![crate::model::PoolName::default_pool()],
+            reason: Some("drain".into()),
+        };
+        conforms(&d, "QueueCancelRequest", &cancel, true);
+        let preempt = QueuePreemptRequest {
+            priority_classes: vec![crate::model::PriorityClassName::new("default").expect("name")],
+            pools: vec![],
+            reason: None,
+        };
+        conforms(&d, "QueuePreemptRequest", &preempt, false);
         let report = QueueReport {
             queue: q.name.clone(),
             weight: 0.5,

@@ -76,20 +76,43 @@ pub fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<
     Ok(out)
 }
 
+/// The priority class a job asks for: Convoy's `priority_class` or Kubernetes'
+/// `pod_spec.priorityClassName` (Armada's way); both must agree if both are set. `None` when
+/// neither is, else the name with the field it came from (for errors).
+fn requested_priority_class<'a>(
+    field: Option<&'a str>,
+    pod_spec: Option<&'a str>,
+) -> Result<Option<(&'a str, &'static str)>, FieldError> {
+    match (field, pod_spec) {
+        (Some(a), Some(b)) if a != b => Err(FieldError::new(
+            "priority_class",
+            format!(
+                "priority_class {a:?} and pod_spec.priorityClassName {b:?} differ; set one of them, or both to the \
+                 same class"
+            ),
+        )),
+        (Some(a), _) => Ok(Some((a, "priority_class"))),
+        (None, Some(b)) => Ok(Some((b, "pod_spec.priorityClassName"))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The configured class of a requested one, or the default class.
+fn resolve_priority_class(
+    requested: Option<(&str, &'static str)>,
+    scheduler: &SchedulerConfig,
+) -> Result<PriorityClassName, FieldError> {
+    let Some((name, field)) = requested else { return Ok(scheduler.default_priority_class.clone()) };
+    match scheduler.priority_class(name) {
+        Some(pc) => Ok(pc.name.clone()),
+        None => {
+            let known: Vec<&str> = scheduler.priority_classes.iter().map(|p| p.name.as_str()).collect();
+            Err(FieldError::new(field, format!("unknown priority class {name:?} (known: {})", known.join(", "))))
+        }
+    }
+}
+
 fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, FieldError> {
-    let priority_class = match &item.priority_class {
-        None => ctx.scheduler.default_priority_class.clone(),
-        Some(name) => match ctx.scheduler.priority_class(name) {
-            Some(pc) => pc.name.clone(),
-            None => {
-                let known: Vec<&str> = ctx.scheduler.priority_classes.iter().map(|p| p.name.as_str()).collect();
-                return Err(FieldError::new(
-                    "priority_class",
-                    format!("unknown priority class {name:?} (known: {})", known.join(", ")),
-                ));
-            }
-        },
-    };
     if let Some(c) = &item.client_id
         && (c.is_empty() || c.len() > MAX_CLIENT_ID)
     {
@@ -105,6 +128,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
         FieldError::new(nested("pod_spec", &path), format!("is not a valid Kubernetes PodSpec: {message}"))
     })?;
+    let priority_class = resolve_priority_class(
+        requested_priority_class(item.priority_class.as_deref(), spec.priority_class_name.as_deref())?,
+        ctx.scheduler,
+    )?;
     if spec.containers.is_empty() {
         return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
     }
@@ -213,18 +240,39 @@ fn check_metadata(field: &str, m: &BTreeMap<String, String>) -> Result<(), Field
 }
 
 /// Requests of one container; every container must have some.
+/// Whether a container requests or limits any resource.
+fn has_resources(c: &Container) -> bool {
+    let r = c.resources.as_ref();
+    let non_empty = |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+        m.is_some_and(|m| !m.is_empty())
+    };
+    non_empty(r.and_then(|r| r.requests.as_ref())) || non_empty(r.and_then(|r| r.limits.as_ref()))
+}
+
+/// A container's requests, with Kubernetes' defaulting: a resource it limits but does not
+/// request is requested at its limit.
 fn container_requests(c: &Container, list: &str, i: usize) -> Result<Resources, FieldError> {
     // Field names are only formatted for an error: this runs for every job of every request.
-    let field = || format!("pod_spec.{list}[{i}].resources.requests");
-    let reqs = c.resources.as_ref().and_then(|r| r.requests.as_ref()).filter(|r| !r.is_empty());
-    let Some(reqs) = reqs else {
-        return Err(FieldError::new(field(), "every container must request resources (e.g. cpu and memory)"));
-    };
+    let field = |kind: &str, name: &str| format!("pod_spec.{list}[{i}].resources.{kind}.{name}");
+    if !has_resources(c) {
+        return Err(FieldError::new(
+            format!("pod_spec.{list}[{i}].resources.requests"),
+            "every container must request resources (e.g. cpu and memory), or limit them",
+        ));
+    }
+    let resources = c.resources.as_ref();
+    let requests = resources.and_then(|r| r.requests.as_ref()).into_iter().flatten().map(|e| ("requests", e));
+    let limits = resources
+        .and_then(|r| r.limits.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| !resources.and_then(|r| r.requests.as_ref()).is_some_and(|r| r.contains_key(*name)))
+        .map(|e| ("limits", e));
     let mut out = Resources::new();
-    for (name, q) in reqs {
-        let rn = ResourceName::new(name).map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
+    for (kind, (name, q)) in requests.chain(limits) {
+        let rn = ResourceName::new(name).map_err(|e| FieldError::new(field(kind, name), e.to_string()))?;
         let v = parse_quantity(&q.0, Unit::for_resource(name))
-            .map_err(|e| FieldError::new(format!("{}.{name}", field()), e.to_string()))?;
+            .map_err(|e| FieldError::new(field(kind, name), e.to_string()))?;
         out.set(rn, v);
     }
     Ok(out)
@@ -238,9 +286,8 @@ pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
         sum.add(&container_requests(c, "containers", i)?);
     }
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        // Init containers without requests are allowed; they run one at a time.
-        let has = c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| !r.is_empty());
-        if has {
+        // Init containers without requests (or limits) are allowed; they run one at a time.
+        if has_resources(c) {
             sum.max_with(&container_requests(c, "initContainers", i)?);
         }
     }
@@ -496,6 +543,68 @@ mod tests {
         assert_eq!(j.requirements.requests.get("cpu"), 4000);
         assert_eq!(j.active_deadline_seconds, 14 * 86400);
         assert_eq!(j.termination_grace_period_ms, 1000);
+    }
+
+    #[test]
+    fn the_priority_class_comes_from_either_field_and_both_must_agree() {
+        let with = |field: Option<&str>, spec: Option<&str>| {
+            let mut p = pod("1");
+            if let Some(s) = spec {
+                p["priorityClassName"] = json!(s);
+            }
+            let mut i = item(p);
+            i.priority_class = field.map(str::to_string);
+            check(vec![i]).map(|mut j| j.remove(0).priority_class.to_string())
+        };
+        assert_eq!(with(None, None), Ok("default".to_string()));
+        assert_eq!(with(Some("preemptible"), None), Ok("preemptible".to_string()));
+        assert_eq!(with(None, Some("preemptible")), Ok("preemptible".to_string()));
+        assert_eq!(with(Some("preemptible"), Some("preemptible")), Ok("preemptible".to_string()));
+        let e = with(Some("default"), Some("preemptible")).unwrap_err();
+        assert_eq!(e.field, "jobs[0].priority_class");
+        assert_eq!(
+            e.message,
+            "priority_class \"default\" and pod_spec.priorityClassName \"preemptible\" differ; set one of them, or \
+             both to the same class"
+        );
+        let e = with(None, Some("gold")).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.priorityClassName");
+        assert_eq!(e.message, "unknown priority class \"gold\" (known: default, preemptible)");
+        assert_eq!(with(Some("gold"), None).unwrap_err().field, "jobs[0].priority_class");
+    }
+
+    #[test]
+    fn limits_without_requests_are_the_requests() {
+        let reqs = |containers: serde_json::Value| {
+            check(vec![item(json!({ "containers": containers }))]).map(|mut j| {
+                let r = j.remove(0).requirements.requests;
+                r.iter().map(|(n, v)| (n.to_string(), v)).collect::<Vec<_>>()
+            })
+        };
+        // Only limits: requests = limits.
+        assert_eq!(
+            reqs(json!([{"name": "a", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}])),
+            Ok(vec![("cpu".into(), 2000), ("memory".into(), 1 << 30)])
+        );
+        // Per resource: a request wins over its limit, a resource only limited is requested at
+        // its limit, and containers add up.
+        assert_eq!(
+            reqs(json!([
+                {"name": "a", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "4", "memory": "2Gi", "nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"memory": "1Gi"}}}
+            ])),
+            Ok(vec![("cpu".into(), 500), ("memory".into(), 3 << 30), ("nvidia.com/gpu".into(), 1000)])
+        );
+        // An init container with only limits counts as its limits.
+        let j = check(vec![item(json!({
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [{"name": "i", "resources": {"limits": {"cpu": "3"}}}]
+        }))])
+        .unwrap();
+        assert_eq!(j[0].requirements.requests.get("cpu"), 3000);
+        // A bad limit is named as a limit.
+        let e = reqs(json!([{"name": "a", "resources": {"limits": {"cpu": "lots"}}}])).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.limits.cpu");
     }
 
     #[test]

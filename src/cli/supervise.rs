@@ -1,15 +1,20 @@
-//! The hidden `convoy agent-supervise`: runs one job of the process runtime (started by the
-//! agent, not by people; see `convoy::agent::supervise`).
+//! The hidden `convoy agent-supervise`: runs one job of the process runtime, or (with
+//! `--spawner`) the agent's spawner that forks a supervisor per job. Started by the agent, not by
+//! people; see `convoy::agent::supervise` and `convoy::agent::spawner`.
 
+use anyhow::Context;
 use convoy::agent;
 use std::path::PathBuf;
 
 /// Flags of `convoy agent-supervise`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SuperviseArgs {
+    /// Serve the agent's spawn requests on stdin instead of supervising one job.
+    #[arg(long, conflicts_with_all = ["run_dir", "command"])]
+    spawner: bool,
     /// The run directory.
-    #[arg(long)]
-    run_dir: PathBuf,
+    #[arg(long, required_unless_present = "spawner")]
+    run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 1.0)]
     grace_seconds: f64,
@@ -20,18 +25,36 @@ pub(crate) struct SuperviseArgs {
     #[arg(long)]
     workdir: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "spawner")]
     command: Vec<String>,
 }
 
-/// Runs one job under supervision until it ends.
+/// The number of threads of this process, from `/proc/self/status`.
+fn threads() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Threads:"))?.trim().parse().ok()
+}
+
+/// Runs one job under supervision until it ends, or serves spawn requests until stdin closes.
 pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
-    agent::supervise::supervise(agent::supervise::SuperviseArgs {
-        run_dir: args.run_dir,
-        grace_seconds: args.grace_seconds,
-        deadline_seconds: args.deadline_seconds,
-        workdir: args.workdir,
-        command: args.command,
-    })?;
+    if args.spawner {
+        // Forking is only sound with one thread; nothing before this point starts another.
+        anyhow::ensure!(threads() == Some(1), "the spawner must run single-threaded (found {:?} threads)", threads());
+        // SAFETY: checked just above: this process has one thread.
+        unsafe { agent::spawner::serve() }.context("serving spawn requests")?;
+        return Ok(());
+    }
+    let run_dir = args.run_dir.context("--run-dir is required")?;
+    agent::supervise::supervise(
+        agent::supervise::SuperviseArgs {
+            run_dir,
+            grace_seconds: args.grace_seconds,
+            deadline_seconds: args.deadline_seconds,
+            workdir: args.workdir,
+            command: args.command,
+            env: Vec::new(),
+        },
+        None,
+    )?;
     Ok(())
 }

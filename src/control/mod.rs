@@ -64,6 +64,14 @@ pub trait ClusterView: Send + Sync + 'static {
         request: http::Request<bytes::Bytes>,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<http::Response<bytes::Bytes>, RelayError>>;
+    /// As [`relay`](Self::relay) over HTTP/2, answering as soon as the answer's head arrives:
+    /// its body streams through with its trailers (a gRPC call's status).
+    fn relay_h2(
+        &self,
+        addr: &str,
+        request: http::Request<bytes::Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<http::Response<axum::body::Body>, RelayError>>;
 }
 
 /// Peer RPC figures: latency histograms and failure counts per (peer, RPC kind).

@@ -8,6 +8,7 @@ pub mod events;
 pub mod jobs;
 pub mod k8s;
 pub mod queues;
+mod relay;
 pub mod submit;
 
 use crate::api::auth::{Principal, authenticate};
@@ -41,7 +42,8 @@ pub fn router(app: Arc<Control>) -> Router {
             QueueServiceServer::new(queues::QueueService(app.clone())).max_decoding_message_size(limit),
         )
         .route_service("/api.Jobs/{*method}", JobsServer::new(jobs::JobsService(app.clone())))
-        .route_service("/api.Event/{*method}", EventServer::new(events::EventService(app)))
+        .route_service("/api.Event/{*method}", EventServer::new(events::EventService(app.clone())))
+        .layer(axum::middleware::from_fn_with_state(app, relay::route))
         .layer(tower_http::trace::TraceLayer::new_for_grpc())
 }
 
@@ -110,17 +112,19 @@ pub fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal,
 }
 
 /// Refuses a write unless this server leads and may act (a new leader waits for its first
-/// heartbeat round). Writes are not relayed to the leader over gRPC: a follower answers
-/// UNAVAILABLE naming the leader, which the client should call instead.
+/// heartbeat round). A follower that knows the leader relays writes before they get here
+/// ([`relay`]), so what reaches this on a follower found no leader to relay to.
 pub async fn leading(app: &Control) -> Result<(), Status> {
     if app.cluster.is_leader() && crate::api::forward::await_serving(app).await {
         return Ok(());
     }
-    Err(match app.cluster.leader_addr() {
-        Some(leader) if !app.cluster.is_leader() => Status::unavailable(format!(
-            "this server is a follower and takes no gRPC writes; send them to the leader at {leader}"
-        )),
-        _ => Status::unavailable("no leader is elected right now (an election is under way); retry shortly"),
+    Err(if app.cluster.is_leader() {
+        Status::unavailable(
+            "this server was elected leader but has not heard from a majority of the servers lately, so it takes \
+             no writes; retry (on another server if this one stays cut off)",
+        )
+    } else {
+        Status::unavailable("no leader is elected right now (an election is under way); retry shortly")
     })
 }
 

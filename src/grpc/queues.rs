@@ -1,13 +1,18 @@
 //! `api.QueueService` (and the same queue RPCs of `api.Submit`): queue CRUD over the REST API's
-//! queue logic: admins change queues, anyone authenticated reads them.
+//! queue logic: admins change queues, anyone authenticated reads them; cordon and uncordon
+//! (admins), and the queue-wide cancel and preempt (whoever may cancel in the queue) over
+//! [`queue_ops`].
 
 use super::pb::{self, queue_service_server};
-use super::submit::queue_name;
+use super::submit::{cancellable_state_at, queue_name};
 use super::{leading, principal, status};
 use crate::api::problem::ApiError;
+use crate::api::queue_ops;
 use crate::config::Role;
 use crate::control::{Control, WriteError, now_ms};
 use crate::model::Queue;
+use crate::model::api::{QueueCancelRequest, QueuePreemptRequest};
+use crate::model::{PoolName, PriorityClassName};
 use crate::state::{Command, RejectKind};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -159,6 +164,100 @@ pub(super) async fn get(app: &Control, request: Request<pb::QueueGetRequest>) ->
     queue.map(Response::new).ok_or_else(|| Status::not_found(format!("queue {name} does not exist")))
 }
 
+pub(super) async fn cordon(app: &Control, request: Request<pb::QueueCordonRequest>) -> Result<Response<()>, Status> {
+    set_cordon(app, request, |r| &r.name, true).await
+}
+
+pub(super) async fn uncordon(
+    app: &Control,
+    request: Request<pb::QueueUncordonRequest>,
+) -> Result<Response<()>, Status> {
+    set_cordon(app, request, |r| &r.name, false).await
+}
+
+/// Cordon or uncordon: REST's [`queue_ops::set_cordon`] (admins only).
+async fn set_cordon<T>(
+    app: &Control,
+    request: Request<T>,
+    name: impl Fn(&T) -> &String,
+    cordoned: bool,
+) -> Result<Response<()>, Status> {
+    let p = principal(app, &request)?;
+    let name = queue_name("name", name(request.get_ref()))?;
+    leading(app).await?;
+    queue_ops::set_cordon(app, &p, &name, cordoned).await.map_err(status)?;
+    Ok(Response::new(()))
+}
+
+/// Priority class names of a request field, INVALID_ARGUMENT naming the one that is not a name.
+fn priority_classes(field: &str, names: &[String]) -> Result<Vec<PriorityClassName>, Status> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| PriorityClassName::new(n).map_err(|e| Status::invalid_argument(format!("{field}[{i}]: {e}"))))
+        .collect()
+}
+
+/// Pool names of a request field, INVALID_ARGUMENT naming the one that is not a name.
+fn pools(field: &str, names: &[String]) -> Result<Vec<PoolName>, Status> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| PoolName::new(n).map_err(|e| Status::invalid_argument(format!("{field}[{i}]: {e}"))))
+        .collect()
+}
+
+/// A REST error of a queue-wide operation with its field as Armada's request spells it.
+fn armada_status(mut e: ApiError) -> Status {
+    e.field = e.field.map(|f| {
+        f.replacen("priority_classes", "priorityClasses", 1)
+            .replacen("states", "jobStates", 1)
+            .replacen("queue", "name", 1)
+    });
+    status(e)
+}
+
+/// CancelOnQueue: REST's [`queue_ops::cancel_on_queue`].
+pub(super) async fn cancel_on(app: &Control, request: Request<pb::QueueCancelRequest>) -> Result<Response<()>, Status> {
+    let p = principal(app, &request)?;
+    let req = request.into_inner();
+    let name = queue_name("name", &req.name)?;
+    let mut states = Vec::new();
+    for (i, s) in req.job_states.iter().enumerate() {
+        let s = cancellable_state_at(format!("jobStates[{i}]"), *s)?;
+        if !states.contains(&s) {
+            states.push(s);
+        }
+    }
+    let cancel = QueueCancelRequest {
+        states,
+        priority_classes: priority_classes("priorityClasses", &req.priority_classes)?,
+        pools: pools("pools", &req.pools)?,
+        reason: None,
+    };
+    leading(app).await?;
+    queue_ops::cancel_on_queue(app, &p, &name, cancel).await.map_err(armada_status)?;
+    Ok(Response::new(()))
+}
+
+/// PreemptOnQueue: REST's [`queue_ops::preempt_on_queue`].
+pub(super) async fn preempt_on(
+    app: &Control,
+    request: Request<pb::QueuePreemptRequest>,
+) -> Result<Response<()>, Status> {
+    let p = principal(app, &request)?;
+    let req = request.into_inner();
+    let name = queue_name("name", &req.name)?;
+    let preempt = QueuePreemptRequest {
+        priority_classes: priority_classes("priorityClasses", &req.priority_classes)?,
+        pools: pools("pools", &req.pools)?,
+        reason: None,
+    };
+    leading(app).await?;
+    queue_ops::preempt_on_queue(app, &p, &name, preempt).await.map_err(armada_status)?;
+    Ok(Response::new(()))
+}
+
 /// The stream of GetQueues.
 pub type QueueStream = Pin<Box<dyn futures::Stream<Item = Result<pb::StreamingQueueMessage, Status>> + Send>>;
 
@@ -192,6 +291,22 @@ impl queue_service_server::QueueService for QueueService {
 
     async fn get_queue(&self, request: Request<pb::QueueGetRequest>) -> Result<Response<pb::Queue>, Status> {
         get(&self.0, request).await
+    }
+
+    async fn cordon_queue(&self, request: Request<pb::QueueCordonRequest>) -> Result<Response<()>, Status> {
+        cordon(&self.0, request).await
+    }
+
+    async fn uncordon_queue(&self, request: Request<pb::QueueUncordonRequest>) -> Result<Response<()>, Status> {
+        uncordon(&self.0, request).await
+    }
+
+    async fn cancel_on_queue(&self, request: Request<pb::QueueCancelRequest>) -> Result<Response<()>, Status> {
+        cancel_on(&self.0, request).await
+    }
+
+    async fn preempt_on_queue(&self, request: Request<pb::QueuePreemptRequest>) -> Result<Response<()>, Status> {
+        preempt_on(&self.0, request).await
     }
 
     type GetQueuesStream = QueueStream;

@@ -103,8 +103,6 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         ));
     }
     let json = pod_spec_json(i, item)?;
-    // Armada's way to name the priority class.
-    let priority_class = json.get("priorityClassName").and_then(Json::as_str).map(str::to_string);
     let pod_spec =
         serde_json::value::to_raw_value(&json).map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
     let mut annotations: BTreeMap<String, String> = item.annotations.clone().into_iter().collect();
@@ -113,7 +111,9 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
     }
     Ok(SubmitItem {
         priority: priority(&format!("job_request_items[{i}].priority"), item.priority)?,
-        priority_class,
+        // Armada names the class in the pod spec (`priorityClassName`), which the submission
+        // checks read for both APIs.
+        priority_class: None,
         pod_spec,
         annotations,
         labels: item.labels.clone().into_iter().collect(),
@@ -149,7 +149,12 @@ fn armada_field(rest: &str, req: &pb::JobSubmitRequest) -> String {
 
 /// Armada's job states that a job set cancellation may name, as Convoy's.
 fn cancellable_state(i: usize, s: i32) -> Result<JobState, Status> {
-    let field = format!("filter.states[{i}]");
+    cancellable_state_at(format!("filter.states[{i}]"), s)
+}
+
+/// Armada's job state `s` of the request field `field` as Convoy's live state: INVALID_ARGUMENT
+/// naming the field for a finished state or a number that is not a state.
+pub(super) fn cancellable_state_at(field: String, s: i32) -> Result<JobState, Status> {
     match pb::JobState::try_from(s) {
         Ok(pb::JobState::Queued | pb::JobState::Submitted) => Ok(JobState::Queued),
         Ok(pb::JobState::Leased) => Ok(JobState::Leased),

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// Queue to submit to; it must exist and not be cordoned.
+    /// Queue to submit to; it must exist (a cordoned queue takes jobs and leaves them queued).
     pub queue: QueueName,
     /// Job set to put the jobs in: related jobs of the queue, watched and cancelled together.
     /// Created by its first submission.
@@ -131,6 +131,41 @@ pub struct PreemptRequest {
     /// The jobs, at least one; only those holding a node (leased, pending or running) are
     /// preempted.
     pub job_ids: Vec<JobId>,
+    /// Why, recorded on the jobs and their events (default: `preempted by <caller>`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/cancel`: the queue's live jobs, every job set; the filters narrow
+/// them (an absent or empty filter reaches every job).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueCancelRequest {
+    /// Only jobs in these states (not finished ones).
+    #[serde(default)]
+    pub states: Vec<JobState>,
+    /// Only jobs of these priority classes.
+    #[serde(default)]
+    pub priority_classes: Vec<PriorityClassName>,
+    /// Only jobs in these pools: where a job's run is, or for a queued job a pool it may use.
+    #[serde(default)]
+    pub pools: Vec<PoolName>,
+    /// Why, recorded on the jobs and their events (default: `cancelled by <caller>`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/queues/{queue}/preempt`: the queue's jobs that hold a node (leased, pending or
+/// running), every job set; the filters narrow them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueuePreemptRequest {
+    /// Only jobs of these priority classes.
+    #[serde(default)]
+    pub priority_classes: Vec<PriorityClassName>,
+    /// Only jobs whose run is in one of these pools.
+    #[serde(default)]
+    pub pools: Vec<PoolName>,
     /// Why, recorded on the jobs and their events (default: `preempted by <caller>`).
     #[serde(default)]
     pub reason: Option<String>,
@@ -380,7 +415,7 @@ pub struct LeaseRequest {
     #[serde(default)]
     pub runs: Vec<HeldRun>,
     /// Longest the server may hold the request open, in seconds (default 30, at most the server's
-    /// `max_lease_wait`, 60 by default).
+    /// `max_lease_wait`, 30 by default).
     #[serde(default)]
     pub wait_seconds: Option<f64>,
     /// At most this many leases in one answer (default: no limit; 0 counts as 1).
@@ -538,7 +573,8 @@ pub struct Problem {
     /// The offending field, e.g. `jobs[3].pod_spec.containers[0].resources`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
-    /// Id of the request. This server does not set it: the id is in the `x-request-id` header.
+    /// Id of the request, as in the `x-request-id` header of the answer: quote it when reporting
+    /// a problem, the server's log carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
 }

@@ -19,6 +19,16 @@ pub struct NameError {
 
 macro_rules! name_type {
     ($(#[$doc:meta])* $ty:ident, $kind:literal, $max:literal, $extra:literal, $rule:literal) => {
+        name_type!(
+            @with $(#[$doc])* $ty, $kind, $rule,
+            |s: &str| !s.is_empty()
+                && s.len() <= $max
+                && s.as_bytes()[0].is_ascii_alphanumeric()
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || $extra.as_bytes().contains(&b)),
+            name_schema($kind, $max, $extra, $rule)
+        );
+    };
+    (@with $(#[$doc:meta])* $ty:ident, $kind:literal, $rule:literal, $valid:expr, $schema:expr) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $ty(Arc<str>);
@@ -26,11 +36,8 @@ macro_rules! name_type {
         impl $ty {
             /// Validates and wraps a name.
             pub fn new(s: &str) -> Result<Self, NameError> {
-                let ok = !s.is_empty()
-                    && s.len() <= $max
-                    && s.as_bytes()[0].is_ascii_alphanumeric()
-                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || $extra.as_bytes().contains(&b));
-                if ok {
+                let valid: fn(&str) -> bool = $valid;
+                if valid(s) {
                     Ok(Self(Arc::from(s)))
                 } else {
                     Err(NameError { kind: $kind, value: s.to_string(), rule: $rule })
@@ -90,7 +97,7 @@ macro_rules! name_type {
         /// A string with the rules of [`Self::new`].
         impl utoipa::PartialSchema for $ty {
             fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-                name_schema($kind, $max, $extra, $rule)
+                $schema
             }
         }
 
@@ -118,13 +125,40 @@ fn name_schema(
         .into()
 }
 
+/// The OpenAPI schema of a job set name: no control characters, 1 to 1,024 bytes (a schema's
+/// `maxLength` counts characters, so it bounds what a name of single-byte characters may be).
+fn job_set_name_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "A job set name: 1 to 1,024 bytes (UTF-8) of any characters except control characters, \
+             e.g. `scheduled__2026-11-23T10:00:00+00:00`. In a URL path, percent-encode it (`/` as `%2F`, \
+             space as `%20`).",
+        ))
+        .min_length(Some(1))
+        .max_length(Some(MAX_JOB_SET_NAME_BYTES))
+        .pattern(Some("^[^\\p{Cc}]+$"))
+        .examples(["scheduled__2026-11-23T10:00:00+00:00"])
+        .into()
+}
+
 name_type!(
     /// Name of a queue: 1–63 characters, letters, digits, `.`, `_`, `-`, starting with a letter or digit.
     QueueName, "queue name", 63, "._-", "1-63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
 );
+/// Longest job set name, in bytes (Armada's limit).
+pub const MAX_JOB_SET_NAME_BYTES: usize = 1024;
+
 name_type!(
-    /// Name of a job set (a user's group of related jobs within a queue).
-    JobSetName, "job set name", 253, "._-:/", "1-253 characters of letters, digits, '.', '_', '-', ':' or '/', starting with a letter or digit"
+    @with
+    /// Name of a job set (a user's group of related jobs within a queue). As Armada's: any
+    /// characters but control characters (Airflow's run ids carry `+`, `:` and spaces), 1 to
+    /// 1,024 bytes of UTF-8. Control characters stay out because the store separates key parts
+    /// with a 0 byte and names end up in logs and headers.
+    JobSetName, "job set name", "1-1024 bytes of any characters except control characters",
+    |s: &str| !s.is_empty() && s.len() <= MAX_JOB_SET_NAME_BYTES && !s.chars().any(char::is_control),
+    job_set_name_schema()
 );
 name_type!(
     /// Name of a priority class.
@@ -297,6 +331,24 @@ mod tests {
         assert!(ResourceName::new("nvidia.com/gpu").is_ok());
         let e = QueueName::new("a b").unwrap_err();
         assert!(e.to_string().contains("queue name \"a b\""), "{e}");
+    }
+
+    #[test]
+    fn job_set_names_take_any_characters_but_control_ones() {
+        for ok in ["scheduled__2026-11-23T10:00:00+00:00", "a b/c", "-x", "名前", "%2F", &"a".repeat(1024)] {
+            assert_eq!(JobSetName::new(ok).map(|n| n.to_string()), Ok(ok.to_string()), "{ok:?}");
+        }
+        for bad in ["", "a\0b", "tab\there", "new\nline", "\u{7f}", "\u{85}", &"a".repeat(1025)] {
+            assert!(JobSetName::new(bad).is_err(), "{bad:?}");
+        }
+        // The limit is in bytes: 512 two-byte characters fit, 513 do not.
+        assert!(JobSetName::new(&"é".repeat(512)).is_ok());
+        assert!(JobSetName::new(&"é".repeat(513)).is_err());
+        let e = JobSetName::new("a\nb").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "job set name \"a\\nb\" is invalid: 1-1024 bytes of any characters except control characters"
+        );
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub struct Queue {
     #[serde(default)]
     #[schema(value_type = BTreeMap<PriorityClassName, BTreeMap<ResourceName, f64>>)]
     pub resource_limits_by_priority_class: BTreeMap<PriorityClassName, ResourceFractions>,
-    /// A cordoned queue refuses new submissions; its jobs keep running.
+    /// A cordoned queue takes submissions but none of its queued jobs is scheduled (as Armada's
+    /// cordon); its running jobs keep running.
     #[serde(default)]
     pub cordoned: bool,
     /// Free-form labels for people and tools; Convoy does not act on them.

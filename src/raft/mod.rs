@@ -419,6 +419,11 @@ impl RaftNode {
         self.network.http_client().clone()
     }
 
+    /// The HTTP/2-only client of relayed gRPC calls.
+    pub fn h2_client(&self) -> reqwest::Client {
+        self.network.h2_client().clone()
+    }
+
     /// Whether this node currently believes it is the leader. A hint for routing requests; use
     /// [`ensure_linearizable`](Self::ensure_linearizable) before a read that must be current.
     pub fn is_leader(&self) -> bool {

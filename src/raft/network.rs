@@ -118,6 +118,7 @@ enum PeerHttpError {
 pub struct NetworkFactory {
     identity: Identity,
     client: reqwest::Client,
+    h2_client: reqwest::Client,
     secret: Option<HeaderValue>,
     stats: Arc<PeerStats>,
     acked: Arc<Acked>,
@@ -140,12 +141,22 @@ impl NetworkFactory {
             }
             None => None,
         };
-        let builder = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60));
-        let client = https_client(builder, ca)?.build()?;
-        Ok(Self { identity, client, secret, stats: Arc::new(PeerStats::default()), acked: Arc::new(Acked::default()) })
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .pool_idle_timeout(Duration::from_secs(60))
+        };
+        let client = https_client(builder(), ca)?.build()?;
+        let h2_client = https_client(builder().http2_prior_knowledge(), ca)?.build()?;
+        Ok(Self {
+            identity,
+            client,
+            h2_client,
+            secret,
+            stats: Arc::new(PeerStats::default()),
+            acked: Arc::new(Acked::default()),
+        })
     }
 
     /// Forgets what member `id` acknowledged: it left the cluster, and may come back afresh.
@@ -162,6 +173,12 @@ impl NetworkFactory {
     /// relays to the leader.
     pub fn http_client(&self) -> &reqwest::Client {
         &self.client
+    }
+
+    /// The same client speaking only HTTP/2 (prior knowledge over plain TCP, ALPN `h2` over
+    /// TLS), for the gRPC calls a follower relays: gRPC answers end in trailers.
+    pub fn h2_client(&self) -> &reqwest::Client {
+        &self.h2_client
     }
 
     /// A request to peer `target` at `addr` (its base URL) for `path`, with the headers every

@@ -103,8 +103,8 @@ pub const STATE_SCHEMA_VERSION: u32 = 7;
 ///   protocol 4).
 /// - 5: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
 ///   protocol 5).
-/// - 6: [`Command::CreateQueueInTree`] and [`Command::UpdateQueueInTree`], added at the end of
-///   the commands (peer protocol 6). Binaries of format 6 still marked their logs 5.
+/// - 6: [`Command::CreateQueueInTree`] and [`Command::UpdateQueueInTree`] (queues with their
+///   place in the queue tree), added at the end of the commands in the same way (peer protocol 6).
 /// - 7: [`Command::SubmitInNamespaces`] (jobs with their namespace) and
 ///   [`Command::RunEventsWithPods`] (run events with the pod the run became), added at the end of
 ///   the commands: older entries are format 7 entries byte for byte, the mark is raised when

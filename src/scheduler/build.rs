@@ -182,7 +182,9 @@ impl<'a> PoolCycle<'a> {
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
         let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
         for (qi, qs) in qsnaps.iter().enumerate() {
-            let src: &'a [Arc<JobInfo>] = &qs.queued;
+            // A cordoned queue's queued jobs are not offered and claim no share (Armada counts a
+            // cordoned queue's demand as what it runs); its running jobs stay as they are.
+            let src: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
             let eligible = |j: &JobInfo| {
                 (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
             };
@@ -219,7 +221,7 @@ impl<'a> PoolCycle<'a> {
                     }
                 }
             }
-            if let Some(d) = &qs.queued_demand {
+            if let Some(d) = qs.queued_demand.as_ref().filter(|_| !qs.queue.cordoned) {
                 demand = cycle.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {

@@ -70,6 +70,13 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
     let no_pool = Arc::new(Reason::NoPool);
     for qs in &snapshot.queues {
+        if qs.queue.cordoned {
+            if !qs.queued.is_empty() {
+                let cordoned = Arc::new(Reason::QueueCordoned { queue: qs.queue.name.clone() });
+                decisions.queue_notes.insert(qs.queue.name.clone(), cordoned);
+            }
+            continue;
+        }
         for j in &qs.queued {
             if !j.pools.is_empty() && !j.pools.iter().any(|p| pools.contains(p)) {
                 decisions.unscheduled.push(Unscheduled { job_id: j.id, reason: no_pool.clone() });

@@ -101,6 +101,11 @@ pub enum Reason {
     },
     /// None of the job's pools has nodes.
     NoPool,
+    /// The job's queue is cordoned: its queued jobs wait until it is uncordoned.
+    QueueCordoned {
+        /// The queue.
+        queue: QueueName,
+    },
     /// The nodes that would take the job are earmarked for other queues, and its priority class
     /// is not preemptible, so it may not use them as a guest.
     ReservedNodes {
@@ -178,6 +183,9 @@ impl fmt::Display for Reason {
             Reason::GangMemberLost { gang } => write!(f, "gang {gang}: a member could not return to its node"),
             Reason::NoRoomOnNode { node } => write!(f, "no room left on its node {node}"),
             Reason::NoPool => write!(f, "no pool the job may run in has nodes"),
+            Reason::QueueCordoned { queue } => {
+                write!(f, "queue {queue} is cordoned: its queued jobs wait until it is uncordoned")
+            }
             Reason::ReservedNodes { pool, queues } => {
                 let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
                 write!(

@@ -157,6 +157,25 @@ impl ClusterView for RaftView {
         let addr = addr.trim_end_matches('/').to_string();
         Box::pin(async move { relay(client, addr, request, timeout).await })
     }
+
+    fn relay_h2(
+        &self,
+        addr: &str,
+        request: http::Request<Bytes>,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<http::Response<axum::body::Body>, RelayError>> {
+        let client = self.node.h2_client();
+        let addr = addr.trim_end_matches('/').to_string();
+        Box::pin(async move {
+            let answer = send(&client, &addr, request, timeout).await?;
+            let mut response: http::Response<reqwest::Body> = answer.into();
+            let hop_by_hop: Vec<_> = response.headers().keys().filter(|n| is_hop_by_hop(n)).cloned().collect();
+            for name in hop_by_hop {
+                response.headers_mut().remove(name);
+            }
+            Ok(response.map(axum::body::Body::new))
+        })
+    }
 }
 
 /// Sends `request` to `addr` and reads the whole answer.
@@ -166,22 +185,7 @@ async fn relay(
     request: http::Request<Bytes>,
     timeout: Duration,
 ) -> Result<http::Response<Bytes>, RelayError> {
-    let (parts, body) = request.into_parts();
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut outgoing = client.request(parts.method, format!("{addr}{path}")).timeout(timeout).body(body);
-    for (name, value) in parts.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
-        outgoing = outgoing.header(name, value);
-    }
-    let lost = |e: reqwest::Error| {
-        let message = crate::api::problem::error_chain(&e);
-        // Only a failure to connect proves the leader never saw the request.
-        if e.is_connect() {
-            RelayError::NotSent { addr: addr.clone(), message }
-        } else {
-            RelayError::Lost { addr: addr.clone(), message }
-        }
-    };
-    let answer = outgoing.send().await.map_err(lost)?;
+    let answer = send(&client, &addr, request, timeout).await?;
     let mut response = http::Response::builder().status(answer.status());
     for (name, value) in answer.headers().iter().filter(|(n, _)| !is_hop_by_hop(n)) {
         response = response.header(name, value);
@@ -191,6 +195,28 @@ async fn relay(
         .await
         .map_err(|e| RelayError::Lost { addr: addr.clone(), message: crate::api::problem::error_chain(&e) })?;
     response.body(body).map_err(|e| RelayError::Lost { addr: addr.clone(), message: e.to_string() })
+}
+
+/// Sends `request` to `addr`; the answer once its head arrived.
+async fn send(
+    client: &reqwest::Client,
+    addr: &str,
+    request: http::Request<Bytes>,
+    timeout: Duration,
+) -> Result<reqwest::Response, RelayError> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut outgoing = client.request(parts.method, format!("{addr}{path}")).timeout(timeout).body(body);
+    for (name, value) in parts.headers.iter().filter(|(n, _)| !is_hop_by_hop(n)) {
+        outgoing = outgoing.header(name, value);
+    }
+    let lost = |e: reqwest::Error| {
+        let message = crate::api::problem::error_chain(&e);
+        let addr = addr.to_string();
+        // Only a failure to connect proves the leader never saw the request.
+        if e.is_connect() { RelayError::NotSent { addr, message } } else { RelayError::Lost { addr, message } }
+    };
+    outgoing.send().await.map_err(lost)
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1), and the

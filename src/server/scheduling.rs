@@ -24,22 +24,27 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let mut last = Instant::now().checked_sub(min).unwrap_or_else(Instant::now);
     let mut cycle: u64 = 0;
     let mut leading = false;
+    // The applied index the last cycle saw: an idle cycle is only worth running after a change.
+    let mut seen_applied = 0;
     loop {
-        tokio::select! {
-            _ = app.notify.schedule.notified() => {}
-            _ = tokio::time::sleep(max) => {}
-            _ = shutdown.changed() => {}
-        }
+        let timer = tokio::select! {
+            _ = app.notify.schedule.notified() => false,
+            _ = tokio::time::sleep(max) => true,
+            _ = shutdown.changed() => false,
+        };
         if *shutdown.borrow() {
             break;
         }
         // With nothing queued a cycle can neither place nor usefully preempt anything; skipping
         // it keeps the next submission from waiting out the minimum interval. Usage decay needs
-        // the cycles all the same: they record when a queue's share changes.
+        // the cycles all the same: they record when a queue's share changes. The queue reports
+        // come from cycles, so after runs ended an idle cycle still runs, on the slow timer only.
         let decay = !cfg.queue_usage_halftime.is_zero();
-        if !decay && app.state().queues.values().all(|q| q.queued.is_empty()) {
+        let applied = app.cluster.applied_index();
+        if !decay && app.state().queues.values().all(|q| q.queued.is_empty()) && !(timer && applied != seen_applied) {
             continue;
         }
+        seen_applied = applied;
         let since = last.elapsed();
         if since < min {
             tokio::time::sleep(min - since).await;

@@ -176,6 +176,11 @@ impl Simulation {
                     .record(NodeFailure { at_ms: now_ms, fault: NodeFault::NodeLost, job: job.info.id }, &policy);
             }
         }
+        for (names, cordoned) in [(&round.cordon, true), (&round.uncordon, false)] {
+            for q in self.scenario.queues.iter_mut().filter(|q| names.contains(&q.name)) {
+                q.cordoned = cordoned;
+            }
+        }
         self.submit(&round.submit);
 
         let snapshot = self.snapshot();

@@ -1,5 +1,5 @@
 //! `convoy simulate`: runs the real scheduler over a scenario of nodes, queues and rounds of
-//! submissions, with no server, agent or disk (contract: SIMULATE.md).
+//! submissions, with no server, agent or disk (the format: docs/simulate.md).
 
 pub mod engine;
 pub mod output;

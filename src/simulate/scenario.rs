@@ -1,4 +1,4 @@
-//! The scenario file of `convoy simulate` (see SIMULATE.md): nodes, queues, scheduler config and
+//! The scenario file of `convoy simulate` (see docs/simulate.md): nodes, queues, scheduler config and
 //! rounds of submissions, parsed from YAML or JSON and checked with errors that name the field.
 
 use crate::model::placement::NodeAffinity;
@@ -109,6 +109,13 @@ pub struct Round {
     /// node's quarantine (`config.quarantine`) at the round's time.
     #[serde(default)]
     pub fail: Vec<FailSpec>,
+    /// Queues cordoned before this round's cycle: their queued jobs are not scheduled, their
+    /// running jobs keep running.
+    #[serde(default)]
+    pub cordon: Vec<QueueName>,
+    /// Queues uncordoned before this round's cycle.
+    #[serde(default)]
+    pub uncordon: Vec<QueueName>,
 }
 
 /// One entry of a round's `fail`.
@@ -392,6 +399,14 @@ impl Scenario {
                             "gang {id} has cardinality {} but {n} members are submitted in this round",
                             g.cardinality
                         ),
+                    ));
+                }
+            }
+            for (key, list) in [("cordon", &round.cordon), ("uncordon", &round.uncordon)] {
+                if let Some((i, q)) = list.iter().enumerate().find(|(_, q)| !queues.contains(*q)) {
+                    return Err(ScenarioError::new(
+                        format!("rounds[{r}].{key}[{i}]"),
+                        format!("queue {q} is not declared in queues"),
                     ));
                 }
             }

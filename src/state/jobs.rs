@@ -17,13 +17,7 @@ impl State {
         let Some(q) = self.queues.get(queue) else {
             return reject(RejectKind::NotFound, Some("queue"), format!("queue {queue} does not exist"));
         };
-        if q.queue.cordoned {
-            return reject(
-                RejectKind::Conflict,
-                Some("queue"),
-                format!("queue {queue} is cordoned and accepts no new jobs"),
-            );
-        }
+        // A cordoned queue still takes jobs (as Armada's): the scheduler leaves them queued.
         if self.is_parent(queue) {
             return reject(
                 RejectKind::Conflict,

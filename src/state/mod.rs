@@ -6,6 +6,7 @@ pub mod command;
 mod jobs;
 pub mod machine;
 mod quarantine;
+mod queue_select;
 mod queues;
 mod retention;
 mod runs;
@@ -17,6 +18,7 @@ pub use command::{
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
+pub use queue_select::QueueJobFilter;
 
 #[cfg(test)]
 mod tests;

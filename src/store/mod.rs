@@ -39,6 +39,15 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Another process has the database open: a second server on the same data directory.
+    #[error(
+        "the database {path} is open in another process: is another convoy server (or convoy up) running on this \
+         data directory?"
+    )]
+    InUse {
+        /// The database file.
+        path: PathBuf,
+    },
     /// A stored value does not decode as the record it should be.
     #[error("stored {what} is corrupt")]
     Corrupt {
@@ -153,7 +162,10 @@ impl Store {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_path_buf(), source })?;
         }
-        let db = Database::builder().set_cache_size(cache_bytes).create(path)?;
+        let db = Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path: path.to_path_buf() },
+            e => e.into(),
+        })?;
         migrate::run(&db, &path.display().to_string())?;
         if snapshot_stream::drop_staging(&db)? {
             tracing::warn!(path = %path.display(), "dropped the staging tables of a snapshot install that was interrupted");

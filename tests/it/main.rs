@@ -4,6 +4,8 @@
 
 mod agent;
 mod api_defects;
+#[cfg(feature = "grpc")]
+mod armada_python;
 mod cli_client;
 mod cli_submit;
 mod cluster;
@@ -17,6 +19,7 @@ mod grpc;
 mod packaging;
 mod pool_policy;
 mod quarantine;
+mod queue_ops;
 mod queue_tree;
 mod queue_usage;
 mod retention;

@@ -23,9 +23,9 @@ async fn queue_crud() {
     assert_eq!(st, 200, "{v}");
     let (_, v) = s.get("/v1/queues/team-a").await;
     assert_eq!((v["priority_factor"].as_f64(), v["cordoned"].as_bool()), (Some(3.0), Some(true)));
-    // Cordoned queues refuse submissions.
+    // Cordoned queues take submissions (as Armada's); the jobs wait for the queue's uncordon.
     let (st, v) = s.post("/v1/jobs", &json!({"queue": "team-a", "job_set": "s", "jobs": [job("1")]})).await;
-    assert_eq!(st, 409, "{v}");
+    assert_eq!(st, 200, "{v}");
     let (st, _) = s.put("/v1/queues/team-a", &json!({"name": "team-a"})).await;
     assert_eq!(st, 200);
     // A queue with jobs that are not finished is only deleted with force.
@@ -167,7 +167,7 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
         ),
         (json!({"queue": "A", "job_set": "s", "jobs": [gang("3"), gang("3")]}), 400, "jobs[0].annotations"),
         (json!({"queue": "A", "job_set": "s", "jobs": []}), 400, "jobs"),
-        (json!({"queue": "A", "job_set": "bad set", "jobs": [job("1")]}), 400, "job_set"),
+        (json!({"queue": "A", "job_set": "bad\tset", "jobs": [job("1")]}), 400, "job_set"),
         (json!({"queue": "A", "job_set": "s", "jobs": [job("1")], "extra": 1}), 400, "extra"),
     ];
     for (body, status, field) in cases {

@@ -152,3 +152,43 @@ async fn lost_executor_requeues_its_jobs() {
         assert!(Instant::now() < deadline, "no new lease");
     }
 }
+
+/// The queue report comes from scheduling cycles, and cycles are skipped while nothing is queued:
+/// once the last job of a queue ended, an idle cycle still runs (on the slow timer) so the
+/// report does not keep showing the finished job's allocation.
+#[tokio::test]
+async fn the_queue_report_drops_an_ended_job_s_allocation_with_nothing_queued() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![node("n1", "4")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    s.submit("A", "s", vec![job("1")]).await;
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    let lease = v["leases"][0].clone();
+    assert!(lease.is_object(), "{v}");
+    s.report("e1", vec![ev(&lease, "pending"), ev(&lease, "running")]).await;
+    let share = |r: &Value| r["pools"].as_array().and_then(|p| p.first()).map(|p| p["actual_share"].clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, r) = s.get("/v1/queues/A/report").await;
+        if share(&r).is_some_and(|a| a.as_f64().is_some_and(|a| a > 0.0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the running job never showed in the report: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut done = ev(&lease, "succeeded");
+    done["exit_code"] = json!(0);
+    s.report("e1", vec![done]).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, r) = s.get("/v1/queues/A/report").await;
+        // A pool with nothing allocated or asked for leaves the report.
+        if share(&r).is_none_or(|a| a == json!(0.0)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the report kept the ended job's allocation: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -229,6 +229,26 @@ async fn three_servers_form_a_cluster_over_tls() {
         assert!(Instant::now() < deadline, "the relayed write did not reach the other follower:\n{}", logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A gRPC write through a follower is relayed to the leader over HTTP/2 on TLS too.
+    #[cfg(feature = "grpc")]
+    {
+        use convoy::grpc::pb;
+        use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+        let pem = std::fs::read_to_string(&ca.path).expect("CA file");
+        let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)).domain_name("localhost");
+        let ch = Channel::from_shared(follower.url.clone())
+            .expect("url")
+            .tls_config(tls)
+            .expect("tls")
+            .connect()
+            .await
+            .expect("h2 over TLS");
+        pb::queue_service_client::QueueServiceClient::new(ch)
+            .create_queue(pb::Queue { name: "relayed-grpc".into(), ..Default::default() })
+            .await
+            .unwrap_or_else(|e| panic!("a gRPC write through a follower: {e:?}\n{}", logs()));
+        assert_eq!(follower.get("/v1/queues/relayed-grpc").await.0, 200, "the follower applied its relayed write");
+    }
     // `convoy cluster` with the CA, from a follower.
     let out = convoy(&follower.url, &["cluster"], &[("CONVOY_CA", &ca.path)]).await;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -4,6 +4,7 @@
 mod cluster;
 mod e2e;
 mod harness;
+mod processes;
 mod recovery;
 mod schedule;
 mod snapshot;
@@ -26,6 +27,8 @@ pub(crate) enum BenchCommand {
     Snapshot(snapshot::SnapshotArgs),
     /// Three servers as one cluster: throughput through all of them, and failover times.
     Cluster(cluster::ClusterArgs),
+    /// Real `sh -c` jobs through a server and a process agent: jobs/s and CPU per job.
+    Processes(processes::ProcessesArgs),
 }
 
 /// Runs a benchmark.
@@ -37,6 +40,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::E2e(args) => e2e::run(args),
         BenchCommand::Snapshot(args) => snapshot::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
+        BenchCommand::Processes(args) => processes::run(args),
     }
 }
 

@@ -31,7 +31,7 @@ pub(super) async fn run(c: &Client, args: CancelArgs) -> anyhow::Result<()> {
 }
 
 /// `queued, running` → the states; an unknown one is refused naming the flag and the choices.
-fn parse_states(text: &str) -> anyhow::Result<Vec<JobState>> {
+pub(super) fn parse_states(text: &str) -> anyhow::Result<Vec<JobState>> {
     text.split(',')
         .map(str::trim)
         .map(|s| {

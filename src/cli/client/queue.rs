@@ -1,10 +1,11 @@
-//! `convoy queue create|list|get|update|delete|report`.
+//! `convoy queue create|list|get|update|delete|report|cordon|uncordon|cancel|preempt`.
 
+use super::cancel::parse_states;
 use super::doc;
 use super::http::{Client, print_json};
 use clap::Subcommand;
-use convoy::model::api::QueueReport;
-use convoy::model::{PriorityPolicy, Queue, QueueName, SortPriority};
+use convoy::model::api::{JobIdsResponse, QueueCancelRequest, QueuePreemptRequest, QueueReport};
+use convoy::model::{PoolName, PriorityClassName, PriorityPolicy, Queue, QueueName, SortPriority};
 use reqwest::Method;
 
 /// Queue verbs.
@@ -51,6 +52,45 @@ pub(crate) enum QueueCommand {
     },
     /// Fair share, allocation and demand.
     Report { name: QueueName },
+    /// Cordon a queue: it still takes jobs, but none of its queued jobs is scheduled (its
+    /// running jobs keep running). Admins only.
+    Cordon { name: QueueName },
+    /// Uncordon a queue: its queued jobs are scheduled again. Admins only.
+    Uncordon { name: QueueName },
+    /// Cancel the queue's jobs in every job set (all live ones, or those the flags select);
+    /// prints the jobs cancelled.
+    Cancel {
+        name: QueueName,
+        /// Only jobs in these states (comma-separated: queued, leased, pending, running).
+        #[arg(long)]
+        states: Option<String>,
+        #[command(flatten)]
+        filter: QueueFilterFlags,
+        /// Why, recorded on the jobs (default: cancelled by <you>).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Preempt the queue's jobs that hold a node, in every job set (all, or those the flags
+    /// select); prints the jobs preempted.
+    Preempt {
+        name: QueueName,
+        #[command(flatten)]
+        filter: QueueFilterFlags,
+        /// Why, recorded on the jobs (default: preempted by <you>).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+/// The filters of `queue cancel` and `queue preempt`.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct QueueFilterFlags {
+    /// Only jobs of this priority class (repeatable).
+    #[arg(long = "priority-class")]
+    priority_classes: Vec<PriorityClassName>,
+    /// Only jobs in this pool (repeatable).
+    #[arg(long = "pool")]
+    pools: Vec<PoolName>,
 }
 
 /// The queue tree's settings, as flags.
@@ -185,7 +225,32 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
             Ok(())
         }
         QueueCommand::Report { name } => print_json(&c.get::<QueueReport>(&format!("/v1/queues/{name}/report")).await?),
+        QueueCommand::Cordon { name } => cordon(c, &name, "cordon").await,
+        QueueCommand::Uncordon { name } => cordon(c, &name, "uncordon").await,
+        QueueCommand::Cancel { name, states, filter, reason } => {
+            let body = QueueCancelRequest {
+                states: states.as_deref().map(parse_states).transpose()?.unwrap_or_default(),
+                priority_classes: filter.priority_classes,
+                pools: filter.pools,
+                reason,
+            };
+            let answer: JobIdsResponse = c.send_json(Method::POST, &format!("/v1/queues/{name}/cancel"), &body).await?;
+            print_json(&answer)
+        }
+        QueueCommand::Preempt { name, filter, reason } => {
+            let body = QueuePreemptRequest { priority_classes: filter.priority_classes, pools: filter.pools, reason };
+            let answer: JobIdsResponse =
+                c.send_json(Method::POST, &format!("/v1/queues/{name}/preempt"), &body).await?;
+            print_json(&answer)
+        }
     }
+}
+
+/// `POST /v1/queues/{name}/cordon` or `/uncordon`; prints the queue as stored.
+async fn cordon(c: &Client, name: &QueueName, verb: &str) -> anyhow::Result<()> {
+    let path = format!("/v1/queues/{name}/{verb}");
+    let stored: Queue = c.send(c.request(Method::POST, &path), &format!("POST {path}")).await?;
+    print_json(&stored)
 }
 
 #[cfg(test)]

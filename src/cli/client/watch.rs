@@ -17,7 +17,7 @@ pub(crate) struct WatchArgs {
 
 /// Prints one line per event until the server ends the stream.
 pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
-    let path = format!("/v1/queues/{}/job-sets/{}/events?from={}", args.queue, args.job_set, args.from);
+    let path = events_path(&args.queue, &args.job_set, args.from);
     let mut resp = c.send_raw(c.request(Method::GET, &path)).await?;
     let mut stream = EventData::default();
     while let Some(chunk) = resp.chunk().await? {
@@ -34,6 +34,22 @@ pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The path of a job set's event stream, each name percent-encoded as one path segment (job
+/// set names may hold `/`, `+`, `:`, spaces, any character but control characters).
+fn events_path(queue: &QueueName, job_set: &JobSetName, from: u64) -> String {
+    // Any base does: only the path it builds is used.
+    let mut url = reqwest::Url::parse("http://convoy/").expect("a valid URL literal");
+    url.path_segments_mut().expect("an http URL has path segments").extend([
+        "v1",
+        "queues",
+        queue.as_str(),
+        "job-sets",
+        job_set.as_str(),
+        "events",
+    ]);
+    format!("{}?from={from}", url.path())
 }
 
 /// One event of the stream: its `event:` name, if any, and its `data`.
@@ -83,6 +99,17 @@ fn kind_name(e: &EventView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_set_names_are_one_encoded_path_segment() {
+        let q = QueueName::new("a").unwrap();
+        let path = |s: &str| events_path(&q, &JobSetName::new(s).unwrap(), 4);
+        assert_eq!(
+            path("scheduled__2026-11-23T10:00:00+00:00"),
+            "/v1/queues/a/job-sets/scheduled__2026-11-23T10:00:00+00:00/events?from=4"
+        );
+        assert_eq!(path("my run/1 50%?#"), "/v1/queues/a/job-sets/my%20run%2F1%2050%25%3F%23/events?from=4");
+    }
 
     fn data(events: &[SseEvent]) -> Vec<&str> {
         events.iter().map(|e| e.data.as_str()).collect()

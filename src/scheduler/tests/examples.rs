@@ -415,3 +415,24 @@ fn decayed_usage_orders_a_recently_heavy_queue_last() {
     assert_eq!(counts(&plain.rounds[1].scheduled), map(&[("A", 4), ("B", 4)]));
     assert_eq!(plain.rounds[1].decisions.as_ref().unwrap().usage, None);
 }
+
+#[test]
+fn a_cordoned_queue_takes_jobs_and_schedules_none_until_uncordoned() {
+    let out = run("queue_cordon.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("A", 4)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("B", 3)]));
+    assert_eq!(counts(&r1.running), map(&[("A", 4), ("B", 3)]));
+    assert_eq!(counts(&r1.queued), map(&[("A", 6)]));
+    assert!(counts(&r1.preempted).is_empty());
+    for i in 1..=6 {
+        let j = format!("a2-{i}");
+        assert_eq!(state(r1, &j), "queued");
+        assert_eq!(reason(r1, &j), "queue A is cordoned: its queued jobs wait until it is uncordoned");
+    }
+    let r2 = &out.rounds[2];
+    assert_eq!(counts(&r2.scheduled), map(&[("A", 3)]));
+    assert_eq!(counts(&r2.running), map(&[("A", 7), ("B", 3)]));
+    assert_eq!(counts(&r2.queued), map(&[("A", 3)]));
+    assert_eq!((state(r2, "a2-1"), state(r2, "a2-3"), state(r2, "a2-4")), ("running", "running", "queued"));
+}

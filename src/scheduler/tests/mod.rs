@@ -1,5 +1,6 @@
 //! Scheduler tests: worked examples with exact outcomes, and property tests.
 
+mod cordon;
 mod examples;
 mod hierarchy;
 mod max_min;

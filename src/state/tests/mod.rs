@@ -144,7 +144,7 @@ fn client_id_makes_resubmission_idempotent() {
 }
 
 #[test]
-fn submit_to_missing_or_cordoned_queue_is_refused() {
+fn submit_to_missing_queue_is_refused_and_to_a_cordoned_one_taken() {
     let mut s = state();
     let a = s.apply(
         Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
@@ -156,7 +156,8 @@ fn submit_to_missing_or_cordoned_queue_is_refused() {
     cordoned.cordoned = true;
     s.apply(Command::UpdateQueue { queue: cordoned.into() }, ApplyContext::default());
     let a = submit(&mut s, vec![new_job(1, None, "1")]);
-    assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::Conflict, .. }))));
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
+    assert_eq!(job_state(&s, 1), Some(JobState::Queued));
 }
 
 #[test]
@@ -481,6 +482,7 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
 }
 
 mod quarantine;
+mod queue_select;
 mod queue_tree;
 mod retention;
 

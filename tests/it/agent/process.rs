@@ -409,3 +409,44 @@ async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
     assert_eq!(kinds, [RunEventKind::Running, RunEventKind::Succeeded]);
     agent.stop().await.expect("clean stop");
 }
+
+/// The spawner forks each supervisor away from itself (init or a subreaper adopts it), answers
+/// only once the supervisor holds the run directory, says why when it cannot, and the job runs
+/// on after the spawner is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_outlive_them() {
+    use convoy::agent::spawner::{SpawnRequest, SpawnerClient};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).expect("run dir");
+    let go = dir.path().join("go");
+    let mut spawner = SpawnerClient::start(std::path::Path::new(env!("CARGO_BIN_EXE_convoy"))).expect("spawner starts");
+    let req = SpawnRequest {
+        run_dir: run_dir.clone(),
+        grace_seconds: 1.0,
+        deadline_seconds: None,
+        workdir: None,
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("while [ ! -e '{}' ]; do sleep 0.02; done; echo \"$GREETING\"", go.display()),
+        ],
+        env: vec![("GREETING".into(), "hello from a forked supervisor".into())],
+    };
+    spawner.spawn(&req).await.expect("spawned");
+    // Answered only once the supervisor holds the lock.
+    let sup = std::fs::read_to_string(run_dir.join("supervisor")).expect("the supervisor wrote its stamp");
+    let sup_pid: i32 = sup.split_whitespace().next().and_then(|p| p.parse().ok()).expect("supervisor pid");
+    let stat = std::fs::read_to_string(format!("/proc/{sup_pid}/stat")).expect("the supervisor runs");
+    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse().ok()).expect("ppid");
+    assert_ne!(ppid, std::process::id(), "the supervisor is not the test's child");
+    let missing = SpawnRequest { run_dir: dir.path().join("no-such-run"), ..req.clone() };
+    let e = spawner.spawn(&missing).await.expect_err("no run directory");
+    assert!(e.to_string().contains("supervisor"), "{e}");
+    drop(spawner);
+    std::fs::write(&go, b"").expect("go");
+    wait_for(T, "the exit record", || run_dir.join("exit").exists().then_some(())).await;
+    let exit = std::fs::read_to_string(run_dir.join("exit")).expect("exit");
+    assert!(exit.contains("\"exit_code\":0"), "{exit}");
+    assert_eq!(std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"), "hello from a forked supervisor\n");
+}

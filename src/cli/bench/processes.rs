@@ -1,0 +1,155 @@
+//! `convoy bench processes`: real jobs on the process runtime. A server and a process agent
+//! (both real processes, this binary) on this machine; `--jobs` jobs running `--command` are
+//! submitted at once, then the agent starts and the benchmark waits until every job ended.
+//! Prints jobs/s started and finished, and the CPU the agent, the server and the whole machine
+//! (supervisors and jobs included) spent per job: CPU time is the steadier figure on a shared
+//! machine.
+
+use super::harness::{BenchServer, config};
+use super::submit::tempfile_dir;
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Arguments of `convoy bench processes`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ProcessesArgs {
+    /// Jobs to run.
+    #[arg(long, default_value_t = 10_000)]
+    jobs: u64,
+    /// The command each job runs, split at spaces (no shell: add `sh -c` for one); `true`
+    /// measures the runtime's own cost.
+    #[arg(long, default_value = "true")]
+    command: String,
+    /// Most jobs running at once: the node's CPU divided by each job's request.
+    #[arg(long, default_value_t = 1000)]
+    concurrency: u64,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout_seconds: u64,
+}
+
+/// CPU time (user + system) of process `pid`, from `/proc/<pid>/stat`.
+fn cpu_of(pid: u32) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
+        // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+        let rest = s.rsplit_once(')')?.1;
+        let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+        (f.len() == 2).then(|| f[0] + f[1])
+    });
+    // USER_HZ is 100 on every architecture Linux runs on.
+    Duration::from_millis(ticks.unwrap_or(0) * 10)
+}
+
+/// CPU time the whole machine spent busy so far (every CPU, all but idle and iowait), from
+/// `/proc/stat`. Supervisors belong to init, not to the agent, so their cost and the jobs' own
+/// shows only here; other work on a shared machine shows too.
+fn machine_busy() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        let f: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+        // user nice system idle iowait irq softirq steal ...
+        (f.len() >= 8).then(|| f[0] + f[1] + f[2] + f[5] + f[6] + f[7])
+    });
+    Duration::from_millis(ticks.unwrap_or(0) * 10)
+}
+
+/// Jobs of queue `bench` not over yet (the `convoy_jobs` gauge counts live jobs only).
+async fn live(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("convoy_jobs{queue=\"bench\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum())
+}
+
+pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.jobs >= 1 && args.concurrency >= 1, "--jobs and --concurrency must be at least 1");
+    anyhow::ensure!(!args.command.trim().is_empty(), "--command must name a program");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let tmp = tempfile_dir()?;
+        let server = BenchServer::start(&tmp, &config(&tmp, "max_jobs_per_request = 10000"))?;
+        let http = reqwest::Client::new();
+        server.ready(&http).await?;
+        let url = server.url.clone();
+        let r = http.post(format!("{url}/v1/queues")).json(&json!({"name": "bench"})).send().await?;
+        anyhow::ensure!(r.status().is_success(), "creating queue bench: {}", r.status());
+
+        // Each job asks for 1 millicpu of a node with `concurrency` millicpus.
+        let job = json!({"pod_spec": {"containers": [{"name": "bench", "command": args.command.split_whitespace().collect::<Vec<_>>(),
+            "resources": {"requests": {"cpu": "1m", "memory": "1Ki"}}}]}});
+        let mut submitted = 0;
+        while submitted < args.jobs {
+            let n = 1000.min(args.jobs - submitted);
+            let body = json!({"queue": "bench", "job_set": "bench", "jobs": vec![job.clone(); n as usize]});
+            let r = http.post(format!("{url}/v1/jobs")).json(&body).send().await?;
+            anyhow::ensure!(r.status().is_success(), "submitting: {} {}", r.status(), r.text().await.unwrap_or_default());
+            submitted += n;
+        }
+        let agent_cfg = tmp.join("agent.toml");
+        std::fs::write(
+            &agent_cfg,
+            format!(
+                "executor = \"bench\"\nservers = [\"{url}\"]\ndata_dir = \"{}\"\nruntime = \"process\"\n\
+                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Ti\" }}\n",
+                tmp.join("agent").display(),
+                args.concurrency,
+            ),
+        )?;
+        let server_cpu_before = server.cpu_time();
+        let machine_before = machine_busy();
+        let start = Instant::now();
+        let mut agent = Command::new(std::env::current_exe()?)
+            .args(["agent", "--config"])
+            .arg(&agent_cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(tmp.join("agent.log"))?))
+            .spawn()
+            .context("starting the process agent")?;
+        let pid = agent.id();
+        let mut agent_cpu;
+        let mut machine;
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if let Ok(Some(status)) = agent.try_wait() {
+                bail!("the agent exited ({status}); see {}", tmp.join("agent.log").display());
+            }
+            agent_cpu = cpu_of(pid);
+            machine = machine_busy().saturating_sub(machine_before);
+            let left = live(&http, &url).await?;
+            if left == 0 {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(args.timeout_seconds) {
+                bail!("{left} of {} jobs had not ended within {} s", args.jobs, args.timeout_seconds);
+            }
+        }
+        let took = start.elapsed();
+        let server_cpu = server.cpu_time().saturating_sub(server_cpu_before);
+        let _ = agent.kill();
+        let _ = agent.wait();
+        let v: Value =
+            http.get(format!("{url}/v1/jobs?queue=bench&state=failed&limit=1000")).send().await?.json().await?;
+        let failed = v["jobs"].as_array().map_or(0, Vec::len);
+        let per_job = |d: Duration| (d.as_secs_f64() * 1000.0 / args.jobs as f64 * 100.0).round() / 100.0;
+        let out: Value = json!({
+            "jobs": args.jobs,
+            "command": args.command,
+            "concurrency": args.concurrency,
+            "seconds": (took.as_secs_f64() * 100.0).round() / 100.0,
+            "jobs_per_sec": (args.jobs as f64 / took.as_secs_f64()).round(),
+            "failed": failed,
+            "agent_cpu_ms_per_job": per_job(agent_cpu),
+            "server_cpu_ms_per_job": per_job(server_cpu),
+            "machine_cpu_ms_per_job": per_job(machine),
+        });
+        println!("{out}");
+        drop(server);
+        let _ = std::fs::remove_dir_all(&tmp);
+        anyhow::ensure!(failed == 0, "{failed} jobs failed");
+        Ok(())
+    })
+}
