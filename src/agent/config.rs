@@ -301,7 +301,8 @@ pub struct FakeNodeGroup {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesConfig {
-    /// Namespace the pods (and their services and ingresses) are created in. Default: `default`.
+    /// Namespace the pods (and their services and ingresses) of jobs that name no namespace of
+    /// their own are created in. Default: `default`.
     #[serde(default = "default_namespace")]
     pub namespace: String,
     /// Kubeconfig file. Default: in-cluster configuration when running in a pod, else

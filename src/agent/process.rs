@@ -512,6 +512,7 @@ mod tests {
             labels: Default::default(),
             termination_grace_period_seconds: 1.0,
             active_deadline_seconds: 0,
+            namespace: None,
         }
     }
 

@@ -121,6 +121,7 @@ pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventRe
         message: None,
         log_tail: None,
         node_fault: None,
+        pod: None,
     }
 }
 

@@ -9,7 +9,9 @@ use crate::model::api::{
 };
 use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
 use crate::record::NodeRecord;
-use crate::state::{Command, FaultedRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind};
+use crate::state::{
+    Command, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind,
+};
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
 use std::collections::HashSet;
@@ -59,8 +61,8 @@ fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
 /// A run event as the log records it. A `returned` run never started on its node, which is
 /// the node's fault whether or not the agent said so (agents before node faults do not); a
 /// fault on any other kind than `failed` means nothing and is dropped.
-fn run_report(e: RunEventReport) -> FaultedRunReport {
-    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault } = e;
+fn run_report(e: RunEventReport) -> PodRunReport {
+    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault, pod } = e;
     let (kind, node_fault) = match kind {
         RunEventKind::Pending => (RunReportKind::Pending, None),
         RunEventKind::Running => (RunReportKind::Running, None),
@@ -68,9 +70,12 @@ fn run_report(e: RunEventReport) -> FaultedRunReport {
         RunEventKind::Failed => (RunReportKind::Failed, node_fault),
         RunEventKind::Returned => (RunReportKind::Returned, Some(node_fault.unwrap_or(NodeFault::NotStarted))),
     };
-    FaultedRunReport {
-        report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
-        node_fault: node_fault.map(Into::into),
+    PodRunReport {
+        event: FaultedRunReport {
+            report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
+            node_fault: node_fault.map(Into::into),
+        },
+        pod: pod.map(Into::into),
     }
 }
 
@@ -259,6 +264,7 @@ pub async fn lease(
             labels: r.labels.clone(),
             termination_grace_period_seconds: r.termination_grace_period_ms as f64 / 1000.0,
             active_deadline_seconds: r.active_deadline_seconds,
+            namespace: r.namespace.clone(),
         });
     }
     Ok(json(LeaseResponse { leases, kills: pending.kills }))
@@ -300,7 +306,7 @@ pub async fn events(
         return Ok(json(EventsResponse { accepted: 0 }));
     }
     let r = app
-        .write(Command::RunEventsWithFaults {
+        .write(Command::RunEventsWithPods {
             executor,
             at_ms: now_ms(),
             events: req.events.into_iter().map(run_report).collect(),

@@ -11,8 +11,8 @@ use crate::model::api::{
     SubmitRequest, SubmitResponse,
 };
 use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources};
-use crate::state::{Command, NewJob, Response};
+use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources, Run};
+use crate::state::{Command, NamespacedJob, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
@@ -84,21 +84,26 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked
         .into_iter()
-        .map(|c| NewJob {
-            id: ids::job_id(),
-            client_id: c.client_id,
-            priority: c.priority,
-            priority_class: c.priority_class,
-            requirements: c.requirements.into(),
-            gang: c.gang.map(Into::into),
-            annotations: c.annotations,
-            labels: c.labels,
-            termination_grace_period_ms: c.termination_grace_period_ms,
-            active_deadline_seconds: c.active_deadline_seconds,
-            payload: c.payload.into(),
+        .map(|c| NamespacedJob {
+            namespace: c.namespace,
+            job: NewJob {
+                id: ids::job_id(),
+                client_id: c.client_id,
+                priority: c.priority,
+                priority_class: c.priority_class,
+                requirements: c.requirements.into(),
+                gang: c.gang.map(Into::into),
+                annotations: c.annotations,
+                labels: c.labels,
+                termination_grace_period_ms: c.termination_grace_period_ms,
+                active_deadline_seconds: c.active_deadline_seconds,
+                payload: c.payload.into(),
+            },
         })
         .collect();
-    let r = app.write(Command::Submit { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs }).await?;
+    let r = app
+        .write(Command::SubmitInNamespaces { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs })
+        .await?;
     ids_of(r)
 }
 
@@ -292,27 +297,30 @@ fn job_view(app: &Control, r: &Job) -> JobView {
         annotations: r.annotations.clone(),
         labels: r.labels.clone(),
         client_id: r.client_id.clone(),
+        namespace: r.namespace.clone(),
         reason,
-        runs: r
-            .runs
-            .iter()
-            .map(|run| RunView {
-                run_id: run.run_id,
-                executor: run.executor.to_string(),
-                node: run.node.clone(),
-                pool: run.pool.clone(),
-                state: run.state,
-                leased_at: rfc3339(run.leased_at_ms),
-                pending_at: run.pending_at_ms.map(rfc3339),
-                running_at: run.running_at_ms.map(rfc3339),
-                finished_at: run.finished_at_ms.map(rfc3339),
-                exit_code: run.exit_code,
-                reason: run.reason.clone(),
-                message: run.message.clone(),
-            })
-            .collect(),
+        runs: r.runs.iter().map(run_view).collect(),
         events: None,
         pod_spec: None,
+    }
+}
+
+/// A run for the API.
+pub(super) fn run_view(run: &Run) -> RunView {
+    RunView {
+        run_id: run.run_id,
+        executor: run.executor.to_string(),
+        node: run.node.clone(),
+        pool: run.pool.clone(),
+        state: run.state,
+        leased_at: rfc3339(run.leased_at_ms),
+        pending_at: run.pending_at_ms.map(rfc3339),
+        running_at: run.running_at_ms.map(rfc3339),
+        finished_at: run.finished_at_ms.map(rfc3339),
+        exit_code: run.exit_code,
+        reason: run.reason.clone(),
+        message: run.message.clone(),
+        pod: run.pod.clone(),
     }
 }
 

@@ -13,6 +13,7 @@ pub mod ops;
 pub mod problem;
 pub mod queue_ops;
 pub mod queues;
+pub mod runs;
 pub mod validate;
 
 use crate::control::Control;
@@ -55,6 +56,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(jobs::preempt))
         .routes(routes!(jobs::get))
         .routes(routes!(jobs::logs))
+        .routes(routes!(runs::get))
         .routes(routes!(executors::lease))
         .routes(routes!(executors::events))
         .routes(routes!(cluster::status))

@@ -275,6 +275,7 @@ mod tests {
             ("/v1/jobs/preempt", "POST"),
             ("/v1/jobs/{id}", "GET"),
             ("/v1/jobs/{id}/logs", "GET"),
+            ("/v1/runs/{run_id}", "GET"),
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
             ("/v1/cluster", "GET"),
@@ -329,7 +330,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 30);
+        assert_eq!(ids.len(), 31);
     }
 
     #[test]
@@ -504,8 +505,21 @@ mod tests {
             exit_code: Some(1),
             reason: Some("exit code 1".into()),
             message: Some("boom".into()),
+            pod: Some(crate::model::RunPod {
+                name: "armada-01m83szbrqev3e1yk9cw9xg4zq-0".into(),
+                namespace: "ml".into(),
+                uid: "6f1c2d0e-8a4b-4c1d-9e2f-3a4b5c6d7e8f".into(),
+            }),
         };
         conforms(&d, "RunView", &run, true);
+        let details = RunDetails {
+            job_id,
+            queue: q.name.clone(),
+            job_set: crate::model::JobSetName::new("s").expect("name"),
+            namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
+            run: run.clone(),
+        };
+        conforms(&d, "RunDetails", &details, true);
         let event = EventView {
             seq: 3,
             job_id,
@@ -527,6 +541,7 @@ mod tests {
             annotations: BTreeMap::from([("a".into(), "b".into())]),
             labels: BTreeMap::new(),
             client_id: Some("c1".into()),
+            namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
             reason: Some("exit code 1".into()),
             runs: vec![run.clone()],
             events: Some(vec![event.clone()]),
@@ -600,6 +615,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 termination_grace_period_seconds: 30.0,
                 active_deadline_seconds: 0,
+                namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
             }],
             kills: vec![KillOrder {
                 run_id,

@@ -10,7 +10,7 @@ use crate::model::placement::{
 };
 use crate::model::quantity::{Unit, parse_quantity};
 use crate::model::{
-    FieldError, GangSpec, JobPayload, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
+    FieldError, GangSpec, JobPayload, Namespace, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
 };
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
@@ -49,6 +49,8 @@ pub struct CheckedJob {
     pub active_deadline_seconds: u64,
     /// Pod spec, services and ingresses as submitted.
     pub payload: JobPayload,
+    /// Kubernetes namespace asked for; none: the agent's.
+    pub namespace: Option<Namespace>,
 }
 
 const MAX_CLIENT_ID: usize = 256;
@@ -118,6 +120,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     }
     check_metadata("annotations", &item.annotations)?;
     check_metadata("labels", &item.labels)?;
+    let namespace = match &item.namespace {
+        None => None,
+        Some(ns) => Some(Namespace::new(ns).map_err(|e| FieldError::new("namespace", e.to_string()))?),
+    };
 
     let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
         FieldError::new(nested("pod_spec", &path), format!("is not a valid Kubernetes PodSpec: {message}"))
@@ -201,6 +207,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         termination_grace_period_ms: grace_ms,
         active_deadline_seconds: deadline,
         payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
+        namespace,
     })
 }
 
@@ -497,6 +504,7 @@ mod tests {
             services: vec![],
             ingresses: vec![],
             client_id: None,
+            namespace: None,
         }
     }
 
@@ -638,6 +646,20 @@ mod tests {
         let mut bad_class = item(pod("1"));
         bad_class.priority_class = Some("gold".into());
         assert_eq!(check(vec![bad_class]).unwrap_err().field, "jobs[0].priority_class");
+        let mut bad_namespace = item(pod("1"));
+        bad_namespace.namespace = Some("ML_team".into());
+        let e = check(vec![item(pod("1")), bad_namespace]).unwrap_err();
+        assert_eq!(e.field, "jobs[1].namespace");
+        assert!(e.message.contains("DNS-1123"), "{e}");
+    }
+
+    #[test]
+    fn a_namespace_is_kept_and_none_means_the_agents() {
+        let mut with = item(pod("1"));
+        with.namespace = Some("team-a".into());
+        let checked = check(vec![with, item(pod("1"))]).unwrap();
+        assert_eq!(checked[0].namespace.as_ref().map(|n| n.as_str()), Some("team-a"));
+        assert_eq!(checked[1].namespace, None);
     }
 
     #[test]

@@ -44,6 +44,13 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
     let cluster_id = run.map(|r| r.executor.to_string()).unwrap_or_default();
     let pool = run.map(|r| r.pool.to_string()).unwrap_or_default();
     let node_name = run.map(|r| r.node.to_string()).unwrap_or_default();
+    // The pod the run became, as the Kubernetes agent reported it (empty for other runtimes);
+    // a Convoy job has one pod per run, number 0, as Armada numbers a job's only pod.
+    let pod = run.and_then(|r| r.pod.as_ref());
+    let pod_name = pod.map(|p| p.name.clone()).unwrap_or_default();
+    let pod_namespace = pod.map(|p| p.namespace.clone()).unwrap_or_default();
+    let kubernetes_id = pod.map(|p| p.uid.clone()).unwrap_or_default();
+    let pod_number = 0;
     let text = e.message.clone().unwrap_or_default();
     let events = match e.kind {
         EventKind::Submitted => Events::Submitted(pb::JobSubmittedEvent { job_id, job_set_id, queue, created }),
@@ -58,7 +65,10 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
             created,
             cluster_id,
             pool,
-            ..Default::default()
+            kubernetes_id,
+            pod_number,
+            pod_name,
+            pod_namespace,
         }),
         EventKind::Running => Events::Running(pb::JobRunningEvent {
             job_id,
@@ -68,7 +78,10 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
             cluster_id,
             node_name,
             pool,
-            ..Default::default()
+            kubernetes_id,
+            pod_number,
+            pod_name,
+            pod_namespace,
         }),
         EventKind::Succeeded => Events::Succeeded(pb::JobSucceededEvent {
             job_id,
@@ -77,7 +90,10 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
             created,
             cluster_id,
             node_name,
-            ..Default::default()
+            kubernetes_id,
+            pod_number,
+            pod_name,
+            pod_namespace,
         }),
         EventKind::Failed => {
             let exit = run.and_then(|r| r.exit_code);
@@ -93,6 +109,10 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
                 node_name,
                 reason: text,
                 container_statuses,
+                kubernetes_id,
+                pod_number,
+                pod_name,
+                pod_namespace,
                 ..Default::default()
             })
         }
@@ -147,7 +167,8 @@ fn message(e: &StoredEvent, c: &Context<'_>) -> pb::EventStreamMessage {
             cluster_id,
             reason: text,
             run_attempted: run.is_some_and(|r| r.running_at_ms.is_some()),
-            ..Default::default()
+            kubernetes_id,
+            pod_number,
         }),
     };
     pb::EventStreamMessage { id: e.seq.to_string(), message: Some(pb::EventMessage { events: Some(events) }) }

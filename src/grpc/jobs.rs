@@ -7,7 +7,7 @@ use super::pb::{self, jobs_server::Jobs};
 use super::submit::{EXTERNAL_JOB_URI_ANNOTATION, job_set_name, queue_name};
 use super::{k8s, principal, required};
 use crate::control::Control;
-use crate::model::{Event, EventKind, Job, JobId, JobPayload, JobState, RunState};
+use crate::model::{Event, EventKind, Job, JobId, JobPayload, JobState, RunId, RunState};
 use crate::store::{JobFilter, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -89,7 +89,7 @@ fn details(
                 queue: job.queue.to_string(),
                 priority: f64::from(job.priority),
                 created: Some(timestamp(job.submitted_at_ms)),
-                namespace: String::new(),
+                namespace: namespace_of(job),
                 labels: job.labels.clone().into_iter().collect(),
                 annotations: job.annotations.clone().into_iter().collect(),
                 pod_specs: vec![pod_spec],
@@ -102,7 +102,7 @@ fn details(
         job_id: job.id.to_string(),
         queue: job.queue.to_string(),
         jobset: job.job_set.to_string(),
-        namespace: String::new(),
+        namespace: namespace_of(job),
         state: armada_state(job.state) as i32,
         submitted_ts: Some(timestamp(job.submitted_at_ms)),
         cancel_ts: cancel.map(|e| timestamp(e.at_ms)),
@@ -116,6 +116,11 @@ fn details(
         job_spec,
         job_runs: if runs { job.runs.iter().map(|r| run_details(job.id, r)).collect() } else { vec![] },
     })
+}
+
+/// The namespace a job asked for; "" for one that named none (it runs in its agent's).
+fn namespace_of(job: &Job) -> String {
+    job.namespace.as_ref().map(|n| n.to_string()).unwrap_or_default()
 }
 
 fn run_details(job: JobId, r: &crate::model::Run) -> pb::JobRunDetails {
@@ -173,6 +178,32 @@ impl Jobs for JobsService {
             out.insert(job.id.to_string(), details(job, events, payload.as_ref(), spec, runs)?);
         }
         Ok(Response::new(pb::JobDetailsResponse { job_details: out }))
+    }
+
+    async fn get_job_run_details(
+        &self,
+        request: Request<pb::JobRunDetailsRequest>,
+    ) -> Result<Response<pb::JobRunDetailsResponse>, Status> {
+        principal(&self.0, &request)?;
+        let ids = request.into_inner().run_ids;
+        if ids.len() > MAX_IDS {
+            return Err(Status::invalid_argument(format!("run_ids: at most {MAX_IDS} ids per request")));
+        }
+        // Ids that are no run ids name no run: left out, as the runs the store does not hold.
+        let runs: Vec<RunId> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+        let jobs = read(&self.0, {
+            let runs = runs.clone();
+            move |store| store.jobs_of_runs(&runs)
+        })
+        .await?;
+        let mut out = HashMap::new();
+        for (run_id, job) in runs.iter().zip(jobs) {
+            let Some(job) = job else { continue };
+            if let Some(run) = job.runs.iter().find(|r| r.run_id == *run_id) {
+                out.insert(run_id.to_string(), run_details(job.id, run));
+            }
+        }
+        Ok(Response::new(pb::JobRunDetailsResponse { job_run_details: out }))
     }
 
     async fn get_job_errors(
@@ -286,6 +317,7 @@ mod tests {
             message: message.map(str::to_string),
             kill: None,
             log_tail: None,
+            pod: None,
         }
     }
 

@@ -111,6 +111,7 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         services: services.iter().map(raw).collect::<Result<_, _>>()?,
         ingresses: ingresses.iter().map(raw).collect::<Result<_, _>>()?,
         client_id: (!item.client_id.is_empty()).then(|| item.client_id.clone()),
+        namespace: (!item.namespace.is_empty()).then(|| item.namespace.clone()),
     })
 }
 

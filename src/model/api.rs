@@ -67,6 +67,11 @@ pub struct SubmitItem {
     /// name a new job).
     #[serde(default)]
     pub client_id: Option<String>,
+    /// Kubernetes namespace of the job's pod, services and ingresses: a DNS-1123 label (1 to 63
+    /// lower-case letters, digits and `-`). Absent: the namespace configured for the agent that
+    /// runs the job. Runtimes without Kubernetes (processes) ignore it.
+    #[serde(default)]
+    pub namespace: Option<String>,
 }
 
 /// Answer to a submission: one id per submitted job, in order.
@@ -200,6 +205,24 @@ pub struct RunView {
     pub reason: Option<String>,
     /// Details of the end, as the executor reported them.
     pub message: Option<String>,
+    /// The Kubernetes pod the run became (name, namespace, uid), as the Kubernetes agent reported
+    /// it; absent for runs of other runtimes and before the pod was created.
+    pub pod: Option<super::RunPod>,
+}
+
+/// `GET /v1/runs/{run_id}`: a run with the job it belongs to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunDetails {
+    /// The run's job.
+    pub job_id: JobId,
+    /// The job's queue.
+    pub queue: QueueName,
+    /// The job's job set.
+    pub job_set: JobSetName,
+    /// The job's Kubernetes namespace, if it named one.
+    pub namespace: Option<super::Namespace>,
+    /// The run.
+    pub run: RunView,
 }
 
 /// A job as the API shows it.
@@ -229,6 +252,8 @@ pub struct JobView {
     pub labels: BTreeMap<String, String>,
     /// The submission's `client_id`, if it had one.
     pub client_id: Option<String>,
+    /// The Kubernetes namespace the job asked for; absent: its agent's configured namespace.
+    pub namespace: Option<super::Namespace>,
     /// Why the job waits (the scheduler's latest reason) or why it ended.
     pub reason: Option<String>,
     /// Attempts to run the job, oldest first; at most one is not over.
@@ -435,6 +460,10 @@ pub struct LeaseOrder {
     /// Longest the run may last, in seconds: the pod spec's `activeDeadlineSeconds`, or the
     /// server's default for CPU or GPU jobs. 0: no deadline.
     pub active_deadline_seconds: u64,
+    /// Kubernetes namespace of the job's pod, services and ingresses; absent: the agent's
+    /// configured one. Runtimes without Kubernetes ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<super::Namespace>,
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
@@ -510,6 +539,10 @@ pub struct RunEventReport {
     /// `not_started`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_fault: Option<crate::model::NodeFault>,
+    /// The Kubernetes pod the run became (with `pending` and `running`, by the Kubernetes
+    /// runtime; absent for runtimes without pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<super::RunPod>,
 }
 
 /// `POST /v1/executors/{executor}/events`.

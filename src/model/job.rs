@@ -152,6 +152,8 @@ pub struct Run {
     pub kill: Option<KillRequest>,
     /// Last lines of output, shipped with the final event.
     pub log_tail: Option<String>,
+    /// The Kubernetes pod the run became, as its agent reported it (none for processes).
+    pub pod: Option<super::RunPod>,
 }
 
 /// A job: its spec, where it is in its life, and its runs (the pod spec is kept apart, see
@@ -196,6 +198,8 @@ pub struct Job {
     pub runs: Vec<Run>,
     /// Sequence numbers of this job's events in its job set's stream.
     pub event_seqs: Vec<u64>,
+    /// Kubernetes namespace of the job's pod, services and ingresses; none: the agent's own.
+    pub namespace: Option<super::Namespace>,
 }
 
 impl Job {

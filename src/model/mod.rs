@@ -6,6 +6,7 @@ pub mod duration;
 pub mod gang;
 pub mod job;
 pub mod names;
+pub mod namespace;
 pub mod node;
 pub mod placement;
 pub mod pool_policy;
@@ -20,6 +21,7 @@ pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, Run
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
 };
+pub use namespace::{Namespace, NamespaceError, RunPod};
 pub use node::{Node, NodeFault, RESERVED_FOR_LABEL, parse_reserved_for, reserved_for_value};
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
 pub use pool_policy::PoolPolicy;

@@ -65,7 +65,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   `queue_usage` meta row).
 /// - 6: log format 6 (queues with their place in the queue tree) and snapshots of state schema 6
 ///   (with the `queue_tree` meta row).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// - 7: log format 7 (submissions with namespaces, run events with pods) and snapshots of state
+///   schema 7 (jobs with namespaces, runs with pods, the `run_jobs` index).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -3,19 +3,22 @@
 //! `state::State::apply`).
 
 use super::executor::{NodeFaultRecord, NodeRecord};
-use super::job::{GangRecord, JobStateRecord, PayloadRecord, RequirementsRecord};
+use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
 use super::queue::{QueueRecord, QueueTreeRecord};
 use super::usage::QueueUsageRecord;
-use crate::model::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
+use crate::model::{
+    ExecutorName, JobId, JobSetName, Namespace, NodeName, PoolName, PriorityClassName, QueueName, RunId,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 6 (the variant order is the format; log
+/// A change to the replicated state. Format: log format 7 (the variant order is the format; log
 /// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
 /// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
 /// [`Command::RecordUsage`] (format 5), format 5 without [`Command::CreateQueueInTree`] and
-/// [`Command::UpdateQueueInTree`] (format 6), so every older command decodes, and encodes back,
-/// unchanged).
+/// [`Command::UpdateQueueInTree`] (format 6), format 6 without [`Command::SubmitInNamespaces`]
+/// and [`Command::RunEventsWithPods`] (format 7), so every older command decodes, and encodes
+/// back, unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -205,6 +208,35 @@ pub enum Command {
         /// Its parent, priority offset and policies.
         tree: QueueTreeRecord,
     },
+    /// Submits jobs to a job set, each with its Kubernetes namespace. Log format 7: the leader
+    /// proposes this instead of [`Command::Submit`], whose entries in older logs submit jobs
+    /// without a namespace (they run in their agent's).
+    SubmitInNamespaces {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// The jobs, validated, with their ids and namespaces.
+        jobs: Vec<NamespacedJob>,
+    },
+    /// Run state changes reported by an executor, as [`Command::RunEventsWithFaults`], each with
+    /// the pod the run became when the executor reported one. Log format 7: the leader proposes
+    /// this instead of [`Command::RunEventsWithFaults`], whose entries in older logs apply as
+    /// before (runs without pods).
+    RunEventsWithPods {
+        /// The executor reporting.
+        executor: ExecutorName,
+        /// When (ms since the epoch, the leader's clock).
+        at_ms: i64,
+        /// What happened to its runs.
+        events: Vec<PodRunReport>,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+        /// When failures of a node quarantine it, and for how long.
+        quarantine: QuarantinePolicyRecord,
+    },
 }
 
 impl Command {
@@ -228,6 +260,24 @@ pub struct FaultedRunReport {
     pub report: RunReport,
     /// Set when the run failed (or never started) because of its node.
     pub node_fault: Option<NodeFaultRecord>,
+}
+
+/// A job of [`Command::SubmitInNamespaces`]. Format: log format 7.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespacedJob {
+    /// The job as [`Command::Submit`] carries it.
+    pub job: NewJob,
+    /// Its Kubernetes namespace; none: its agent's.
+    pub namespace: Option<Namespace>,
+}
+
+/// A run event of [`Command::RunEventsWithPods`]. Format: log format 7.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRunReport {
+    /// The event with its node fault, as [`Command::RunEventsWithFaults`] carries it.
+    pub event: FaultedRunReport,
+    /// The pod the run became, when the executor reported one.
+    pub pod: Option<PodRecord>,
 }
 
 /// Node quarantine settings as the leader had them. Format: log format 4.

@@ -3,8 +3,8 @@
 
 use super::placement::{NodeAffinityRecord, TolerationRecord};
 use crate::model::{
-    ExecutorName, GangSpec, Job, JobId, JobPayload, JobSetName, JobState, KillRequest, NodeName, PoolName,
-    PriorityClassName, QueueName, ResourceName, Resources, Run, RunId, RunState, SchedulingRequirements,
+    ExecutorName, GangSpec, Job, JobId, JobPayload, JobSetName, JobState, KillRequest, Namespace, NodeName, PoolName,
+    PriorityClassName, QueueName, ResourceName, Resources, Run, RunId, RunPod, RunState, SchedulingRequirements,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -175,7 +175,33 @@ pub struct KillRecord {
     pub reason: String,
 }
 
-/// One attempt to run a job. Format: state schema 2.
+/// The Kubernetes pod a run became. Format: state schema 7, log format 7.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    /// The pod's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its uid.
+    pub uid: String,
+}
+
+impl From<RunPod> for PodRecord {
+    fn from(p: RunPod) -> Self {
+        let RunPod { name, namespace, uid } = p;
+        PodRecord { name, namespace, uid }
+    }
+}
+
+impl From<PodRecord> for RunPod {
+    fn from(p: PodRecord) -> Self {
+        let PodRecord { name, namespace, uid } = p;
+        RunPod { name, namespace, uid }
+    }
+}
+
+/// One attempt to run a job. Format: state schema 7 (schemas 2 to 6 had no `pod`: migration 7
+/// converts them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// The run's id.
@@ -206,6 +232,8 @@ pub struct RunRecord {
     pub kill: Option<KillRecord>,
     /// Last lines of output.
     pub log_tail: Option<String>,
+    /// The pod the run became, as its agent reported it.
+    pub pod: Option<PodRecord>,
 }
 
 impl From<Run> for RunRecord {
@@ -225,6 +253,7 @@ impl From<Run> for RunRecord {
             message,
             kill,
             log_tail,
+            pod,
         } = r;
         RunRecord {
             run_id,
@@ -245,6 +274,7 @@ impl From<Run> for RunRecord {
                 reason,
             }),
             log_tail,
+            pod: pod.map(Into::into),
         }
     }
 }
@@ -266,6 +296,7 @@ impl From<RunRecord> for Run {
             message,
             kill,
             log_tail,
+            pod,
         } = r;
         Run {
             run_id,
@@ -286,11 +317,13 @@ impl From<RunRecord> for Run {
                 reason,
             }),
             log_tail,
+            pod: pod.map(Into::into),
         }
     }
 }
 
-/// A job with its runs (`jobs` rows). Format: state schema 2.
+/// A job with its runs (`jobs` rows). Format: state schema 7 (schemas 2 to 6 had no
+/// `namespace`, and runs without `pod`: migration 7 converts them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// The job's id.
@@ -329,6 +362,8 @@ pub struct JobRecord {
     pub runs: Vec<RunRecord>,
     /// Sequence numbers of its events in its job set's stream.
     pub event_seqs: Vec<u64>,
+    /// Kubernetes namespace of its pod; none: its agent's.
+    pub namespace: Option<Namespace>,
 }
 
 impl From<Job> for JobRecord {
@@ -352,6 +387,7 @@ impl From<Job> for JobRecord {
             state_reason,
             runs,
             event_seqs,
+            namespace,
         } = j;
         JobRecord {
             id,
@@ -372,6 +408,7 @@ impl From<Job> for JobRecord {
             state_reason,
             runs: runs.into_iter().map(Into::into).collect(),
             event_seqs,
+            namespace,
         }
     }
 }
@@ -397,6 +434,7 @@ impl From<JobRecord> for Job {
             state_reason,
             runs,
             event_seqs,
+            namespace,
         } = j;
         Job {
             id,
@@ -417,6 +455,7 @@ impl From<JobRecord> for Job {
             state_reason,
             runs: runs.into_iter().map(Into::into).collect(),
             event_seqs,
+            namespace,
         }
     }
 }

@@ -8,8 +8,9 @@
 //!
 //! Rules for this module:
 //! - Records hold only integers, `bool`, `f64`, `String`, `Vec`, `Option`, `BTreeMap`, other
-//!   records, and the names and ids of [`crate::model::names`], whose encodings are fixed (a name
-//!   is its text, validated again when read; an id is its 128-bit value).
+//!   records, and the names and ids of [`crate::model::names`] and [`crate::model::Namespace`],
+//!   whose encodings are fixed (a name is its text, validated again when read; an id is its
+//!   128-bit value).
 //! - No serde attributes that change what is written (`skip_serializing_if`, `flatten`,
 //!   `untagged`, renames of variants do not matter to the positional encoding, but keep them out
 //!   anyway): the encoding is positional ([`codec`]), so field and variant order is the format.
@@ -40,15 +41,15 @@ pub mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RunReport,
-    RunReportKind,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    QuarantinePolicyRecord, RunReport, RunReportKind,
 };
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{
     ExecutorRecord, NodeFailureRecord, NodeFaultRecord, NodeHealthRecord, NodeRecord, QuarantineRecord,
 };
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
-pub use job::{JobRecord, JobStateRecord, PayloadRecord, RequirementsRecord, RunRecord};
+pub use job::{JobRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
 pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
 pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
@@ -77,7 +78,12 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// `queues` rows are unchanged (a queue absent from the row is a top-level queue with default
 /// settings, as every queue of an older database is), so migration 6 converts nothing; the bump
 /// makes an older binary refuse a database or snapshot that may hold the tree.
-pub const STATE_SCHEMA_VERSION: u32 = 6;
+///
+/// 7 adds the Kubernetes namespace of every job (a field at the end of [`JobRecord`]) and the pod
+/// of every run (a field at the end of [`RunRecord`]), and the `run_jobs` table (run id → job id,
+/// the index behind reads by run id); snapshots carry it ([`SnapshotRowRecord::RunJob`]).
+/// Migration 7 rewrites every `jobs` row (no namespace, no pods) and indexes every run of it.
+pub const STATE_SCHEMA_VERSION: u32 = 7;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -99,7 +105,11 @@ pub const STATE_SCHEMA_VERSION: u32 = 6;
 ///   protocol 5).
 /// - 6: [`Command::CreateQueueInTree`] and [`Command::UpdateQueueInTree`] (queues with their
 ///   place in the queue tree), added at the end of the commands in the same way (peer protocol 6).
-pub const LOG_FORMAT_VERSION: u32 = 6;
+/// - 7: [`Command::SubmitInNamespaces`] (jobs with their namespace) and
+///   [`Command::RunEventsWithPods`] (run events with the pod the run became), added at the end of
+///   the commands: older entries are format 7 entries byte for byte, the mark is raised when
+///   opened (peer protocol 7).
+pub const LOG_FORMAT_VERSION: u32 = 7;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
@@ -107,7 +117,8 @@ pub const LOG_FORMAT_VERSION: u32 = 6;
 ///
 /// Which rows a stream holds follows the state schema, whose version is the stream's first frame:
 /// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
-/// [`SnapshotRowRecord::NodeHealth`] after it. The file format
+/// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that.
+/// The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

@@ -49,8 +49,9 @@ impl SnapshotRecord {
 }
 
 /// One row of a state table in a snapshot stream: one frame each. Format: snapshot file format 1,
-/// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on and
-/// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on
+/// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on,
+/// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on and [`SnapshotRowRecord::RunJob`] from
+/// state schema 7 on
 /// (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
@@ -131,6 +132,13 @@ pub enum SnapshotRowRecord {
         key: Vec<u8>,
         /// The `NodeHealthRecord` as stored.
         value: Vec<u8>,
+    },
+    /// A `run_jobs` row: the job of a run (state schema 7).
+    RunJob {
+        /// The run id key (big-endian).
+        run: [u8; 16],
+        /// The job id key (big-endian).
+        job: [u8; 16],
     },
 }
 
@@ -216,6 +224,13 @@ pub enum SnapshotRowRef<'a> {
         /// The value.
         value: &'a [u8],
     },
+    /// See [`SnapshotRowRecord::RunJob`].
+    RunJob {
+        /// The run id key.
+        run: &'a [u8; 16],
+        /// The job id key.
+        job: &'a [u8; 16],
+    },
 }
 
 impl SnapshotRowRecord {
@@ -234,6 +249,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::Executor { name, value } => SnapshotRowRef::Executor { name, value },
             SnapshotRowRecord::Finished { key } => SnapshotRowRef::Finished { key },
             SnapshotRowRecord::NodeHealth { key, value } => SnapshotRowRef::NodeHealth { key, value },
+            SnapshotRowRecord::RunJob { run, job } => SnapshotRowRef::RunJob { run, job },
         }
     }
 }

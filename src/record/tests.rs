@@ -334,6 +334,11 @@ fn run(n: u64, state: RunStateRecord, full: bool) -> RunRecord {
         message: full.then(|| "exit code 1".into()),
         kill: full.then(|| KillRecord { at_ms: 1_760_000_300_004, grace_period_ms: 5000, reason: "cancelled".into() }),
         log_tail: full.then(|| "tail".into()),
+        pod: full.then(|| PodRecord {
+            name: "armada-01m83szbrqev3e1yk9cw9xg4zq-0".into(),
+            namespace: "ml-team".into(),
+            uid: "6f1c2d0e-8a4b-4c1d-9e2f-3a4b5c6d7e8f".into(),
+        }),
     }
 }
 
@@ -357,6 +362,7 @@ fn job() -> JobRecord {
         state_reason: Some("why".into()),
         runs: vec![run(1, RunStateRecord::Lost, true), run(2, RunStateRecord::Running, false)],
         event_seqs: vec![1, 2, 5, 9],
+        namespace: Some(Namespace::new("ml-team").unwrap()),
     }
 }
 
@@ -538,7 +544,8 @@ fn log_format_1_entries_vote_and_log_ids() {
 #[test]
 fn state_schema_2_rows() {
     golden("state-v2/queue.bin", &queue());
-    golden("state-v2/job.bin", &job());
+    // `state-v2/job.bin` holds a job row of schemas 2 to 6: migration 7 reads it with its frozen
+    // types (its tests), today's `jobs` rows are schema 7's (`state_schema_7_rows`).
     golden("state-v2/payload.bin", &payload());
     golden("state-v2/event-chunk.bin", &events());
     golden(
@@ -567,7 +574,12 @@ fn state_schema_2_snapshot() {
     // the events, the executor.
     let queues: Vec<QueueRecord> = snap.queues.iter().map(|(_, v)| decode(v).unwrap()).collect();
     assert_eq!(queues, vec![QueueRecord { cordoned: false, ..queue() }]);
-    let jobs: Vec<JobRecord> = snap.jobs.iter().map(|(_, v)| decode(v).unwrap()).collect();
+    // Job rows of schema 2, read as migration 7 reads them.
+    let jobs: Vec<JobRecord> = snap
+        .jobs
+        .iter()
+        .map(|(_, v)| decode(&crate::store::migrate::steps::v0007_run_index::convert_job(v).unwrap().0).unwrap())
+        .collect();
     assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![jid(1), jid(2)]);
     assert!(jobs.iter().all(|j| j.state == JobStateRecord::Queued && j.event_seqs.len() == 2));
     assert_eq!(jobs[0].requirements, requirements());
@@ -665,7 +677,8 @@ fn snapshot_rows() -> Vec<(&'static str, SnapshotRowRecord)> {
     vec![
         ("row-meta", SnapshotRowRecord::Meta { key: "submit_seq".into(), value: 2u64.to_be_bytes().to_vec() }),
         ("row-queue", SnapshotRowRecord::Queue { name: "physics".into(), value: encode(&queue()).unwrap() }),
-        ("row-job", SnapshotRowRecord::Job { id, value: encode(&job()).unwrap() }),
+        // A job row's bytes travel as they are stored: here schema 2's.
+        ("row-job", SnapshotRowRecord::Job { id, value: fixture("state-v2/job.bin") }),
         ("row-payload", SnapshotRowRecord::Payload { id, value: encode(&payload()).unwrap() }),
         ("row-live-job", SnapshotRowRecord::LiveJob { id }),
         ("row-job-set", SnapshotRowRecord::JobSet { key: with(&id) }),
@@ -734,7 +747,22 @@ fn snapshot_file_format_1_whole_file() {
     // is empty for this state (both jobs are queued), no node health, and no queue usage (schema
     // 5; the conversion adds none).
     assert_eq!(decode::<u32>(&converted[0]).unwrap(), super::STATE_SCHEMA_VERSION);
-    assert_eq!(frames[1..], converted[1..], "the conversion of the old snapshot writes these rows");
+    // Job rows are converted to schema 7's as migration 7 converts them (these jobs have no runs
+    // to index).
+    let expected: Vec<Vec<u8>> = frames[1..]
+        .iter()
+        .map(|f| match decode::<SnapshotRowRecord>(f).unwrap() {
+            SnapshotRowRecord::Job { id, value } => {
+                let (value, runs) = crate::store::migrate::steps::v0007_run_index::convert_job(&value).unwrap();
+                assert!(runs.is_empty());
+                let record: JobRecord = decode(&value).unwrap();
+                assert_eq!(record.namespace, None);
+                encode(&SnapshotRowRecord::Job { id, value }).unwrap()
+            }
+            _ => f.clone(),
+        })
+        .collect();
+    assert_eq!(converted[1..], expected[..], "the conversion of the old snapshot writes these rows");
     // Writing the same snapshot again writes the same bytes.
     let dir = tempfile::tempdir().unwrap();
     let again = dir.path().join("again.snap");
@@ -811,4 +839,72 @@ fn state_schema_6_rows() {
     assert_eq!(QueueTreeRecord::of(&q), trees.queues[&qn("physics")]);
     assert_eq!(QueueRecord::from(q.clone()), queue());
     assert_eq!(q.priority_offset, i32::MIN);
+}
+
+fn format_7_commands() -> Vec<(&'static str, Command)> {
+    let pod = PodRecord { name: "armada-x-0".into(), namespace: "ml-team".into(), uid: "uid-1".into() };
+    vec![
+        (
+            "command-submit-in-namespaces",
+            Command::SubmitInNamespaces {
+                queue: qn("physics"),
+                job_set: js("run-1"),
+                at_ms: 1_760_000_900_000,
+                jobs: vec![
+                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
+                    NamespacedJob { job: new_job(2, false), namespace: None },
+                ],
+            },
+        ),
+        (
+            "command-run-events-with-pods",
+            Command::RunEventsWithPods {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_900_001,
+                events: vec![
+                    PodRunReport {
+                        event: FaultedRunReport { report: run_report(RunReportKind::Pending, 1), node_fault: None },
+                        pod: Some(pod),
+                    },
+                    PodRunReport {
+                        event: FaultedRunReport {
+                            report: run_report(RunReportKind::Returned, 2),
+                            node_fault: Some(NodeFaultRecord::NotStarted),
+                        },
+                        pod: None,
+                    },
+                ],
+                max_attempted_runs: 5,
+                quarantine: QuarantinePolicyRecord { max_failures: 3, window_ms: 600_000, duration_ms: 1_800_000 },
+            },
+        ),
+    ]
+}
+
+#[test]
+fn log_format_7_commands() {
+    // Format 7 only added these commands, at the end: every older command is format 7's byte for
+    // byte (the golden tests of the older fixtures read them with today's types).
+    for (name, cmd) in format_7_commands() {
+        golden(&format!("log-v7/{name}.bin"), &cmd);
+    }
+}
+
+#[test]
+fn state_schema_7_rows() {
+    // Schema 7 rewrote the `jobs` rows (namespace, pods of runs) and added the `run_jobs` index.
+    golden("state-v7/job.bin", &job());
+    let row = SnapshotRowRecord::RunJob { run: rid(1).as_u128().to_be_bytes(), job: jid(1).as_u128().to_be_bytes() };
+    golden("state-v7/row-run-job.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v7/row-run-job.bin"));
+    // Migration 7 turns the schema 2 row of the same job into this one without namespace or pods.
+    let (bytes, runs) =
+        crate::store::migrate::steps::v0007_run_index::convert_job(&fixture("state-v2/job.bin")).unwrap();
+    let mut expected = job();
+    expected.namespace = None;
+    for r in &mut expected.runs {
+        r.pod = None;
+    }
+    assert_eq!(decode::<JobRecord>(&bytes).unwrap(), expected);
+    assert_eq!(runs, vec![rid(1).as_u128().to_be_bytes(), rid(2).as_u128().to_be_bytes()]);
 }

@@ -2,7 +2,7 @@
 //! effects for the server (whom to wake up). Applying is pure; the store and the server act on
 //! these.
 
-use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
+use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName, RunId};
 use crate::record::{
     EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueTreesRecord,
     QueueUsageRecord,
@@ -112,6 +112,13 @@ pub enum Change {
     PutQueueUsage(QueueUsageRecord),
     /// The tree settings of every queue that has any, replacing the record before.
     PutQueueTrees(QueueTreesRecord),
+    /// Indexes a new run by its id (it is deleted with its job's purge).
+    IndexRun {
+        /// The run.
+        run: RunId,
+        /// Its job.
+        job: JobId,
+    },
 }
 
 /// What the server should do after the changes are durable.

@@ -5,8 +5,8 @@ use crate::model::JobId;
 use serde::{Deserialize, Serialize};
 
 pub use crate::record::command::{
-    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RunReport,
-    RunReportKind,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    QuarantinePolicyRecord, RunReport, RunReportKind,
 };
 
 impl Command {
@@ -21,6 +21,7 @@ impl Command {
             | Command::CreateQueueInTree { .. }
             | Command::UpdateQueueInTree { .. } => 1,
             Command::Submit { jobs, .. } => jobs.len(),
+            Command::SubmitInNamespaces { jobs, .. } => jobs.len(),
             Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
             Command::Preempt { job_ids, .. } => job_ids.len(),
             Command::Schedule { leases, preemptions, failures, .. } => {
@@ -29,6 +30,7 @@ impl Command {
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
             Command::RunEventsWithFaults { events, .. } => events.len(),
+            Command::RunEventsWithPods { events, .. } => events.len(),
             Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::RecordUsage { .. } => 1,

@@ -3,7 +3,7 @@
 use super::changes::Change;
 use super::command::{NewJob, RejectKind, Response};
 use super::machine::{Applied, State, reject};
-use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, QueueName};
+use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, Namespace, QueueName};
 
 impl State {
     pub(super) fn submit(
@@ -11,7 +11,7 @@ impl State {
         queue: &QueueName,
         job_set: &JobSetName,
         at_ms: i64,
-        jobs: Vec<NewJob>,
+        jobs: Vec<(NewJob, Option<Namespace>)>,
         out: &mut Applied,
     ) -> Response {
         let Some(q) = self.queues.get(queue) else {
@@ -27,7 +27,7 @@ impl State {
         }
         let queue = q.queue.name.clone();
         let mut ids = Vec::with_capacity(jobs.len());
-        for nj in jobs {
+        for (nj, namespace) in jobs {
             if let Some(cid) = &nj.client_id
                 && let Some(existing) = self.client_ids.get(&(queue.clone(), cid.clone()))
             {
@@ -56,6 +56,7 @@ impl State {
                 state_reason: None,
                 runs: vec![],
                 event_seqs: vec![],
+                namespace,
             };
             if let Some(cid) = nj.client_id {
                 self.client_ids.insert((queue.clone(), cid.clone()), nj.id);

@@ -6,7 +6,7 @@ use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, Response};
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
-    QueueName, Requirements, Resources, RunId, SchedulingRequirements,
+    QueueName, Requirements, Resources, RunId, RunPod, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
 use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
@@ -245,7 +245,15 @@ impl State {
                 self.update_queue(crate::record::queue::queue_in_tree(queue, tree), out)
             }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
-            Command::Submit { queue, job_set, at_ms, jobs } => self.submit(&queue, &job_set, at_ms, jobs, out),
+            Command::Submit { queue, job_set, at_ms, jobs } => {
+                // Entries of logs older than namespaces: the jobs run in their agent's.
+                let jobs = jobs.into_iter().map(|job| (job, None)).collect();
+                self.submit(&queue, &job_set, at_ms, jobs, out)
+            }
+            Command::SubmitInNamespaces { queue, job_set, at_ms, jobs } => {
+                let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
+                self.submit(&queue, &job_set, at_ms, jobs, out)
+            }
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
                 let states: Option<Vec<JobState>> = states.map(|s| s.into_iter().map(JobState::from).collect());
                 self.cancel(&queue, &job_set, job_ids.as_deref(), states.as_deref(), &reason, at_ms, out)
@@ -269,11 +277,23 @@ impl State {
             Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
             Command::RunEvents { executor, at_ms, events, max_attempted_runs } => {
                 // Entries of logs older than node faults: nothing counts against nodes.
-                let events = events.into_iter().map(|report| (report, None)).collect();
+                let events = events.into_iter().map(|report| (report, None, None)).collect();
                 self.run_events(&executor, at_ms, events, max_attempted_runs, QuarantinePolicy::default(), out)
             }
             Command::RunEventsWithFaults { executor, at_ms, events, max_attempted_runs, quarantine } => {
-                let events = events.into_iter().map(|e| (e.report, e.node_fault.map(NodeFault::from))).collect();
+                let events = events.into_iter().map(|e| (e.report, e.node_fault.map(NodeFault::from), None)).collect();
+                let policy = QuarantinePolicy {
+                    max_failures: quarantine.max_failures,
+                    window_ms: quarantine.window_ms,
+                    duration_ms: quarantine.duration_ms,
+                };
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+            }
+            Command::RunEventsWithPods { executor, at_ms, events, max_attempted_runs, quarantine } => {
+                let events = events
+                    .into_iter()
+                    .map(|e| (e.event.report, e.event.node_fault.map(NodeFault::from), e.pod.map(RunPod::from)))
+                    .collect();
                 let policy = QuarantinePolicy {
                     max_failures: quarantine.max_failures,
                     window_ms: quarantine.window_ms,

@@ -14,8 +14,8 @@ mod snapshot;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NewJob, NewLease, PurgeTarget, QuarantinePolicyRecord, RejectKind,
-    Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 pub use queue_select::QueueJobFilter;

@@ -3,7 +3,7 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
-use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunState, annotations};
+use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunPod, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
@@ -46,12 +46,14 @@ impl State {
                 message: None,
                 kill: None,
                 log_tail: None,
+                pod: None,
             };
             self.update_job(out, l.job_id, at_ms, |r| {
                 r.state = JobState::Leased;
                 r.state_reason = None;
                 r.runs.push(run);
             });
+            out.changes.push(Change::IndexRun { run: l.run_id, job: l.job_id });
             self.event(
                 out,
                 &record,
@@ -107,13 +109,13 @@ impl State {
         &mut self,
         executor: &ExecutorName,
         at_ms: i64,
-        events: Vec<(RunReport, Option<NodeFault>)>,
+        events: Vec<(RunReport, Option<NodeFault>, Option<RunPod>)>,
         max_attempted_runs: u32,
         policy: QuarantinePolicy,
         out: &mut Applied,
     ) -> Response {
         let mut accepted = 0u32;
-        for (ev, node_fault) in events {
+        for (ev, node_fault, pod) in events {
             let Some(&id) = self.runs.get(&ev.run_id) else { continue };
             let Some(job) = self.jobs.get(&id) else { continue };
             let Some(run) = job.record.active_run() else { continue };
@@ -128,6 +130,15 @@ impl State {
             let against_node = node_fault
                 .filter(|_| !killing && matches!(ev.kind, RunReportKind::Failed | RunReportKind::Returned))
                 .map(|fault| (fault, (run.executor.clone(), run.node.clone())));
+            // The pod, whenever the agent names one (it does with `pending` and `running`).
+            if let Some(pod) = pod.filter(|p| run.pod.as_ref() != Some(p)) {
+                self.update_job(out, id, at_ms, |r| {
+                    if let Some(run) = r.active_run_mut() {
+                        run.pod = Some(pod);
+                    }
+                });
+            }
+            let Some(run) = self.jobs.get(&id).and_then(|j| j.record.active_run()) else { continue };
             match ev.kind {
                 RunReportKind::Pending => {
                     if run.state != RunState::Leased {

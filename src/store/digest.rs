@@ -56,6 +56,7 @@ enum Tag {
     Executors = 10,
     Finished = 11,
     NodeHealth = 12,
+    RunJobs = 13,
 }
 
 struct Hasher {
@@ -149,6 +150,10 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     for row in tx.open_table(NODE_HEALTH)?.iter()? {
         let (k, v) = row?;
         h.row(Tag::NodeHealth, k.value(), v.value());
+    }
+    for row in tx.open_table(RUN_JOBS)?.iter()? {
+        let (k, v) = row?;
+        h.row(Tag::RunJobs, k.value(), v.value());
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

@@ -3,7 +3,7 @@
 use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
-use crate::model::{Event, Job, JobId, JobPayload, JobSetName, JobState, QueueName};
+use crate::model::{Event, Job, JobId, JobPayload, JobSetName, JobState, QueueName, RunId};
 use crate::record::{EventRecord, JobRecord, PayloadRecord};
 use redb::ReadableTable;
 
@@ -31,6 +31,24 @@ impl Store {
             Some(v) => Ok(Some(decode_job(v.value(), id)?)),
             None => Ok(None),
         }
+    }
+
+    /// The jobs of runs, by the `run_jobs` index, in one read transaction: the job holding each
+    /// run, or none for a run the store does not hold (never leased, or purged with its job).
+    pub fn jobs_of_runs(&self, runs: &[RunId]) -> Result<Vec<Option<Job>>, StoreError> {
+        let tx = self.read()?;
+        let index = tx.open_table(RUN_JOBS)?;
+        let jobs = tx.open_table(JOBS)?;
+        runs.iter()
+            .map(|run| {
+                let Some(k) = index.get(&run_key(*run))?.map(|v| *v.value()) else { return Ok(None) };
+                let id = job_from_key(&k);
+                match jobs.get(&k)? {
+                    Some(v) => Ok(Some(decode_job(v.value(), id)?)),
+                    None => Ok(None),
+                }
+            })
+            .collect()
     }
 
     /// A job's pod spec, services and ingresses.

@@ -43,6 +43,7 @@ const S_CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("im
 const S_EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("import.executors");
 const S_FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("import.finished");
 const S_NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("import.node_health");
+const S_RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("import.run_jobs");
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +157,7 @@ struct Staging<'t> {
     executors: Table<'t, &'static str, &'static [u8]>,
     finished: Table<'t, &'static [u8; 24], ()>,
     node_health: Table<'t, &'static [u8], &'static [u8]>,
+    run_jobs: Table<'t, &'static [u8; 16], &'static [u8; 16]>,
 }
 
 impl<'t> Staging<'t> {
@@ -173,6 +175,7 @@ impl<'t> Staging<'t> {
             executors: tx.open_table(S_EXECUTORS)?,
             finished: tx.open_table(S_FINISHED)?,
             node_health: tx.open_table(S_NODE_HEALTH)?,
+            run_jobs: tx.open_table(S_RUN_JOBS)?,
         })
     }
 
@@ -216,6 +219,9 @@ impl<'t> Staging<'t> {
             SnapshotRowRecord::NodeHealth { key, value } => {
                 self.node_health.insert(key.as_slice(), value.as_slice())?;
             }
+            SnapshotRowRecord::RunJob { run, job } => {
+                self.run_jobs.insert(&run, &job)?;
+            }
         }
         Ok(())
     }
@@ -246,6 +252,7 @@ fn swap(tx: &WriteTransaction, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), Stor
     swap_table(tx, EXECUTORS, S_EXECUTORS)?;
     swap_table(tx, FINISHED, S_FINISHED)?;
     swap_table(tx, NODE_HEALTH, S_NODE_HEALTH)?;
+    swap_table(tx, RUN_JOBS, S_RUN_JOBS)?;
     {
         let mut live = tx.open_table(META)?;
         live.retain(|k, _| is_node_local(k))?;
@@ -277,6 +284,7 @@ pub(super) fn drop_staging(db: &redb::Database) -> Result<bool, StoreError> {
     found |= tx.delete_table(S_EXECUTORS)?;
     found |= tx.delete_table(S_FINISHED)?;
     found |= tx.delete_table(S_NODE_HEALTH)?;
+    found |= tx.delete_table(S_RUN_JOBS)?;
     tx.commit()?;
     Ok(found)
 }
@@ -376,6 +384,11 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
         emit(out, SnapshotRowRef::NodeHealth { key: k.value(), value: v.value() })?;
         n += 1;
     }
+    for row in tx.open_table(RUN_JOBS)?.iter()? {
+        let (k, v) = row?;
+        emit(out, SnapshotRowRef::RunJob { run: k.value(), job: v.value() })?;
+        n += 1;
+    }
     Ok(n)
 }
 
@@ -383,8 +396,9 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
 /// [`SnapshotRecord`], as `raft_snapshot` kept it before snapshot files): the same rows, in the
 /// same order, as an export of that state writes, as rows of today's schema, that is with the
 /// `finished` index that migration 3 builds for a schema 2 database (the state this snapshot is
-/// installed into has been migrated too) and no `node_health` rows (migration 4 starts that
-/// table empty). Holds the old record in memory, as the old release did.
+/// installed into has been migrated too), no `node_health` rows (migration 4 starts that
+/// table empty), and jobs converted and their runs indexed as migration 7 does. Holds the old
+/// record in memory, as the old release did.
 pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, StoreError> {
     use super::migrate::steps::v0003_finished_index::{ChunksInMemory, Events, finished_key_of};
     let found = SnapshotRecord::schema_version_of(data)
@@ -403,6 +417,13 @@ pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, Store
             finished.insert(key);
         }
     }
+    let mut jobs = Vec::with_capacity(e.jobs.len());
+    let mut run_jobs = std::collections::BTreeMap::new();
+    for (id, record) in &e.jobs {
+        let (converted, runs) = super::migrate::steps::v0007_run_index::convert_job(record)?;
+        run_jobs.extend(runs.into_iter().map(|run| (run, *id)));
+        jobs.push((*id, converted));
+    }
     let version = encode(&STATE_SCHEMA_VERSION).map_err(|source| StoreError::Encode { what: "schema", source })?;
     out.frame(&version).map_err(StoreError::Stream)?;
     let rows = e
@@ -411,7 +432,7 @@ pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, Store
         .filter(|(k, _)| !is_node_local(k))
         .map(|(key, value)| SnapshotRowRef::Meta { key, value })
         .chain(e.queues.iter().map(|(name, value)| SnapshotRowRef::Queue { name, value }))
-        .chain(e.jobs.iter().map(|(id, value)| SnapshotRowRef::Job { id, value }))
+        .chain(jobs.iter().map(|(id, value)| SnapshotRowRef::Job { id, value }))
         .chain(e.payloads.iter().map(|(id, value)| SnapshotRowRef::Payload { id, value }))
         .chain(e.live_jobs.iter().map(|id| SnapshotRowRef::LiveJob { id }))
         .chain(e.job_sets.iter().map(|key| SnapshotRowRef::JobSet { key }))
@@ -419,7 +440,8 @@ pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, Store
         .chain(e.event_seqs.iter().map(|(key, seq)| SnapshotRowRef::EventSeq { key, seq: *seq }))
         .chain(e.client_ids.iter().map(|(key, job)| SnapshotRowRef::ClientId { key, job }))
         .chain(e.executors.iter().map(|(name, value)| SnapshotRowRef::Executor { name, value }))
-        .chain(finished.iter().map(|key| SnapshotRowRef::Finished { key }));
+        .chain(finished.iter().map(|key| SnapshotRowRef::Finished { key }))
+        .chain(run_jobs.iter().map(|(run, job)| SnapshotRowRef::RunJob { run, job }));
     let mut n = 0;
     for row in rows {
         emit(out, row)?;

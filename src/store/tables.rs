@@ -39,6 +39,9 @@ pub const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finis
 /// Failures counted against nodes and their quarantines: [`node_key`] → bincode
 /// `NodeHealthRecord` (schema 4).
 pub const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("node_health");
+/// The job of every stored run: [`run_key`] → [`job_key`], written when the run is leased and
+/// deleted with the job (schema 7).
+pub const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("run_jobs");
 
 /// Meta key of the schema version.
 pub const SCHEMA_VERSION: &str = "schema_version";
@@ -65,6 +68,11 @@ pub fn is_node_local(meta_key: &str) -> bool {
 
 /// Big-endian job id key.
 pub fn job_key(id: JobId) -> [u8; 16] {
+    id.as_u128().to_be_bytes()
+}
+
+/// Key of a run: its 128-bit id, big-endian.
+pub fn run_key(id: crate::model::RunId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
 }
 

@@ -30,7 +30,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     }
     let (mut meta, mut queues, mut jobs, mut payloads, mut live) = (None, None, None, None, None);
     let (mut job_sets, mut client_ids, mut executors, mut finished) = (None, None, None, None);
-    let (mut events, mut event_seqs, mut node_health) = (None, None, None);
+    let (mut events, mut event_seqs, mut node_health, mut run_jobs) = (None, None, None, None);
     // A job set's events of this transaction become chunks, written at the end.
     let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&EventRecord>> = HashMap::new();
     // Purged jobs by the event chunks holding their events: each chunk is rewritten once, at the
@@ -93,6 +93,10 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 open(&mut job_sets, tx, JOB_SETS)?.remove(job_set_key(queue, job_set, *job).as_slice())?;
                 let Some(bytes) = record else { continue };
                 let record: JobRecord = decode_row(&bytes, || format!("job {job}"))?;
+                let index = open(&mut run_jobs, tx, RUN_JOBS)?;
+                for run in &record.runs {
+                    index.remove(&run_key(run.run_id))?;
+                }
                 let prefix = set_prefix(queue, job_set);
                 let t = open(&mut events, tx, EVENTS)?;
                 for seq in record.event_seqs {
@@ -131,6 +135,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
             Change::PutQueueTrees(trees) => {
                 open(&mut meta, tx, META)?.insert(QUEUE_TREE, encode_row("queue tree", trees)?.as_slice())?;
+            }
+            Change::IndexRun { run, job } => {
+                open(&mut run_jobs, tx, RUN_JOBS)?.insert(&run_key(*run), &job_key(*job))?;
             }
         }
     }

@@ -60,6 +60,16 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
         (&json!("ex1"), &json!("n1"), &json!("running"))
     );
     assert_eq!(jobs["c2"]["requests"]["cpu"], "2");
+    // Migration 7 indexed the runs of the old jobs by id; the jobs have no namespace, the runs no pod.
+    let c1_run = jobs["c1"]["runs"][0]["run_id"].as_str().expect("c1's run").to_string();
+    for (client, run) in [("c1", &c1_run), ("c2", &running["run_id"].as_str().expect("c2's run").to_string())] {
+        let (s, r) = server.get(&format!("/v1/runs/{run}")).await;
+        assert_eq!(
+            (s, &r["job_id"], &r["namespace"], &r["run"]["pod"]),
+            (200, &jobs[client]["id"], &json!(null), &json!(null)),
+            "{r}"
+        );
+    }
 
     // The finished job's output and events are where the old server left them.
     assert_eq!(server.logs("01M83SZBRQEV3E1YK9CW9XG4ZQ").await, "hello\n");
@@ -91,9 +101,46 @@ async fn a_data_dir_of_state_schema_2_and_log_format_1_opens_with_everything_in_
     }
     assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
     assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZS").await["state"], "queued");
+    // Its run went out of the index with it.
+    assert_eq!(server.get(&format!("/v1/runs/{c1_run}")).await.0, 404);
     let c1 =
         server.submit("physics", "run-1", vec![json!({"client_id": "c1", "pod_spec": common::pod("1", "true")})]).await;
     assert_ne!(c1, vec!["01M83SZBRQEV3E1YK9CW9XG4ZQ".to_string()], "c1 names a new job");
+}
+
+#[tokio::test]
+async fn a_data_dir_of_state_schema_6_opens_with_its_runs_indexed() {
+    // Written by `convoy up` of schema 6 (log format 6, marked 5): job `done` (client id) succeeded,
+    // job `live` was running when the server stopped; queue `default`, job set `set-6`.
+    let tmp = copy_fixture("datadir-v6");
+    let dir = tmp.path();
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    let (s, jobs) = server.get("/v1/jobs?queue=default&job_set=set-6").await;
+    assert_eq!(s, 200, "{jobs}");
+    let jobs = by_client_id(&jobs);
+    let expected = [
+        ("done", "01M852HR31ZDRXH66DHCFAMZF3", "01M852HRE6WGRH5J3N5YMYA6TB"),
+        ("live", "01M852HYKPKN8Q243RZY4JKHT5", "01M852HYMT3JEQ3TZDY2XZD1W5"),
+    ];
+    for (client, job, run) in expected {
+        assert_eq!((&jobs[client]["id"], &jobs[client]["namespace"]), (&json!(job), &json!(null)));
+        assert_eq!((&jobs[client]["runs"][0]["run_id"], &jobs[client]["runs"][0]["pod"]), (&json!(run), &json!(null)));
+        let (s, r) = server.get(&format!("/v1/runs/{run}")).await;
+        assert_eq!((s, &r["job_id"], &r["job_set"]), (200, &json!(job), &json!("set-6")), "{r}");
+    }
+    assert_eq!(jobs["done"]["state"], "succeeded");
+    // New jobs take namespaces, and everything reads back after a restart.
+    let body = json!({"queue": "default", "job_set": "set-7", "jobs": [{"pod_spec": common::pod("1", "true"), "namespace": "team-a"}]});
+    let (s, r) = server.post("/v1/jobs", &body).await;
+    assert_eq!(s, 200, "{r}");
+    let new = r["job_ids"][0].as_str().expect("id").to_string();
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+    let server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    assert_eq!(server.job(&new).await["namespace"], "team-a");
+    let (s, r) = server.get("/v1/runs/01M852HRE6WGRH5J3N5YMYA6TB").await;
+    assert_eq!((s, &r["job_id"]), (200, &json!("01M852HR31ZDRXH66DHCFAMZF3")), "{r}");
 }
 
 /// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
@@ -148,9 +195,10 @@ fn a_state_database_of_a_newer_schema_is_refused() {
 #[test]
 fn a_raft_log_of_a_newer_format_is_refused() {
     let tmp = copy_fixture("datadir-v2");
-    set_meta(&tmp.path().join("data/raft.redb"), "raft_meta", "format_version", &7u32.to_be_bytes());
+    let newer = convoy::record::LOG_FORMAT_VERSION + 1;
+    set_meta(&tmp.path().join("data/raft.redb"), "raft_meta", "format_version", &newer.to_be_bytes());
     let err = refused_start(tmp.path());
-    assert!(err.contains("format version 7") && err.contains("written by a newer convoy"), "{err}");
+    assert!(err.contains(&format!("format version {newer}")) && err.contains("written by a newer convoy"), "{err}");
 }
 
 /// The inline snapshot a release of log format 1 kept in `raft_snapshot`: the state tables of

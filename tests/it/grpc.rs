@@ -857,3 +857,169 @@ async fn get_active_queues_lists_the_queues_holding_nodes_per_pool() {
     let got = jobs.get_active_queues(pb::GetActiveQueuesRequest {}).await.expect("active queues").into_inner();
     assert_eq!(active(got), vec![("gpu".to_string(), vec!["A".to_string(), "B".to_string()])]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_round_trip_and_runs_are_read_by_id() {
+    let s = Server::start("");
+    s.ready().await;
+    let ch = channel(&s).await;
+    let (mut queues, mut submit, mut jobs, mut events) = (
+        QueueServiceClient::new(ch.clone()),
+        SubmitClient::new(ch.clone()),
+        JobsClient::new(ch.clone()),
+        EventClient::new(ch.clone()),
+    );
+    queues.create_queue(pb::Queue { name: "A".into(), ..Default::default() }).await.expect("create queue");
+
+    // A namespace that is no DNS-1123 label is refused, naming Armada's field; nothing is stored.
+    let mut bad = item("1", 0);
+    bad.namespace = "ML_team".into();
+    let e = submit.submit_jobs(submit_req("A", "set-ns", vec![item("1", 0), bad])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().starts_with("job_request_items[1].namespace: namespace \"ML_team\" is invalid"), "{e:?}");
+    let (status, listed) = s.get("/v1/jobs?queue=A&job_set=set-ns").await;
+    assert_eq!((status, listed["jobs"].as_array().map(Vec::len)), (200, Some(0)), "{listed}");
+
+    // One job in its own namespace, one naming none (it runs in its agent's).
+    let mut ml = item("1", 0);
+    ml.namespace = "ml-team".into();
+    let mut none = item("1", 0);
+    none.namespace = String::new();
+    let answer = submit.submit_jobs(submit_req("A", "set-ns", vec![ml, none])).await.expect("submit");
+    let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
+    let _agent = Killed(fake_agent(&s));
+    for id in &ids {
+        wait_state(&mut jobs, &s, id, pb::JobState::Succeeded).await;
+    }
+    let d = jobs
+        .get_job_details(pb::JobDetailsRequest { job_ids: ids.clone(), expand_job_spec: true, expand_job_run: true })
+        .await
+        .expect("details")
+        .into_inner()
+        .job_details;
+    let namespaces: Vec<(&str, &str)> = ids
+        .iter()
+        .map(|id| (d[id].namespace.as_str(), d[id].job_spec.as_ref().map_or("?", |j| j.namespace.as_str())))
+        .collect();
+    assert_eq!(namespaces, [("ml-team", "ml-team"), ("", "")]);
+    let runs: Vec<String> = ids.iter().map(|id| d[id].latest_run_id.clone()).collect();
+    assert!(runs.iter().all(|r| !r.is_empty()), "{d:?}");
+
+    // Runs by id: known ones with their job, unknown and malformed ids left out.
+    let asked = vec![runs[0].clone(), runs[1].clone(), "01ARZ3NDEKTSV4RRFFQ69G5FAV".into(), "not-a-run".into()];
+    let r = jobs
+        .get_job_run_details(pb::JobRunDetailsRequest { run_ids: asked })
+        .await
+        .expect("run details")
+        .into_inner()
+        .job_run_details;
+    let mut keys: Vec<&String> = r.keys().collect();
+    keys.sort();
+    let mut want: Vec<&String> = runs.iter().collect();
+    want.sort();
+    assert_eq!(keys, want);
+    for (run, id) in runs.iter().zip(&ids) {
+        let rd = &r[run];
+        assert_eq!(
+            (rd.run_id.as_str(), rd.job_id.as_str(), rd.state, rd.cluster.as_str()),
+            (run.as_str(), id.as_str(), pb::JobRunState::RunStateSucceeded as i32, "fake")
+        );
+        assert!(rd.leased_ts.is_some() && rd.finished_ts.is_some(), "{rd:?}");
+        // The same run as GetJobDetails shows it.
+        assert_eq!(Some(rd), d[id].job_runs.last());
+    }
+    let none = jobs.get_job_run_details(pb::JobRunDetailsRequest { run_ids: vec![] }).await.expect("empty");
+    assert!(none.into_inner().job_run_details.is_empty());
+
+    // The fake runtime has no pods: the events carry pod number 0 and empty pod fields.
+    let mut stream = events
+        .get_job_set_events(pb::JobSetRequest { id: "set-ns".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut running = 0;
+    while let Some(m) = stream.message().await.expect("event") {
+        if let Some(pb::event_message::Events::Running(e)) = m.message.and_then(|m| m.events) {
+            assert_eq!((e.pod_name.as_str(), e.pod_namespace.as_str(), e.pod_number), ("", "", 0));
+            running += 1;
+        }
+    }
+    assert_eq!(running, 2);
+
+    // REST: the job's namespace, the run by id.
+    let job = s.job(&ids[0]).await;
+    assert_eq!((&job["namespace"], &job["runs"][0]["pod"]), (&json!("ml-team"), &json!(null)));
+    assert_eq!(s.job(&ids[1]).await["namespace"], json!(null));
+    let (status, run) = s.get(&format!("/v1/runs/{}", runs[0])).await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(
+        (
+            &run["job_id"],
+            &run["queue"],
+            &run["job_set"],
+            &run["namespace"],
+            &run["run"]["run_id"],
+            &run["run"]["state"]
+        ),
+        (&json!(ids[0]), &json!("A"), &json!("set-ns"), &json!("ml-team"), &json!(runs[0]), &json!("succeeded"))
+    );
+    let (status, p) = s.get("/v1/runs/01ARZ3NDEKTSV4RRFFQ69G5FAV").await;
+    assert_eq!(status, 404, "{p}");
+    let (status, p) = s.get("/v1/runs/not-a-run").await;
+    assert_eq!((status, &p["field"]), (400, &json!("run_id")), "{p}");
+    // REST names the field its way.
+    let body = json!({"queue": "A", "job_set": "set-ns", "jobs": [{"pod_spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}, "namespace": "-x"}]});
+    let (status, p) = s.post("/v1/jobs", &body).await;
+    assert_eq!((status, &p["field"]), (400, &json!("jobs[0].namespace")), "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_an_agent_reports_reaches_runs_and_armada_events() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![crate::common::node("n1", "4")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let mut job = crate::common::job("1");
+    job["namespace"] = json!("ml-team");
+    let id = s.submit("A", "set-pod", vec![job]).await.remove(0);
+    // The lease order names the job's namespace for the agent.
+    let lease = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let v = s.poll("e1", &nodes, &[], 5.0).await;
+            if let Some(l) = v["leases"].as_array().and_then(|l| l.first()).cloned() {
+                return l;
+            }
+        }
+    })
+    .await
+    .expect("a lease");
+    assert_eq!((&lease["job_id"], &lease["namespace"]), (&json!(id), &json!("ml-team")));
+    let name = format!("armada-{}-0", id.to_lowercase());
+    let pod = json!({"name": name, "namespace": "ml-team", "uid": "0b6e-uid"});
+    let report = |kind: &str| json!({"run_id": lease["run_id"], "job_id": id, "kind": kind, "pod": pod});
+    assert_eq!(s.report("e1", vec![report("pending"), report("running")]).await, 2);
+    let j = s.job(&id).await;
+    assert_eq!((&j["state"], &j["runs"][0]["pod"]), (&json!("running"), &pod));
+
+    let ch = channel(&s).await;
+    let mut stream = EventClient::new(ch)
+        .get_job_set_events(pb::JobSetRequest { id: "set-pod".into(), queue: "A".into(), ..Default::default() })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut seen = vec![];
+    while let Some(m) = stream.message().await.expect("event") {
+        match m.message.and_then(|m| m.events) {
+            Some(pb::event_message::Events::Pending(e)) => {
+                seen.push(("pending", e.pod_name, e.pod_namespace, e.kubernetes_id, e.pod_number))
+            }
+            Some(pb::event_message::Events::Running(e)) => {
+                seen.push(("running", e.pod_name, e.pod_namespace, e.kubernetes_id, e.pod_number))
+            }
+            _ => {}
+        }
+    }
+    let want = |k| (k, name.clone(), "ml-team".to_string(), "0b6e-uid".to_string(), 0);
+    assert_eq!(seen, vec![want("pending"), want("running")]);
+}

@@ -339,6 +339,7 @@ async fn openapi_document_describes_the_real_server() {
             .replace("{queue}", "q")
             .replace("{job_set}", "s")
             .replace("{id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
+            .replace("{run_id}", "01J9Z8Q6M3X2V7N5K4H1G0F9E8")
             .replace("{executor}", "e9")
             .replace("{node}", "n9");
         assert!(!concrete.contains('{'), "{path} has a parameter this test does not know");

@@ -4,7 +4,7 @@
 use crate::agent::config::{IngressDefaults, is_label_value};
 use crate::agent::runtime::RuntimeError;
 use crate::model::api::{LeaseOrder, NodeReport};
-use crate::model::{Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, RunId, Taint, TaintEffect};
+use crate::model::{JobId, Labels, NodeName, PoolName, RESERVED_FOR_LABEL, Resources, Taint, TaintEffect};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -32,9 +32,17 @@ pub const PLACEHOLDER_HOST_SUFFIX: &str = "{host_suffix}";
 /// nothing.
 pub const PLACEHOLDER_CERT_SUFFIX: &str = "{cert_suffix}";
 
-/// Name of the pod of a run: `convoy-<run id in lower case>`.
-pub fn pod_name(run_id: RunId) -> String {
-    format!("convoy-{}", run_id.to_string().to_ascii_lowercase())
+/// Name of the pod of a job's run: `armada-<job id in lower case>-0`, the name Armada gives the
+/// first pod of a job (Armada's Airflow operator finds a job's logs by it). A job has at most one
+/// live run, so the name is unique among live runs; the pod of an earlier run of the job may
+/// still hold it, which `start` resolves (see `KubernetesRuntime`).
+pub fn pod_name(job_id: JobId) -> String {
+    format!("armada-{}-0", job_id.to_string().to_ascii_lowercase())
+}
+
+/// The namespace a lease's objects go to: the job's, else the agent's configured one.
+pub fn namespace_of<'a>(lease: &'a LeaseOrder, default: &'a str) -> &'a str {
+    lease.namespace.as_ref().map_or(default, |ns| ns.as_str())
 }
 
 /// Label selector of the pods this executor started.
@@ -80,7 +88,7 @@ pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<
     annotations.insert(LABEL_JOB_SET.to_string(), lease.job_set.to_string());
     Ok(Pod {
         metadata: ObjectMeta {
-            name: Some(pod_name(lease.run_id)),
+            name: Some(pod_name(lease.job_id)),
             namespace: Some(namespace.to_string()),
             labels: Some(labels),
             annotations: Some(annotations),
@@ -136,7 +144,7 @@ fn fill_in(s: &mut String, pod: &str, namespace: &str, ingress: &IngressDefaults
 /// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
 /// select something themselves. Owner references are added once the pod exists.
 pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Service>, RuntimeError> {
-    let pod = pod_name(lease.run_id);
+    let pod = pod_name(lease.job_id);
     lease
         .services
         .iter()
@@ -168,7 +176,7 @@ pub fn build_ingresses(
     namespace: &str,
     defaults: &IngressDefaults,
 ) -> Result<Vec<Ingress>, RuntimeError> {
-    let pod = pod_name(lease.run_id);
+    let pod = pod_name(lease.job_id);
     lease
         .ingresses
         .iter()
@@ -318,7 +326,7 @@ mod tests {
     use super::*;
 
     fn lease(services: Vec<serde_json::Value>, ingresses: Vec<serde_json::Value>) -> LeaseOrder {
-        use crate::model::{JobId, JobSetName, PriorityClassName, QueueName};
+        use crate::model::{JobId, JobSetName, PriorityClassName, QueueName, RunId};
         LeaseOrder {
             run_id: RunId::from_parts(1, 1),
             job_id: JobId::from_parts(1, 2),
@@ -333,6 +341,7 @@ mod tests {
             labels: Default::default(),
             termination_grace_period_seconds: 1.0,
             active_deadline_seconds: 0,
+            namespace: None,
         }
     }
 
@@ -346,7 +355,7 @@ mod tests {
                 "pathType": "Prefix", "backend": {"service": {"name": "{pod}-service-0", "port": {"number": 8080}}}}]}}],
                 "tls": [{"hosts": ["main-8080-{pod}.{namespace}{host_suffix}"], "secretName": "{namespace}{cert_suffix}"}]}});
         let l = lease(vec![service], vec![ingress]);
-        let pod = pod_name(l.run_id);
+        let pod = pod_name(l.job_id);
         let run = l.run_id.to_string();
         let job = l.job_id.to_string();
         let labels = json!({"convoy.io/executor": "ex", "convoy.io/job-id": job, "convoy.io/job-set": "s",

@@ -80,6 +80,7 @@ fn request(args: SubmitArgs) -> anyhow::Result<SubmitRequest> {
         services: Vec::new(),
         ingresses: Vec::new(),
         client_id: None,
+        namespace: None,
     };
     Ok(SubmitRequest { queue, job_set, jobs: vec![item; args.count as usize] })
 }

@@ -485,3 +485,88 @@ mod quarantine;
 mod queue_select;
 mod queue_tree;
 mod retention;
+
+fn pod_report(run: u128, job: u128, kind: RunEventKind, pod: Option<crate::record::PodRecord>) -> PodRunReport {
+    PodRunReport {
+        event: FaultedRunReport {
+            report: RunReport {
+                run_id: RunId::from_u128(run),
+                job_id: JobId::from_u128(job),
+                kind,
+                time_ms: None,
+                exit_code: None,
+                reason: None,
+                message: None,
+                log_tail: None,
+            },
+            node_fault: None,
+        },
+        pod,
+    }
+}
+
+fn with_pods(s: &mut State, events: Vec<PodRunReport>) -> Applied {
+    let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
+    let cmd = Command::RunEventsWithPods { executor: exec("e1"), at_ms: 30, events, max_attempted_runs: 2, quarantine };
+    s.apply(cmd, ApplyContext::default())
+}
+
+#[test]
+fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
+    use crate::model::{Namespace, RunPod};
+    let mut s = state();
+    let ml = Namespace::new("ml").unwrap();
+    let jobs = vec![
+        NamespacedJob { job: new_job(1, None, "1"), namespace: Some(ml.clone()) },
+        NamespacedJob { job: new_job(2, None, "1"), namespace: None },
+    ];
+    let a = s.apply(
+        Command::SubmitInNamespaces { queue: q("A"), job_set: set("s"), at_ms: 10, jobs },
+        ApplyContext::default(),
+    );
+    assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1), JobId::from_u128(2)])));
+    assert_eq!(s.jobs[&JobId::from_u128(1)].record.namespace, Some(ml.clone()));
+    assert_eq!(s.jobs[&JobId::from_u128(2)].record.namespace, None);
+    // Older logs' submissions have none.
+    submit(&mut s, vec![new_job(3, None, "1")]);
+    assert_eq!(s.jobs[&JobId::from_u128(3)].record.namespace, None);
+
+    // A lease indexes its run by id, once.
+    let a = lease(&mut s, 1, 100, 1, 1);
+    let indexed: Vec<&Change> = a.changes.iter().filter(|c| matches!(c, Change::IndexRun { .. })).collect();
+    assert_eq!(indexed, vec![&Change::IndexRun { run: RunId::from_u128(100), job: JobId::from_u128(1) }]);
+
+    let pod = crate::record::PodRecord { name: "armada-x-0".into(), namespace: "ml".into(), uid: "u1".into() };
+    let a = with_pods(&mut s, vec![pod_report(100, 1, RunEventKind::Pending, Some(pod.clone()))]);
+    assert_eq!(events(&a), vec![EventKind::Pending]);
+    let run = s.jobs[&JobId::from_u128(1)].record.runs[0].clone();
+    assert_eq!((run.state, run.pod.clone()), (RunState::Pending, Some(RunPod::from(pod.clone()))));
+    let Some(Change::PutJob { record, .. }) = a.changes.iter().rev().find(|c| matches!(c, Change::PutJob { .. }))
+    else {
+        panic!("no PutJob")
+    };
+    assert_eq!(record.runs[0].pod, Some(pod.clone()), "stored with the run");
+    assert_eq!(record.namespace, Some(ml));
+    // An event without a pod keeps the one reported; a new pod replaces it.
+    with_pods(&mut s, vec![pod_report(100, 1, RunEventKind::Running, None)]);
+    assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod, Some(RunPod::from(pod)));
+    let moved = crate::record::PodRecord { name: "armada-x-0".into(), namespace: "ml".into(), uid: "u2".into() };
+    let a = with_pods(&mut s, vec![pod_report(100, 1, RunEventKind::Running, Some(moved.clone()))]);
+    assert_eq!(events(&a), vec![], "still running: no event");
+    assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod, Some(RunPod::from(moved)));
+    // Another executor's word about the run changes nothing.
+    let other = Command::RunEventsWithPods {
+        executor: exec("e2"),
+        at_ms: 31,
+        events: vec![pod_report(
+            100,
+            1,
+            RunEventKind::Running,
+            Some(crate::record::PodRecord { name: "x".into(), namespace: "y".into(), uid: "z".into() }),
+        )],
+        max_attempted_runs: 2,
+        quarantine: QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 },
+    };
+    assert_eq!(s.apply(other, ApplyContext::default()).response, Some(Response::Accepted(0)));
+    assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod.as_ref().map(|p| p.uid.as_str()), Some("u2"));
+}

@@ -10,6 +10,7 @@ use crate::record::{EventRecord, JobRecord, encode};
 use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
 use crate::store::tables::*;
+use redb::ReadableTable;
 
 pub(super) fn settings() -> StateSettings {
     StateSettings::from_config(&SchedulerConfig::default())
@@ -179,6 +180,51 @@ fn newer_schema_is_refused() {
     assert!(msg.contains("schema version 99") && msg.contains("newer"), "{msg}");
 }
 
+/// Makes `store` a database of `version` (4 to 6) as far as schema 7 is concerned: job rows in
+/// the format of schemas 2 to 6, no `run_jobs` table.
+fn as_schema_6(store: &Store, version: u32) {
+    let tx = store.write().unwrap();
+    tx.open_table(META).unwrap().insert(SCHEMA_VERSION, version.to_be_bytes().as_slice()).unwrap();
+    {
+        let mut jobs = tx.open_table(JOBS).unwrap();
+        let rows: Vec<([u8; 16], Vec<u8>)> =
+            jobs.iter().unwrap().map(|r| r.unwrap()).map(|(k, v)| (*k.value(), v.value().to_vec())).collect();
+        for (k, v) in rows {
+            jobs.insert(&k, migrate::steps::v0007_run_index::to_version_6(&v).as_slice()).unwrap();
+        }
+    }
+    tx.delete_table(RUN_JOBS).unwrap();
+    tx.commit().unwrap();
+}
+
+#[test]
+fn a_schema_6_database_is_migrated_with_its_runs_indexed_and_jobs_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let (jobs, before) = {
+        let store = Store::open(&path).unwrap();
+        sample(&store);
+        let state = store.load_state(settings()).unwrap();
+        let (jobs, _) = store.list_jobs(&JobFilter { limit: 1000, ..Default::default() }).unwrap();
+        assert!(jobs.iter().any(|j| !j.runs.is_empty()), "the sample has runs");
+        let digest = store.digest().unwrap();
+        as_schema_6(&store, 6);
+        assert!(store.jobs_of_runs(&[jobs.iter().flat_map(|j| &j.runs).next().unwrap().run_id]).is_err());
+        (jobs, (state.jobs.len(), state.next_seq, digest.sha256))
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
+    let state = store.load_state(settings()).unwrap();
+    // The same rows as before (the index rebuilt is the one written with the runs).
+    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
+    let runs: Vec<_> = jobs.iter().flat_map(|j| j.runs.iter().map(move |r| (r.run_id, j.id))).collect();
+    let found = store.jobs_of_runs(&runs.iter().map(|(r, _)| *r).collect::<Vec<_>>()).unwrap();
+    assert_eq!(
+        found.iter().map(|j| j.as_ref().map(|j| j.id)).collect::<Vec<_>>(),
+        runs.iter().map(|(_, j)| Some(*j)).collect::<Vec<_>>()
+    );
+}
+
 #[test]
 fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
     let dir = tempfile::tempdir().unwrap();
@@ -188,10 +234,9 @@ fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
         sample(&store);
         let state = store.load_state(settings()).unwrap();
         // Make it a version 4 database: schema 5 only added the `queue_usage` row, absent here.
-        let tx = store.write().unwrap();
-        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 4u32.to_be_bytes().as_slice()).unwrap();
-        tx.commit().unwrap();
-        (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
+        let digest = store.digest().unwrap().sha256;
+        as_schema_6(&store, 4);
+        (state.jobs.len(), state.next_seq, digest)
     };
     let store = Store::open(&path).unwrap();
     // Migrated on to the latest schema (6 converts nothing either).
@@ -210,13 +255,12 @@ fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree(
         sample(&store);
         let state = store.load_state(settings()).unwrap();
         // Make it a version 5 database: schema 6 only added the `queue_tree` row, absent here.
-        let tx = store.write().unwrap();
-        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 5u32.to_be_bytes().as_slice()).unwrap();
-        tx.commit().unwrap();
-        (state.jobs.len(), state.next_seq, store.digest().unwrap().sha256)
+        let digest = store.digest().unwrap().sha256;
+        as_schema_6(&store, 5);
+        (state.jobs.len(), state.next_seq, digest)
     };
     let store = Store::open(&path).unwrap();
-    assert_eq!(migrate::version(&store.db()).unwrap(), 6);
+    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
     let mut state = store.load_state(settings()).unwrap();
     assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
     assert!(state.queues.values().all(|q| q.queue.is_flat()));
@@ -335,7 +379,11 @@ fn version_1_events_are_regrouped_into_chunks() {
             tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 1u32.to_be_bytes().as_slice()).unwrap();
             tx.open_table(JOBS)
                 .unwrap()
-                .insert(&job_key(record.id), encode(&JobRecord::from(record.clone())).unwrap().as_slice())
+                .insert(
+                    &job_key(record.id),
+                    migrate::steps::v0007_run_index::to_version_6(&encode(&JobRecord::from(record.clone())).unwrap())
+                        .as_slice(),
+                )
                 .unwrap();
             let mut t = tx.open_table(migrate::steps::v0001_initial::EVENTS_V1).unwrap();
             for e in &expected {

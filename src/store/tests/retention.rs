@@ -129,6 +129,9 @@ fn references(store: &Store) -> BTreeMap<&'static str, BTreeSet<JobId>> {
     for row in tx.open_table(FINISHED).unwrap().iter().unwrap() {
         out.entry("finished").or_default().insert(finished_from_key(row.unwrap().0.value()).1);
     }
+    for row in tx.open_table(RUN_JOBS).unwrap().iter().unwrap() {
+        out.entry("run_jobs").or_default().insert(job_from_key(row.unwrap().1.value()));
+    }
     for row in tx.open_table(EVENTS).unwrap().iter().unwrap() {
         let chunk: Vec<EventRecord> = crate::record::decode(row.unwrap().1.value()).unwrap();
         out.entry("event_chunks").or_default().extend(chunk.iter().map(|e| e.job_id));
@@ -193,6 +196,10 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     cancel(&store, &mut state, "s", &[2], 110);
     cancel(&store, &mut state, "solo", &[4], 120);
     let queued_events = store.job_events(&store.job(id(3)).unwrap().unwrap()).unwrap();
+    // Job 1's run is indexed by its id while the job is kept.
+    let run = RunId::from_u128(1);
+    assert_eq!(store.jobs_of_runs(&[run]).unwrap()[0].as_ref().map(|j| j.id), Some(id(1)));
+    assert_eq!(references(&store)["run_jobs"], BTreeSet::from([id(1)]));
 
     assert_eq!(purge(&store, &mut state, 121, 100).into_iter().collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 4]));
     let refs = references(&store);
@@ -226,6 +233,9 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
             .is_none()
     );
     assert_eq!(finished_rows(&store), vec![]);
+    // The purge took job 1's run out of the index.
+    assert_eq!(store.jobs_of_runs(&[run]).unwrap(), vec![None]);
+    assert!(!refs.contains_key("run_jobs"));
     assert_reloads_as_in_memory(&store, &state);
     // The client ids are free again, on disk too.
     let mut loaded = store.load_state(settings()).unwrap();

@@ -1,6 +1,8 @@
 //! A fake Kubernetes API server speaking exactly the calls the agent uses: list nodes, list pods
-//! (all namespaces and per namespace), watch pods (events pushed by the test), create/get/delete
-//! pods, pod logs, create services and ingresses. Every request is recorded for assertions.
+//! (all namespaces and per namespace, by label), watch pods (events pushed by the test),
+//! create/get/delete pods (deletes honour a uid precondition), pod logs, create/get/delete
+//! services and ingresses. Every request is recorded for assertions. Objects are kept by name,
+//! whatever their namespace (tests use distinct names).
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -28,6 +30,10 @@ pub(super) struct KubeState {
     /// Pods of other namespaces/owners, shown only by the all-namespaces list.
     pub foreign_pods: Vec<Value>,
     pub nodes: Vec<Value>,
+    /// Names of pods created so far: a name created again gets a new uid.
+    pub created: std::collections::BTreeSet<String>,
+    /// Services and ingresses by `<resource>/<name>`.
+    pub others: BTreeMap<String, Value>,
     pub log: String,
     rv: u64,
 }
@@ -52,12 +58,17 @@ impl KubeApi {
         let ctx = Ctx { state: state.clone(), watch: watch.clone() };
         let app = axum::Router::new()
             .route("/api/v1/nodes", axum::routing::get(list_nodes))
-            .route("/api/v1/pods", axum::routing::get(list_all_pods))
+            .route("/api/v1/pods", axum::routing::get(list_or_watch_pods))
             .route("/api/v1/namespaces/{ns}/pods", axum::routing::get(list_or_watch_pods).post(create_pod))
             .route("/api/v1/namespaces/{ns}/pods/{name}", axum::routing::get(get_pod).delete(delete_pod))
             .route("/api/v1/namespaces/{ns}/pods/{name}/log", axum::routing::get(pod_log))
             .route("/api/v1/namespaces/{ns}/services", axum::routing::post(create_other))
             .route("/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses", axum::routing::post(create_other))
+            .route("/api/v1/namespaces/{ns}/services/{name}", axum::routing::get(get_other).delete(delete_other))
+            .route(
+                "/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses/{name}",
+                axum::routing::get(get_other).delete(delete_other),
+            )
             .fallback(unknown)
             .with_state(ctx);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -161,18 +172,6 @@ async fn list_nodes(
     list("NodeList", rv, nodes)
 }
 
-async fn list_all_pods(
-    State(ctx): State<Ctx>,
-    method: Method,
-    uri: Uri,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    let rv = record(&ctx, method, &uri, &q, None);
-    let s = ctx.state.lock().expect("lock");
-    let items = s.pods.values().cloned().chain(s.foreign_pods.iter().cloned()).collect();
-    list("PodList", rv, items)
-}
-
 async fn list_or_watch_pods(
     State(ctx): State<Ctx>,
     method: Method,
@@ -197,7 +196,15 @@ async fn list_or_watch_pods(
             .expect("response");
     }
     let s = ctx.state.lock().expect("lock");
-    let items = s.pods.values().filter(|p| matches_selector(p, q.get("labelSelector"))).cloned().collect();
+    // Other owners' pods show only in the all-namespaces list.
+    let all = uri.path() == "/api/v1/pods";
+    let items = s
+        .pods
+        .values()
+        .chain(s.foreign_pods.iter().filter(|_| all))
+        .filter(|p| matches_selector(p, q.get("labelSelector")))
+        .cloned()
+        .collect();
     list("PodList", rv, items)
 }
 
@@ -216,7 +223,8 @@ async fn create_pod(
     if s.pods.contains_key(&name) {
         return status(StatusCode::CONFLICT, "AlreadyExists", &format!("pods \"{name}\" already exists"));
     }
-    pod["metadata"]["uid"] = json!(format!("uid-{name}"));
+    let uid = if s.created.insert(name.clone()) { format!("uid-{name}") } else { format!("uid-{name}-{rv}") };
+    pod["metadata"]["uid"] = json!(uid);
     pod["metadata"]["namespace"] = json!(ns);
     pod["metadata"]["resourceVersion"] = json!(rv.to_string());
     pod["status"] = json!({"phase": "Pending"});
@@ -253,6 +261,11 @@ async fn delete_pod(
     let Some(pod) = s.pods.get_mut(&name) else {
         return status(StatusCode::NOT_FOUND, "NotFound", &format!("pods \"{name}\" not found"));
     };
+    if let Some(uid) = opts.as_ref().and_then(|o| o["preconditions"]["uid"].as_str())
+        && pod["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return status(StatusCode::CONFLICT, "Conflict", "Precondition failed: UID in precondition does not match");
+    }
     if grace == Some(0) {
         let pod = s.pods.remove(&name).expect("present");
         return axum::Json(pod).into_response();
@@ -284,9 +297,61 @@ async fn create_other(
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Response {
-    let obj: Value = serde_json::from_slice(&body).expect("object JSON");
+    let mut obj: Value = serde_json::from_slice(&body).expect("object JSON");
     record(&ctx, method, &uri, &q, Some(obj.clone()));
+    let resource = uri.path().rsplit('/').next().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+    let key = format!("{resource}/{name}");
+    let mut s = ctx.state.lock().expect("lock");
+    if s.others.contains_key(&key) {
+        return status(StatusCode::CONFLICT, "AlreadyExists", &format!("{key} already exists"));
+    }
+    obj["metadata"]["uid"] = json!(format!("uid-{key}"));
+    s.others.insert(key, obj.clone());
     (StatusCode::CREATED, axum::Json(obj)).into_response()
+}
+
+/// `<resource>/<name>` of a service or ingress path.
+fn other_key(uri: &Uri) -> String {
+    let parts: Vec<&str> = uri.path().rsplit('/').take(2).collect();
+    format!("{}/{}", parts[1], parts[0])
+}
+
+async fn get_other(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    record(&ctx, method, &uri, &q, None);
+    let key = other_key(&uri);
+    match ctx.state.lock().expect("lock").others.get(&key) {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => status(StatusCode::NOT_FOUND, "NotFound", &format!("{key} not found")),
+    }
+}
+
+async fn delete_other(
+    State(ctx): State<Ctx>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let opts: Option<Value> = serde_json::from_slice(&body).ok();
+    record(&ctx, method, &uri, &q, opts.clone());
+    let key = other_key(&uri);
+    let mut s = ctx.state.lock().expect("lock");
+    let Some(o) = s.others.get(&key) else {
+        return status(StatusCode::NOT_FOUND, "NotFound", &format!("{key} not found"));
+    };
+    if let Some(uid) = opts.as_ref().and_then(|o| o["preconditions"]["uid"].as_str())
+        && o["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return status(StatusCode::CONFLICT, "Conflict", "Precondition failed");
+    }
+    let o = s.others.remove(&key).expect("present");
+    axum::Json(o).into_response()
 }
 
 async fn unknown(State(ctx): State<Ctx>, method: Method, uri: Uri) -> Response {
@@ -321,31 +386,51 @@ pub(super) fn rbac_need(call: &Call) -> (String, String, String, bool) {
 }
 
 /// Checks every recorded call against `packaging/kubernetes/agent-rbac.yaml`: cluster-wide calls
-/// need the ClusterRole, namespaced ones the ClusterRole or the Role.
+/// need a ClusterRole bound by a ClusterRoleBinding, namespaced ones that or a Role or ClusterRole
+/// bound by a RoleBinding (which namespaces are bound is the deployment's choice).
 pub(super) fn assert_rbac_allows(calls: &[Call]) {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/kubernetes/agent-rbac.yaml"))
         .expect("RBAC manifest");
-    let mut cluster = Vec::new();
-    let mut namespaced = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc).expect("YAML document");
-        let target = match v["kind"].as_str() {
-            Some("ClusterRole") => &mut cluster,
-            Some("Role") => &mut namespaced,
-            _ => continue,
-        };
-        for rule in v["rules"].as_array().expect("rules") {
-            for g in rule["apiGroups"].as_array().expect("groups") {
-                for r in rule["resources"].as_array().expect("resources") {
-                    for verb in rule["verbs"].as_array().expect("verbs") {
-                        target.push((
-                            g.as_str().expect("str").to_string(),
-                            r.as_str().expect("str").to_string(),
-                            verb.as_str().expect("str").to_string(),
-                        ));
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML document"))
+        .collect();
+    let rules_of = |kind: &str, name: &str, namespace: Option<&str>| -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for v in &docs {
+            let same = v["kind"] == kind
+                && v["metadata"]["name"] == name
+                && (kind == "ClusterRole" || v["metadata"]["namespace"].as_str() == namespace);
+            if !same {
+                continue;
+            }
+            for rule in v["rules"].as_array().expect("rules") {
+                for g in rule["apiGroups"].as_array().expect("groups") {
+                    for r in rule["resources"].as_array().expect("resources") {
+                        for verb in rule["verbs"].as_array().expect("verbs") {
+                            out.push((
+                                g.as_str().expect("str").to_string(),
+                                r.as_str().expect("str").to_string(),
+                                verb.as_str().expect("str").to_string(),
+                            ));
+                        }
                     }
                 }
             }
+        }
+        out
+    };
+    let mut cluster = Vec::new();
+    let mut namespaced = Vec::new();
+    for v in &docs {
+        let role =
+            (v["roleRef"]["kind"].as_str().unwrap_or_default(), v["roleRef"]["name"].as_str().unwrap_or_default());
+        match v["kind"].as_str() {
+            Some("ClusterRoleBinding") => cluster.extend(rules_of(role.0, role.1, None)),
+            Some("RoleBinding") => {
+                let ns = v["metadata"]["namespace"].as_str().expect("namespace");
+                namespaced.extend(rules_of(role.0, role.1, Some(ns)));
+            }
+            _ => {}
         }
     }
     for call in calls {

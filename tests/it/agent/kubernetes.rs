@@ -10,7 +10,7 @@ use convoy::agent::config::KubernetesConfig;
 use convoy::agent::kubernetes::KubernetesRuntime;
 use convoy::agent::{EventReceiver, EventSink, Runtime, RuntimeKind, Started};
 use convoy::model::api::{LeaseOrder, RunEventKind, RunEventReport};
-use convoy::model::{RunId, RunState};
+use convoy::model::{JobId, Namespace, RunId, RunPod, RunState};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -30,8 +30,9 @@ fn kube_lease() -> LeaseOrder {
     l
 }
 
-fn pod_name(run_id: RunId) -> String {
-    format!("convoy-{}", run_id.to_string().to_lowercase())
+/// The pod of a job's runs: Armada's name for it.
+fn pod_name(job_id: JobId) -> String {
+    format!("armada-{}-0", job_id.to_string().to_lowercase())
 }
 
 struct Harness {
@@ -83,7 +84,7 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
     let posts = h.api.calls(Method::POST, "/api/v1/namespaces/batch/pods");
     assert_eq!(posts.len(), 1);
     let pod = posts[0].body.clone().expect("pod body");
-    let name = pod_name(run_id);
+    let name = pod_name(job_id);
     assert_eq!(pod["metadata"]["name"], json!(name));
     assert_eq!(pod["metadata"]["namespace"], json!("batch"));
     assert_eq!(
@@ -119,6 +120,11 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
 
     let ev = h.next_event().await;
     assert_eq!((ev.run_id, ev.kind), (run_id, RunEventKind::Pending));
+    assert_eq!(
+        ev.pod,
+        Some(RunPod { name: name.clone(), namespace: "batch".into(), uid: format!("uid-{name}") }),
+        "the pending event names the pod"
+    );
     // The same lease again creates nothing.
     assert_eq!(h.rt.start(l).await.expect("start"), Started::AlreadyKnown);
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1);
@@ -154,7 +160,7 @@ async fn armada_ingress_placeholders_are_filled_in_by_the_agent() {
                  "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}})];
     let (run_id, job_id) = (l.run_id, l.job_id);
     assert_eq!(h.rt.start(l).await.expect("start"), Started::New);
-    let name = pod_name(run_id);
+    let name = pod_name(job_id);
     let owner = json!([{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": format!("uid-{name}"), "controller": true, "blockOwnerDeletion": true}]);
     let labels = json!({"convoy.io/executor": "test-executor", "convoy.io/job-id": job_id.to_string(),
         "convoy.io/job-set": "set-1", "convoy.io/queue": "team-a", "convoy.io/run-id": run_id.to_string()});
@@ -188,7 +194,7 @@ async fn watch_events_become_run_events() {
         h.rt.start(l.clone()).await.expect("start");
         assert_eq!(h.next_event().await.kind, RunEventKind::Pending);
     }
-    let [ok, exit3, pull, unsched, oom] = [0, 1, 2, 3, 4].map(|i| pod_name(leases[i].run_id));
+    let [ok, exit3, pull, unsched, oom] = [0, 1, 2, 3, 4].map(|i| pod_name(leases[i].job_id));
 
     h.api.push("MODIFIED", h.api.with_status(&ok, json!({"phase": "Running"})));
     let ev = h.next_event().await;
@@ -272,7 +278,7 @@ async fn kill_deletes_with_the_grace_period_then_forces() {
     let mut h = harness(KubernetesConfig { force_delete_after: Duration::ZERO, ..Default::default() }).await;
     h.recover().await;
     let l = kube_lease();
-    let name = pod_name(l.run_id);
+    let name = pod_name(l.job_id);
     h.rt.start(l.clone()).await.expect("start");
     assert_eq!(h.next_event().await.kind, RunEventKind::Pending);
     h.api.push("MODIFIED", h.api.with_status(&name, json!({"phase": "Running"})));
@@ -287,6 +293,8 @@ async fn kill_deletes_with_the_grace_period_then_forces() {
     let deletes = h.api.calls(Method::DELETE, &format!("/api/v1/namespaces/default/pods/{name}"));
     assert_eq!(deletes.len(), 1);
     assert_eq!(deletes[0].body.as_ref().map(|b| b["gracePeriodSeconds"].clone()), Some(json!(1)));
+    // Only that pod: the name passes to the job's next run.
+    assert_eq!(deletes[0].body.as_ref().map(|b| b["preconditions"]["uid"].clone()), Some(json!(format!("uid-{name}"))));
     // The pod is still terminating after the grace period: deleted again with grace 0.
     let forced = wait_for(T, "forced delete", || {
         let d = h.api.calls(Method::DELETE, &format!("/pods/{name}"));
@@ -314,21 +322,22 @@ async fn restart_adopts_existing_pods_without_duplicates() {
     let done = kube_lease();
     let other = kube_lease();
     let pod = |l: &LeaseOrder, executor: &str, status: Value| {
-        json!({"metadata": {"name": pod_name(l.run_id), "namespace": "default", "uid": format!("uid-{}", pod_name(l.run_id)),
+        json!({"metadata": {"name": pod_name(l.job_id), "namespace": "default", "uid": format!("uid-{}", pod_name(l.job_id)),
                 "labels": {"convoy.io/run-id": l.run_id.to_string(), "convoy.io/job-id": l.job_id.to_string(), "convoy.io/executor": executor}},
                "spec": pod_spec(), "status": status})
     };
     {
         let mut s = h0.api.state();
-        s.pods.insert(pod_name(running.run_id), pod(&running, "test-executor", json!({"phase": "Running"})));
-        s.pods.insert(pod_name(done.run_id), pod(&done, "test-executor", json!({"phase": "Succeeded"})));
-        s.pods.insert(pod_name(other.run_id), pod(&other, "someone-else", json!({"phase": "Running"})));
+        s.pods.insert(pod_name(running.job_id), pod(&running, "test-executor", json!({"phase": "Running"})));
+        s.pods.insert(pod_name(done.job_id), pod(&done, "test-executor", json!({"phase": "Succeeded"})));
+        s.pods.insert(pod_name(other.job_id), pod(&other, "someone-else", json!({"phase": "Running"})));
     }
     let mut h = h0;
     let held: std::collections::HashMap<RunId, RunState> =
         h.recover().await.into_iter().map(|r| (r.run_id, r.state)).collect();
     assert_eq!(held, [(running.run_id, RunState::Running), (done.run_id, RunState::Succeeded)].into());
-    let list = h.api.calls(Method::GET, "/api/v1/namespaces/default/pods");
+    // Listed in every namespace: jobs choose theirs.
+    let list = h.api.calls(Method::GET, "/api/v1/pods");
     assert_eq!(
         list[0].query.get("labelSelector").map(String::as_str),
         Some("convoy.io/executor=test-executor,convoy.io/run-id")
@@ -344,12 +353,75 @@ async fn restart_adopts_existing_pods_without_duplicates() {
     assert!(h.api.calls(Method::POST, "/pods").is_empty());
     // A pod that exists without being tracked (created just before a crash) is adopted on create.
     let late = kube_lease();
-    h.api.state().pods.insert(pod_name(late.run_id), pod(&late, "test-executor", json!({"phase": "Running"})));
+    h.api.state().pods.insert(pod_name(late.job_id), pod(&late, "test-executor", json!({"phase": "Running"})));
     assert_eq!(h.rt.start(late.clone()).await.expect("start"), Started::New);
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1, "one create attempt, answered 409");
-    assert_eq!(h.api.calls(Method::GET, &format!("/pods/{}", pod_name(late.run_id))).len(), 1);
+    assert_eq!(h.api.calls(Method::GET, &format!("/pods/{}", pod_name(late.job_id))).len(), 1);
     let ev = h.next_event().await;
     assert_eq!((ev.run_id, ev.kind), (late.run_id, RunEventKind::Running));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_in_their_namespace_and_a_new_run_replaces_the_pod_of_an_earlier_one() {
+    let mut h = harness(KubernetesConfig::default()).await;
+    h.recover().await;
+    // The watch follows the agent's pods in every namespace.
+    let watches = h.api.calls(Method::GET, "/api/v1/pods");
+    assert!(watches.iter().any(|c| c.query.get("watch").is_some_and(|w| w == "true" || w == "1")), "{watches:?}");
+
+    let mut first = kube_lease();
+    first.namespace = Some(Namespace::new("ml").expect("namespace"));
+    first.services = vec![json!({"spec": {"ports": [{"port": 8080}]}})];
+    let name = pod_name(first.job_id);
+    assert_eq!(h.rt.start(first.clone()).await.expect("start"), Started::New);
+    assert_eq!(h.api.calls(Method::POST, "/api/v1/namespaces/ml/pods").len(), 1);
+    assert_eq!(h.api.calls(Method::POST, "/api/v1/namespaces/ml/services").len(), 1);
+    assert!(h.api.calls(Method::POST, "/api/v1/namespaces/default/pods").is_empty());
+    let ev = h.next_event().await;
+    assert_eq!(ev.pod, Some(RunPod { name: name.clone(), namespace: "ml".into(), uid: format!("uid-{name}") }));
+    h.api.push("MODIFIED", h.api.with_status(&name, json!({"phase": "Running"})));
+    let ev = h.next_event().await;
+    assert_eq!((ev.run_id, ev.kind), (first.run_id, RunEventKind::Running));
+    assert_eq!(ev.pod.map(|p| (p.name, p.namespace)), Some((name.clone(), "ml".to_string())));
+
+    // The job's next run (the server lost the first) comes while the first run's pod is there.
+    let mut second = first.clone();
+    second.run_id = super::harness::ids().0;
+    assert_eq!(h.rt.start(second.clone()).await.expect("start"), Started::New);
+    let deletes = h.api.calls(Method::DELETE, &format!("/api/v1/namespaces/ml/pods/{name}"));
+    assert_eq!(deletes.len(), 1, "the stale pod is deleted once");
+    let body = deletes[0].body.clone().expect("delete options");
+    assert_eq!(
+        (&body["gracePeriodSeconds"], &body["preconditions"]["uid"]),
+        (&json!(0), &json!(format!("uid-{name}")))
+    );
+    let pod = h.api.state().pods.get(&name).cloned().expect("the new pod");
+    assert_eq!(pod["metadata"]["labels"]["convoy.io/run-id"], json!(second.run_id.to_string()));
+    assert_ne!(pod["metadata"]["uid"], json!(format!("uid-{name}")));
+    // The first run's service (its owner gone, the collector not yet there) is replaced too.
+    let svc = h.api.state().others.get(&format!("services/{name}-svc-0")).cloned().expect("service");
+    assert_eq!(svc["metadata"]["labels"]["convoy.io/run-id"], json!(second.run_id.to_string()));
+    assert_eq!(svc["metadata"]["ownerReferences"][0]["uid"], pod["metadata"]["uid"]);
+    let ev = h.next_event().await;
+    assert_eq!((ev.run_id, ev.kind), (second.run_id, RunEventKind::Pending));
+    assert_eq!(ev.pod.map(|p| p.uid), pod["metadata"]["uid"].as_str().map(str::to_string));
+
+    // The end of the first run never takes the second run's pod, which has its name.
+    h.rt.forget(first.run_id).await.expect("forget");
+    assert!(h.api.state().pods.contains_key(&name), "the new run's pod stays");
+    assert_eq!(h.api.calls(Method::DELETE, &format!("/pods/{name}")).len(), 2, "one refused delete");
+
+    // A pod holding the name that is not an earlier run's of the job refuses the run.
+    let third = kube_lease();
+    let foreign = pod_name(third.job_id);
+    h.api
+        .state()
+        .pods
+        .insert(foreign.clone(), json!({"metadata": {"name": foreign, "namespace": "default", "uid": "x"}}));
+    let err = h.rt.start(third).await.expect_err("name taken");
+    assert!(err.to_string().contains("belongs to something else"), "{err}");
+    assert!(h.api.state().pods.contains_key(&foreign));
+    super::kube_api::assert_rbac_allows(&h.api.state().calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,7 +489,7 @@ async fn agent_runs_a_lease_as_a_pod_end_to_end() {
     let l = kube_lease();
     cp.push_lease(l.clone());
     cp.wait_kind(l.run_id, RunEventKind::Pending, T).await;
-    let name = pod_name(l.run_id);
+    let name = pod_name(l.job_id);
     api.push("MODIFIED", api.with_status(&name, json!({"phase": "Succeeded"})));
     let fin = cp.wait_final(l.run_id, T).await;
     assert_eq!(fin.kind, RunEventKind::Succeeded);
