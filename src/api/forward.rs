@@ -99,20 +99,21 @@ pub(crate) async fn await_serving(app: &Control) -> bool {
     }
 }
 
-/// Relays `req` to the leader at `leader` and answers with its answer, once this server has
-/// applied what the leader had.
-async fn relay(app: &Control, leader: &str, req: Request) -> Response {
+/// Why a request could not be made ready to relay.
+pub(crate) enum Unrelayable {
+    /// The body is larger than `max_request_bytes` (or could not be read).
+    TooLarge(String),
+    /// The request could not be rebuilt.
+    Invalid(String),
+}
+
+/// `req` as it is relayed to the leader: its body read whole (at most `max_request_bytes`), its
+/// headers, path and query kept, marked with [`FORWARDED_HEADER`].
+pub(crate) async fn relayable(app: &Control, req: Request) -> Result<http::Request<bytes::Bytes>, Unrelayable> {
     let (mut parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, app.config.server.max_request_bytes).await {
-        Ok(b) => b,
-        Err(e) => {
-            return ApiError::new(
-                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                format!("reading the request body: {e} (the limit is max_request_bytes)"),
-            )
-            .into_response();
-        }
-    };
+    let bytes = axum::body::to_bytes(body, app.config.server.max_request_bytes).await.map_err(|e| {
+        Unrelayable::TooLarge(format!("reading the request body: {e} (the limit is max_request_bytes)"))
+    })?;
     if let Ok(v) = HeaderValue::from_str(&app.config.server.node_id.to_string()) {
         parts.headers.insert(FORWARDED_HEADER.clone(), v);
     }
@@ -121,9 +122,29 @@ async fn relay(app: &Control, leader: &str, req: Request) -> Response {
     for (name, value) in &parts.headers {
         outgoing = outgoing.header(name, value);
     }
-    let outgoing = match outgoing.body(bytes) {
+    outgoing.body(bytes).map_err(|e| Unrelayable::Invalid(format!("relaying to the leader: {e}")))
+}
+
+/// Waits (at most `write_timeout`) until this server has applied the index the leader's answer
+/// names in [`APPLIED_HEADER`], so a client reads its own writes from the server it wrote through.
+pub(crate) async fn catch_up(app: &Control, answer: &axum::http::HeaderMap) {
+    let applied = answer.get(&APPLIED_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(index) = applied
+        && !app.cluster.wait_applied(index, app.config.server.write_timeout).await
+    {
+        tracing::warn!(index, "answering a relayed write before this server applied it");
+    }
+}
+
+/// Relays `req` to the leader at `leader` and answers with its answer, once this server has
+/// applied what the leader had.
+async fn relay(app: &Control, leader: &str, req: Request) -> Response {
+    let outgoing = match relayable(app, req).await {
         Ok(r) => r,
-        Err(e) => return ApiError::internal(format!("relaying to the leader: {e}")).into_response(),
+        Err(Unrelayable::TooLarge(m)) => {
+            return ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, m).into_response();
+        }
+        Err(Unrelayable::Invalid(m)) => return ApiError::internal(m).into_response(),
     };
     // A lease poll may wait up to max_lease_wait at the leader, a write up to write_timeout.
     let server = &app.config.server;
@@ -144,13 +165,7 @@ async fn relay(app: &Control, leader: &str, req: Request) -> Response {
             .into_response();
         }
     };
-    let applied =
-        answer.headers().get(&APPLIED_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if let Some(index) = applied
-        && !app.cluster.wait_applied(index, app.config.server.write_timeout).await
-    {
-        tracing::warn!(index, "answering a relayed write before this server applied it");
-    }
+    catch_up(app, answer.headers()).await;
     let (parts, body) = answer.into_parts();
     Response::from_parts(parts, Body::from(body))
 }

@@ -3,7 +3,7 @@
 //! streams back to the client, once this server has applied what the leader had. Reads are
 //! answered by any server from its own state.
 
-use crate::api::forward::{APPLIED_HEADER, FORWARDED_HEADER};
+use crate::api::forward::{APPLIED_HEADER, FORWARDED_HEADER, Unrelayable, catch_up, relayable};
 use crate::control::{Control, RelayError};
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
@@ -48,27 +48,10 @@ pub(super) async fn route(State(app): State<Arc<Control>>, req: Request, next: N
 }
 
 async fn relay(app: &Control, leader: &str, req: Request) -> Response {
-    let (mut parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, app.config.server.max_request_bytes).await {
-        Ok(b) => b,
-        Err(e) => {
-            return Status::resource_exhausted(format!(
-                "reading the call: {e} (the limit is the server's max_request_bytes)"
-            ))
-            .into_http();
-        }
-    };
-    if let Ok(v) = HeaderValue::from_str(&app.config.server.node_id.to_string()) {
-        parts.headers.insert(FORWARDED_HEADER.clone(), v);
-    }
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-    let mut outgoing = http::Request::builder().method(parts.method.clone()).uri(path);
-    for (name, value) in &parts.headers {
-        outgoing = outgoing.header(name, value);
-    }
-    let outgoing = match outgoing.body(bytes) {
+    let outgoing = match relayable(app, req).await {
         Ok(r) => r,
-        Err(e) => return Status::internal(format!("relaying to the leader: {e}")).into_http(),
+        Err(Unrelayable::TooLarge(m)) => return Status::resource_exhausted(m).into_http(),
+        Err(Unrelayable::Invalid(m)) => return Status::internal(m).into_http(),
     };
     let timeout = app.config.server.write_timeout + Duration::from_secs(5);
     let answer = match app.cluster.relay_h2(leader, outgoing, timeout).await {
@@ -86,13 +69,7 @@ async fn relay(app: &Control, leader: &str, req: Request) -> Response {
             .into_http();
         }
     };
-    let applied =
-        answer.headers().get(&APPLIED_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if let Some(index) = applied
-        && !app.cluster.wait_applied(index, app.config.server.write_timeout).await
-    {
-        tracing::warn!(index, "answering a relayed gRPC write before this server applied it");
-    }
+    catch_up(app, answer.headers()).await;
     answer
 }
 
