@@ -4,7 +4,7 @@
 //! jobs per second go through the whole path: scheduled, leased over the long poll, run by the
 //! fake agent and reported back.
 
-use super::harness::{BenchServer, config, percentile};
+use super::harness::{BenchServer, config, live_jobs, percentile};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -111,16 +111,6 @@ impl Probe {
     }
 }
 
-/// Live (not finished) jobs of the load queues, from `/metrics`.
-async fn live_load_jobs(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
-    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("convoy_jobs{queue=\"load-"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum())
-}
-
 pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.queues >= 1 && args.nodes >= 1, "--queues and --nodes must be at least 1");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -179,7 +169,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         let drain = async {
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                if live_load_jobs(&http, &url).await? == 0 {
+                if live_jobs(&http, &url, "load-").await? == 0 {
                     return anyhow::Ok(start.elapsed());
                 }
                 if start.elapsed() > Duration::from_secs(1800) {

@@ -94,6 +94,19 @@ impl Drop for BenchServer {
     }
 }
 
+/// Live (not finished) jobs of the queues whose name starts with `queue_prefix`, from the
+/// `convoy_jobs` gauge of `/metrics` (it counts live jobs only).
+pub(super) async fn live_jobs(http: &reqwest::Client, url: &str, queue_prefix: &str) -> anyhow::Result<u64> {
+    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
+    let prefix = format!("convoy_jobs{{queue=\"{queue_prefix}");
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum())
+}
+
 /// The benchmark server configuration.
 pub(super) fn config(dir: &Path, extra: &str) -> String {
     format!(

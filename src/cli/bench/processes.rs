@@ -5,7 +5,7 @@
 //! (supervisors and jobs included) spent per job: CPU time is the steadier figure on a shared
 //! machine.
 
-use super::harness::{BenchServer, config};
+use super::harness::{BenchServer, config, live_jobs};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -52,17 +52,6 @@ fn machine_busy() -> Duration {
         (f.len() >= 8).then(|| f[0] + f[1] + f[2] + f[5] + f[6] + f[7])
     });
     Duration::from_millis(ticks.unwrap_or(0) * 10)
-}
-
-/// Jobs of queue `bench` not over yet (the `convoy_jobs` gauge counts live jobs only).
-async fn live(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
-    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("convoy_jobs{queue=\"bench\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum())
 }
 
 pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
@@ -119,7 +108,7 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             }
             agent_cpu = cpu_of(pid);
             machine = machine_busy().saturating_sub(machine_before);
-            let left = live(&http, &url).await?;
+            let left = live_jobs(&http, &url, "bench\"").await?;
             if left == 0 {
                 break;
             }
