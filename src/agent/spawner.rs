@@ -20,25 +20,11 @@ use super::os::{self, Forked};
 use super::supervise::{SuperviseArgs, supervise};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Read, Write};
-use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-/// One supervisor to start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SpawnRequest {
-    /// The run directory (its lease is already there).
-    pub run_dir: PathBuf,
-    /// Grace period between SIGTERM and SIGKILL when no `kill` file says otherwise.
-    pub grace_seconds: f64,
-    /// Stop the job after this many seconds (none: no deadline).
-    pub deadline_seconds: Option<u64>,
-    /// Working directory of the job (default: the run directory).
-    pub workdir: Option<PathBuf>,
-    /// The command and its arguments.
-    pub command: Vec<String>,
-    /// Environment variables the job gets besides the agent's own.
-    pub env: Vec<(String, String)>,
-}
+/// One supervisor to start: the supervisor's own arguments (the run directory's lease is
+/// already there).
+pub type SpawnRequest = SuperviseArgs;
 
 /// The spawner's answer to one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,15 +103,7 @@ fn become_supervisor(req: SpawnRequest, ready: std::os::fd::OwnedFd) -> std::io:
     os::redirect(&log, 2)?;
     let null = std::fs::File::open("/dev/null")?;
     os::redirect(&null, 0)?;
-    let args = SuperviseArgs {
-        run_dir: req.run_dir,
-        grace_seconds: req.grace_seconds,
-        deadline_seconds: req.deadline_seconds,
-        workdir: req.workdir,
-        command: req.command,
-        env: req.env,
-    };
-    supervise(args, Some(ready)).map_err(|e| {
+    supervise(req, Some(ready)).map_err(|e| {
         let _ = writeln!(std::io::stderr(), "{e}");
         std::io::Error::other(e.to_string())
     })

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 /// How often the supervisor looks for a `kill` file (signals make it react sooner).
 const KILL_POLL: Duration = Duration::from_millis(200);
 
-/// What to supervise.
-#[derive(Debug, Clone)]
+/// What to supervise; also the spawner's request, one JSON line each (see [`super::spawner`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SuperviseArgs {
     /// The run directory.
     pub run_dir: PathBuf,

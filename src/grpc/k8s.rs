@@ -49,9 +49,13 @@ fn is_inline(parent: &MessageDescriptor, field: &FieldDescriptor) -> bool {
     parent.package_name() == CORE && INLINE.iter().any(|(m, f)| *m == parent.name() && *f == field.name())
 }
 
-/// The descriptor of `k8s.io.api.core.v1.PodSpec`.
+/// The descriptor of `k8s.io.api.core.v1.PodSpec`, looked up once (every submitted pod spec is
+/// read against it).
 pub fn pod_spec_descriptor() -> MessageDescriptor {
-    POOL.get_message_by_name(&format!("{CORE}.PodSpec")).expect("proto/k8s/core_v1.proto declares PodSpec")
+    static POD_SPEC: LazyLock<MessageDescriptor> = LazyLock::new(|| {
+        POOL.get_message_by_name(&format!("{CORE}.PodSpec")).expect("proto/k8s/core_v1.proto declares PodSpec")
+    });
+    POD_SPEC.clone()
 }
 
 /// A pod spec as it came on the wire: the message's encoded fields, kept as they are until

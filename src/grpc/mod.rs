@@ -17,8 +17,8 @@ use crate::api::auth::{Principal, authenticate};
 use crate::api::problem::ApiError;
 use crate::control::Control;
 use axum::Router;
-use axum::http::{HeaderValue, StatusCode as HttpStatus};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode as HttpStatus;
+use axum::response::Response;
 use std::sync::Arc;
 use tonic::{Code, Status};
 
@@ -60,27 +60,8 @@ pub fn is_grpc(headers: &axum::http::HeaderMap) -> bool {
 /// The answer to a gRPC call of a service this server does not serve: grpc-status UNIMPLEMENTED
 /// in a trailers-only answer (HTTP 200, as gRPC requires), not a problem+json 404.
 pub fn unimplemented(path: &str) -> Response {
-    let mut resp = HttpStatus::OK.into_response();
-    let headers = resp.headers_mut();
-    headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", HeaderValue::from(Code::Unimplemented as i32));
-    let message = format!("convoy does not serve {path} (see docs/armada-grpc.md)");
-    // grpc-message is percent-encoded; a path is plain ASCII apart from what we escape here.
-    let encoded: String =
-        message
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_graphic() && b != b'%' || b == b' ' {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-    if let Ok(v) = HeaderValue::from_str(&encoded) {
-        headers.insert("grpc-message", v);
-    }
-    resp
+    // tonic percent-encodes the message into grpc-message.
+    Status::unimplemented(format!("convoy does not serve {path} (see docs/armada-grpc.md)")).into_http()
 }
 
 /// The gRPC status of a REST error: the same refusal under gRPC's codes. The message names the

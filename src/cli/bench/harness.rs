@@ -63,14 +63,7 @@ impl BenchServer {
     /// CPU time (user + system) the server process has used so far. A steadier measure of cost
     /// than throughput on a shared machine: it does not count time spent waiting for a core.
     pub(super) fn cpu_time(&self) -> Duration {
-        let ticks = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok().and_then(|s| {
-            // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-            let rest = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        });
-        // Linux reports these in USER_HZ, 100 per second on every architecture it runs on.
-        Duration::from_millis(ticks.unwrap_or(0) * 10)
+        process_cpu(self.child.id())
     }
 
     /// Resident set size of the server process, in MiB.
@@ -92,6 +85,19 @@ impl Drop for BenchServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// CPU time (user + system) process `pid` has used so far, from `/proc/<pid>/stat` (zero when it
+/// cannot be read).
+pub(super) fn process_cpu(pid: u32) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = s.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    });
+    // Linux reports these in USER_HZ, 100 per second on every architecture it runs on.
+    Duration::from_millis(ticks.unwrap_or(0) * 10)
 }
 
 /// Live (not finished) jobs of the queues whose name starts with `queue_prefix`, from the

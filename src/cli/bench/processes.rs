@@ -5,7 +5,7 @@
 //! (supervisors and jobs included) spent per job: CPU time is the steadier figure on a shared
 //! machine.
 
-use super::harness::{BenchServer, config, live_jobs};
+use super::harness::{BenchServer, config, live_jobs, process_cpu};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -28,18 +28,6 @@ pub(crate) struct ProcessesArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_seconds: u64,
-}
-
-/// CPU time (user + system) of process `pid`, from `/proc/<pid>/stat`.
-fn cpu_of(pid: u32) -> Duration {
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| {
-        // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
-        let rest = s.rsplit_once(')')?.1;
-        let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
-        (f.len() == 2).then(|| f[0] + f[1])
-    });
-    // USER_HZ is 100 on every architecture Linux runs on.
-    Duration::from_millis(ticks.unwrap_or(0) * 10)
 }
 
 /// CPU time the whole machine spent busy so far (every CPU, all but idle and iowait), from
@@ -106,7 +94,7 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             if let Ok(Some(status)) = agent.try_wait() {
                 bail!("the agent exited ({status}); see {}", tmp.join("agent.log").display());
             }
-            agent_cpu = cpu_of(pid);
+            agent_cpu = process_cpu(pid);
             machine = machine_busy().saturating_sub(machine_before);
             let left = live_jobs(&http, &url, "bench\"").await?;
             if left == 0 {
