@@ -4,10 +4,9 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc rather than glibc's malloc: on the submit path the server allocates and frees many
-/// small buffers across threads, and glibc's allocator took about a fifth of its CPU there.
+/// mimalloc for the daemons, the system allocator for client calls (see the module).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: cli::allocator::VerbAllocator = cli::allocator::VerbAllocator;
 
 /// `convoy --version`: the release and the versions of what it stores and speaks, which decide
 /// whether two binaries can share a data directory or a cluster (docs/operations.md).

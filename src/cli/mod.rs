@@ -2,6 +2,7 @@
 //! the client verbs, the benchmarks, and the process plumbing they share.
 
 pub(crate) mod agent;
+pub(crate) mod allocator;
 pub(crate) mod bench;
 pub(crate) mod client;
 pub(crate) mod logging;
