@@ -28,6 +28,27 @@ pub(crate) struct ProcessesArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_seconds: u64,
+    /// Where the agent keeps its run directories (a fresh directory is made inside). Default:
+    /// beside the server's, under the temporary directory. Each job creates a few files there,
+    /// so the file system shows in the figure: the output names it.
+    #[arg(long)]
+    agent_dir: Option<std::path::PathBuf>,
+}
+
+/// The type of the file system holding `path` (the longest mount point above it in
+/// `/proc/mounts`), if that can be told.
+fn filesystem_of(path: &std::path::Path) -> Option<String> {
+    let path = std::fs::canonicalize(path).ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+            path.starts_with(dir).then(|| (dir.len(), fstype.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, fstype)| fstype)
 }
 
 /// CPU time the whole machine spent busy so far (every CPU, all but idle and iowait), from
@@ -66,13 +87,22 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             anyhow::ensure!(r.status().is_success(), "submitting: {} {}", r.status(), r.text().await.unwrap_or_default());
             submitted += n;
         }
+        let agent_dir = match &args.agent_dir {
+            Some(base) => {
+                let dir = base.join(format!("convoy-bench-agent-{}-{}", std::process::id(), super::nanos()));
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                dir
+            }
+            None => tmp.join("agent"),
+        };
+        let agent_fs = filesystem_of(&agent_dir);
         let agent_cfg = tmp.join("agent.toml");
         std::fs::write(
             &agent_cfg,
             format!(
                 "executor = \"bench\"\nservers = [\"{url}\"]\ndata_dir = \"{}\"\nruntime = \"process\"\n\
                  [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Ti\" }}\n",
-                tmp.join("agent").display(),
+                agent_dir.display(),
                 args.concurrency,
             ),
         )?;
@@ -122,10 +152,12 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             "agent_cpu_ms_per_job": per_job(agent_cpu),
             "server_cpu_ms_per_job": per_job(server_cpu),
             "machine_cpu_ms_per_job": per_job(machine),
+            "agent_dir_filesystem": agent_fs,
         });
         println!("{out}");
         drop(server);
         let _ = std::fs::remove_dir_all(&tmp);
+        let _ = std::fs::remove_dir_all(&agent_dir);
         anyhow::ensure!(failed == 0, "{failed} jobs failed");
         Ok(())
     })
