@@ -21,7 +21,7 @@ const SYSTEM: u8 = 1;
 const MIMALLOC: u8 = 2;
 
 /// The verbs whose processes allocate heavily across threads: they get mimalloc.
-const LONG_RUNNING_VERBS: &[&[u8]] = &[b"server", b"agent", b"up", b"bench", b"simulate"];
+const MIMALLOC_VERBS: &[&[u8]] = &[b"server", b"agent", b"up", b"bench", b"simulate"];
 
 /// Dispatches to mimalloc or the system allocator, as decided by the command line.
 pub(crate) struct VerbAllocator;
@@ -29,13 +29,13 @@ pub(crate) struct VerbAllocator;
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
 /// Whether a command line (`/proc/self/cmdline`: arguments separated by NUL bytes, the program
-/// first) runs a long-running verb. Any argument equal to such a verb counts, which may take a
+/// first) runs one of [`MIMALLOC_VERBS`]. Any argument equal to such a verb counts, which may take a
 /// client call with such a value (a queue called `server`) for a daemon: that only costs the
-/// client its start-up time. A line that cannot be read counts as long-running, the safe side for
+/// client its start-up time. A line that cannot be read gets mimalloc, the safe side for
 /// a daemon.
-pub(crate) fn runs_long(cmdline: Option<&[u8]>) -> bool {
+pub(crate) fn wants_mimalloc(cmdline: Option<&[u8]>) -> bool {
     let Some(cmdline) = cmdline else { return true };
-    cmdline.split(|b| *b == 0).skip(1).any(|arg| LONG_RUNNING_VERBS.contains(&arg))
+    cmdline.split(|b| *b == 0).skip(1).any(|arg| MIMALLOC_VERBS.contains(&arg))
 }
 
 /// Reads the first 4 KiB of `/proc/self/cmdline` without allocating (the allocator is not chosen
@@ -66,7 +66,7 @@ fn decide() -> u8 {
         }
     };
     let cmdline = usize::try_from(len).ok().filter(|n| *n > 0).map(|n| &buf[..n]);
-    let choice = if runs_long(cmdline) { MIMALLOC } else { SYSTEM };
+    let choice = if wants_mimalloc(cmdline) { MIMALLOC } else { SYSTEM };
     match CHOICE.compare_exchange(UNDECIDED, choice, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => choice,
         Err(already) => already,
@@ -121,23 +121,23 @@ unsafe impl GlobalAlloc for VerbAllocator {
 
 #[cfg(test)]
 mod tests {
-    use super::runs_long;
+    use super::wants_mimalloc;
 
     #[test]
     fn daemons_and_heavy_verbs_get_mimalloc_and_client_calls_do_not() {
-        assert!(runs_long(Some(b"/usr/bin/convoy\0server\0--config\0s.toml\0")));
-        assert!(runs_long(Some(b"convoy\0--server\0http://a:1\0agent\0")));
-        assert!(!runs_long(Some(b"convoy\0agent-supervise\0--spawner\0")));
-        assert!(runs_long(Some(b"convoy\0up\0")));
-        assert!(runs_long(Some(b"convoy\0bench\0submit\0")));
-        assert!(runs_long(Some(b"convoy\0simulate\0s.yaml\0")));
-        assert!(!runs_long(Some(b"convoy\0submit\0--queue\0default\0job.yaml\0")));
-        assert!(!runs_long(Some(b"convoy\0--version\0")));
-        assert!(!runs_long(Some(b"convoy\0")));
+        assert!(wants_mimalloc(Some(b"/usr/bin/convoy\0server\0--config\0s.toml\0")));
+        assert!(wants_mimalloc(Some(b"convoy\0--server\0http://a:1\0agent\0")));
+        assert!(!wants_mimalloc(Some(b"convoy\0agent-supervise\0--spawner\0")));
+        assert!(wants_mimalloc(Some(b"convoy\0up\0")));
+        assert!(wants_mimalloc(Some(b"convoy\0bench\0submit\0")));
+        assert!(wants_mimalloc(Some(b"convoy\0simulate\0s.yaml\0")));
+        assert!(!wants_mimalloc(Some(b"convoy\0submit\0--queue\0default\0job.yaml\0")));
+        assert!(!wants_mimalloc(Some(b"convoy\0--version\0")));
+        assert!(!wants_mimalloc(Some(b"convoy\0")));
         // The program's own name is not a verb, even when it is called `server`.
-        assert!(!runs_long(Some(b"server\0jobs\0")));
+        assert!(!wants_mimalloc(Some(b"server\0jobs\0")));
         // A prefix of a verb is not the verb.
-        assert!(!runs_long(Some(b"convoy\0queue\0create\0serve\0")));
-        assert!(runs_long(None));
+        assert!(!wants_mimalloc(Some(b"convoy\0queue\0create\0serve\0")));
+        assert!(wants_mimalloc(None));
     }
 }
