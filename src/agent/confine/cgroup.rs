@@ -82,6 +82,8 @@ pub struct JobLimits {
     pub cpus: Vec<u32>,
 }
 
+/// The v2 cgroup the agent moves itself into, so that its own can hand controllers down.
+const AGENT_LEAF: &str = "agent";
 /// CFS period used for quotas (the kernel's default).
 const CPU_PERIOD_US: i64 = 100_000;
 /// The smallest quota the kernel takes.
@@ -143,6 +145,12 @@ impl CgroupTree {
     }
 
     fn prepare_v2(root: &Path, own: &str, name: &str, cpuset: bool) -> Result<CgroupTree, CgroupError> {
+        // An agent already in the leaf (moved there by an earlier agent of the same unit, or
+        // started there by systemd's DelegateSubgroup=agent) works one level up.
+        let own = match own.rsplit_once('/') {
+            Some((parent, AGENT_LEAF)) if !parent.is_empty() => parent,
+            _ => own,
+        };
         let own_dir = root.join(relative(own));
         let mut needed = vec!["memory", "cpu", "pids"];
         if cpuset {
@@ -162,7 +170,7 @@ impl CgroupTree {
         if !needed.iter().all(|c| enabled.split_whitespace().any(|e| e == *c)) && own_dir != root {
             // No process may sit in a cgroup that hands controllers to its children: move the
             // agent's own processes into a leaf first (what Delegate=yes units must do).
-            let leaf = own_dir.join("agent");
+            let leaf = own_dir.join(AGENT_LEAF);
             std::fs::create_dir_all(&leaf).map_err(io_err(&leaf))?;
             let procs = read_trimmed(&own_dir.join("cgroup.procs"))?;
             for pid in procs.lines() {
@@ -227,7 +235,7 @@ impl CgroupTree {
                     }
                 }
                 if let Some(q) = quota {
-                    settings.push((cpu.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string()));
+                    // A new cgroup's period is the kernel's default, CPU_PERIOD_US.
                     settings.push((cpu.join("cpu.cfs_quota_us"), q.to_string()));
                 }
                 if let Some(p) = limits.pids_max {
@@ -398,6 +406,9 @@ mod tests {
         let own = t.path().join("svc/agent.service");
         // The fake file system keeps only the last write; the kernel would list both pids.
         assert_eq!(std::fs::read_to_string(own.join("agent/cgroup.procs")).expect("leaf"), "42");
+        // A restarted agent found in the leaf uses the same parent.
+        let again = CgroupTree::detect(t.path(), "0::/svc/agent.service/agent\n", "convoy", false).expect("usable");
+        assert_eq!(again, tree);
         assert_eq!(std::fs::read_to_string(own.join("cgroup.subtree_control")).expect("r"), "+memory +cpu +pids");
         assert_eq!(
             std::fs::read_to_string(own.join("convoy/cgroup.subtree_control")).expect("r"),
@@ -459,7 +470,6 @@ mod tests {
             [
                 (mem.join("memory.limit_in_bytes"), "1000".to_string()),
                 (mem.join("memory.memsw.limit_in_bytes"), "1000".to_string()),
-                (cpu.join("cpu.cfs_period_us"), "100000".to_string()),
                 // 1m is below the kernel's smallest quota.
                 (cpu.join("cpu.cfs_quota_us"), "1000".to_string()),
                 (set.join("cpuset.cpus"), "1,2".to_string()),

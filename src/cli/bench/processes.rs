@@ -28,6 +28,10 @@ pub(crate) struct ProcessesArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout_seconds: u64,
+    /// Confine each job in a cgroup with its limits (`[process.limits] enabled`); without it
+    /// jobs run unconfined, so one run of each measures what confinement costs.
+    #[arg(long)]
+    limits: bool,
 }
 
 /// CPU time the whole machine spent busy so far (every CPU, all but idle and iowait), from
@@ -55,9 +59,10 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         let r = http.post(format!("{url}/v1/queues")).json(&json!({"name": "bench"})).send().await?;
         anyhow::ensure!(r.status().is_success(), "creating queue bench: {}", r.status());
 
-        // Each job asks for 1 millicpu of a node with `concurrency` millicpus.
+        // Each job asks for 1 millicpu of a node with `concurrency` millicpus, and memory enough
+        // to start a program under a limit.
         let job = json!({"pod_spec": {"containers": [{"name": "bench", "command": args.command.split_whitespace().collect::<Vec<_>>(),
-            "resources": {"requests": {"cpu": "1m", "memory": "1Ki"}}}]}});
+            "resources": {"requests": {"cpu": "1m", "memory": "64Mi"}}}]}});
         let mut submitted = 0;
         while submitted < args.jobs {
             let n = 1000.min(args.jobs - submitted);
@@ -71,9 +76,11 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             &agent_cfg,
             format!(
                 "executor = \"bench\"\nservers = [\"{url}\"]\ndata_dir = \"{}\"\nruntime = \"process\"\n\
-                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Ti\" }}\n",
+                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Pi\" }}\n\
+                 [process.limits]\nenabled = {}\n",
                 tmp.join("agent").display(),
                 args.concurrency,
+                args.limits,
             ),
         )?;
         let server_cpu_before = server.cpu_time();
@@ -116,6 +123,7 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             "jobs": args.jobs,
             "command": args.command,
             "concurrency": args.concurrency,
+            "limits": args.limits,
             "seconds": (took.as_secs_f64() * 100.0).round() / 100.0,
             "jobs_per_sec": (args.jobs as f64 / took.as_secs_f64()).round(),
             "failed": failed,
