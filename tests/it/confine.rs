@@ -287,3 +287,55 @@ async fn jobs_run_as_the_user_their_queue_maps_to_and_never_as_root() {
     let id = &n.submit(QUEUE, vec![sh("echo again", small)]).await[0];
     assert_eq!(n.wait_over(id).await["state"], "succeeded");
 }
+
+/// Without a usable cgroup hierarchy the agent says jobs run unconfined, the node carries
+/// `convoy.io/confinement=none` (a node selector finds it), and jobs run without limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cgroups_jobs_run_unconfined_and_the_node_says_so() {
+    let empty = tempfile::tempdir().expect("tempdir");
+    let n = Node::start(&format!("[process.limits]\ncgroup_root = \"{}\"\n", empty.path().display()), &[]).await;
+    assert!(n.log().contains("no usable cgroup hierarchy: jobs run unconfined"), "{}", n.log());
+    let mut job =
+        sh("cat /proc/self/cgroup | grep -c /convoy/ || true", json!({"limits": {"cpu": "100m", "memory": "1Mi"}}));
+    job["pod_spec"]["nodeSelector"] = json!({"convoy.io/confinement": "none"});
+    let id = &n.submit(QUEUE, vec![job]).await[0];
+    let j = n.wait_over(id).await;
+    assert_eq!(j["state"], "succeeded", "{j:#}");
+    assert_eq!(n.server.logs(id).await, "0\n", "the job is in no cgroup of the agent's");
+}
+
+/// A cgroup that cannot be set up is the node's fault: the run goes back to the queue with
+/// reason `confinement failed`. Here the cgroup file system is faked with plain directories, so
+/// the job's cgroup has no `cgroup.procs` to join through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cgroup_that_cannot_be_set_up_returns_the_run() {
+    let fake = tempfile::tempdir().expect("tempdir");
+    for ctl in ["memory", "cpu", "pids"] {
+        std::fs::create_dir(fake.path().join(ctl)).expect("mkdir");
+        std::fs::write(fake.path().join(ctl).join("cgroup.procs"), "").expect("write");
+    }
+    let n = Node::start(&format!("[process.limits]\ncgroup_root = \"{}\"\n", fake.path().display()), &[]).await;
+    assert!(n.log().contains("version=\"cgroup-v1\""), "{}", n.log());
+    let id = &n.submit(QUEUE, vec![sh("echo ran", json!({"limits": {"cpu": "100m", "memory": "64Mi"}}))]).await[0];
+    let j = n
+        .server
+        .wait_job(id, WAIT, "a run that failed to confine", |j| {
+            j["runs"].as_array().is_some_and(|r| r.iter().any(|r| r["reason"] == "confinement failed"))
+        })
+        .await;
+    let run = j["runs"].as_array().and_then(|r| r.iter().find(|r| r["reason"] == "confinement failed")).expect("run");
+    // Back to the queue, not the job's failure.
+    assert_eq!(run["state"], "lost", "{j:#}");
+    assert!(j.to_string().contains("run lost: confinement failed"), "{j:#}");
+    let dir = n.run_dir(&json!({"runs": [run]}));
+    let exit = std::fs::read_to_string(dir.join("exit")).expect("exit record");
+    assert!(exit.contains("cgroup.procs"), "the record names what failed: {exit}");
+    assert_eq!(std::fs::read_to_string(dir.join("stdout")).unwrap_or_default(), "", "the job never ran");
+    // The limits were written into the fake before the join failed, and the cgroup removed.
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
+    let mem = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.trim_start_matches('/').to_string()));
+    let parent = fake.path().join("memory").join(mem.unwrap_or_default()).join("convoy");
+    assert!(parent.is_dir(), "{}", parent.display());
+    let job_cg = parent.join(run["run_id"].as_str().expect("run id"));
+    assert!(job_cg.join("memory.limit_in_bytes").exists() || !job_cg.exists(), "{}", job_cg.display());
+}
