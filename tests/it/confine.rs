@@ -145,7 +145,7 @@ async fn a_job_spinning_on_every_core_is_held_to_its_cpu_quota() {
         m.parse::<f64>().expect("minutes") * 60.0 + s.parse::<f64>().expect("seconds")
     };
     let children: f64 = out.lines().nth(1).expect("children's times").split_whitespace().map(secs).sum();
-    assert!(children > 0.5 && children < 2.3, "CPU time of the spinners: {children}s ({out})");
+    assert!(children > 0.1 && children < 2.3, "CPU time of the spinners: {children}s ({out})");
 }
 
 /// A fork bomb stops at the pids limit: at most `pids_max` processes of the job at once.

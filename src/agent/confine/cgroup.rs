@@ -418,7 +418,7 @@ mod tests {
             JobLimits { memory_bytes: Some(1 << 30), cpu_millis: Some(1500), pids_max: Some(64), cpus: vec![] };
         let plan = tree.plan("r1", &limits);
         let d = own.join("convoy/r1");
-        assert_eq!(plan.dirs, [d.clone()]);
+        assert_eq!(plan.dirs, std::slice::from_ref(&d));
         assert_eq!(
             plan.settings,
             [
