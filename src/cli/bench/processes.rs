@@ -60,9 +60,10 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         anyhow::ensure!(r.status().is_success(), "creating queue bench: {}", r.status());
 
         // Each job asks for 1 millicpu of a node with `concurrency` millicpus, and memory enough
-        // to start a program under a limit.
+        // to start a program under a limit; its CPU limit, a core, keeps a quota of 1m (which
+        // would throttle even `true`) out of what `--limits` measures.
         let job = json!({"pod_spec": {"containers": [{"name": "bench", "command": args.command.split_whitespace().collect::<Vec<_>>(),
-            "resources": {"requests": {"cpu": "1m", "memory": "64Mi"}}}]}});
+            "resources": {"requests": {"cpu": "1m", "memory": "64Mi"}, "limits": {"cpu": "1"}}}]}});
         let mut submitted = 0;
         while submitted < args.jobs {
             let n = 1000.min(args.jobs - submitted);
