@@ -339,3 +339,39 @@ async fn a_cgroup_that_cannot_be_set_up_returns_the_run() {
     let job_cg = parent.join(run["run_id"].as_str().expect("run id"));
     assert!(job_cg.join("memory.limit_in_bytes").exists() || !job_cg.exists(), "{}", job_cg.display());
 }
+
+/// With `cpuset = true`, jobs that ask for whole cores get cores of their own; a job asking for
+/// part of a core may use every core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_asking_for_whole_cores_are_pinned_to_cores_of_their_own() {
+    let n = Node::start(
+        "[process]\nallocatable = { cpu = \"2\", memory = \"4Gi\" }\n[process.limits]\ncpuset = true\n",
+        &[],
+    )
+    .await;
+    if !n.confined("cpuset") {
+        return;
+    }
+    let go = n.dir.join("go");
+    let script =
+        format!("grep Cpus_allowed_list /proc/self/status; while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let core = json!({"limits": {"cpu": "1", "memory": "32Mi"}});
+    let part = json!({"limits": {"cpu": "10m", "memory": "32Mi"}, "requests": {"cpu": "0"}});
+    let ids = n.submit(QUEUE, vec![sh(&script, core.clone()), sh(&script, core), sh(&script, part)]).await;
+    let mut cpus = Vec::new();
+    for id in &ids {
+        let j = n.wait_running(id).await;
+        let out = n.run_dir(&j).join("stdout");
+        file_contains(WAIT, &out, "Cpus_allowed_list").await;
+        let text = std::fs::read_to_string(&out).expect("stdout");
+        cpus.push(text.split_whitespace().nth(1).unwrap_or("").to_string());
+    }
+    std::fs::write(&go, b"").expect("go");
+    let mut pinned = cpus[..2].to_vec();
+    pinned.sort();
+    assert_eq!(pinned, ["0", "1"], "one core each: {cpus:?}");
+    assert_eq!(cpus[2], "0-1", "a part of a core may run anywhere: {cpus:?}");
+    for id in &ids {
+        assert_eq!(n.wait_over(id).await["state"], "succeeded");
+    }
+}
