@@ -307,6 +307,9 @@ impl Confiner {
         if run_as.is_none() && nix_is_root() {
             tracing::warn!("process.run_as is not set: jobs run as the agent's user, root");
         }
+        if run_as.is_some() && !nix_is_root() {
+            tracing::warn!("process.run_as is set but the agent is not root: jobs will fail to become their user");
+        }
         Confiner {
             tree,
             pids_max: (limits.pids_max > 0).then_some(limits.pids_max),
