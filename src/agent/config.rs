@@ -192,6 +192,20 @@ pub struct ProcessConfig {
     /// Default: 24h. Also read from `keep_finished_hours`, a number of hours, its older spelling.
     #[serde(with = "serde_text")]
     pub keep_finished: Duration,
+    /// cgroup limits of jobs (`[agent.process.limits]`).
+    #[serde(default)]
+    pub limits: super::confine::LimitsConfig,
+    /// The node's GPUs (indices or UUIDs, as `CUDA_VISIBLE_DEVICES` takes them). Default: what
+    /// `nvidia-smi` lists, none without it.
+    #[serde(default)]
+    pub gpus: Option<Vec<String>>,
+    /// The Unix user jobs run as: a user name, or rules mapping queues to users. Default: the
+    /// agent's own user.
+    #[serde(default)]
+    pub run_as: Option<super::confine::RunAs>,
+    /// Let `run_as` name root. Default: false.
+    #[serde(default)]
+    pub allow_root: bool,
 }
 
 /// `[agent.process]` as written: [`ProcessConfig`] with `keep_finished_hours` (a number of
@@ -217,6 +231,14 @@ struct ProcessFile {
     keep_finished: Option<Duration>,
     #[serde(default)]
     keep_finished_hours: Option<u64>,
+    #[serde(default)]
+    limits: super::confine::LimitsConfig,
+    #[serde(default)]
+    gpus: Option<Vec<String>>,
+    #[serde(default)]
+    run_as: Option<super::confine::RunAs>,
+    #[serde(default)]
+    allow_root: bool,
 }
 
 impl TryFrom<ProcessFile> for ProcessConfig {
@@ -239,6 +261,10 @@ impl TryFrom<ProcessFile> for ProcessConfig {
             allocatable: f.allocatable,
             supervisor: f.supervisor,
             keep_finished,
+            limits: f.limits,
+            gpus: f.gpus,
+            run_as: f.run_as,
+            allow_root: f.allow_root,
         })
     }
 }
@@ -259,6 +285,10 @@ impl Default for ProcessConfig {
             allocatable: None,
             supervisor: None,
             keep_finished: default_keep_finished(),
+            limits: Default::default(),
+            gpus: None,
+            run_as: None,
+            allow_root: false,
         }
     }
 }
@@ -494,6 +524,16 @@ impl AgentConfig {
         }
         if self.process.keep_finished < Duration::from_secs(1) {
             return Err(invalid("process.keep_finished", "must be at least 1s"));
+        }
+        if let Some(r) = &self.process.run_as {
+            r.validate().map_err(|(key, msg)| invalid(&key, msg))?;
+        }
+        let name = &self.process.limits.cgroup_name;
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(invalid("process.limits.cgroup_name", format!("{name:?} must be one directory name")));
+        }
+        if let Some(i) = self.process.gpus.iter().flatten().position(|g| g.is_empty() || g.contains([',', ' '])) {
+            return Err(invalid(&format!("process.gpus[{i}]"), "must be a GPU index or UUID (no commas or spaces)"));
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod config;
+pub mod confine;
 pub mod fake;
 pub mod kubernetes;
 mod lease_loop;

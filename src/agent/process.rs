@@ -7,6 +7,9 @@
 //! agent rebuilds its runs from these directories and reports what happened meanwhile.
 
 use super::config::AgentConfig;
+use super::confine::devices::Assignment;
+use super::confine::user::UnixUser;
+use super::confine::{self, Confiner, PlanError};
 use super::os;
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
@@ -48,6 +51,8 @@ struct Inner {
     runs: Mutex<HashMap<RunId, JobId>>,
     /// The process that forks supervisors, started on first use and again if it dies.
     spawner: tokio::sync::Mutex<Option<SpawnerClient>>,
+    /// Cgroups, devices and users of jobs.
+    confiner: Confiner,
 }
 
 /// The command line and environment of a job, taken from its pod spec.
@@ -72,8 +77,12 @@ impl ProcessRuntime {
             Some(p) => p.clone(),
             None => std::env::current_exe().map_err(|e| RuntimeError::io("finding the convoy executable", e))?,
         };
+        let p = &config.process;
+        let confiner =
+            Confiner::new(&p.limits, p.gpus.clone(), p.run_as.clone(), p.allow_root, os::cpu_count() as usize);
         let mut allocatable = Resources::new();
         allocatable.set(ResourceName::cpu(), os::cpu_count() as i64 * 1000);
+        allocatable.set(ResourceName::gpu(), confiner.gpu_count() as i64 * 1000);
         let mem = os::mem_total_bytes().map_err(|e| RuntimeError::io("reading /proc/meminfo", e))?;
         allocatable.set(ResourceName::memory(), i64::try_from(mem).unwrap_or(i64::MAX));
         if let Some(over) = &config.process.allocatable {
@@ -81,11 +90,12 @@ impl ProcessRuntime {
                 allocatable.set(name.clone(), v);
             }
         }
-        let p = &config.process;
+        let mut labels = super::config::node_labels(&p.labels, &p.reserved_for);
+        labels.insert(confine::CONFINEMENT_LABEL.to_string(), confiner.label().to_string());
         let node = NodeReport {
             name: p.node.clone(),
             pool: p.pool.clone(),
-            labels: super::config::node_labels(&p.labels, &p.reserved_for),
+            labels,
             taints: p.taints.clone(),
             allocatable,
             unallocatable: Resources::new(),
@@ -99,6 +109,7 @@ impl ProcessRuntime {
             sink,
             runs: Mutex::new(HashMap::new()),
             spawner: tokio::sync::Mutex::new(None),
+            confiner,
         };
         Ok(Self { inner: Arc::new(inner), tasks: OwnedTasks::default() })
     }
@@ -119,8 +130,18 @@ impl Inner {
 
     /// Starts a supervisor for the run in `dir` through the spawner; returns once it holds the
     /// run directory's lock.
-    async fn start_supervisor(&self, dir: &RunDir, lease: &LeaseOrder, cmd: &JobCommand) -> std::io::Result<()> {
+    async fn start_supervisor(
+        &self,
+        dir: &RunDir,
+        lease: &LeaseOrder,
+        cmd: &JobCommand,
+        assignment: &Assignment,
+        user: Option<UnixUser>,
+    ) -> std::io::Result<()> {
+        let asked = confine::job_resources(&lease.pod_spec).map_err(std::io::Error::other)?;
+        let (confine, confine_env) = self.confiner.confinement(lease.run_id, &asked, assignment, user);
         let mut env = cmd.env.clone();
+        env.extend(confine_env);
         env.extend([
             ("CONVOY_RUN_ID".to_string(), lease.run_id.to_string()),
             ("CONVOY_JOB_ID".to_string(), lease.job_id.to_string()),
@@ -135,6 +156,7 @@ impl Inner {
             workdir: cmd.workdir.clone(),
             command: cmd.argv.clone(),
             env,
+            confine,
         };
         let mut spawner = self.spawner.lock().await;
         // One retry with a fresh spawner: the old one may have died between two jobs.
@@ -158,7 +180,9 @@ impl Inner {
     fn final_event(&self, dir: &RunDir, run_id: RunId, job_id: JobId, rec: &ExitRecord) -> RunEventReport {
         let (kind, node_fault) = if rec.succeeded() {
             (RunEventKind::Succeeded, None)
-        } else if rec.exit_code.is_none() && rec.reason.as_deref() == Some(REASON_SUPERVISOR_FAILED) {
+        } else if rec.exit_code.is_none()
+            && matches!(rec.reason.as_deref(), Some(REASON_SUPERVISOR_FAILED | confine::REASON_CONFINE_FAILED))
+        {
             (RunEventKind::Returned, Some(NodeFault::NotStarted))
         } else if rec.exit_code.is_none() && rec.reason.as_deref() == Some(REASON_SUPERVISOR_LOST) {
             // The machine stopped the supervisor under the job (a reboot, the OOM killer): the
@@ -179,7 +203,14 @@ impl Inner {
 
     /// Follows a run until its exit record appears, reporting `running` and the final event. Also
     /// takes over when the supervisor vanished without an exit record.
-    async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, mut last: RunEventKind) {
+    async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, last: RunEventKind) {
+        self.follow(&dir, run_id, job_id, last).await;
+        // The job and everything it started are gone once its end is recorded.
+        self.confiner.release(run_id);
+    }
+
+    async fn follow(&self, dir: &RunDir, run_id: RunId, job_id: JobId, mut last: RunEventKind) {
+        let dir = dir.clone();
         let mut respawned = false;
         loop {
             match dir.read_exit() {
@@ -235,6 +266,7 @@ impl Inner {
             if job.is_alive() {
                 let _ = os::signal_group(job.pid, libc::SIGKILL);
             }
+            self.confiner.clean_up(run_id);
             tracing::warn!(%run_id, %job_id, "the job's supervisor vanished; job stopped");
             write(record(
                 REASON_SUPERVISOR_LOST,
@@ -248,11 +280,12 @@ impl Inner {
         }
         if !*respawned {
             *respawned = true;
-            let started = match dir
-                .read_lease()
-                .and_then(|lease| JobCommand::from_lease(&lease).map(|cmd| (lease, cmd)).map_err(std::io::Error::other))
-            {
-                Ok((lease, cmd)) => self.start_supervisor(dir, &lease, &cmd).await,
+            let started = match dir.read_lease().and_then(|lease| {
+                let cmd = JobCommand::from_lease(&lease).map_err(std::io::Error::other)?;
+                let user = self.confiner.user_for(&lease.queue).map_err(std::io::Error::other)?;
+                Ok((lease, cmd, user))
+            }) {
+                Ok((lease, cmd, user)) => self.start_supervisor(dir, &lease, &cmd, &read_devices(dir), user).await,
                 Err(e) => Err(e),
             };
             match started {
@@ -395,6 +428,7 @@ impl Runtime for ProcessRuntime {
                 Err(e) => tracing::warn!(%run_id, error = %e, "unreadable exit record; watching the run"),
             }
             let kind = if dir.has(rundir::PID) { RunEventKind::Running } else { RunEventKind::Pending };
+            inner.confiner.hold(run_id, read_devices(&dir));
             tracing::info!(%run_id, %job_id, state = ?kind, "adopted a run from an earlier agent");
             inner.sink.send(run_event(run_id, job_id, kind));
             held.push(HeldRun { run_id, job_id, state: state_after(kind) });
@@ -429,9 +463,16 @@ impl Runtime for ProcessRuntime {
             )));
         }
         let cmd = JobCommand::from_lease(&lease)?;
-        create_run_dir(&inner.runs_dir, &dir.path, &lease)?;
+        let asked = confine::job_resources(&lease.pod_spec).map_err(RuntimeError::InvalidJob)?;
+        let user = inner.confiner.user_for(&lease.queue).map_err(plan_error)?;
+        let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
+        if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
+            inner.confiner.release(run_id);
+            return Err(e);
+        }
         lock(&inner.runs).insert(run_id, job_id);
-        if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd).await {
+        if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd, &assignment, user).await {
+            inner.confiner.release(run_id);
             lock(&inner.runs).remove(&run_id);
             let _ = std::fs::remove_dir_all(&dir.path);
             return Err(RuntimeError::io(format!("starting a supervisor with {}", inner.supervisor_exe.display()), e));
@@ -477,7 +518,12 @@ impl Runtime for ProcessRuntime {
 
 /// Creates the run directory with its lease and lock file, atomically (a temporary directory
 /// renamed into place), so a half-made directory is never mistaken for a started run.
-fn create_run_dir(runs_dir: &Path, final_path: &Path, lease: &LeaseOrder) -> Result<(), RuntimeError> {
+fn create_run_dir(
+    runs_dir: &Path,
+    final_path: &Path,
+    lease: &LeaseOrder,
+    assignment: &Assignment,
+) -> Result<(), RuntimeError> {
     let tmp = runs_dir.join(format!(".tmp-{}", lease.run_id));
     let ctx = |what: &str| format!("{what} {}", tmp.display());
     let _ = std::fs::remove_dir_all(&tmp);
@@ -488,8 +534,32 @@ fn create_run_dir(runs_dir: &Path, final_path: &Path, lease: &LeaseOrder) -> Res
     // agent does not report, and counts a started run it does not report as lost).
     std::fs::write(tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
     std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
+    if !assignment.is_empty() {
+        let bytes = serde_json::to_vec(assignment).map_err(|e| RuntimeError::Setup(e.to_string()))?;
+        std::fs::write(tmp.join(confine::DEVICES_FILE), &bytes)
+            .map_err(|e| RuntimeError::io(ctx("writing the devices into"), e))?;
+    }
     std::fs::rename(&tmp, final_path)
         .map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))
+}
+
+/// The devices recorded for a run (none when it was given none).
+fn read_devices(dir: &RunDir) -> Assignment {
+    let path = dir.file(confine::DEVICES_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            tracing::warn!(file = %path.display(), error = %e, "unreadable devices record; the run holds none");
+            Assignment::default()
+        }),
+        Err(_) => Assignment::default(),
+    }
+}
+
+fn plan_error(e: PlanError) -> RuntimeError {
+    match e {
+        PlanError::Job(m) => RuntimeError::InvalidJob(m),
+        PlanError::Busy(m) => RuntimeError::NodeUnavailable(m),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! | file | written by | meaning |
 //! |---|---|---|
 //! | `lease.json` | agent, before the supervisor starts | the lease (the directory appears atomically with it) |
+//! | `devices.json` | agent, with the lease | GPUs and cores given to the run (see [`super::confine::devices`]) |
 //! | `lock` | held (`flock`) by the supervisor while it lives | liveness of the supervisor |
 //! | `supervisor` | supervisor | its pid and start time (for signals) |
 //! | `pid` | supervisor, once the job was spawned | the job's pid and start time (= process group) |

@@ -8,6 +8,7 @@
 //! after the grace period) and writes the exit status atomically. It outlives the agent, so jobs
 //! keep running and their results stay on disk while the agent restarts.
 
+use super::confine::{self, Confinement};
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::now_ms;
@@ -34,6 +35,9 @@ pub struct SuperviseArgs {
     pub command: Vec<String>,
     /// Environment variables the job gets besides the supervisor's own.
     pub env: Vec<(String, String)>,
+    /// The job's cgroup and user (see [`super::confine`]); default: none.
+    #[serde(default)]
+    pub confine: Confinement,
 }
 
 /// Why supervising failed before an exit status could be recorded.
@@ -109,6 +113,15 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let open_out = |name| std::fs::OpenOptions::new().create(true).append(true).open(dir.file(name));
     let stdout = open_out(rundir::STDOUT).map_err(err("opening stdout"))?;
     let stderr = open_out(rundir::STDERR).map_err(err("opening stderr"))?;
+    let confined = match args.confine.prepare(&dir.path, &[dir.file(rundir::STDOUT), dir.file(rundir::STDERR)]) {
+        Ok(p) => p,
+        Err(e) => {
+            args.confine.release();
+            let rec = record(None, None, Some(confine::REASON_CONFINE_FAILED), Some(e.to_string()));
+            dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+            return Ok(());
+        }
+    };
     let mut cmd = std::process::Command::new(program);
     cmd.args(program_args)
         .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -117,13 +130,18 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    // SAFETY: the hook only calls pthread_sigmask, which is async-signal-safe.
+    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
+    // (everything they use was prepared before the fork) and pthread_sigmask.
     unsafe {
-        cmd.pre_exec(os::unblock_all_signals);
+        cmd.pre_exec(move || {
+            confined.apply_in_child()?;
+            os::unblock_all_signals()
+        });
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
+            args.confine.release();
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
             let rec = record(Some(code), None, Some("failed to start"), Some(format!("{program}: {e}")));
             dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
@@ -193,6 +211,9 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     };
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
+    // Read before the cgroup goes; then whatever left the process group goes too.
+    let oom = args.confine.oom_killed();
+    args.confine.release();
     let (exit_code, sig) = match (status.code(), status.signal()) {
         (Some(c), _) => (c, None),
         (None, Some(s)) => (128 + s, Some(s)),
@@ -200,6 +221,11 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     };
     let rec = match stopping {
         Some((reason, message, _)) => record(Some(exit_code), sig, Some(reason), message),
+        None if exit_code != 0
+            && let Some((reason, message)) = oom =>
+        {
+            record(Some(exit_code), sig, Some(reason), Some(message))
+        }
         None => record(Some(exit_code), sig, None, sig.map(|s| format!("terminated by signal {s}"))),
     };
     dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;

@@ -53,6 +53,7 @@ pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
             workdir: args.workdir,
             command: args.command,
             env: Vec::new(),
+            confine: Default::default(),
         },
         None,
     )?;

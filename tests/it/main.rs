@@ -11,6 +11,7 @@ mod cli_submit;
 mod cluster;
 mod common;
 mod config_files;
+mod confine;
 mod e2e_fake;
 mod e2e_process;
 mod formats;

@@ -39,6 +39,8 @@ fn example_configs_parse() {
     // Jobs outlive agent restarts only if systemd leaves the supervisors alone.
     let agent_unit = std::fs::read_to_string(format!("{ROOT}/packaging/systemd/convoy-agent.service")).unwrap();
     assert!(agent_unit.contains("KillMode=process"));
+    // Jobs' cgroups live under the agent's: systemd must delegate it.
+    assert!(agent_unit.contains("Delegate=yes"));
     // `systemctl reload` reloads the certificate.
     let server_unit = std::fs::read_to_string(format!("{ROOT}/packaging/systemd/convoy-server.service")).unwrap();
     assert!(server_unit.contains("ExecReload=/bin/kill -HUP $MAINPID"));

@@ -33,6 +33,10 @@ pub(crate) struct ProcessesArgs {
     /// so the file system shows in the figure: the output names it.
     #[arg(long)]
     agent_dir: Option<std::path::PathBuf>,
+    /// Confine each job in a cgroup with its limits (`[process.limits] enabled`); without it
+    /// jobs run unconfined, so one run of each measures what confinement costs.
+    #[arg(long)]
+    limits: bool,
 }
 
 /// The type of the file system holding `path` (the longest mount point above it in
@@ -76,9 +80,11 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         let r = http.post(format!("{url}/v1/queues")).json(&json!({"name": "bench"})).send().await?;
         anyhow::ensure!(r.status().is_success(), "creating queue bench: {}", r.status());
 
-        // Each job asks for 1 millicpu of a node with `concurrency` millicpus.
+        // Each job asks for 1 millicpu of a node with `concurrency` millicpus, and memory enough
+        // to start a program under a limit; its CPU limit, a core, keeps a quota of 1m (which
+        // would throttle even `true`) out of what `--limits` measures.
         let job = json!({"pod_spec": {"containers": [{"name": "bench", "command": args.command.split_whitespace().collect::<Vec<_>>(),
-            "resources": {"requests": {"cpu": "1m", "memory": "1Ki"}}}]}});
+            "resources": {"requests": {"cpu": "1m", "memory": "64Mi"}, "limits": {"cpu": "1"}}}]}});
         let mut submitted = 0;
         while submitted < args.jobs {
             let n = 1000.min(args.jobs - submitted);
@@ -101,9 +107,11 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             &agent_cfg,
             format!(
                 "executor = \"bench\"\nservers = [\"{url}\"]\ndata_dir = \"{}\"\nruntime = \"process\"\n\
-                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Ti\" }}\n",
+                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Pi\" }}\n\
+                 [process.limits]\nenabled = {}\n",
                 agent_dir.display(),
                 args.concurrency,
+                args.limits,
             ),
         )?;
         let server_cpu_before = server.cpu_time();
@@ -146,6 +154,7 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             "jobs": args.jobs,
             "command": args.command,
             "concurrency": args.concurrency,
+            "limits": args.limits,
             "seconds": (took.as_secs_f64() * 100.0).round() / 100.0,
             "jobs_per_sec": (args.jobs as f64 / took.as_secs_f64()).round(),
             "failed": failed,

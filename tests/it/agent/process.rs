@@ -432,6 +432,7 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
             format!("while [ ! -e '{}' ]; do sleep 0.02; done; echo \"$GREETING\"", go.display()),
         ],
         env: vec![("GREETING".into(), "hello from a forked supervisor".into())],
+        confine: Default::default(),
     };
     spawner.spawn(&req).await.expect("spawned");
     // Answered only once the supervisor holds the lock.

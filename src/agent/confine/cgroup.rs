@@ -1,0 +1,490 @@
+//! Control groups for jobs of the process runtime: finding the hierarchy the agent may use
+//! (cgroup v2, or the v1 controllers), and the plan of one job's cgroup: the directories to
+//! create, the limits to write, where its OOM kills are counted.
+//!
+//! Everything works over a root directory (`/sys/fs/cgroup` on a real machine), so the same code
+//! runs on a cgroup file system faked in a temporary directory. The agent works out the plan
+//! ([`CgroupTree::plan`]); the supervisor carries it out ([`CgroupPlan::create`], then
+//! [`CgroupJoin`] in the forked child, [`CgroupPlan::remove`] at the end), so a job costs a few
+//! `mkdir`, `write` and `rmdir` calls and no extra process.
+
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The cgroup version the agent confines jobs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CgroupVersion {
+    /// The legacy hierarchies, one per controller.
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+impl CgroupVersion {
+    /// `cgroup-v1` or `cgroup-v2`, as the node label says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "cgroup-v1",
+            CgroupVersion::V2 => "cgroup-v2",
+        }
+    }
+}
+
+/// Why no hierarchy could be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// Nothing usable is mounted (or the controllers are missing).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A file of the hierarchy could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> CgroupError + '_ {
+    move |source| CgroupError::Io { path: path.to_path_buf(), source }
+}
+
+/// Where the agent puts its jobs' cgroups: one parent directory per hierarchy (v2: one; v1: one
+/// per controller used), each `<agent's own cgroup>/<name>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupTree {
+    /// v1 or v2.
+    pub version: CgroupVersion,
+    /// v2: the parent. v1: the parent in the memory, cpu and pids hierarchies, in that order,
+    /// then cpuset when pinning is on.
+    parents: Vec<PathBuf>,
+    /// Whether `memory.swap.max` (v2) or `memory.memsw.limit_in_bytes` (v1) exists, so swap is
+    /// held to the memory limit too.
+    swap_file: bool,
+    /// Whether jobs can be pinned to cores (`cpuset` controller).
+    cpuset: bool,
+}
+
+/// The limits of one job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobLimits {
+    /// Memory limit in bytes.
+    pub memory_bytes: Option<i64>,
+    /// CPU quota in millicores.
+    pub cpu_millis: Option<i64>,
+    /// Most processes and threads at once.
+    pub pids_max: Option<u64>,
+    /// Cores the job is pinned to.
+    pub cpus: Vec<u32>,
+}
+
+/// The v2 cgroup the agent moves itself into, so that its own can hand controllers down.
+const AGENT_LEAF: &str = "agent";
+/// CFS period used for quotas (the kernel's default).
+const CPU_PERIOD_US: i64 = 100_000;
+/// The smallest quota the kernel takes.
+const CPU_MIN_QUOTA_US: i64 = 1_000;
+
+impl CgroupTree {
+    /// Finds the hierarchy under `root` (`/sys/fs/cgroup`) given the agent's own
+    /// `/proc/self/cgroup`, and prepares the parent directory `name` in it. cgroup v2 is used
+    /// when mounted at `root` with the memory, cpu and pids controllers available to the agent's
+    /// cgroup; otherwise the v1 hierarchies `root/{memory,cpu,pids}`.
+    pub fn detect(root: &Path, proc_self_cgroup: &str, name: &str, cpuset: bool) -> Result<CgroupTree, CgroupError> {
+        let own_v2 = proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::"));
+        if root.join("cgroup.controllers").exists() {
+            let own = own_v2.ok_or_else(|| {
+                CgroupError::Unavailable("cgroup v2 is mounted but /proc/self/cgroup has no 0:: line".into())
+            })?;
+            return Self::prepare_v2(root, own, name, cpuset);
+        }
+        let mut parents = Vec::new();
+        let mut missing = Vec::new();
+        let wanted: &[&str] = if cpuset { &["memory", "cpu", "pids", "cpuset"] } else { &["memory", "cpu", "pids"] };
+        for ctl in wanted {
+            let own = proc_self_cgroup.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                ctls.split(',').any(|c| c == *ctl).then_some(path)
+            });
+            let mount = root.join(ctl);
+            match own {
+                Some(own) if mount.join("cgroup.procs").exists() => parents.push(mount.join(relative(own)).join(name)),
+                _ => missing.push(*ctl),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(CgroupError::Unavailable(format!(
+                "neither cgroup v2 at {} nor the v1 controllers {} (missing: {})",
+                root.display(),
+                wanted.join(", "),
+                missing.join(", ")
+            )));
+        }
+        for p in &parents {
+            std::fs::create_dir_all(p).map_err(io_err(p))?;
+        }
+        if cpuset {
+            // A v1 cpuset takes no process until its cpus and mems are set: inherit the parent's.
+            let set = &parents[3];
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                let from = set.parent().map(|p| p.join(file)).unwrap_or_default();
+                let value = std::fs::read_to_string(&from).map_err(io_err(&from))?;
+                let to = set.join(file);
+                if std::fs::read_to_string(&to).map(|v| v.trim().is_empty()).unwrap_or(true) {
+                    std::fs::write(&to, value.trim()).map_err(io_err(&to))?;
+                }
+            }
+        }
+        let swap_file = parents[0].join("memory.memsw.limit_in_bytes").exists();
+        Ok(CgroupTree { version: CgroupVersion::V1, parents, swap_file, cpuset })
+    }
+
+    fn prepare_v2(root: &Path, own: &str, name: &str, cpuset: bool) -> Result<CgroupTree, CgroupError> {
+        // An agent already in the leaf (moved there by an earlier agent of the same unit, or
+        // started there by systemd's DelegateSubgroup=agent) works one level up.
+        let own = match own.rsplit_once('/') {
+            Some((parent, AGENT_LEAF)) if !parent.is_empty() => parent,
+            _ => own,
+        };
+        let own_dir = root.join(relative(own));
+        let mut needed = vec!["memory", "cpu", "pids"];
+        if cpuset {
+            needed.push("cpuset");
+        }
+        let available = read_trimmed(&own_dir.join("cgroup.controllers"))?;
+        let missing: Vec<_> = needed.iter().filter(|c| !available.split_whitespace().any(|a| a == **c)).collect();
+        if !missing.is_empty() {
+            return Err(CgroupError::Unavailable(format!(
+                "cgroup v2 at {} does not delegate {:?} to the agent's cgroup {own} (under systemd: Delegate=yes)",
+                root.display(),
+                missing
+            )));
+        }
+        let enable: String = needed.iter().map(|c| format!("+{c} ")).collect();
+        let enabled = read_trimmed(&own_dir.join("cgroup.subtree_control"))?;
+        if !needed.iter().all(|c| enabled.split_whitespace().any(|e| e == *c)) && own_dir != root {
+            // No process may sit in a cgroup that hands controllers to its children: move the
+            // agent's own processes into a leaf first (what Delegate=yes units must do).
+            let leaf = own_dir.join(AGENT_LEAF);
+            std::fs::create_dir_all(&leaf).map_err(io_err(&leaf))?;
+            let procs = read_trimmed(&own_dir.join("cgroup.procs"))?;
+            for pid in procs.lines() {
+                // A process may have ended meanwhile.
+                let _ = std::fs::write(leaf.join("cgroup.procs"), pid);
+            }
+        }
+        write_file(&own_dir.join("cgroup.subtree_control"), enable.trim())?;
+        let parent = own_dir.join(name);
+        std::fs::create_dir_all(&parent).map_err(io_err(&parent))?;
+        write_file(&parent.join("cgroup.subtree_control"), enable.trim())?;
+        let swap_file = parent.join("memory.swap.max").exists();
+        Ok(CgroupTree { version: CgroupVersion::V2, parents: vec![parent], swap_file, cpuset })
+    }
+
+    /// True when jobs can be pinned to cores.
+    pub fn pins_cpus(&self) -> bool {
+        self.cpuset
+    }
+
+    /// The plan for the job `id` (its run id) with `limits`.
+    pub fn plan(&self, id: &str, limits: &JobLimits) -> CgroupPlan {
+        let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(id)).collect();
+        let mut settings = Vec::new();
+        let cpus = limits.cpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let quota = limits.cpu_millis.map(|m| (m.saturating_mul(CPU_PERIOD_US) / 1000).max(CPU_MIN_QUOTA_US));
+        match self.version {
+            CgroupVersion::V2 => {
+                let d = &dirs[0];
+                if let Some(m) = limits.memory_bytes {
+                    settings.push((d.join("memory.max"), m.to_string()));
+                    if self.swap_file {
+                        settings.push((d.join("memory.swap.max"), "0".into()));
+                    }
+                    // Like Kubernetes: an OOM kill takes the whole job, not one of its processes.
+                    settings.push((d.join("memory.oom.group"), "1".into()));
+                }
+                if let Some(q) = quota {
+                    settings.push((d.join("cpu.max"), format!("{q} {CPU_PERIOD_US}")));
+                }
+                if let Some(p) = limits.pids_max {
+                    settings.push((d.join("pids.max"), p.to_string()));
+                }
+                if self.cpuset && !cpus.is_empty() {
+                    settings.push((d.join("cpuset.cpus"), cpus));
+                }
+                CgroupPlan {
+                    oom_counter: Some(d.join("memory.events")),
+                    kill_file: Some(d.join("cgroup.kill")),
+                    memory_bytes: limits.memory_bytes,
+                    dirs,
+                    settings,
+                }
+            }
+            CgroupVersion::V1 => {
+                let (mem, cpu, pids) = (&dirs[0], &dirs[1], &dirs[2]);
+                if let Some(m) = limits.memory_bytes {
+                    settings.push((mem.join("memory.limit_in_bytes"), m.to_string()));
+                    if self.swap_file {
+                        // After the memory limit: memsw may never be below it.
+                        settings.push((mem.join("memory.memsw.limit_in_bytes"), m.to_string()));
+                    }
+                }
+                if let Some(q) = quota {
+                    // A new cgroup's period is the kernel's default, CPU_PERIOD_US.
+                    settings.push((cpu.join("cpu.cfs_quota_us"), q.to_string()));
+                }
+                if let Some(p) = limits.pids_max {
+                    settings.push((pids.join("pids.max"), p.to_string()));
+                }
+                if let Some(set) = dirs.get(3) {
+                    let all = set.parent().map(|p| p.join("cpuset.cpus")).unwrap_or_default();
+                    let mems = set.parent().map(|p| p.join("cpuset.mems")).unwrap_or_default();
+                    let mems = std::fs::read_to_string(mems).map(|s| s.trim().to_string()).unwrap_or_default();
+                    let cpus = if cpus.is_empty() {
+                        std::fs::read_to_string(all).map(|s| s.trim().to_string()).unwrap_or_default()
+                    } else {
+                        cpus
+                    };
+                    settings.push((set.join("cpuset.cpus"), cpus));
+                    settings.push((set.join("cpuset.mems"), mems));
+                }
+                CgroupPlan {
+                    oom_counter: Some(mem.join("memory.oom_control")),
+                    kill_file: None,
+                    memory_bytes: limits.memory_bytes,
+                    dirs,
+                    settings,
+                }
+            }
+        }
+    }
+}
+
+/// One job's cgroups, worked out by the agent and carried out by the supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CgroupPlan {
+    /// The job's cgroup in each hierarchy; the job joins every one.
+    pub dirs: Vec<PathBuf>,
+    /// Files written once the directories exist, in order: the limits.
+    pub settings: Vec<(PathBuf, String)>,
+    /// The file whose `oom_kill` line counts the job's OOM kills (v2 `memory.events`, v1
+    /// `memory.oom_control`).
+    pub oom_counter: Option<PathBuf>,
+    /// v2's `cgroup.kill`: kills everything in the cgroup at once.
+    pub kill_file: Option<PathBuf>,
+    /// The memory limit, for the OOM message.
+    pub memory_bytes: Option<i64>,
+}
+
+/// The open `cgroup.procs` files of a job's cgroups, written by the forked child before exec.
+pub struct CgroupJoin(Vec<OwnedFd>);
+
+impl CgroupPlan {
+    /// Creates the directories (an existing one is reused: a supervisor started again), writes
+    /// the limits and opens the files the child joins through.
+    pub fn create(&self) -> Result<CgroupJoin, CgroupError> {
+        for d in &self.dirs {
+            match std::fs::create_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_err(d)(e)),
+            }
+        }
+        for (file, value) in &self.settings {
+            write_file(file, value)?;
+        }
+        let mut fds = Vec::with_capacity(self.dirs.len());
+        for d in &self.dirs {
+            let p = d.join("cgroup.procs");
+            let f = std::fs::OpenOptions::new().write(true).open(&p).map_err(io_err(&p))?;
+            fds.push(OwnedFd::from(f));
+        }
+        Ok(CgroupJoin(fds))
+    }
+
+    /// OOM kills counted in the job's cgroup so far (0 when unreadable).
+    pub fn oom_kills(&self) -> u64 {
+        let Some(file) = &self.oom_counter else { return 0 };
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// Kills whatever is left in the job's cgroups and removes them. Gives up after `patience`
+    /// (a process stuck in the kernel): the directories then stay until the agent sweeps them.
+    pub fn remove(&self, patience: Duration) -> io::Result<()> {
+        let until = Instant::now() + patience;
+        let mut killed = false;
+        for d in self.dirs.iter().rev() {
+            loop {
+                match std::fs::remove_dir(d) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < until => {
+                        if !killed {
+                            self.kill_all();
+                            killed = true;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILL to every process in the job's cgroups, also those that left its process group.
+    pub fn kill_all(&self) {
+        if let Some(k) = &self.kill_file
+            && std::fs::write(k, "1").is_ok()
+        {
+            return;
+        }
+        for d in &self.dirs {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+impl CgroupJoin {
+    /// Moves the calling process into the job's cgroups. Async-signal-safe, for `pre_exec`.
+    pub fn join(&self) -> io::Result<()> {
+        for fd in &self.0 {
+            // "0" is the writing process itself.
+            // SAFETY: writes two bytes from a static buffer to an open descriptor.
+            let n = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn relative(own: &str) -> &str {
+    own.trim_start_matches('/')
+}
+
+fn read_trimmed(path: &Path) -> Result<String, CgroupError> {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(io_err(path))
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    std::fs::write(path, value).map_err(io_err(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v2 hierarchy: the root with its controllers, the agent's cgroup `/svc/agent.service`.
+    fn fake_v2(controllers: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().expect("tempdir");
+        let own = t.path().join("svc/agent.service");
+        std::fs::create_dir_all(&own).expect("mkdir");
+        std::fs::write(t.path().join("cgroup.controllers"), controllers).expect("write");
+        std::fs::write(own.join("cgroup.controllers"), controllers).expect("write");
+        std::fs::write(own.join("cgroup.subtree_control"), "").expect("write");
+        std::fs::write(own.join("cgroup.procs"), "41\n42\n").expect("write");
+        t
+    }
+
+    #[test]
+    fn v2_moves_the_agent_to_a_leaf_enables_controllers_and_plans_limits() {
+        let t = fake_v2("cpuset cpu io memory pids");
+        let tree = CgroupTree::detect(t.path(), "0::/svc/agent.service\n", "convoy", false).expect("usable");
+        assert_eq!(tree.version, CgroupVersion::V2);
+        let own = t.path().join("svc/agent.service");
+        // The fake file system keeps only the last write; the kernel would list both pids.
+        assert_eq!(std::fs::read_to_string(own.join("agent/cgroup.procs")).expect("leaf"), "42");
+        // A restarted agent found in the leaf uses the same parent.
+        let again = CgroupTree::detect(t.path(), "0::/svc/agent.service/agent\n", "convoy", false).expect("usable");
+        assert_eq!(again, tree);
+        assert_eq!(std::fs::read_to_string(own.join("cgroup.subtree_control")).expect("r"), "+memory +cpu +pids");
+        assert_eq!(
+            std::fs::read_to_string(own.join("convoy/cgroup.subtree_control")).expect("r"),
+            "+memory +cpu +pids"
+        );
+        let limits =
+            JobLimits { memory_bytes: Some(1 << 30), cpu_millis: Some(1500), pids_max: Some(64), cpus: vec![] };
+        let plan = tree.plan("r1", &limits);
+        let d = own.join("convoy/r1");
+        assert_eq!(plan.dirs, std::slice::from_ref(&d));
+        assert_eq!(
+            plan.settings,
+            [
+                (d.join("memory.max"), "1073741824".to_string()),
+                (d.join("memory.oom.group"), "1".to_string()),
+                (d.join("cpu.max"), "150000 100000".to_string()),
+                (d.join("pids.max"), "64".to_string()),
+            ]
+        );
+        // The supervisor's side on the fake: files written, procs opened, OOMs counted.
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("cgroup.procs"), "").expect("write");
+        let _join = plan.create().expect("create");
+        assert_eq!(std::fs::read_to_string(d.join("cpu.max")).expect("r"), "150000 100000");
+        assert_eq!(plan.oom_kills(), 0);
+        std::fs::write(d.join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").expect("write");
+        assert_eq!(plan.oom_kills(), 1);
+    }
+
+    #[test]
+    fn v2_without_delegated_controllers_is_unavailable() {
+        let t = fake_v2("cpu io");
+        let e = CgroupTree::detect(t.path(), "0::/svc/agent.service\n", "convoy", false).unwrap_err();
+        assert!(e.to_string().contains("Delegate=yes") && e.to_string().contains("\"memory\""), "{e}");
+    }
+
+    #[test]
+    fn v1_uses_each_controllers_own_path_and_copies_cpusets() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let r = t.path();
+        for (ctl, own) in [("memory", "job/a"), ("cpu", ""), ("pids", ""), ("cpuset", "")] {
+            std::fs::create_dir_all(r.join(ctl).join(own)).expect("mkdir");
+            std::fs::write(r.join(ctl).join("cgroup.procs"), "").expect("write");
+        }
+        std::fs::write(r.join("cpuset/cpuset.cpus"), "0-3\n").expect("write");
+        std::fs::write(r.join("cpuset/cpuset.mems"), "0\n").expect("write");
+        std::fs::create_dir_all(r.join("memory/job/a/convoy")).expect("mkdir");
+        std::fs::write(r.join("memory/job/a/convoy/memory.memsw.limit_in_bytes"), "").expect("write");
+        let proc = "9:pids:/\n4:memory:/job/a\n3:cpuset:/\n1:cpu,cpuacct:/\n0::/\n";
+        let tree = CgroupTree::detect(r, proc, "convoy", true).expect("usable");
+        assert_eq!(tree.version, CgroupVersion::V1);
+        assert_eq!(std::fs::read_to_string(r.join("cpuset/convoy/cpuset.cpus")).expect("r"), "0-3");
+        let plan = tree
+            .plan("r2", &JobLimits { memory_bytes: Some(1000), cpu_millis: Some(1), pids_max: None, cpus: vec![1, 2] });
+        let (mem, cpu, set) = (r.join("memory/job/a/convoy/r2"), r.join("cpu/convoy/r2"), r.join("cpuset/convoy/r2"));
+        assert_eq!(plan.dirs, [mem.clone(), cpu.clone(), r.join("pids/convoy/r2"), set.clone()]);
+        assert_eq!(
+            plan.settings,
+            [
+                (mem.join("memory.limit_in_bytes"), "1000".to_string()),
+                (mem.join("memory.memsw.limit_in_bytes"), "1000".to_string()),
+                // 1m is below the kernel's smallest quota.
+                (cpu.join("cpu.cfs_quota_us"), "1000".to_string()),
+                (set.join("cpuset.cpus"), "1,2".to_string()),
+                (set.join("cpuset.mems"), "0".to_string()),
+            ]
+        );
+        assert_eq!(plan.oom_counter, Some(mem.join("memory.oom_control")));
+    }
+
+    #[test]
+    fn v1_without_a_controller_is_unavailable() {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(t.path().join("memory")).expect("mkdir");
+        std::fs::write(t.path().join("memory/cgroup.procs"), "").expect("write");
+        let e = CgroupTree::detect(t.path(), "4:memory:/\n", "convoy", false).unwrap_err();
+        assert!(e.to_string().contains("missing: cpu, pids"), "{e}");
+    }
+}

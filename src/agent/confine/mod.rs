@@ -1,0 +1,458 @@
+//! Confining the process runtime's jobs to what they asked for: a cgroup each with memory, CPU
+//! and pids limits (and pinned cores), their own GPUs, and the Unix user they run as. See
+//! `docs/confinement.md`.
+//!
+//! The agent decides ([`Confiner`]: looks the user up, picks devices, plans the cgroup) and
+//! hands the supervisor a [`Confinement`]; the supervisor prepares it before it forks the job
+//! ([`Confinement::prepare`]) and the forked child applies it with async-signal-safe calls only
+//! ([`Prepared::apply_in_child`]).
+
+pub mod cgroup;
+pub mod devices;
+pub mod user;
+
+use crate::model::{QueueName, ResourceName, Resources, RunId};
+use cgroup::{CgroupJoin, CgroupPlan, CgroupTree, JobLimits};
+use devices::{Assignment, DevicePool};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use user::UnixUser;
+
+/// Node label saying how the node confines jobs: `cgroup-v2`, `cgroup-v1` or `none`.
+pub const CONFINEMENT_LABEL: &str = "convoy.io/confinement";
+/// Exit reason of a job the kernel killed for its memory limit (as Kubernetes says it).
+pub const REASON_OOM_KILLED: &str = "OOMKilled";
+/// Exit reason of a job whose confinement could not be set up: the node's fault.
+pub const REASON_CONFINE_FAILED: &str = "confinement failed";
+/// The run directory's record of the devices a run was given ([`Assignment`]).
+pub const DEVICES_FILE: &str = "devices.json";
+
+/// `[agent.process.limits]`: cgroup limits of jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Confine jobs in cgroups when a usable hierarchy is there. Default: true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Where the cgroup file systems are mounted. Default: `/sys/fs/cgroup`.
+    #[serde(default = "default_cgroup_root")]
+    pub cgroup_root: PathBuf,
+    /// Name of the cgroup, under the agent's own, that holds the jobs' cgroups. Default: `convoy`.
+    #[serde(default = "default_cgroup_name")]
+    pub cgroup_name: String,
+    /// Most processes and threads one job may have at once (0: no limit). Default: 4096.
+    #[serde(default = "default_pids_max")]
+    pub pids_max: u64,
+    /// Pin jobs that ask for whole cores (CPU limit, or request, of 1, 2, … cores) to cores of
+    /// their own. Default: false.
+    #[serde(default)]
+    pub cpuset: bool,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cgroup_root: default_cgroup_root(),
+            cgroup_name: default_cgroup_name(),
+            pids_max: default_pids_max(),
+            cpuset: false,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_cgroup_root() -> PathBuf {
+    PathBuf::from("/sys/fs/cgroup")
+}
+fn default_cgroup_name() -> String {
+    "convoy".into()
+}
+fn default_pids_max() -> u64 {
+    4096
+}
+
+/// `[agent.process] run_as`: the Unix user jobs run as.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RunAs {
+    /// Every job runs as this user.
+    User(String),
+    /// The first rule whose queue matches names the user; a rule without a queue matches
+    /// every job. A job no rule matches does not run.
+    Rules(Vec<RunAsRule>),
+}
+
+/// One rule of `run_as`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunAsRule {
+    /// The queue whose jobs the rule is for; none: every job.
+    #[serde(default)]
+    pub queue: Option<QueueName>,
+    /// The Unix user.
+    pub user: String,
+}
+
+impl RunAs {
+    /// The user name for a job of `queue`, or none when no rule matches.
+    pub fn user_for(&self, queue: &QueueName) -> Option<&str> {
+        match self {
+            RunAs::User(u) => Some(u),
+            RunAs::Rules(rules) => {
+                rules.iter().find(|r| r.queue.as_ref().is_none_or(|q| q == queue)).map(|r| r.user.as_str())
+            }
+        }
+    }
+
+    /// Checks the names; the error names the key.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let check = |key: String, name: &str| -> Result<(), (String, String)> {
+            if name == "principal" {
+                return Err((
+                    key,
+                    "\"principal\" (the submitter's own account) needs the submitting principal in the lease, \
+                     which servers do not record yet; name a user or map queues to users"
+                        .into(),
+                ));
+            }
+            if name.is_empty() || name.contains(['\0', ':', '/']) || name.chars().any(char::is_whitespace) {
+                return Err((key, format!("{name:?} is not a valid user name")));
+            }
+            Ok(())
+        };
+        match self {
+            RunAs::User(u) => check("process.run_as".into(), u),
+            RunAs::Rules(rules) => {
+                if rules.is_empty() {
+                    return Err(("process.run_as".into(), "an empty list runs no job; leave run_as out".into()));
+                }
+                rules.iter().enumerate().try_for_each(|(i, r)| check(format!("process.run_as[{i}].user"), &r.user))
+            }
+        }
+    }
+}
+
+/// What the supervisor does to confine one job (part of its arguments).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Confinement {
+    /// The job's cgroups; none: unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupPlan>,
+    /// The user the job runs as; none: the supervisor's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UnixUser>,
+}
+
+/// Why a job's confinement could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// The cgroup could not be made.
+    #[error("setting up the job's cgroup: {0}")]
+    Cgroup(#[from] cgroup::CgroupError),
+    /// The run directory or logs could not be given to the user.
+    #[error("giving {path} to user {user}: {source}")]
+    Chown {
+        /// The file.
+        path: PathBuf,
+        /// The user.
+        user: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// A [`Confinement`] made ready by the supervisor before it forks the job.
+pub struct Prepared {
+    join: Option<CgroupJoin>,
+    user: Option<UnixUser>,
+}
+
+impl Confinement {
+    /// Creates the cgroups with their limits and gives the run directory and `outputs` (paths
+    /// of the job's open log files) to the job's user.
+    pub fn prepare(&self, run_dir: &Path, outputs: &[PathBuf]) -> Result<Prepared, ConfineError> {
+        if let Some(u) = &self.user {
+            for p in std::iter::once(run_dir).chain(outputs.iter().map(PathBuf::as_path)) {
+                user::chown(p, u).map_err(|source| ConfineError::Chown {
+                    path: p.to_path_buf(),
+                    user: u.name.clone(),
+                    source,
+                })?;
+            }
+        }
+        let join = self.cgroup.as_ref().map(CgroupPlan::create).transpose()?;
+        Ok(Prepared { join, user: self.user.clone() })
+    }
+
+    /// The exit reason and message when the kernel OOM-killed the job, read once it ended.
+    pub fn oom_killed(&self) -> Option<(&'static str, String)> {
+        let plan = self.cgroup.as_ref()?;
+        let n = plan.oom_kills();
+        (n > 0).then(|| {
+            let limit =
+                plan.memory_bytes.map_or("its memory limit".to_string(), |b| format!("its memory limit ({b} bytes)"));
+            (
+                REASON_OOM_KILLED,
+                format!("the job used more memory than {limit} and the kernel killed it ({n} OOM kill(s))"),
+            )
+        })
+    }
+
+    /// Kills what is left of the job in its cgroups and removes them.
+    pub fn release(&self) {
+        if let Some(plan) = &self.cgroup
+            && let Err(e) = plan.remove(std::time::Duration::from_secs(2))
+        {
+            tracing::warn!(error = %e, "cannot remove the job's cgroup");
+        }
+    }
+}
+
+impl Prepared {
+    /// In the forked child, before exec: joins the cgroups, then becomes the user (after which
+    /// joining would no longer be allowed). Async-signal-safe.
+    pub fn apply_in_child(&self) -> std::io::Result<()> {
+        if let Some(j) = &self.join {
+            j.join()?;
+        }
+        if let Some(u) = &self.user {
+            u.switch()?;
+        }
+        Ok(())
+    }
+}
+
+/// What a job asked for, from its first container's resources (the one the process runtime
+/// runs): each resource's limit, or its request when it sets no limit.
+pub fn job_resources(pod_spec: &serde_json::Value) -> Result<Resources, String> {
+    let res = pod_spec.get("containers").and_then(|c| c.get(0)).and_then(|c| c.get("resources"));
+    let read = |kind: &str| -> Result<Resources, String> {
+        let Some(map) = res.and_then(|r| r.get(kind)).and_then(|m| m.as_object()) else {
+            return Ok(Resources::new());
+        };
+        let pairs: Vec<(String, String)> = map
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => Ok((k.clone(), s.clone())),
+                serde_json::Value::Number(n) => Ok((k.clone(), n.to_string())),
+                _ => Err(format!("containers[0].resources.{kind}.{k} must be a quantity")),
+            })
+            .collect::<Result<_, _>>()?;
+        Resources::parse(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| format!("containers[0].resources.{kind}.{}: {}", e.resource, e.error))
+    };
+    let mut out = read("requests")?;
+    for (name, v) in read("limits")?.iter() {
+        out.set(name.clone(), v);
+    }
+    Ok(out)
+}
+
+/// The agent's side: the hierarchy found at start, the node's devices, the `run_as` rules.
+pub struct Confiner {
+    tree: Option<CgroupTree>,
+    pids_max: Option<u64>,
+    run_as: Option<RunAs>,
+    allow_root: bool,
+    devices: Mutex<DevicePool<RunId>>,
+}
+
+/// Why a job cannot be confined as configured.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The job's fault or the configuration's: the run fails (not counted against the node).
+    #[error("{0}")]
+    Job(String),
+    /// Not enough free devices: the run goes back to the queue.
+    #[error("{0}")]
+    Busy(String),
+}
+
+impl Confiner {
+    /// Finds the cgroup hierarchy (logging whether jobs are confined) and the node's GPUs:
+    /// `gpus` as configured, else what `nvidia-smi` lists. `cores` is how many cores the node
+    /// has (for pinning).
+    pub fn new(
+        limits: &LimitsConfig,
+        gpus: Option<Vec<String>>,
+        run_as: Option<RunAs>,
+        allow_root: bool,
+        cores: usize,
+    ) -> Confiner {
+        let tree = if limits.enabled {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            match CgroupTree::detect(&limits.cgroup_root, &own, &limits.cgroup_name, limits.cpuset) {
+                Ok(t) => {
+                    tracing::info!(version = t.version.label(), "jobs are confined in cgroups");
+                    Some(t)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no usable cgroup hierarchy: jobs run unconfined (no memory, CPU or pids limits)");
+                    None
+                }
+            }
+        } else {
+            tracing::warn!("process.limits.enabled = false: jobs run unconfined (no memory, CPU or pids limits)");
+            None
+        };
+        let gpus = gpus.unwrap_or_else(devices::detect_gpus);
+        if !gpus.is_empty() {
+            tracing::info!(gpus = ?gpus, "GPUs of the node");
+        }
+        let cpus = if tree.as_ref().is_some_and(CgroupTree::pins_cpus) { (0..cores as u32).collect() } else { vec![] };
+        if run_as.is_none() && nix_is_root() {
+            tracing::warn!("process.run_as is not set: jobs run as the agent's user, root");
+        }
+        if run_as.is_some() && !nix_is_root() {
+            tracing::warn!("process.run_as is set but the agent is not root: jobs will fail to become their user");
+        }
+        Confiner {
+            tree,
+            pids_max: (limits.pids_max > 0).then_some(limits.pids_max),
+            run_as,
+            allow_root,
+            devices: Mutex::new(DevicePool::new(gpus, cpus)),
+        }
+    }
+
+    /// The value of [`CONFINEMENT_LABEL`] for this node.
+    pub fn label(&self) -> &'static str {
+        self.tree.as_ref().map_or("none", |t| t.version.label())
+    }
+
+    /// How many GPUs the node has.
+    pub fn gpu_count(&self) -> usize {
+        lock(&self.devices).gpus().len()
+    }
+
+    /// The user a job of `queue` runs as (looked up), or none without `run_as`.
+    pub fn user_for(&self, queue: &QueueName) -> Result<Option<UnixUser>, PlanError> {
+        let Some(run_as) = &self.run_as else { return Ok(None) };
+        let name = run_as
+            .user_for(queue)
+            .ok_or_else(|| PlanError::Job(format!("process.run_as maps no user for queue {queue}")))?;
+        let u = UnixUser::lookup(name).map_err(|e| PlanError::Job(format!("process.run_as: {e}")))?;
+        if u.uid == 0 && !self.allow_root {
+            return Err(PlanError::Job(format!(
+                "process.run_as: user {name:?} is root, and process.allow_root is not set"
+            )));
+        }
+        Ok(Some(u))
+    }
+
+    /// Picks the run's GPUs and cores for what the job asked.
+    pub fn assign(&self, run_id: RunId, asked: &Resources) -> Result<Assignment, PlanError> {
+        // Extended resources are stored in thousandths, like cpu.
+        let gpus = (asked.get(ResourceName::gpu().as_str()).max(0) as usize).div_ceil(1000);
+        let cpu = asked.get(ResourceName::cpu().as_str());
+        let mut pool = lock(&self.devices);
+        let cores = if self.tree.as_ref().is_some_and(CgroupTree::pins_cpus) && cpu > 0 && cpu % 1000 == 0 {
+            (cpu / 1000) as usize
+        } else {
+            0
+        };
+        pool.take(run_id, gpus, cores).map_err(|e| PlanError::Busy(format!("not enough free devices: {e}")))
+    }
+
+    /// Records what a run found at recovery holds.
+    pub fn hold(&self, run_id: RunId, a: Assignment) {
+        lock(&self.devices).hold(run_id, a);
+    }
+
+    /// Frees a run's devices.
+    pub fn release(&self, run_id: RunId) {
+        lock(&self.devices).release(&run_id);
+    }
+
+    /// The supervisor's part and the extra environment of the job.
+    pub fn confinement(
+        &self,
+        run_id: RunId,
+        asked: &Resources,
+        assignment: &Assignment,
+        user: Option<UnixUser>,
+    ) -> (Confinement, Vec<(String, String)>) {
+        let mut env = Vec::new();
+        if self.gpu_count() > 0 || !assignment.gpus.is_empty() {
+            env.extend(assignment.gpu_env());
+        }
+        if let Some(u) = &user {
+            env.extend(u.env());
+        }
+        let cgroup = self.tree.as_ref().map(|t| {
+            let pos = |name: ResourceName| Some(asked.get(name.as_str())).filter(|v| *v > 0);
+            t.plan(
+                &run_id.to_string(),
+                &JobLimits {
+                    memory_bytes: pos(ResourceName::memory()),
+                    cpu_millis: pos(ResourceName::cpu()),
+                    pids_max: self.pids_max,
+                    cpus: assignment.cpus.clone(),
+                },
+            )
+        });
+        (Confinement { cgroup, user }, env)
+    }
+
+    /// Kills what is left of a run whose supervisor vanished, and removes its cgroups.
+    pub fn clean_up(&self, run_id: RunId) {
+        if let Some(t) = &self.tree {
+            let plan = t.plan(&run_id.to_string(), &JobLimits::default());
+            if let Err(e) = plan.remove(std::time::Duration::from_secs(1)) {
+                tracing::warn!(%run_id, error = %e, "cannot remove the run's cgroup");
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_as_maps_queues_and_rejects_principal() {
+        let q = |s: &str| QueueName::new(s).expect("queue");
+        let rules: RunAs =
+            toml::from_str::<toml::Table>("r = [{ queue = \"physics\", user = \"phys\" }, { user = \"batch\" }]")
+                .expect("toml")
+                .remove("r")
+                .expect("r")
+                .try_into()
+                .expect("rules");
+        assert_eq!(rules.user_for(&q("physics")), Some("phys"));
+        assert_eq!(rules.user_for(&q("other")), Some("batch"));
+        let only = RunAs::Rules(vec![RunAsRule { queue: Some(q("a")), user: "u".into() }]);
+        assert_eq!(only.user_for(&q("b")), None);
+        assert!(RunAs::User("batch".into()).validate().is_ok());
+        let (key, msg) = RunAs::User("principal".into()).validate().unwrap_err();
+        assert_eq!(key, "process.run_as");
+        assert!(msg.contains("servers do not record"), "{msg}");
+        let (key, _) = RunAs::Rules(vec![RunAsRule { queue: None, user: "a b".into() }]).validate().unwrap_err();
+        assert_eq!(key, "process.run_as[0].user");
+    }
+
+    #[test]
+    fn resources_are_limits_else_requests() {
+        let spec = serde_json::json!({"containers": [{"resources": {
+            "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 1},
+            "limits": {"cpu": "2"}}}]});
+        let r = job_resources(&spec).expect("valid");
+        assert_eq!((r.get("cpu"), r.get("memory"), r.get("nvidia.com/gpu")), (2000, 1 << 30, 1000));
+        let bad = serde_json::json!({"containers": [{"resources": {"limits": {"memory": "lots"}}}]});
+        assert!(job_resources(&bad).unwrap_err().starts_with("containers[0].resources.limits.memory"));
+        assert!(job_resources(&serde_json::json!({})).expect("none").is_zero());
+    }
+}
