@@ -211,20 +211,15 @@ pub(crate) unsafe fn fork() -> io::Result<Forked> {
     }
 }
 
-/// Waits for child `pid` to end (retrying on EINTR); its raw wait status.
-pub(crate) fn wait_child(pid: i32) -> io::Result<i32> {
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid(2) writes the status into our local.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if rc == pid {
-            return Ok(status);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+/// Ignores SIGCHLD (the kernel then reaps this process's children as they end, and nothing can
+/// wait for them), or restores its default.
+pub(crate) fn set_sigchld_ignored(ignored: bool) -> io::Result<()> {
+    let handler = if ignored { libc::SIG_IGN } else { libc::SIG_DFL };
+    // SAFETY: installs one of the two built-in dispositions; no handler code runs.
+    if unsafe { libc::signal(libc::SIGCHLD, handler) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// A pipe whose both ends close on exec: (read end, write end).

@@ -7,9 +7,11 @@
 //! it is multi-threaded, and a forked child of a multi-threaded process may only call
 //! async-signal-safe functions.
 //!
-//! Each supervisor is forked twice (spawner → intermediate → supervisor, the intermediate exits
-//! at once), so it belongs to init (or the nearest subreaper) rather than to the spawner or the
-//! agent: it outlives both, and an agent restart starts a new spawner. The spawner answers a
+//! Each supervisor is forked once, into a session of its own, and outlives the spawner and the
+//! agent: when they end (an agent restart starts a new spawner) init or the nearest subreaper
+//! adopts it. The spawner ignores SIGCHLD, so the kernel reaps the supervisors that end while it
+//! runs and it never waits for them (an intermediate process that exits at once, the classic
+//! double fork, cost a fork and an exit per job). The spawner answers a
 //! request only once the new supervisor holds its run directory's lock, so the agent can judge a
 //! supervisor's life by that lock alone.
 //!
@@ -38,6 +40,8 @@ pub struct SpawnAnswer {
 /// # Safety
 /// Must run in a single-threaded process: it forks, and the children run ordinary Rust.
 pub unsafe fn serve() -> std::io::Result<()> {
+    // Supervisors that end are reaped by the kernel, not left as zombies of the spawner.
+    os::set_sigchld_ignored(true)?;
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     for line in stdin.lock().lines() {
@@ -64,30 +68,21 @@ unsafe fn spawn(req: SpawnRequest) -> std::io::Result<()> {
     match unsafe { os::fork() }? {
         Forked::Child => {
             drop(ready_r);
-            // The intermediate: forks the supervisor and leaves, so init adopts it.
-            // SAFETY: still single-threaded (a fork copies only the calling thread).
-            let code = match unsafe { os::fork() } {
-                Ok(Forked::Child) => {
-                    let ok = become_supervisor(req, ready_w).is_ok();
-                    if ok { 0 } else { 1 }
-                }
-                Ok(Forked::Parent(_)) => 0,
-                Err(_) => 1,
-            };
+            // The supervisor waits for its job: SIGCHLD as usual again.
+            let ok = os::set_sigchld_ignored(false).is_ok() && become_supervisor(req, ready_w).is_ok();
             // SAFETY: ends this process without running the spawner's exit handlers or
             // flushing buffers it shares with the spawner.
-            unsafe { libc::_exit(code) }
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
         Forked::Parent(pid) => {
             drop(ready_w);
-            os::wait_child(pid)?;
             let mut file = std::fs::File::from(ready_r);
             let mut byte = [0u8; 1];
             match file.read(&mut byte) {
                 Ok(1) => Ok(()),
-                Ok(_) => Err(std::io::Error::other(
-                    "the supervisor ended before it held the run directory (see supervisor.log there)",
-                )),
+                Ok(_) => Err(std::io::Error::other(format!(
+                    "the supervisor (pid {pid}) ended before it held the run directory (see supervisor.log there)"
+                ))),
                 Err(e) => Err(e),
             }
         }
