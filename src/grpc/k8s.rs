@@ -355,5 +355,8 @@ fn single(json: &Json, field: &FieldDescriptor, path: &str) -> Result<Value, Pod
     })
 }
 
+mod json_text;
+pub use json_text::to_json_text;
+
 #[cfg(test)]
 mod tests;

@@ -43,9 +43,9 @@ fn priority(field: &str, p: f64) -> Result<u32, Status> {
     Ok(p.round().clamp(0.0, f64::from(u32::MAX)) as u32)
 }
 
-/// The Kubernetes JSON of an item's one pod spec, with `required_node_labels` merged into its
-/// node selector.
-fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Status> {
+/// The Kubernetes JSON text of an item's one pod spec, with `required_node_labels` merged into
+/// its node selector.
+fn pod_spec_text(i: usize, item: &pb::JobSubmitRequestItem) -> Result<String, Status> {
     let (field, spec): (String, &EncodedPodSpec) = match (&item.pod_spec, item.pod_specs.as_slice()) {
         (Some(_), [_, ..]) => {
             return Err(invalid(
@@ -60,11 +60,17 @@ fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Stat
             return Err(invalid(format_args!("job_request_items[{i}].pod_specs"), "a job has exactly one pod spec"));
         }
     };
-    let mut json = k8s::to_json(spec).map_err(|e| {
+    let text = k8s::to_json_text(&spec.0).map_err(|e| {
         let at = if e.field.is_empty() { field.clone() } else { format!("{field}.{}", e.field) };
         invalid(at, e.message)
     })?;
-    if !item.required_node_labels.is_empty() {
+    if item.required_node_labels.is_empty() {
+        return Ok(text);
+    }
+    // Rare (Armada deprecated the field): merged on a parsed copy.
+    let mut json: Json =
+        serde_json::from_str(&text).map_err(|e| Status::internal(format!("the pod spec's JSON: {e}")))?;
+    {
         // A pod spec converts to an object, and its nodeSelector (a map) to an object too.
         let selector = json
             .as_object_mut()
@@ -85,17 +91,23 @@ fn pod_spec_json(i: usize, item: &pb::JobSubmitRequestItem) -> Result<Json, Stat
             }
         }
     }
-    Ok(json)
+    serde_json::to_string(&json).map_err(|e| Status::internal(format!("the pod spec as JSON: {e}")))
 }
 
 /// One Armada item as a Convoy submission item.
 fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, Status> {
-    let json = pod_spec_json(i, item)?;
-    let (services, ingresses) = super::ingress::objects(i, item, &json)?;
+    let text = pod_spec_text(i, item)?;
+    let (services, ingresses) = if item.ingress.is_empty() && item.services.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let json: Json =
+            serde_json::from_str(&text).map_err(|e| Status::internal(format!("the pod spec's JSON: {e}")))?;
+        super::ingress::objects(i, item, &json)?
+    };
     let raw =
         |v: &Json| serde_json::value::to_raw_value(v).map_err(|e| Status::internal(format!("object as JSON: {e}")));
-    let pod_spec =
-        serde_json::value::to_raw_value(&json).map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
+    let pod_spec = serde_json::value::RawValue::from_string(text)
+        .map_err(|e| Status::internal(format!("pod spec as JSON: {e}")))?;
     let mut annotations: BTreeMap<String, String> = item.annotations.clone().into_iter().collect();
     if !item.external_job_uri.is_empty() {
         annotations.entry(EXTERNAL_JOB_URI_ANNOTATION.to_string()).or_insert_with(|| item.external_job_uri.clone());
@@ -384,10 +396,10 @@ mod tests {
             k8s::from_json(&serde_json::json!({"containers": [{"name": "a"}], "nodeSelector": {"zone": "a"}})).unwrap();
         let mut item = pb::JobSubmitRequestItem { pod_specs: vec![spec], ..Default::default() };
         item.required_node_labels.insert("disk".into(), "ssd".into());
-        let json = pod_spec_json(0, &item).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&pod_spec_text(0, &item).unwrap()).unwrap();
         assert_eq!(json["nodeSelector"], serde_json::json!({"disk": "ssd", "zone": "a"}));
         item.required_node_labels.insert("zone".into(), "b".into());
-        let e = pod_spec_json(0, &item).unwrap_err();
+        let e = pod_spec_text(0, &item).unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
         assert!(e.message().starts_with("job_request_items[0].required_node_labels.zone: "), "{}", e.message());
     }

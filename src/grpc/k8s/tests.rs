@@ -56,6 +56,7 @@ fn every_pod_spec_field_round_trips_between_kubernetes_json_and_protobuf() {
     let encoded = from_json(&spec).unwrap();
     assert!(encoded.0.len() > 5_000, "every field is encoded: {} bytes", encoded.0.len());
     assert_eq!(to_json(&encoded).unwrap(), spec);
+    assert_eq!(text_json(&encoded.0), spec);
     // Decoded again through the generated message wrapper (a field at a time) it is the same.
     let through = EncodedPodSpec::decode(encoded.encode_to_vec().as_slice()).unwrap();
     assert_eq!(through, encoded);
@@ -115,6 +116,7 @@ fn a_typical_job_converts_exactly() {
     });
     let encoded = from_json(&spec).unwrap();
     assert_eq!(to_json(&encoded).unwrap(), spec);
+    assert_eq!(text_json(&encoded.0), spec);
 }
 
 #[test]
@@ -130,9 +132,10 @@ fn unknown_fields_are_refused_with_their_place() {
     encode_key(2, WireType::LengthDelimited, &mut spec);
     encode_varint(container.len() as u64, &mut spec);
     spec.extend(container);
-    let e = to_json(&EncodedPodSpec(spec)).unwrap_err();
+    let e = to_json(&EncodedPodSpec(spec.clone())).unwrap_err();
     assert_eq!(e.field, "containers[0]");
     assert!(e.message.contains("field number 99"), "{e}");
+    assert_eq!(to_json_text(&spec).unwrap_err(), e);
 
     let e = from_json(&json!({"containers": [{"name": "a", "colour": "blue"}]})).unwrap_err();
     assert_eq!(e.field, "containers[0].colour");
@@ -153,5 +156,134 @@ fn a_truncated_encoding_is_an_error_not_a_panic() {
         if let Ok(spec) = decoded {
             let _ = to_json(&spec);
         }
+        // Straight from the cut bytes: an error (or a shorter spec), never a panic.
+        let _ = to_json_text(&full[..cut]);
     }
+}
+
+/// The JSON value of [`to_json_text`]'s text (which must parse).
+fn text_json(bytes: &[u8]) -> Json {
+    let text = to_json_text(bytes).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The top-level fields of an encoding, each as its own bytes (key and value).
+fn split_fields(mut bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let start = bytes;
+        let key = decode_varint(&mut bytes).unwrap();
+        match key & 7 {
+            0 => {
+                decode_varint(&mut bytes).unwrap();
+            }
+            1 => bytes = &bytes[8..],
+            2 => {
+                let len = decode_varint(&mut bytes).unwrap() as usize;
+                bytes = &bytes[len..];
+            }
+            5 => bytes = &bytes[4..],
+            _ => panic!("group"),
+        }
+        out.push(((key >> 3) as u32, start[..start.len() - bytes.len()].to_vec()));
+    }
+    out
+}
+
+#[test]
+fn fields_in_any_wire_order_and_repeated_items_interleaved_give_the_same_json() {
+    let spec = full(&pod_spec_descriptor(), 0);
+    // A second container and toleration, so repeated fields have several items to interleave.
+    let mut more = spec.clone();
+    more["containers"].as_array_mut().unwrap().push(json!({"name": "second", "image": "b"}));
+    more["tolerations"].as_array_mut().unwrap().push(json!({"key": "k2"}));
+    more["nodeSelector"]["key-b"] = json!("b");
+    let encoded = from_json(&more).unwrap().0;
+    let expected = to_json(&EncodedPodSpec(encoded.clone())).unwrap();
+    assert_eq!(expected, more);
+    let fields = split_fields(&encoded);
+    // Fields by number in reverse, then round-robin across numbers (items of one field keep
+    // their order: that order is the list's).
+    let mut by_number: std::collections::BTreeMap<u32, std::collections::VecDeque<Vec<u8>>> = Default::default();
+    for (n, b) in &fields {
+        by_number.entry(*n).or_default().push_back(b.clone());
+    }
+    let reversed: Vec<u8> = by_number.values().rev().flat_map(|q| q.iter().flatten().copied()).collect();
+    let mut interleaved = Vec::new();
+    while by_number.values().any(|q| !q.is_empty()) {
+        for q in by_number.values_mut().rev() {
+            if let Some(b) = q.pop_front() {
+                interleaved.extend(b);
+            }
+        }
+    }
+    for (name, bytes) in [("reversed", reversed), ("interleaved", interleaved)] {
+        let old = to_json(&EncodedPodSpec(bytes.clone())).unwrap();
+        let new = text_json(&bytes);
+        // Repeated items of one field keep their order in both.
+        assert_eq!(new["containers"][1]["name"], json!("second"), "{name}");
+        assert_eq!(new, old, "{name}");
+        assert_eq!(new, more, "{name}");
+    }
+}
+
+#[test]
+fn protobuf_merge_rules_hold_for_repeated_scalars_messages_and_map_keys() {
+    let mut spec = Vec::new();
+    // restartPolicy (a string) twice: the last wins.
+    let policy = pod_spec_descriptor().get_field_by_name("restartPolicy").unwrap().number();
+    for p in ["Always", "Never"] {
+        encode_key(policy, WireType::LengthDelimited, &mut spec);
+        encode_varint(p.len() as u64, &mut spec);
+        spec.extend_from_slice(p.as_bytes());
+    }
+    // securityContext (a message) in two parts: merged.
+    let sc = from_json(&json!({"securityContext": {"runAsUser": 7}})).unwrap().0;
+    let sc2 = from_json(&json!({"securityContext": {"runAsGroup": 8, "supplementalGroups": [1, 2]}})).unwrap().0;
+    spec.extend(&sc);
+    spec.extend(&sc2);
+    // nodeSelector with one key twice: the last entry wins.
+    spec.extend(from_json(&json!({"nodeSelector": {"zone": "a"}})).unwrap().0);
+    spec.extend(from_json(&json!({"nodeSelector": {"zone": "b", "disk": "ssd"}})).unwrap().0);
+    let expected = json!({
+        "restartPolicy": "Never",
+        "securityContext": {"runAsUser": 7, "runAsGroup": 8, "supplementalGroups": [1, 2]},
+        "nodeSelector": {"zone": "b", "disk": "ssd"},
+    });
+    assert_eq!(to_json(&EncodedPodSpec(spec.clone())).unwrap(), expected);
+    assert_eq!(text_json(&spec), expected);
+
+    // supplementalGroups packed (one length-delimited run of varints) reads as the same list.
+    let psc = pod_spec_descriptor().get_field_by_name("securityContext").unwrap();
+    let groups = psc.kind().as_message().unwrap().get_field_by_name("supplementalGroups").unwrap().number();
+    let mut packed_values = Vec::new();
+    for g in [1u64, 2, 300] {
+        encode_varint(g, &mut packed_values);
+    }
+    let mut inner = Vec::new();
+    encode_key(groups, WireType::LengthDelimited, &mut inner);
+    encode_varint(packed_values.len() as u64, &mut inner);
+    inner.extend(packed_values);
+    let mut packed = Vec::new();
+    encode_key(psc.number(), WireType::LengthDelimited, &mut packed);
+    encode_varint(inner.len() as u64, &mut packed);
+    packed.extend(inner);
+    let expected = json!({"securityContext": {"supplementalGroups": [1, 2, 300]}});
+    assert_eq!(to_json(&EncodedPodSpec(packed.clone())).unwrap(), expected);
+    assert_eq!(text_json(&packed), expected);
+}
+
+#[test]
+fn text_that_needs_escaping_is_escaped_and_bad_utf8_is_named() {
+    let spec = json!({"containers": [{"name": "m", "command": ["sh", "-c", "echo \"<a>\"\n\t\u{1}é"]}]});
+    let encoded = from_json(&spec).unwrap().0;
+    assert_eq!(text_json(&encoded), spec);
+    // The same with the command's bytes made invalid UTF-8.
+    let needle = "echo".as_bytes();
+    let at = encoded.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut bad = encoded.clone();
+    bad[at] = 0xff;
+    let e = to_json_text(&bad).unwrap_err();
+    assert_eq!(e.field, "containers[0].command[2]");
+    assert!(e.message.contains("UTF-8"), "{e}");
 }
