@@ -39,10 +39,10 @@ pub(crate) struct ProcessesArgs {
     limits: bool,
 }
 
-/// The type of the file system holding `path` (the longest mount point above it in
-/// `/proc/mounts`), if that can be told.
+/// The type of the file system holding `path` or, while it does not exist yet, its nearest
+/// existing ancestor (the longest mount point above it in `/proc/mounts`), if that can be told.
 fn filesystem_of(path: &std::path::Path) -> Option<String> {
-    let path = std::fs::canonicalize(path).ok()?;
+    let path = path.ancestors().find_map(|p| std::fs::canonicalize(p).ok())?;
     let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
     mounts
         .lines()
