@@ -162,13 +162,17 @@ enum Seg<'a> {
 struct Path<'a> {
     parent: Option<&'a Path<'a>>,
     seg: Seg<'a>,
+    depth: u32,
 }
 
+/// As deep as prost lets a message nest: a hostile encoding cannot exhaust the stack.
+const MAX_DEPTH: u32 = 100;
+
 impl<'a> Path<'a> {
-    const ROOT: Path<'static> = Path { parent: None, seg: Seg::Root };
+    const ROOT: Path<'static> = Path { parent: None, seg: Seg::Root, depth: 0 };
 
     fn child(&'a self, seg: Seg<'a>) -> Path<'a> {
-        Path { parent: Some(self), seg }
+        Path { parent: Some(self), seg, depth: self.depth + 1 }
     }
 
     fn render(&self) -> String {
@@ -236,6 +240,9 @@ pub fn to_json_text(spec: &[u8]) -> Result<String, PodSpecError> {
 
 /// Writes message `msg` (encoded in `bytes`) as its JSON value.
 fn write_message(bytes: &[u8], msg: usize, out: &mut Vec<u8>, path: &Path) -> Result<(), PodSpecError> {
+    if path.depth > MAX_DEPTH {
+        return Err(malformed(&format!("messages nest deeper than {MAX_DEPTH} levels")));
+    }
     let info = &TABLES.messages[msg];
     match info.special {
         Special::None => {
