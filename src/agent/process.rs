@@ -49,8 +49,12 @@ struct Inner {
     sink: EventSink,
     /// Runs not yet forgotten: started here or found at recovery.
     runs: Mutex<HashMap<RunId, JobId>>,
-    /// The process that forks supervisors, started on first use and again if it dies.
-    spawner: tokio::sync::Mutex<Option<SpawnerClient>>,
+    /// The processes that fork supervisors, each started on first use and again if it dies.
+    /// Each answers one request at a time (a fork, then the supervisor taking its lock): with
+    /// two, one forks while the other's answer travels back and the next request is made.
+    spawners: [tokio::sync::Mutex<Option<SpawnerClient>>; SPAWNERS],
+    /// Where the next start looks for a free spawner first.
+    next_spawner: std::sync::atomic::AtomicUsize,
     /// Cgroups, devices and users of jobs.
     confiner: Confiner,
 }
@@ -108,7 +112,8 @@ impl ProcessRuntime {
             keep_finished: p.keep_finished,
             sink,
             runs: Mutex::new(HashMap::new()),
-            spawner: tokio::sync::Mutex::new(None),
+            spawners: std::array::from_fn(|_| tokio::sync::Mutex::new(None)),
+            next_spawner: std::sync::atomic::AtomicUsize::new(0),
             confiner,
         };
         Ok(Self { inner: Arc::new(inner), tasks: OwnedTasks::default() })
@@ -118,6 +123,9 @@ impl ProcessRuntime {
         self.tasks.spawn(fut);
     }
 }
+
+/// Spawner processes per agent (see `Inner::spawners`).
+const SPAWNERS: usize = 2;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -158,7 +166,12 @@ impl Inner {
             env,
             confine,
         };
-        let mut spawner = self.spawner.lock().await;
+        let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let free = (0..SPAWNERS).find_map(|k| self.spawners[(first + k) % SPAWNERS].try_lock().ok());
+        let mut spawner = match free {
+            Some(guard) => guard,
+            None => self.spawners[first % SPAWNERS].lock().await,
+        };
         // One retry with a fresh spawner: the old one may have died between two jobs.
         for attempt in 0..2 {
             if !spawner.as_mut().is_some_and(SpawnerClient::alive) {
