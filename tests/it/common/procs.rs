@@ -6,10 +6,58 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago (bind to port 0, read it, let it go).
+/// A loopback port for a server a test starts a moment later, claimed for this test process.
+///
+/// Ports come from below the kernel's ephemeral range: a port handed out by binding port 0 is
+/// in that range, and between letting it go and the server binding it, an outgoing connection
+/// of any other test may take it as its local port ("Address already in use"). Below that
+/// range only listeners compete, and test processes claim a port with a lock on a file first.
 pub(crate) fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    let high = ephemeral_low().clamp(LOW + 1_000, 32_768);
+    let span = high - LOW;
+    let dir = std::env::temp_dir().join("convoy-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let seed = std::process::id().wrapping_mul(2_654_435_761).wrapping_add(nanos);
+    for _ in 0..span {
+        let port = (LOW + seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919)) % span) as u16;
+        if !claim(&dir, port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below {high}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|p| p.parse().ok()))
+        .unwrap_or(32_768)
+}
+
+/// Claims `port` for this process: an exclusive lock on its lock file, held until the process
+/// exits (the kernel lets go of it then, so a killed test run leaves no claim behind).
+fn claim(dir: &Path, port: u16) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string()))
+    else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return false;
+    }
+    std::mem::forget(file);
+    true
 }
 
 /// [`super::config`], listening on `127.0.0.1:<port>` instead of port 0.
