@@ -26,6 +26,8 @@ use std::time::Duration;
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// How often directories of reported runs are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
+/// How often cgroup slots idle for [`confine::SLOT_IDLE`] are removed.
+const SLOT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
 /// Lines of output sent with the final event.
 const LOG_TAIL_LINES: usize = 100;
 /// Reason of a run whose supervisor could not be kept alive: the node's fault, the job returns
@@ -82,8 +84,11 @@ impl ProcessRuntime {
             None => std::env::current_exe().map_err(|e| RuntimeError::io("finding the convoy executable", e))?,
         };
         let p = &config.process;
+        let slot_id = confine::slots::agent_slot_id(&data_dir).map_err(|e| {
+            RuntimeError::io(format!("reading or making the cgroup slot id in {}", data_dir.display()), e)
+        })?;
         let confiner =
-            Confiner::new(&p.limits, p.gpus.clone(), p.run_as.clone(), p.allow_root, os::cpu_count() as usize);
+            Confiner::new(&p.limits, p.gpus.clone(), p.run_as.clone(), p.allow_root, os::cpu_count() as usize, slot_id);
         let mut allocatable = Resources::new();
         allocatable.set(ResourceName::cpu(), os::cpu_count() as i64 * 1000);
         allocatable.set(ResourceName::gpu(), confiner.gpu_count() as i64 * 1000);
@@ -218,8 +223,9 @@ impl Inner {
     /// takes over when the supervisor vanished without an exit record.
     async fn watch(self: Arc<Self>, dir: RunDir, run_id: RunId, job_id: JobId, last: RunEventKind) {
         self.follow(&dir, run_id, job_id, last).await;
-        // The job and everything it started are gone once its end is recorded.
-        self.confiner.release(run_id);
+        // The job and everything it started are gone once its end is recorded (or its cgroup
+        // slot says that something stayed).
+        self.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE));
     }
 
     async fn follow(&self, dir: &RunDir, run_id: RunId, job_id: JobId, mut last: RunEventKind) {
@@ -279,7 +285,9 @@ impl Inner {
             if job.is_alive() {
                 let _ = os::signal_group(job.pid, libc::SIGKILL);
             }
-            self.confiner.clean_up(run_id);
+            if !self.confiner.clean_up(run_id, read_devices(dir).slot) {
+                let _ = std::fs::write(dir.file(confine::CGROUP_STUCK_FILE), b"");
+            }
             tracing::warn!(%run_id, %job_id, "the job's supervisor vanished; job stopped");
             write(record(
                 REASON_SUPERVISOR_LOST,
@@ -455,6 +463,13 @@ impl Runtime for ProcessRuntime {
                 sweeper.sweep();
             }
         });
+        let slots = inner.clone();
+        self.spawn_task(async move {
+            loop {
+                tokio::time::sleep(SLOT_SWEEP_INTERVAL).await;
+                slots.confiner.sweep_slots(confine::SLOT_IDLE);
+            }
+        });
         Ok(held)
     }
 
@@ -480,12 +495,13 @@ impl Runtime for ProcessRuntime {
         let user = inner.confiner.user_for(&lease.queue).map_err(plan_error)?;
         let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
         if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
-            inner.confiner.release(run_id);
+            inner.confiner.release(run_id, false);
             return Err(e);
         }
         lock(&inner.runs).insert(run_id, job_id);
         if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd, &assignment, user).await {
-            inner.confiner.release(run_id);
+            // A supervisor that failed this way never forked the job.
+            inner.confiner.release(run_id, false);
             lock(&inner.runs).remove(&run_id);
             let _ = std::fs::remove_dir_all(&dir.path);
             return Err(RuntimeError::io(format!("starting a supervisor with {}", inner.supervisor_exe.display()), e));

@@ -116,12 +116,14 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let confined = match args.confine.prepare(&dir.path, &[dir.file(rundir::STDOUT), dir.file(rundir::STDERR)]) {
         Ok(p) => p,
         Err(e) => {
-            args.confine.release();
+            release_cgroup(&args.confine, &dir);
             let rec = record(None, None, Some(confine::REASON_CONFINE_FAILED), Some(e.to_string()));
             dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
             return Ok(());
         }
     };
+    // A slot counts the OOM kills of every job it held.
+    let oom_before = args.confine.oom_kills();
     let mut cmd = std::process::Command::new(program);
     cmd.args(program_args)
         .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -141,7 +143,7 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            args.confine.release();
+            release_cgroup(&args.confine, &dir);
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
             let rec = record(Some(code), None, Some("failed to start"), Some(format!("{program}: {e}")));
             dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
@@ -212,8 +214,8 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
     // Read before the cgroup goes; then whatever left the process group goes too.
-    let oom = args.confine.oom_killed();
-    args.confine.release();
+    let oom = args.confine.oom_killed(oom_before);
+    release_cgroup(&args.confine, &dir);
     let (exit_code, sig) = match (status.code(), status.signal()) {
         (Some(c), _) => (c, None),
         (None, Some(s)) => (128 + s, Some(s)),
@@ -231,4 +233,14 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
+}
+
+/// Empties the job's cgroup slot (or removes its cgroups); when a process would not leave, says
+/// so in the run directory before the exit record, so the agent never gives that slot again.
+fn release_cgroup(confine: &Confinement, dir: &RunDir) {
+    if !confine.release()
+        && let Err(e) = std::fs::write(dir.file(confine::CGROUP_STUCK_FILE), b"")
+    {
+        tracing::error!(error = %e, "cannot record that the job's cgroup slot is stuck");
+    }
 }

@@ -118,12 +118,33 @@ async fn a_job_past_its_memory_limit_is_oom_killed_and_reported_so() {
     assert!(failed.to_string().contains("OOMKilled"), "{failed}");
     let why = ok(&n.server.url, &["why", id]).await;
     assert!(why.contains("OOMKilled"), "{why}");
-    // The job's cgroup went with it.
-    let cg = format!("/convoy/{}", run["run_id"].as_str().expect("run id"));
-    let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
-    let mem = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string())).unwrap_or_default();
-    let dir = format!("/sys/fs/cgroup/memory{mem}{cg}");
-    assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
+    // The job's cgroup slot stays, empty, for the next job, which gets its own limits (here
+    // raised past the memory+swap limit the first job left) and whose run does not count the
+    // first job's OOM kill as its own; then one without a memory limit gets none.
+    let own_limit = "sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup; \
+                     cat /sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)/memory.limit_in_bytes";
+    let mut seen = Vec::new();
+    for memory in [Some("256Mi"), None] {
+        let limits = match memory {
+            Some(m) => json!({"limits": {"cpu": "1", "memory": m}}),
+            None => json!({"limits": {"cpu": "1"}}),
+        };
+        let id = &n.submit(QUEUE, vec![sh(&format!("{own_limit}; exit 3"), limits)]).await[0];
+        let j = n.wait_over(id).await;
+        let run = &j["runs"][0];
+        assert_eq!(
+            (&j["state"], &run["exit_code"], &run["reason"]),
+            (&json!("failed"), &json!(3), &Value::Null),
+            "{j:#}"
+        );
+        seen.push(n.server.logs(id).await);
+    }
+    let (cgroup, limit) = seen[0].trim().split_once('\n').expect("two lines");
+    assert!(cgroup.contains("/convoy/slot-") && cgroup.ends_with("-0"), "{seen:?}");
+    assert_eq!(limit, "268435456", "{seen:?}");
+    let (cgroup, limit) = seen[1].trim().split_once('\n').expect("two lines");
+    assert!(cgroup.contains("/convoy/slot-") && cgroup.ends_with("-0"), "{seen:?}");
+    assert!(limit.parse::<u64>().is_ok_and(|l| l > 1 << 60), "no limit: {seen:?}");
 }
 
 /// Two busy loops for 3 s in a job with half a core get about 1.5 s of CPU, not 6.

@@ -82,6 +82,10 @@ pub struct JobLimits {
     pub cpus: Vec<u32>,
 }
 
+/// v1's memory limit and memory+swap limit files.
+const V1_MEMORY_LIMIT: &str = "memory.limit_in_bytes";
+const V1_MEMSW_LIMIT: &str = "memory.memsw.limit_in_bytes";
+
 /// The v2 cgroup the agent moves itself into, so that its own can hand controllers down.
 const AGENT_LEAF: &str = "agent";
 /// CFS period used for quotas (the kernel's default).
@@ -191,9 +195,21 @@ impl CgroupTree {
         self.cpuset
     }
 
-    /// The plan for the job `id` (its run id) with `limits`.
-    pub fn plan(&self, id: &str, limits: &JobLimits) -> CgroupPlan {
-        let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(id)).collect();
+    /// The names of the cgroups under the agent's parent (in the first hierarchy).
+    pub fn children(&self) -> Vec<String> {
+        let Some(parent) = self.parents.first() else { return Vec::new() };
+        let Ok(entries) = std::fs::read_dir(parent) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
+    }
+
+    /// The plan for the cgroup `name` (a slot, or a run id) with `limits`. A `reused` cgroup may
+    /// hold an earlier job's limits, so every limit is written, a missing one as "no limit".
+    pub fn plan(&self, name: &str, limits: &JobLimits, reused: bool) -> CgroupPlan {
+        let dirs: Vec<PathBuf> = self.parents.iter().map(|p| p.join(name)).collect();
         let mut settings = Vec::new();
         let cpus = limits.cpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         let quota = limits.cpu_millis.map(|m| (m.saturating_mul(CPU_PERIOD_US) / 1000).max(CPU_MIN_QUOTA_US));
@@ -207,17 +223,29 @@ impl CgroupTree {
                     }
                     // Like Kubernetes: an OOM kill takes the whole job, not one of its processes.
                     settings.push((d.join("memory.oom.group"), "1".into()));
+                } else if reused {
+                    settings.push((d.join("memory.max"), "max".into()));
+                    if self.swap_file {
+                        settings.push((d.join("memory.swap.max"), "max".into()));
+                    }
+                    settings.push((d.join("memory.oom.group"), "0".into()));
                 }
-                if let Some(q) = quota {
-                    settings.push((d.join("cpu.max"), format!("{q} {CPU_PERIOD_US}")));
+                match quota {
+                    Some(q) => settings.push((d.join("cpu.max"), format!("{q} {CPU_PERIOD_US}"))),
+                    None if reused => settings.push((d.join("cpu.max"), format!("max {CPU_PERIOD_US}"))),
+                    None => {}
                 }
-                if let Some(p) = limits.pids_max {
-                    settings.push((d.join("pids.max"), p.to_string()));
+                match limits.pids_max {
+                    Some(p) => settings.push((d.join("pids.max"), p.to_string())),
+                    None if reused => settings.push((d.join("pids.max"), "max".into())),
+                    None => {}
                 }
-                if self.cpuset && !cpus.is_empty() {
+                // An empty cpuset.cpus is the parent's set.
+                if self.cpuset && (reused || !cpus.is_empty()) {
                     settings.push((d.join("cpuset.cpus"), cpus));
                 }
                 CgroupPlan {
+                    reused,
                     oom_counter: Some(d.join("memory.events")),
                     kill_file: Some(d.join("cgroup.kill")),
                     memory_bytes: limits.memory_bytes,
@@ -227,19 +255,25 @@ impl CgroupTree {
             }
             CgroupVersion::V1 => {
                 let (mem, cpu, pids) = (&dirs[0], &dirs[1], &dirs[2]);
-                if let Some(m) = limits.memory_bytes {
-                    settings.push((mem.join("memory.limit_in_bytes"), m.to_string()));
+                let memory = limits.memory_bytes.map(|m| m.to_string()).or_else(|| reused.then(|| "-1".into()));
+                if let Some(m) = memory {
+                    settings.push((mem.join(V1_MEMORY_LIMIT), m.clone()));
                     if self.swap_file {
-                        // After the memory limit: memsw may never be below it.
-                        settings.push((mem.join("memory.memsw.limit_in_bytes"), m.to_string()));
+                        // After the memory limit: memsw may never be below it (a raised limit is
+                        // written the other way round, see `CgroupPlan::create`).
+                        settings.push((mem.join(V1_MEMSW_LIMIT), m));
                     }
                 }
-                if let Some(q) = quota {
+                match quota {
                     // A new cgroup's period is the kernel's default, CPU_PERIOD_US.
-                    settings.push((cpu.join("cpu.cfs_quota_us"), q.to_string()));
+                    Some(q) => settings.push((cpu.join("cpu.cfs_quota_us"), q.to_string())),
+                    None if reused => settings.push((cpu.join("cpu.cfs_quota_us"), "-1".into())),
+                    None => {}
                 }
-                if let Some(p) = limits.pids_max {
-                    settings.push((pids.join("pids.max"), p.to_string()));
+                match limits.pids_max {
+                    Some(p) => settings.push((pids.join("pids.max"), p.to_string())),
+                    None if reused => settings.push((pids.join("pids.max"), "max".into())),
+                    None => {}
                 }
                 if let Some(set) = dirs.get(3) {
                     let all = set.parent().map(|p| p.join("cpuset.cpus")).unwrap_or_default();
@@ -254,6 +288,7 @@ impl CgroupTree {
                     settings.push((set.join("cpuset.mems"), mems));
                 }
                 CgroupPlan {
+                    reused,
                     oom_counter: Some(mem.join("memory.oom_control")),
                     kill_file: None,
                     memory_bytes: limits.memory_bytes,
@@ -270,6 +305,9 @@ impl CgroupTree {
 pub struct CgroupPlan {
     /// The job's cgroup in each hierarchy; the job joins every one.
     pub dirs: Vec<PathBuf>,
+    /// A slot kept by the agent: emptied at the end, not removed.
+    #[serde(default)]
+    pub reused: bool,
     /// Files written once the directories exist, in order: the limits.
     pub settings: Vec<(PathBuf, String)>,
     /// The file whose `oom_kill` line counts the job's OOM kills (v2 `memory.events`, v1
@@ -295,8 +333,11 @@ impl CgroupPlan {
                 Err(e) => return Err(io_err(d)(e)),
             }
         }
-        for (file, value) in &self.settings {
-            write_file(file, value)?;
+        for (i, (file, value)) in self.settings.iter().enumerate() {
+            match std::fs::write(file, value) {
+                Ok(()) => {}
+                Err(e) => self.write_again(i, e)?,
+            }
         }
         let mut fds = Vec::with_capacity(self.dirs.len());
         for d in &self.dirs {
@@ -305,6 +346,30 @@ impl CgroupPlan {
             fds.push(OwnedFd::from(f));
         }
         Ok(CgroupJoin(fds))
+    }
+
+    /// A limit of a reused v1 memory cgroup the kernel refused: raised above the memory+swap
+    /// limit (EINVAL: write that one first), or lowered below what an earlier job's page cache
+    /// still holds (EBUSY: give the cache back first).
+    fn write_again(&self, i: usize, e: io::Error) -> Result<(), CgroupError> {
+        let (file, value) = &self.settings[i];
+        let named = |name: &str| file.file_name().is_some_and(|f| f == name);
+        if !self.reused || !named(V1_MEMORY_LIMIT) {
+            return Err(io_err(file)(e));
+        }
+        match e.raw_os_error() {
+            Some(libc::EINVAL) => {
+                let memsw = self.settings.iter().find(|(f, _)| f.file_name().is_some_and(|n| n == V1_MEMSW_LIMIT));
+                let Some((sw_file, sw_value)) = memsw else { return Err(io_err(file)(e)) };
+                write_file(sw_file, sw_value)?;
+            }
+            Some(libc::EBUSY) => {
+                let empty = file.with_file_name("memory.force_empty");
+                write_file(&empty, "0")?;
+            }
+            _ => return Err(io_err(file)(e)),
+        }
+        write_file(file, value)
     }
 
     /// OOM kills counted in the job's cgroup so far (0 when unreadable).
@@ -336,6 +401,31 @@ impl CgroupPlan {
             }
         }
         Ok(())
+    }
+
+    /// For a reused slot: kills whatever is left of the job in its cgroups and waits until they
+    /// are empty; false when something is still there after `patience` (a process stuck in the
+    /// kernel), so the slot must not be given to another job.
+    pub fn empty(&self, patience: Duration) -> bool {
+        let until = Instant::now() + patience;
+        let mut killed = false;
+        loop {
+            let busy = self
+                .dirs
+                .iter()
+                .any(|d| std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()));
+            if !busy {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            if !killed {
+                self.kill_all();
+                killed = true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// SIGKILL to every process in the job's cgroups, also those that left its process group.
@@ -416,7 +506,7 @@ mod tests {
         );
         let limits =
             JobLimits { memory_bytes: Some(1 << 30), cpu_millis: Some(1500), pids_max: Some(64), cpus: vec![] };
-        let plan = tree.plan("r1", &limits);
+        let plan = tree.plan("r1", &limits, false);
         let d = own.join("convoy/r1");
         assert_eq!(plan.dirs, std::slice::from_ref(&d));
         assert_eq!(
@@ -436,6 +526,65 @@ mod tests {
         assert_eq!(plan.oom_kills(), 0);
         std::fs::write(d.join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").expect("write");
         assert_eq!(plan.oom_kills(), 1);
+    }
+
+    #[test]
+    fn a_reused_slot_gets_every_limit_written_a_missing_one_as_none() {
+        let t = fake_v2("cpuset cpu io memory pids");
+        std::fs::create_dir_all(t.path().join("svc/agent.service/convoy")).expect("mkdir");
+        std::fs::write(t.path().join("svc/agent.service/convoy/memory.swap.max"), "").expect("write");
+        let tree = CgroupTree::detect(t.path(), "0::/svc/agent.service\n", "convoy", true).expect("usable");
+        let d = t.path().join("svc/agent.service/convoy/slot-x-0");
+        let plan = tree.plan("slot-x-0", &JobLimits::default(), true);
+        assert!(plan.reused);
+        assert_eq!(
+            plan.settings,
+            [
+                (d.join("memory.max"), "max".to_string()),
+                (d.join("memory.swap.max"), "max".to_string()),
+                (d.join("memory.oom.group"), "0".to_string()),
+                (d.join("cpu.max"), "max 100000".to_string()),
+                (d.join("pids.max"), "max".to_string()),
+                (d.join("cpuset.cpus"), String::new()),
+            ]
+        );
+        // A cgroup of its own starts without limits: nothing to reset.
+        assert!(tree.plan("r9", &JobLimits::default(), false).settings.is_empty());
+
+        let r = t.path().join("v1");
+        for ctl in ["memory", "cpu", "pids"] {
+            std::fs::create_dir_all(r.join(ctl).join("convoy")).expect("mkdir");
+            std::fs::write(r.join(ctl).join("cgroup.procs"), "").expect("write");
+        }
+        std::fs::write(r.join("memory/convoy/memory.memsw.limit_in_bytes"), "").expect("write");
+        let v1 = CgroupTree::detect(&r, "4:memory:/\n2:cpu:/\n3:pids:/\n", "convoy", false).expect("usable");
+        let plan = v1.plan("slot-x-1", &JobLimits::default(), true);
+        let (mem, cpu, pids) =
+            (r.join("memory/convoy/slot-x-1"), r.join("cpu/convoy/slot-x-1"), r.join("pids/convoy/slot-x-1"));
+        assert_eq!(
+            plan.settings,
+            [
+                (mem.join("memory.limit_in_bytes"), "-1".to_string()),
+                (mem.join("memory.memsw.limit_in_bytes"), "-1".to_string()),
+                (cpu.join("cpu.cfs_quota_us"), "-1".to_string()),
+                (pids.join("pids.max"), "max".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn emptying_a_slot_waits_for_its_processes_and_gives_up_after_the_patience() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = t.path().join("slot");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("cgroup.procs"), "").expect("write");
+        let plan = CgroupPlan { dirs: vec![d.clone()], reused: true, ..CgroupPlan::default() };
+        assert!(plan.empty(Duration::from_millis(50)));
+        // A pid no process has (above pid_max): it never leaves, so the slot is stuck.
+        std::fs::write(d.join("cgroup.procs"), "2147483647\n").expect("write");
+        let start = Instant::now();
+        assert!(!plan.empty(Duration::from_millis(50)));
+        assert!(start.elapsed() >= Duration::from_millis(50));
     }
 
     #[test]
@@ -461,8 +610,11 @@ mod tests {
         let tree = CgroupTree::detect(r, proc, "convoy", true).expect("usable");
         assert_eq!(tree.version, CgroupVersion::V1);
         assert_eq!(std::fs::read_to_string(r.join("cpuset/convoy/cpuset.cpus")).expect("r"), "0-3");
-        let plan = tree
-            .plan("r2", &JobLimits { memory_bytes: Some(1000), cpu_millis: Some(1), pids_max: None, cpus: vec![1, 2] });
+        let plan = tree.plan(
+            "r2",
+            &JobLimits { memory_bytes: Some(1000), cpu_millis: Some(1), pids_max: None, cpus: vec![1, 2] },
+            false,
+        );
         let (mem, cpu, set) = (r.join("memory/job/a/convoy/r2"), r.join("cpu/convoy/r2"), r.join("cpuset/convoy/r2"));
         assert_eq!(plan.dirs, [mem.clone(), cpu.clone(), r.join("pids/convoy/r2"), set.clone()]);
         assert_eq!(

@@ -15,12 +15,16 @@ pub struct Assignment {
     /// Cores the job is pinned to.
     #[serde(default)]
     pub cpus: Vec<u32>,
+    /// The cgroup slot the job runs in (see [`super::slots`]); none: a cgroup named after the
+    /// run (agents before slots), or no cgroups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 impl Assignment {
     /// True if nothing was given.
     pub fn is_empty(&self) -> bool {
-        self.gpus.is_empty() && self.cpus.is_empty()
+        self.gpus.is_empty() && self.cpus.is_empty() && self.slot.is_none()
     }
 
     /// `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` for a job on a node with GPUs: its own,
@@ -77,7 +81,7 @@ impl<K: std::hash::Hash + Eq + Clone> DevicePool<K> {
         if free_c.len() < cpus {
             return Err(Shortage { what: "cores", wanted: cpus, free: free_c.len(), total: self.cpus.len() });
         }
-        let a = Assignment { gpus: free_g[..gpus].to_vec(), cpus: free_c[..cpus].to_vec() };
+        let a = Assignment { gpus: free_g[..gpus].to_vec(), cpus: free_c[..cpus].to_vec(), slot: None };
         if !a.is_empty() {
             self.held.insert(key, a.clone());
         }
@@ -122,20 +126,20 @@ mod tests {
     fn runs_get_disjoint_devices_until_released() {
         let mut p = DevicePool::new(vec!["0".into(), "1".into(), "2".into()], vec![0, 1, 2, 3]);
         let a = p.take(1, 2, 1).expect("free");
-        assert_eq!(a, Assignment { gpus: vec!["0".into(), "1".into()], cpus: vec![0] });
+        assert_eq!(a, Assignment { gpus: vec!["0".into(), "1".into()], cpus: vec![0], slot: None });
         assert_eq!(p.take(2, 2, 0).unwrap_err(), Shortage { what: "GPUs", wanted: 2, free: 1, total: 3 });
         let b = p.take(2, 1, 3).expect("free");
-        assert_eq!(b, Assignment { gpus: vec!["2".into()], cpus: vec![1, 2, 3] });
+        assert_eq!(b, Assignment { gpus: vec!["2".into()], cpus: vec![1, 2, 3], slot: None });
         assert_eq!(p.take(3, 0, 1).unwrap_err().to_string(), "1 cores wanted, 0 free of 4");
         p.release(&1);
-        p.hold(4, Assignment { gpus: vec!["1".into()], cpus: vec![] });
-        assert_eq!(p.take(3, 1, 1).expect("free"), Assignment { gpus: vec!["0".into()], cpus: vec![0] });
+        p.hold(4, Assignment { gpus: vec!["1".into()], cpus: vec![], slot: None });
+        assert_eq!(p.take(3, 1, 1).expect("free"), Assignment { gpus: vec!["0".into()], cpus: vec![0], slot: None });
         assert_eq!(p.take(5, 0, 0).expect("nothing"), Assignment::default());
     }
 
     #[test]
     fn gpu_env_names_the_jobs_gpus_or_none() {
-        let a = Assignment { gpus: vec!["1".into(), "3".into()], cpus: vec![] };
+        let a = Assignment { gpus: vec!["1".into(), "3".into()], cpus: vec![], slot: None };
         assert_eq!(a.gpu_env()[0], ("CUDA_VISIBLE_DEVICES".to_string(), "1,3".to_string()));
         assert_eq!(a.gpu_env()[1], ("NVIDIA_VISIBLE_DEVICES".to_string(), "1,3".to_string()));
         assert_eq!(Assignment::default().gpu_env()[1].1, "void");

@@ -9,14 +9,17 @@
 
 pub mod cgroup;
 pub mod devices;
+pub mod slots;
 pub mod user;
 
 use crate::model::{QueueName, ResourceName, Resources, RunId};
 use cgroup::{CgroupJoin, CgroupPlan, CgroupTree, JobLimits};
 use devices::{Assignment, DevicePool};
 use serde::{Deserialize, Serialize};
+use slots::{SlotPool, slot_name, slot_number};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use user::UnixUser;
 
 /// Node label saying how the node confines jobs: `cgroup-v2`, `cgroup-v1` or `none`.
@@ -27,6 +30,13 @@ pub const REASON_OOM_KILLED: &str = "OOMKilled";
 pub const REASON_CONFINE_FAILED: &str = "confinement failed";
 /// The run directory's record of the devices a run was given ([`Assignment`]).
 pub const DEVICES_FILE: &str = "devices.json";
+/// Left in the run directory when a process of the job would not leave its cgroup slot: the
+/// agent then never gives that slot to another job.
+pub const CGROUP_STUCK_FILE: &str = "cgroup-stuck";
+/// How long a job's processes get to leave its cgroup at the end before the slot counts as stuck.
+const EMPTY_PATIENCE: Duration = Duration::from_secs(2);
+/// Slots free for this long are removed.
+pub const SLOT_IDLE: Duration = Duration::from_secs(60);
 
 /// `[agent.process.limits]`: cgroup limits of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,10 +198,17 @@ impl Confinement {
         Ok(Prepared { join, user: self.user.clone() })
     }
 
-    /// The exit reason and message when the kernel OOM-killed the job, read once it ended.
-    pub fn oom_killed(&self) -> Option<(&'static str, String)> {
+    /// OOM kills counted so far in the job's cgroup: read before the job starts, since a slot
+    /// counts those of every job it held.
+    pub fn oom_kills(&self) -> u64 {
+        self.cgroup.as_ref().map_or(0, CgroupPlan::oom_kills)
+    }
+
+    /// The exit reason and message when the kernel OOM-killed the job, read once it ended;
+    /// `before` is [`oom_kills`](Self::oom_kills) from before it started.
+    pub fn oom_killed(&self, before: u64) -> Option<(&'static str, String)> {
         let plan = self.cgroup.as_ref()?;
-        let n = plan.oom_kills();
+        let n = plan.oom_kills().saturating_sub(before);
         (n > 0).then(|| {
             let limit =
                 plan.memory_bytes.map_or("its memory limit".to_string(), |b| format!("its memory limit ({b} bytes)"));
@@ -202,13 +219,22 @@ impl Confinement {
         })
     }
 
-    /// Kills what is left of the job in its cgroups and removes them.
-    pub fn release(&self) {
-        if let Some(plan) = &self.cgroup
-            && let Err(e) = plan.remove(std::time::Duration::from_secs(2))
-        {
+    /// Kills what is left of the job in its cgroups, and empties its slot (or removes a cgroup
+    /// of its own). False when a process would not leave the slot.
+    pub fn release(&self) -> bool {
+        let Some(plan) = &self.cgroup else { return true };
+        if plan.reused {
+            let empty = plan.empty(EMPTY_PATIENCE);
+            if !empty {
+                tracing::warn!(cgroup = %plan.dirs.first().map(|d| d.display().to_string()).unwrap_or_default(),
+                    "a process of the job does not leave its cgroup; the slot will not be used again");
+            }
+            return empty;
+        }
+        if let Err(e) = plan.remove(EMPTY_PATIENCE) {
             tracing::warn!(error = %e, "cannot remove the job's cgroup");
         }
+        true
     }
 }
 
@@ -259,6 +285,9 @@ pub struct Confiner {
     run_as: Option<RunAs>,
     allow_root: bool,
     devices: Mutex<DevicePool<RunId>>,
+    /// The agent's slot id (see [`slots::slot_name`]).
+    slot_id: String,
+    slots: Mutex<SlotPool<RunId>>,
 }
 
 /// Why a job cannot be confined as configured.
@@ -275,13 +304,14 @@ pub enum PlanError {
 impl Confiner {
     /// Finds the cgroup hierarchy (logging whether jobs are confined) and the node's GPUs:
     /// `gpus` as configured, else what `nvidia-smi` lists. `cores` is how many cores the node
-    /// has (for pinning).
+    /// has (for pinning); `slot_id` names the agent's cgroup slots ([`slots::agent_slot_id`]).
     pub fn new(
         limits: &LimitsConfig,
         gpus: Option<Vec<String>>,
         run_as: Option<RunAs>,
         allow_root: bool,
         cores: usize,
+        slot_id: String,
     ) -> Confiner {
         let tree = if limits.enabled {
             let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
@@ -310,12 +340,22 @@ impl Confiner {
         if run_as.is_some() && !nix_is_root() {
             tracing::warn!("process.run_as is set but the agent is not root: jobs will fail to become their user");
         }
+        // Slots an earlier agent left are free until recovery finds a run holding one.
+        let mut slots = SlotPool::default();
+        let now = Instant::now();
+        for name in tree.as_ref().map(CgroupTree::children).unwrap_or_default() {
+            if let Some(n) = slot_number(&slot_id, &name) {
+                slots.adopt(n, now);
+            }
+        }
         Confiner {
             tree,
             pids_max: (limits.pids_max > 0).then_some(limits.pids_max),
             run_as,
             allow_root,
             devices: Mutex::new(DevicePool::new(gpus, cpus)),
+            slot_id,
+            slots: Mutex::new(slots),
         }
     }
 
@@ -355,17 +395,48 @@ impl Confiner {
         } else {
             0
         };
-        pool.take(run_id, gpus, cores).map_err(|e| PlanError::Busy(format!("not enough free devices: {e}")))
+        let mut a =
+            pool.take(run_id, gpus, cores).map_err(|e| PlanError::Busy(format!("not enough free devices: {e}")))?;
+        if self.tree.is_some() {
+            a.slot = Some(lock(&self.slots).take(run_id));
+        }
+        Ok(a)
     }
 
     /// Records what a run found at recovery holds.
     pub fn hold(&self, run_id: RunId, a: Assignment) {
+        if let Some(n) = a.slot {
+            lock(&self.slots).hold(run_id, n);
+        }
         lock(&self.devices).hold(run_id, a);
     }
 
-    /// Frees a run's devices.
-    pub fn release(&self, run_id: RunId) {
+    /// Frees a run's devices and its cgroup slot; `stuck`: a process of the job did not leave
+    /// the slot, which is then never given again.
+    pub fn release(&self, run_id: RunId, stuck: bool) {
         lock(&self.devices).release(&run_id);
+        lock(&self.slots).release(&run_id, stuck, Instant::now());
+    }
+
+    /// Removes the cgroups of slots free for longer than `idle`, and tries again with stuck ones.
+    pub fn sweep_slots(&self, idle: Duration) {
+        let Some(tree) = &self.tree else { return };
+        let Some(before) = Instant::now().checked_sub(idle) else { return };
+        let removable = lock(&self.slots).removable(before);
+        for n in removable {
+            // Taken out of the pool first, so that no run gets it while its cgroup goes.
+            if !lock(&self.slots).start_removing(n) {
+                continue;
+            }
+            let plan = tree.plan(&slot_name(&self.slot_id, n), &JobLimits::default(), true);
+            match plan.remove(Duration::from_millis(200)) {
+                Ok(()) => lock(&self.slots).removed(n),
+                Err(e) => {
+                    tracing::warn!(slot = n, error = %e, "cannot remove an idle cgroup slot");
+                    lock(&self.slots).stuck(n);
+                }
+            }
+        }
     }
 
     /// The supervisor's part and the extra environment of the job.
@@ -385,25 +456,33 @@ impl Confiner {
         }
         let cgroup = self.tree.as_ref().map(|t| {
             let pos = |name: ResourceName| Some(asked.get(name.as_str())).filter(|v| *v > 0);
-            t.plan(
-                &run_id.to_string(),
-                &JobLimits {
-                    memory_bytes: pos(ResourceName::memory()),
-                    cpu_millis: pos(ResourceName::cpu()),
-                    pids_max: self.pids_max,
-                    cpus: assignment.cpus.clone(),
-                },
-            )
+            let limits = JobLimits {
+                memory_bytes: pos(ResourceName::memory()),
+                cpu_millis: pos(ResourceName::cpu()),
+                pids_max: self.pids_max,
+                cpus: assignment.cpus.clone(),
+            };
+            match assignment.slot {
+                Some(n) => t.plan(&slot_name(&self.slot_id, n), &limits, true),
+                // A run started by an agent before slots: a cgroup named after it.
+                None => t.plan(&run_id.to_string(), &limits, false),
+            }
         });
         (Confinement { cgroup, user }, env)
     }
 
-    /// Kills what is left of a run whose supervisor vanished, and removes its cgroups.
-    pub fn clean_up(&self, run_id: RunId) {
-        if let Some(t) = &self.tree {
-            let plan = t.plan(&run_id.to_string(), &JobLimits::default());
-            if let Err(e) = plan.remove(std::time::Duration::from_secs(1)) {
-                tracing::warn!(%run_id, error = %e, "cannot remove the run's cgroup");
+    /// Kills what is left of a run whose supervisor vanished, and empties its slot (`slot`, as
+    /// recorded for the run) or removes its own cgroups. False when a process would not leave.
+    pub fn clean_up(&self, run_id: RunId, slot: Option<u32>) -> bool {
+        let Some(t) = &self.tree else { return true };
+        match slot {
+            Some(n) => t.plan(&slot_name(&self.slot_id, n), &JobLimits::default(), true).empty(EMPTY_PATIENCE),
+            None => {
+                let plan = t.plan(&run_id.to_string(), &JobLimits::default(), false);
+                if let Err(e) = plan.remove(Duration::from_secs(1)) {
+                    tracing::warn!(%run_id, error = %e, "cannot remove the run's cgroup");
+                }
+                true
             }
         }
     }
