@@ -395,6 +395,14 @@ impl JobCommand {
     }
 }
 
+impl Drop for ProcessRuntime {
+    /// The agent stops: the cgroup slots no run holds go (the held ones stay with their runs,
+    /// which go on under their supervisors).
+    fn drop(&mut self) {
+        self.inner.confiner.sweep_slots(Duration::ZERO);
+    }
+}
+
 impl Runtime for ProcessRuntime {
     fn name(&self) -> &'static str {
         "process"

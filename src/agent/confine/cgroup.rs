@@ -110,11 +110,7 @@ impl CgroupTree {
         let mut missing = Vec::new();
         let wanted: &[&str] = if cpuset { &["memory", "cpu", "pids", "cpuset"] } else { &["memory", "cpu", "pids"] };
         for ctl in wanted {
-            let own = proc_self_cgroup.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, ctls, path) = (parts.next()?, parts.next()?, parts.next()?);
-                ctls.split(',').any(|c| c == *ctl).then_some(path)
-            });
+            let own = v1_own(proc_self_cgroup, ctl);
             let mount = root.join(ctl);
             match own {
                 Some(own) if mount.join("cgroup.procs").exists() => parents.push(mount.join(relative(own)).join(name)),
@@ -149,12 +145,7 @@ impl CgroupTree {
     }
 
     fn prepare_v2(root: &Path, own: &str, name: &str, cpuset: bool) -> Result<CgroupTree, CgroupError> {
-        // An agent already in the leaf (moved there by an earlier agent of the same unit, or
-        // started there by systemd's DelegateSubgroup=agent) works one level up.
-        let own = match own.rsplit_once('/') {
-            Some((parent, AGENT_LEAF)) if !parent.is_empty() => parent,
-            _ => own,
-        };
+        let own = v2_own(own);
         let own_dir = root.join(relative(own));
         let mut needed = vec!["memory", "cpu", "pids"];
         if cpuset {
@@ -326,24 +317,35 @@ impl CgroupPlan {
     /// Creates the directories (an existing one is reused: a supervisor started again), writes
     /// the limits and opens the files the child joins through.
     pub fn create(&self) -> Result<CgroupJoin, CgroupError> {
+        // Opening `cgroup.procs` first finds a kept slot without a failing mkdir per hierarchy.
+        let mut fds = Vec::with_capacity(self.dirs.len());
         for d in &self.dirs {
-            match std::fs::create_dir(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io_err(d)(e)),
-            }
+            let p = d.join("cgroup.procs");
+            let open = || std::fs::OpenOptions::new().write(true).open(&p);
+            let f = match open() {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    match std::fs::create_dir(d) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(io_err(d)(e)),
+                    }
+                    open().map_err(io_err(&p))?
+                }
+                Err(e) => return Err(io_err(&p)(e)),
+            };
+            fds.push(OwnedFd::from(f));
         }
         for (i, (file, value)) in self.settings.iter().enumerate() {
+            // A slot often holds the same limits already (jobs of a job set ask alike), and some
+            // writes cost far more than a read: a CPU quota makes the kernel check every cgroup's.
+            if self.reused && read_small(file).is_ok_and(|now| now.trim() == value) {
+                continue;
+            }
             match std::fs::write(file, value) {
                 Ok(()) => {}
                 Err(e) => self.write_again(i, e)?,
             }
-        }
-        let mut fds = Vec::with_capacity(self.dirs.len());
-        for d in &self.dirs {
-            let p = d.join("cgroup.procs");
-            let f = std::fs::OpenOptions::new().write(true).open(&p).map_err(io_err(&p))?;
-            fds.push(OwnedFd::from(f));
         }
         Ok(CgroupJoin(fds))
     }
@@ -375,7 +377,7 @@ impl CgroupPlan {
     /// OOM kills counted in the job's cgroup so far (0 when unreadable).
     pub fn oom_kills(&self) -> u64 {
         let Some(file) = &self.oom_counter else { return 0 };
-        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let text = read_small(file).unwrap_or_default();
         text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
     }
 
@@ -405,15 +407,16 @@ impl CgroupPlan {
 
     /// For a reused slot: kills whatever is left of the job in its cgroups and waits until they
     /// are empty; false when something is still there after `patience` (a process stuck in the
-    /// kernel), so the slot must not be given to another job.
+    /// kernel), so the slot must not be given to another job. Only the first hierarchy is looked
+    /// at: a job's processes are in all of them, and only root may move one out of one.
     pub fn empty(&self, patience: Duration) -> bool {
         let until = Instant::now() + patience;
         let mut killed = false;
         loop {
             let busy = self
                 .dirs
-                .iter()
-                .any(|d| std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()));
+                .first()
+                .is_some_and(|d| read_small(&d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()));
             if !busy {
                 return true;
             }
@@ -460,8 +463,75 @@ impl CgroupJoin {
     }
 }
 
+/// The cgroup of controller `ctl` in a v1 `/proc/self/cgroup`.
+fn v1_own<'a>(proc_self_cgroup: &'a str, ctl: &str) -> Option<&'a str> {
+    proc_self_cgroup.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        ctls.split(',').any(|c| c == ctl).then_some(path)
+    })
+}
+
+/// The v2 cgroup the agent works in: its own, or one level up when it sits in the leaf (moved
+/// there by an earlier agent of the same unit, or started there by systemd's
+/// DelegateSubgroup=agent).
+fn v2_own(own: &str) -> &str {
+    match own.rsplit_once('/') {
+        Some((parent, AGENT_LEAF)) if !parent.is_empty() => parent,
+        _ => own,
+    }
+}
+
+/// Removes the cgroup slots of the agent with slot id `slot_id` (see [`super::slots`]) under
+/// `root`'s parent `name`, for a process in the same cgroups as that agent was (`/proc/self/cgroup`
+/// text): what a benchmark or test that started an agent, and stopped it without a clean
+/// shutdown, leaves behind. Whatever still runs in them is killed. Returns how many went.
+pub fn remove_agent_slots(root: &Path, proc_self_cgroup: &str, name: &str, slot_id: &str) -> usize {
+    let parents: Vec<PathBuf> = if root.join("cgroup.controllers").exists() {
+        let own = proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::"));
+        own.map(|o| root.join(relative(v2_own(o))).join(name)).into_iter().collect()
+    } else {
+        ["memory", "cpu", "pids", "cpuset"]
+            .iter()
+            .filter_map(|ctl| v1_own(proc_self_cgroup, ctl).map(|own| root.join(ctl).join(relative(own)).join(name)))
+            .collect()
+    };
+    let mut removed = 0;
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(&parent) else { continue };
+        for entry in entries.flatten() {
+            let is_slot = entry.file_name().to_str().is_some_and(|n| super::slots::slot_number(slot_id, n).is_some());
+            if is_slot {
+                let plan = CgroupPlan { dirs: vec![entry.path()], ..CgroupPlan::default() };
+                if plan.remove(Duration::from_millis(500)).is_ok() {
+                    removed += 1;
+                }
+            }
+        }
+    }
+    removed
+}
+
 fn relative(own: &str) -> &str {
     own.trim_start_matches('/')
+}
+
+/// A cgroup file's text in as few system calls as it takes: open, one read, close. The kernel
+/// fills the buffer as far as the text goes, so a short read is the whole of it (what
+/// `read_to_string` would learn with a `statx` and a second read, per file, per job).
+fn read_small(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = [0u8; 512];
+    let mut text = Vec::new();
+    loop {
+        let n = f.read(&mut buf)?;
+        text.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            break;
+        }
+    }
+    String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 fn read_trimmed(path: &Path) -> Result<String, CgroupError> {

@@ -418,7 +418,8 @@ impl Confiner {
         lock(&self.slots).release(&run_id, stuck, Instant::now());
     }
 
-    /// Removes the cgroups of slots free for longer than `idle`, and tries again with stuck ones.
+    /// Removes the cgroups of slots free for longer than `idle` (all free ones: zero, as the
+    /// agent stops), and tries again with stuck ones.
     pub fn sweep_slots(&self, idle: Duration) {
         let Some(tree) = &self.tree else { return };
         let Some(before) = Instant::now().checked_sub(idle) else { return };

@@ -124,6 +124,9 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             .stderr(Stdio::from(std::fs::File::create(tmp.join("agent.log"))?))
             .spawn()
             .context("starting the process agent")?;
+        // Killed at the end, the agent cannot remove its cgroup slots: this does (also when the
+        // run fails), or every run would leave hundreds behind.
+        let slots = SlotCleanup(agent_dir.clone());
         let pid = agent.id();
         let mut agent_cpu;
         let mut machine;
@@ -146,6 +149,7 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         let server_cpu = server.cpu_time().saturating_sub(server_cpu_before);
         let _ = agent.kill();
         let _ = agent.wait();
+        drop(slots);
         let v: Value =
             http.get(format!("{url}/v1/jobs?queue=bench&state=failed&limit=1000")).send().await?.json().await?;
         let failed = v["jobs"].as_array().map_or(0, Vec::len);
@@ -170,4 +174,17 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         anyhow::ensure!(failed == 0, "{failed} jobs failed");
         Ok(())
     })
+}
+
+/// Removes the cgroup slots of the benchmark's agent when dropped.
+struct SlotCleanup(std::path::PathBuf);
+
+impl Drop for SlotCleanup {
+    fn drop(&mut self) {
+        use convoy::agent::confine::{LimitsConfig, cgroup, slots};
+        let Ok(id) = std::fs::read_to_string(self.0.join(slots::SLOT_ID_FILE)) else { return };
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let limits = LimitsConfig::default();
+        cgroup::remove_agent_slots(&limits.cgroup_root, &own, &limits.cgroup_name, id.trim());
+    }
 }

@@ -184,9 +184,18 @@ impl Drop for Agent {
     }
 }
 
-/// SIGKILLs every job process group and supervisor recorded under `<agent_data_dir>/runs`, so
-/// no test leaves jobs behind.
+/// SIGKILLs every job process group and supervisor recorded under `<agent_data_dir>/runs`, and
+/// removes the agent's cgroup slots, so no test leaves jobs or cgroups behind.
 pub(crate) fn reap_runs(agent_data_dir: &Path) {
+    kill_runs(agent_data_dir);
+    if let Ok(id) = std::fs::read_to_string(agent_data_dir.join(convoy::agent::confine::slots::SLOT_ID_FILE)) {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let limits = convoy::agent::confine::LimitsConfig::default();
+        convoy::agent::confine::cgroup::remove_agent_slots(&limits.cgroup_root, &own, &limits.cgroup_name, id.trim());
+    }
+}
+
+fn kill_runs(agent_data_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(agent_data_dir.join("runs")) else { return };
     for entry in entries.flatten() {
         for (file, group) in [("pid", true), ("supervisor", false)] {
