@@ -451,6 +451,9 @@ impl Runtime for ProcessRuntime {
                     }
                     held.push(HeldRun { run_id, job_id, state: state_after(ev.kind) });
                     inner.sink.send(ev);
+                    // Its slot is free again, unless something of it stayed there.
+                    inner.confiner.hold(run_id, read_devices(&dir));
+                    inner.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE));
                     continue;
                 }
                 Ok(None) => {}

@@ -98,10 +98,11 @@ fn sh(script: &str, resources: Value) -> Value {
 }
 
 /// A job that allocates past its memory limit is killed by the kernel and fails with reason
-/// `OOMKilled`, in its run, its events and `convoy why`.
+/// `OOMKilled`, in its run, its events and `convoy why`. Its cgroup slot then serves the next jobs
+/// with their own limits and OOM count, and goes when the agent stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_past_its_memory_limit_is_oom_killed_and_reported_so() {
-    let n = Node::start("", &[]).await;
+    let mut n = Node::start("", &[]).await;
     if !n.confined("oom") {
         return;
     }
@@ -145,6 +146,11 @@ async fn a_job_past_its_memory_limit_is_oom_killed_and_reported_so() {
     let (cgroup, limit) = seen[1].trim().split_once('\n').expect("two lines");
     assert!(cgroup.contains("/convoy/slot-") && cgroup.ends_with("-0"), "{seen:?}");
     assert!(limit.parse::<u64>().is_ok_and(|l| l > 1 << 60), "no limit: {seen:?}");
+    // An agent that stops removes its free slots.
+    let slot = PathBuf::from(format!("/sys/fs/cgroup/memory{cgroup}"));
+    assert!(slot.is_dir(), "{} is there while the agent runs", slot.display());
+    assert_eq!(n.agent.as_mut().expect("agent").terminate(), Some(0));
+    assert!(!slot.exists(), "{} is left after the agent stopped", slot.display());
 }
 
 /// Two busy loops for 3 s in a job with half a core get about 1.5 s of CPU, not 6.
