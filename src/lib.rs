@@ -16,3 +16,4 @@ pub mod server;
 pub mod simulate;
 pub mod state;
 pub mod store;
+pub mod ui;

@@ -361,6 +361,12 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
+    Ok(json(job_details(&app, id).await?))
+}
+
+/// A job with its events and pod spec, as `GET /v1/jobs/{id}` answers it (the web UI shows the
+/// same).
+pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, ApiError> {
     let store = app.store.clone();
     let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
         let Some(r) = store.job(id)? else { return Ok(None) };
@@ -370,32 +376,32 @@ pub async fn get(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let Some((r, events, payload)) = found else { return Err(no_such_job(&app, id)) };
-    let mut v = job_view(&app, &r);
+    let Some((r, events, payload)) = found else { return Err(no_such_job(app, id)) };
+    let mut v = job_view(app, &r);
     v.events = Some(events.iter().map(event_view).collect());
     v.pod_spec = payload.and_then(|p| serde_json::from_str(&p.pod_spec).ok());
-    Ok(json(v))
+    Ok(v)
 }
 
 /// Query of `GET /v1/jobs`.
-#[derive(Deserialize, utoipa::IntoParams)]
+#[derive(Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Only jobs of this queue.
     #[param(value_type = Option<QueueName>)]
-    queue: Option<String>,
+    pub(crate) queue: Option<String>,
     /// Only jobs of this job set (needs `queue`).
     #[param(value_type = Option<JobSetName>)]
-    job_set: Option<String>,
+    pub(crate) job_set: Option<String>,
     /// Comma-separated states (`queued,running`).
     #[param(example = "queued,running")]
-    state: Option<String>,
+    pub(crate) state: Option<String>,
     /// Page size, 1 to 1000.
     #[param(minimum = 1, maximum = 1000, default = 100)]
-    limit: Option<usize>,
+    pub(crate) limit: Option<usize>,
     /// The `next` of the previous page: jobs after this id.
     #[param(value_type = Option<JobId>)]
-    after: Option<String>,
+    pub(crate) after: Option<String>,
 }
 
 /// List jobs
@@ -423,6 +429,11 @@ pub async fn list(
     _p: Principal,
     Query(q): Query<ListParams>,
 ) -> Result<HttpResponse, ApiError> {
+    Ok(json(list_jobs(&app, &q).await?))
+}
+
+/// The jobs `q` selects, as `GET /v1/jobs` answers them (the web UI lists the same).
+pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, ApiError> {
     let queue = q.queue.as_deref().map(queue_name).transpose()?;
     let job_set = q
         .job_set
@@ -447,7 +458,7 @@ pub async fn list(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
     let next = if more { records.last().map(|r| r.id) } else { None };
-    Ok(json(JobList { jobs: records.iter().map(|r| job_view(&app, r)).collect(), next }))
+    Ok(JobList { jobs: records.iter().map(|r| job_view(app, r)).collect(), next })
 }
 
 /// A job's output

@@ -78,7 +78,8 @@ pub fn router(app: Arc<Control>) -> Router {
     let routes = routes
         .layer(axum::middleware::from_fn_with_state(app.clone(), forward::route))
         // Latency by matched route template (a route layer: unmatched paths are not recorded).
-        .route_layer(axum::middleware::from_fn(crate::metrics::track_requests));
+        .route_layer(axum::middleware::from_fn(crate::metrics::track_requests))
+        .merge(crate::ui::router());
     with_layers(routes, limit).with_state(app)
 }
 

@@ -32,3 +32,4 @@ mod server_executor;
 mod server_process;
 mod simulate_cli;
 mod tls;
+mod web_ui;

@@ -1,0 +1,48 @@
+//! HTML text: escaping, and the layout every page shares.
+
+/// `text` with the five characters that mean something in HTML escaped, for element content
+/// and quoted attribute values alike.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `title` (escaped here) and `body` (HTML, escaped by whoever made it).
+pub fn page(title: &str, body: &str) -> String {
+    let title = escape(title);
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{title} · Convoy</title><link rel=\"stylesheet\" href=\"/ui/app.css\"></head>\
+         <body><nav><a class=\"brand\" href=\"/ui/queues\">Convoy</a> <a href=\"/ui/queues\">Queues</a> <a href=\"/ui/jobs\">Jobs</a></nav>\
+         <main><h1>{title}</h1>\n{body}</main></body></html>\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_in_names_is_shown_not_run() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        assert_eq!(escape("plain-name_1"), "plain-name_1");
+        let p = page("a<b", "<p>x</p>");
+        assert!(
+            p.contains("<title>a&lt;b · Convoy</title>") && p.contains("<h1>a&lt;b</h1>") && p.contains("<p>x</p>")
+        );
+    }
+}

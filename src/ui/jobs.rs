@@ -1,0 +1,195 @@
+//! The jobs pages: a table of jobs filtered by queue, job set and state, a page at a time and
+//! refreshed while it is open; and a job's page with why it is where it is, its runs, events,
+//! output and pod spec.
+
+use super::html::{escape, page};
+use super::session::{signed_in_line, viewer};
+use crate::api::jobs::{ListParams, job_details, list_jobs};
+use crate::control::Control;
+use crate::model::JobId;
+use crate::model::api::JobView;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Rows per page.
+const PAGE: usize = 50;
+
+/// `GET /ui/jobs?queue=&job_set=&state=&after=`.
+pub async fn list_handler(
+    State(app): State<Arc<Control>>,
+    headers: HeaderMap,
+    Query(mut q): Query<ListParams>,
+) -> Response {
+    let principal = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    // Empty form fields mean "any".
+    for f in [&mut q.queue, &mut q.job_set, &mut q.state, &mut q.after] {
+        if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            *f = None;
+        }
+    }
+    q.limit = Some(q.limit.unwrap_or(PAGE));
+    let mut body = signed_in_line(&app, &principal);
+    body.push_str(&filter_form(&q));
+    let status = match list_jobs(&app, &q).await {
+        Ok(list) => {
+            body.push_str("<div id=\"jobs\" data-live=\"2000\">");
+            body.push_str(&table(&list.jobs));
+            if let Some(next) = list.next {
+                let mut params: Vec<(&str, String)> = Vec::new();
+                for (k, v) in [("queue", &q.queue), ("job_set", &q.job_set), ("state", &q.state)] {
+                    if let Some(v) = v {
+                        params.push((k, v.clone()));
+                    }
+                }
+                params.push(("after", next.to_string()));
+                let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+                let _ = write!(
+                    body,
+                    "<p><a class=\"next\" href=\"/ui/jobs?{}\">Next page</a></p>",
+                    escape(&query.join("&"))
+                );
+            }
+            body.push_str("</div>");
+            StatusCode::OK
+        }
+        Err(e) => {
+            let field = e.field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default();
+            let _ = write!(body, "<p class=\"error\" role=\"alert\">{}{}</p>", escape(&field), escape(&e.detail));
+            e.status
+        }
+    };
+    body.push_str("<script src=\"/ui/app.js\"></script>");
+    (status, Html(page("Jobs", &body))).into_response()
+}
+
+fn filter_form(q: &ListParams) -> String {
+    let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
+    format!(
+        "<form method=\"get\" action=\"/ui/jobs\" class=\"filters\">\
+         <label>Queue <input name=\"queue\" value=\"{}\"></label> \
+         <label>Job set <input name=\"job_set\" value=\"{}\"></label> \
+         <label>States <input name=\"state\" value=\"{}\" placeholder=\"queued,running\"></label> \
+         <button type=\"submit\">Filter</button></form>",
+        v(&q.queue),
+        v(&q.job_set),
+        v(&q.state)
+    )
+}
+
+fn table(jobs: &[JobView]) -> String {
+    let mut out = String::from(
+        "<table class=\"jobs\"><thead><tr><th>Job</th><th>Queue</th><th>Job set</th><th>State</th><th>Priority</th>\
+         <th>Submitted</th><th>Why</th></tr></thead><tbody>",
+    );
+    for j in jobs {
+        let _ = write!(
+            out,
+            "<tr data-job=\"{id}\"><td><a href=\"/ui/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"state {s}\">{s}</td>\
+             <td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            escape(j.queue.as_str()),
+            escape(j.job_set.as_str()),
+            j.priority,
+            escape(&j.submitted_at),
+            escape(j.reason.as_deref().unwrap_or("")),
+            id = j.id,
+            s = j.state.as_str(),
+        );
+    }
+    if jobs.is_empty() {
+        out.push_str("<tr><td colspan=\"7\">No jobs.</td></tr>");
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// `GET /ui/jobs/{id}`.
+pub async fn job_handler(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if let Err(r) = viewer(&app, &headers) {
+        return r.into_response();
+    }
+    let Ok(id) = id.parse::<JobId>() else {
+        let body = format!("<p class=\"error\">{} is not a job id (a ULID)</p>", escape(&id));
+        return (StatusCode::BAD_REQUEST, Html(page("Job", &body))).into_response();
+    };
+    let j = match job_details(&app, id).await {
+        Ok(j) => j,
+        Err(e) => {
+            let body = format!("<p class=\"error\" role=\"alert\">{}</p>", escape(&e.detail));
+            return (e.status, Html(page("Job", &body))).into_response();
+        }
+    };
+    let mut body = format!(
+        "<dl class=\"job\"><dt>State</dt><dd class=\"state {s}\">{s}</dd><dt>Why</dt><dd class=\"why\">{}</dd>\
+         <dt>Queue</dt><dd>{}</dd><dt>Job set</dt><dd>{}</dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{}</dd>\
+         <dt>Requests</dt><dd>{}</dd></dl>",
+        escape(j.reason.as_deref().unwrap_or("—")),
+        escape(j.queue.as_str()),
+        escape(j.job_set.as_str()),
+        j.priority,
+        escape(j.priority_class.as_str()),
+        escape(&j.submitted_at),
+        escape(&j.requests.to_string()),
+        s = j.state.as_str(),
+    );
+    body.push_str(
+        "<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Executor</th><th>Node</th><th>State</th>\
+                   <th>Leased</th><th>Finished</th><th>Exit</th><th>Reason</th></tr></thead><tbody>",
+    );
+    for r in &j.runs {
+        let state = serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.run_id,
+            escape(&r.executor),
+            escape(r.node.as_str()),
+            escape(&state),
+            escape(&r.leased_at),
+            escape(r.finished_at.as_deref().unwrap_or("")),
+            r.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            escape(&[r.reason.as_deref(), r.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ")),
+        );
+    }
+    body.push_str("</tbody></table><h2>Events</h2><ol class=\"events\">");
+    for e in j.events.as_deref().unwrap_or(&[]) {
+        let kind = serde_json::to_value(e.kind).map(|v| v.to_string()).unwrap_or_default();
+        let _ = write!(body, "<li><time>{}</time> <code>{}</code></li>", escape(&e.at), escape(&kind));
+    }
+    body.push_str("</ol>");
+    if let Some(spec) = &j.pod_spec {
+        let text = serde_json::to_string_pretty(spec).unwrap_or_default();
+        let _ = write!(body, "<h2>Pod spec</h2><pre class=\"spec\">{}</pre>", escape(&text));
+    }
+    (StatusCode::OK, Html(page(&format!("Job {}", j.id), &body))).into_response()
+}
+
+/// Percent-encodes a query value.
+fn encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b',') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(
+            super::encode("scheduled__2026-11-23T10:00:00+00:00 a&b"),
+            "scheduled__2026-11-23T10%3A00%3A00%2B00%3A00%20a%26b"
+        );
+        assert_eq!(super::encode("queued,running"), "queued,running");
+    }
+}

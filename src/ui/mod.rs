@@ -1,0 +1,40 @@
+//! The web UI, served by the binary itself at `/` and `/ui/`: server-rendered HTML over the same
+//! state and auth as the API. See `docs/web-ui.md`.
+
+pub mod bars;
+pub mod html;
+pub mod jobs;
+pub mod queues;
+pub mod session;
+
+use crate::control::Control;
+use axum::Router;
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+use std::sync::Arc;
+
+/// The UI's routes.
+pub fn router() -> Router<Arc<Control>> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/queues") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/queues") }))
+        .route("/ui/", get(|| async { Redirect::to("/ui/queues") }))
+        .route("/ui/queues", get(queues::page_handler))
+        .route("/ui/jobs", get(jobs::list_handler))
+        .route("/ui/jobs/{id}", get(jobs::job_handler))
+        .route("/ui/login", get(session::form).post(session::login))
+        .route("/ui/logout", post(session::logout))
+        .route(
+            "/ui/app.js",
+            get(|| async {
+                ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], include_str!("app.js")).into_response()
+            }),
+        )
+        .route(
+            "/ui/app.css",
+            get(|| async {
+                ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], include_str!("app.css")).into_response()
+            }),
+        )
+}

@@ -1,0 +1,115 @@
+//! Who looks at the pages: with auth on, the bearer token given on the login page, kept in an
+//! HttpOnly, SameSite=Strict cookie for the browser session and checked like the API's
+//! `Authorization` header on every page; with auth off, everyone (as the API treats them).
+
+use super::html::{escape, page};
+use crate::api::auth::{Principal, authenticate};
+use crate::control::Control;
+use axum::Form;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use std::sync::Arc;
+
+/// The cookie that holds the token.
+pub const COOKIE: &str = "convoy_token";
+
+/// The principal the request's cookie names, or the redirect to the login page to answer instead.
+pub fn viewer(app: &Control, headers: &HeaderMap) -> Result<Principal, Redirect> {
+    let token = cookie_token(headers);
+    let authorization = token.map(|t| format!("Bearer {t}"));
+    match authenticate(app, authorization.as_deref()) {
+        Ok(p) => Ok(p),
+        Err(_) => Err(Redirect::to("/ui/login")),
+    }
+}
+
+/// Who is signed in, and the sign-out button; nothing with auth off.
+pub fn signed_in_line(app: &Control, principal: &Principal) -> String {
+    if !app.config.auth.enabled {
+        return String::new();
+    }
+    format!(
+        "<p class=\"who\">Signed in as {} <form method=\"post\" action=\"/ui/logout\" class=\"inline\">\
+         <button>Sign out</button></form></p>",
+        escape(&principal.name)
+    )
+}
+
+/// The token in the request's `Cookie` header, if any.
+fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+}
+
+/// The login form.
+#[derive(serde::Deserialize)]
+pub struct Login {
+    token: String,
+}
+
+/// `GET /ui/login`.
+pub async fn form() -> Html<String> {
+    Html(login_page(None))
+}
+
+fn login_page(error: Option<&str>) -> String {
+    let error = error.map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e))).unwrap_or_default();
+    page(
+        "Sign in",
+        &format!(
+            "{error}<form method=\"post\" action=\"/ui/login\" class=\"login\">\
+             <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus></label> \
+             <button type=\"submit\">Sign in</button></form>\
+             <p>The same bearer token the API and the CLI take.</p>"
+        ),
+    )
+}
+
+/// `POST /ui/login`: checks the token, then keeps it in the session cookie.
+pub async fn login(State(app): State<Arc<Control>>, Form(form): Form<Login>) -> Response {
+    let token = form.token.trim();
+    // A cookie value may hold visible ASCII but for these.
+    if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic() && !matches!(c, ';' | ',' | '"' | '\\')) {
+        return (StatusCode::BAD_REQUEST, Html(login_page(Some("token: not a token this server hands out"))))
+            .into_response();
+    }
+    if let Err(e) = authenticate(&app, Some(&format!("Bearer {token}"))) {
+        return (StatusCode::UNAUTHORIZED, Html(login_page(Some(&e.detail)))).into_response();
+    }
+    let secure = if app.config.tls.is_some() { "; Secure" } else { "" };
+    let cookie = format!("{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
+    let mut r = Redirect::to("/ui/queues").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// `POST /ui/logout`: forgets the token.
+pub async fn logout() -> Response {
+    let mut r = Redirect::to("/ui/login").into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("convoy_token=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_read_from_any_cookie_header_and_pair() {
+        let mut h = HeaderMap::new();
+        assert_eq!(cookie_token(&h), None);
+        h.append(header::COOKIE, HeaderValue::from_static("theme=dark; convoy_tokenx=no"));
+        h.append(header::COOKIE, HeaderValue::from_static("a=1;  convoy_token=s3cret ; b=2"));
+        assert_eq!(cookie_token(&h), Some("s3cret"));
+    }
+}

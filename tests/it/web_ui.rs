@@ -1,0 +1,225 @@
+//! The web UI of a real server: signing in with a token kept in the session cookie, and the
+//! queues page, read as HTML and rendered by headless Chromium, whose screenshot must show the
+//! fair-share bars in the proportions of the queues' weights.
+
+use crate::common::{Server, config, job};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "ui-admin-token-0123456789abcdef";
+
+/// Posts the login form with `encoded`, the token as form-encoded text.
+async fn sign_in(http: &reqwest::Client, url: &str, encoded: &str) -> reqwest::Response {
+    http.post(format!("{url}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={encoded}"))
+        .send()
+        .await
+        .expect("post")
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client")
+}
+
+#[tokio::test]
+async fn signing_in_keeps_the_token_in_an_http_only_cookie_and_a_wrong_one_is_refused() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let text = config(tmp.path(), "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            "[auth]\nenabled = true\ntokens = [ {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }} ]\n"
+        ),
+    );
+    let s = Server::start_in(tmp.path(), &text);
+    s.ready().await;
+    let http = no_redirects();
+    // Without a session, pages send to the login form.
+    let r = http.get(format!("{}/ui/queues", s.url)).send().await.expect("get");
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().ok()), (303, Some("/ui/login")));
+    let r = http.get(format!("{}/", s.url)).send().await.expect("get /");
+    assert_eq!(r.headers()["location"], "/ui/queues");
+    let form = http.get(format!("{}/ui/login", s.url)).send().await.expect("form").text().await.expect("text");
+    assert!(form.contains("name=\"token\""), "{form}");
+    // A wrong token: 401 and the reason on the form; no cookie.
+    let r = sign_in(&http, &s.url, "nope").await;
+    assert_eq!(r.status().as_u16(), 401);
+    assert!(r.headers().get("set-cookie").is_none());
+    assert!(r.text().await.expect("text").contains("the bearer token is not valid"));
+    let r = sign_in(&http, &s.url, "a+b%3Bc").await;
+    assert_eq!(r.status().as_u16(), 400);
+    // The right one: the cookie, HttpOnly and SameSite=Strict, opens the pages.
+    let r = sign_in(&http, &s.url, TOKEN).await;
+    assert_eq!(r.status().as_u16(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().expect("ascii").to_string();
+    assert!(
+        cookie.starts_with(&format!("convoy_token={TOKEN};"))
+            && cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap_or_default().to_string();
+    let r = http.get(format!("{}/ui/queues", s.url)).header("cookie", &pair).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.text().await.expect("text").contains("Signed in as ops"));
+    // The API still wants its header: the cookie is the UI's.
+    let r = http.get(format!("{}/v1/queues", s.url)).header("cookie", &pair).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 401);
+    // Signing out clears it.
+    let r = http.post(format!("{}/ui/logout", s.url)).header("cookie", &pair).send().await.expect("post");
+    assert!(r.headers()["set-cookie"].to_str().is_ok_and(|c| c.contains("Max-Age=0")));
+}
+
+/// Two queues with weights 1 and 1/3 (priority factors 1 and 3) both wanting more than a 4-core
+/// node: fair shares 75% and 25%, on the page as text and, in Chromium's rendering, as bars of
+/// 225 and 75 pixels.
+#[tokio::test]
+async fn the_queues_page_shows_fair_shares_as_bars_in_proportion() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let s = Server::start_in(tmp.path(), &config(tmp.path(), ""));
+    s.ready().await;
+    for (q, factor) in [("heavy", 1.0), ("light", 3.0)] {
+        let (st, v) = s.post("/v1/queues", &json!({"name": q, "priority_factor": factor})).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    s.poll("e1", &[json!({"name": "n1", "allocatable": {"cpu": "4", "memory": "16Gi"}})], &[], 0.0).await;
+    for q in ["heavy", "light"] {
+        s.submit(q, "s", (0..8).map(|_| job("1")).collect()).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let html = loop {
+        let html = s.client.get(format!("{}/ui/queues", s.url)).send().await.expect("get").text().await.expect("text");
+        if html.contains("75.0%") && html.contains("25.0%") {
+            break html;
+        }
+        assert!(Instant::now() < deadline, "no shares on the page: {html}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(html.contains("<td>heavy</td><td>1.000</td>") && html.contains("<td>light</td><td>0.333</td>"), "{html}");
+    assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"225\""), "{html}");
+    assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"75\""), "{html}");
+
+    let Some(chromium) = chromium() else {
+        assert!(
+            std::env::var_os("CONVOY_REQUIRE_CHROMIUM").is_none(),
+            "CONVOY_REQUIRE_CHROMIUM is set but chromium is missing"
+        );
+        eprintln!("SKIPPED the screenshot check: no chromium on this machine");
+        return;
+    };
+    let shot = tmp.path().join("queues.png");
+    let out = std::process::Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1"])
+        .arg("--window-size=1200,900")
+        .arg(format!("--user-data-dir={}", tmp.path().join("chromium").display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("{}/ui/queues", s.url))
+        .output()
+        .expect("chromium runs");
+    assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    // Rows of the fair-share colour (#4c78a8): the longest run of it in each row is a bar.
+    let lengths = colour_runs(&shot, [0x4c, 0x78, 0xa8]);
+    let (long, short) =
+        (lengths.iter().max().copied().unwrap_or(0), lengths.iter().filter(|l| **l > 20).min().copied().unwrap_or(0));
+    assert!((223..=227).contains(&long) && (73..=77).contains(&short), "bars of {long} and {short} px: {lengths:?}");
+    let ratio = long as f64 / short as f64;
+    assert!((ratio - 3.0).abs() < 0.1, "heavy's bar is {ratio:.2} times light's, not 3");
+}
+
+/// Debian's `chromium`, when installed.
+fn chromium() -> Option<&'static str> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| Path::new(p).exists())
+}
+
+/// The length of the longest run of `rgb` in each pixel row of the PNG at `path` that has one.
+fn colour_runs(path: &Path, rgb: [u8; 3]) -> Vec<usize> {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).expect("png")));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("png frame");
+    let channels = info.color_type.samples();
+    let mut runs = Vec::new();
+    for row in buf[..info.buffer_size()].chunks(info.line_size) {
+        let (mut best, mut run) = (0, 0);
+        for px in row.chunks(channels) {
+            run = if px.len() >= 3 && px[..3] == rgb { run + 1 } else { 0 };
+            best = best.max(run);
+        }
+        if best > 0 {
+            runs.push(best);
+        }
+    }
+    runs
+}
+
+/// The jobs table filters by queue, job set and state, pages with a link, names a bad filter,
+/// and escapes what users named; a job's page shows why it waits, its events and its pod spec.
+#[tokio::test]
+async fn the_jobs_pages_list_filter_page_and_show_a_job() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let s = Server::start_in(tmp.path(), &config(tmp.path(), ""));
+    s.ready().await;
+    s.create_queue("q").await;
+    s.create_queue("other").await;
+    let set = "<b>set</b> & co";
+    let ids = s.submit("q", set, (0..3).map(|_| job("1")).collect()).await;
+    s.submit("other", "s", vec![job("1")]).await;
+    let page = |path: String| {
+        let c = s.client.clone();
+        async move {
+            let r = c.get(path).send().await.expect("get");
+            (r.status().as_u16(), r.text().await.expect("text"))
+        }
+    };
+    let (st, html) = page(format!("{}/ui/jobs?queue=q&state=queued&limit=2", s.url)).await;
+    assert_eq!(st, 200, "{html}");
+    assert_eq!(html.matches("<tr data-job=").count(), 2, "{html}");
+    assert!(html.contains(&format!("<a href=\"/ui/jobs/{}\">", ids[0])) && !html.contains(&ids[2]), "{html}");
+    assert!(html.contains("&lt;b&gt;set&lt;/b&gt; &amp; co") && !html.contains("<b>set</b>"), "{html}");
+    assert!(html.contains("data-live=") && html.contains("/ui/app.js"), "{html}");
+    // The next page, by its link.
+    let href = html.split("class=\"next\" href=\"").nth(1).and_then(|r| r.split('"').next()).expect("a next link");
+    let (_, next) = page(format!("{}{}", s.url, href.replace("&amp;", "&"))).await;
+    assert_eq!(next.matches("<tr data-job=").count(), 1, "{next}");
+    assert!(next.contains(&ids[2]), "{next}");
+    // Job set filter, with the queue; another state shows none.
+    let (_, html) = page(format!("{}/ui/jobs?queue=q&job_set=%3Cb%3Eset%3C%2Fb%3E%20%26%20co", s.url)).await;
+    assert_eq!(html.matches("<tr data-job=").count(), 3, "{html}");
+    let (_, html) = page(format!("{}/ui/jobs?queue=q&state=running", s.url)).await;
+    assert!(html.contains("No jobs."), "{html}");
+    let (st, html) = page(format!("{}/ui/jobs?state=sleeping", s.url)).await;
+    assert_eq!(st, 400);
+    assert!(html.contains("state: ") && html.contains("is not a job state"), "{html}");
+    // A job's page: "why" says what the API's `reason` says (the same scheduler's words).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let html = loop {
+        let reason = s.job(&ids[0]).await["reason"].as_str().map(str::to_string);
+        let (st, html) = page(format!("{}/ui/jobs/{}", s.url, ids[0])).await;
+        assert_eq!(st, 200, "{html}");
+        let why =
+            html.split("<dd class=\"why\">").nth(1).and_then(|r| r.split("</dd>").next()).unwrap_or("").to_string();
+        let expected = reason.as_deref().map_or("—".to_string(), |r| {
+            r.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;")
+                .replace('\'', "&#39;")
+        });
+        if why == expected {
+            break html;
+        }
+        assert!(Instant::now() < deadline, "why {why:?} against the API's {reason:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(html.contains("<dd class=\"state queued\">queued</dd>"), "{html}");
+    assert!(
+        html.contains("<h2>Pod spec</h2><pre class=\"spec\">") && html.contains("&quot;containers&quot;"),
+        "{html}"
+    );
+    assert!(html.contains("<ol class=\"events\"><li>"), "{html}");
+    let (st, _) = page(format!("{}/ui/jobs/not-an-id", s.url)).await;
+    assert_eq!(st, 400);
+    let (st, _) = page(format!("{}/ui/jobs/01M85WCFXWR5DG3NYMGV000000", s.url)).await;
+    assert_eq!(st, 404);
+}
