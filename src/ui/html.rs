@@ -24,7 +24,7 @@ pub fn page(title: &str, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title} · Convoy</title><link rel=\"stylesheet\" href=\"/ui/app.css\"></head>\
-         <body><nav><a class=\"brand\" href=\"/ui/queues\">Convoy</a> <a href=\"/ui/queues\">Queues</a> <a href=\"/ui/jobs\">Jobs</a></nav>\
+         <body><nav><a class=\"brand\" href=\"/ui/queues\">Convoy</a> <a href=\"/ui/queues\">Queues</a> <a href=\"/ui/jobs\">Jobs</a> <a href=\"/ui/nodes\">Nodes</a> <a href=\"/ui/cluster\">Cluster</a></nav>\
          <main><h1>{title}</h1>\n{body}</main></body></html>\n"
     )
 }

@@ -4,6 +4,7 @@
 pub mod bars;
 pub mod html;
 pub mod jobs;
+pub mod nodes;
 pub mod queues;
 pub mod session;
 
@@ -23,6 +24,8 @@ pub fn router() -> Router<Arc<Control>> {
         .route("/ui/queues", get(queues::page_handler))
         .route("/ui/jobs", get(jobs::list_handler))
         .route("/ui/jobs/{id}", get(jobs::job_handler))
+        .route("/ui/nodes", get(nodes::nodes_handler))
+        .route("/ui/cluster", get(nodes::cluster_handler))
         .route("/ui/login", get(session::form).post(session::login))
         .route("/ui/logout", post(session::logout))
         .route(

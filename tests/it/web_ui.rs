@@ -223,3 +223,43 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
     let (st, _) = page(format!("{}/ui/jobs/01M85WCFXWR5DG3NYMGV000000", s.url)).await;
     assert_eq!(st, 404);
 }
+
+/// The nodes page shows each node's allocation as bars and its labels, taints and cordon; the
+/// cluster page the Raft members.
+#[tokio::test]
+async fn the_nodes_and_cluster_pages_show_allocation_and_members() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let s = Server::start_in(tmp.path(), &config(tmp.path(), ""));
+    s.ready().await;
+    s.create_queue("q").await;
+    let nodes = [
+        json!({"name": "gpu-1", "allocatable": {"cpu": "4", "memory": "16Gi"}, "labels": {"zone": "<a>"},
+               "taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}),
+        json!({"name": "cpu-1", "allocatable": {"cpu": "4", "memory": "16Gi"}, "unschedulable": true}),
+    ];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    let page = |path: &str| {
+        let (c, url) = (s.client.clone(), format!("{}{path}", s.url));
+        async move { c.get(url).send().await.expect("get").text().await.expect("text") }
+    };
+    let html = page("/ui/nodes").await;
+    assert!(html.contains("<h2>Executor e1</h2>") && html.contains("<tr data-node=\"gpu-1\">"), "{html}");
+    assert!(html.contains("zone=&lt;a&gt;") && html.contains("dedicated=ml:NoSchedule"), "{html}");
+    assert!(
+        html.contains("<tr data-node=\"cpu-1\">") && html.contains("<span class=\"badge\">unschedulable</span>"),
+        "{html}"
+    );
+    // A job of one core tolerating the taint lands on gpu-1: a quarter of its CPU.
+    let mut j = job("1");
+    j["pod_spec"]["tolerations"] =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]);
+    let id = &s.submit("q", "s", vec![j]).await[0];
+    s.wait_job(id, Duration::from_secs(20), "leased", |j| j["state"] == "leased").await;
+    let html = page("/ui/nodes").await;
+    let row = html.split("<tr data-node=\"gpu-1\">").nth(1).and_then(|r| r.split("</tr>").next()).unwrap_or("");
+    assert!(row.contains("<rect class=\"cpu\" x=\"0\" y=\"0\" width=\"75\""), "{row}");
+    assert!(row.contains("<td class=\"num\">1</td>"), "{row}");
+    let html = page("/ui/cluster").await;
+    assert!(html.contains("<tr data-member=\"1\"><td>1 (leader)</td>"), "{html}");
+    assert!(html.contains("<dt>Leader</dt><dd>1 "), "{html}");
+}
