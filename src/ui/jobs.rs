@@ -108,11 +108,28 @@ fn table(jobs: &[JobView]) -> String {
     out
 }
 
+/// The outcome of an action, shown on the page it returns to.
+#[derive(serde::Deserialize)]
+pub struct Notice {
+    notice: Option<String>,
+}
+
+/// The outcome of an action, if the page was reached from one.
+pub(crate) fn notice_line(n: &Notice) -> String {
+    n.notice.as_deref().map(|t| format!("<p class=\"notice\" role=\"status\">{}</p>", escape(t))).unwrap_or_default()
+}
+
 /// `GET /ui/jobs/{id}`.
-pub async fn job_handler(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(r) = viewer(&app, &headers) {
-        return r.into_response();
-    }
+pub async fn job_handler(
+    State(app): State<Arc<Control>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    let principal = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
     let Ok(id) = id.parse::<JobId>() else {
         let body = format!("<p class=\"error\">{} is not a job id (a ULID)</p>", escape(&id));
         return (StatusCode::BAD_REQUEST, Html(page("Job", &body))).into_response();
@@ -124,7 +141,10 @@ pub async fn job_handler(State(app): State<Arc<Control>>, headers: HeaderMap, Pa
             return (e.status, Html(page("Job", &body))).into_response();
         }
     };
-    let mut body = format!(
+    let mut body = signed_in_line(&app, &principal);
+    body.push_str(&notice_line(&notice));
+    let _ = write!(
+        body,
         "<dl class=\"job\"><dt>State</dt><dd class=\"state {s}\">{s}</dd><dt>Why</dt><dd class=\"why\">{}</dd>\
          <dt>Queue</dt><dd>{}</dd><dt>Job set</dt><dd>{}</dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{}</dd>\
          <dt>Requests</dt><dd>{}</dd></dl>",
@@ -137,6 +157,9 @@ pub async fn job_handler(State(app): State<Arc<Control>>, headers: HeaderMap, Pa
         escape(&j.requests.to_string()),
         s = j.state.as_str(),
     );
+    if super::actions::may_act_on(&app, &principal, &j.queue) {
+        body.push_str(&job_actions(&j));
+    }
     body.push_str(
         "<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Executor</th><th>Node</th><th>State</th>\
                    <th>Leased</th><th>Finished</th><th>Exit</th><th>Reason</th></tr></thead><tbody>",
@@ -169,8 +192,36 @@ pub async fn job_handler(State(app): State<Arc<Control>>, headers: HeaderMap, Pa
     (StatusCode::OK, Html(page(&format!("Job {}", j.id), &body))).into_response()
 }
 
+/// The actions on a job, each behind a confirmation step.
+fn job_actions(j: &JobView) -> String {
+    let id = j.id;
+    let mut out = String::from("<h2>Actions</h2>");
+    if !j.state.is_terminal() {
+        let _ = write!(
+            out,
+            "<details class=\"action\" id=\"cancel\"><summary>Cancel this job…</summary>\
+             <form method=\"post\" action=\"/ui/jobs/{id}/cancel\"><p>Cancel job {id}? A running job is stopped.</p>\
+             <button class=\"danger\" type=\"submit\">Yes, cancel the job</button></form></details>\
+             <details class=\"action\" id=\"priority\"><summary>Change its priority…</summary>\
+             <form method=\"post\" action=\"/ui/jobs/{id}/priority\"><label>Priority (0 first) \
+             <input name=\"priority\" value=\"{}\" inputmode=\"numeric\" required></label> \
+             <button type=\"submit\">Set the priority</button></form></details>",
+            j.priority
+        );
+    }
+    let _ = write!(
+        out,
+        "<details class=\"action\" id=\"cancel-set\"><summary>Cancel its job set…</summary>\
+         <form method=\"post\" action=\"/ui/jobs/{id}/cancel-set\"><p>Cancel every job of job set {} in queue {}?</p>\
+         <button class=\"danger\" type=\"submit\">Yes, cancel the job set</button></form></details>",
+        escape(j.job_set.as_str()),
+        escape(j.queue.as_str())
+    );
+    out
+}
+
 /// Percent-encodes a query value.
-fn encode(v: &str) -> String {
+pub(crate) fn encode(v: &str) -> String {
     let mut out = String::new();
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b',') {

@@ -1,6 +1,7 @@
 //! The web UI, served by the binary itself at `/` and `/ui/`: server-rendered HTML over the same
 //! state and auth as the API. See `docs/web-ui.md`.
 
+pub mod actions;
 pub mod bars;
 pub mod html;
 pub mod jobs;
@@ -24,6 +25,10 @@ pub fn router() -> Router<Arc<Control>> {
         .route("/ui/queues", get(queues::page_handler))
         .route("/ui/jobs", get(jobs::list_handler))
         .route("/ui/jobs/{id}", get(jobs::job_handler))
+        .route("/ui/jobs/{id}/cancel", post(actions::cancel_job))
+        .route("/ui/jobs/{id}/cancel-set", post(actions::cancel_set))
+        .route("/ui/jobs/{id}/priority", post(actions::reprioritize))
+        .route("/ui/queues/{name}/{verb}", post(actions::cordon))
         .route("/ui/nodes", get(nodes::nodes_handler))
         .route("/ui/cluster", get(nodes::cluster_handler))
         .route("/ui/login", get(session::form).post(session::login))

@@ -6,7 +6,7 @@ use super::html::{escape, page};
 use super::session::{signed_in_line, viewer};
 use crate::control::Control;
 use crate::model::JobState;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use std::fmt::Write;
@@ -21,24 +21,32 @@ const STATES: [(JobState, &str); 4] = [
 ];
 
 /// `GET /ui/queues`.
-pub async fn page_handler(State(app): State<Arc<Control>>, headers: HeaderMap) -> Response {
+pub async fn page_handler(
+    State(app): State<Arc<Control>>,
+    headers: HeaderMap,
+    Query(notice): Query<super::jobs::Notice>,
+) -> Response {
     let principal = match viewer(&app, &headers) {
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
     let mut body = signed_in_line(&app, &principal);
-    body.push_str(&queue_table(&app));
+    body.push_str(&super::jobs::notice_line(&notice));
+    body.push_str(&queue_table(&app, super::actions::may_cordon(&principal)));
     body.push_str(&pool_sections(&app));
     Html(page("Queues", &body)).into_response()
 }
 
-fn queue_table(app: &Control) -> String {
+fn queue_table(app: &Control, cordon: bool) -> String {
     let st = app.state();
     let mut out = String::from(
         "<table class=\"queues\"><thead><tr><th>Queue</th><th>Weight</th><th>Priority factor</th><th>Cordoned</th>",
     );
     for (_, name) in STATES {
         let _ = write!(out, "<th>{name}</th>");
+    }
+    if cordon {
+        out.push_str("<th>Actions</th>");
     }
     out.push_str("</tr></thead><tbody>");
     for (name, q) in &st.queues {
@@ -52,6 +60,20 @@ fn queue_table(app: &Control) -> String {
         );
         for (state, _) in STATES {
             let _ = write!(out, "<td class=\"num\">{}</td>", q.counts.get(&state).copied().unwrap_or(0));
+        }
+        if cordon {
+            let (verb, what) = if q.queue.cordoned {
+                ("uncordon", "Its queued jobs are scheduled again.")
+            } else {
+                ("cordon", "It takes new jobs, but none of its jobs is scheduled until it is uncordoned.")
+            };
+            let _ = write!(
+                out,
+                "<td><details class=\"action\"><summary>{verb}…</summary><form method=\"post\" \
+                 action=\"/ui/queues/{n}/{verb}\"><p>{verb} queue {n}? {what}</p><button type=\"submit\">Yes, {verb}</button>\
+                 </form></details></td>",
+                n = escape(name.as_str()),
+            );
         }
         out.push_str("</tr>");
     }

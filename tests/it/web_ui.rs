@@ -263,3 +263,113 @@ async fn the_nodes_and_cluster_pages_show_allocation_and_members() {
     assert!(html.contains("<tr data-member=\"1\"><td>1 (leader)</td>"), "{html}");
     assert!(html.contains("<dt>Leader</dt><dd>1 "), "{html}");
 }
+
+const ALICE: &str = "ui-alice-token-0123456789abcdef";
+const BOB: &str = "ui-bob-token-0123456789abcdefgh";
+
+/// Actions from the pages: offered to those allowed only, and refused to others by the server;
+/// cancel, cancel of the job set and priority on a job, cordon on a queue (admins).
+#[tokio::test]
+async fn actions_are_offered_to_those_allowed_and_do_what_they_say() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let text = config(tmp.path(), "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            "[auth]\nenabled = true\ntokens = [\n  {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }},\n  \
+             {{ token = \"{ALICE}\", principal = \"alice\", roles = [\"submitter\"] }},\n  \
+             {{ token = \"{BOB}\", principal = \"bob\", roles = [\"submitter\"] }},\n]\n"
+        ),
+    );
+    let s = Server::start_in(tmp.path(), &text);
+    s.ready().await;
+    let admin = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN);
+    let r = admin(s.client.post(format!("{}/v1/queues", s.url)))
+        .json(&json!({"name": "q", "owners": ["alice"]}))
+        .send()
+        .await
+        .expect("queue");
+    assert_eq!(r.status().as_u16(), 201);
+    let r = admin(s.client.post(format!("{}/v1/jobs", s.url)))
+        .json(&json!({"queue": "q", "job_set": "s", "jobs": [job("1"), job("1"), job("1")]}))
+        .send()
+        .await
+        .expect("submit");
+    let ids: Vec<String> = r.json::<serde_json::Value>().await.expect("json")["job_ids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    assert_eq!(ids.len(), 3);
+    let http = no_redirects();
+    let cookie = |token: &str| format!("convoy_token={token}");
+    let get = |path: String, token: &'static str| {
+        let (http, url, c) = (http.clone(), format!("{}{path}", s.url), cookie(token));
+        async move {
+            let r = http.get(url).header("cookie", c).send().await.expect("get");
+            (r.status().as_u16(), r.text().await.expect("text"))
+        }
+    };
+    let post = |path: String, token: &'static str, form: &'static str| {
+        let (http, url, c) = (http.clone(), format!("{}{path}", s.url), cookie(token));
+        async move {
+            let r = http
+                .post(url)
+                .header("cookie", c)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(form)
+                .send()
+                .await
+                .expect("post");
+            let location = r.headers().get("location").and_then(|l| l.to_str().ok()).map(str::to_string);
+            (r.status().as_u16(), location, r.text().await.expect("text"))
+        }
+    };
+    let state_of = |id: String| {
+        let (c, url) = (s.client.clone(), format!("{}/v1/jobs/{id}", s.url));
+        async move {
+            c.get(url).bearer_auth(TOKEN).send().await.expect("get").json::<serde_json::Value>().await.expect("json")
+        }
+    };
+    // Bob does not own q: no actions, and the server refuses them anyway.
+    let (_, page) = get(format!("/ui/jobs/{}", ids[0]), BOB).await;
+    assert!(!page.contains("<h2>Actions</h2>") && !page.contains("/cancel\""), "{page}");
+    let (st, _, page) = post(format!("/ui/jobs/{}/cancel", ids[0]), BOB, "").await;
+    assert_eq!(st, 403, "{page}");
+    assert!(page.contains("role=\"alert\""), "{page}");
+    let (_, page) = get("/ui/queues".into(), BOB).await;
+    assert!(!page.contains("/cordon\""), "{page}");
+    let (st, _, _) = post("/ui/queues/q/cordon".into(), BOB, "").await;
+    assert_eq!(st, 403);
+    // Alice owns it: the actions are there, each behind a confirmation.
+    let (_, page) = get(format!("/ui/jobs/{}", ids[0]), ALICE).await;
+    assert!(
+        page.contains("<summary>Cancel this job…</summary>") && page.contains("Yes, cancel the job</button>"),
+        "{page}"
+    );
+    let (st, to, _) = post(format!("/ui/jobs/{}/cancel", ids[0]), ALICE, "").await;
+    assert_eq!((st, to.as_deref()), (303, Some(format!("/ui/jobs/{}?notice=cancelled", ids[0]).as_str())));
+    assert_eq!(state_of(ids[0].clone()).await["state"], "cancelled");
+    let (_, page) = get(format!("/ui/jobs/{}?notice=cancelled", ids[0]), ALICE).await;
+    assert!(page.contains("<p class=\"notice\" role=\"status\">cancelled</p>"), "{page}");
+    // Priority: a bad one is named, a good one is set.
+    let (st, _, page) = post(format!("/ui/jobs/{}/priority", ids[1]), ALICE, "priority=soon").await;
+    assert_eq!(st, 400);
+    assert!(page.contains("priority: a whole number"), "{page}");
+    let (st, _, _) = post(format!("/ui/jobs/{}/priority", ids[1]), ALICE, "priority=5").await;
+    assert_eq!(st, 303);
+    assert_eq!(state_of(ids[1].clone()).await["priority"], 5);
+    // The job set: the two left.
+    let (st, to, _) = post(format!("/ui/jobs/{}/cancel-set", ids[1]), ALICE, "").await;
+    assert_eq!(st, 303);
+    assert!(to.is_some_and(|t| t.contains("2%20jobs%20of%20job%20set%20s%20cancelled")));
+    assert_eq!(state_of(ids[2].clone()).await["state"], "cancelled");
+    // Cordon: admins only.
+    let (_, page) = get("/ui/queues".into(), TOKEN).await;
+    assert!(page.contains("action=\"/ui/queues/q/cordon\""), "{page}");
+    let (st, to, _) = post("/ui/queues/q/cordon".into(), TOKEN, "").await;
+    assert_eq!((st, to.as_deref()), (303, Some("/ui/queues?notice=queue%20q%20cordoned")));
+    let (_, page) = get("/ui/queues".into(), TOKEN).await;
+    assert!(
+        page.contains("<span class=\"badge\">cordoned</span>") && page.contains("action=\"/ui/queues/q/uncordon\""),
+        "{page}"
+    );
+}

@@ -1,0 +1,145 @@
+//! What a signed-in principal may do from the pages: cancel a job or its whole job set, change
+//! its priority, cordon or uncordon a queue. Each page offers only what the principal is allowed
+//! (the checks of the API, which the server makes again here), behind a confirmation step; each
+//! goes through the same path as the REST and gRPC APIs, then back to the page with the outcome.
+
+use super::html::{escape, page};
+use super::session::viewer;
+use crate::api::auth::Principal;
+use crate::api::jobs::{cancel_jobs, reprioritize_jobs};
+use crate::api::problem::ApiError;
+use crate::api::queue_ops::set_cordon;
+use crate::config::Role;
+use crate::control::Control;
+use crate::model::api::{CancelRequest, ReprioritizeRequest};
+use crate::model::{JobId, JobSetName, QueueName};
+use axum::Form;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use std::sync::Arc;
+
+/// The priority form.
+#[derive(serde::Deserialize)]
+pub struct PriorityForm {
+    priority: String,
+}
+
+/// True if `p` may cancel and reprioritize jobs of `queue` (its owners, their groups, admins).
+pub fn may_act_on(app: &Control, p: &Principal, queue: &QueueName) -> bool {
+    app.state().queues.get(queue).is_some_and(|q| p.require_queue(&q.queue).is_ok())
+}
+
+/// True if `p` may cordon queues.
+pub fn may_cordon(p: &Principal) -> bool {
+    p.require(Role::Admin).is_ok()
+}
+
+/// The queue and job set of job `id`.
+fn job_place(app: &Control, id: &str) -> Result<(JobId, QueueName, JobSetName), ApiError> {
+    let id: JobId = id.parse().map_err(|_| ApiError::bad_request("id", format!("{id:?} is not a job id (a ULID)")))?;
+    let job = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
+    Ok((id, job.queue, job.job_set))
+}
+
+/// Back to `to` with `notice` shown there, or a page saying why it failed.
+fn outcome(result: Result<String, ApiError>, to: &str) -> Response {
+    match result {
+        Ok(notice) => Redirect::to(&format!("{to}?notice={}", super::jobs::encode(&notice))).into_response(),
+        Err(e) => {
+            let field = e.field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default();
+            let body = format!(
+                "<p class=\"error\" role=\"alert\">{}{}</p><p><a href=\"{}\">Back</a></p>",
+                escape(&field),
+                escape(&e.detail),
+                escape(to)
+            );
+            (e.status, Html(page("Not done", &body))).into_response()
+        }
+    }
+}
+
+/// `POST /ui/jobs/{id}/cancel`.
+pub async fn cancel_job(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let p = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let result = async {
+        let (id, queue, job_set) = job_place(&app, &id)?;
+        let req = CancelRequest { queue, job_set, job_ids: Some(vec![id]), states: None, reason: None };
+        let done = cancel_jobs(&app, &p, req).await?;
+        Ok(if done.is_empty() { "nothing to cancel: the job is over".to_string() } else { "cancelled".to_string() })
+    }
+    .await;
+    outcome(result, &to)
+}
+
+/// `POST /ui/jobs/{id}/cancel-set`: every job of the job's job set.
+pub async fn cancel_set(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let p = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let result = async {
+        let (_, queue, job_set) = job_place(&app, &id)?;
+        let req = CancelRequest { queue, job_set: job_set.clone(), job_ids: None, states: None, reason: None };
+        let done = cancel_jobs(&app, &p, req).await?;
+        Ok(format!("{} jobs of job set {job_set} cancelled", done.len()))
+    }
+    .await;
+    outcome(result, &to)
+}
+
+/// `POST /ui/jobs/{id}/priority`.
+pub async fn reprioritize(
+    State(app): State<Arc<Control>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<PriorityForm>,
+) -> Response {
+    let p = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let result = async {
+        let priority: u32 = form
+            .priority
+            .trim()
+            .parse()
+            .map_err(|_| ApiError::bad_request("priority", "a whole number from 0 (first) to 4294967295"))?;
+        let (id, queue, job_set) = job_place(&app, &id)?;
+        let req = ReprioritizeRequest { queue, job_set, job_ids: Some(vec![id]), priority };
+        let done = reprioritize_jobs(&app, &p, req).await?;
+        Ok(if done.is_empty() { "priority unchanged".to_string() } else { format!("priority set to {priority}") })
+    }
+    .await;
+    outcome(result, &to)
+}
+
+/// `POST /ui/queues/{name}/cordon` and `/uncordon`.
+pub async fn cordon(
+    State(app): State<Arc<Control>>,
+    headers: HeaderMap,
+    Path((name, verb)): Path<(String, String)>,
+) -> Response {
+    let p = match viewer(&app, &headers) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let result = async {
+        let cordoned = match verb.as_str() {
+            "cordon" => true,
+            "uncordon" => false,
+            _ => return Err(ApiError::not_found("no such action")),
+        };
+        let queue = QueueName::new(&name).map_err(|e| ApiError::bad_request("queue", e.to_string()))?;
+        set_cordon(&app, &p, &queue, cordoned).await?;
+        Ok(format!("queue {queue} {}", if cordoned { "cordoned" } else { "uncordoned" }))
+    }
+    .await;
+    outcome(result, "/ui/queues")
+}
