@@ -4,7 +4,7 @@
 //! goes through the same path as the REST and gRPC APIs, then back to the page with the outcome.
 
 use super::html::{escape, page};
-use super::session::viewer;
+use super::session::Viewer;
 use crate::api::auth::Principal;
 use crate::api::jobs::{cancel_jobs, reprioritize_jobs};
 use crate::api::problem::ApiError;
@@ -15,7 +15,6 @@ use crate::model::api::{CancelRequest, ReprioritizeRequest};
 use crate::model::{JobId, JobSetName, QueueName};
 use axum::Form;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use std::sync::Arc;
 
@@ -60,11 +59,7 @@ fn outcome(result: Result<String, ApiError>, to: &str) -> Response {
 }
 
 /// `POST /ui/jobs/{id}/cancel`.
-pub async fn cancel_job(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let p = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
+pub async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
     let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
     let result = async {
         let (id, queue, job_set) = job_place(&app, &id)?;
@@ -77,11 +72,7 @@ pub async fn cancel_job(State(app): State<Arc<Control>>, headers: HeaderMap, Pat
 }
 
 /// `POST /ui/jobs/{id}/cancel-set`: every job of the job's job set.
-pub async fn cancel_set(State(app): State<Arc<Control>>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let p = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
+pub async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
     let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
     let result = async {
         let (_, queue, job_set) = job_place(&app, &id)?;
@@ -96,14 +87,10 @@ pub async fn cancel_set(State(app): State<Arc<Control>>, headers: HeaderMap, Pat
 /// `POST /ui/jobs/{id}/priority`.
 pub async fn reprioritize(
     State(app): State<Arc<Control>>,
-    headers: HeaderMap,
+    Viewer(p): Viewer,
     Path(id): Path<String>,
     Form(form): Form<PriorityForm>,
 ) -> Response {
-    let p = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
     let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
     let result = async {
         let priority: u32 = form
@@ -123,13 +110,9 @@ pub async fn reprioritize(
 /// `POST /ui/queues/{name}/cordon` and `/uncordon`.
 pub async fn cordon(
     State(app): State<Arc<Control>>,
-    headers: HeaderMap,
+    Viewer(p): Viewer,
     Path((name, verb)): Path<(String, String)>,
 ) -> Response {
-    let p = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
     let result = async {
         let cordoned = match verb.as_str() {
             "cordon" => true,

@@ -3,13 +3,13 @@
 //! output and pod spec.
 
 use super::html::{escape, page};
-use super::session::{signed_in_line, viewer};
+use super::session::{Viewer, signed_in_line};
 use crate::api::jobs::{ListParams, job_details, list_jobs};
 use crate::control::Control;
 use crate::model::JobId;
 use crate::model::api::JobView;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -20,13 +20,9 @@ const PAGE: usize = 50;
 /// `GET /ui/jobs?queue=&job_set=&state=&after=`.
 pub async fn list_handler(
     State(app): State<Arc<Control>>,
-    headers: HeaderMap,
+    Viewer(principal): Viewer,
     Query(mut q): Query<ListParams>,
 ) -> Response {
-    let principal = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
     // Empty form fields mean "any".
     for f in [&mut q.queue, &mut q.job_set, &mut q.state, &mut q.after] {
         if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
@@ -122,14 +118,10 @@ pub(crate) fn notice_line(n: &Notice) -> String {
 /// `GET /ui/jobs/{id}`.
 pub async fn job_handler(
     State(app): State<Arc<Control>>,
-    headers: HeaderMap,
+    Viewer(principal): Viewer,
     Path(id): Path<String>,
     Query(notice): Query<Notice>,
 ) -> Response {
-    let principal = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
     let Ok(id) = id.parse::<JobId>() else {
         let body = format!("<p class=\"error\">{} is not a job id (a ULID)</p>", escape(&id));
         return (StatusCode::BAD_REQUEST, Html(page("Job", &body))).into_response();

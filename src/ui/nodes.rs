@@ -4,23 +4,18 @@
 
 use super::bars::{self, Bar};
 use super::html::{escape, page};
-use super::session::{signed_in_line, viewer};
+use super::session::{Viewer, signed_in_line};
 use crate::api::nodes::node_views;
 use crate::control::Control;
 use crate::model::{ResourceName, Resources};
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
 /// `GET /ui/nodes`.
-pub async fn nodes_handler(State(app): State<Arc<Control>>, headers: HeaderMap) -> Response {
-    let principal = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
+pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let now = crate::control::now_ms();
     let mut body = signed_in_line(&app, &principal);
     let st = app.state();
@@ -110,11 +105,7 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, headers: HeaderMap) 
 }
 
 /// `GET /ui/cluster`.
-pub async fn cluster_handler(State(app): State<Arc<Control>>, headers: HeaderMap) -> Response {
-    let principal = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
+pub async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let s = app.cluster.status();
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "—".into());
     let mut body = signed_in_line(&app, &principal);

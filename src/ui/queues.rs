@@ -3,11 +3,10 @@
 
 use super::bars::{self, Bar};
 use super::html::{escape, page};
-use super::session::{signed_in_line, viewer};
+use super::session::{Viewer, signed_in_line};
 use crate::control::Control;
 use crate::model::JobState;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -23,13 +22,9 @@ const STATES: [(JobState, &str); 4] = [
 /// `GET /ui/queues`.
 pub async fn page_handler(
     State(app): State<Arc<Control>>,
-    headers: HeaderMap,
+    Viewer(principal): Viewer,
     Query(notice): Query<super::jobs::Notice>,
 ) -> Response {
-    let principal = match viewer(&app, &headers) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
     let mut body = signed_in_line(&app, &principal);
     body.push_str(&super::jobs::notice_line(&notice));
     body.push_str(&queue_table(&app, super::actions::may_cordon(&principal)));

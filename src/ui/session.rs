@@ -6,7 +6,8 @@ use super::html::{escape, page};
 use crate::api::auth::{Principal, authenticate};
 use crate::control::Control;
 use axum::Form;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use std::sync::Arc;
@@ -14,8 +15,20 @@ use std::sync::Arc;
 /// The cookie that holds the token.
 pub const COOKIE: &str = "convoy_token";
 
+/// The principal a page is for, from the request's cookie; a request without a valid one is
+/// answered with the login page.
+pub struct Viewer(pub Principal);
+
+impl FromRequestParts<Arc<Control>> for Viewer {
+    type Rejection = Redirect;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<Control>) -> Result<Self, Redirect> {
+        viewer(app, &parts.headers).map(Viewer)
+    }
+}
+
 /// The principal the request's cookie names, or the redirect to the login page to answer instead.
-pub fn viewer(app: &Control, headers: &HeaderMap) -> Result<Principal, Redirect> {
+fn viewer(app: &Control, headers: &HeaderMap) -> Result<Principal, Redirect> {
     let token = cookie_token(headers);
     let authorization = token.map(|t| format!("Bearer {t}"));
     match authenticate(app, authorization.as_deref()) {
