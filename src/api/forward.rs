@@ -28,9 +28,12 @@ pub static APPLIED_HEADER: HeaderName = HeaderName::from_static("x-convoy-applie
 const SERVING_POLL: Duration = Duration::from_millis(20);
 
 /// Whether only the leader may answer `method path`: every change under `/v1` (submissions,
-/// cancellations, queue changes, lease polls and run events are all POST, PUT, PATCH or DELETE).
+/// cancellations, queue changes, lease polls and run events are all POST, PUT, PATCH or DELETE),
+/// and the web UI's actions (signing in and out change nothing, so any server does them).
 fn needs_leader(method: &Method, path: &str) -> bool {
-    path.starts_with("/v1/") && !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+    let change = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let ui_action = path.starts_with("/ui/") && path != "/ui/login" && path != "/ui/logout";
+    change && (path.starts_with("/v1/") || ui_action)
 }
 
 /// Whether the query asks for a linearizable read (`consistent=true`).
@@ -182,6 +185,9 @@ mod tests {
         assert!(!needs_leader(&Method::GET, "/v1/queues/a/jobs"));
         assert!(!needs_leader(&Method::POST, "/raft/append"));
         assert!(!needs_leader(&Method::GET, "/healthz"));
+        assert!(needs_leader(&Method::POST, "/ui/jobs/01J0000000000000000000000A/cancel"));
+        assert!(!needs_leader(&Method::POST, "/ui/login"));
+        assert!(!needs_leader(&Method::GET, "/ui/jobs"));
     }
 
     #[test]

@@ -79,7 +79,8 @@ pub fn router(app: Arc<Control>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app.clone(), forward::route))
         // Latency by matched route template (a route layer: unmatched paths are not recorded).
         .route_layer(axum::middleware::from_fn(crate::metrics::track_requests))
-        .merge(crate::ui::router());
+        // The UI's actions are relayed to the leader like the API's writes.
+        .merge(crate::ui::router().layer(axum::middleware::from_fn_with_state(app.clone(), forward::route)));
     with_layers(routes, limit).with_state(app)
 }
 

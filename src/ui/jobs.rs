@@ -34,7 +34,12 @@ pub async fn list_handler(
     body.push_str(&filter_form(&q));
     let status = match list_jobs(&app, &q).await {
         Ok(list) => {
-            body.push_str("<div id=\"jobs\" data-live=\"2000\">");
+            let filter = [("queue", &q.queue), ("job_set", &q.job_set)]
+                .iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+                .collect::<Vec<_>>()
+                .join("&");
+            let _ = write!(body, "<div id=\"jobs\" data-live=\"{}\">", escape(&filter));
             body.push_str(&table(&list.jobs));
             if let Some(next) = list.next {
                 let mut params: Vec<(&str, String)> = Vec::new();
@@ -137,8 +142,14 @@ pub async fn job_handler(
     body.push_str(&notice_line(&notice));
     let _ = write!(
         body,
+        "<div id=\"job\" data-live=\"queue={}&amp;job_set={}\">",
+        escape(&encode(j.queue.as_str())),
+        escape(&encode(j.job_set.as_str()))
+    );
+    let _ = write!(
+        body,
         "<dl class=\"job\"><dt>State</dt><dd class=\"state {s}\">{s}</dd><dt>Why</dt><dd class=\"why\">{}</dd>\
-         <dt>Queue</dt><dd>{}</dd><dt>Job set</dt><dd>{}</dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{}</dd>\
+         <dt>Queue</dt><dd><a href=\"/ui/queues/{qe}\">{}</a></dd><dt>Job set</dt><dd><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{}</a></dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{}</dd>\
          <dt>Requests</dt><dd>{}</dd></dl>",
         escape(j.reason.as_deref().unwrap_or("—")),
         escape(j.queue.as_str()),
@@ -148,6 +159,8 @@ pub async fn job_handler(
         escape(&j.submitted_at),
         escape(&j.requests.to_string()),
         s = j.state.as_str(),
+        qe = escape(&encode(j.queue.as_str())),
+        se = escape(&encode(j.job_set.as_str())),
     );
     if super::actions::may_act_on(&app, &principal, &j.queue) {
         body.push_str(&job_actions(&j));
@@ -177,10 +190,12 @@ pub async fn job_handler(
         let _ = write!(body, "<li><time>{}</time> <code>{}</code></li>", escape(&e.at), escape(&kind));
     }
     body.push_str("</ol>");
+    body.push_str("</div>");
     if let Some(spec) = &j.pod_spec {
         let text = serde_json::to_string_pretty(spec).unwrap_or_default();
         let _ = write!(body, "<h2>Pod spec</h2><pre class=\"spec\">{}</pre>", escape(&text));
     }
+    body.push_str("<script src=\"/ui/app.js\"></script>");
     (StatusCode::OK, Html(page(&format!("Job {}", j.id), &body))).into_response()
 }
 

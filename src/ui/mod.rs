@@ -5,6 +5,7 @@ pub mod actions;
 pub mod bars;
 pub mod html;
 pub mod jobs;
+pub mod live;
 pub mod nodes;
 pub mod queues;
 pub mod session;
@@ -23,12 +24,14 @@ pub fn router() -> Router<Arc<Control>> {
         .route("/ui", get(|| async { Redirect::to("/ui/queues") }))
         .route("/ui/", get(|| async { Redirect::to("/ui/queues") }))
         .route("/ui/queues", get(queues::page_handler))
+        .route("/ui/queues/{name}", get(queues::queue_handler))
         .route("/ui/jobs", get(jobs::list_handler))
         .route("/ui/jobs/{id}", get(jobs::job_handler))
         .route("/ui/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/ui/jobs/{id}/cancel-set", post(actions::cancel_set))
         .route("/ui/jobs/{id}/priority", post(actions::reprioritize))
         .route("/ui/queues/{name}/{verb}", post(actions::cordon))
+        .route("/ui/live", get(live::stream))
         .route("/ui/nodes", get(nodes::nodes_handler))
         .route("/ui/cluster", get(nodes::cluster_handler))
         .route("/ui/login", get(session::form).post(session::login))

@@ -37,6 +37,7 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
         .into_iter()
         .map(|v| ((v.executor.as_str().to_string(), v.name.as_str().to_string()), v))
         .collect();
+    body.push_str("<div id=\"nodes\" data-live=\"\">");
     if st.executors.is_empty() {
         body.push_str("<p>No executor has reported nodes yet.</p>");
     }
@@ -101,6 +102,7 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
         body.push_str("</tbody></table>");
     }
     drop(st);
+    body.push_str("</div><script src=\"/ui/app.js\"></script>");
     Html(page("Nodes", &body)).into_response()
 }
 

@@ -1,12 +1,15 @@
 //! The queues page: every queue with its weight, cordon and jobs by state, and per pool the
-//! shares of the leader's latest scheduling cycle as bars.
+//! shares of the leader's latest scheduling cycle as bars; and a queue's own page with its
+//! settings, shares and job sets.
 
 use super::bars::{self, Bar};
 use super::html::{escape, page};
 use super::session::{Viewer, signed_in_line};
 use crate::control::Control;
 use crate::model::JobState;
-use axum::extract::{Query, State};
+use crate::model::QueueName;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -27,9 +30,104 @@ pub async fn page_handler(
 ) -> Response {
     let mut body = signed_in_line(&app, &principal);
     body.push_str(&super::jobs::notice_line(&notice));
+    body.push_str("<div id=\"queues\" data-live=\"\">");
     body.push_str(&queue_table(&app, super::actions::may_cordon(&principal)));
-    body.push_str(&pool_sections(&app));
+    body.push_str(&pool_sections(&app, None));
+    body.push_str("</div><script src=\"/ui/app.js\"></script>");
     Html(page("Queues", &body)).into_response()
+}
+
+/// `GET /ui/queues/{name}`: the queue's settings, its live jobs by state, its shares in each pool
+/// and its job sets (with live jobs by state and how many are stored in all).
+pub async fn queue_handler(
+    State(app): State<Arc<Control>>,
+    Viewer(principal): Viewer,
+    Path(name): Path<String>,
+) -> Response {
+    let Ok(name) = name.parse::<QueueName>() else {
+        let body = format!("<p class=\"error\" role=\"alert\">{} is not a queue name</p>", escape(&name));
+        return (StatusCode::BAD_REQUEST, Html(page("Queue", &body))).into_response();
+    };
+    let mut body = signed_in_line(&app, &principal);
+    {
+        let st = app.state();
+        let Some(q) = st.queues.get(&name) else {
+            let body = format!("<p class=\"error\" role=\"alert\">queue {} does not exist</p>", escape(name.as_str()));
+            return (StatusCode::NOT_FOUND, Html(page("Queue", &body))).into_response();
+        };
+        let list = |v: &[String]| if v.is_empty() { "—".to_string() } else { escape(&v.join(", ")) };
+        let _ = write!(
+            body,
+            "<dl class=\"queue\"><dt>Weight</dt><dd>{:.3}</dd><dt>Priority factor</dt><dd>{}</dd><dt>Cordoned</dt><dd>{}</dd>\
+             <dt>Parent</dt><dd>{}</dd><dt>Owners</dt><dd>{}</dd><dt>Groups</dt><dd>{}</dd></dl>",
+            1.0 / q.queue.priority_factor,
+            q.queue.priority_factor,
+            if q.queue.cordoned { "yes" } else { "no" },
+            q.queue.parent.as_ref().map_or("—".to_string(), |p| escape(p.as_str())),
+            list(&q.queue.owners),
+            list(&q.queue.groups),
+        );
+        let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::jobs::encode(name.as_str())));
+        body.push_str("<h2>Jobs</h2><table class=\"counts\"><thead><tr>");
+        for (_, s) in STATES {
+            let _ = write!(body, "<th>{s}</th>");
+        }
+        body.push_str("</tr></thead><tbody><tr>");
+        for (state, s) in STATES {
+            let n = q.counts.get(&state).copied().unwrap_or(0);
+            let _ = write!(
+                body,
+                "<td class=\"num\"><a href=\"/ui/jobs?queue={}&amp;state={s}\">{n}</a></td>",
+                super::jobs::encode(name.as_str())
+            );
+        }
+        body.push_str("</tr></tbody></table>");
+        body.push_str(&job_sets(&st, &name));
+    }
+    body.push_str(&pool_sections(&app, Some(&name)));
+    body.push_str("</div><script src=\"/ui/app.js\"></script>");
+    Html(page(&format!("Queue {name}"), &body)).into_response()
+}
+
+/// The queue's job sets, by name: live jobs by state, and jobs stored (live or finished).
+fn job_sets(st: &crate::state::State, queue: &QueueName) -> String {
+    let mut sets: Vec<_> = st.set_jobs.iter().filter(|((q, _), _)| q == queue).collect();
+    sets.sort_by(|a, b| a.0.1.cmp(&b.0.1));
+    let mut out = String::from("<h2>Job sets</h2>");
+    if sets.is_empty() {
+        out.push_str("<p>No job sets: no jobs are stored for this queue.</p>");
+        return out;
+    }
+    out.push_str("<table class=\"job-sets\"><thead><tr><th>Job set</th>");
+    for (_, s) in STATES {
+        let _ = write!(out, "<th>{s}</th>");
+    }
+    out.push_str("<th>Ended</th><th>Stored</th></tr></thead><tbody>");
+    for ((q, set), stored) in sets {
+        let mut counts = [0u64; STATES.len()];
+        let live = st.job_sets.get(&(q.clone(), set.clone()));
+        for id in live.into_iter().flatten() {
+            if let Some(j) = st.jobs.get(id)
+                && let Some(i) = STATES.iter().position(|(s, _)| *s == j.record.state)
+            {
+                counts[i] += 1;
+            }
+        }
+        let live_n = live.map_or(0, |l| l.len() as u64);
+        let _ = write!(
+            out,
+            "<tr data-job-set=\"{n}\"><td><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{n}</a></td>",
+            n = escape(set.as_str()),
+            qe = super::jobs::encode(q.as_str()),
+            se = super::jobs::encode(set.as_str()),
+        );
+        for c in counts {
+            let _ = write!(out, "<td class=\"num\">{c}</td>");
+        }
+        let _ = write!(out, "<td class=\"num\">{}</td><td class=\"num\">{stored}</td></tr>", stored.saturating_sub(live_n));
+    }
+    out.push_str("</tbody></table>");
+    out
 }
 
 fn queue_table(app: &Control, cordon: bool) -> String {
@@ -48,8 +146,9 @@ fn queue_table(app: &Control, cordon: bool) -> String {
         let factor = q.queue.priority_factor;
         let _ = write!(
             out,
-            "<tr data-queue=\"{n}\"><td>{n}</td><td>{w:.3}</td><td>{factor}</td><td>{c}</td>",
+            "<tr data-queue=\"{n}\"><td><a href=\"/ui/queues/{e}\">{n}</a></td><td>{w:.3}</td><td>{factor}</td><td>{c}</td>",
             n = escape(name.as_str()),
+            e = super::jobs::encode(name.as_str()),
             w = 1.0 / factor,
             c = if q.queue.cordoned { "<span class=\"badge\">cordoned</span>" } else { "no" },
         );
@@ -76,7 +175,8 @@ fn queue_table(app: &Control, cordon: bool) -> String {
     out
 }
 
-fn pool_sections(app: &Control) -> String {
+/// Per pool, the shares of every active queue (or of `only`).
+fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
     let view = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
     if view.pools.is_empty() {
         return "<p class=\"note\">No scheduling cycle on this server yet: shares come from the leader's latest \
@@ -96,7 +196,7 @@ fn pool_sections(app: &Control) -> String {
             pool.nodes,
             escape(&pool.total.to_string())
         );
-        for q in &pool.queues {
+        for q in pool.queues.iter().filter(|q| only.is_none_or(|o| *o == q.queue)) {
             let svg = bars::svg(&[
                 Bar { label: "fair share", share: q.fair_share, class: "fair" },
                 Bar { label: "adjusted fair share", share: q.adjusted_fair_share, class: "adjusted" },

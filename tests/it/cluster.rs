@@ -120,6 +120,14 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
     let listed = ok(&format!("{dead},{url}"), &["jobs", "--queue", "A"]).await;
     assert_eq!(listed.lines().filter(|l| l.contains("queued")).count(), 6, "{listed}");
     assert_eq!(text.lines().filter(|l| l.contains("voter") || l.contains("leader  ")).count(), 3, "{text}");
+    // The web UI's actions work from a follower too: relayed like the API's writes, and the
+    // page it returns to already shows the outcome.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = http.post(format!("{url}/ui/jobs/{}/cancel", acked[0])).send().await.unwrap();
+    let to = r.headers().get("location").and_then(|l| l.to_str().ok()).map(str::to_string);
+    assert_eq!((r.status().as_u16(), to), (303, Some(format!("/ui/jobs/{}?notice=cancelled", acked[0]))));
+    let page = http.get(format!("{url}/ui/jobs/{}", acked[0])).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("<dd class=\"state cancelled\">cancelled</dd>"), "{page}");
 
     // A fourth server joins (its peers list names the members and itself, so it waits to be
     // added instead of forming a cluster), through a follower, then leaves again; all under a

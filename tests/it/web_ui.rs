@@ -96,7 +96,11 @@ async fn the_queues_page_shows_fair_shares_as_bars_in_proportion() {
         assert!(Instant::now() < deadline, "no shares on the page: {html}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(html.contains("<td>heavy</td><td>1.000</td>") && html.contains("<td>light</td><td>0.333</td>"), "{html}");
+    assert!(
+        html.contains("<a href=\"/ui/queues/heavy\">heavy</a></td><td>1.000</td>")
+            && html.contains("<a href=\"/ui/queues/light\">light</a></td><td>0.333</td>"),
+        "{html}"
+    );
     assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"225\""), "{html}");
     assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"75\""), "{html}");
 
@@ -222,6 +226,142 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
     assert_eq!(st, 400);
     let (st, _) = page(format!("{}/ui/jobs/01M85WCFXWR5DG3NYMGV000000", s.url)).await;
     assert_eq!(st, 404);
+    // The queue's page: its job sets with their jobs by state, linked to the filtered table.
+    s.submit("q", "second", vec![job("1")]).await;
+    let cancel = json!({"queue": "q", "job_set": set, "job_ids": [ids[1]]});
+    let (st, v) = s.post("/v1/jobs/cancel", &cancel).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, html) = page(format!("{}/ui/queues/q", s.url)).await;
+    assert_eq!(st, 200, "{html}");
+    let row = |name: &str| {
+        let start = format!("<tr data-job-set=\"{name}\">");
+        html.split(&start).nth(1).and_then(|r| r.split("</tr>").next()).map(|r| {
+            r.split("<td class=\"num\">").skip(1).filter_map(|c| c.split('<').next()).map(str::to_string).collect::<Vec<_>>()
+        })
+    };
+    // queued, leased, pending, running, ended, stored
+    assert_eq!(row("&lt;b&gt;set&lt;/b&gt; &amp; co"), Some(["2", "0", "0", "0", "1", "3"].map(String::from).to_vec()), "{html}");
+    assert_eq!(row("second"), Some(["1", "0", "0", "0", "0", "1"].map(String::from).to_vec()), "{html}");
+    assert!(html.contains("href=\"/ui/jobs?queue=q&amp;job_set=second\""), "{html}");
+    assert!(!html.contains("data-job-set=\"s\""), "another queue's job set: {html}");
+    assert!(html.contains("data-live=\"queue=q\""), "{html}");
+    let (st, _) = page(format!("{}/ui/queues/nope", s.url)).await;
+    assert_eq!(st, 404);
+    let (st, _) = page(format!("{}/ui/queues/Not%20A%20Name", s.url)).await;
+    assert_eq!(st, 400);
+}
+
+/// chromedriver (Debian's `chromium-driver`) on its own port, stopped when dropped.
+struct Chromedriver(std::process::Child);
+
+impl Drop for Chromedriver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A headless Chromium session driven over WebDriver, or None (the test skipped) when Chromium
+/// or chromedriver is missing and CI did not ask for them.
+async fn browser(dir: &Path) -> Option<(Chromedriver, fantoccini::Client)> {
+    let driver = ["/usr/bin/chromedriver"].into_iter().find(|p| Path::new(p).exists());
+    let (Some(chromium), Some(driver)) = (chromium(), driver) else {
+        assert!(
+            std::env::var_os("CONVOY_REQUIRE_CHROMIUM").is_none(),
+            "CONVOY_REQUIRE_CHROMIUM is set but chromium or chromedriver is missing"
+        );
+        eprintln!("SKIPPED the browser-driven check: no chromium and chromedriver on this machine");
+        return None;
+    };
+    let port = crate::common::procs::free_port();
+    let child = std::process::Command::new(driver)
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let guard = Chromedriver(child);
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{url}/status")).await.is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not answer on {url}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let caps = json!({"goog:chromeOptions": {"binary": chromium, "args": [
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1200,900",
+        format!("--user-data-dir={}", dir.join("chromium-profile").display()),
+    ]}});
+    let caps = caps.as_object().cloned().expect("an object");
+    let client = fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&url)
+        .await
+        .expect("a WebDriver session");
+    Some((guard, client))
+}
+
+/// In a real browser: signing in on the form, the jobs table showing a job submitted meanwhile
+/// without the page being loaded again (the event stream said so), and a job cancelled by
+/// clicking through its confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_browser_the_table_follows_submissions_and_a_cancel_is_clicked_through() {
+    use fantoccini::Locator;
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let text = config(tmp.path(), "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            "[auth]\nenabled = true\ntokens = [ {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }} ]\n"
+        ),
+    );
+    let s = Server::start_in(tmp.path(), &text);
+    s.ready().await;
+    let api = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN);
+    let r = api(s.client.post(format!("{}/v1/queues", s.url))).json(&json!({"name": "q"})).send().await.expect("queue");
+    assert_eq!(r.status().as_u16(), 201);
+    let submit = || async {
+        let r = api(s.client.post(format!("{}/v1/jobs", s.url)))
+            .json(&json!({"queue": "q", "job_set": "s", "jobs": [job("1")]}))
+            .send()
+            .await
+            .expect("submit");
+        let v: serde_json::Value = r.json().await.expect("json");
+        v["job_ids"][0].as_str().expect("an id").to_string()
+    };
+    let first = submit().await;
+    let Some((_driver, c)) = browser(tmp.path()).await else { return };
+    // Signing in: any page leads to the form first.
+    c.goto(&format!("{}/ui/jobs?queue=q", s.url)).await.expect("goto");
+    c.wait().for_element(Locator::Css("input[name=token]")).await.expect("the sign-in form");
+    c.form(Locator::Css("form")).await.expect("form").set_by_name("token", TOKEN).await.expect("token").submit().await.expect("sign in");
+    c.wait().for_element(Locator::Css("nav")).await.expect("a page");
+    c.goto(&format!("{}/ui/jobs?queue=q", s.url)).await.expect("goto");
+    c.wait().for_element(Locator::Css(&format!("tr[data-job='{first}']"))).await.expect("the first job listed");
+    // A mark on the page: it survives a live update and would not survive a reload.
+    c.execute("window.convoyMark = 42; return null;", vec![]).await.expect("mark");
+    let second = submit().await;
+    let row = format!("tr[data-job='{second}']");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while c.find(Locator::Css(&row)).await.is_err() {
+        assert!(Instant::now() < deadline, "the job submitted meanwhile never appeared: {}", c.source().await.unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mark = c.execute("return window.convoyMark;", vec![]).await.expect("mark");
+    assert_eq!(mark, json!(42), "the page was loaded again instead of updated in place");
+    // Cancel the first job from its page: open the confirmation, then confirm.
+    c.find(Locator::Css(&format!("a[href='/ui/jobs/{first}']"))).await.expect("link").click().await.expect("click");
+    c.wait().for_element(Locator::Css("details#cancel summary")).await.expect("the cancel action").click().await.expect("open");
+    c.find(Locator::Css("details#cancel button.danger")).await.expect("confirm").click().await.expect("confirm");
+    let notice = c.wait().for_element(Locator::Css("p.notice")).await.expect("the outcome").text().await.expect("text");
+    assert_eq!(notice, "cancelled");
+    let state = c.find(Locator::Css("dd.state")).await.expect("state").text().await.expect("text");
+    assert_eq!(state, "cancelled");
+    let v: serde_json::Value =
+        api(s.client.get(format!("{}/v1/jobs/{first}", s.url))).send().await.expect("get").json().await.expect("json");
+    assert_eq!(v["state"], "cancelled");
+    let v: serde_json::Value =
+        api(s.client.get(format!("{}/v1/jobs/{second}", s.url))).send().await.expect("get").json().await.expect("json");
+    assert_eq!(v["state"], "queued", "only the job clicked is cancelled");
+    c.close().await.expect("close the session");
 }
 
 /// The nodes page shows each node's allocation as bars and its labels, taints and cordon; the
