@@ -9,7 +9,7 @@
 
 use crate::certs::{PemFileError, certificate_error, https_client};
 use crate::model::ExecutorName;
-use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, Problem};
+use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, OutputReport, Problem};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
@@ -169,6 +169,11 @@ impl ExecutorClient {
     /// `POST /v1/executors/{executor}/events`: reports run events.
     pub async fn events(&self, req: &EventsRequest) -> Result<EventsResponse, ClientError> {
         self.post("events", req, EVENTS_TIMEOUT).await
+    }
+
+    /// `POST /v1/executors/{executor}/output`: sends followed output.
+    pub async fn output(&self, req: &OutputReport) -> Result<EventsResponse, ClientError> {
+        self.post("output", req, EVENTS_TIMEOUT).await
     }
 
     /// Sends the request to the current server, then to each other one until one answers.

@@ -4,8 +4,8 @@
 //! hundreds of thousands of jobs: one timer heap and one task for all runs.
 
 use super::config::FakeConfig;
-use super::runtime::{EventSink, Runtime, RuntimeError, Started, run_event};
-use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind};
+use super::runtime::{EventSink, Runtime, RuntimeError, Started, no_output, run_event};
+use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind};
 use crate::model::{JobId, NodeName, Resources, RunId};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -140,6 +140,10 @@ fn parse_annotations(lease: &LeaseOrder) -> Result<(Duration, i32), RuntimeError
 impl Runtime for FakeRuntime {
     fn name(&self) -> &'static str {
         "fake"
+    }
+
+    async fn output(&self, want: OutputWanted) -> OutputChunk {
+        no_output(&want, "fake runs start no process and have no output")
     }
 
     async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {

@@ -10,7 +10,8 @@ use super::AgentError;
 use super::client::{Backoff, ClientError, ExecutorClient};
 use super::runtime::{EventReceiver, EventSink, Runtime, RuntimeError, is_final, run_event, state_after};
 use crate::model::api::{
-    EventsRequest, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, RunEventKind, RunEventReport,
+    EventsRequest, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, OutputReport, OutputWanted,
+    RunEventKind, RunEventReport,
 };
 use crate::model::{ExecutorName, JobId, NodeFault, RunId, RunState};
 use futures::StreamExt;
@@ -200,6 +201,10 @@ fn log_client_error(executor: &ExecutorName, what: &str, e: &ClientError, retry_
 
 /// Starts new leases and passes kill orders on. True if anything new was done.
 async fn handle_response<R: Runtime>(shared: &Arc<Shared<R>>, resp: LeaseResponse) -> bool {
+    if !resp.output.is_empty() {
+        // Beside the poll: output someone follows must not hold up leases and kills.
+        tokio::spawn(send_output(shared.clone(), resp.output).in_current_span());
+    }
     let fresh: Vec<LeaseOrder> = {
         let mut t = shared.table();
         resp.leases.into_iter().filter(|l| t.begin(l.run_id, l.job_id)).collect()
@@ -210,6 +215,15 @@ async fn handle_response<R: Runtime>(shared: &Arc<Shared<R>>, resp: LeaseRespons
         acted |= kill_one(shared, k).await;
     }
     acted
+}
+
+/// Reads the output the server asked for and sends it; a lost report is not retried (the
+/// server asks again while someone follows).
+async fn send_output<R: Runtime>(shared: Arc<Shared<R>>, wanted: Vec<OutputWanted>) {
+    let chunks = futures::stream::iter(wanted).then(|w| shared.runtime.output(w)).collect::<Vec<_>>().await;
+    if let Err(e) = shared.client.output(&OutputReport { chunks }).await {
+        tracing::debug!(executor = %shared.settings.executor, error = %e, "sending followed output failed");
+    }
 }
 
 async fn start_one<R: Runtime>(shared: &Arc<Shared<R>>, lease: LeaseOrder) {

@@ -12,10 +12,15 @@ use super::confine::user::UnixUser;
 use super::confine::{self, Confiner, PlanError};
 use super::os;
 use super::rundir::{self, ExitRecord, RunDir};
-use super::runtime::{EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, now_ms, run_event, state_after};
+use super::runtime::{
+    EventSink, LOG_TAIL_MAX_BYTES, OUTPUT_CHUNK_BYTES, OUTPUT_TAIL_BYTES, Runtime, RuntimeError, Started, no_output,
+    now_ms, output_chunk, run_event, state_after,
+};
 use super::spawner::{SpawnRequest, SpawnerClient};
 use super::tasks::OwnedTasks;
-use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
+use crate::model::api::{
+    HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputStream, OutputWanted, RunEventKind, RunEventReport,
+};
 use crate::model::{JobId, NodeFault, ResourceName, Resources, RunId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -543,6 +548,35 @@ impl Runtime for ProcessRuntime {
         }
         tracing::info!(%run_id, grace_seconds = grace.as_secs_f64(), reason, "stopping");
         Ok(true)
+    }
+
+    async fn output(&self, want: OutputWanted) -> OutputChunk {
+        let dir = self.inner.run_dir(want.run_id);
+        let read = tokio::task::spawn_blocking(move || {
+            if !dir.path.exists() {
+                return Ok(None);
+            }
+            // The exit record is written once the job has exited: read it first, and the
+            // output read after it is whole.
+            let done = dir.read_exit()?.is_some();
+            let name = match want.stream {
+                OutputStream::Stdout => rundir::STDOUT,
+                OutputStream::Stderr => rundir::STDERR,
+            };
+            let (start, bytes) = dir.read_output(name, want.from, OUTPUT_TAIL_BYTES, OUTPUT_CHUNK_BYTES)?;
+            // More than one chunk left: not the end yet, whatever the job did.
+            let whole = bytes.len() < OUTPUT_CHUNK_BYTES;
+            Ok::<_, std::io::Error>(Some(output_chunk(&want, start, &bytes, done && whole)))
+        })
+        .await;
+        match read {
+            Ok(Ok(Some(chunk))) => chunk,
+            // Not started yet (or cleaned up once over, when the server answers from what the
+            // run shipped instead of asking).
+            Ok(Ok(None)) => output_chunk(&want, want.from.unwrap_or(0), &[], false),
+            Ok(Err(e)) => no_output(&want, format!("reading the run's output: {e}")),
+            Err(e) => no_output(&want, format!("reading the run's output: {e}")),
+        }
     }
 
     async fn forget(&self, run_id: RunId) -> Result<(), RuntimeError> {

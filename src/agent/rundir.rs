@@ -171,6 +171,22 @@ impl RunDir {
         Ok(linked)
     }
 
+    /// Up to `max` bytes of the job's output file `name` from `from` (None: the last
+    /// `tail` bytes): where they start, and the bytes. A file not there yet reads as empty.
+    pub fn read_output(&self, name: &str, from: Option<u64>, tail: u64, max: usize) -> io::Result<(u64, Vec<u8>)> {
+        let mut f = match std::fs::File::open(self.file(name)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((from.unwrap_or(0), Vec::new())),
+            Err(e) => return Err(e),
+        };
+        let len = f.metadata()?.len();
+        let start = from.unwrap_or_else(|| len.saturating_sub(tail)).min(len);
+        f.seek(SeekFrom::Start(start))?;
+        let mut buf = Vec::new();
+        f.take(max as u64).read_to_end(&mut buf)?;
+        Ok((start, buf))
+    }
+
     /// The last lines of the job's output (stdout, then stderr under a marker), at most
     /// `max_bytes` in all.
     pub fn log_tail(&self, lines: usize, max_bytes: usize) -> Option<String> {

@@ -1,7 +1,7 @@
 //! What the lease loop needs from a runtime (processes, fake nodes, Kubernetes pods), and the
 //! channel runtimes report run state changes through.
 
-use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind, RunEventReport};
+use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind, RunEventReport};
 use crate::model::{JobId, RunId, RunState};
 use std::future::Future;
 use std::time::Duration;
@@ -9,6 +9,11 @@ use tokio::sync::mpsc;
 
 /// Largest `log_tail` sent with a final event.
 pub const LOG_TAIL_MAX_BYTES: usize = 64 * 1024;
+
+/// Most output sent for one ask of followed output; the server asks again for the rest.
+pub const OUTPUT_CHUNK_BYTES: usize = 256 * 1024;
+/// How far back from the end "the last lines" of followed output start.
+pub const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
 
 /// Why a runtime could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +89,63 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// The server has the run's final event: the runtime may release what it keeps for it.
     fn forget(&self, run_id: RunId) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+
+    /// Up to [`OUTPUT_CHUNK_BYTES`] of a run's output from the offset asked, for someone
+    /// following it; `unavailable` says why there is none (the runtime keeps none, no such run).
+    fn output(&self, want: OutputWanted) -> impl Future<Output = OutputChunk> + Send;
+}
+
+/// An answer without output, saying why.
+pub fn no_output(want: &OutputWanted, why: impl Into<String>) -> OutputChunk {
+    let at = want.from.unwrap_or(0);
+    OutputChunk {
+        run_id: want.run_id,
+        stream: want.stream,
+        from: at,
+        to: at,
+        data: String::new(),
+        done: true,
+        unavailable: Some(why.into()),
+    }
+}
+
+/// The chunk for `bytes` read at offset `start` of a stream (`done`: it will not grow). A chunk
+/// that starts inside the stream because the last lines were asked for begins at a line; one
+/// that is not the end stops before a character cut in two, which the next ask starts with.
+pub fn output_chunk(want: &OutputWanted, start: u64, bytes: &[u8], done: bool) -> OutputChunk {
+    let mut from = start;
+    let mut body = bytes;
+    if want.from.is_none()
+        && start > 0
+        && let Some(i) = body.iter().position(|b| *b == b'\n')
+    {
+        from += i as u64 + 1;
+        body = &body[i + 1..];
+    }
+    if !done {
+        // A UTF-8 sequence cut at the end: leave it for the next ask.
+        let cut = match std::str::from_utf8(body) {
+            Ok(_) => 0,
+            Err(e) if e.error_len().is_none() => body.len() - e.valid_up_to(),
+            Err(_) => {
+                let tail_start = body.len().saturating_sub(3);
+                match std::str::from_utf8(&body[tail_start..]) {
+                    Err(e) if e.error_len().is_none() => body.len() - (tail_start + e.valid_up_to()),
+                    _ => 0,
+                }
+            }
+        };
+        body = &body[..body.len() - cut];
+    }
+    OutputChunk {
+        run_id: want.run_id,
+        stream: want.stream,
+        from,
+        to: from + body.len() as u64,
+        data: String::from_utf8_lossy(body).into_owned(),
+        done,
+        unavailable: None,
+    }
 }
 
 /// Where runtimes send run events; the lease loop reads them and forwards them to the server.
@@ -176,6 +238,34 @@ pub fn last_lines(text: &str, lines: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_chunks_start_at_a_line_for_the_last_lines_and_never_split_a_character() {
+        use crate::model::api::OutputStream;
+        let want =
+            |from: Option<u64>| OutputWanted { run_id: RunId::from_parts(1, 1), stream: OutputStream::Stdout, from };
+        // From an offset: as read.
+        let c = output_chunk(&want(Some(10)), 10, b"partial line\nnext\n", false);
+        assert_eq!((c.from, c.to, c.data.as_str()), (10, 28, "partial line\nnext\n"));
+        // The last lines, read from inside the stream: from the next line.
+        let c = output_chunk(&want(None), 100, b"partial line\nnext\n", false);
+        assert_eq!((c.from, c.to, c.data.as_str()), (113, 118, "next\n"));
+        let c = output_chunk(&want(None), 0, b"first\n", false);
+        assert_eq!((c.from, c.data.as_str()), (0, "first\n"));
+        // "é" is two bytes: cut after the first, it waits for the next ask, unless the run is over.
+        let bytes = "caf\u{e9}".as_bytes();
+        let c = output_chunk(&want(Some(0)), 0, &bytes[..4], false);
+        assert_eq!((c.to, c.data.as_str()), (3, "caf"));
+        let c = output_chunk(&want(Some(3)), 3, &bytes[3..], false);
+        assert_eq!((c.from, c.to, c.data.as_str()), (3, 5, "\u{e9}"));
+        let c = output_chunk(&want(Some(0)), 0, &bytes[..4], true);
+        assert_eq!((c.to, c.data.as_str()), (4, "caf\u{fffd}"));
+        // Invalid bytes inside are replaced; offsets stay those of the stream.
+        let c = output_chunk(&want(Some(0)), 0, b"a\xffb", false);
+        assert_eq!((c.to, c.data.as_str()), (3, "a\u{fffd}b"));
+        let n = no_output(&want(Some(7)), "none kept");
+        assert_eq!((n.from, n.to, n.done, n.unavailable.as_deref()), (7, 7, true, Some("none kept")));
+    }
 
     #[test]
     fn tails() {

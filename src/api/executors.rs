@@ -4,8 +4,8 @@ use super::auth::{Authorized, ExecutorRole};
 use super::problem::{ApiError, ApiJson, json};
 use crate::control::{Control, now_ms};
 use crate::model::api::{
-    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, Problem,
-    RunEventKind, RunEventReport,
+    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, OutputReport,
+    Problem, RunEventKind, RunEventReport,
 };
 use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
 use crate::record::NodeRecord;
@@ -212,7 +212,14 @@ pub async fn lease(
         tokio::pin!(notified);
         notified.as_mut().enable();
         let pending = pending_for(&app, &executor, &held, &req, max_leases);
-        if !pending.leases.is_empty() || !pending.kills.is_empty() || tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        // Output someone follows is asked for without waiting for the poll's end.
+        let ask_at = app.output.next_ask(&executor, now.into_std()).map(tokio::time::Instant::from_std);
+        if !pending.leases.is_empty()
+            || !pending.kills.is_empty()
+            || now >= deadline
+            || ask_at.is_some_and(|a| a <= now)
+        {
             break pending;
         }
         if *stopping.borrow() {
@@ -220,7 +227,7 @@ pub async fn lease(
         }
         tokio::select! {
             _ = notified => {}
-            _ = tokio::time::sleep_until(deadline) => {}
+            _ = tokio::time::sleep_until(ask_at.map_or(deadline, |a| a.min(deadline))) => {}
             _ = stopping.changed() => {}
             _ = serving_lapsed(&app) => {
                 return Err(ApiError::unavailable(
@@ -267,7 +274,48 @@ pub async fn lease(
             namespace: r.namespace.clone(),
         });
     }
-    Ok(json(LeaseResponse { leases, kills: pending.kills }))
+    let output = app.output.asks_for(&executor, std::time::Instant::now());
+    Ok(json(LeaseResponse { leases, kills: pending.kills, output }))
+}
+
+/// Send followed output
+///
+/// What the agent has of the output the lease poll asked for (`output` in its answer). Kept on
+/// the leader for those following it, not stored: a follower relays the report to the leader.
+#[utoipa::path(
+    post,
+    path = "/v1/executors/{executor}/output",
+    operation_id = "reportRunOutput",
+    tag = "executors",
+    security(("bearer" = [])),
+    params(("executor" = ExecutorName, Path, description = "Executor name")),
+    request_body = OutputReport,
+    responses(
+        (status = 200, description = "How many pieces were taken (others belong to runs nobody follows now)", body = EventsResponse),
+        (status = 400, description = "The body is invalid", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The caller lacks the executor role", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `max_request_bytes`", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not `application/json`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "This server does not lead, and there is no leader to relay to", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn output(
+    State(app): State<Arc<Control>>,
+    _caller: Authorized<ExecutorRole>,
+    Path(executor): Path<String>,
+    ApiJson(req): ApiJson<OutputReport>,
+) -> Result<HttpResponse, ApiError> {
+    let executor = executor_name(&executor)?;
+    require_serving(&app)?;
+    app.liveness.touch(&executor);
+    for (i, c) in req.chunks.iter().enumerate() {
+        if c.to < c.from {
+            return Err(ApiError::bad_request(format!("chunks[{i}].to"), "must not be before `from`"));
+        }
+    }
+    let accepted = app.output.receive(&executor, req.chunks);
+    Ok(json(EventsResponse { accepted: u32::try_from(accepted).unwrap_or(u32::MAX) }))
 }
 
 /// Report run events

@@ -33,7 +33,9 @@ const SERVING_POLL: Duration = Duration::from_millis(20);
 fn needs_leader(method: &Method, path: &str) -> bool {
     let change = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
     let ui_action = path.starts_with("/ui/") && path != "/ui/login" && path != "/ui/logout";
-    change && (path.starts_with("/v1/") || ui_action)
+    // Followed output comes from agents, which only the leader hears from.
+    let output = (path.starts_with("/v1/jobs/") || path.starts_with("/ui/jobs/")) && path.ends_with("/output");
+    output || (change && (path.starts_with("/v1/") || ui_action))
 }
 
 /// Whether the query asks for a linearizable read (`consistent=true`).
@@ -188,6 +190,9 @@ mod tests {
         assert!(needs_leader(&Method::POST, "/ui/jobs/01J0000000000000000000000A/cancel"));
         assert!(!needs_leader(&Method::POST, "/ui/login"));
         assert!(!needs_leader(&Method::GET, "/ui/jobs"));
+        assert!(needs_leader(&Method::GET, "/v1/jobs/01J0000000000000000000000A/output"));
+        assert!(needs_leader(&Method::GET, "/ui/jobs/01J0000000000000000000000A/output"));
+        assert!(!needs_leader(&Method::GET, "/v1/jobs/01J0000000000000000000000A/logs"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod jobs;
 pub mod nodes;
 pub mod openapi;
 pub mod ops;
+pub mod output;
 pub mod problem;
 pub mod queue_ops;
 pub mod queues;
@@ -56,9 +57,11 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(jobs::preempt))
         .routes(routes!(jobs::get))
         .routes(routes!(jobs::logs))
+        .routes(routes!(output::job_output_handler))
         .routes(routes!(runs::get))
         .routes(routes!(executors::lease))
         .routes(routes!(executors::events))
+        .routes(routes!(executors::output))
         .routes(routes!(cluster::status))
         .routes(routes!(cluster::add))
         .routes(routes!(cluster::remove))

@@ -275,9 +275,11 @@ mod tests {
             ("/v1/jobs/preempt", "POST"),
             ("/v1/jobs/{id}", "GET"),
             ("/v1/jobs/{id}/logs", "GET"),
+            ("/v1/jobs/{id}/output", "GET"),
             ("/v1/runs/{run_id}", "GET"),
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
+            ("/v1/executors/{executor}/output", "POST"),
             ("/v1/cluster", "GET"),
             ("/v1/cluster/digest", "GET"),
             ("/v1/cluster/members", "POST"),
@@ -330,7 +332,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 31);
+        assert_eq!(ids.len(), 33);
     }
 
     #[test]
@@ -623,8 +625,23 @@ mod tests {
                 grace_period_seconds: 5.0,
                 reason: "cancelled".into(),
             }],
+            output: vec![crate::model::api::OutputWanted {
+                run_id,
+                stream: crate::model::api::OutputStream::Stderr,
+                from: Some(12),
+            }],
         };
         conforms(&d, "LeaseResponse", &lease, true);
+        let page = crate::model::api::OutputPage {
+            run_id: Some(run_id),
+            stream: crate::model::api::OutputStream::Stdout,
+            from: 0,
+            next: Some(6),
+            data: "hello\n".into(),
+            done: false,
+            note: Some("no output yet".into()),
+        };
+        conforms(&d, "OutputPage", &page, true);
         conforms(&d, "EventsResponse", &EventsResponse { accepted: 2 }, true);
         conforms(&d, "Health", &super::super::ops::Health { status: "ok".into() }, true);
         conforms(&d, "Readiness", &super::super::ops::Readiness { leader: None, status: "ready".into() }, true);

@@ -4,6 +4,7 @@
 //! (which builds it, mounts the API and runs the loops), and knows nothing of the API's routes.
 
 pub mod ids;
+pub mod output;
 pub mod writer;
 
 pub use writer::{Replicate, WriteError, Writer};
@@ -204,6 +205,8 @@ pub struct Control {
     pub liveness: Liveness,
     /// What this server's latest scheduling cycle said.
     pub scheduling: RwLock<SchedulingView>,
+    /// Output of runs someone follows, as agents send it (on the leader).
+    pub output: output::LiveOutput,
     /// Turns true when the server stops: long polls and event streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }

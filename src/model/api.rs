@@ -487,6 +487,100 @@ pub struct LeaseResponse {
     pub leases: Vec<LeaseOrder>,
     /// Runs to stop.
     pub kills: Vec<KillOrder>,
+    /// Output someone is following: the agent sends what it has of each from the offset asked
+    /// (`POST /v1/executors/{executor}/output`). Agents that do not know it ignore it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<OutputWanted>,
+}
+
+/// One of a run's output streams. Runtimes that keep one log (Kubernetes) have `stdout` only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    /// Standard output (a pod's log).
+    #[default]
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl OutputStream {
+    /// The stream's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Output of a run the server wants from its agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutputWanted {
+    /// The run.
+    pub run_id: RunId,
+    /// Which stream.
+    pub stream: OutputStream,
+    /// Byte offset to send from; absent: the last lines (up to 64 KiB before the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<u64>,
+}
+
+/// A piece of a run's output, as its agent read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputChunk {
+    /// The run.
+    pub run_id: RunId,
+    /// Which stream.
+    pub stream: OutputStream,
+    /// Byte offset in the stream where `data` starts.
+    pub from: u64,
+    /// Byte offset where it ends (`data` is the bytes between, as UTF-8 with invalid sequences
+    /// replaced, so its length may differ).
+    pub to: u64,
+    /// The text.
+    pub data: String,
+    /// The run is over: the stream will not grow.
+    #[serde(default)]
+    pub done: bool,
+    /// Why the agent has no output of this run (the runtime keeps none, the run is unknown);
+    /// then `data` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// `POST /v1/executors/{executor}/output`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputReport {
+    /// Pieces of output, each of a run of this executor.
+    pub chunks: Vec<OutputChunk>,
+}
+
+/// Answer to `GET /v1/jobs/{id}/output`: a piece of the job's latest run's output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutputPage {
+    /// The run the output is of (absent: the job never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<RunId>,
+    /// Which stream.
+    pub stream: OutputStream,
+    /// Byte offset where `data` starts.
+    pub from: u64,
+    /// Ask again from here for what follows; absent when nothing came and no `from` was given
+    /// (ask again the same way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+    /// The text.
+    pub data: String,
+    /// No more output will come: the run is over and everything kept was sent (or the job
+    /// ended without running).
+    pub done: bool,
+    /// What people should know about this answer: the output is only the last lines the run
+    /// shipped when it ended, the agent keeps none, the job has not started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What happened to a run, as an agent reports it: `pending`, `running`, then `succeeded`, `failed`

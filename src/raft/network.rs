@@ -143,6 +143,9 @@ impl NetworkFactory {
         };
         let builder = || {
             reqwest::Client::builder()
+                // A relay passes the leader's redirects (the web UI's after an action) on as
+                // they are; peer RPCs have none.
+                .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
                 .pool_idle_timeout(Duration::from_secs(60))

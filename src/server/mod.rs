@@ -203,6 +203,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         notify,
         liveness: Liveness::default(),
         scheduling: RwLock::new(SchedulingView::default()),
+        output: Default::default(),
         shutdown: stop_rx.clone(),
     });
     let router = crate::api::router(control.clone()).merge(raft.router());

@@ -35,3 +35,37 @@
     if (!document.hidden && stale) { stale = false; refresh(); }
   });
 })();
+
+// A live run's output: fetched piece by piece from where the last piece ended, each request
+// waiting at the server until there is more, until the run is over.
+(function () {
+  var pre = document.querySelector("pre[data-output]");
+  if (!pre) return;
+  var url = pre.getAttribute("data-output");
+  var state = document.getElementById("output-state");
+  var next = null;
+  var KEEP = 1024 * 1024;
+  function say(text) { if (state) state.textContent = text; }
+  function step() {
+    fetch(url + "&wait=20" + (next === null ? "" : "&from=" + next), { credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
+      .then(function (p) {
+        if (p.data) {
+          var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+          var text = pre.textContent + p.data;
+          pre.textContent = text.length > KEEP ? text.slice(text.length - KEEP) : text;
+          if (atEnd) pre.scrollTop = pre.scrollHeight;
+        }
+        if (p.next !== undefined && p.next !== null) next = p.next;
+        if (p.done) {
+          say(p.note ? "ended: " + p.note : "ended");
+          pre.setAttribute("data-done", "true");
+          return;
+        }
+        say(p.note ? p.note : "following…");
+        setTimeout(step, 0);
+      })
+      .catch(function () { say("lost the connection; trying again"); setTimeout(step, 3000); });
+  }
+  step();
+})();

@@ -5,6 +5,8 @@
 use super::html::{escape, page};
 use super::session::{Viewer, signed_in_line};
 use crate::api::jobs::{ListParams, job_details, list_jobs};
+use crate::api::output::{OutputParams, job_output};
+use crate::api::problem::ApiError;
 use crate::control::Control;
 use crate::model::JobId;
 use crate::model::api::JobView;
@@ -120,13 +122,72 @@ pub(crate) fn notice_line(n: &Notice) -> String {
     n.notice.as_deref().map(|t| format!("<p class=\"notice\" role=\"status\">{}</p>", escape(t))).unwrap_or_default()
 }
 
+/// Which output stream the job's page shows.
+#[derive(serde::Deserialize)]
+pub struct StreamChoice {
+    stream: Option<String>,
+}
+
+/// `GET /ui/jobs/{id}/output`: the API's output page (JSON), for the job page's script.
+pub async fn output_handler(
+    State(app): State<Arc<Control>>,
+    Viewer(_): Viewer,
+    Path(id): Path<String>,
+    Query(q): Query<OutputParams>,
+) -> Response {
+    let result = match id.parse::<JobId>() {
+        Ok(id) => job_output(&app, id, &q).await,
+        Err(e) => Err(ApiError::bad_request("id", e.to_string())),
+    };
+    match result {
+        Ok(page) => axum::Json(page).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The output section: the last lines shipped for an ended job; for a live one, a pane the
+/// page's script fills and follows.
+fn output_section(j: &JobView, tail: Option<&str>, stream: &str) -> String {
+    let mut out = String::from("<h2>Output</h2><p class=\"streams\">");
+    for s in ["stdout", "stderr"] {
+        if s == stream {
+            let _ = write!(out, "<strong>{s}</strong> ");
+        } else {
+            let _ = write!(out, "<a href=\"/ui/jobs/{}?stream={s}#output\">{s}</a> ", j.id);
+        }
+    }
+    if j.state.is_terminal() {
+        match tail {
+            Some(t) => {
+                let _ = write!(
+                    out,
+                    "<span class=\"note\">the last lines the run shipped when it ended (both streams)</span></p>\
+                     <pre class=\"output\" id=\"output\">{}</pre>",
+                    escape(t)
+                );
+            }
+            None => out.push_str("</p><p class=\"note\" id=\"output\">No output was shipped.</p>"),
+        }
+    } else {
+        let _ = write!(
+            out,
+            "<span id=\"output-state\" class=\"note\">waiting for output…</span></p>\
+             <pre class=\"output\" id=\"output\" data-output=\"/ui/jobs/{}/output?stream={stream}\"></pre>",
+            j.id
+        );
+    }
+    out
+}
+
 /// `GET /ui/jobs/{id}`.
 pub async fn job_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Path(id): Path<String>,
     Query(notice): Query<Notice>,
+    Query(choice): Query<StreamChoice>,
 ) -> Response {
+    let stream = if choice.stream.as_deref() == Some("stderr") { "stderr" } else { "stdout" };
     let Ok(id) = id.parse::<JobId>() else {
         let body = format!("<p class=\"error\">{} is not a job id (a ULID)</p>", escape(&id));
         return (StatusCode::BAD_REQUEST, Html(page("Job", &body))).into_response();
@@ -191,6 +252,12 @@ pub async fn job_handler(
     }
     body.push_str("</ol>");
     body.push_str("</div>");
+    let tail = if j.state.is_terminal() {
+        app.store.job(j.id).ok().flatten().and_then(|r| r.runs.iter().rev().find_map(|run| run.log_tail.clone()))
+    } else {
+        None
+    };
+    body.push_str(&output_section(&j, tail.as_deref(), stream));
     if let Some(spec) = &j.pod_spec {
         let text = serde_json::to_string_pretty(spec).unwrap_or_default();
         let _ = write!(body, "<h2>Pod spec</h2><pre class=\"spec\">{}</pre>", escape(&text));

@@ -41,29 +41,30 @@ pub async fn stream(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = app.notify.subscribe_job_sets();
     let stopping = app.shutdown.clone();
-    let events = futures::stream::unfold((app, rx, stopping, filter), |(app, mut rx, mut stopping, filter)| async move {
-        let deadline = tokio::time::Instant::now() + RESHOW;
-        loop {
+    let events =
+        futures::stream::unfold((app, rx, stopping, filter), |(app, mut rx, mut stopping, filter)| async move {
+            let deadline = tokio::time::Instant::now() + RESHOW;
+            loop {
+                tokio::select! {
+                    news = rx.recv() => match news {
+                        Ok((q, s)) if !filter.matches(&q, &s) => continue,
+                        Ok(_) | Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return None,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = stopping.changed() => return None,
+                }
+                break;
+            }
+            // Let the burst settle, then drop what it queued up: one refresh shows it all.
             tokio::select! {
-                news = rx.recv() => match news {
-                    Ok((q, s)) if !filter.matches(&q, &s) => continue,
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => return None,
-                },
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep(SETTLE) => {}
                 _ = stopping.changed() => return None,
             }
-            break;
-        }
-        // Let the burst settle, then drop what it queued up: one refresh shows it all.
-        tokio::select! {
-            _ = tokio::time::sleep(SETTLE) => {}
-            _ = stopping.changed() => return None,
-        }
-        while rx.try_recv().is_ok() {}
-        let event = Event::default().event("changed").data(app.cluster.applied_index().to_string());
-        Some((Ok(event), (app, rx, stopping, filter)))
-    });
+            while rx.try_recv().is_ok() {}
+            let event = Event::default().event("changed").data(app.cluster.applied_index().to_string());
+            Some((Ok(event), (app, rx, stopping, filter)))
+        });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 

@@ -124,7 +124,8 @@ fn job_sets(st: &crate::state::State, queue: &QueueName) -> String {
         for c in counts {
             let _ = write!(out, "<td class=\"num\">{c}</td>");
         }
-        let _ = write!(out, "<td class=\"num\">{}</td><td class=\"num\">{stored}</td></tr>", stored.saturating_sub(live_n));
+        let _ =
+            write!(out, "<td class=\"num\">{}</td><td class=\"num\">{stored}</td></tr>", stored.saturating_sub(live_n));
     }
     out.push_str("</tbody></table>");
     out

@@ -528,6 +528,19 @@ async fn a_real_agent_listing_all_servers_carries_its_runs_through_a_leader_kill
         assert!(Instant::now() < deadline, "the jobs did not start");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A running job's output asked of a follower: relayed to the leader, which asks the agent;
+    // fake runs have none, and the agent says so.
+    let follower = servers[0].clone();
+    let (_, j) = trio.api(leader).get("/v1/jobs?queue=A&state=running&limit=1").await;
+    let running = j["jobs"][0]["id"].as_str().expect("a running job").to_string();
+    let page: Value = reqwest::get(format!("{follower}/v1/jobs/{running}/output?wait=10"))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(page["done"], true, "{page}");
+    assert!(page["note"].as_str().is_some_and(|n| n.contains("fake runs")), "{page}");
     trio.member(leader).kill9();
     let others: Vec<u64> = trio.running();
     let new = trio.leader_among(&others, Duration::from_secs(10)).await;

@@ -261,6 +261,151 @@ async fn success_reports_exit_code_zero_and_output() {
     assert_eq!(event_kinds(&j), HAPPY_EVENTS);
 }
 
+/// A running job's output, followed: through the API piece by piece while the job writes it
+/// (stdout and stderr apart, the first pieces before it ends), through `convoy logs -f`, and
+/// through the web UI's output pane; once it ended, its shipped last lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_jobs_output_is_followed_while_it_is_written() {
+    let e = E2e::start(None).await;
+    let script =
+        "for i in 1 2 3 4 5 6 7 8; do echo line $i; echo oops $i >&2; sleep 0.4; done; printf 'caf\\303\\251\\n'";
+    let id = e.submit("follow", vec![sh_job(script, json!({}))]).await[0].clone();
+    // The CLI follows it beside the API.
+    let url = e.server().url.clone();
+    let cli_id = id.clone();
+    let cli = tokio::spawn(async move { crate::cli_client::ok(&url, &["logs", "--follow", &cli_id]).await });
+    let follow = |stream: &'static str| {
+        let (client, base, id) = (e.server().client.clone(), e.server().url.clone(), id.clone());
+        async move {
+            let (mut text, mut from, mut before_end) = (String::new(), None::<u64>, 0);
+            loop {
+                let mut url = format!("{base}/v1/jobs/{id}/output?stream={stream}&wait=10");
+                if let Some(f) = from {
+                    url.push_str(&format!("&from={f}"));
+                }
+                let r = client.get(url).send().await.expect("get");
+                assert_eq!(r.status().as_u16(), 200);
+                let page: Value = r.json().await.expect("json");
+                let data = page["data"].as_str().unwrap_or("");
+                if !data.is_empty() && !page["done"].as_bool().unwrap_or(false) {
+                    before_end += 1;
+                }
+                if let Some(f) = page["from"].as_u64().filter(|_| !data.is_empty()) {
+                    assert_eq!(Some(f), from.or(Some(0)), "pieces follow on: {page}");
+                }
+                text.push_str(data);
+                if let Some(n) = page["next"].as_u64() {
+                    from = Some(n);
+                }
+                if page["done"] == true {
+                    return (text, before_end);
+                }
+            }
+        }
+    };
+    let (stdout, stderr) = tokio::join!(follow("stdout"), follow("stderr"));
+    let lines: String = (1..=8).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(stdout.0, format!("{lines}café\n"));
+    assert_eq!(stderr.0, (1..=8).map(|i| format!("oops {i}\n")).collect::<String>());
+    assert!(stdout.1 >= 2 && stderr.1 >= 2, "pieces before the end: {} and {}", stdout.1, stderr.1);
+    let printed = tokio::time::timeout(WAIT, cli).await.expect("convoy logs -f ends with the run").expect("task");
+    assert!(printed.ends_with("line 8\ncafé\n") && printed.contains("line 1\n"), "{printed}");
+    // Over: at once, what was followed (kept a while) from the API, and the last lines it
+    // shipped on the UI's page.
+    let j = e.wait_over(&id).await;
+    assert_eq!(j["state"], "succeeded");
+    let page: Value = e
+        .server()
+        .client
+        .get(format!("{}/v1/jobs/{id}/output", e.server().url))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(page["done"], true, "{page}");
+    assert_eq!(page["data"], format!("{lines}café\n"), "what was followed is kept a while: {page}");
+    let html = e
+        .server()
+        .client
+        .get(format!("{}/ui/jobs/{id}", e.server().url))
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    assert!(html.contains("<pre class=\"output\" id=\"output\">") && html.contains("oops 8"), "{html}");
+    // Bad requests name their field.
+    let r = e
+        .server()
+        .client
+        .get(format!("{}/v1/jobs/{id}/output?stream=stdin", e.server().url))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r.text().await.expect("text").contains("stream"));
+    let r = e.server().client.get(format!("{}/v1/jobs/{id}/output?wait=-1", e.server().url)).send().await.expect("get");
+    assert_eq!(r.status().as_u16(), 400);
+}
+
+/// A live job's page offers its output pane, which the UI's own output route fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_page_follows_a_live_runs_output() {
+    let e = E2e::start(None).await;
+    let id = e.submit("page", vec![sh_job("echo started; sleep 30", json!({}))]).await[0].clone();
+    e.wait_state(&id, "running").await;
+    let html = e
+        .server()
+        .client
+        .get(format!("{}/ui/jobs/{id}", e.server().url))
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    assert!(html.contains(&format!("data-output=\"/ui/jobs/{id}/output?stream=stdout\"")), "{html}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let page: Value = e
+            .server()
+            .client
+            .get(format!("{}/ui/jobs/{id}/output?stream=stdout&wait=5", e.server().url))
+            .send()
+            .await
+            .expect("get")
+            .json()
+            .await
+            .expect("json");
+        if page["data"] == "started\n" {
+            assert_eq!(
+                (page["from"].as_u64(), page["next"].as_u64(), &page["done"]),
+                (Some(0), Some(8), &json!(false))
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no output: {page}");
+    }
+    e.cancel("page", &id, "test over").await;
+    e.wait_over(&id).await;
+    // Over and never followed on stderr: the last lines the run shipped, both streams.
+    let page: Value = e
+        .server()
+        .client
+        .get(format!("{}/v1/jobs/{id}/output?stream=stderr", e.server().url))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!((&page["data"], &page["done"]), (&json!("started\n"), &json!(true)), "{page}");
+    assert!(page["note"].as_str().is_some_and(|n| n.contains("shipped when it ended")), "{page}");
+}
+
 /// Exit 3 is `failed`, exit code 3, and the reason names the code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_zero_exit_fails_naming_the_code() {

@@ -236,11 +236,19 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
     let row = |name: &str| {
         let start = format!("<tr data-job-set=\"{name}\">");
         html.split(&start).nth(1).and_then(|r| r.split("</tr>").next()).map(|r| {
-            r.split("<td class=\"num\">").skip(1).filter_map(|c| c.split('<').next()).map(str::to_string).collect::<Vec<_>>()
+            r.split("<td class=\"num\">")
+                .skip(1)
+                .filter_map(|c| c.split('<').next())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
         })
     };
     // queued, leased, pending, running, ended, stored
-    assert_eq!(row("&lt;b&gt;set&lt;/b&gt; &amp; co"), Some(["2", "0", "0", "0", "1", "3"].map(String::from).to_vec()), "{html}");
+    assert_eq!(
+        row("&lt;b&gt;set&lt;/b&gt; &amp; co"),
+        Some(["2", "0", "0", "0", "1", "3"].map(String::from).to_vec()),
+        "{html}"
+    );
     assert_eq!(row("second"), Some(["1", "0", "0", "0", "0", "1"].map(String::from).to_vec()), "{html}");
     assert!(html.contains("href=\"/ui/jobs?queue=q&amp;job_set=second\""), "{html}");
     assert!(!html.contains("data-job-set=\"s\""), "another queue's job set: {html}");
@@ -332,7 +340,15 @@ async fn in_a_browser_the_table_follows_submissions_and_a_cancel_is_clicked_thro
     // Signing in: any page leads to the form first.
     c.goto(&format!("{}/ui/jobs?queue=q", s.url)).await.expect("goto");
     c.wait().for_element(Locator::Css("input[name=token]")).await.expect("the sign-in form");
-    c.form(Locator::Css("form")).await.expect("form").set_by_name("token", TOKEN).await.expect("token").submit().await.expect("sign in");
+    c.form(Locator::Css("form"))
+        .await
+        .expect("form")
+        .set_by_name("token", TOKEN)
+        .await
+        .expect("token")
+        .submit()
+        .await
+        .expect("sign in");
     c.wait().for_element(Locator::Css("nav")).await.expect("a page");
     c.goto(&format!("{}/ui/jobs?queue=q", s.url)).await.expect("goto");
     c.wait().for_element(Locator::Css(&format!("tr[data-job='{first}']"))).await.expect("the first job listed");
@@ -340,16 +356,27 @@ async fn in_a_browser_the_table_follows_submissions_and_a_cancel_is_clicked_thro
     c.execute("window.convoyMark = 42; return null;", vec![]).await.expect("mark");
     let second = submit().await;
     let row = format!("tr[data-job='{second}']");
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // Well before the stream's periodic refresh (15 s): the submission itself must wake the page.
+    let deadline = Instant::now() + Duration::from_secs(8);
     while c.find(Locator::Css(&row)).await.is_err() {
-        assert!(Instant::now() < deadline, "the job submitted meanwhile never appeared: {}", c.source().await.unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "the job submitted meanwhile never appeared: {}",
+            c.source().await.unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mark = c.execute("return window.convoyMark;", vec![]).await.expect("mark");
     assert_eq!(mark, json!(42), "the page was loaded again instead of updated in place");
     // Cancel the first job from its page: open the confirmation, then confirm.
     c.find(Locator::Css(&format!("a[href='/ui/jobs/{first}']"))).await.expect("link").click().await.expect("click");
-    c.wait().for_element(Locator::Css("details#cancel summary")).await.expect("the cancel action").click().await.expect("open");
+    c.wait()
+        .for_element(Locator::Css("details#cancel summary"))
+        .await
+        .expect("the cancel action")
+        .click()
+        .await
+        .expect("open");
     c.find(Locator::Css("details#cancel button.danger")).await.expect("confirm").click().await.expect("confirm");
     let notice = c.wait().for_element(Locator::Css("p.notice")).await.expect("the outcome").text().await.expect("text");
     assert_eq!(notice, "cancelled");

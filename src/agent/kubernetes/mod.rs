@@ -24,10 +24,11 @@ pub mod status;
 
 use super::config::KubernetesConfig;
 use super::runtime::{
-    EventSink, LOG_TAIL_MAX_BYTES, Runtime, RuntimeError, Started, is_final, run_event, state_after, tail_text,
+    EventSink, LOG_TAIL_MAX_BYTES, OUTPUT_CHUNK_BYTES, OUTPUT_TAIL_BYTES, Runtime, RuntimeError, Started, is_final,
+    no_output, output_chunk, run_event, state_after, tail_text,
 };
 use crate::agent::tasks::OwnedTasks;
-use crate::model::api::{HeldRun, LeaseOrder, NodeReport, RunEventKind};
+use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputStream, OutputWanted, RunEventKind};
 use crate::model::{JobId, NodeFault, Resources, RunId, RunPod, RunState};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -111,6 +112,9 @@ struct Tracked {
     killed: Option<String>,
     finished: bool,
 }
+
+/// Most of a pod's log read to find its last lines (the kubelet has no "last bytes" read).
+const MAX_TAIL_READ: u64 = 16 * 1024 * 1024;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -487,6 +491,33 @@ fn killed_observation(exit_code: Option<i32>, reason: &str) -> Observation {
 impl Runtime for KubernetesRuntime {
     fn name(&self) -> &'static str {
         "kubernetes"
+    }
+
+    async fn output(&self, want: OutputWanted) -> OutputChunk {
+        if want.stream == OutputStream::Stderr {
+            return no_output(&want, "a pod has one log (standard output and error together): follow stdout");
+        }
+        let inner = &self.inner;
+        let tracked = lock(&inner.runs).get(&want.run_id).map(|t| (t.pod.clone(), t.namespace.clone(), t.finished));
+        // Not created yet: nothing to send so far.
+        let Some((pod, namespace, done)) = tracked else {
+            return output_chunk(&want, want.from.unwrap_or(0), &[], false);
+        };
+        // The kubelet reads logs from their start: ask for as much as reaches the chunk wanted
+        // (the last lines: the first MAX_TAIL_READ bytes at most).
+        let limit = want.from.map_or(MAX_TAIL_READ, |f| f.saturating_add(OUTPUT_CHUNK_BYTES as u64));
+        let lp = LogParams { limit_bytes: Some(i64::try_from(limit).unwrap_or(i64::MAX)), ..Default::default() };
+        match inner.pods(&namespace).logs(&pod, &lp).await {
+            Ok(text) => {
+                let bytes = text.as_bytes();
+                let len = bytes.len() as u64;
+                let start = want.from.unwrap_or_else(|| len.saturating_sub(OUTPUT_TAIL_BYTES)).min(len);
+                let rest = &bytes[start as usize..];
+                let whole = (rest.len() as u64) < OUTPUT_CHUNK_BYTES as u64 && len < limit;
+                output_chunk(&want, start, &rest[..rest.len().min(OUTPUT_CHUNK_BYTES)], done && whole)
+            }
+            Err(e) => no_output(&want, format!("reading pod {namespace}/{pod}'s log: {e}")),
+        }
     }
 
     async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {

@@ -1,4 +1,4 @@
-//! Client verbs over the REST API: `convoy queue|submit|cancel|reprioritize|jobs|job|watch|why|cluster`,
+//! Client verbs over the REST API: `convoy queue|submit|cancel|reprioritize|jobs|job|logs|watch|why|cluster`,
 //! one module each. Bodies are the API's own types (`convoy::model::api`).
 
 mod cancel;
@@ -7,6 +7,7 @@ mod doc;
 mod http;
 mod job;
 mod jobs;
+mod logs;
 mod queue;
 mod reprioritize;
 mod submit;
@@ -49,6 +50,8 @@ pub(crate) enum ClientCommand {
     Jobs(jobs::JobsArgs),
     /// Show a job with its runs and events.
     Job(job::JobArgs),
+    /// Print a job's output; --follow keeps printing while it runs.
+    Logs(logs::LogsArgs),
     /// Follow a job set's events.
     Watch(watch::WatchArgs),
     /// Why a job is where it is.
@@ -67,6 +70,7 @@ pub(crate) async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<
         ClientCommand::Reprioritize(a) => reprioritize::run(&c, a).await,
         ClientCommand::Jobs(a) => jobs::run(&c, a).await,
         ClientCommand::Job(a) => job::run(&c, a).await,
+        ClientCommand::Logs(a) => logs::run(&c, a).await,
         ClientCommand::Watch(a) => watch::run(&c, a).await,
         ClientCommand::Why(a) => why::run(&c, a).await,
         ClientCommand::Cluster(a) => cluster::run(&c, a).await,

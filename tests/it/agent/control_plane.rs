@@ -252,7 +252,7 @@ async fn lease(
             }
             let kills: Vec<KillOrder> = s.kills.iter().filter(|k| !finished.contains(&k.run_id)).cloned().collect();
             if !leases.is_empty() || !kills.is_empty() {
-                return Json(LeaseResponse { leases, kills }).into_response();
+                return Json(LeaseResponse { leases, kills, output: Vec::new() }).into_response();
             }
         }
         tokio::select! {
