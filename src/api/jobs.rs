@@ -399,14 +399,22 @@ pub struct ListParams {
     /// Page size, 1 to 1000.
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub(crate) limit: Option<usize>,
-    /// The `next` of the previous page: jobs after this id.
+    /// The `next` of the previous page: jobs past this id in the order listed.
     #[param(value_type = Option<JobId>)]
     pub(crate) after: Option<String>,
+    /// Only jobs whose id, queue, job set, priority class, client id, state reason, or an
+    /// annotation or label holds this text, in any case. A search looks at up to 100,000 jobs
+    /// per page: a page may then hold fewer than `limit` jobs and still have a `next`.
+    pub(crate) text: Option<String>,
+    /// `oldest` first (default: submission order) or `newest` first.
+    #[param(example = "newest")]
+    pub(crate) order: Option<String>,
 }
 
 /// List jobs
 ///
-/// In id (submission) order, a page at a time; `next` is the `after` of the next page.
+/// In id (submission) order, or newest first, a page at a time; `next` is the `after` of the next
+/// page.
 #[utoipa::path(
     get,
     path = "/v1/jobs",
@@ -452,13 +460,21 @@ pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, 
         return Err(ApiError::bad_request("limit", "must be between 1 and 1000"));
     }
     let after = q.after.as_deref().map(job_id).transpose().map_err(|e| ApiError::bad_request("after", e.detail))?;
-    let filter = JobFilter { queue, job_set, states, after, limit };
+    let newest_first = match q.order.as_deref().map(str::trim) {
+        None | Some("") | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => return Err(ApiError::bad_request("order", format!("{other:?} is not oldest or newest"))),
+    };
+    let text = q.text.as_deref().map(str::trim).filter(|t| !t.is_empty()).map(str::to_string);
+    if text.as_ref().is_some_and(|t| t.len() > 200) {
+        return Err(ApiError::bad_request("text", "at most 200 bytes"));
+    }
+    let filter = JobFilter { queue, job_set, states, after, limit, text, newest_first };
     let store = app.store.clone();
-    let (records, more) = tokio::task::spawn_blocking(move || store.list_jobs(&filter))
+    let page = tokio::task::spawn_blocking(move || store.search_jobs(&filter))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
-    let next = if more { records.last().map(|r| r.id) } else { None };
-    Ok(JobList { jobs: records.iter().map(|r| job_view(app, r)).collect(), next })
+    Ok(JobList { jobs: page.jobs.iter().map(|r| job_view(app, r)).collect(), next: page.next })
 }
 
 /// A job's output

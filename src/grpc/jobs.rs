@@ -241,7 +241,7 @@ impl Jobs for JobsService {
         let states = read(&self.0, move |store| {
             let mut states = HashMap::new();
             let mut filter =
-                JobFilter { queue: Some(queue), job_set: Some(job_set), states: vec![], after: None, limit: 1000 };
+                JobFilter { queue: Some(queue), job_set: Some(job_set), limit: 1000, ..JobFilter::default() };
             loop {
                 let (jobs, more) = store.list_jobs(&filter)?;
                 for job in &jobs {

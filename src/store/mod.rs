@@ -12,7 +12,7 @@ pub mod snapshot_stream;
 pub mod tables;
 mod writes;
 
-pub use queries::JobFilter;
+pub use queries::{JobFilter, JobPage, TEXT_SCAN};
 pub use retention::PurgePlan;
 
 use crate::record::CodecError;

@@ -16,10 +16,40 @@ pub struct JobFilter {
     pub job_set: Option<JobSetName>,
     /// Only jobs in one of these states (empty: any state).
     pub states: Vec<JobState>,
-    /// Only jobs with ids after this one (pagination).
+    /// Only jobs past this one in the order listed (pagination).
     pub after: Option<JobId>,
     /// Most jobs to return (0 counts as 1).
     pub limit: usize,
+    /// Only jobs whose id, queue, job set, priority class, client id, state reason, or an
+    /// annotation or label (key or value) holds this text, in any case (see [`TEXT_SCAN`]).
+    pub text: Option<String>,
+    /// Newest first (default: oldest first, the submission order).
+    pub newest_first: bool,
+}
+
+/// Most jobs a text search looks at for one page: a page of a rare text ends early, with a
+/// `next` to go on from.
+pub const TEXT_SCAN: usize = 100_000;
+
+/// A page of jobs.
+#[derive(Debug, Clone, Default)]
+pub struct JobPage {
+    /// The jobs, in the order asked.
+    pub jobs: Vec<Job>,
+    /// Where the next page starts (its `after`), if there may be more.
+    pub next: Option<JobId>,
+}
+
+/// Whether `r` holds `needle` (lower case) in one of the fields a text search looks at.
+fn holds_text(r: &Job, needle: &str) -> bool {
+    let has = |s: &str| s.to_lowercase().contains(needle);
+    has(&r.id.to_string())
+        || has(r.queue.as_str())
+        || has(r.job_set.as_str())
+        || has(r.priority_class.as_str())
+        || r.client_id.as_deref().is_some_and(has)
+        || r.state_reason.as_deref().is_some_and(has)
+        || r.annotations.iter().chain(r.labels.iter()).any(|(k, v)| has(k) || has(v))
 }
 
 impl Store {
@@ -73,36 +103,66 @@ impl Store {
             .collect()
     }
 
-    /// Jobs matching `filter`, in id (submission time) order, at most `filter.limit`, plus
-    /// whether more follow.
+    /// Jobs matching `filter`, in id (submission) order, at most `filter.limit`; true if there
+    /// may be more.
     pub fn list_jobs(&self, filter: &JobFilter) -> Result<(Vec<Job>, bool), StoreError> {
+        let page = self.search_jobs(filter)?;
+        Ok((page.jobs, page.next.is_some()))
+    }
+
+    /// A page of the jobs matching `filter`, in the order it asks, with where the next starts.
+    pub fn search_jobs(&self, filter: &JobFilter) -> Result<JobPage, StoreError> {
+        self.search_jobs_looking_at(filter, TEXT_SCAN)
+    }
+
+    /// [`Store::search_jobs`], a text search looking at `scan` jobs at most.
+    pub(crate) fn search_jobs_looking_at(&self, filter: &JobFilter, scan: usize) -> Result<JobPage, StoreError> {
         let tx = self.read()?;
         let jobs = tx.open_table(JOBS)?;
-        let mut out = Vec::new();
+        let needle = filter.text.as_deref().map(str::to_lowercase).filter(|t| !t.is_empty());
         let keep = |r: &Job| {
             filter.queue.as_ref().is_none_or(|q| &r.queue == q)
                 && filter.job_set.as_ref().is_none_or(|s| &r.job_set == s)
                 && (filter.states.is_empty() || filter.states.contains(&r.state))
+                && needle.as_deref().is_none_or(|t| holds_text(r, t))
         };
         let limit = filter.limit.max(1);
+        let mut page = JobPage::default();
+        let mut looked = 0usize;
+        // Takes one row; false when the page is full (or the search looked far enough).
+        let mut take = |r: Job, page: &mut JobPage| -> bool {
+            looked += 1;
+            if keep(&r) {
+                if page.jobs.len() == limit {
+                    page.next = page.jobs.last().map(|j| j.id);
+                    return false;
+                }
+                page.jobs.push(r);
+            } else if needle.is_some() && looked >= scan {
+                page.next = Some(r.id);
+                return false;
+            }
+            true
+        };
         match (&filter.queue, &filter.job_set) {
             (Some(q), Some(s)) => {
                 let sets = tx.open_table(JOB_SETS)?;
                 let prefix = set_prefix(q, s);
-                let start = match filter.after {
-                    Some(a) => {
+                let mut first = prefix.clone();
+                first.push(0);
+                let end = prefix_end(&prefix);
+                let range = match (filter.after, filter.newest_first) {
+                    (Some(a), false) => {
                         let mut k = job_set_key(q, s, a);
                         k.push(0);
-                        k
+                        sets.range(k.as_slice()..end.as_slice())?
                     }
-                    None => {
-                        let mut k = prefix.clone();
-                        k.push(0);
-                        k
-                    }
+                    (Some(a), true) => sets.range(first.as_slice()..job_set_key(q, s, a).as_slice())?,
+                    (None, _) => sets.range(first.as_slice()..end.as_slice())?,
                 };
-                let end = prefix_end(&prefix);
-                for row in sets.range(start.as_slice()..end.as_slice())? {
+                let rows: Box<dyn Iterator<Item = _>> =
+                    if filter.newest_first { Box::new(range.rev()) } else { Box::new(range) };
+                for row in rows {
                     let (k, _) = row?;
                     let key = k.value();
                     let Some(id) = key.get(key.len().saturating_sub(16)..).and_then(|b| <[u8; 16]>::try_from(b).ok())
@@ -110,30 +170,28 @@ impl Store {
                         continue;
                     };
                     let Some(v) = jobs.get(&id)? else { continue };
-                    let r = decode_job(v.value(), job_from_key(&id))?;
-                    if keep(&r) {
-                        if out.len() == limit {
-                            return Ok((out, true));
-                        }
-                        out.push(r);
+                    if !take(decode_job(v.value(), job_from_key(&id))?, &mut page) {
+                        return Ok(page);
                     }
                 }
             }
             _ => {
-                let start = filter.after.map(|a| a.as_u128().saturating_add(1).to_be_bytes()).unwrap_or([0; 16]);
-                for row in jobs.range::<&[u8; 16]>(&start..)? {
+                let range = match (filter.after, filter.newest_first) {
+                    (Some(a), false) => jobs.range::<&[u8; 16]>(&a.as_u128().saturating_add(1).to_be_bytes()..)?,
+                    (Some(a), true) => jobs.range::<&[u8; 16]>(..&a.as_u128().to_be_bytes())?,
+                    (None, _) => jobs.range::<&[u8; 16]>(..)?,
+                };
+                let rows: Box<dyn Iterator<Item = _>> =
+                    if filter.newest_first { Box::new(range.rev()) } else { Box::new(range) };
+                for row in rows {
                     let (k, v) = row?;
-                    let r = decode_job(v.value(), job_from_key(k.value()))?;
-                    if keep(&r) {
-                        if out.len() == limit {
-                            return Ok((out, true));
-                        }
-                        out.push(r);
+                    if !take(decode_job(v.value(), job_from_key(k.value()))?, &mut page) {
+                        return Ok(page);
                     }
                 }
             }
         }
-        Ok((out, false))
+        Ok(page)
     }
 
     /// Events of a job set with sequence numbers from `from` on, at most `limit`.

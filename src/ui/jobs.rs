@@ -26,11 +26,13 @@ pub async fn list_handler(
     Query(mut q): Query<ListParams>,
 ) -> Response {
     // Empty form fields mean "any".
-    for f in [&mut q.queue, &mut q.job_set, &mut q.state, &mut q.after] {
+    for f in [&mut q.queue, &mut q.job_set, &mut q.state, &mut q.after, &mut q.text, &mut q.order] {
         if f.as_deref().is_some_and(|v| v.trim().is_empty()) {
             *f = None;
         }
     }
+    // People look for what happened last: newest first unless asked otherwise.
+    q.order = Some(q.order.take().unwrap_or_else(|| "newest".into()));
     q.limit = Some(q.limit.unwrap_or(PAGE));
     let mut body = signed_in_line(&app, &principal);
     body.push_str(&filter_form(&q));
@@ -42,10 +44,16 @@ pub async fn list_handler(
                 .collect::<Vec<_>>()
                 .join("&");
             let _ = write!(body, "<div id=\"jobs\" data-live=\"{}\">", escape(&filter));
-            body.push_str(&table(&list.jobs));
+            body.push_str(&table(&list.jobs, &q));
             if let Some(next) = list.next {
                 let mut params: Vec<(&str, String)> = Vec::new();
-                for (k, v) in [("queue", &q.queue), ("job_set", &q.job_set), ("state", &q.state)] {
+                for (k, v) in [
+                    ("queue", &q.queue),
+                    ("job_set", &q.job_set),
+                    ("state", &q.state),
+                    ("text", &q.text),
+                    ("order", &q.order),
+                ] {
                     if let Some(v) = v {
                         params.push((k, v.clone()));
                     }
@@ -73,22 +81,40 @@ pub async fn list_handler(
 
 fn filter_form(q: &ListParams) -> String {
     let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
+    let newest = q.order.as_deref() != Some("oldest");
     format!(
         "<form method=\"get\" action=\"/ui/jobs\" class=\"filters\">\
          <label>Queue <input name=\"queue\" value=\"{}\"></label> \
          <label>Job set <input name=\"job_set\" value=\"{}\"></label> \
          <label>States <input name=\"state\" value=\"{}\" placeholder=\"queued,running\"></label> \
+         <label>Text <input name=\"text\" value=\"{}\" placeholder=\"id, name, label, reason\"></label> \
+         <label>Order <select name=\"order\"><option value=\"newest\"{}>newest first</option>\
+         <option value=\"oldest\"{}>oldest first</option></select></label> \
          <button type=\"submit\">Filter</button></form>",
         v(&q.queue),
         v(&q.job_set),
-        v(&q.state)
+        v(&q.state),
+        v(&q.text),
+        if newest { " selected" } else { "" },
+        if newest { "" } else { " selected" },
     )
 }
 
-fn table(jobs: &[JobView]) -> String {
-    let mut out = String::from(
+fn table(jobs: &[JobView], q: &ListParams) -> String {
+    // The submission column's heading turns the order around (the filters kept).
+    let newest = q.order.as_deref() != Some("oldest");
+    let mut params: Vec<String> =
+        [("queue", &q.queue), ("job_set", &q.job_set), ("state", &q.state), ("text", &q.text)]
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+            .collect();
+    params.push(format!("order={}", if newest { "oldest" } else { "newest" }));
+    let mut out = format!(
         "<table class=\"jobs\"><thead><tr><th>Job</th><th>Queue</th><th>Job set</th><th>State</th><th>Priority</th>\
-         <th>Submitted</th><th>Why</th></tr></thead><tbody>",
+         <th><a class=\"order\" href=\"/ui/jobs?{}\" title=\"turn the order around\">Submitted {}</a></th>\
+         <th>Why</th></tr></thead><tbody>",
+        escape(&params.join("&")),
+        if newest { "↓" } else { "↑" },
     );
     for j in jobs {
         let _ = write!(

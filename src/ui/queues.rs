@@ -178,6 +178,7 @@ fn queue_table(app: &Control, cordon: bool) -> String {
 
 /// Per pool, the shares of every active queue (or of `only`).
 fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
+    let drf = &app.config.scheduler.dominant_resource_fairness_resources;
     let view = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
     if view.pools.is_empty() {
         return "<p class=\"note\">No scheduling cycle on this server yet: shares come from the leader's latest \
@@ -186,30 +187,34 @@ fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
     }
     let mut out = String::from(
         "<p class=\"legend\"><span class=\"key fair\"></span> fair share <span class=\"key adjusted\"></span> adjusted \
-         fair share <span class=\"key actual\"></span> actual share (of the pool, by dominant resource)</p>",
+         fair share <span class=\"key actual\"></span> actual share <span class=\"key demand\"></span> demand (held and \
+         queued; of the pool, by dominant resource; a bar stops at the whole pool)</p>",
     );
     for pool in &view.pools {
         let _ = write!(
             out,
             "<h2>Pool {}</h2><p>{} nodes, {}</p><table class=\"shares\"><thead><tr><th>Queue</th><th>Shares</th>\
-             <th>Fair</th><th>Adjusted</th><th>Actual</th><th>Allocated</th><th>Demand</th></tr></thead><tbody>",
+             <th>Fair</th><th>Adjusted</th><th>Actual</th><th>Demand</th><th>Allocated</th><th>Demanded</th></tr></thead><tbody>",
             escape(pool.pool.as_str()),
             pool.nodes,
             escape(&pool.total.to_string())
         );
         for q in pool.queues.iter().filter(|q| only.is_none_or(|o| *o == q.queue)) {
+            let demand = q.demand.dominant_share(&pool.total, drf);
             let svg = bars::svg(&[
                 Bar { label: "fair share", share: q.fair_share, class: "fair" },
                 Bar { label: "adjusted fair share", share: q.adjusted_fair_share, class: "adjusted" },
                 Bar { label: "actual share", share: q.share_after, class: "actual" },
+                Bar { label: "demand", share: demand, class: "demand" },
             ]);
             let _ = write!(
                 out,
                 "<tr data-queue=\"{n}\"><td>{n}</td><td>{svg}</td><td class=\"num\">{:.1}%</td><td class=\"num\">{:.1}%</td>\
-                 <td class=\"num\">{:.1}%</td><td>{}</td><td>{}</td></tr>",
+                 <td class=\"num\">{:.1}%</td><td class=\"num\">{:.1}%</td><td>{}</td><td>{}</td></tr>",
                 q.fair_share * 100.0,
                 q.adjusted_fair_share * 100.0,
                 q.share_after * 100.0,
+                demand * 100.0,
                 escape(&q.allocated.to_string()),
                 escape(&q.demand.to_string()),
                 n = escape(q.queue.as_str()),

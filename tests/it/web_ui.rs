@@ -103,6 +103,9 @@ async fn the_queues_page_shows_fair_shares_as_bars_in_proportion() {
     );
     assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"225\""), "{html}");
     assert!(html.contains("<rect class=\"fair\" x=\"0\" y=\"0\" width=\"75\""), "{html}");
+    // Each queue wants 8 cores of the node's 4: demand 200%, its bar stopping at the whole pool.
+    assert_eq!(html.matches("<td class=\"num\">200.0%</td>").count(), 2, "{html}");
+    assert_eq!(html.matches("<rect class=\"demand\" x=\"0\" y=\"54\" width=\"300\"").count(), 2, "{html}");
 
     let Some(chromium) = chromium() else {
         assert!(
@@ -176,7 +179,7 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
             (r.status().as_u16(), r.text().await.expect("text"))
         }
     };
-    let (st, html) = page(format!("{}/ui/jobs?queue=q&state=queued&limit=2", s.url)).await;
+    let (st, html) = page(format!("{}/ui/jobs?queue=q&state=queued&limit=2&order=oldest", s.url)).await;
     assert_eq!(st, 200, "{html}");
     assert_eq!(html.matches("<tr data-job=").count(), 2, "{html}");
     assert!(html.contains(&format!("<a href=\"/ui/jobs/{}\">", ids[0])) && !html.contains(&ids[2]), "{html}");
@@ -187,6 +190,16 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
     let (_, next) = page(format!("{}{}", s.url, href.replace("&amp;", "&"))).await;
     assert_eq!(next.matches("<tr data-job=").count(), 1, "{next}");
     assert!(next.contains(&ids[2]), "{next}");
+    // Newest first by default, its heading turning the order around; text finds by id.
+    let (_, html) = page(format!("{}/ui/jobs?queue=q", s.url)).await;
+    let rows: Vec<&str> = html.split("<tr data-job=\"").skip(1).filter_map(|r| r.split('"').next()).collect();
+    assert_eq!(rows, vec![ids[2].as_str(), ids[1].as_str(), ids[0].as_str()], "{html}");
+    assert!(html.contains("<option value=\"newest\" selected>") && html.contains("order=oldest\""), "{html}");
+    let (_, html) = page(format!("{}/ui/jobs?text={}", s.url, ids[1][18..].to_lowercase())).await;
+    assert_eq!(html.matches("<tr data-job=").count(), 1, "{html}");
+    assert!(html.contains(&ids[1]), "{html}");
+    let (st, v) = s.get("/v1/jobs?queue=q&order=sideways").await;
+    assert_eq!((st, v["field"].as_str()), (400, Some("order")), "{v}");
     // Job set filter, with the queue; another state shows none.
     let (_, html) = page(format!("{}/ui/jobs?queue=q&job_set=%3Cb%3Eset%3C%2Fb%3E%20%26%20co", s.url)).await;
     assert_eq!(html.matches("<tr data-job=").count(), 3, "{html}");

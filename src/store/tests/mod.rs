@@ -154,6 +154,28 @@ fn queries_list_jobs_and_events() {
         })
         .unwrap();
     assert_eq!(queued.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>(), vec![1]);
+    // Newest first, through the job set's index and through the jobs, a page at a time.
+    let ids = |p: &crate::store::JobPage| p.jobs.iter().map(|r| r.id.as_u128()).collect::<Vec<_>>();
+    for job_set in [Some(s.clone()), None] {
+        let newest = JobFilter { queue: Some(q.clone()), job_set, limit: 2, newest_first: true, ..Default::default() };
+        let first = store.search_jobs(&newest).unwrap();
+        assert_eq!((ids(&first), first.next.map(|n| n.as_u128())), (vec![3, 2], Some(2)));
+        let rest = store.search_jobs(&JobFilter { after: first.next, ..newest }).unwrap();
+        assert_eq!((ids(&rest), rest.next), (vec![1], None));
+    }
+    // Text: any case, in the id and the names; a search that looked far enough stops with a
+    // `next` to go on from, even with no job found yet.
+    let text = |t: &str| JobFilter { text: Some(t.into()), limit: 10, ..Default::default() };
+    let all = store.search_jobs(&text("")).unwrap();
+    assert_eq!(ids(&all), vec![1, 2, 3]);
+    let third = crate::model::JobId::from_u128(3).to_string();
+    let found = store.search_jobs(&text(&third[20..].to_lowercase())).unwrap();
+    assert_eq!((ids(&found), found.next), (vec![3], None));
+    assert_eq!(ids(&store.search_jobs(&text("no such text")).unwrap()), Vec::<u128>::new());
+    let stopped = store.search_jobs_looking_at(&text(&third[20..]), 2).unwrap();
+    assert_eq!((ids(&stopped), stopped.next.map(|n| n.as_u128())), (vec![], Some(2)));
+    let on = store.search_jobs_looking_at(&JobFilter { after: stopped.next, ..text(&third[20..]) }, 2).unwrap();
+    assert_eq!(ids(&on), vec![3]);
     let events = store.events(&q, &s, 1, 100).unwrap();
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=events.len() as u64).collect::<Vec<_>>());
     let resumed = store.events(&q, &s, 4, 100).unwrap();
