@@ -4,6 +4,7 @@
 
 use crate::common::{Server, config, job};
 use serde_json::json;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -272,12 +273,17 @@ async fn the_jobs_pages_list_filter_page_and_show_a_job() {
     assert_eq!(st, 400);
 }
 
-/// chromedriver (Debian's `chromium-driver`) on its own port, stopped when dropped.
+/// chromedriver (Debian's `chromium-driver`) on its own port, in a process group of its own
+/// with the browser it starts: the whole group is killed when dropped, also when a test fails
+/// before closing its session.
 struct Chromedriver(std::process::Child);
 
 impl Drop for Chromedriver {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: kill(2) with a negative pid signals the group; no memory is involved.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
         let _ = self.0.wait();
     }
 }
@@ -296,6 +302,7 @@ async fn browser(dir: &Path) -> Option<(Chromedriver, fantoccini::Client)> {
     };
     let port = crate::common::procs::free_port();
     let child = std::process::Command::new(driver)
+        .process_group(0)
         .arg(format!("--port={port}"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
