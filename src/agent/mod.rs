@@ -8,6 +8,7 @@
 pub mod client;
 pub mod config;
 pub mod confine;
+pub mod ended;
 pub mod fake;
 pub mod kubernetes;
 mod lease_loop;

@@ -10,6 +10,7 @@ use super::config::AgentConfig;
 use super::confine::devices::Assignment;
 use super::confine::user::UnixUser;
 use super::confine::{self, Confiner, PlanError};
+use super::ended::{self, Notices};
 use super::os;
 use super::rundir::{self, ExitRecord, RunDir};
 use super::runtime::{
@@ -27,8 +28,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How often a run's directory is checked for progress.
+/// How often a run's directory is checked for progress, at most: the first check comes after
+/// [`WATCH_FIRST`], and the wait doubles from there. The supervisor's run-end notice
+/// ([`super::ended`]) wakes the check at once; the checks find what a notice cannot tell
+/// (the job started, the supervisor died) and ends whose notice was lost.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
+/// The first wait between checks of a run's directory.
+const WATCH_FIRST: Duration = Duration::from_millis(25);
 /// How often directories of reported runs are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 /// How often cgroup slots idle for [`confine::SLOT_IDLE`] are removed.
@@ -64,6 +70,10 @@ struct Inner {
     next_spawner: std::sync::atomic::AtomicUsize,
     /// Cgroups, devices and users of jobs.
     confiner: Confiner,
+    /// Run-end notices from supervisors, and their socket (none if it could not be made: ends
+    /// are then noticed by looking only).
+    ended: Arc<Notices>,
+    ended_socket: Option<PathBuf>,
 }
 
 /// The command line and environment of a job, taken from its pod spec.
@@ -115,7 +125,26 @@ impl ProcessRuntime {
             unallocatable: Resources::new(),
             unschedulable: false,
         };
+        let ended = Arc::new(Notices::default());
+        let socket_path = data_dir.join(ended::SOCKET);
+        // A receiving task needs a runtime; without one (never the agent's case) ends are
+        // noticed by looking.
+        let ended_socket = match (tokio::runtime::Handle::try_current(), Notices::bind(&socket_path)) {
+            (Ok(_), Ok(socket)) => Some((socket, socket_path)),
+            (_, Err(e)) => {
+                tracing::warn!(path = %socket_path.display(), error = %e, "no run-end socket; run ends are noticed by looking at run directories");
+                None
+            }
+            (Err(_), Ok(_)) => None,
+        };
+        let tasks = OwnedTasks::default();
+        let ended_socket = ended_socket.map(|(socket, path)| {
+            tasks.spawn(ended.clone().serve(socket));
+            path
+        });
         let inner = Inner {
+            ended,
+            ended_socket,
             runs_dir,
             node,
             supervisor_exe,
@@ -126,11 +155,20 @@ impl ProcessRuntime {
             next_spawner: std::sync::atomic::AtomicUsize::new(0),
             confiner,
         };
-        Ok(Self { inner: Arc::new(inner), tasks: OwnedTasks::default() })
+        Ok(Self { inner: Arc::new(inner), tasks })
     }
 
     fn spawn_task(&self, fut: impl Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(fut);
+    }
+}
+
+/// Stops waiting for a run's end notice when its watch ends, however it ends.
+struct Forget<'a>(&'a Notices, RunId);
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.0.forget(self.1);
     }
 }
 
@@ -175,6 +213,7 @@ impl Inner {
             command: cmd.argv.clone(),
             env,
             confine,
+            ended_socket: self.ended_socket.clone(),
         };
         let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let free = (0..SPAWNERS).find_map(|k| self.spawners[(first + k) % SPAWNERS].try_lock().ok());
@@ -230,12 +269,15 @@ impl Inner {
         self.follow(&dir, run_id, job_id, last).await;
         // The job and everything it started are gone once its end is recorded (or its cgroup
         // slot says that something stayed).
-        self.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE));
+        self.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE), dir.has(rundir::PID));
     }
 
     async fn follow(&self, dir: &RunDir, run_id: RunId, job_id: JobId, mut last: RunEventKind) {
         let dir = dir.clone();
         let mut respawned = false;
+        let mut wait = WATCH_FIRST;
+        let ended = self.ended.watch(run_id);
+        let _forget = Forget(&self.ended, run_id);
         loop {
             match dir.read_exit() {
                 Ok(Some(rec)) => {
@@ -267,7 +309,11 @@ impl Inner {
             if !alive && matches!(dir.read_exit(), Ok(None)) {
                 self.take_over(&dir, run_id, job_id, &mut respawned).await;
             }
-            tokio::time::sleep(WATCH_INTERVAL).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = ended.notified() => {}
+            }
+            wait = (wait * 2).min(WATCH_INTERVAL);
         }
     }
 
@@ -458,7 +504,7 @@ impl Runtime for ProcessRuntime {
                     inner.sink.send(ev);
                     // Its slot is free again, unless something of it stayed there.
                     inner.confiner.hold(run_id, read_devices(&dir));
-                    inner.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE));
+                    inner.confiner.release(run_id, dir.has(confine::CGROUP_STUCK_FILE), dir.has(rundir::PID));
                     continue;
                 }
                 Ok(None) => {}
@@ -511,13 +557,13 @@ impl Runtime for ProcessRuntime {
         let user = inner.confiner.user_for(&lease.queue).map_err(plan_error)?;
         let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
         if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
-            inner.confiner.release(run_id, false);
+            inner.confiner.release(run_id, false, false);
             return Err(e);
         }
         lock(&inner.runs).insert(run_id, job_id);
         if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd, &assignment, user).await {
             // A supervisor that failed this way never forked the job.
-            inner.confiner.release(run_id, false);
+            inner.confiner.release(run_id, false, false);
             lock(&inner.runs).remove(&run_id);
             let _ = std::fs::remove_dir_all(&dir.path);
             return Err(RuntimeError::io(format!("starting a supervisor with {}", inner.supervisor_exe.display()), e));

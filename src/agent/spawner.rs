@@ -166,6 +166,7 @@ mod tests {
             command: vec!["sh".into(), "-c".into(), "echo \"hi\"\nexit 3".into()],
             env: vec![("CONVOY_RUN_ID".into(), "01J".into())],
             confine: Default::default(),
+            ended_socket: Some("/var/lib/convoy/ended.sock".into()),
         };
         let line = serde_json::to_string(&req).expect("encode");
         assert!(!line.contains('\n'), "one request per line: {line}");

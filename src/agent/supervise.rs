@@ -38,6 +38,9 @@ pub struct SuperviseArgs {
     /// The job's cgroup and user (see [`super::confine`]); default: none.
     #[serde(default)]
     pub confine: Confinement,
+    /// The agent's run-end socket ([`super::ended`]), told once the exit record is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_socket: Option<PathBuf>,
 }
 
 /// Why supervising failed before an exit status could be recorded.
@@ -56,6 +59,16 @@ pub struct SuperviseError {
 /// directory's lock is held and the supervisor's stamp written, and is closed: the spawner answers the agent only then, so the agent
 /// never takes a starting supervisor for a dead one.
 pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Result<(), SuperviseError> {
+    let (socket, run_dir) = (args.ended_socket.clone(), args.run_dir.clone());
+    let result = supervise_run(args, ready);
+    if let Some(socket) = socket {
+        super::ended::send(&socket, &run_dir);
+    }
+    result
+}
+
+/// [`supervise`], without the run-end notice.
+fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Result<(), SuperviseError> {
     let run_dir = args.run_dir.clone();
     let err = |context: &'static str| {
         let run_dir = run_dir.clone();
@@ -213,14 +226,15 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     };
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
-    // Read before the cgroup goes; then whatever left the process group goes too.
-    let oom = args.confine.oom_killed(oom_before);
-    release_cgroup(&args.confine, &dir);
     let (exit_code, sig) = match (status.code(), status.signal()) {
         (Some(c), _) => (c, None),
         (None, Some(s)) => (128 + s, Some(s)),
         (None, None) => (255, None),
     };
+    // Read before the cgroup goes (then whatever left the process group goes too), and only
+    // for a job that failed: the OOM killer's victims end with SIGKILL, or their shell with 137.
+    let oom = if exit_code != 0 { args.confine.oom_killed(oom_before) } else { None };
+    release_cgroup(&args.confine, &dir);
     let rec = match stopping {
         Some((reason, message, _)) => record(Some(exit_code), sig, Some(reason), message),
         None if exit_code != 0

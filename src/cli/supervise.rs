@@ -54,6 +54,7 @@ pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
             command: args.command,
             env: Vec::new(),
             confine: Default::default(),
+            ended_socket: None,
         },
         None,
     )?;

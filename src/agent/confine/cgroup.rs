@@ -237,6 +237,7 @@ impl CgroupTree {
                 }
                 CgroupPlan {
                     reused,
+                    settings_in_place: false,
                     oom_counter: Some(d.join("memory.events")),
                     kill_file: Some(d.join("cgroup.kill")),
                     memory_bytes: limits.memory_bytes,
@@ -280,6 +281,7 @@ impl CgroupTree {
                 }
                 CgroupPlan {
                     reused,
+                    settings_in_place: false,
                     oom_counter: Some(mem.join("memory.oom_control")),
                     kill_file: None,
                     memory_bytes: limits.memory_bytes,
@@ -299,6 +301,10 @@ pub struct CgroupPlan {
     /// A slot kept by the agent: emptied at the end, not removed.
     #[serde(default)]
     pub reused: bool,
+    /// The agent knows the slot holds `settings` already (its last job, which started, had the
+    /// same): they are neither read nor written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settings_in_place: bool,
     /// Files written once the directories exist, in order: the limits.
     pub settings: Vec<(PathBuf, String)>,
     /// The file whose `oom_kill` line counts the job's OOM kills (v2 `memory.events`, v1
@@ -336,7 +342,8 @@ impl CgroupPlan {
             };
             fds.push(OwnedFd::from(f));
         }
-        for (i, (file, value)) in self.settings.iter().enumerate() {
+        let settings = if self.settings_in_place { &[][..] } else { &self.settings[..] };
+        for (i, (file, value)) in settings.iter().enumerate() {
             // A slot often holds the same limits already (jobs of a job set ask alike), and some
             // writes cost far more than a read: a CPU quota makes the kernel check every cgroup's.
             if self.reused && read_small(file).is_ok_and(|now| now.trim() == value) {
@@ -640,6 +647,27 @@ mod tests {
                 (pids.join("pids.max"), "max".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn limits_known_to_be_in_place_are_neither_read_nor_written() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let d = t.path().join("slot");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::write(d.join("cgroup.procs"), "").expect("write");
+        std::fs::write(d.join("pids.max"), "64").expect("write");
+        let mut plan = CgroupPlan {
+            dirs: vec![d.clone()],
+            reused: true,
+            settings: vec![(d.join("pids.max"), "128".into())],
+            ..CgroupPlan::default()
+        };
+        plan.settings_in_place = true;
+        plan.create().expect("create");
+        assert_eq!(std::fs::read_to_string(d.join("pids.max")).expect("read"), "64");
+        plan.settings_in_place = false;
+        plan.create().expect("create");
+        assert_eq!(std::fs::read_to_string(d.join("pids.max")).expect("read"), "128");
     }
 
     #[test]

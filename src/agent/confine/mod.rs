@@ -17,6 +17,7 @@ use cgroup::{CgroupJoin, CgroupPlan, CgroupTree, JobLimits};
 use devices::{Assignment, DevicePool};
 use serde::{Deserialize, Serialize};
 use slots::{SlotPool, slot_name, slot_number};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -288,6 +289,16 @@ pub struct Confiner {
     /// The agent's slot id (see [`slots::slot_name`]).
     slot_id: String,
     slots: Mutex<SlotPool<RunId>>,
+    /// The limits each slot holds, as its last job that started had them (a slot not listed:
+    /// unknown, read and written as needed); and the limits planned for each run with a slot.
+    in_place: Mutex<SlotSettings>,
+}
+
+/// What the agent knows of its slots' limits (see [`Confiner::release`]).
+#[derive(Default)]
+struct SlotSettings {
+    slots: HashMap<u32, Vec<(PathBuf, String)>>,
+    planned: HashMap<RunId, (u32, Vec<(PathBuf, String)>)>,
 }
 
 /// Why a job cannot be confined as configured.
@@ -313,9 +324,22 @@ impl Confiner {
         cores: usize,
         slot_id: String,
     ) -> Confiner {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Self::with_own_cgroup(limits, &own, gpus, run_as, allow_root, cores, slot_id)
+    }
+
+    /// [`Confiner::new`] for an agent whose `/proc/self/cgroup` reads `own`.
+    fn with_own_cgroup(
+        limits: &LimitsConfig,
+        own: &str,
+        gpus: Option<Vec<String>>,
+        run_as: Option<RunAs>,
+        allow_root: bool,
+        cores: usize,
+        slot_id: String,
+    ) -> Confiner {
         let tree = if limits.enabled {
-            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-            match CgroupTree::detect(&limits.cgroup_root, &own, &limits.cgroup_name, limits.cpuset) {
+            match CgroupTree::detect(&limits.cgroup_root, own, &limits.cgroup_name, limits.cpuset) {
                 Ok(t) => {
                     tracing::info!(version = t.version.label(), "jobs are confined in cgroups");
                     Some(t)
@@ -356,6 +380,7 @@ impl Confiner {
             devices: Mutex::new(DevicePool::new(gpus, cpus)),
             slot_id,
             slots: Mutex::new(slots),
+            in_place: Mutex::new(SlotSettings::default()),
         }
     }
 
@@ -412,10 +437,23 @@ impl Confiner {
     }
 
     /// Frees a run's devices and its cgroup slot; `stuck`: a process of the job did not leave
-    /// the slot, which is then never given again.
-    pub fn release(&self, run_id: RunId, stuck: bool) {
+    /// the slot, which is then never given again. `started`: the job was started, so its
+    /// supervisor had put its limits in place, and the next job asking the same needs not
+    /// touch them.
+    pub fn release(&self, run_id: RunId, stuck: bool, started: bool) {
         lock(&self.devices).release(&run_id);
-        lock(&self.slots).release(&run_id, stuck, Instant::now());
+        let slot = lock(&self.slots).release(&run_id, stuck, Instant::now());
+        let mut known = lock(&self.in_place);
+        let planned = known.planned.remove(&run_id);
+        match (slot, planned) {
+            (Some(n), Some((m, settings))) if n == m && started && !stuck => {
+                known.slots.insert(n, settings);
+            }
+            (Some(n), _) => {
+                known.slots.remove(&n);
+            }
+            (None, _) => {}
+        }
     }
 
     /// Removes the cgroups of slots free for longer than `idle` (all free ones: zero, as the
@@ -429,6 +467,7 @@ impl Confiner {
             if !lock(&self.slots).start_removing(n) {
                 continue;
             }
+            lock(&self.in_place).slots.remove(&n);
             let plan = tree.plan(&slot_name(&self.slot_id, n), &JobLimits::default(), true);
             match plan.remove(Duration::from_millis(200)) {
                 Ok(()) => lock(&self.slots).removed(n),
@@ -464,7 +503,13 @@ impl Confiner {
                 cpus: assignment.cpus.clone(),
             };
             match assignment.slot {
-                Some(n) => t.plan(&slot_name(&self.slot_id, n), &limits, true),
+                Some(n) => {
+                    let mut plan = t.plan(&slot_name(&self.slot_id, n), &limits, true);
+                    let mut known = lock(&self.in_place);
+                    plan.settings_in_place = known.slots.get(&n) == Some(&plan.settings);
+                    known.planned.insert(run_id, (n, plan.settings.clone()));
+                    plan
+                }
                 // A run started by an agent before slots: a cgroup named after it.
                 None => t.plan(&run_id.to_string(), &limits, false),
             }
@@ -522,6 +567,46 @@ mod tests {
         assert!(msg.contains("servers do not record"), "{msg}");
         let (key, _) = RunAs::Rules(vec![RunAsRule { queue: None, user: "a b".into() }]).validate().unwrap_err();
         assert_eq!(key, "process.run_as[0].user");
+    }
+
+    #[test]
+    fn a_slot_whose_last_started_job_had_the_same_limits_is_not_touched_again() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let own = t.path().join("svc/agent.service");
+        std::fs::create_dir_all(&own).expect("mkdir");
+        for dir in [t.path(), own.as_path()] {
+            std::fs::write(dir.join("cgroup.controllers"), "cpu memory pids").expect("write");
+        }
+        std::fs::write(own.join("cgroup.subtree_control"), "").expect("write");
+        std::fs::write(own.join("cgroup.procs"), "").expect("write");
+        let limits: LimitsConfig =
+            toml::from_str(&format!("enabled = true\ncgroup_root = {:?}\n", t.path().display().to_string()))
+                .expect("limits");
+        let c = Confiner::with_own_cgroup(&limits, "0::/svc/agent.service\n", Some(vec![]), None, true, 2, "a".into());
+        assert_eq!(c.label(), "cgroup-v2");
+        let asks = |cpu: &str| Resources::parse([("cpu", cpu), ("memory", "1Gi")]).expect("resources");
+        let run = |n: u128| RunId::from_parts(1, n);
+        let in_place = |id: RunId, cpu: &str| {
+            let a = c.assign(id, &asks(cpu)).expect("assign");
+            let (conf, _) = c.confinement(id, &asks(cpu), &a, None);
+            (a.slot, conf.cgroup.expect("a cgroup").settings_in_place)
+        };
+        // Unknown at first; known after a job that started; forgotten after one that did not,
+        // and never assumed for other limits.
+        assert_eq!(in_place(run(1), "1"), (Some(0), false));
+        c.release(run(1), false, true);
+        assert_eq!(in_place(run(2), "1"), (Some(0), true));
+        c.release(run(2), false, false);
+        assert_eq!(in_place(run(3), "1"), (Some(0), false));
+        c.release(run(3), false, true);
+        assert_eq!(in_place(run(4), "2"), (Some(0), false));
+        // A stuck slot is never given again; the next one is unknown.
+        c.release(run(4), true, true);
+        assert_eq!(in_place(run(5), "2"), (Some(1), false));
+        c.release(run(5), false, true);
+        // Removing an idle slot forgets what it held.
+        c.sweep_slots(Duration::ZERO);
+        assert_eq!(in_place(run(6), "2").1, false);
     }
 
     #[test]

@@ -433,6 +433,7 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
         ],
         env: vec![("GREETING".into(), "hello from a forked supervisor".into())],
         confine: Default::default(),
+        ended_socket: None,
     };
     spawner.spawn(&req).await.expect("spawned");
     // Answered only once the supervisor holds the lock.
