@@ -12,6 +12,7 @@ pub mod v0004_node_health;
 pub mod v0005_queue_usage;
 pub mod v0006_queue_tree;
 pub mod v0007_run_index;
+pub mod v0008_job_owners;
 
 /// A migration step.
 pub struct Migration {
@@ -32,4 +33,5 @@ pub const ALL: &[Migration] = &[
     Migration { version: 5, name: "queue usage meta row", run: v0005_queue_usage::run },
     Migration { version: 6, name: "queue tree meta row", run: v0006_queue_tree::run },
     Migration { version: 7, name: "namespaces of jobs, pods of runs, runs indexed", run: v0007_run_index::run },
+    Migration { version: 8, name: "owners of jobs", run: v0008_job_owners::run },
 ];

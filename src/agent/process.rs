@@ -354,7 +354,8 @@ impl Inner {
             *respawned = true;
             let started = match dir.read_lease().and_then(|lease| {
                 let cmd = JobCommand::from_lease(&lease).map_err(std::io::Error::other)?;
-                let user = self.confiner.user_for(&lease.queue).map_err(std::io::Error::other)?;
+                let user =
+                    self.confiner.user_for(&lease.queue, lease.owner.as_deref()).map_err(std::io::Error::other)?;
                 Ok((lease, cmd, user))
             }) {
                 Ok((lease, cmd, user)) => self.start_supervisor(dir, &lease, &cmd, &read_devices(dir), user).await,
@@ -554,7 +555,7 @@ impl Runtime for ProcessRuntime {
         }
         let cmd = JobCommand::from_lease(&lease)?;
         let asked = confine::job_resources(&lease.pod_spec).map_err(RuntimeError::InvalidJob)?;
-        let user = inner.confiner.user_for(&lease.queue).map_err(plan_error)?;
+        let user = inner.confiner.user_for(&lease.queue, lease.owner.as_deref()).map_err(plan_error)?;
         let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
         if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
             inner.confiner.release(run_id, false, false);
@@ -703,6 +704,7 @@ mod tests {
             termination_grace_period_seconds: 1.0,
             active_deadline_seconds: 0,
             namespace: None,
+            owner: None,
         }
     }
 

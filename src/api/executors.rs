@@ -245,11 +245,13 @@ pub async fn lease(
     }
     let ids: Vec<JobId> = pending.leases.iter().map(|(id, _, _)| *id).collect();
     let store = app.store.clone();
-    let payloads = tokio::task::spawn_blocking(move || store.payloads(&ids))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
+    let (payloads, owners) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+        Ok((store.payloads(&ids)?, store.owners(&ids)?))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
     let mut leases = Vec::with_capacity(pending.leases.len());
-    for ((id, run_id, r), payload) in pending.leases.into_iter().zip(payloads) {
+    for (((id, run_id, r), payload), owner) in pending.leases.into_iter().zip(payloads).zip(owners) {
         let Some(payload) = payload else {
             tracing::error!(job_id = %id, "leased job has no stored pod spec");
             continue;
@@ -272,6 +274,7 @@ pub async fn lease(
             termination_grace_period_seconds: r.termination_grace_period_ms as f64 / 1000.0,
             active_deadline_seconds: r.active_deadline_seconds,
             namespace: r.namespace.clone(),
+            owner,
         });
     }
     let output = app.output.asks_for(&executor, std::time::Instant::now());

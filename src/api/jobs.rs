@@ -102,7 +102,13 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
         })
         .collect();
     let r = app
-        .write(Command::SubmitInNamespaces { queue: req.queue, job_set: req.job_set, at_ms: now_ms(), jobs })
+        .write(Command::SubmitByOwner {
+            queue: req.queue,
+            job_set: req.job_set,
+            at_ms: now_ms(),
+            owner: p.name.clone(),
+            jobs,
+        })
         .await?;
     ids_of(r)
 }
@@ -298,6 +304,7 @@ fn job_view(app: &Control, r: &Job) -> JobView {
         labels: r.labels.clone(),
         client_id: r.client_id.clone(),
         namespace: r.namespace.clone(),
+        owner: None,
         reason,
         runs: r.runs.iter().map(run_view).collect(),
         events: None,
@@ -372,12 +379,14 @@ pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, Api
         let Some(r) = store.job(id)? else { return Ok(None) };
         let events = store.job_events(&r)?;
         let payload = store.payload(id)?;
-        Ok(Some((r, events, payload)))
+        let owner = store.owners(&[id])?.pop().flatten();
+        Ok(Some((r, events, payload, owner)))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let Some((r, events, payload)) = found else { return Err(no_such_job(app, id)) };
+    let Some((r, events, payload, owner)) = found else { return Err(no_such_job(app, id)) };
     let mut v = job_view(app, &r);
+    v.owner = owner;
     v.events = Some(events.iter().map(event_view).collect());
     v.pod_spec = payload.and_then(|p| serde_json::from_str(&p.pod_spec).ok());
     Ok(v)
@@ -471,10 +480,16 @@ pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, 
     }
     let filter = JobFilter { queue, job_set, states, after, limit, text, newest_first };
     let store = app.store.clone();
-    let page = tokio::task::spawn_blocking(move || store.search_jobs(&filter))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-    Ok(JobList { jobs: page.jobs.iter().map(|r| job_view(app, r)).collect(), next: page.next })
+    let (page, owners) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+        let page = store.search_jobs(&filter)?;
+        let ids: Vec<JobId> = page.jobs.iter().map(|j| j.id).collect();
+        let owners = store.owners(&ids)?;
+        Ok((page, owners))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    let jobs = page.jobs.iter().zip(owners).map(|(r, owner)| JobView { owner, ..job_view(app, r) }).collect();
+    Ok(JobList { jobs, next: page.next })
 }
 
 /// A job's output

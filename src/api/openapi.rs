@@ -358,7 +358,10 @@ mod tests {
             .iter()
             .map(|p| format!("{}:{}", p["in"].as_str().unwrap_or(""), p["name"].as_str().unwrap_or("")))
             .collect();
-        assert_eq!(params, ["query:queue", "query:job_set", "query:state", "query:limit", "query:after"]);
+        assert_eq!(
+            params,
+            ["query:queue", "query:job_set", "query:state", "query:limit", "query:after", "query:text", "query:order"]
+        );
         let stream = &d["paths"]["/v1/queues/{queue}/job-sets/{job_set}/events"]["get"]["parameters"];
         let names: Vec<&str> =
             stream.as_array().expect("parameters").iter().filter_map(|p| p["name"].as_str()).collect();
@@ -544,6 +547,7 @@ mod tests {
             labels: BTreeMap::new(),
             client_id: Some("c1".into()),
             namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
+            owner: Some("alice".into()),
             reason: Some("exit code 1".into()),
             runs: vec![run.clone()],
             events: Some(vec![event.clone()]),
@@ -618,6 +622,7 @@ mod tests {
                 termination_grace_period_seconds: 30.0,
                 active_deadline_seconds: 0,
                 namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
+                owner: Some("alice".into()),
             }],
             kills: vec![KillOrder {
                 run_id,

@@ -254,6 +254,9 @@ pub struct JobView {
     pub client_id: Option<String>,
     /// The Kubernetes namespace the job asked for; absent: its agent's configured namespace.
     pub namespace: Option<super::Namespace>,
+    /// The principal that submitted the job (`anonymous` with auth off); absent for jobs
+    /// submitted before servers recorded it.
+    pub owner: Option<String>,
     /// Why the job waits (the scheduler's latest reason) or why it ended.
     pub reason: Option<String>,
     /// Attempts to run the job, oldest first; at most one is not over.
@@ -464,6 +467,10 @@ pub struct LeaseOrder {
     /// configured one. Runtimes without Kubernetes ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<super::Namespace>,
+    /// The principal that submitted the job (absent for jobs submitted before servers recorded
+    /// it): the process runtime's `run_as = "principal"` runs the job as this Unix user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).

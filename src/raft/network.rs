@@ -67,7 +67,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   (with the `queue_tree` meta row).
 /// - 7: log format 7 (submissions with namespaces, run events with pods) and snapshots of state
 ///   schema 7 (jobs with namespaces, runs with pods, the `run_jobs` index).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// - 8: log format 8 (submissions with their owner) and snapshots of state schema 8 (the
+///   `job_owners` table).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -12,13 +12,13 @@ use crate::model::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 7 (the variant order is the format; log
+/// A change to the replicated state. Format: log format 8 (the variant order is the format; log
 /// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
 /// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
 /// [`Command::RecordUsage`] (format 5), format 5 without [`Command::CreateQueueInTree`] and
 /// [`Command::UpdateQueueInTree`] (format 6), format 6 without [`Command::SubmitInNamespaces`]
-/// and [`Command::RunEventsWithPods`] (format 7), so every older command decodes, and encodes
-/// back, unchanged).
+/// and [`Command::RunEventsWithPods`] (format 7), format 7 without [`Command::SubmitByOwner`]
+/// (format 8), so every older command decodes, and encodes back, unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -236,6 +236,22 @@ pub enum Command {
         max_attempted_runs: u32,
         /// When failures of a node quarantine it, and for how long.
         quarantine: QuarantinePolicyRecord,
+    },
+    /// Submits jobs, as [`Command::SubmitInNamespaces`], recording who submitted them (their
+    /// owner). Log format 8: the leader proposes this instead, and entries of older logs apply
+    /// as before (jobs without an owner).
+    SubmitByOwner {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// The authenticated principal that submitted them (the anonymous principal's name with
+        /// auth off).
+        owner: String,
+        /// The jobs, validated, with their ids and namespaces.
+        jobs: Vec<NamespacedJob>,
     },
 }
 

@@ -83,7 +83,12 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// of every run (a field at the end of [`RunRecord`]), and the `run_jobs` table (run id → job id,
 /// the index behind reads by run id); snapshots carry it ([`SnapshotRowRecord::RunJob`]).
 /// Migration 7 rewrites every `jobs` row (no namespace, no pods) and indexes every run of it.
-pub const STATE_SCHEMA_VERSION: u32 = 7;
+///
+/// 8 adds the `job_owners` table (job id → the principal that submitted it), kept beside the
+/// jobs (deleted with a job's purge) so that no `jobs` row changes; snapshots carry it
+/// ([`SnapshotRowRecord::JobOwner`]). Migration 8 makes the table, empty: jobs submitted before
+/// have no recorded owner.
+pub const STATE_SCHEMA_VERSION: u32 = 8;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -109,7 +114,9 @@ pub const STATE_SCHEMA_VERSION: u32 = 7;
 ///   [`Command::RunEventsWithPods`] (run events with the pod the run became), added at the end of
 ///   the commands: older entries are format 7 entries byte for byte, the mark is raised when
 ///   opened (peer protocol 7).
-pub const LOG_FORMAT_VERSION: u32 = 7;
+/// - 8: [`Command::SubmitByOwner`] (jobs with the principal that submitted them), added at the
+///   end of the commands in the same way (peer protocol 8).
+pub const LOG_FORMAT_VERSION: u32 = 8;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
@@ -117,8 +124,8 @@ pub const LOG_FORMAT_VERSION: u32 = 7;
 ///
 /// Which rows a stream holds follows the state schema, whose version is the stream's first frame:
 /// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
-/// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that.
-/// The file format
+/// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that,
+/// schema 8 [`SnapshotRowRecord::JobOwner`] after that. The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

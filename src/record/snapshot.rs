@@ -50,9 +50,8 @@ impl SnapshotRecord {
 
 /// One row of a state table in a snapshot stream: one frame each. Format: snapshot file format 1,
 /// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on,
-/// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on and [`SnapshotRowRecord::RunJob`] from
-/// state schema 7 on
-/// (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
+/// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on, [`SnapshotRowRecord::RunJob`] from
+/// state schema 7 on and [`SnapshotRowRecord::JobOwner`] from state schema 8 on (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
     /// A `meta` row (never the node's own keys, such as the schema version).
@@ -139,6 +138,13 @@ pub enum SnapshotRowRecord {
         run: [u8; 16],
         /// The job id key (big-endian).
         job: [u8; 16],
+    },
+    /// A `job_owners` row: who submitted a job (state schema 8).
+    JobOwner {
+        /// The job id key (big-endian).
+        job: [u8; 16],
+        /// The principal's name.
+        owner: String,
     },
 }
 
@@ -231,6 +237,13 @@ pub enum SnapshotRowRef<'a> {
         /// The job id key.
         job: &'a [u8; 16],
     },
+    /// See [`SnapshotRowRecord::JobOwner`].
+    JobOwner {
+        /// The job id key.
+        job: &'a [u8; 16],
+        /// The principal's name.
+        owner: &'a str,
+    },
 }
 
 impl SnapshotRowRecord {
@@ -250,6 +263,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::Finished { key } => SnapshotRowRef::Finished { key },
             SnapshotRowRecord::NodeHealth { key, value } => SnapshotRowRef::NodeHealth { key, value },
             SnapshotRowRecord::RunJob { run, job } => SnapshotRowRef::RunJob { run, job },
+            SnapshotRowRecord::JobOwner { job, owner } => SnapshotRowRef::JobOwner { job, owner },
         }
     }
 }

@@ -908,3 +908,40 @@ fn state_schema_7_rows() {
     assert_eq!(decode::<JobRecord>(&bytes).unwrap(), expected);
     assert_eq!(runs, vec![rid(1).as_u128().to_be_bytes(), rid(2).as_u128().to_be_bytes()]);
 }
+
+fn format_8_commands() -> Vec<(&'static str, Command)> {
+    vec![(
+        "command-submit-by-owner",
+        Command::SubmitByOwner {
+            queue: qn("physics"),
+            job_set: js("run-1"),
+            at_ms: 1_760_000_900_002,
+            owner: "alice".into(),
+            jobs: vec![
+                NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
+                NamespacedJob { job: new_job(2, false), namespace: None },
+            ],
+        },
+    )]
+}
+
+fn job_owner_row() -> SnapshotRowRecord {
+    SnapshotRowRecord::JobOwner { job: jid(1).as_u128().to_be_bytes(), owner: "alice".into() }
+}
+
+#[test]
+fn log_format_8_commands() {
+    // Format 8 only added this command, at the end: every older command is format 8's byte for
+    // byte.
+    for (name, cmd) in format_8_commands() {
+        golden(&format!("log-v8/{name}.bin"), &cmd);
+    }
+}
+
+#[test]
+fn state_schema_8_rows() {
+    // Schema 8 only added the `job_owners` table (migration 8 makes it, empty); its snapshot row:
+    let row = job_owner_row();
+    golden("state-v8/row-job-owner.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v8/row-job-owner.bin"));
+}

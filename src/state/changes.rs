@@ -112,6 +112,13 @@ pub enum Change {
     PutQueueUsage(QueueUsageRecord),
     /// The tree settings of every queue that has any, replacing the record before.
     PutQueueTrees(QueueTreesRecord),
+    /// Records who submitted a job (deleted with its purge).
+    PutOwner {
+        /// The job.
+        job: JobId,
+        /// The principal's name.
+        owner: String,
+    },
     /// Indexes a new run by its id (it is deleted with its job's purge).
     IndexRun {
         /// The run.

@@ -21,7 +21,7 @@ impl Command {
             | Command::CreateQueueInTree { .. }
             | Command::UpdateQueueInTree { .. } => 1,
             Command::Submit { jobs, .. } => jobs.len(),
-            Command::SubmitInNamespaces { jobs, .. } => jobs.len(),
+            Command::SubmitInNamespaces { jobs, .. } | Command::SubmitByOwner { jobs, .. } => jobs.len(),
             Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
             Command::Preempt { job_ids, .. } => job_ids.len(),
             Command::Schedule { leases, preemptions, failures, .. } => {

@@ -12,6 +12,7 @@ impl State {
         job_set: &JobSetName,
         at_ms: i64,
         jobs: Vec<(NewJob, Option<Namespace>)>,
+        owner: Option<&str>,
         out: &mut Applied,
     ) -> Response {
         let Some(q) = self.queues.get(queue) else {
@@ -63,6 +64,9 @@ impl State {
                 out.changes.push(Change::PutClientId { queue: queue.clone(), client_id: cid, job: nj.id });
             }
             out.changes.push(Change::PutPayload(nj.id, Box::new(nj.payload)));
+            if let Some(owner) = owner {
+                out.changes.push(Change::PutOwner { job: nj.id, owner: owner.to_string() });
+            }
             out.changes.push(Change::AddToJobSet { queue: queue.clone(), job_set: job_set.clone(), job: nj.id });
             *self.set_jobs.entry((queue.clone(), job_set.clone())).or_default() += 1;
             let submitted = self.event(out, &record, at_ms, EventKind::Submitted, None, None);

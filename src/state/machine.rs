@@ -248,11 +248,15 @@ impl State {
             Command::Submit { queue, job_set, at_ms, jobs } => {
                 // Entries of logs older than namespaces: the jobs run in their agent's.
                 let jobs = jobs.into_iter().map(|job| (job, None)).collect();
-                self.submit(&queue, &job_set, at_ms, jobs, out)
+                self.submit(&queue, &job_set, at_ms, jobs, None, out)
             }
             Command::SubmitInNamespaces { queue, job_set, at_ms, jobs } => {
                 let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
-                self.submit(&queue, &job_set, at_ms, jobs, out)
+                self.submit(&queue, &job_set, at_ms, jobs, None, out)
+            }
+            Command::SubmitByOwner { queue, job_set, at_ms, owner, jobs } => {
+                let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
+                self.submit(&queue, &job_set, at_ms, jobs, Some(&owner), out)
             }
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
                 let states: Option<Vec<JobState>> = states.map(|s| s.into_iter().map(JobState::from).collect());

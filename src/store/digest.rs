@@ -57,6 +57,7 @@ enum Tag {
     Finished = 11,
     NodeHealth = 12,
     RunJobs = 13,
+    JobOwners = 14,
 }
 
 struct Hasher {
@@ -154,6 +155,10 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     for row in tx.open_table(RUN_JOBS)?.iter()? {
         let (k, v) = row?;
         h.row(Tag::RunJobs, k.value(), v.value());
+    }
+    for row in tx.open_table(JOB_OWNERS)?.iter()? {
+        let (k, v) = row?;
+        h.row(Tag::JobOwners, k.value(), v.value().as_bytes());
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

@@ -63,6 +63,14 @@ impl Store {
         }
     }
 
+    /// Who submitted each of `ids` (none for a job submitted before owners were recorded, or
+    /// not stored), in one read transaction.
+    pub fn owners(&self, ids: &[JobId]) -> Result<Vec<Option<String>>, StoreError> {
+        let tx = self.read()?;
+        let t = tx.open_table(JOB_OWNERS)?;
+        ids.iter().map(|id| Ok(t.get(&job_key(*id))?.map(|v| v.value().to_string()))).collect()
+    }
+
     /// The jobs of runs, by the `run_jobs` index, in one read transaction: the job holding each
     /// run, or none for a run the store does not hold (never leased, or purged with its job).
     pub fn jobs_of_runs(&self, runs: &[RunId]) -> Result<Vec<Option<Job>>, StoreError> {

@@ -44,6 +44,7 @@ const S_EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("import.e
 const S_FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("import.finished");
 const S_NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("import.node_health");
 const S_RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("import.run_jobs");
+const S_JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("import.job_owners");
 
 /// What an import did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +159,7 @@ struct Staging<'t> {
     finished: Table<'t, &'static [u8; 24], ()>,
     node_health: Table<'t, &'static [u8], &'static [u8]>,
     run_jobs: Table<'t, &'static [u8; 16], &'static [u8; 16]>,
+    job_owners: Table<'t, &'static [u8; 16], &'static str>,
 }
 
 impl<'t> Staging<'t> {
@@ -176,6 +178,7 @@ impl<'t> Staging<'t> {
             finished: tx.open_table(S_FINISHED)?,
             node_health: tx.open_table(S_NODE_HEALTH)?,
             run_jobs: tx.open_table(S_RUN_JOBS)?,
+            job_owners: tx.open_table(S_JOB_OWNERS)?,
         })
     }
 
@@ -219,6 +222,9 @@ impl<'t> Staging<'t> {
             SnapshotRowRecord::NodeHealth { key, value } => {
                 self.node_health.insert(key.as_slice(), value.as_slice())?;
             }
+            SnapshotRowRecord::JobOwner { job, owner } => {
+                self.job_owners.insert(&job, owner.as_str())?;
+            }
             SnapshotRowRecord::RunJob { run, job } => {
                 self.run_jobs.insert(&run, &job)?;
             }
@@ -253,6 +259,7 @@ fn swap(tx: &WriteTransaction, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), Stor
     swap_table(tx, FINISHED, S_FINISHED)?;
     swap_table(tx, NODE_HEALTH, S_NODE_HEALTH)?;
     swap_table(tx, RUN_JOBS, S_RUN_JOBS)?;
+    swap_table(tx, JOB_OWNERS, S_JOB_OWNERS)?;
     {
         let mut live = tx.open_table(META)?;
         live.retain(|k, _| is_node_local(k))?;
@@ -285,6 +292,7 @@ pub(super) fn drop_staging(db: &redb::Database) -> Result<bool, StoreError> {
     found |= tx.delete_table(S_FINISHED)?;
     found |= tx.delete_table(S_NODE_HEALTH)?;
     found |= tx.delete_table(S_RUN_JOBS)?;
+    found |= tx.delete_table(S_JOB_OWNERS)?;
     tx.commit()?;
     Ok(found)
 }
@@ -387,6 +395,11 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
     for row in tx.open_table(RUN_JOBS)?.iter()? {
         let (k, v) = row?;
         emit(out, SnapshotRowRef::RunJob { run: k.value(), job: v.value() })?;
+        n += 1;
+    }
+    for row in tx.open_table(JOB_OWNERS)?.iter()? {
+        let (k, v) = row?;
+        emit(out, SnapshotRowRef::JobOwner { job: k.value(), owner: v.value() })?;
         n += 1;
     }
     Ok(n)

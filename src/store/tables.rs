@@ -42,6 +42,9 @@ pub const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("nod
 /// The job of every stored run: [`run_key`] → [`job_key`], written when the run is leased and
 /// deleted with the job (schema 7).
 pub const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("run_jobs");
+/// Who submitted each job: [`job_key`] → the principal's name, written at submission and
+/// deleted with the job (schema 8; jobs submitted before have none).
+pub const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
 
 /// Meta key of the schema version.
 pub const SCHEMA_VERSION: &str = "schema_version";

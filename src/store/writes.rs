@@ -31,6 +31,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let (mut meta, mut queues, mut jobs, mut payloads, mut live) = (None, None, None, None, None);
     let (mut job_sets, mut client_ids, mut executors, mut finished) = (None, None, None, None);
     let (mut events, mut event_seqs, mut node_health, mut run_jobs) = (None, None, None, None);
+    let mut owners = None;
     // A job set's events of this transaction become chunks, written at the end.
     let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&EventRecord>> = HashMap::new();
     // Purged jobs by the event chunks holding their events: each chunk is rewritten once, at the
@@ -89,6 +90,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 let k = job_key(*job);
                 let record = open(&mut jobs, tx, JOBS)?.remove(&k)?.map(|v| v.value().to_vec());
                 open(&mut payloads, tx, PAYLOADS)?.remove(&k)?;
+                open(&mut owners, tx, JOB_OWNERS)?.remove(&k)?;
                 open(&mut finished, tx, FINISHED)?.remove(&finished_key(*finished_ms, *job))?;
                 open(&mut job_sets, tx, JOB_SETS)?.remove(job_set_key(queue, job_set, *job).as_slice())?;
                 let Some(bytes) = record else { continue };
@@ -138,6 +140,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
             Change::IndexRun { run, job } => {
                 open(&mut run_jobs, tx, RUN_JOBS)?.insert(&run_key(*run), &job_key(*job))?;
+            }
+            Change::PutOwner { job, owner } => {
+                open(&mut owners, tx, JOB_OWNERS)?.insert(&job_key(*job), owner.as_str())?;
             }
         }
     }

@@ -236,7 +236,7 @@ pub async fn job_handler(
     let _ = write!(
         body,
         "<dl class=\"job\"><dt>State</dt><dd class=\"state {s}\">{s}</dd><dt>Why</dt><dd class=\"why\">{}</dd>\
-         <dt>Queue</dt><dd><a href=\"/ui/queues/{qe}\">{}</a></dd><dt>Job set</dt><dd><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{}</a></dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{}</dd>\
+         <dt>Queue</dt><dd><a href=\"/ui/queues/{qe}\">{}</a></dd><dt>Job set</dt><dd><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{}</a></dd><dt>Priority</dt><dd>{} ({})</dd><dt>Submitted</dt><dd>{} by {}</dd>\
          <dt>Requests</dt><dd>{}</dd></dl>",
         escape(j.reason.as_deref().unwrap_or("—")),
         escape(j.queue.as_str()),
@@ -244,6 +244,7 @@ pub async fn job_handler(
         j.priority,
         escape(j.priority_class.as_str()),
         escape(&j.submitted_at),
+        escape(j.owner.as_deref().unwrap_or("(not recorded)")),
         escape(&j.requests.to_string()),
         s = j.state.as_str(),
         qe = escape(&encode(j.queue.as_str())),

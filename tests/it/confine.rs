@@ -315,6 +315,101 @@ async fn jobs_run_as_the_user_their_queue_maps_to_and_never_as_root() {
     assert_eq!(n.wait_over(id).await["state"], "succeeded");
 }
 
+/// `run_as = "principal"`: each job runs as the Unix account named like the principal that
+/// submitted it (its owner, which the server records and shows); a principal without an account
+/// fails its run with a clear reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_as_their_owners_own_account() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("run_as principal: skipped, creating test users needs root");
+        return;
+    }
+    let users = ["convoy-it-ann", "convoy-it-ben"];
+    for user in users {
+        match std::process::Command::new("useradd").args(["-M", "-s", "/bin/sh", user]).status() {
+            // 9: the user exists already (an earlier run).
+            Ok(s) if s.success() || s.code() == Some(9) => {}
+            other => {
+                eprintln!("run_as principal: skipped, useradd failed: {other:?}");
+                return;
+            }
+        }
+    }
+    let (admin, exec) = ("principal-admin-token-0123456789", "principal-exec-token-0123456789");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().to_path_buf();
+    let tokens = format!(
+        "[auth]\nenabled = true\ntokens = [\n  {{ token = \"{admin}\", principal = \"convoy-it-nobody\", roles = [\"admin\"] }},\n  \
+         {{ token = \"{exec}\", principal = \"node-a\", roles = [\"executor\"] }},\n  \
+         {{ token = \"ann-token-0123456789abcdef\", principal = \"{}\", roles = [\"submitter\"] }},\n  \
+         {{ token = \"ben-token-0123456789abcdef\", principal = \"{}\", roles = [\"submitter\"] }},\n]\n",
+        users[0], users[1]
+    );
+    let server = Server::start_in(&dir, &config(&dir, "").replace("[auth]\nenabled = false\n", &tokens));
+    server.ready().await;
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: String, token: &'static str, body: Option<Value>| {
+        let (http, url) = (http.clone(), format!("{}{path}", server.url));
+        async move {
+            let mut r = http.request(method, url).bearer_auth(token);
+            if let Some(b) = body {
+                r = r.json(&b);
+            }
+            let r = r.send().await.expect("request");
+            let status = r.status().as_u16();
+            (status, r.text().await.expect("text"))
+        }
+    };
+    let (st, body) = call(
+        reqwest::Method::POST,
+        "/v1/queues".into(),
+        admin,
+        Some(json!({"name": QUEUE, "owners": [users[0], users[1]]})),
+    )
+    .await;
+    assert_eq!(st, 201, "{body}");
+    let toml = format!("max_backoff = 1\ntoken = \"{exec}\"\n[process]\nrun_as = \"principal\"\n");
+    let agent = Agent::start(&server.url, "owners-ex", &dir.join("agent"), &toml, &dir.join("agent.log"));
+    let small = json!({"requests": {"cpu": "100m", "memory": "64Mi"}});
+    let mut jobs = Vec::new();
+    for token in ["ann-token-0123456789abcdef", "ben-token-0123456789abcdef", admin] {
+        let body = json!({"queue": QUEUE, "job_set": "s", "jobs": [sh("id -un", small.clone())]});
+        let (st, r) = call(reqwest::Method::POST, "/v1/jobs".into(), token, Some(body)).await;
+        assert_eq!(st, 200, "{r}");
+        let v: Value = serde_json::from_str(&r).expect("json");
+        jobs.push(v["job_ids"][0].as_str().expect("id").to_string());
+    }
+    let agent_log = dir.join("agent.log");
+    let over = |id: String| {
+        let (call, agent_log) = (&call, &agent_log);
+        async move {
+            let deadline = std::time::Instant::now() + WAIT;
+            loop {
+                let (_, body) = call(reqwest::Method::GET, format!("/v1/jobs/{id}"), admin, None).await;
+                let j: Value = serde_json::from_str(&body).expect("json");
+                if matches!(j["state"].as_str(), Some("succeeded" | "failed")) {
+                    return j;
+                }
+                let log = std::fs::read_to_string(agent_log).unwrap_or_default();
+                assert!(std::time::Instant::now() < deadline, "not over: {j:#}\n{log}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    for (id, user) in jobs.iter().zip(users) {
+        let j = over(id.clone()).await;
+        assert_eq!((&j["state"], &j["owner"]), (&json!("succeeded"), &json!(user)), "{j:#}");
+        let (_, out) = call(reqwest::Method::GET, format!("/v1/jobs/{id}/logs"), admin, None).await;
+        assert_eq!(out, format!("{user}\n"));
+    }
+    let j = over(jobs[2].clone()).await;
+    assert_eq!((&j["state"], &j["owner"]), (&json!("failed"), &json!("convoy-it-nobody")), "{j:#}");
+    assert!(j["runs"][0]["message"].as_str().is_some_and(|m| m.contains("no Unix user \"convoy-it-nobody\"")), "{j:#}");
+    drop(agent);
+    reap_runs(&dir.join("agent"));
+}
+
 /// Without a usable cgroup hierarchy the agent says jobs run unconfined, the node carries
 /// `convoy.io/confinement=none` (a node selector finds it), and jobs run without limits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,6 +143,41 @@ async fn a_data_dir_of_state_schema_6_opens_with_its_runs_indexed() {
     assert_eq!((s, &r["job_id"]), (200, &json!("01M852HR31ZDRXH66DHCFAMZF3")), "{r}");
 }
 
+#[tokio::test]
+async fn a_data_dir_of_state_schema_7_opens_and_new_jobs_have_owners() {
+    // Written by `convoy server` of schema 7 (log format 7): queue `default`, job set `set-7`, job
+    // `done` (client id) succeeded on executor `vm`, job `live` running there when it stopped.
+    let tmp = copy_fixture("datadir-v7");
+    let dir = tmp.path();
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    let (s, jobs) = server.get("/v1/jobs?queue=default&job_set=set-7").await;
+    assert_eq!(s, 200, "{jobs}");
+    let jobs = by_client_id(&jobs);
+    let expected = [
+        ("done", "01M865YBGHZKV1WHMRM51BBHDW", "01M865YBGQ5YHH998VFQV761QE", "succeeded"),
+        ("live", "01M865YBGHZKV1WHMRM51BBHDX", "01M865YBGQJ21XWH6JFSPTS9CT", "running"),
+    ];
+    for (client, job, run, state) in expected {
+        let j = &jobs[client];
+        assert_eq!((&j["id"], &j["state"], &j["owner"]), (&json!(job), &json!(state), &json!(null)), "{j}");
+        assert_eq!(j["runs"][0]["run_id"], run);
+    }
+    let (s, r) = server.get("/v1/jobs/01M865YBGHZKV1WHMRM51BBHDW/logs").await;
+    assert_eq!(s, 200, "{r}");
+    // New jobs get their owner (the anonymous principal with auth off), kept across a restart.
+    let body = json!({"queue": "default", "job_set": "set-8", "jobs": [{"pod_spec": common::pod("1", "true")}]});
+    let (s, r) = server.post("/v1/jobs", &body).await;
+    assert_eq!(s, 200, "{r}");
+    let new = r["job_ids"][0].as_str().expect("id").to_string();
+    assert_eq!(server.job(&new).await["owner"], "anonymous");
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+    let server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    assert_eq!(server.job(&new).await["owner"], "anonymous");
+    assert_eq!(server.job("01M865YBGHZKV1WHMRM51BBHDX").await["owner"], json!(null));
+}
+
 /// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
 fn refused_start(dir: &Path) -> String {
     std::fs::write(dir.join("convoy.toml"), config(dir, "")).expect("config");

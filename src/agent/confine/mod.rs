@@ -90,46 +90,63 @@ fn default_pids_max() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RunAs {
-    /// Every job runs as this user.
+    /// Every job runs as this user; [`PRINCIPAL`]: as the Unix account named like the job's
+    /// owner (the principal that submitted it), as Slurm runs jobs as their submitter.
     User(String),
-    /// The first rule whose queue matches names the user; a rule without a queue matches
-    /// every job. A job no rule matches does not run.
+    /// The first rule that matches the job's queue and owner names the user; a rule without a
+    /// queue or principal matches every job. A job no rule matches does not run.
     Rules(Vec<RunAsRule>),
 }
+
+/// The user name that stands for the job owner's own account.
+pub const PRINCIPAL: &str = "principal";
 
 /// One rule of `run_as`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunAsRule {
-    /// The queue whose jobs the rule is for; none: every job.
+    /// The queue whose jobs the rule is for; none: any queue.
     #[serde(default)]
     pub queue: Option<QueueName>,
-    /// The Unix user.
+    /// The principal (the job's owner) whose jobs the rule is for; none: anyone's.
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// The Unix user, or [`PRINCIPAL`] for the owner's own account.
     pub user: String,
 }
 
 impl RunAs {
-    /// The user name for a job of `queue`, or none when no rule matches.
-    pub fn user_for(&self, queue: &QueueName) -> Option<&str> {
-        match self {
-            RunAs::User(u) => Some(u),
-            RunAs::Rules(rules) => {
-                rules.iter().find(|r| r.queue.as_ref().is_none_or(|q| q == queue)).map(|r| r.user.as_str())
-            }
+    /// The user name for a job of `queue` submitted by `owner` (none when not recorded), or a
+    /// reason it has none.
+    pub fn user_for(&self, queue: &QueueName, owner: Option<&str>) -> Result<String, String> {
+        let named = match self {
+            RunAs::User(u) => u.as_str(),
+            RunAs::Rules(rules) => rules
+                .iter()
+                .find(|r| {
+                    r.queue.as_ref().is_none_or(|q| q == queue)
+                        && r.principal.as_deref().is_none_or(|p| Some(p) == owner)
+                })
+                .map(|r| r.user.as_str())
+                .ok_or_else(|| match owner {
+                    Some(o) => format!("process.run_as maps no user for queue {queue} and principal {o:?}"),
+                    None => format!("process.run_as maps no user for queue {queue} (the job has no recorded owner)"),
+                })?,
+        };
+        if named != PRINCIPAL {
+            return Ok(named.to_string());
+        }
+        match owner {
+            Some(o) => Ok(o.to_string()),
+            None => Err("process.run_as runs jobs as their owner's account, and this job has no recorded owner \
+                         (it was submitted before servers recorded owners)"
+                .into()),
         }
     }
 
     /// Checks the names; the error names the key.
     pub fn validate(&self) -> Result<(), (String, String)> {
         let check = |key: String, name: &str| -> Result<(), (String, String)> {
-            if name == "principal" {
-                return Err((
-                    key,
-                    "\"principal\" (the submitter's own account) needs the submitting principal in the lease, \
-                     which servers do not record yet; name a user or map queues to users"
-                        .into(),
-                ));
-            }
             if name.is_empty() || name.contains(['\0', ':', '/']) || name.chars().any(char::is_whitespace) {
                 return Err((key, format!("{name:?} is not a valid user name")));
             }
@@ -141,7 +158,15 @@ impl RunAs {
                 if rules.is_empty() {
                     return Err(("process.run_as".into(), "an empty list runs no job; leave run_as out".into()));
                 }
-                rules.iter().enumerate().try_for_each(|(i, r)| check(format!("process.run_as[{i}].user"), &r.user))
+                rules.iter().enumerate().try_for_each(|(i, r)| {
+                    check(format!("process.run_as[{i}].user"), &r.user)?;
+                    match &r.principal {
+                        Some(p) if p.is_empty() => {
+                            Err((format!("process.run_as[{i}].principal"), "must not be empty".to_string()))
+                        }
+                        _ => Ok(()),
+                    }
+                })
             }
         }
     }
@@ -394,12 +419,12 @@ impl Confiner {
         lock(&self.devices).gpus().len()
     }
 
-    /// The user a job of `queue` runs as (looked up), or none without `run_as`.
-    pub fn user_for(&self, queue: &QueueName) -> Result<Option<UnixUser>, PlanError> {
+    /// The user a job of `queue` submitted by `owner` runs as (looked up), or none without
+    /// `run_as`.
+    pub fn user_for(&self, queue: &QueueName, owner: Option<&str>) -> Result<Option<UnixUser>, PlanError> {
         let Some(run_as) = &self.run_as else { return Ok(None) };
-        let name = run_as
-            .user_for(queue)
-            .ok_or_else(|| PlanError::Job(format!("process.run_as maps no user for queue {queue}")))?;
+        let name = run_as.user_for(queue, owner).map_err(PlanError::Job)?;
+        let name = name.as_str();
         let u = UnixUser::lookup(name).map_err(|e| PlanError::Job(format!("process.run_as: {e}")))?;
         if u.uid == 0 && !self.allow_root {
             return Err(PlanError::Job(format!(
@@ -548,25 +573,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn run_as_maps_queues_and_rejects_principal() {
+    fn run_as_maps_queues_and_principals_and_runs_as_the_owner() {
         let q = |s: &str| QueueName::new(s).expect("queue");
-        let rules: RunAs =
-            toml::from_str::<toml::Table>("r = [{ queue = \"physics\", user = \"phys\" }, { user = \"batch\" }]")
-                .expect("toml")
-                .remove("r")
-                .expect("r")
-                .try_into()
-                .expect("rules");
-        assert_eq!(rules.user_for(&q("physics")), Some("phys"));
-        assert_eq!(rules.user_for(&q("other")), Some("batch"));
-        let only = RunAs::Rules(vec![RunAsRule { queue: Some(q("a")), user: "u".into() }]);
-        assert_eq!(only.user_for(&q("b")), None);
-        assert!(RunAs::User("batch".into()).validate().is_ok());
-        let (key, msg) = RunAs::User("principal".into()).validate().unwrap_err();
-        assert_eq!(key, "process.run_as");
-        assert!(msg.contains("servers do not record"), "{msg}");
-        let (key, _) = RunAs::Rules(vec![RunAsRule { queue: None, user: "a b".into() }]).validate().unwrap_err();
+        let rules: RunAs = toml::from_str::<toml::Table>(
+            "r = [{ queue = \"physics\", user = \"phys\" }, { principal = \"alice\", user = \"alice-batch\" }, \
+             { queue = \"ml\", user = \"principal\" }, { user = \"batch\" }]",
+        )
+        .expect("toml")
+        .remove("r")
+        .expect("r")
+        .try_into()
+        .expect("rules");
+        assert!(rules.validate().is_ok());
+        assert_eq!(rules.user_for(&q("physics"), Some("alice")).as_deref(), Ok("phys"));
+        assert_eq!(rules.user_for(&q("other"), Some("alice")).as_deref(), Ok("alice-batch"));
+        assert_eq!(rules.user_for(&q("ml"), Some("bob")).as_deref(), Ok("bob"));
+        assert_eq!(rules.user_for(&q("other"), Some("bob")).as_deref(), Ok("batch"));
+        assert!(rules.user_for(&q("ml"), None).is_err_and(|e| e.contains("no recorded owner")));
+        let only = RunAs::Rules(vec![RunAsRule { queue: Some(q("a")), principal: None, user: "u".into() }]);
+        assert!(only.user_for(&q("b"), Some("x")).is_err_and(|e| e.contains("maps no user for queue b")));
+        let owner = RunAs::User(PRINCIPAL.into());
+        assert!(owner.validate().is_ok());
+        assert_eq!(owner.user_for(&q("a"), Some("carol")).as_deref(), Ok("carol"));
+        assert!(owner.user_for(&q("a"), None).is_err());
+        assert_eq!(RunAs::User("batch".into()).user_for(&q("a"), None).as_deref(), Ok("batch"));
+        let (key, _) =
+            RunAs::Rules(vec![RunAsRule { queue: None, principal: None, user: "a b".into() }]).validate().unwrap_err();
         assert_eq!(key, "process.run_as[0].user");
+        let (key, _) = RunAs::Rules(vec![RunAsRule { queue: None, principal: Some(String::new()), user: "u".into() }])
+            .validate()
+            .unwrap_err();
+        assert_eq!(key, "process.run_as[0].principal");
     }
 
     #[test]

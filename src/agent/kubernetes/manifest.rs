@@ -342,6 +342,7 @@ mod tests {
             termination_grace_period_seconds: 1.0,
             active_deadline_seconds: 0,
             namespace: None,
+            owner: None,
         }
     }
 

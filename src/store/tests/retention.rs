@@ -56,8 +56,10 @@ fn fresh(dir: &std::path::Path) -> (Store, State) {
     (store, state)
 }
 
+/// Submits as the leader proposes it: with the jobs' owner.
 fn submit(store: &Store, state: &mut State, set: &str, jobs: Vec<NewJob>, at_ms: i64) -> Applied {
-    apply(store, state, Command::Submit { queue: q(), job_set: js(set), at_ms, jobs })
+    let jobs = jobs.into_iter().map(|job| crate::state::NamespacedJob { job, namespace: None }).collect();
+    apply(store, state, Command::SubmitByOwner { queue: q(), job_set: js(set), at_ms, owner: "alice".into(), jobs })
 }
 
 fn cancel(store: &Store, state: &mut State, set: &str, ids: &[u128], at_ms: i64) {
@@ -132,6 +134,9 @@ fn references(store: &Store) -> BTreeMap<&'static str, BTreeSet<JobId>> {
     for row in tx.open_table(RUN_JOBS).unwrap().iter().unwrap() {
         out.entry("run_jobs").or_default().insert(job_from_key(row.unwrap().1.value()));
     }
+    for row in tx.open_table(JOB_OWNERS).unwrap().iter().unwrap() {
+        out.entry("job_owners").or_default().insert(job_from_key(row.unwrap().0.value()));
+    }
     for row in tx.open_table(EVENTS).unwrap().iter().unwrap() {
         let chunk: Vec<EventRecord> = crate::record::decode(row.unwrap().1.value()).unwrap();
         out.entry("event_chunks").or_default().extend(chunk.iter().map(|e| e.job_id));
@@ -200,6 +205,8 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     let run = RunId::from_u128(1);
     assert_eq!(store.jobs_of_runs(&[run]).unwrap()[0].as_ref().map(|j| j.id), Some(id(1)));
     assert_eq!(references(&store)["run_jobs"], BTreeSet::from([id(1)]));
+    assert_eq!(references(&store)["job_owners"], BTreeSet::from([id(1), id(2), id(3), id(4)]));
+    assert_eq!(store.owners(&[id(1), id(9)]).unwrap(), vec![Some("alice".to_string()), None]);
 
     assert_eq!(purge(&store, &mut state, 121, 100).into_iter().collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 4]));
     let refs = references(&store);

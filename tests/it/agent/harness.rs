@@ -34,6 +34,7 @@ pub(super) fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
         termination_grace_period_seconds: 1.0,
         active_deadline_seconds: 0,
         namespace: None,
+        owner: None,
     }
 }
 
