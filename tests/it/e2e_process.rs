@@ -125,6 +125,18 @@ impl E2e {
         assert_eq!((s, &v["job_ids"]), (200, &json!([id])), "{v}");
     }
 
+    /// `GET path` of the server, as JSON.
+    async fn get_json(&self, path: &str) -> Value {
+        let url = format!("{}{path}", self.server().url);
+        self.server().client.get(url).send().await.expect("get").json().await.expect("json")
+    }
+
+    /// `GET path` of the server, as text.
+    async fn get_text(&self, path: &str) -> String {
+        let url = format!("{}{path}", self.server().url);
+        self.server().client.get(url).send().await.expect("get").text().await.expect("text")
+    }
+
     async fn logs(&self, id: &str) -> String {
         self.server().logs(id).await
     }
@@ -314,28 +326,10 @@ async fn a_running_jobs_output_is_followed_while_it_is_written() {
     // shipped on the UI's page.
     let j = e.wait_over(&id).await;
     assert_eq!(j["state"], "succeeded");
-    let page: Value = e
-        .server()
-        .client
-        .get(format!("{}/v1/jobs/{id}/output", e.server().url))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let page: Value = e.get_json(&format!("/v1/jobs/{id}/output")).await;
     assert_eq!(page["done"], true, "{page}");
     assert_eq!(page["data"], format!("{lines}café\n"), "what was followed is kept a while: {page}");
-    let html = e
-        .server()
-        .client
-        .get(format!("{}/ui/jobs/{id}", e.server().url))
-        .send()
-        .await
-        .expect("get")
-        .text()
-        .await
-        .expect("text");
+    let html = e.get_text(&format!("/ui/jobs/{id}")).await;
     assert!(html.contains("<pre class=\"output\" id=\"output\">") && html.contains("oops 8"), "{html}");
     // Bad requests name their field.
     let r = e
@@ -357,29 +351,11 @@ async fn the_job_page_follows_a_live_runs_output() {
     let e = E2e::start(None).await;
     let id = e.submit("page", vec![sh_job("echo started; sleep 30", json!({}))]).await[0].clone();
     e.wait_state(&id, "running").await;
-    let html = e
-        .server()
-        .client
-        .get(format!("{}/ui/jobs/{id}", e.server().url))
-        .send()
-        .await
-        .expect("get")
-        .text()
-        .await
-        .expect("text");
+    let html = e.get_text(&format!("/ui/jobs/{id}")).await;
     assert!(html.contains(&format!("data-output=\"/ui/jobs/{id}/output?stream=stdout\"")), "{html}");
     let deadline = Instant::now() + WAIT;
     loop {
-        let page: Value = e
-            .server()
-            .client
-            .get(format!("{}/ui/jobs/{id}/output?stream=stdout&wait=5", e.server().url))
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
+        let page: Value = e.get_json(&format!("/ui/jobs/{id}/output?stream=stdout&wait=5")).await;
         if page["data"] == "started\n" {
             assert_eq!(
                 (page["from"].as_u64(), page["next"].as_u64(), &page["done"]),
@@ -392,16 +368,7 @@ async fn the_job_page_follows_a_live_runs_output() {
     e.cancel("page", &id, "test over").await;
     e.wait_over(&id).await;
     // Over and never followed on stderr: the last lines the run shipped, both streams.
-    let page: Value = e
-        .server()
-        .client
-        .get(format!("{}/v1/jobs/{id}/output?stream=stderr", e.server().url))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let page: Value = e.get_json(&format!("/v1/jobs/{id}/output?stream=stderr")).await;
     assert_eq!((&page["data"], &page["done"]), (&json!("started\n"), &json!(true)), "{page}");
     assert!(page["note"].as_str().is_some_and(|n| n.contains("shipped when it ended")), "{page}");
 }

@@ -10,6 +10,19 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "ui-admin-token-0123456789abcdef";
 
+/// A ready server in `dir` with auth on and one admin token, [`TOKEN`] (principal `ops`).
+async fn admin_server(dir: &Path) -> Server {
+    let text = config(dir, "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            "[auth]\nenabled = true\ntokens = [ {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }} ]\n"
+        ),
+    );
+    let s = Server::start_in(dir, &text);
+    s.ready().await;
+    s
+}
+
 /// Posts the login form with `encoded`, the token as form-encoded text.
 async fn sign_in(http: &reqwest::Client, url: &str, encoded: &str) -> reqwest::Response {
     http.post(format!("{url}/ui/login"))
@@ -27,14 +40,7 @@ fn no_redirects() -> reqwest::Client {
 #[tokio::test]
 async fn signing_in_keeps_the_token_in_an_http_only_cookie_and_a_wrong_one_is_refused() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let text = config(tmp.path(), "").replace(
-        "[auth]\nenabled = false\n",
-        &format!(
-            "[auth]\nenabled = true\ntokens = [ {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }} ]\n"
-        ),
-    );
-    let s = Server::start_in(tmp.path(), &text);
-    s.ready().await;
+    let s = admin_server(tmp.path()).await;
     let http = no_redirects();
     // Without a session, pages send to the login form.
     let r = http.get(format!("{}/ui/queues", s.url)).send().await.expect("get");
@@ -335,14 +341,7 @@ async fn browser(dir: &Path) -> Option<(Chromedriver, fantoccini::Client)> {
 async fn in_a_browser_the_table_follows_submissions_and_a_cancel_is_clicked_through() {
     use fantoccini::Locator;
     let tmp = tempfile::tempdir().expect("temp dir");
-    let text = config(tmp.path(), "").replace(
-        "[auth]\nenabled = false\n",
-        &format!(
-            "[auth]\nenabled = true\ntokens = [ {{ token = \"{TOKEN}\", principal = \"ops\", roles = [\"admin\"] }} ]\n"
-        ),
-    );
-    let s = Server::start_in(tmp.path(), &text);
-    s.ready().await;
+    let s = admin_server(tmp.path()).await;
     let api = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN);
     let r = api(s.client.post(format!("{}/v1/queues", s.url))).json(&json!({"name": "q"})).send().await.expect("queue");
     assert_eq!(r.status().as_u16(), 201);
