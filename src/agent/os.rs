@@ -235,6 +235,24 @@ pub(crate) fn pipe() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>
     Ok(unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Closes every descriptor from 3 up except those in `keep`: a forked child must not hold its
+/// parent's pipes and sockets open (their other ends would never see them close).
+pub(crate) fn close_other_fds(keep: &[i32]) -> io::Result<()> {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).filter(|k| *k >= 3).collect();
+    keep.sort_unstable();
+    let mut from = 3u32;
+    for k in keep.into_iter().chain(std::iter::once(u32::MAX)) {
+        if k > from {
+            // SAFETY: closes descriptors this process owns; none is used afterwards.
+            if unsafe { libc::close_range(from, k - 1, 0) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        from = k.saturating_add(1);
+    }
+    Ok(())
+}
+
 /// Points descriptor `target` (0, 1 or 2) at `file`.
 pub(crate) fn redirect(file: &impl AsRawFd, target: i32) -> io::Result<()> {
     // SAFETY: dup2(2) on descriptors we own; `target` is replaced atomically.

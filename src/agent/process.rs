@@ -216,11 +216,16 @@ impl Inner {
             confine,
             ended_socket: self.ended_socket.clone(),
         };
-        let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let free = (0..SPAWNERS).find_map(|k| self.spawners[(first + k) % SPAWNERS].try_lock().ok());
-        let mut spawner = match free {
-            Some(guard) => guard,
-            None => self.spawners[first % SPAWNERS].lock().await,
+        // A slot's supervisors are forked by its holder, a child of one spawner: always that one.
+        let mut spawner = match assignment.slot {
+            Some(n) => self.spawners[n as usize % SPAWNERS].lock().await,
+            None => {
+                let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match (0..SPAWNERS).find_map(|k| self.spawners[(first + k) % SPAWNERS].try_lock().ok()) {
+                    Some(guard) => guard,
+                    None => self.spawners[first % SPAWNERS].lock().await,
+                }
+            }
         };
         // One retry with a fresh spawner: the old one may have died between two jobs.
         for attempt in 0..2 {

@@ -17,11 +17,28 @@
 //!
 //! The protocol is one JSON line per request on the spawner's stdin ([`SpawnRequest`]) and one
 //! JSON line per answer on its stdout ([`SpawnAnswer`]), in order.
+//!
+//! A confined job's cgroup slot gets a *holder*: a process the spawner forks once per slot,
+//! which moves itself into the slot's cgroups and then forks the supervisors of the jobs that
+//! run there, the same way and over the same protocol (on a socket). Supervisors and their jobs
+//! are then in the slot from their first instruction, and no process is moved between cgroups
+//! per job: on cgroup v1 each move (one per hierarchy) cost about as much CPU as the rest of
+//! starting a job. The holder and the supervisor count in the slot's pids limit (the agent adds
+//! [`super::confine::cgroup::SLOT_OWN_PIDS`]). They stay out of the job's memory cgroup on v1
+//! (the job's child joins that one alone); on v2, where there is one cgroup, the OOM killer
+//! spares them (`oom_score_adj` -1000, which the job's child sets back to 0), and a holder that
+//! cannot have that (no `CAP_SYS_RESOURCE`) is not kept: the supervisor is forked outside as
+//! before. A holder ends when its spawner does, or when the agent removes its idle slot (killing
+//! what is in it).
 
 use super::os::{self, Forked};
 use super::supervise::{SuperviseArgs, supervise};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// One supervisor to start: the supervisor's own arguments (the run directory's lease is
@@ -44,16 +61,156 @@ pub unsafe fn serve() -> std::io::Result<()> {
     os::set_sigchld_ignored(true)?;
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
+    let mut holders = HashMap::new();
     for line in stdin.lock().lines() {
         let line = line?;
         let answer = match serde_json::from_str::<SpawnRequest>(&line) {
             // SAFETY: the caller guarantees a single thread.
-            Ok(req) => SpawnAnswer { error: unsafe { spawn(req) }.err().map(|e| e.to_string()) },
+            Ok(req) => SpawnAnswer { error: unsafe { spawn_in_slot(&mut holders, req) }.err().map(|e| e.to_string()) },
             Err(e) => SpawnAnswer { error: Some(format!("unreadable request: {e}")) },
         };
-        serde_json::to_writer(&mut out, &answer)?;
-        out.write_all(b"\n")?;
-        out.flush()?;
+        write_answer(&mut out, &answer)?;
+    }
+    Ok(())
+}
+
+fn write_answer(out: &mut impl Write, answer: &SpawnAnswer) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, answer)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// A slot seen from the spawner: its holder, or none because none could be made (asked once
+/// per slot, not per job).
+enum Slot {
+    Held(Holder),
+    Unheld,
+}
+
+/// A slot's holder, seen from the spawner.
+struct Holder {
+    pid: i32,
+    to: UnixStream,
+    from: std::io::BufReader<UnixStream>,
+}
+
+/// Forks the supervisor for `req` through its slot's holder (started on first use), or itself
+/// when the job has no slot or the slot can have no holder.
+///
+/// # Safety
+/// As [`serve`].
+unsafe fn spawn_in_slot(holders: &mut HashMap<PathBuf, Slot>, req: SpawnRequest) -> std::io::Result<()> {
+    let slot = req.confine.cgroup.as_ref().filter(|p| p.reused && p.holder.is_none()).and_then(|p| p.dirs.first());
+    let Some(slot) = slot.cloned() else {
+        // SAFETY: as this function's.
+        return unsafe { spawn(req) };
+    };
+    // A holder found dead (its slot was removed while idle, or it was killed) is replaced once.
+    for _ in 0..2 {
+        if !holders.contains_key(&slot) {
+            // SAFETY: as this function's.
+            let made = match unsafe { Holder::start(&req) } {
+                Ok(h) => Slot::Held(h),
+                Err(e) => {
+                    // No tracing in the spawner: its stderr is the agent's.
+                    eprintln!(
+                        "convoy spawner: no holder for the cgroup slot {}: {e}; its jobs join it",
+                        slot.display()
+                    );
+                    Slot::Unheld
+                }
+            };
+            holders.insert(slot.clone(), made);
+        }
+        let Some(Slot::Held(h)) = holders.get_mut(&slot) else { break };
+        match h.ask(&req) {
+            Ok(answer) => return answer.error.map_or(Ok(()), |e| Err(std::io::Error::other(e))),
+            Err(_) => {
+                holders.remove(&slot);
+            }
+        }
+    }
+    // SAFETY: as this function's.
+    unsafe { spawn(req) }
+}
+
+impl Holder {
+    /// Forks the holder of `req`'s slot and waits until it is in the slot (or says why not).
+    ///
+    /// # Safety
+    /// As [`serve`].
+    unsafe fn start(req: &SpawnRequest) -> std::io::Result<Holder> {
+        let plan = req.confine.cgroup.clone().unwrap_or_default();
+        let (ours, theirs) = UnixStream::pair()?;
+        // SAFETY: single-threaded, by the caller's guarantee.
+        match unsafe { os::fork() }? {
+            Forked::Child => {
+                drop(ours);
+                // SAFETY: this child is single-threaded too.
+                let code = match unsafe { hold(plan, theirs) } {
+                    Ok(()) => 0,
+                    Err(_) => 1,
+                };
+                // SAFETY: as in `spawn`.
+                unsafe { libc::_exit(code) }
+            }
+            Forked::Parent(pid) => {
+                drop(theirs);
+                let mut h = Holder { pid, to: ours.try_clone()?, from: std::io::BufReader::new(ours) };
+                match h.answer()?.error {
+                    None => Ok(h),
+                    Some(e) => Err(std::io::Error::other(e)),
+                }
+            }
+        }
+    }
+
+    /// Sends one request and reads its answer.
+    fn ask(&mut self, req: &SpawnRequest) -> std::io::Result<SpawnAnswer> {
+        let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.to.write_all(&line)?;
+        self.answer()
+    }
+
+    fn answer(&mut self) -> std::io::Result<SpawnAnswer> {
+        let mut line = String::new();
+        if self.from.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other(format!("the holder (pid {}) ended", self.pid)));
+        }
+        serde_json::from_str(&line).map_err(std::io::Error::other)
+    }
+}
+
+/// The holder's life: into the slot, then one supervisor per request until the spawner goes.
+///
+/// # Safety
+/// As [`serve`].
+unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> std::io::Result<()> {
+    os::close_other_fds(&[stream.as_raw_fd()])?;
+    // Not the agent's pipes: the spawner alone answers on those.
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null")?;
+    os::redirect(&null, 0)?;
+    os::redirect(&null, 1)?;
+    drop(null);
+    let mut to = stream.try_clone()?;
+    let entered = plan.enter_as_holder();
+    write_answer(&mut to, &SpawnAnswer { error: entered.as_ref().err().map(|e| e.to_string()) })?;
+    entered.map_err(std::io::Error::other)?;
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for line in std::io::BufReader::new(stream).lines() {
+        let answer = match serde_json::from_str::<SpawnRequest>(&line?) {
+            Ok(mut req) => {
+                if let Some(c) = req.confine.cgroup.as_mut() {
+                    c.holder = Some(me);
+                }
+                // SAFETY: the caller guarantees a single thread.
+                SpawnAnswer { error: unsafe { spawn(req) }.err().map(|e| e.to_string()) }
+            }
+            Err(e) => SpawnAnswer { error: Some(format!("unreadable request: {e}")) },
+        };
+        write_answer(&mut to, &answer)?;
     }
     Ok(())
 }
@@ -68,8 +225,11 @@ unsafe fn spawn(req: SpawnRequest) -> std::io::Result<()> {
     match unsafe { os::fork() }? {
         Forked::Child => {
             drop(ready_r);
-            // The supervisor waits for its job: SIGCHLD as usual again.
-            let ok = os::set_sigchld_ignored(false).is_ok() && become_supervisor(req, ready_w).is_ok();
+            // The supervisor waits for its job: SIGCHLD as usual again. It keeps none of the
+            // spawner's or holder's sockets, whose ends must see them close when those go.
+            let ok = os::close_other_fds(&[ready_w.as_raw_fd()]).is_ok()
+                && os::set_sigchld_ignored(false).is_ok()
+                && become_supervisor(req, ready_w).is_ok();
             // SAFETY: ends this process without running the spawner's exit handlers or
             // flushing buffers it shares with the spawner.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }

@@ -92,6 +92,9 @@ const AGENT_LEAF: &str = "agent";
 const CPU_PERIOD_US: i64 = 100_000;
 /// The smallest quota the kernel takes.
 const CPU_MIN_QUOTA_US: i64 = 1_000;
+/// Processes of Convoy's own in a slot besides the job: the slot's holder and the job's
+/// supervisor (see [`CgroupPlan::holder`]). A slot's pids limit is the job's plus these.
+pub const SLOT_OWN_PIDS: u64 = 2;
 
 impl CgroupTree {
     /// Finds the hierarchy under `root` (`/sys/fs/cgroup`) given the agent's own
@@ -227,7 +230,7 @@ impl CgroupTree {
                     None => {}
                 }
                 match limits.pids_max {
-                    Some(p) => settings.push((d.join("pids.max"), p.to_string())),
+                    Some(p) => settings.push((d.join("pids.max"), slot_pids(p, reused))),
                     None if reused => settings.push((d.join("pids.max"), "max".into())),
                     None => {}
                 }
@@ -237,6 +240,7 @@ impl CgroupTree {
                 }
                 CgroupPlan {
                     reused,
+                    holder: None,
                     settings_in_place: false,
                     oom_counter: Some(d.join("memory.events")),
                     kill_file: Some(d.join("cgroup.kill")),
@@ -263,7 +267,7 @@ impl CgroupTree {
                     None => {}
                 }
                 match limits.pids_max {
-                    Some(p) => settings.push((pids.join("pids.max"), p.to_string())),
+                    Some(p) => settings.push((pids.join("pids.max"), slot_pids(p, reused))),
                     None if reused => settings.push((pids.join("pids.max"), "max".into())),
                     None => {}
                 }
@@ -281,6 +285,7 @@ impl CgroupTree {
                 }
                 CgroupPlan {
                     reused,
+                    holder: None,
                     settings_in_place: false,
                     oom_counter: Some(mem.join("memory.oom_control")),
                     kill_file: None,
@@ -301,6 +306,12 @@ pub struct CgroupPlan {
     /// A slot kept by the agent: emptied at the end, not removed.
     #[serde(default)]
     pub reused: bool,
+    /// The pid of the slot's holder ([`super::super::spawner`]) when it forked the supervisor:
+    /// the supervisor, and so the job, are in the slot from the start and join nothing (moving
+    /// a process between cgroups is most of what confinement costs on v1). The holder and the
+    /// supervisor are not the job's: never killed with it, nor counted as left behind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<i32>,
     /// The agent knows the slot holds `settings` already (its last job, which started, had the
     /// same): they are neither read nor written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -316,8 +327,13 @@ pub struct CgroupPlan {
     pub memory_bytes: Option<i64>,
 }
 
-/// The open `cgroup.procs` files of a job's cgroups, written by the forked child before exec.
-pub struct CgroupJoin(Vec<OwnedFd>);
+/// What the forked child does before exec to be in the job's cgroups: write to the open
+/// `cgroup.procs` files of those it is not in yet, and, forked inside a v2 slot, give up the
+/// OOM killer's protection of the slot's own processes.
+pub struct CgroupJoin {
+    procs: Vec<OwnedFd>,
+    spared: bool,
+}
 
 impl CgroupPlan {
     /// Creates the directories (an existing one is reused: a supervisor started again), writes
@@ -325,7 +341,7 @@ impl CgroupPlan {
     pub fn create(&self) -> Result<CgroupJoin, CgroupError> {
         // Opening `cgroup.procs` first finds a kept slot without a failing mkdir per hierarchy.
         let mut fds = Vec::with_capacity(self.dirs.len());
-        for d in &self.dirs {
+        for d in self.dirs.iter().filter(|d| self.holder.is_none() || !self.held_by_holder(d)) {
             let p = d.join("cgroup.procs");
             let open = || std::fs::OpenOptions::new().write(true).open(&p);
             let f = match open() {
@@ -354,7 +370,55 @@ impl CgroupPlan {
                 Err(e) => self.write_again(i, e)?,
             }
         }
-        Ok(CgroupJoin(fds))
+        let spared = self.holder.is_some() && self.v1_memory_dir().is_none();
+        Ok(CgroupJoin { procs: fds, spared })
+    }
+
+    /// For the slot's holder: makes the slot's cgroups (with this job's limits) and moves the
+    /// calling process into those it holds (see [`Self::held_by_holder`]); on v2 spared by the
+    /// OOM killer first, which takes `CAP_SYS_RESOURCE`: without it this fails, and supervisors
+    /// are forked outside the slot.
+    pub fn enter_as_holder(&self) -> Result<(), CgroupError> {
+        if self.v1_memory_dir().is_none() {
+            let adj = Path::new("/proc/self/oom_score_adj");
+            write_proc_self(c"/proc/self/oom_score_adj", b"-1000").map_err(io_err(adj))?;
+        }
+        drop(CgroupPlan { holder: None, ..self.clone() }.create()?);
+        for d in self.dirs.iter().filter(|d| self.held_by_holder(d)) {
+            write_file(&d.join("cgroup.procs"), "0")?;
+        }
+        Ok(())
+    }
+
+    /// The job's memory cgroup on v1, where the memory hierarchy is one of several.
+    fn v1_memory_dir(&self) -> Option<&Path> {
+        let counter = self.oom_counter.as_deref()?;
+        (counter.file_name()? == "memory.oom_control").then(|| counter.parent()).flatten()
+    }
+
+    /// Whether the slot's holder joins `dir`: every one but v1's memory cgroup, which the job
+    /// joins alone, so that the OOM killer never picks the holder or a supervisor (and their
+    /// pages are not the job's). On v2 there is one cgroup, and the holder is in it spared by
+    /// the OOM killer.
+    fn held_by_holder(&self, dir: &Path) -> bool {
+        self.v1_memory_dir() != Some(dir)
+    }
+
+    /// Processes in the cgroup that are not the job's: the calling supervisor and the slot's
+    /// holder, when it forked the supervisor inside.
+    fn own(&self) -> [i32; 2] {
+        match self.holder {
+            // SAFETY: getpid has no preconditions.
+            Some(h) => [unsafe { libc::getpid() }, h],
+            None => [0, 0],
+        }
+    }
+
+    /// The pids in `dir`'s `cgroup.procs` that are the job's.
+    fn job_pids(&self, dir: &Path) -> Vec<i32> {
+        let own = self.own();
+        let text = read_small(&dir.join("cgroup.procs")).unwrap_or_default();
+        text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|p| *p > 0 && !own.contains(p)).collect()
     }
 
     /// A limit of a reused v1 memory cgroup the kernel refused: raised above the memory+swap
@@ -420,10 +484,7 @@ impl CgroupPlan {
         let until = Instant::now() + patience;
         let mut killed = false;
         loop {
-            let busy = self
-                .dirs
-                .first()
-                .is_some_and(|d| read_small(&d.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()));
+            let busy = self.dirs.first().is_some_and(|d| !self.job_pids(d).is_empty());
             if !busy {
                 return true;
             }
@@ -440,14 +501,14 @@ impl CgroupPlan {
 
     /// SIGKILL to every process in the job's cgroups, also those that left its process group.
     pub fn kill_all(&self) {
-        if let Some(k) = &self.kill_file
+        // `cgroup.kill` would take the holder and the supervisor too.
+        if let Some(k) = self.kill_file.as_ref().filter(|_| self.holder.is_none())
             && std::fs::write(k, "1").is_ok()
         {
             return;
         }
         for d in &self.dirs {
-            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            for pid in self.job_pids(d) {
                 // SAFETY: kill has no memory-safety preconditions.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
@@ -458,7 +519,11 @@ impl CgroupPlan {
 impl CgroupJoin {
     /// Moves the calling process into the job's cgroups. Async-signal-safe, for `pre_exec`.
     pub fn join(&self) -> io::Result<()> {
-        for fd in &self.0 {
+        if self.spared {
+            // The slot's holder and supervisor are spared by the OOM killer; the job is not.
+            write_proc_self(c"/proc/self/oom_score_adj", b"0")?;
+        }
+        for fd in &self.procs {
             // "0" is the writing process itself.
             // SAFETY: writes two bytes from a static buffer to an open descriptor.
             let n = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
@@ -468,6 +533,11 @@ impl CgroupJoin {
         }
         Ok(())
     }
+}
+
+/// A pids limit as written: a slot also holds its holder and the supervisor.
+fn slot_pids(job: u64, reused: bool) -> String {
+    if reused { job.saturating_add(SLOT_OWN_PIDS) } else { job }.to_string()
 }
 
 /// The cgroup of controller `ctl` in a v1 `/proc/self/cgroup`.
@@ -543,6 +613,22 @@ fn read_small(path: &Path) -> io::Result<String> {
 
 fn read_trimmed(path: &Path) -> Result<String, CgroupError> {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(io_err(path))
+}
+
+/// Writes `value` to a file of `/proc/self` with open, write and close only: async-signal-safe,
+/// for a forked child.
+fn write_proc_self(path: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path; the descriptor is closed on every path out.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = libc::write(fd, value.as_ptr().cast(), value.len());
+        let err = (n < 0).then(io::Error::last_os_error);
+        libc::close(fd);
+        err.map_or(Ok(()), Err)
+    }
 }
 
 fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
@@ -727,6 +813,59 @@ mod tests {
             ]
         );
         assert_eq!(plan.oom_counter, Some(mem.join("memory.oom_control")));
+    }
+
+    /// On v1 a slot's holder joins every hierarchy but memory, and a job forked inside then
+    /// joins memory alone; the holder and the supervisor count in the pids limit and are never
+    /// taken for what the job left behind.
+    #[test]
+    fn a_v1_slot_holder_joins_all_but_memory_and_the_job_then_joins_memory_alone() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let r = t.path();
+        for ctl in ["memory", "cpu", "pids"] {
+            std::fs::create_dir_all(r.join(ctl).join("convoy")).expect("mkdir");
+            std::fs::write(r.join(ctl).join("cgroup.procs"), "").expect("write");
+        }
+        let v1 = CgroupTree::detect(r, "4:memory:/\n2:cpu:/\n3:pids:/\n", "convoy", false).expect("usable");
+        let limits =
+            JobLimits { memory_bytes: Some(1 << 26), cpu_millis: Some(1000), pids_max: Some(12), cpus: vec![] };
+        let (mem, cpu, pids) =
+            (r.join("memory/convoy/slot-x-0"), r.join("cpu/convoy/slot-x-0"), r.join("pids/convoy/slot-x-0"));
+        let plan = v1.plan("slot-x-0", &limits, true);
+        assert!(plan.settings.contains(&(pids.join("pids.max"), (12 + SLOT_OWN_PIDS).to_string())));
+        // A cgroup of the run's own holds the job alone.
+        assert!(
+            v1.plan("r1", &limits, false).settings.contains(&(r.join("pids/convoy/r1/pids.max"), "12".to_string()))
+        );
+
+        // The holder makes the slot, writes the limits and joins cpu and pids ("0": itself).
+        for d in [&mem, &cpu, &pids] {
+            std::fs::create_dir_all(d).expect("mkdir");
+            std::fs::write(d.join("cgroup.procs"), "").expect("write");
+        }
+        plan.enter_as_holder().expect("holder");
+        assert_eq!(std::fs::read_to_string(mem.join("memory.limit_in_bytes")).expect("r"), "67108864");
+        assert_eq!(std::fs::read_to_string(mem.join("cgroup.procs")).expect("r"), "");
+        assert_eq!(std::fs::read_to_string(cpu.join("cgroup.procs")).expect("r"), "0");
+        assert_eq!(std::fs::read_to_string(pids.join("cgroup.procs")).expect("r"), "0");
+
+        // The supervisor it forked opens the memory cgroup alone for the job to join.
+        let holder = 4_000_000;
+        let inside = CgroupPlan { holder: Some(holder), settings_in_place: true, ..plan.clone() };
+        let join = inside.create().expect("create");
+        assert_eq!(join.procs.len(), 1);
+        assert!(!join.spared, "on v1 nothing of the slot's own is in its memory cgroup");
+        assert_eq!(plan.create().expect("create").procs.len(), 3, "without a holder the job joins all three");
+
+        // Left-behind processes are the job's only: not the supervisor, not the holder.
+        let me = std::process::id() as i32;
+        std::fs::write(cpu.join("cgroup.procs"), format!("{me}\n{holder}\n77\n")).expect("write");
+        assert_eq!(inside.job_pids(&cpu), [77]);
+        assert_eq!(plan.job_pids(&cpu), [me, holder, 77]);
+        std::fs::write(mem.join("cgroup.procs"), "").expect("write");
+        assert!(inside.empty(Duration::ZERO));
+        std::fs::write(mem.join("cgroup.procs"), "77\n").expect("write");
+        assert!(!inside.empty(Duration::ZERO));
     }
 
     #[test]
