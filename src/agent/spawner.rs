@@ -59,14 +59,23 @@ pub struct SpawnAnswer {
 pub unsafe fn serve() -> std::io::Result<()> {
     // Supervisors that end are reaped by the kernel, not left as zombies of the spawner.
     os::set_sigchld_ignored(true)?;
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout().lock();
     let mut holders = HashMap::new();
-    for line in stdin.lock().lines() {
-        let line = line?;
-        let answer = match serde_json::from_str::<SpawnRequest>(&line) {
-            // SAFETY: the caller guarantees a single thread.
-            Ok(req) => SpawnAnswer { error: unsafe { spawn_in_slot(&mut holders, req) }.err().map(|e| e.to_string()) },
+    // SAFETY: the caller guarantees a single thread.
+    answer_requests(std::io::stdin().lock(), std::io::stdout().lock(), |req| unsafe {
+        spawn_in_slot(&mut holders, req)
+    })
+}
+
+/// The protocol's loop, for the spawner and for holders: one answer per request line, until
+/// `input` ends.
+fn answer_requests(
+    input: impl BufRead,
+    mut out: impl Write,
+    mut start: impl FnMut(SpawnRequest) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    for line in input.lines() {
+        let answer = match serde_json::from_str::<SpawnRequest>(&line?) {
+            Ok(req) => SpawnAnswer { error: start(req).err().map(|e| e.to_string()) },
             Err(e) => SpawnAnswer { error: Some(format!("unreadable request: {e}")) },
         };
         write_answer(&mut out, &answer)?;
@@ -197,22 +206,14 @@ unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> 
     let entered = plan.enter_as_holder();
     write_answer(&mut to, &SpawnAnswer { error: entered.as_ref().err().map(|e| e.to_string()) })?;
     entered.map_err(std::io::Error::other)?;
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    for line in std::io::BufReader::new(stream).lines() {
-        let answer = match serde_json::from_str::<SpawnRequest>(&line?) {
-            Ok(mut req) => {
-                if let Some(c) = req.confine.cgroup.as_mut() {
-                    c.holder = Some(me);
-                }
-                // SAFETY: the caller guarantees a single thread.
-                SpawnAnswer { error: unsafe { spawn(req) }.err().map(|e| e.to_string()) }
-            }
-            Err(e) => SpawnAnswer { error: Some(format!("unreadable request: {e}")) },
-        };
-        write_answer(&mut to, &answer)?;
-    }
-    Ok(())
+    let me = std::process::id() as i32;
+    answer_requests(std::io::BufReader::new(stream), to, |mut req| {
+        if let Some(c) = req.confine.cgroup.as_mut() {
+            c.holder = Some(me);
+        }
+        // SAFETY: the caller guarantees a single thread.
+        unsafe { spawn(req) }
+    })
 }
 
 /// Forks a supervisor for `req` and waits until it holds the run's lock.

@@ -408,8 +408,7 @@ impl CgroupPlan {
     /// holder, when it forked the supervisor inside.
     fn own(&self) -> [i32; 2] {
         match self.holder {
-            // SAFETY: getpid has no preconditions.
-            Some(h) => [unsafe { libc::getpid() }, h],
+            Some(h) => [std::process::id() as i32, h],
             None => [0, 0],
         }
     }
