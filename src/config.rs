@@ -9,7 +9,7 @@
 
 use crate::agent::AgentConfig;
 use crate::model::FieldError;
-use crate::model::duration::{format_duration, serde_text};
+use crate::model::duration::{format_duration, serde_text, serde_text_opt};
 use crate::scheduler::SchedulerConfig;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -76,6 +76,18 @@ pub struct ServerConfig {
     /// How long a write may wait for its batch to be committed before the client gets a 503.
     #[serde(with = "serde_text")]
     pub write_timeout: Duration,
+    /// Longest a request that needs the leader (a write, a lease poll, a run report, a consistent
+    /// read) waits on it when it reaches another server, following the leader through a failover,
+    /// before the client gets a 503. Unset: two election timeouts (`cluster.election_timeout`
+    /// doubled, twice) plus `write_timeout`; lease polls and followed output add `max_lease_wait`.
+    #[serde(with = "serde_text_opt", skip_serializing_if = "Option::is_none")]
+    pub relay_timeout: Option<Duration>,
+    /// Free space kept on the data directory's file system, in bytes or a quantity (`64Mi`,
+    /// `1Gi`). Below it, submissions and queue changes are refused with 507 (and a leader of
+    /// several servers refuses every write and hands its leadership over); below a quarter of
+    /// it, every write is. See docs/operations.md, "A full disk".
+    #[serde(with = "crate::model::quantity::serde_bytes")]
+    pub disk_reserve: u64,
     /// Size of the database's page cache, in MiB.
     pub db_cache_mb: usize,
     /// How long a finished job is kept (record, runs, output, events, client id) before it is
@@ -106,6 +118,8 @@ impl Default for ServerConfig {
             reject_jobs_larger_than_any_node: true,
             max_lease_wait: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
+            relay_timeout: None,
+            disk_reserve: 64 << 20,
             db_cache_mb: 256,
             job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
@@ -163,6 +177,12 @@ impl ClusterConfig {
     /// The longest a follower waits for a leader before it starts an election.
     pub fn election_timeout_max(&self) -> Duration {
         self.election_timeout.saturating_mul(2)
+    }
+
+    /// How long a request waits for a leader to be elected (or to answer after a leader change)
+    /// before it gives up: two of the longest election timeouts.
+    pub fn leader_wait(&self) -> Duration {
+        self.election_timeout_max().saturating_mul(2)
     }
 }
 
@@ -321,6 +341,12 @@ fn check_url(key: &str, url: &str) -> Result<(), FieldError> {
 }
 
 impl Config {
+    /// Longest a request that needs the leader waits on it (`server.relay_timeout`, or its
+    /// default: [`ClusterConfig::leader_wait`] plus `write_timeout`).
+    pub fn relay_timeout(&self) -> Duration {
+        self.server.relay_timeout.unwrap_or_else(|| self.cluster.leader_wait() + self.server.write_timeout)
+    }
+
     /// Loads a file, or the local defaults when `path` is `None`: every default, listening on
     /// 127.0.0.1 only, with auth explicitly off (as `convoy up` runs).
     pub fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
@@ -396,6 +422,17 @@ impl Config {
                     "must be above server.max_lease_wait plus two elections ({}): an executor whose poll is held \
                      that long across a failover would be declared lost",
                     format_duration(needed)
+                ),
+            ));
+        }
+        if let Some(t) = self.server.relay_timeout
+            && t < c.leader_wait()
+        {
+            return Err(FieldError::new(
+                "server.relay_timeout",
+                format!(
+                    "must be at least two election timeouts ({}): a request must be able to wait out a failover",
+                    format_duration(c.leader_wait())
                 ),
             ));
         }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod certs;
 pub mod config;
 pub mod control;
+pub mod disk_space;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod metrics;

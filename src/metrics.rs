@@ -137,6 +137,8 @@ pub struct Metrics {
     pub snapshot_built_at: Gauge<f64, AtomicU64>,
     /// When this server last installed a leader's Raft snapshot (Unix seconds; 0: never).
     pub snapshot_installed_at: Gauge<f64, AtomicU64>,
+    /// Writes refused because the data directory was (nearly) full.
+    pub writes_refused_for_disk: Counter,
 }
 
 /// Now, in seconds since the Unix epoch.
@@ -168,6 +170,7 @@ impl Metrics {
             failed: Family::default(),
             snapshot_built_at: Gauge::default(),
             snapshot_installed_at: Gauge::default(),
+            writes_refused_for_disk: Counter::default(),
         };
         // Metrics are shared handles (Arc inside): the registry encodes the same values.
         registry.register(
@@ -214,6 +217,11 @@ impl Metrics {
             "convoy_raft_snapshot_installed_timestamp_seconds",
             "When this server last installed a snapshot sent by the leader, in Unix seconds (0: not since it started)",
             m.snapshot_installed_at.clone(),
+        );
+        registry.register(
+            "convoy_writes_refused_for_disk",
+            "Writes refused before they were proposed because the data directory had less free space than server.disk_reserve",
+            m.writes_refused_for_disk.clone(),
         );
         Metrics { registry, ..m }
     }

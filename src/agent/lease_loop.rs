@@ -241,8 +241,10 @@ async fn start_one<R: Runtime>(shared: &Arc<Shared<R>>, lease: LeaseOrder) {
         Err(e) => {
             tracing::warn!(%executor, %run_id, %job_id, error = %e, "start failed; returning the run");
             let mut ev = run_event(run_id, job_id, RunEventKind::Returned);
-            ev.reason = Some(match e {
+            ev.reason = Some(match &e {
                 RuntimeError::NodeUnavailable(_) => "node unavailable".into(),
+                // The server keeps a returned run's reason, not its message: name the directory.
+                RuntimeError::DiskFull { dir, .. } => format!("{}: {dir}", super::rundir::REASON_DISK_FULL),
                 _ => "start failed".into(),
             });
             ev.message = Some(e.to_string());

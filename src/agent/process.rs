@@ -652,21 +652,44 @@ fn create_run_dir(
     assignment: &Assignment,
 ) -> Result<(), RuntimeError> {
     let tmp = runs_dir.join(format!(".tmp-{}", lease.run_id));
-    let ctx = |what: &str| format!("{what} {}", tmp.display());
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir(&tmp).map_err(|e| RuntimeError::io(ctx("creating"), e))?;
+    let made = fill_run_dir(&tmp, final_path, lease, assignment);
+    if let Err(e) = &made {
+        // Nothing half-made stays behind (the disk may be full).
+        let _ = std::fs::remove_dir_all(&tmp);
+        if let RuntimeError::Io { source, .. } = e
+            && crate::disk_space::is_disk_full(source)
+        {
+            let source = std::io::Error::new(source.kind(), source.to_string());
+            return Err(RuntimeError::DiskFull { dir: runs_dir.display().to_string(), source });
+        }
+    }
+    made
+}
+
+/// Writes the lease, the lock file, the devices and the exit record's room into `tmp`, then
+/// renames it to `final_path`.
+fn fill_run_dir(
+    tmp: &Path,
+    final_path: &Path,
+    lease: &LeaseOrder,
+    assignment: &Assignment,
+) -> Result<(), RuntimeError> {
+    let ctx = |what: &str| format!("{what} {}", tmp.display());
+    std::fs::create_dir(tmp).map_err(|e| RuntimeError::io(ctx("creating"), e))?;
     let bytes = serde_json::to_vec_pretty(lease).map_err(|e| RuntimeError::Setup(e.to_string()))?;
     // Not forced to disk: the rename makes the directory appear whole, and a directory a machine
     // crash loses costs nothing (its job died with the machine; the server re-sends a lease the
     // agent does not report, and counts a started run it does not report as lost).
     std::fs::write(tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
     std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
+    rundir::reserve_exit(tmp).map_err(|e| RuntimeError::io(ctx("setting aside room for the exit record in"), e))?;
     if !assignment.is_empty() {
         let bytes = serde_json::to_vec(assignment).map_err(|e| RuntimeError::Setup(e.to_string()))?;
         std::fs::write(tmp.join(confine::DEVICES_FILE), &bytes)
             .map_err(|e| RuntimeError::io(ctx("writing the devices into"), e))?;
     }
-    std::fs::rename(&tmp, final_path)
+    std::fs::rename(tmp, final_path)
         .map_err(|e| RuntimeError::io(format!("renaming {} to {}", tmp.display(), final_path.display()), e))
 }
 

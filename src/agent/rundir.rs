@@ -12,6 +12,7 @@
 //! | `stdout`, `stderr` | the job | its output |
 //! | `kill` | agent | stop order: grace period and reason |
 //! | `exit` | supervisor (agent if the supervisor vanished) | how the job ended |
+//! | `.exit.reserve` | agent, with the lease | room for `exit`, taken before the job can fill the disk |
 //! | `reported` | agent | the server acknowledged the final event |
 
 use super::os::ProcStamp;
@@ -40,6 +41,17 @@ pub const KILL: &str = "kill";
 pub const EXIT: &str = "exit";
 /// Present once the server has the run's final event; its age decides when the directory goes.
 pub const REPORTED: &str = "reported";
+/// Blocks set aside for the exit record when the run directory is made: a job that fills the
+/// disk cannot leave its run without one.
+pub const EXIT_RESERVE: &str = ".exit.reserve";
+/// Bytes set aside for the exit record (an exit record is a few hundred).
+const EXIT_RESERVE_BYTES: usize = 8192;
+/// A run directory with less free space than this when its job ends counts as full.
+pub const NEARLY_FULL_BYTES: u64 = 1 << 20;
+
+/// Reason recorded when the run directory's disk was full: at the start (the run goes back to
+/// the queue) or when the job ended (its output may be incomplete, so it did not succeed).
+pub const REASON_DISK_FULL: &str = "run directory full";
 
 /// Reason recorded when a kill order stopped the job.
 pub const REASON_KILLED: &str = "killed";
@@ -70,6 +82,23 @@ impl ExitRecord {
     /// True for a job that exited 0 by itself.
     pub fn succeeded(&self) -> bool {
         self.exit_code == Some(0) && self.reason.is_none()
+    }
+
+    /// The record of a job that ended while `dir`'s disk was (nearly) full: whatever it wrote
+    /// may be incomplete (its output, files in its directory), so even an exit status of 0 does
+    /// not count as success. A record that already has a reason keeps it.
+    pub fn judged_for_disk(self, dir: &RunDir) -> ExitRecord {
+        if self.reason.is_some() {
+            return self;
+        }
+        let Some(free) = dir.nearly_full() else { return self };
+        let message = format!(
+            "the agent's run directory {} had {free} bytes free when the job ended (exit status {}): its output may \
+             be incomplete, so the run does not count as succeeded",
+            dir.path.display(),
+            self.exit_code.map_or("none".to_string(), |c| c.to_string())
+        );
+        ExitRecord { reason: Some(REASON_DISK_FULL.into()), message: Some(message), ..self }
     }
 }
 
@@ -142,21 +171,44 @@ impl RunDir {
     pub fn write_volatile(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let path = self.file(name);
         let tmp = self.file(&format!(".{name}.tmp.{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, path)
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 
-    /// Writes `exit` unless it exists already (the first writer wins).
+    /// The free bytes of the run directory's disk, if it has less than [`NEARLY_FULL_BYTES`].
+    pub fn nearly_full(&self) -> Option<u64> {
+        crate::disk_space::free_bytes(&self.path).ok().filter(|free| *free < NEARLY_FULL_BYTES)
+    }
+
+    /// Writes `exit` unless it exists already (the first writer wins). The record goes into the
+    /// blocks set aside with the lease ([`EXIT_RESERVE`]) when they are there, so it can be
+    /// written on a full disk.
     pub fn write_exit_once(&self, rec: &ExitRecord) -> io::Result<bool> {
         if self.has(EXIT) {
             return Ok(false);
         }
         let bytes = serde_json::to_vec(rec).map_err(io::Error::other)?;
         let tmp = self.file(&format!(".{EXIT}.{}", std::process::id()));
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
+        let written = match std::fs::rename(self.file(EXIT_RESERVE), &tmp) {
+            // Overwriting blocks the file holds needs no new ones; shrinking frees the rest.
+            Ok(()) => (|| {
+                let mut f = std::fs::OpenOptions::new().write(true).open(&tmp)?;
+                f.write_all(&bytes)?;
+                f.set_len(bytes.len() as u64)?;
+                f.sync_all()
+            })(),
+            Err(_) => (|| {
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })(),
+        };
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
         // hard_link fails if `exit` appeared meanwhile: the record already there stays.
         let linked = match std::fs::hard_link(&tmp, self.file(EXIT)) {
@@ -220,16 +272,26 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T
     }
 }
 
-/// Writes `path` through a temporary sibling and a rename.
+/// Writes `path` through a temporary sibling and a rename; on a failure (a full disk) the
+/// temporary file is removed, so nothing half-written stays.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{name}.tmp.{}", std::process::id()));
-    {
+    let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)
+    written
+}
+
+/// Sets aside room for a run's exit record in the (new) run directory `dir`.
+pub fn reserve_exit(dir: &Path) -> io::Result<()> {
+    std::fs::write(dir.join(EXIT_RESERVE), [b' '; EXIT_RESERVE_BYTES])
 }
 
 /// The last `max_bytes` of a file as text (invalid UTF-8 replaced).

@@ -32,6 +32,14 @@ pub enum RuntimeError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The run directory's disk is full: the run was not started, and goes back to the queue.
+    #[error("the agent's run directory {dir} is full ({source}); the run was not started")]
+    DiskFull {
+        /// The directory of the agent's runs.
+        dir: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {context}: {source}")]
     Kube {

@@ -244,7 +244,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         }
         None => record(Some(exit_code), sig, None, sig.map(|s| format!("terminated by signal {s}"))),
     };
-    dir.write_exit_once(&rec).map_err(err("writing the exit file"))?;
+    dir.write_exit_once(&rec.judged_for_disk(&dir)).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
 }

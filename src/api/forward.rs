@@ -7,14 +7,21 @@
 //! answers with the index it had applied ([`APPLIED_HEADER`]), and the follower answers only
 //! once it has applied that index too, so a client reads its own writes from the server it
 //! wrote through.
+//!
+//! A relay never waits on a leader that is gone ([`follow_leader`]): when the cluster elects
+//! another leader, or the leader falls silent, while a request is relayed, the request goes to
+//! the new leader if sending it again is safe ([`resend_safe`]: reads, agents' polls and
+//! reports, cancels, submissions whose jobs all carry a `client_id`), and otherwise ends in a 503
+//! that says it may have been applied. Either way it waits at most `server.relay_timeout`.
 
 use super::problem::ApiError;
-use crate::control::{Control, RelayError};
+use crate::control::{Control, RelayError, leadership_moved_on};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,9 +45,54 @@ fn needs_leader(method: &Method, path: &str) -> bool {
     output || (change && (path.starts_with("/v1/") || ui_action))
 }
 
+/// Whether a request that needs the leader may be sent to another leader after it may already
+/// have reached one that never answered: doing it twice must change nothing more than doing it
+/// once. Reads are; so are agents' lease polls, run reports and output (the state machine
+/// ignores a report it already has); cancels, priority changes, cordons and queue updates (they
+/// set a value); and submissions whose every job carries a `client_id` (a second copy answers
+/// with the first's job ids). Creating or deleting a queue, preempting and membership changes
+/// are not: a second copy would be refused although the first was done.
+pub(crate) fn resend_safe(method: &Method, path: &str, body: &[u8]) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD) || path.starts_with("/v1/executors/") {
+        return true;
+    }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.as_str(), parts.as_slice()) {
+        ("POST", ["v1", "jobs"]) => every_job_has_a_client_id(body),
+        ("POST", ["v1", "jobs", "cancel" | "reprioritize"]) => true,
+        ("POST", ["v1", "queues", _, "cancel" | "cordon" | "uncordon"]) => true,
+        ("PUT", ["v1", "queues", _]) => true,
+        ("POST", ["ui", "jobs", _, "cancel" | "cancel-set" | "priority"]) => true,
+        ("POST", ["ui", "queues", _, "cordon" | "uncordon"]) => true,
+        _ => false,
+    }
+}
+
+/// True if `body` is a submission whose every job has a non-empty `client_id`.
+fn every_job_has_a_client_id(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Submission {
+        jobs: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        client_id: Option<String>,
+    }
+    serde_json::from_slice::<Submission>(body).is_ok_and(|s| {
+        !s.jobs.is_empty() && s.jobs.iter().all(|j| j.client_id.as_deref().is_some_and(|c| !c.is_empty()))
+    })
+}
+
 /// Whether the query asks for a linearizable read (`consistent=true`).
 fn wants_consistent(query: Option<&str>) -> bool {
     query.is_some_and(|q| q.split('&').any(|pair| pair == "consistent=true" || pair == "consistent=1"))
+}
+
+/// How long a request for `path` may wait on the leader: `server.relay_timeout`, plus the
+/// longest hold of a long poll (lease polls, followed output).
+pub(crate) fn relay_bound(app: &Control, path: &str) -> Duration {
+    let long_poll = path.ends_with("/lease") || path.ends_with("/output");
+    app.config.relay_timeout() + if long_poll { app.config.server.max_lease_wait } else { Duration::ZERO }
 }
 
 /// Middleware: relays writes to the leader, serves them on the leader once it may act on them,
@@ -48,7 +100,7 @@ fn wants_consistent(query: Option<&str>) -> bool {
 pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) -> Response {
     if !needs_leader(req.method(), req.uri().path()) {
         if req.method() == Method::GET && wants_consistent(req.uri().query()) {
-            let timeout = app.config.server.write_timeout;
+            let timeout = app.config.relay_timeout();
             if let Err(e) = app.cluster.linearize(timeout).await {
                 return ApiError::unavailable(format!(
                     "a consistent read needs the leader's confirmation, which did not come: {e}; retry"
@@ -59,33 +111,68 @@ pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) ->
         return next.run(req).await;
     }
     if app.cluster.is_leader() {
-        if await_serving(&app).await {
-            let mut resp = next.run(req).await;
-            if let Ok(v) = HeaderValue::from_str(&app.cluster.applied_index().to_string()) {
-                resp.headers_mut().insert(APPLIED_HEADER.clone(), v);
-            }
-            return resp;
-        }
-        if app.cluster.is_leader() {
-            return ApiError::unavailable(
-                "this server was elected leader but has not heard from a majority of the servers lately, so it \
-                 takes no writes; retry (on another server if this one stays cut off)",
-            )
-            .into_response();
-        }
-        // It stepped down while waiting: the request goes to the new leader.
+        return serve_here(&app, req, next).await.unwrap_or_else(|refused| refused);
     }
     if req.headers().contains_key(&FORWARDED_HEADER) {
         return ApiError::unavailable(
-            "this server received a request relayed to the leader, but it no longer leads; retry",
+            "this server received a request relayed to the leader, but it no longer leads; nothing was applied; retry",
         )
         .into_response();
     }
-    let Some(leader) = app.cluster.leader_addr() else {
-        return ApiError::unavailable("no leader is elected right now (an election is under way); retry shortly")
-            .into_response();
+    let deadline = tokio::time::Instant::now() + relay_bound(&app, req.uri().path());
+    let (parts, body) = match read_whole(&app, req).await {
+        Ok(r) => r,
+        Err(Unrelayable::TooLarge(m)) => {
+            return ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, m).into_response();
+        }
+        Err(Unrelayable::Invalid(m)) => return ApiError::internal(m).into_response(),
     };
-    relay(&app, &leader, req).await
+    let outgoing = match outgoing(&app, &parts, &body) {
+        Ok(r) => r,
+        Err(Unrelayable::TooLarge(m) | Unrelayable::Invalid(m)) => return ApiError::internal(m).into_response(),
+    };
+    let safe = resend_safe(&parts.method, parts.uri.path(), &body);
+    loop {
+        let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let relayed = follow_leader(&app, outgoing.clone(), safe, bound, |addr, r, t| app.cluster.relay(&addr, r, t));
+        match relayed.await {
+            Relayed::Answer(answer) => {
+                catch_up(&app, answer.headers()).await;
+                let (parts, body) = answer.into_parts();
+                return Response::from_parts(parts, Body::from(body));
+            }
+            Relayed::Here => {
+                let here = Request::from_parts(parts.clone(), Body::from(body.clone()));
+                match serve_here(&app, here, next.clone()).await {
+                    Ok(served) => return served,
+                    // Elected and deposed again at once: nothing was applied, follow on.
+                    Err(_) if !app.cluster.is_leader() && tokio::time::Instant::now() < deadline => {}
+                    Err(refused) => return refused,
+                }
+            }
+            Relayed::Failed(detail) => return ApiError::unavailable(detail).into_response(),
+        }
+    }
+}
+
+/// Serves a request that needs the leader on this server, which leads (or did a moment ago):
+/// once it may act on it, with the index it had applied. A 503 (nothing applied) as the error
+/// when it does not lead, or leads without a majority.
+async fn serve_here(app: &Control, req: Request, next: Next) -> Result<Response, Response> {
+    if app.cluster.is_leader() && await_serving(app).await {
+        let mut resp = next.run(req).await;
+        if let Ok(v) = HeaderValue::from_str(&app.cluster.applied_index().to_string()) {
+            resp.headers_mut().insert(APPLIED_HEADER.clone(), v);
+        }
+        return Ok(resp);
+    }
+    let detail = if app.cluster.is_leader() {
+        "this server was elected leader but has not heard from a majority of the servers lately, so it takes no \
+         writes; nothing was applied. Retry (on another server if this one stays cut off)"
+    } else {
+        "this server stopped leading as the request arrived; nothing was applied; retry"
+    };
+    Err(ApiError::unavailable(detail).into_response())
 }
 
 /// Waits a little for a leader to be allowed to act: just elected, it needs its first entry
@@ -112,22 +199,31 @@ pub(crate) enum Unrelayable {
     Invalid(String),
 }
 
-/// `req` as it is relayed to the leader: its body read whole (at most `max_request_bytes`), its
-/// headers, path and query kept, marked with [`FORWARDED_HEADER`].
-pub(crate) async fn relayable(app: &Control, req: Request) -> Result<http::Request<bytes::Bytes>, Unrelayable> {
-    let (mut parts, body) = req.into_parts();
+/// The request's head and its body read whole (at most `max_request_bytes`).
+pub(crate) async fn read_whole(app: &Control, req: Request) -> Result<(http::request::Parts, Bytes), Unrelayable> {
+    let (parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, app.config.server.max_request_bytes).await.map_err(|e| {
         Unrelayable::TooLarge(format!("reading the request body: {e} (the limit is max_request_bytes)"))
     })?;
-    if let Ok(v) = HeaderValue::from_str(&app.config.server.node_id.to_string()) {
-        parts.headers.insert(FORWARDED_HEADER.clone(), v);
-    }
+    Ok((parts, bytes))
+}
+
+/// The request as it is relayed to the leader: its headers, path and query kept, marked with
+/// [`FORWARDED_HEADER`].
+pub(crate) fn outgoing(
+    app: &Control,
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> Result<http::Request<Bytes>, Unrelayable> {
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
     let mut outgoing = http::Request::builder().method(parts.method.clone()).uri(path);
     for (name, value) in &parts.headers {
         outgoing = outgoing.header(name, value);
     }
-    outgoing.body(bytes).map_err(|e| Unrelayable::Invalid(format!("relaying to the leader: {e}")))
+    if let Ok(v) = HeaderValue::from_str(&app.config.server.node_id.to_string()) {
+        outgoing = outgoing.header(FORWARDED_HEADER.clone(), v);
+    }
+    outgoing.body(body.clone()).map_err(|e| Unrelayable::Invalid(format!("relaying to the leader: {e}")))
 }
 
 /// Waits (at most `write_timeout`) until this server has applied the index the leader's answer
@@ -141,38 +237,128 @@ pub(crate) async fn catch_up(app: &Control, answer: &axum::http::HeaderMap) {
     }
 }
 
-/// Relays `req` to the leader at `leader` and answers with its answer, once this server has
-/// applied what the leader had.
-async fn relay(app: &Control, leader: &str, req: Request) -> Response {
-    let outgoing = match relayable(app, req).await {
-        Ok(r) => r,
-        Err(Unrelayable::TooLarge(m)) => {
-            return ApiError::new(axum::http::StatusCode::PAYLOAD_TOO_LARGE, m).into_response();
+/// Where a request that needs the leader ended, on a server that did not lead when it came.
+pub(crate) enum Relayed<B> {
+    /// The leader's answer (the caller waits until this server applied what the leader had).
+    Answer(http::Response<B>),
+    /// This server leads now: the caller serves the request here.
+    Here,
+    /// No answer within the bound: why, and whether the request may have been applied.
+    Failed(String),
+}
+
+/// The end of a problem text: whether the request may have reached a leader that applied it.
+fn outcome(maybe_delivered: bool) -> &'static str {
+    if maybe_delivered {
+        "the request may have reached the leader, so the outcome is unknown. Retry it; a submission is safe to retry \
+         only with the same client_id for each job"
+    } else {
+        "nothing was applied; retry"
+    }
+}
+
+/// Sends `request` to the leader with `send` (address, request, time left) and returns its
+/// answer, following the leadership for at most `bound`:
+/// - with no leader known, it waits up to two election timeouts for one;
+/// - when the leader is replaced or falls silent while the request is out, it sends the request
+///   to the next leader if `resend_safe`, and otherwise gives up saying it may have been applied;
+/// - when the leader cannot be reached (nothing was sent), it waits for the next one;
+/// - when the leader answers 503 to a request that is `resend_safe`, it tries the next leader if
+///   one is elected within two election timeouts, and otherwise passes the 503 on;
+/// - when this server becomes the leader, it says so ([`Relayed::Here`]).
+pub(crate) async fn follow_leader<B, F, Fut>(
+    app: &Control,
+    request: http::Request<Bytes>,
+    resend_safe: bool,
+    bound: Duration,
+    send: F,
+) -> Relayed<B>
+where
+    F: Fn(String, http::Request<Bytes>, Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<http::Response<B>, RelayError>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    let leader_wait = app.cluster.leader_wait();
+    let mut watch = app.cluster.leadership();
+    // Set once a copy may have reached a leader that did not answer.
+    let mut maybe_delivered = false;
+    loop {
+        let seen = *watch.borrow_and_update();
+        if app.cluster.is_leader() {
+            return Relayed::Here;
         }
-        Err(Unrelayable::Invalid(m)) => return ApiError::internal(m).into_response(),
-    };
-    // A lease poll may wait up to max_lease_wait at the leader, a write up to write_timeout.
-    let server = &app.config.server;
-    let timeout = server.max_lease_wait + server.write_timeout + Duration::from_secs(5);
-    let answer = match app.cluster.relay(leader, outgoing, timeout).await {
-        Ok(a) => a,
-        Err(e @ RelayError::NotSent { .. }) => {
-            tracing::warn!(error = %e, "could not relay a request to the leader");
-            return ApiError::unavailable(format!("this server relays writes to the leader, and {e}; retry"))
-                .into_response();
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if remaining.is_zero() {
+            return Relayed::Failed(format!(
+                "no leader answered within {} (server.relay_timeout): {}",
+                humantime::format_duration(bound),
+                outcome(maybe_delivered)
+            ));
         }
-        Err(e @ RelayError::Lost { .. }) => {
-            tracing::warn!(error = %e, "a request relayed to the leader got no answer");
-            return ApiError::unavailable(format!(
-                "the request was relayed to the leader and {e}: the outcome is unknown. Retry it; a submission is \
-                 safe to retry only with the same client_id for each job"
-            ))
-            .into_response();
+        let wait = remaining.min(leader_wait);
+        let Some(addr) = app.cluster.leader_addr() else {
+            if leadership_moved_on(&mut watch, &seen, wait).await {
+                continue;
+            }
+            return Relayed::Failed(format!(
+                "no leader was elected within {}: {}",
+                humantime::format_duration(wait),
+                outcome(maybe_delivered)
+            ));
+        };
+        if seen.leader_silent {
+            return Relayed::Failed(format!(
+                "this server has not heard from the leader at {addr} lately: it may be cut off from it (retry on \
+                 another server); {}",
+                outcome(maybe_delivered)
+            ));
         }
-    };
-    catch_up(app, answer.headers()).await;
-    let (parts, body) = answer.into_parts();
-    Response::from_parts(parts, Body::from(body))
+        let copy = request.clone();
+        let answer = tokio::select! {
+            r = send(addr.clone(), copy, remaining) => Some(r),
+            _ = leadership_moved_on(&mut watch, &seen, remaining) => None,
+        };
+        match answer {
+            Some(Ok(a)) if a.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE && resend_safe => {
+                // The leader could not take it (it may be losing its leadership or majority).
+                if !leadership_moved_on(&mut watch, &seen, wait).await {
+                    return Relayed::Answer(a);
+                }
+            }
+            Some(Ok(a)) => return Relayed::Answer(a),
+            Some(Err(e @ RelayError::NotSent { .. })) => {
+                if !leadership_moved_on(&mut watch, &seen, wait).await {
+                    tracing::warn!(error = %e, "could not relay a request to the leader");
+                    return Relayed::Failed(format!(
+                        "this server relays writes to the leader, and {e}, and no other leader was elected within {}: \
+                         {}",
+                        humantime::format_duration(wait),
+                        outcome(maybe_delivered)
+                    ));
+                }
+            }
+            Some(Err(e @ RelayError::Lost { .. })) => {
+                maybe_delivered = true;
+                if !resend_safe || !leadership_moved_on(&mut watch, &seen, wait).await {
+                    tracing::warn!(error = %e, "a request relayed to the leader got no answer");
+                    return Relayed::Failed(format!(
+                        "the request was relayed to the leader and {e}: {}",
+                        outcome(true)
+                    ));
+                }
+            }
+            None => {
+                maybe_delivered = true;
+                if !resend_safe {
+                    return Relayed::Failed(format!(
+                        "the leader was replaced (or fell silent) while the request was relayed to it: {}",
+                        outcome(true)
+                    ));
+                }
+                tracing::info!(leader = %addr, "the leader changed while a request was relayed to it; sending it to the next");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -202,5 +388,40 @@ mod tests {
         assert!(!wants_consistent(Some("consistent=false")));
         assert!(!wants_consistent(Some("inconsistent=true")));
         assert!(!wants_consistent(None));
+    }
+
+    #[test]
+    fn only_writes_that_change_nothing_more_the_second_time_are_sent_again() {
+        let with_ids = br#"{"queue":"A","job_set":"s","jobs":[{"client_id":"a"},{"client_id":"b"}]}"#;
+        let one_without = br#"{"queue":"A","job_set":"s","jobs":[{"client_id":"a"},{"pod_spec":{}}]}"#;
+        let empty_id = br#"{"queue":"A","job_set":"s","jobs":[{"client_id":""}]}"#;
+        assert!(resend_safe(&Method::POST, "/v1/jobs", with_ids));
+        assert!(!resend_safe(&Method::POST, "/v1/jobs", one_without));
+        assert!(!resend_safe(&Method::POST, "/v1/jobs", empty_id));
+        assert!(!resend_safe(&Method::POST, "/v1/jobs", b"not json"));
+        for (m, p) in [
+            (Method::POST, "/v1/jobs/cancel"),
+            (Method::POST, "/v1/jobs/reprioritize"),
+            (Method::POST, "/v1/queues/A/cordon"),
+            (Method::POST, "/v1/queues/A/cancel"),
+            (Method::PUT, "/v1/queues/A"),
+            (Method::POST, "/v1/executors/e/lease"),
+            (Method::POST, "/v1/executors/e/events"),
+            (Method::GET, "/v1/jobs/01J0000000000000000000000A/output"),
+            (Method::POST, "/ui/jobs/01J0000000000000000000000A/cancel"),
+            (Method::POST, "/ui/queues/A/uncordon"),
+        ] {
+            assert!(resend_safe(&m, p, b""), "{m} {p}");
+        }
+        for (m, p) in [
+            (Method::POST, "/v1/queues"),
+            (Method::DELETE, "/v1/queues/A"),
+            (Method::POST, "/v1/jobs/preempt"),
+            (Method::POST, "/v1/queues/A/preempt"),
+            (Method::POST, "/v1/cluster/members"),
+            (Method::DELETE, "/v1/cluster/members/3"),
+        ] {
+            assert!(!resend_safe(&m, p, b""), "{m} {p}");
+        }
     }
 }

@@ -69,6 +69,19 @@ pub async fn healthz() -> Response {
     )
 )]
 pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
+    if !app.started.load(std::sync::atomic::Ordering::Acquire) {
+        return ApiError::unavailable("not ready: the server is still being set up").into_response();
+    }
+    let free = app.disk.free();
+    if app.disk.state_at(free) != crate::control::disk::DiskState::Ample {
+        return ApiError::unavailable(format!(
+            "not ready: the data directory {} has {free} bytes free, below server.disk_reserve ({} bytes), so it \
+             refuses writes",
+            app.disk.dir().display(),
+            app.disk.reserve()
+        ))
+        .into_response();
+    }
     if app.cluster.ready() {
         json(Readiness { leader: app.cluster.leader_addr(), status: "ready".into() })
     } else {
@@ -96,6 +109,7 @@ pub async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::Heade
     }
     scheduling_metrics(&mut scrape, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
     int_gauge(&mut scrape, "convoy_leader", "1 if this server is the leader.", u64::from(app.cluster.is_leader()));
+    disk_metrics(&mut scrape, app.disk.free(), app.disk.reserve());
     raft_metrics(&mut scrape, &app.cluster.status(), &app.cluster.peer_rpcs());
     let openmetrics = headers
         .get(axum::http::header::ACCEPT)
@@ -160,6 +174,16 @@ fn family<M: prometheus_client::registry::Metric + Clone>(r: &mut Registry, name
     // The registry ends help texts with a period itself.
     r.register(name, help.strip_suffix('.').unwrap_or(help), family.clone());
     family
+}
+
+/// The data directory's free space and reserve (`free` is `u64::MAX` when it cannot be read).
+fn disk_metrics(r: &mut Registry, free: u64, reserve: u64) {
+    if free != u64::MAX {
+        let help = "Bytes free on the data directory's file system (for unprivileged writers).";
+        int_gauge(r, "convoy_data_dir_free_bytes", help, free);
+    }
+    let help = "server.disk_reserve: below this many free bytes the server refuses writes that add data.";
+    int_gauge(r, "convoy_data_dir_reserve_bytes", help, reserve);
 }
 
 /// One whole-valued gauge without labels.
@@ -674,6 +698,7 @@ mod tests {
         state_metrics(&mut r, &st);
         quarantine_metrics(&mut r, &st, &crate::scheduler::QuarantineConfig::default(), 0);
         int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
+        disk_metrics(&mut r, 1 << 30, 64 << 20);
         scheduling_metrics(&mut r, &view);
         raft_metrics(&mut r, &status, &rpcs);
         let text = to_text_format(&render(&r).unwrap());

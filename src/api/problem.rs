@@ -87,11 +87,15 @@ impl From<crate::control::WriteError> for ApiError {
         use crate::control::WriteError;
         match e {
             WriteError::Rejected(r) => r.into(),
+            WriteError::DiskFull(d) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, d.to_string()),
             WriteError::NotLeader { leader: Some(l) } => {
                 ApiError::unavailable(format!("this server is not the leader; send writes to {l}"))
             }
             WriteError::NotLeader { leader: None } => ApiError::unavailable("no leader is elected yet; retry shortly"),
-            e @ (WriteError::Unavailable(_) | WriteError::Timeout) => ApiError::unavailable(e.to_string()),
+            e @ (WriteError::Unavailable(_)
+            | WriteError::Timeout
+            | WriteError::NoMajority
+            | WriteError::Interrupted) => ApiError::unavailable(e.to_string()),
         }
     }
 }

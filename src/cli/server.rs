@@ -37,9 +37,17 @@ pub(crate) fn run(args: ServerArgs) -> anyhow::Result<()> {
         tokio::spawn(reload_on_hangup(hangup, running.tls()));
         println!("convoy server listening on {}", running.url);
         let _ = std::io::stdout().flush();
-        shutdown_signal().await;
+        let failure = tokio::select! {
+            () = shutdown_signal() => None,
+            reason = running.failed() => Some(reason),
+        };
         tracing::info!("shutting down");
-        running.stop().await?;
+        let stopped = running.stop().await;
+        if let Some(reason) = failure {
+            // Non-zero, so that systemd (Restart=on-failure) starts it again.
+            anyhow::bail!("{reason}; the server stopped so that it is started again");
+        }
+        stopped?;
         anyhow::Ok(())
     })
 }

@@ -43,19 +43,26 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     agent_config.runtime = RuntimeKind::Process;
     agent_config.data_dir = args.data_dir.join("agent");
     runtime()?.block_on(async move {
-        let running = convoy::server::start(config).await.context("starting the server")?;
+        // `/readyz` answers 503 until the `default` queue exists: a script that waits for it
+        // and submits at once must find the queue.
+        let options = convoy::server::StartOptions { hold_ready: true };
+        let running = convoy::server::start_with(config, options).await.context("starting the server")?;
         let url = running.url.clone();
         agent_config.servers = vec![url.clone()];
         agent_config.validate()?;
-        wait_ready(&url).await?;
+        wait_leading(&url).await?;
         ensure_default_queue(&url).await?;
+        running.mark_ready();
         println!("convoy server listening on {url}");
         println!("convoy is up: API on {url}, a process agent for this machine, queue \"default\"; Ctrl-C stops");
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let agent_task = tokio::spawn(agent::run(agent_config, async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         }));
-        shutdown_signal().await;
+        let failure = tokio::select! {
+            () = shutdown_signal() => None,
+            reason = running.failed() => Some(reason),
+        };
         let _ = stop_tx.send(true);
         match tokio::time::timeout(Duration::from_secs(15), agent_task).await {
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "agent stopped with an error"),
@@ -63,16 +70,23 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
             Err(_) => tracing::warn!("agent did not stop in time"),
             Ok(Ok(Ok(()))) => {}
         }
-        running.stop().await?;
+        let stopped = running.stop().await;
+        if let Some(reason) = failure {
+            anyhow::bail!("{reason}; convoy up stopped (start it again: nothing acknowledged is lost)");
+        }
+        stopped?;
         anyhow::Ok(())
     })
 }
 
-async fn wait_ready(url: &str) -> anyhow::Result<()> {
+/// Waits until the server leads (its cluster of one elected it and applied its log).
+async fn wait_leading(url: &str) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     for _ in 0..600 {
-        if let Ok(r) = http.get(format!("{url}/readyz")).send().await
+        if let Ok(r) = http.get(format!("{url}/v1/cluster")).send().await
             && r.status().is_success()
+            && let Ok(status) = r.json::<convoy::model::api::ClusterStatus>().await
+            && status.serving
         {
             return Ok(());
         }

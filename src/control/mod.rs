@@ -3,6 +3,7 @@
 //! signals. It lives below both the `api` (which reads and writes through it) and the `server`
 //! (which builds it, mounts the API and runs the loops), and knows nothing of the API's routes.
 
+pub mod disk;
 pub mod ids;
 pub mod output;
 pub mod writer;
@@ -12,6 +13,8 @@ pub use writer::{Replicate, WriteError, Writer};
 use crate::config::Config;
 use crate::model::api::ClusterStatus;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
+pub use crate::raft::Leadership;
+pub use crate::raft::leadership::moved_on as leadership_moved_on;
 pub use crate::raft::membership::{Addition, MembershipError};
 use crate::raft::stats::Histogram;
 use crate::scheduler::{PoolReport, Reason};
@@ -44,6 +47,13 @@ pub trait ClusterView: Send + Sync + 'static {
     fn leader_addr(&self) -> Option<String>;
     /// True once the log is applied and a leader is known.
     fn ready(&self) -> bool;
+    /// This server's view of the leadership, kept current: requests waiting on the leader watch
+    /// it to stop waiting on one that is gone.
+    fn leadership(&self) -> tokio::sync::watch::Receiver<Leadership>;
+    /// The same view, computed now.
+    fn leadership_now(&self) -> Leadership;
+    /// How long a request waits for a leader to be elected before it gives up.
+    fn leader_wait(&self) -> Duration;
     /// This server's view of the cluster, for `GET /v1/cluster`.
     fn status(&self) -> ClusterStatus;
     /// Peer RPC latency per peer and kind, and failed RPCs, for the metrics.
@@ -195,7 +205,7 @@ pub struct Control {
     pub store: Store,
     /// The state machine's memory (read it with [`Control::state`]).
     pub state: Arc<RwLock<State>>,
-    /// Proposes commands (use [`Control::write`], which turns refusals into errors).
+    /// Proposes commands (use [`Control::write`] or [`Control::propose`], which check the disk and the leadership first).
     pub writer: Writer,
     /// Leadership, as the Raft layer sees it.
     pub cluster: Arc<dyn ClusterView>,
@@ -209,6 +219,11 @@ pub struct Control {
     pub output: output::LiveOutput,
     /// Turns true when the server stops: long polls and event streams end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The free space of the data directory, and which writes it lets in.
+    pub disk: disk::DiskGuard,
+    /// False while whoever started the server still sets it up (`convoy up` creates its
+    /// `default` queue): `/readyz` waits for it.
+    pub started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Control {
@@ -220,9 +235,44 @@ impl Control {
     /// Commits a command and returns what applying it answered; a refusal by the state machine
     /// is an error too ([`WriteError::Rejected`]).
     pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
-        match self.writer.write(cmd).await? {
+        match self.propose(cmd).await? {
             Response::Rejected(r) => Err(WriteError::Rejected(r)),
             r => Ok(r),
+        }
+    }
+
+    /// Commits a command and returns what applying it answered, a refusal included. Every write
+    /// goes through here (or [`write`](Self::write)):
+    /// - a write the data directory has no room for is refused before it is proposed;
+    /// - only a leader that a majority follows proposes: others answer at once;
+    /// - a write under way when this server loses its leadership or its majority ends then, as
+    ///   [`WriteError::Interrupted`], instead of waiting out the write timeout.
+    pub async fn propose(&self, cmd: Command) -> Result<Response, WriteError> {
+        self.disk.admit(&cmd)?;
+        let mut watch = self.cluster.leadership();
+        watch.borrow_and_update();
+        let now = self.cluster.leadership_now();
+        if !now.committing {
+            return Err(if now.stopped {
+                WriteError::Unavailable("raft has stopped on this server".into())
+            } else if self.cluster.is_leader() {
+                WriteError::NoMajority
+            } else {
+                WriteError::NotLeader { leader: self.cluster.leader_addr() }
+            });
+        }
+        // Only changes after the write began count: the published view may lag the one above.
+        let lost = async move {
+            loop {
+                if watch.changed().await.is_err() || !watch.borrow_and_update().committing {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            r = self.writer.write(cmd) => r,
+            () = lost => Err(WriteError::Interrupted),
         }
     }
 }

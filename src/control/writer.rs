@@ -21,6 +21,24 @@ pub enum WriteError {
         /// The leader's address, if one is known.
         leader: Option<String>,
     },
+    /// This server leads, but no majority acknowledged it lately (it may be cut off from the
+    /// others): nothing was proposed.
+    #[error(
+        "this server was elected leader but has not heard from a majority of the servers lately, so it takes no \
+         writes; nothing was stored. Retry (on another server if this one stays cut off)"
+    )]
+    NoMajority,
+    /// Proposed, and then this server lost its leadership or its majority before the write was
+    /// committed: the next leader may still commit it, so the outcome is unknown.
+    #[error(
+        "this server lost its leadership (or its majority) while the write was being committed; the next leader \
+         may still commit it, so retry it only with the same client_id for each job (a retry without one may \
+         submit the jobs twice)"
+    )]
+    Interrupted,
+    /// Refused before it was proposed: the data directory is (nearly) full.
+    #[error(transparent)]
+    DiskFull(#[from] super::disk::DiskFull),
     /// The cluster could not commit it (no quorum, Raft stopped).
     #[error("the cluster cannot commit writes right now: {0}")]
     Unavailable(String),

@@ -73,7 +73,7 @@ pub fn status(e: ApiError) -> Status {
         HttpStatus::FORBIDDEN => Code::PermissionDenied,
         HttpStatus::NOT_FOUND => Code::NotFound,
         HttpStatus::CONFLICT => Code::FailedPrecondition,
-        HttpStatus::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        HttpStatus::PAYLOAD_TOO_LARGE | HttpStatus::INSUFFICIENT_STORAGE => Code::ResourceExhausted,
         HttpStatus::SERVICE_UNAVAILABLE | HttpStatus::GATEWAY_TIMEOUT => Code::Unavailable,
         _ => Code::Internal,
     };

@@ -44,6 +44,25 @@ pub mod serde_text {
     }
 }
 
+/// Serde adapter for an optional duration: `#[serde(with = "crate::model::duration::serde_text_opt")]`
+/// (absent or text, as [`serde_text`]).
+pub mod serde_text_opt {
+    use super::*;
+
+    /// Writes the duration as humantime text (the field is skipped when `None`).
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::serde_text::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads what [`serde_text`] reads.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        super::serde_text::deserialize(d).map(Some)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

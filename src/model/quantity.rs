@@ -170,6 +170,34 @@ pub fn format_quantity(value: i64, unit: Unit) -> String {
     Q(value, unit).to_string()
 }
 
+/// Serde adapter for a number of bytes written as a plain integer or a quantity (`256Mi`, `1Gi`):
+/// `#[serde(with = "crate::model::quantity::serde_bytes")]`.
+pub mod serde_bytes {
+    use super::{Unit, format_quantity, parse_quantity};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the size as a quantity (`256Mi`).
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_quantity(i64::try_from(*v).unwrap_or(i64::MAX), Unit::Whole))
+    }
+
+    /// Reads an integer number of bytes or a quantity.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Num(n) => Ok(n),
+            Raw::Text(t) => parse_quantity(&t, Unit::Whole)
+                .map(|v| v.max(0) as u64)
+                .map_err(|e| serde::de::Error::custom(format!("{e}; give bytes or a quantity such as 256Mi"))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -117,6 +117,8 @@ pub(super) fn judge(view: &VoterView, req: &PreVoteRequest, lease: Duration) -> 
 #[derive(Clone)]
 pub struct Elections {
     contact: LeaderContact,
+    /// False while this member must not stand for election (its disk is nearly full).
+    may_stand: Arc<std::sync::atomic::AtomicBool>,
     quorum_ack: QuorumAck,
     log: LogStore,
     timing: Timing,
@@ -137,12 +139,32 @@ pub(super) struct Timing {
 
 impl Elections {
     pub(super) fn new(log: LogStore, quorum_ack: QuorumAck, timing: Timing) -> Self {
-        Self { contact: LeaderContact::default(), quorum_ack, log, timing }
+        Self {
+            contact: LeaderContact::default(),
+            may_stand: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            quorum_ack,
+            log,
+            timing,
+        }
     }
 
     /// Records word from the leader (an append or snapshot chunk it accepted) received now.
     pub fn heard(&self) {
         self.contact.heard();
+    }
+
+    /// Whether this member may stand for election (see [`super::RaftNode::set_may_lead`]).
+    pub(super) fn set_may_stand(&self, yes: bool) {
+        self.may_stand.store(yes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn may_stand(&self) -> bool {
+        self.may_stand.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// When this member last heard from a leader.
+    pub(super) fn last_contact(&self) -> Option<Instant> {
+        self.contact.last()
     }
 
     /// Answers a candidate's pre-vote.
@@ -219,7 +241,7 @@ pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network:
                 .collect();
             (m.state, m.current_leader, voters, m.current_term)
         };
-        if state == ServerState::Leader || !voters.contains_key(&me) {
+        if state == ServerState::Leader || !voters.contains_key(&me) || !elections.may_stand() {
             not_before = None;
             lost_before = false;
             continue;

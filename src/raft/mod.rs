@@ -19,6 +19,7 @@ pub mod bootstrap;
 pub mod failover;
 pub mod identity;
 pub(crate) mod io;
+pub mod leadership;
 pub mod log_store;
 pub mod membership;
 pub mod network;
@@ -33,6 +34,7 @@ mod tests;
 
 pub use bootstrap::Bootstrap;
 pub use identity::Identity;
+pub use leadership::Leadership;
 pub use log_store::LogStore;
 pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
 pub use snapshot_store::SnapshotFile;
@@ -91,6 +93,8 @@ pub struct RaftSettings {
     /// CA certificates (PEM file) that sign the peers' certificates: the only ones the peer RPC
     /// client trusts for `https://` peers. `None`: the operating system's trust store.
     pub tls_ca: Option<PathBuf>,
+    /// Bytes a snapshot build must leave free on the disk; with less room it is put off.
+    pub keep_free: u64,
 }
 
 impl Default for RaftSettings {
@@ -112,6 +116,7 @@ impl Default for RaftSettings {
             cluster_secret: None,
             bootstrap: Bootstrap::Join,
             tls_ca: None,
+            keep_free: 0,
         }
     }
 }
@@ -245,6 +250,13 @@ pub struct RaftNode {
     /// What this member heard from leaders, and its answers to pre-votes (see [`failover`]).
     elections: failover::Elections,
     flushed: watch::Receiver<u64>,
+    /// Who leads, whether this member may commit, whether its leader went silent (see
+    /// [`leadership`]).
+    leadership: watch::Receiver<Leadership>,
+    /// How long a request waits for a leader to be elected: two of the longest election timeouts.
+    leader_wait: Duration,
+    /// What the leadership view is judged by.
+    leadership_limits: leadership::Limits,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// Snapshots installed since start (this member caught up by snapshot).
@@ -311,7 +323,7 @@ impl RaftNode {
             NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
         let log_reader = log_store.clone();
-        let state_machine = StateMachine::new(db, snapshot_dir, state)?;
+        let state_machine = StateMachine::new(db, snapshot_dir, state)?.keeping_free(settings.keep_free);
         let installed = state_machine.installed_counter();
         let runtime = Arc::new(RaftRuntime::new()?);
         let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
@@ -321,6 +333,11 @@ impl RaftNode {
             .await
             .map_err(|e| RaftError::Shutdown(format!("starting raft: {e}")))??;
         let quorum_ack: failover::QuorumAck = Arc::new(std::sync::Mutex::new(None));
+        let (leadership_tx, leadership) = watch::channel(Leadership::default());
+        let leadership_limits = leadership::Limits {
+            lease: settings.election_timeout_max,
+            silence: settings.election_timeout_max.saturating_mul(2),
+        };
         let node = Self {
             id: node_id,
             addr,
@@ -343,12 +360,23 @@ impl RaftNode {
                 },
             ),
             flushed,
+            leadership,
+            leader_wait: settings.election_timeout_max.saturating_mul(2),
+            leadership_limits,
             forming: Arc::new(std::sync::Mutex::new(None)),
             installed,
             _runtime: runtime,
         };
         tokio::spawn(failover::watch(node.raft.clone(), node_id, node.elections.clone(), node.network.clone()));
         tokio::spawn(watch_metrics(node.raft.metrics(), node.quorum_ack.clone(), node.network.stats()));
+        tokio::spawn(leadership::publish(
+            node.raft.clone(),
+            node_id,
+            node.quorum_ack.clone(),
+            node.elections.clone(),
+            leadership_limits,
+            leadership_tx,
+        ));
         let initialized = node.raft.is_initialized().await?;
         let single = settings.bootstrap == Bootstrap::Single;
         match settings.bootstrap {
@@ -478,29 +506,98 @@ impl RaftNode {
     /// read that follows is linearizable: the leader checks it still leads (a heartbeat round)
     /// and waits for its own state; a follower asks the leader for that index (read index) and
     /// waits until it has applied it.
-    pub async fn linearize(&self, timeout: Duration) -> Result<(), RequestError> {
-        match confirm_leadership(&self.raft, timeout).await {
-            Ok(_) => Ok(()),
-            Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                // openraft's answer may lack the leader's address that the metrics know.
-                let known = match (f.leader_id, f.leader_node) {
-                    (Some(id), Some(node)) => Some((id, node)),
-                    _ => self.leader(),
-                };
-                let Some((leader, node)) = known else { return Err(RequestError::NoLeader) };
-                let index = self
-                    .network
-                    .read_index(leader, &node.addr)
-                    .await
-                    .map_err(|e| RequestError::Remote(e.to_string()))?;
-                if self.wait_applied(index, timeout).await {
-                    Ok(())
-                } else {
-                    Err(RequestError::Remote(format!("did not apply the leader's index {index} within {timeout:?}")))
-                }
+    ///
+    /// It waits at most `within`, and less when the answer is known sooner: a leader without a
+    /// majority gives up after two election timeouts, and a follower whose leader is replaced
+    /// asks the new one instead of waiting on the old.
+    pub async fn linearize(&self, within: Duration) -> Result<(), RequestError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut watch = self.leadership.clone();
+        loop {
+            let seen = *watch.borrow_and_update();
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Err(RequestError::Remote(format!("no leader confirmed the read within {within:?}")));
             }
-            Err(e) => Err(e.into()),
+            let f = match confirm_leadership(&self.raft, remaining.min(self.leader_wait)).await {
+                Ok(_) => return Ok(()),
+                Err(openraft::error::RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => f,
+                Err(e) => return Err(e.into()),
+            };
+            // openraft's answer may lack the leader's address that the metrics know.
+            let known = match (f.leader_id, f.leader_node) {
+                (Some(id), Some(node)) => Some((id, node)),
+                _ => self.leader(),
+            };
+            let Some((leader, node)) = known else {
+                // An election is under way: wait for its outcome.
+                if !leadership::moved_on(&mut watch, &seen, remaining.min(self.leader_wait)).await {
+                    return Err(RequestError::NoLeader);
+                }
+                continue;
+            };
+            if seen.leader_silent {
+                return Err(RequestError::Remote(format!(
+                    "this server has not heard from the leader (node {leader}) lately: it may be cut off from it"
+                )));
+            }
+            let asked = tokio::select! {
+                r = self.network.read_index(leader, &node.addr) => Some(r),
+                _ = leadership::moved_on(&mut watch, &seen, remaining) => None,
+            };
+            match asked {
+                Some(Ok(index)) => {
+                    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    return if self.wait_applied(index, remaining).await {
+                        Ok(())
+                    } else {
+                        Err(RequestError::Remote(format!("did not apply the leader's index {index} within {within:?}")))
+                    };
+                }
+                // The leader could not confirm: ask again once another leads.
+                Some(Err(e)) => {
+                    let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    if !leadership::moved_on(&mut watch, &seen, remaining.min(self.leader_wait)).await {
+                        return Err(RequestError::Remote(e.to_string()));
+                    }
+                }
+                // The leader changed (or went silent) while asked: ask the next one.
+                None => {}
+            }
         }
+    }
+
+    /// This member's view of the leadership, kept current.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// How long a request waits for a leader to be elected before it gives up.
+    pub fn leader_wait(&self) -> Duration {
+        self.leader_wait
+    }
+
+    /// This member's view of the leadership computed now (the published one may be a few tens
+    /// of milliseconds old).
+    pub fn leadership_now(&self) -> Leadership {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let ack = *self.quorum_ack.lock().unwrap_or_else(|p| p.into_inner());
+        leadership::view(&m, self.id, ack, self.elections.last_contact(), self.leadership_limits)
+    }
+
+    /// Whether this member may lead. One that may not never starts an election, and, leading,
+    /// stops its heartbeats so that the others elect another leader once its lease is over (it
+    /// must also stop proposing: an append is a heartbeat too). openraft 0.9 has no transfer
+    /// of leadership; this is how a leader whose disk is nearly full steps aside.
+    pub fn set_may_lead(&self, yes: bool) {
+        self.elections.set_may_stand(yes);
+        self.raft.runtime_config().heartbeat(yes);
+    }
+
+    /// The number of voting members.
+    pub fn voters(&self) -> usize {
+        self.raft.metrics().borrow().membership_config.membership().voter_ids().count()
     }
 
     /// How many snapshots this member installed since it started: each time it caught up with a

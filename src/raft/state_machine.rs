@@ -144,11 +144,18 @@ struct Shared<S> {
     state: Arc<Mutex<S>>,
     snapshots: SnapshotDir,
     installed: Arc<AtomicU64>,
+    /// Bytes a snapshot build must leave free on the snapshot directory's file system.
+    keep_free: u64,
 }
 
 impl<S> Clone for Shared<S> {
     fn clone(&self) -> Self {
-        Self { state: self.state.clone(), snapshots: self.snapshots.clone(), installed: self.installed.clone() }
+        Self {
+            state: self.state.clone(),
+            snapshots: self.snapshots.clone(),
+            installed: self.installed.clone(),
+            keep_free: self.keep_free,
+        }
     }
 }
 
@@ -163,8 +170,21 @@ impl<S: ReplicatedState> StateMachine<S> {
         snapshots.recover(applied)?;
         rebuild_stale(&snapshots, &mut state)?;
         Ok(Self {
-            shared: Shared { state: Arc::new(Mutex::new(state)), snapshots, installed: Arc::new(AtomicU64::new(0)) },
+            shared: Shared {
+                state: Arc::new(Mutex::new(state)),
+                snapshots,
+                installed: Arc::new(AtomicU64::new(0)),
+                keep_free: 0,
+            },
         })
+    }
+
+    /// Snapshots are built only while they would leave `bytes` free on the disk (estimated from
+    /// the size of the last one); a build that finds no room is skipped, and the log is kept
+    /// until there is.
+    pub fn keeping_free(mut self, bytes: u64) -> Self {
+        self.shared.keep_free = bytes;
+        self
     }
 
     /// Counts the snapshots this member installed since it started (it caught up by snapshot).
@@ -367,9 +387,51 @@ fn install<S: ReplicatedState>(
     Ok(bytes)
 }
 
+impl<S: ReplicatedState> SnapshotBuilder<S> {
+    /// Why there is no room for a new snapshot now, if there is none: it would take about twice
+    /// the last one (the state grows), and `keep_free` bytes must stay free beside it.
+    fn no_room(&self) -> Option<String> {
+        let snapshots = &self.shared.snapshots;
+        let free = crate::disk_space::free_bytes(snapshots.dir()).ok()?;
+        let estimate = snapshots.current().ok().flatten().map_or(0, |c| c.bytes.saturating_mul(2));
+        let needed = estimate.saturating_add(self.shared.keep_free);
+        (free < needed).then(|| format!("{free} bytes are free and it needs about {needed}"))
+    }
+
+    /// What a build answers when there is no room: the current snapshot again (before any, an
+    /// empty one that covers nothing). openraft takes it as nothing newer, keeps the log, and
+    /// asks again after later entries.
+    async fn skip(&self, why: &str) -> Result<Snapshot, StorageError> {
+        tracing::warn!(
+            reason = why,
+            "raft snapshot not built for lack of disk space; the log is kept until there is room"
+        );
+        self.shared
+            .with_state(|_, snapshots| {
+                if let Some(current) = snapshots.current()? {
+                    let path = snapshots.path(&current.name);
+                    let file = std::fs::File::open(&path)?;
+                    return Ok(Snapshot { meta: current.meta, snapshot: Box::new(SnapshotFile::from_std(file, path)) });
+                }
+                let none = PathBuf::from("/dev/null");
+                let meta = SnapshotMeta {
+                    last_log_id: None,
+                    last_membership: StoredMembership::default(),
+                    snapshot_id: "none".into(),
+                };
+                Ok(Snapshot { meta, snapshot: Box::new(SnapshotFile::from_std(std::fs::File::open(&none)?, none)) })
+            })
+            .await
+            .map_err(snapshot_err(ErrorVerb::Read))
+    }
+}
+
 impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let t0 = Instant::now();
+        if let Some(why) = self.no_room() {
+            return self.skip(&why).await;
+        }
         // Only pinning the view holds the state lock; the copy runs while entries keep applying.
         let export = self
             .shared
@@ -386,8 +448,13 @@ impl<S: ReplicatedState> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> 
             last_membership: export.membership,
         };
         let (snapshots, m, rows) = (self.shared.snapshots.clone(), meta.clone(), export.rows);
-        let (name, done) =
-            blocking(move || write_snapshot(&snapshots, &m, rows)).await.map_err(snapshot_err(ErrorVerb::Write))?;
+        let (name, done) = match blocking(move || write_snapshot(&snapshots, &m, rows)).await {
+            Ok(written) => written,
+            Err(e) if crate::disk_space::is_disk_full(&e) => {
+                return self.skip(&format!("writing it filled the disk: {e}")).await;
+            }
+            Err(e) => return Err(snapshot_err(ErrorVerb::Write)(e)),
+        };
         // Recorded under the state lock, and only if no newer snapshot was installed meanwhile.
         // Opened before: the file handed to Raft stays readable even if it is not kept.
         let m = meta.clone();
@@ -535,7 +602,7 @@ mod tests {
         let db = Arc::new(Database::create(dir.path().join("state.redb")).unwrap());
         let snapshots = SnapshotDir::open(db.clone(), dir.path().join("snapshots")).unwrap();
         let state = Arc::new(Mutex::new(QueueNames::open(db.clone()).unwrap()));
-        let shared = Shared { state, snapshots, installed: Arc::new(AtomicU64::new(0)) };
+        let shared = Shared { state, snapshots, installed: Arc::new(AtomicU64::new(0)), keep_free: 0 };
         let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
         let items = vec![ApplyItem {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),

@@ -1,7 +1,9 @@
 //! The Raft node as the control plane uses it: proposing through it (`Replicate`, for the
 //! writer) and reading leadership and membership from it (`ClusterView`, for the API).
 
-use crate::control::{Addition, ClusterView, MembershipError, PeerRpcFigures, RelayError, Replicate, WriteError};
+use crate::control::{
+    Addition, ClusterView, Leadership, MembershipError, PeerRpcFigures, RelayError, Replicate, WriteError,
+};
 use crate::model::api::{ClusterMember, ClusterStatus};
 use crate::raft::{RaftNode, RequestError};
 use crate::state::{Command, Response};
@@ -69,6 +71,18 @@ impl ClusterView for RaftView {
 
     fn term(&self) -> u64 {
         self.node.current_term()
+    }
+
+    fn leadership(&self) -> tokio::sync::watch::Receiver<Leadership> {
+        self.node.leadership()
+    }
+
+    fn leadership_now(&self) -> Leadership {
+        self.node.leadership_now()
+    }
+
+    fn leader_wait(&self) -> Duration {
+        self.node.leader_wait()
     }
 
     fn leader_addr(&self) -> Option<String> {

@@ -47,7 +47,7 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
                 at_ms: now_ms(),
                 max_attempted_runs: app.config.server.max_attempted_runs,
             };
-            if let Err(err) = app.writer.write(cmd).await {
+            if let Err(err) = app.propose(cmd).await {
                 tracing::warn!(executor = %e, error = %err, "could not record a lost executor");
             }
         }

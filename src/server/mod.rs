@@ -2,6 +2,7 @@
 //! liveness and retention, wired together.
 
 pub mod cluster;
+pub mod disk;
 pub mod liveness;
 pub mod machine;
 pub mod retention;
@@ -113,6 +114,8 @@ fn raft_settings(config: &Config) -> RaftSettings {
         snapshot_every_logs: c.snapshot_every_entries,
         max_in_snapshot_log_to_keep: c.log_entries_kept,
         install_snapshot_timeout: c.snapshot_install_timeout,
+        // What the disk guard keeps for writes under way when it refuses every other.
+        keep_free: config.server.disk_reserve / 4,
         ..RaftSettings::default()
     }
 }
@@ -124,6 +127,8 @@ const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Running {
     /// Base URL it serves on.
     pub url: String,
+    started: Arc<std::sync::atomic::AtomicBool>,
+    failed: tokio::sync::watch::Receiver<Option<String>>,
     tls: Option<tls::ServerTls>,
     stop: tokio::sync::watch::Sender<bool>,
     done: tokio::task::JoinHandle<Result<(), ServerError>>,
@@ -135,6 +140,24 @@ impl Running {
         self.tls.clone()
     }
 
+    /// Lets `/readyz` answer 200 (once Raft is ready too) after a start with
+    /// [`StartOptions::hold_ready`].
+    pub fn mark_ready(&self) {
+        self.started.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Resolves if the server stops by itself: Raft stopped on a fatal error (a storage failure
+    /// such as a full disk). The server then answers nothing as if it were alive; the caller
+    /// should [`stop`](Self::stop) it and exit with an error, so that the service manager starts
+    /// it again (from what is durable on disk: nothing acknowledged is lost).
+    pub async fn failed(&self) -> String {
+        let mut rx = self.failed.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
     /// Stops the server gracefully and waits for it.
     pub async fn stop(self) -> Result<(), ServerError> {
         let _ = self.stop.send(true);
@@ -142,8 +165,20 @@ impl Running {
     }
 }
 
+/// How a server starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions {
+    /// `/readyz` answers 503 until [`Running::mark_ready`]: the caller sets things up first.
+    pub hold_ready: bool,
+}
+
 /// Starts the server and returns once it listens.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
+    start_with(config, StartOptions::default()).await
+}
+
+/// [`start`] with options.
+pub async fn start_with(config: Config, options: StartOptions) -> Result<Running, ServerError> {
     let t0 = Instant::now();
     // Before the state loads (which may take seconds): a certificate that does not load fails fast.
     let tls = config.tls.as_ref().map(tls::ServerTls::load).transpose()?;
@@ -205,7 +240,10 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         scheduling: RwLock::new(SchedulingView::default()),
         output: Default::default(),
         shutdown: stop_rx.clone(),
+        started: Arc::new(std::sync::atomic::AtomicBool::new(!options.hold_ready)),
+        disk: crate::control::disk::DiskGuard::new(&config.server.data_dir, config.server.disk_reserve),
     });
+    let started = control.started.clone();
     let router = crate::api::router(control.clone()).merge(raft.router());
     #[cfg(feature = "grpc")]
     let router = router.merge(crate::grpc::router(control.clone()));
@@ -215,6 +253,9 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let sched = tokio::spawn(scheduling::run(control.clone(), stop_rx.clone()));
     let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
     let purge = tokio::spawn(retention::run(control.clone(), stop_rx.clone()));
+    let space = tokio::spawn(disk::run(control.clone(), raft.clone(), stop_rx.clone()));
+    let (failed_tx, failed) = tokio::sync::watch::channel(None);
+    tokio::spawn(watch_fatal(raft.clone(), stop_rx.clone(), failed_tx));
     let mut serve_stop = stop_rx.clone();
     let serve_tls = tls.clone();
     let done = tokio::spawn(async move {
@@ -222,7 +263,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             let _ = serve_stop.wait_for(|s| *s).await;
         });
         let served = serve.await.map_err(ServerError::Http);
-        for (task, handle) in [("scheduling", sched), ("liveness", live), ("retention", purge)] {
+        for (task, handle) in [("scheduling", sched), ("liveness", live), ("retention", purge), ("disk", space)] {
             if let Err(e) = handle.await {
                 tracing::error!(task, error = %e, "server task failed");
             }
@@ -238,7 +279,31 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         tracing::info!("convoy server stopped");
         served.and(stopped)
     });
-    Ok(Running { url, tls, stop: stop_tx, done })
+    Ok(Running { url, started, failed, tls, stop: stop_tx, done })
+}
+
+/// Reports through `failed` if Raft stops while the server is not stopping: after a fatal
+/// storage error it answers nothing, and a server that goes on serving HTTP would only look
+/// alive.
+async fn watch_fatal(
+    raft: RaftNode,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    failed: tokio::sync::watch::Sender<Option<String>>,
+) {
+    let mut leadership = raft.leadership();
+    tokio::select! {
+        _ = leadership.wait_for(|l| l.stopped) => {}
+        _ = stopping.wait_for(|s| *s) => return,
+    }
+    if *stopping.borrow() {
+        return;
+    }
+    let reason = match &raft.metrics().borrow().running_state {
+        Err(fatal) => format!("raft stopped: {fatal}"),
+        Ok(()) => "raft stopped".to_string(),
+    };
+    tracing::error!(%reason, "raft has stopped on this server; it stops too, to be started again");
+    let _ = failed.send(Some(reason));
 }
 
 #[cfg(test)]

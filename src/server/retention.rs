@@ -77,7 +77,7 @@ async fn purge_due(app: &Control, retention: Duration, shutdown: &watch::Receive
         }
         let started = Instant::now();
         let cmd = Command::PurgeFinished { purges: plan.purges, before_ms, jobs: plan.jobs };
-        match app.writer.write(cmd).await {
+        match app.propose(cmd).await {
             Ok(Response::JobIds(ids)) => {
                 tracing::info!(
                     purged = ids.len(),

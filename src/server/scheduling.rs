@@ -83,7 +83,7 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
             .map(|u| Command::RecordUsage { term, usage: u.clone().into() });
         if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
             if let Some(cmd) = usage
-                && let Err(e) = app.writer.write(cmd).await
+                && let Err(e) = app.propose(cmd).await
             {
                 tracing::warn!(error = %e, "queue usage was not recorded");
             }

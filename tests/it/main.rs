@@ -6,6 +6,7 @@ mod agent;
 mod api_defects;
 #[cfg(feature = "grpc")]
 mod armada_python;
+mod bounded_waits;
 mod cli_client;
 mod cli_submit;
 mod cluster;
@@ -15,6 +16,7 @@ mod confine;
 mod e2e_fake;
 mod e2e_process;
 mod formats;
+mod full_disk;
 #[cfg(feature = "grpc")]
 mod grpc;
 mod packaging;

@@ -3,6 +3,7 @@
 
 pub(crate) mod api;
 pub(crate) mod procs;
+pub(crate) mod root;
 pub(crate) mod tls;
 pub(crate) mod trio;
 pub(crate) mod wait;

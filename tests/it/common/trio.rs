@@ -79,6 +79,14 @@ impl Trio {
     /// `server_extra` goes into every member's `[server]` section, `cluster_extra` into its
     /// `[cluster]` section.
     pub(crate) async fn start_configured(n: u64, proxied: bool, server_extra: &str, cluster_extra: &str) -> Trio {
+        let mut trio = Self::prepare(n, proxied, server_extra, cluster_extra).await;
+        trio.start_all();
+        trio
+    }
+
+    /// [`start_configured`](Self::start_configured) without starting the servers: the test
+    /// prepares their directories first, then calls [`start_all`](Self::start_all).
+    pub(crate) async fn prepare(n: u64, proxied: bool, server_extra: &str, cluster_extra: &str) -> Trio {
         let tmp = tempfile::tempdir().expect("temp dir");
         let ids: Vec<u64> = (1..=n).collect();
         let ports: Vec<u16> = ids.iter().map(|_| free_port()).collect();
@@ -97,10 +105,14 @@ impl Trio {
             let config = member_config_with(&dir, *id, ports[i], peer_ports[i], &peers, server_extra, cluster_extra);
             members.push(Member { id: *id, port: ports[i], peer_port: peer_ports[i], dir, config, server: None });
         }
-        for m in &mut members {
+        Trio { members, proxy, _tmp: tmp }
+    }
+
+    /// Starts every member that is not running.
+    pub(crate) fn start_all(&mut self) {
+        for m in self.members.iter_mut().filter(|m| m.server.is_none()) {
             m.start();
         }
-        Trio { members, proxy, _tmp: tmp }
     }
 
     /// The member with node id `id`.
@@ -231,6 +243,8 @@ pub(crate) fn member_config_with(
 /// HTTP proxies in front of the members' peer ports that can cut nodes off.
 pub(crate) struct FaultProxy {
     isolated: Arc<Mutex<HashSet<u64>>>,
+    /// Nodes whose traffic is held, unanswered, until [`heal`](Self::heal): a blackhole route.
+    blackholed: Arc<Mutex<HashSet<u64>>>,
     /// Pairs of nodes that cannot reach each other (smaller id first).
     cuts: Arc<Mutex<HashSet<(u64, u64)>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -241,21 +255,41 @@ impl FaultProxy {
     async fn start(routes: Vec<(u64, u16, u16)>) -> FaultProxy {
         super::install_crypto();
         let isolated = Arc::new(Mutex::new(HashSet::new()));
+        let blackholed = Arc::new(Mutex::new(HashSet::new()));
         let cuts = Arc::new(Mutex::new(HashSet::new()));
         let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("proxy client");
         let mut tasks = Vec::new();
         for (id, listen, target) in routes {
             let listener = tokio::net::TcpListener::bind(("127.0.0.1", listen)).await.expect("proxy port");
-            let (isolated, cuts, client) = (isolated.clone(), cuts.clone(), client.clone());
+            let (isolated, blackholed, cuts, client) =
+                (isolated.clone(), blackholed.clone(), cuts.clone(), client.clone());
             let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
-                let (isolated, cuts, client) = (isolated.clone(), cuts.clone(), client.clone());
-                async move { forward(id, target, &isolated, &cuts, &client, req).await }
+                let (isolated, blackholed, cuts, client) =
+                    (isolated.clone(), blackholed.clone(), cuts.clone(), client.clone());
+                async move {
+                    let from = sender(&req);
+                    // A blackhole answers nothing: the request waits until the link heals.
+                    while {
+                        let b = blackholed.lock().expect("lock");
+                        b.contains(&id) || from.is_some_and(|f| b.contains(&f))
+                    } {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    forward(id, target, &isolated, &cuts, &client, req).await
+                }
             });
             tasks.push(tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             }));
         }
-        FaultProxy { isolated, cuts, tasks }
+        FaultProxy { isolated, blackholed, cuts, tasks }
+    }
+
+    /// Cuts node `id` off from the others like a blackhole route: nothing it sends to a peer and
+    /// nothing sent to it through the proxies (peer RPCs, relayed requests) is answered or
+    /// refused until [`heal`](Self::heal); its clients still reach it.
+    pub(crate) fn blackhole(&self, id: u64) {
+        self.blackholed.lock().expect("lock").insert(id);
     }
 
     /// Cuts node `id` off from the others: nothing it sends to a peer and nothing sent to it
@@ -272,6 +306,7 @@ impl FaultProxy {
     /// Reconnects every node.
     pub(crate) fn heal(&self) {
         self.isolated.lock().expect("lock").clear();
+        self.blackholed.lock().expect("lock").clear();
         self.cuts.lock().expect("lock").clear();
     }
 }
@@ -282,6 +317,11 @@ impl Drop for FaultProxy {
             t.abort();
         }
     }
+}
+
+/// The node that sent a peer RPC (none for relayed client requests).
+fn sender(req: &axum::extract::Request) -> Option<u64> {
+    req.headers().get("x-convoy-sender-node").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Forwards one request to `127.0.0.1:target` (node `to`), unless either end is isolated or the
@@ -295,8 +335,7 @@ async fn forward(
     req: axum::extract::Request,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let from =
-        req.headers().get("x-convoy-sender-node").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let from = sender(&req);
     let cut = {
         let i = isolated.lock().expect("lock");
         i.contains(&to)
