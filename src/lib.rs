@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod api;
 pub mod certs;
+pub mod chaos;
 pub mod config;
 pub mod control;
 pub mod disk_space;

@@ -300,6 +300,11 @@ pub struct FakeConfig {
     /// Groups of identical nodes (`[[agent.fake.node_groups]]`).
     #[serde(default)]
     pub node_groups: Vec<FakeNodeGroup>,
+    /// Record each run's start and end in `<data_dir>/fake-runs.jsonl`, so that a restarted
+    /// agent finds its runs again (as the process runtime does from its run directories).
+    /// Default: false (runs live in memory, and a restart loses them as a node loss would).
+    #[serde(default)]
+    pub journal: bool,
 }
 
 /// A group of identical fake nodes, named `<name_prefix>-<index>`.

@@ -1,12 +1,14 @@
 //! The fake runtime: nodes declared in the config, jobs that only pretend to run. A job "runs" for
 //! the seconds in annotation `convoy.io/fake-runtime` (default 0) and ends with the exit code in
 //! `convoy.io/fake-exit-code` (default 0). Built for load tests of thousands of nodes and
-//! hundreds of thousands of jobs: one timer heap and one task for all runs.
+//! hundreds of thousands of jobs: one timer heap and one task for all runs. With `journal`,
+//! runs are recorded in a file ([`super::fake_journal`]) and survive an agent restart.
 
 use super::config::FakeConfig;
+use super::fake_journal::{Entry, Journal};
 use super::runtime::{EventSink, Runtime, RuntimeError, Started, no_output, run_event};
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind};
-use crate::model::{JobId, NodeName, Resources, RunId};
+use crate::model::{JobId, NodeName, Resources, RunId, RunState};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,7 @@ pub struct FakeRuntime {
     nodes: Vec<NodeReport>,
     node_names: HashSet<NodeName>,
     state: Arc<Mutex<FakeState>>,
+    journal: Option<Arc<Journal>>,
     wake: Arc<Notify>,
     sink: EventSink,
     timer: tokio::task::JoinHandle<()>,
@@ -47,8 +50,9 @@ fn lock(m: &Mutex<FakeState>) -> std::sync::MutexGuard<'_, FakeState> {
 }
 
 impl FakeRuntime {
-    /// The nodes of `config`; starts the timer task (needs a Tokio runtime).
-    pub fn new(config: &FakeConfig, sink: EventSink) -> Result<Self, RuntimeError> {
+    /// The nodes of `config`, its journal in `data_dir` if it keeps one; starts the timer task
+    /// (needs a Tokio runtime).
+    pub fn new(config: &FakeConfig, data_dir: &std::path::Path, sink: EventSink) -> Result<Self, RuntimeError> {
         let mut nodes = Vec::new();
         for g in &config.node_groups {
             for i in 0..g.count {
@@ -69,11 +73,36 @@ impl FakeRuntime {
         if node_names.len() != nodes.len() {
             return Err(RuntimeError::Setup("two fake node groups produce the same node name".into()));
         }
+        let journal = match config.journal {
+            true => Some(Arc::new(
+                Journal::open(data_dir).map_err(|e| RuntimeError::io("opening the fake runtime's journal", e))?,
+            )),
+            false => None,
+        };
         let state = Arc::new(Mutex::new(FakeState::default()));
         let wake = Arc::new(Notify::new());
-        let timer =
-            tokio::spawn(tracing::Instrument::in_current_span(run_timers(state.clone(), wake.clone(), sink.clone())));
-        Ok(Self { nodes, node_names, state, wake, sink, timer })
+        let timer = tokio::spawn(tracing::Instrument::in_current_span(run_timers(
+            state.clone(),
+            wake.clone(),
+            sink.clone(),
+            journal.clone(),
+        )));
+        Ok(Self { nodes, node_names, state, journal, wake, sink, timer })
+    }
+
+    fn record(&self, entry: &Entry) {
+        if let Some(j) = &self.journal {
+            j.append(entry);
+        }
+    }
+
+    /// Puts a run in the timer heap to end at `at`.
+    fn arm(&self, st: &mut FakeState, at: Instant, run_id: RunId) {
+        let earliest = st.timers.peek().is_none_or(|Reverse((t, _))| at < *t);
+        st.timers.push(Reverse((at, run_id)));
+        if earliest {
+            self.wake.notify_one();
+        }
     }
 }
 
@@ -84,7 +113,7 @@ impl Drop for FakeRuntime {
 }
 
 /// Ends runs when their time is up.
-async fn run_timers(state: Arc<Mutex<FakeState>>, wake: Arc<Notify>, sink: EventSink) {
+async fn run_timers(state: Arc<Mutex<FakeState>>, wake: Arc<Notify>, sink: EventSink, journal: Option<Arc<Journal>>) {
     loop {
         let next = {
             let now = Instant::now();
@@ -96,6 +125,10 @@ async fn run_timers(state: Arc<Mutex<FakeState>>, wake: Arc<Notify>, sink: Event
                 st.timers.pop();
                 if let Some(run) = st.runs.get_mut(&run_id).filter(|r| !r.finished) {
                     run.finished = true;
+                    if let Some(j) = &journal {
+                        let at_ms = crate::agent::runtime::now_ms();
+                        j.append(&Entry::End { run_id, at_ms, exit_code: run.exit_code, killed: false });
+                    }
                     sink.send(final_event(run_id, run.job_id, run.exit_code));
                 }
             }
@@ -147,8 +180,43 @@ impl Runtime for FakeRuntime {
     }
 
     async fn recover(&self) -> Result<Vec<HeldRun>, RuntimeError> {
-        // Fake runs live in memory only: an agent restart loses them, as a node loss would.
-        Ok(Vec::new())
+        // Without a journal, fake runs live in memory only: an agent restart loses them, as a
+        // node loss would.
+        let Some(journal) = &self.journal else { return Ok(Vec::new()) };
+        let runs = journal.read().map_err(|e| RuntimeError::io("reading the fake runtime's journal", e))?;
+        let now_ms = crate::agent::runtime::now_ms();
+        let mut held = Vec::new();
+        let mut st = lock(&self.state);
+        for (run_id, r) in runs.into_iter().filter(|(_, r)| !r.forgotten) {
+            let exit_code = r.ended.map_or(r.exit_code, |(_, code, _)| code);
+            st.runs.insert(run_id, FakeRun { job_id: r.job_id, exit_code, finished: true });
+            let state = match r.ended {
+                // Ended, perhaps while the agent was away: its end is reported again.
+                Some((_, code, killed)) => {
+                    let mut ev = final_event(run_id, r.job_id, code);
+                    if killed {
+                        ev.reason = Some("killed".into());
+                    }
+                    self.sink.send(ev);
+                    if code == 0 && !killed { RunState::Succeeded } else { RunState::Failed }
+                }
+                None if r.ends_at_ms <= now_ms => {
+                    self.record(&Entry::End { run_id, at_ms: r.ends_at_ms, exit_code, killed: false });
+                    self.sink.send(final_event(run_id, r.job_id, exit_code));
+                    if exit_code == 0 { RunState::Succeeded } else { RunState::Failed }
+                }
+                None => {
+                    if let Some(run) = st.runs.get_mut(&run_id) {
+                        run.finished = false;
+                    }
+                    let left = Duration::from_millis((r.ends_at_ms - now_ms) as u64);
+                    self.arm(&mut st, Instant::now() + left, run_id);
+                    RunState::Running
+                }
+            };
+            held.push(HeldRun { run_id, job_id: r.job_id, state });
+        }
+        Ok(held)
     }
 
     async fn nodes(&self) -> Result<Vec<NodeReport>, RuntimeError> {
@@ -164,20 +232,19 @@ impl Runtime for FakeRuntime {
             return Err(RuntimeError::NodeUnavailable(format!("no fake node {}", lease.node)));
         }
         let (runtime, exit_code) = parse_annotations(&lease)?;
+        let at_ms = crate::agent::runtime::now_ms();
+        let ends_at_ms = at_ms.saturating_add(runtime.as_millis() as i64);
+        self.record(&Entry::Start { run_id, job_id, at_ms, ends_at_ms, exit_code });
         self.sink.send(run_event(run_id, job_id, RunEventKind::Pending));
         self.sink.send(run_event(run_id, job_id, RunEventKind::Running));
         let mut st = lock(&self.state);
         if runtime.is_zero() {
             st.runs.insert(run_id, FakeRun { job_id, exit_code, finished: true });
+            self.record(&Entry::End { run_id, at_ms, exit_code, killed: false });
             self.sink.send(final_event(run_id, job_id, exit_code));
         } else {
             st.runs.insert(run_id, FakeRun { job_id, exit_code, finished: false });
-            let at = Instant::now() + runtime;
-            let earliest = st.timers.peek().is_none_or(|Reverse((t, _))| at < *t);
-            st.timers.push(Reverse((at, run_id)));
-            if earliest {
-                self.wake.notify_one();
-            }
+            self.arm(&mut st, Instant::now() + runtime, run_id);
         }
         Ok(Started::New)
     }
@@ -187,8 +254,12 @@ impl Runtime for FakeRuntime {
         let Some(run) = st.runs.get_mut(&run_id) else { return Ok(false) };
         if !run.finished {
             run.finished = true;
+            let exit_code = 128 + libc::SIGTERM;
+            if let Some(j) = &self.journal {
+                j.append(&Entry::End { run_id, at_ms: crate::agent::runtime::now_ms(), exit_code, killed: true });
+            }
             let mut ev = run_event(run_id, run.job_id, RunEventKind::Failed);
-            ev.exit_code = Some(128 + libc::SIGTERM);
+            ev.exit_code = Some(exit_code);
             ev.reason = Some("killed".into());
             ev.message = Some(reason.to_string());
             self.sink.send(ev);
@@ -197,7 +268,9 @@ impl Runtime for FakeRuntime {
     }
 
     async fn forget(&self, run_id: RunId) -> Result<(), RuntimeError> {
-        lock(&self.state).runs.remove(&run_id);
+        if lock(&self.state).runs.remove(&run_id).is_some() {
+            self.record(&Entry::Forget { run_id });
+        }
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod confine;
 pub mod ended;
 pub mod fake;
+pub mod fake_journal;
 pub mod kubernetes;
 mod lease_loop;
 mod os;
@@ -87,7 +88,7 @@ async fn run_with_runtime(
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Fake => {
-            let rt = fake::FakeRuntime::new(&config.fake, sink.clone()).map_err(setup("fake"))?;
+            let rt = fake::FakeRuntime::new(&config.fake, &config.data_dir, sink.clone()).map_err(setup("fake"))?;
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Kubernetes => {

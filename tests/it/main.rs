@@ -7,6 +7,7 @@ mod api_defects;
 #[cfg(feature = "grpc")]
 mod armada_python;
 mod bounded_waits;
+mod chaos;
 mod cli_client;
 mod cli_submit;
 mod cluster;

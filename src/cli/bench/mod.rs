@@ -1,6 +1,7 @@
 //! `convoy bench …`: benchmarks that print one JSON line of figures. Targets are checked by
 //! reading these figures, never by timed tests.
 
+mod chaos;
 mod cluster;
 mod e2e;
 mod harness;
@@ -31,6 +32,9 @@ pub(crate) enum BenchCommand {
     Cluster(cluster::ClusterArgs),
     /// Real `sh -c` jobs through a server and a process agent: jobs/s and CPU per job.
     Processes(processes::ProcessesArgs),
+    /// Servers and agents under injected faults (kills, pauses, partitions, full disks,
+    /// membership changes), with a checker of every client operation's history.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Runs a benchmark.
@@ -43,6 +47,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Snapshot(args) => snapshot::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
         BenchCommand::Processes(args) => processes::run(args),
+        BenchCommand::Chaos(args) => chaos::run(args),
     }
 }
 
