@@ -553,7 +553,7 @@ impl Config {
             if u.name.is_empty() || u.name.contains(':') {
                 return Err(FieldError::new(format!("auth.users[{i}].name"), "must be non-empty and without ':'"));
             }
-            if u.password.len() < 12 {
+            if u.password.chars().count() < 12 {
                 return Err(FieldError::new(format!("auth.users[{i}].password"), "must be at least 12 characters"));
             }
             if u.roles.is_empty() {
@@ -561,7 +561,7 @@ impl Config {
             }
         }
         for (i, t) in self.auth.tokens.iter().enumerate() {
-            if t.token.len() < 16 {
+            if t.token.chars().count() < 16 {
                 return Err(FieldError::new(format!("auth.tokens[{i}].token"), "must be at least 16 characters"));
             }
             if t.roles.is_empty() {
@@ -714,6 +714,18 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
         assert_eq!(c.server.job_retention, Duration::from_secs(36 * 3600));
         let e = Config::parse("[server]\nmax_lease_wait = \"a while\"\n", "f").unwrap_err().to_string();
         assert!(e.starts_with("f: server.max_lease_wait: duration \"a while\" is invalid"), "{e}");
+    }
+
+    #[test]
+    fn tokens_of_fewer_than_16_characters_are_refused() {
+        let token =
+            |t: &str| format!("[auth]\ntokens = [{{ token = \"{t}\", principal = \"ops\", roles = [\"admin\"] }}]\n");
+        let e = Config::parse(&token("fifteen-chars-x"), "f").unwrap_err().to_string();
+        assert_eq!(e, "f: auth.tokens[0].token: must be at least 16 characters");
+        assert!(Config::parse(&token("sixteen-chars-xy"), "f").is_ok());
+        // Characters, not bytes: eight two-byte letters are too few.
+        let e = Config::parse(&token("éééééééé"), "f").unwrap_err().to_string();
+        assert!(e.contains("must be at least 16 characters"), "{e}");
     }
 
     #[test]

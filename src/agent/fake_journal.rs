@@ -142,7 +142,12 @@ mod tests {
         j.append(&Entry::Start { run_id: b, job_id: job, at_ms: 60, ends_at_ms: 90, exit_code: 3 });
         j.append(&Entry::End { run_id: a, at_ms: 20, exit_code: 143, killed: true });
         j.append(&Entry::Forget { run_id: a });
-        std::fs::OpenOptions::new().append(true).open(dir.path().join(FILE)).unwrap().write_all(b"{\"event\":\"en").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join(FILE))
+            .unwrap()
+            .write_all(b"{\"event\":\"en")
+            .unwrap();
         let runs = j.read().unwrap();
         assert_eq!(runs.len(), 2);
         assert_eq!(runs[&a].ended, Some((20, 143, true)));

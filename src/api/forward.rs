@@ -15,7 +15,7 @@
 //! that says it may have been applied. Either way it waits at most `server.relay_timeout`.
 
 use super::problem::ApiError;
-use crate::control::{Control, RelayError, leadership_moved_on};
+use crate::control::{Control, RelayError, leader_heard_again, leadership_moved_on};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method};
@@ -306,6 +306,11 @@ where
                 outcome(maybe_delivered)
             ));
         };
+        // This server may itself have been stopped a while: a few heartbeats tell.
+        let heartbeats = app.config.cluster.heartbeat_interval * 3;
+        if seen.leader_silent && leader_heard_again(&mut watch, &seen, heartbeats.min(remaining)).await {
+            continue;
+        }
         if seen.leader_silent {
             return Relayed::Failed(format!(
                 "this server has not heard from the leader at {addr} lately: it may be cut off from it (retry on \

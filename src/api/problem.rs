@@ -220,3 +220,22 @@ pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String
 pub fn json<T: serde::Serialize>(v: T) -> Response {
     axum::Json(v).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_503_says_when_to_retry_and_other_errors_do_not() {
+        let r = ApiError::unavailable("an election").into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+        assert_eq!(
+            r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+            Some("application/problem+json")
+        );
+        for e in [ApiError::internal("disk"), ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "full")] {
+            assert!(e.into_response().headers().get(header::RETRY_AFTER).is_none());
+        }
+    }
+}

@@ -98,7 +98,10 @@ fn check_stored(h: &History, acked: &BTreeMap<String, String>, v: &mut Verdict) 
                     }
                 }
                 Some(j) if j.key.as_deref() != Some(key.as_str()) => {
-                    v.note(format!("job {id} was acknowledged for key {key} but server {server} has it as {:?}", j.key));
+                    v.note(format!(
+                        "job {id} was acknowledged for key {key} but server {server} has it as {:?}",
+                        j.key
+                    ));
                     lost.insert(id);
                 }
                 Some(_) => {}
@@ -398,7 +401,11 @@ mod tests {
 
     fn healthy() -> History {
         History {
-            ops: vec![submit("k1", "j1", 0.0), read("j1", 5.0, 6.0, "running", 1, 0), read("j1", 7.0, 8.0, "succeeded", 1, 0)],
+            ops: vec![
+                submit("k1", "j1", 0.0),
+                read("j1", 5.0, 6.0, "running", 1, 0),
+                read("j1", 7.0, 8.0, "succeeded", 1, 0),
+            ],
             faults: vec![],
             stored: vec![
                 (0, vec![stored("j1", "k1", "succeeded", DONE)]),

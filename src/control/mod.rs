@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::model::api::ClusterStatus;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
 pub use crate::raft::Leadership;
-pub use crate::raft::leadership::moved_on as leadership_moved_on;
+pub use crate::raft::leadership::{heard_again as leader_heard_again, moved_on as leadership_moved_on};
 pub use crate::raft::membership::{Addition, MembershipError};
 use crate::raft::stats::Histogram;
 use crate::scheduler::{PoolReport, Reason};

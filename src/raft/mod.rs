@@ -257,6 +257,8 @@ pub struct RaftNode {
     leader_wait: Duration,
     /// What the leadership view is judged by.
     leadership_limits: leadership::Limits,
+    /// The heartbeat interval.
+    heartbeat: Duration,
     /// The task that forms the cluster with the configured peers, while it runs.
     forming: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// Snapshots installed since start (this member caught up by snapshot).
@@ -363,6 +365,7 @@ impl RaftNode {
             leadership,
             leader_wait: settings.election_timeout_max.saturating_mul(2),
             leadership_limits,
+            heartbeat: settings.heartbeat_interval,
             forming: Arc::new(std::sync::Mutex::new(None)),
             installed,
             _runtime: runtime,
@@ -536,6 +539,10 @@ impl RaftNode {
                 }
                 continue;
             };
+            // This member may itself have been stopped a while: a few heartbeats tell.
+            if seen.leader_silent && leadership::heard_again(&mut watch, &seen, self.heartbeat * 3).await {
+                continue;
+            }
             if seen.leader_silent {
                 return Err(RequestError::Remote(format!(
                     "this server has not heard from the leader (node {leader}) lately: it may be cut off from it"

@@ -254,7 +254,7 @@ async fn metrics_families_are_whole_blocks() {
 }
 
 /// Fails unless `promtool check metrics` (Debian package `prometheus`) accepts `text`; skips
-/// with a message only when promtool is absent and CONVOY_REQUIRE_PROMTOOL is unset.
+/// with a message only when promtool is absent and CONVOY_REQUIRE_PROMTOOL is not 1.
 fn promtool_accepts(text: &str) {
     use std::io::Write as _;
     let child = std::process::Command::new("promtool")
@@ -265,7 +265,10 @@ fn promtool_accepts(text: &str) {
         .spawn();
     let mut child = match child {
         Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("CONVOY_REQUIRE_PROMTOOL").is_none() => {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && !crate::common::root::required("CONVOY_REQUIRE_PROMTOOL") =>
+        {
             eprintln!("SKIPPED promtool check: promtool is not installed (Debian package `prometheus`)");
             return;
         }

@@ -16,7 +16,7 @@ const REQUIREMENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/r
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/armada_client_interop.py");
 
 fn required() -> bool {
-    std::env::var("CONVOY_REQUIRE_ARMADA_CLIENT").is_ok_and(|v| v == "1")
+    crate::common::root::required("CONVOY_REQUIRE_ARMADA_CLIENT")
 }
 
 fn run(cmd: &mut Command) -> Result<Output, String> {

@@ -145,13 +145,17 @@ async fn with_the_leader_blackholed_a_write_to_the_majority_follows_the_new_lead
         let (h, u) = (http.clone(), trio.api(followers[0]).url.clone());
         async move { post(&h, &u, "/v1/jobs", &submission(Some("through-a-cut"))).await }
     });
-    // Sent to the cut-off leader itself: it may no longer commit, so it says so without waiting
-    // out the write timeout.
+    // Sent to the cut-off leader itself once it knows it lost its majority: it may no longer
+    // commit, so it says so without waiting out the write timeout.
     let to_old = tokio::spawn({
-        let (h, u) = (http.clone(), trio.api(old).url.clone());
+        let (h, api) = (http.clone(), Api::new(trio.api(old).url.clone()));
         async move {
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            post(&h, &u, "/v1/jobs", &submission(Some("to-the-cut-leader"))).await
+            let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
+            while status(&api).await.is_some_and(|s| s["serving"] == true) {
+                assert!(std::time::Instant::now() < deadline, "the cut-off leader kept serving");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            post(&h, &api.url, "/v1/jobs", &submission(Some("to-the-cut-leader"))).await
         }
     });
     let (s, _, v) = through_follower.await.unwrap().expect("the write through a follower got no answer");

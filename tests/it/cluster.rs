@@ -173,8 +173,13 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
         server: None,
     });
     trio.member(4).start();
-    // It does not form a cluster of its own.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // It does not form a cluster of its own: it finds that a peer belongs to one, and says it
+    // will not form one (for good).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !trio.member(4).log().contains("a peer already belongs to a cluster: this server will not form one") {
+        assert!(Instant::now() < deadline, "server 4 did not find the cluster:\n{}", trio.member(4).log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let s4 = status(trio.api(4)).await.expect("status of 4");
     assert_eq!(s4["leader"], Value::Null, "{s4}");
     let text = ok(&url, &["cluster", "add", "4", &format!("http://127.0.0.1:{peer4}")]).await;
@@ -245,48 +250,69 @@ async fn killing_the_leader_under_load_loses_and_duplicates_nothing() {
     assert_eq!(s, 201, "{v}");
     let apis: Vec<Api> = trio.members.iter().map(|m| Api::new(m.api().url.clone())).collect();
     let apis = std::sync::Arc::new(apis);
-    let stop = Instant::now() + Duration::from_secs(12);
+    // Batches acknowledged so far, by all clients; the clients go on until told to stop.
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut clients = Vec::new();
     for c in 0..4usize {
-        let apis = apis.clone();
+        let (apis, progress, stop) = (apis.clone(), progress.clone(), stop.clone());
         clients.push(tokio::spawn(async move {
             let refs: Vec<&Api> = apis.iter().collect();
             let mut acked: Vec<(String, String)> = Vec::new();
             let mut batch = 0;
-            while Instant::now() < stop {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let ids: Vec<String> = (0..20).map(|k| format!("c{c}-b{batch}-{k}")).collect();
                 let jobs: Vec<Value> =
                     ids.iter().map(|id| json!({"client_id": id, "pod_spec": job("10m")["pod_spec"]})).collect();
                 let body = json!({"queue": "A", "job_set": format!("set{c}"), "jobs": jobs});
-                let deadline = Instant::now() + Duration::from_secs(20);
+                let deadline = Instant::now() + Duration::from_secs(30);
                 let got = submit_retrying(&refs, c + batch, &body, deadline)
                     .await
                     .expect("a submission was never acknowledged");
                 acked.extend(ids.into_iter().zip(got));
+                progress.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 batch += 1;
             }
             acked
         }));
     }
-    // Two failovers: kill -9 the leader, wait for the next one, bring the dead one back.
+    // Waits until the clients had `n` more batches acknowledged.
+    let more = |n: usize| {
+        let progress = progress.clone();
+        async move {
+            let from = progress.load(std::sync::atomic::Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while progress.load(std::sync::atomic::Ordering::Relaxed) < from + n {
+                assert!(
+                    Instant::now() < deadline,
+                    "writes did not go on: {} batches",
+                    progress.load(std::sync::atomic::Ordering::Relaxed)
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Two failovers under load: kill -9 the leader, wait for the next one, bring the dead one
+    // back; each time writes must go on.
     let mut leader = first;
     for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        more(10).await;
         trio.member(leader).kill9();
         let others: Vec<u64> = trio.running();
-        let next = trio.leader_among(&others, Duration::from_secs(10)).await;
+        let next = trio.leader_among(&others, Duration::from_secs(30)).await;
         assert_ne!(next, leader);
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        more(10).await;
         trio.member(leader).start();
         leader = next;
     }
+    more(10).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut acked: HashMap<String, String> = HashMap::new();
     for c in clients {
         for (cid, jid) in c.await.expect("client task") {
             assert!(acked.insert(cid.clone(), jid).is_none(), "client id {cid} acknowledged twice");
         }
     }
-    assert!(acked.len() > 200, "too little load went through: {}", acked.len());
     trio.leader().await;
     for id in [1u64, 2, 3] {
         let jobs = all_jobs(trio.api(id), "A").await;
@@ -346,12 +372,10 @@ async fn a_leader_cut_off_from_its_peers_stops_leasing_and_every_job_runs_once()
 
     // Cut the leader off from its peers (the agent still reaches it).
     let proxy = trio.proxy.as_ref().unwrap();
-    let cut = Instant::now();
     proxy.isolate(old);
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != old).collect();
-    let new = trio.leader_among(&others, Duration::from_secs(3)).await;
-    let failover = cut.elapsed();
-    assert!(failover < Duration::from_secs(3), "{failover:?}");
+    // How fast is `convoy bench cluster`'s and `convoy bench chaos`'s to say.
+    let new = trio.leader_among(&others, Duration::from_secs(30)).await;
     // The old leader neither leases nor takes writes any more.
     let (s, v) = poll(trio.api(old), &held).await;
     assert_eq!(s, 503, "the cut-off leader still answers lease polls: {v}");
@@ -435,7 +459,6 @@ async fn a_stopped_leader_is_replaced_and_steps_down_on_waking_while_event_strea
     let pid = trio.member(old).api().child.id() as i32;
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let stopped = Instant::now();
     // A submission sent to the stopped leader waits in its socket until it wakes.
     let to_old = {
         let api = Api::new(trio.api(old).url.clone());
@@ -445,8 +468,8 @@ async fn a_stopped_leader_is_replaced_and_steps_down_on_waking_while_event_strea
         })
     };
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|i| *i != old).collect();
-    let new = trio.leader_among(&others, Duration::from_secs(5)).await;
-    assert!(stopped.elapsed() < Duration::from_secs(5));
+    let new = trio.leader_among(&others, Duration::from_secs(30)).await;
+    assert_ne!(new, old);
     let after = trio.api(follower).submit("A", "s", (0..4).map(|_| job("1")).collect()).await;
     unsafe { libc::kill(pid, libc::SIGCONT) };
 

@@ -1,11 +1,13 @@
 //! Jobs of the process runtime confined to what they asked for, with real processes on this
 //! machine: memory (OOM kills reported as `OOMKilled`), CPU quota, pids limit, GPUs given out
 //! disjointly and kept across an agent restart, and the Unix user a job runs as. Tests that need
-//! a cgroup hierarchy, or root, say so and pass without one (the cgroup code itself is tested on
-//! faked v1 and v2 file systems in `src/agent/confine/cgroup.rs`).
+//! a cgroup hierarchy, or root, say so and pass without one, unless `CONVOY_REQUIRE_CGROUPS=1`
+//! or `CONVOY_REQUIRE_ROOT=1` says they must run (CI sets both); the cgroup code itself is also
+//! tested on faked v1 and v2 file systems in `src/agent/confine/cgroup.rs`.
 
 use crate::cli_client::ok;
 use crate::common::procs::{Agent, reap_runs};
+use crate::common::root::{required, root_or_skip};
 use crate::common::wait::{file_contains, until};
 use crate::common::{Server, config};
 use serde_json::{Value, json};
@@ -52,14 +54,24 @@ impl Node {
         std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
     }
 
-    /// True if the agent confines jobs in cgroups; says why the test skips otherwise.
+    /// True if the agent confines jobs in cgroups; says why the test skips otherwise (and fails
+    /// instead when `CONVOY_REQUIRE_CGROUPS=1`).
     fn confined(&self, test: &str) -> bool {
         let log = self.log();
         let yes = log.contains("jobs are confined in cgroups");
         if !yes {
+            assert!(
+                !required("CONVOY_REQUIRE_CGROUPS"),
+                "{test}: jobs run unconfined, and CONVOY_REQUIRE_CGROUPS=1: {log}"
+            );
             eprintln!("{test}: skipped, jobs run unconfined on this machine: {log}");
         }
         yes
+    }
+
+    /// The cgroup version the agent confines jobs with (`v1` or `v2`).
+    fn cgroup_version(&self) -> &'static str {
+        if self.log().contains("version=\"cgroup-v2\"") { "v2" } else { "v1" }
     }
 
     async fn submit(&self, queue: &str, jobs: Vec<Value>) -> Vec<String> {
@@ -89,6 +101,20 @@ impl Drop for Node {
         }
         self.agent = None;
         reap_runs(&self.dir.join("agent"));
+    }
+}
+
+/// A shell script that prints the job's memory cgroup, then its memory limit: on v1 the memory
+/// hierarchy's `memory.limit_in_bytes` (a huge number: none), on v2 the one cgroup's `memory.max`
+/// (`max`: none).
+fn own_memory_limit(version: &str) -> String {
+    let cg = match version {
+        "v2" => "$(sed -n 's/^0:://p' /proc/self/cgroup)",
+        _ => "$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)",
+    };
+    match version {
+        "v2" => format!("echo {cg}; cat /sys/fs/cgroup{cg}/memory.max"),
+        _ => format!("echo {cg}; cat /sys/fs/cgroup/memory{cg}/memory.limit_in_bytes"),
     }
 }
 
@@ -122,8 +148,7 @@ async fn a_job_past_its_memory_limit_is_oom_killed_and_reported_so() {
     // The job's cgroup slot stays, empty, for the next job, which gets its own limits (here
     // raised past the memory+swap limit the first job left) and whose run does not count the
     // first job's OOM kill as its own; then one without a memory limit gets none.
-    let own_limit = "sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup; \
-                     cat /sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)/memory.limit_in_bytes";
+    let own_limit = own_memory_limit(n.cgroup_version());
     let mut seen = Vec::new();
     for memory in [Some("256Mi"), None] {
         let limits = match memory {
@@ -145,9 +170,16 @@ async fn a_job_past_its_memory_limit_is_oom_killed_and_reported_so() {
     assert_eq!(limit, "268435456", "{seen:?}");
     let (cgroup, limit) = seen[1].trim().split_once('\n').expect("two lines");
     assert!(cgroup.contains("/convoy/slot-") && cgroup.ends_with("-0"), "{seen:?}");
-    assert!(limit.parse::<u64>().is_ok_and(|l| l > 1 << 60), "no limit: {seen:?}");
+    let unlimited = match n.cgroup_version() {
+        "v2" => limit == "max",
+        _ => limit.parse::<u64>().is_ok_and(|l| l > 1 << 60),
+    };
+    assert!(unlimited, "no limit: {seen:?}");
     // An agent that stops removes its free slots.
-    let slot = PathBuf::from(format!("/sys/fs/cgroup/memory{cgroup}"));
+    let slot = match n.cgroup_version() {
+        "v2" => PathBuf::from(format!("/sys/fs/cgroup{cgroup}")),
+        _ => PathBuf::from(format!("/sys/fs/cgroup/memory{cgroup}")),
+    };
     assert!(slot.is_dir(), "{} is there while the agent runs", slot.display());
     assert_eq!(n.agent.as_mut().expect("agent").terminate(), Some(0));
     assert!(!slot.exists(), "{} is left after the agent stopped", slot.display());
@@ -253,10 +285,12 @@ async fn a_fork_bomb_stops_at_the_pids_limit() {
 async fn gpu_jobs_see_disjoint_devices_and_keep_them_and_their_limits_across_an_agent_restart() {
     let mut n = Node::start("[process]\ngpus = [\"0\", \"1\", \"2\"]\n", &[]).await;
     let go = n.dir.join("go");
+    let confined = n.confined("gpu limits");
     let script = format!(
         "echo \"gpus=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES\"; while [ ! -e '{}' ]; do sleep 0.05; done; \
-         m=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); cat /sys/fs/cgroup/memory$m/memory.limit_in_bytes 2>/dev/null || echo unconfined",
-        go.display()
+         ({}) 2>/dev/null | tail -n 1",
+        go.display(),
+        own_memory_limit(n.cgroup_version())
     );
     let gpu = json!({"limits": {"cpu": "100m", "memory": "48Mi", "nvidia.com/gpu": "1"}});
     let ids = n
@@ -301,9 +335,7 @@ async fn gpu_jobs_see_disjoint_devices_and_keep_them_and_their_limits_across_an_
         let j = n.wait_over(id).await;
         assert_eq!(j["state"], "succeeded", "{j:#}");
         let limit = n.server.logs(id).await.lines().nth(1).unwrap_or("").to_string();
-        if n.log().contains("jobs are confined in cgroups")
-            && std::path::Path::new("/sys/fs/cgroup/memory/cgroup.procs").exists()
-        {
+        if confined {
             assert_eq!(limit, (48u64 << 20).to_string(), "the limit holds after the restart");
         }
     }
@@ -314,9 +346,7 @@ async fn gpu_jobs_see_disjoint_devices_and_keep_them_and_their_limits_across_an_
 /// and the node takes further jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_as_the_user_their_queue_maps_to_and_never_as_root() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("run_as: skipped, creating test users needs root");
+    if !root_or_skip("run_as (creating test users)") {
         return;
     }
     let user = "convoy-it-batch";
@@ -325,6 +355,7 @@ async fn jobs_run_as_the_user_their_queue_maps_to_and_never_as_root() {
         // 9: the user exists already (an earlier run).
         Ok(s) if s.success() || s.code() == Some(9) => {}
         other => {
+            assert!(!required("CONVOY_REQUIRE_ROOT"), "run_as: useradd failed: {other:?}");
             eprintln!("run_as: skipped, useradd failed: {other:?}");
             return;
         }
@@ -367,9 +398,7 @@ async fn jobs_run_as_the_user_their_queue_maps_to_and_never_as_root() {
 /// fails its run with a clear reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_as_their_owners_own_account() {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("run_as principal: skipped, creating test users needs root");
+    if !root_or_skip("run_as principal (creating test users)") {
         return;
     }
     let users = ["convoy-it-ann", "convoy-it-ben"];
@@ -378,6 +407,7 @@ async fn jobs_run_as_their_owners_own_account() {
             // 9: the user exists already (an earlier run).
             Ok(s) if s.success() || s.code() == Some(9) => {}
             other => {
+                assert!(!required("CONVOY_REQUIRE_ROOT"), "run_as principal: useradd failed: {other:?}");
                 eprintln!("run_as principal: skipped, useradd failed: {other:?}");
                 return;
             }
@@ -500,13 +530,17 @@ async fn a_cgroup_that_cannot_be_set_up_returns_the_run() {
     let exit = std::fs::read_to_string(dir.join("exit")).expect("exit record");
     assert!(exit.contains("cgroup.procs"), "the record names what failed: {exit}");
     assert_eq!(std::fs::read_to_string(dir.join("stdout")).unwrap_or_default(), "", "the job never ran");
-    // The limits were written into the fake before the join failed, and the cgroup removed.
+    // The job was given one of the agent's slots (`slot-<agent>-<n>`), which it could not join;
+    // no cgroup of the run's own was made (slots replaced them).
     let own = std::fs::read_to_string("/proc/self/cgroup").expect("cgroup");
     let mem = own.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.trim_start_matches('/').to_string()));
     let parent = fake.path().join("memory").join(mem.unwrap_or_default()).join("convoy");
     assert!(parent.is_dir(), "{}", parent.display());
-    let job_cg = parent.join(run["run_id"].as_str().expect("run id"));
-    assert!(job_cg.join("memory.limit_in_bytes").exists() || !job_cg.exists(), "{}", job_cg.display());
+    assert!(!parent.join(run["run_id"].as_str().expect("run id")).exists(), "a cgroup of the run's own");
+    let agent_id = std::fs::read_to_string(n.dir.join("agent").join(convoy::agent::confine::slots::SLOT_ID_FILE))
+        .expect("the agent's slot id");
+    let slot = parent.join(format!("slot-{}-0", agent_id.trim()));
+    assert!(slot.is_dir(), "the agent's first slot: {:?}", walk(&parent));
 }
 
 /// With `cpuset = true`, jobs that ask for whole cores get cores of their own; a job asking for
@@ -543,4 +577,15 @@ async fn jobs_asking_for_whole_cores_are_pinned_to_cores_of_their_own() {
     for id in &ids {
         assert_eq!(n.wait_over(id).await["state"], "succeeded");
     }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        out.push(e.path().display().to_string());
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
 }

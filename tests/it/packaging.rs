@@ -78,3 +78,106 @@ fn the_three_server_example_is_one_cluster_over_tls() {
     let tokens = &peer_lists[0].2;
     assert!(tokens.iter().any(|t| Some(&t.token) == agent.token.as_ref()), "the agent's token is an executor token");
 }
+
+/// The three-server example as shipped, on this machine: the hosts become `localhost` on three
+/// ports, the data and certificate paths temporary ones; auth, the cluster secret and the tokens
+/// stay as they are. The three form one cluster over TLS, and the example agent (its token, its
+/// CA) runs a job submitted by the example's submitter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_three_server_example_forms_a_cluster_over_tls_that_runs_a_job() {
+    use crate::common::procs::free_port;
+    use crate::common::{Api, Server};
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = tmp.path();
+    let ca = TestCa::new(root, "example CA");
+    let ca_path = root.join("ca.crt");
+    std::fs::rename(&ca.path, &ca_path).expect("ca.crt");
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let here = |text: &str| {
+        let mut text = text.to_string();
+        for (n, port) in ports.iter().enumerate() {
+            text = text.replace(&format!("convoy-{}.example.org:8080", n + 1), &format!("localhost:{port}"));
+        }
+        text.replace("/etc/convoy/tls/ca.crt", &ca_path.display().to_string())
+    };
+    let mut servers = Vec::new();
+    for (n, port) in ports.iter().enumerate() {
+        let dir = root.join(format!("convoy-{}", n + 1));
+        std::fs::create_dir_all(&dir).expect("server dir");
+        ca.issue(&dir, "server", &format!("convoy-{}", n + 1), n as u64 + 10);
+        let text =
+            here(&std::fs::read_to_string(format!("{ROOT}/packaging/three-servers/convoy-{}.toml", n + 1)).unwrap())
+                .replace("listen = \"0.0.0.0:8080\"", &format!("listen = \"127.0.0.1:{port}\""))
+                .replace("data_dir = \"/var/lib/convoy\"", &format!("data_dir = \"{}\"", dir.join("data").display()))
+                .replace("/etc/convoy/tls/", &format!("{}/", dir.display()));
+        servers.push(Server::start_in(&dir, &text).trusting(&ca_path));
+    }
+    let admin = "replace-with-a-long-random-admin-token";
+    let api =
+        |n: usize| Api { url: format!("https://localhost:{}", ports[n]), client: crate::common::tls::client(&ca_path) };
+    // One leader, named by all three, over HTTPS with the admin token.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders = Vec::new();
+        for n in 0..3 {
+            let (st, v) = api(n).call(reqwest::Method::GET, "/v1/cluster", Some(admin), None).await;
+            leaders.push((st == 200).then(|| (v["leader"].as_u64(), v["members"].as_array().map(Vec::len))));
+        }
+        if leaders.iter().all(|l| l.is_some_and(|(leader, members)| leader.is_some() && members == Some(3)))
+            && leaders.windows(2).all(|w| w[0] == w[1])
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the example servers formed no cluster: {leaders:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (st, v) = api(1)
+        .call(
+            reqwest::Method::POST,
+            "/v1/queues",
+            Some(admin),
+            Some(&json!({"name": "physics", "groups": ["physics"]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    // The example agent, its data in the test's directory.
+    let agent_dir = root.join("agent");
+    std::fs::create_dir_all(&agent_dir).expect("agent dir");
+    let agent_toml = format!(
+        "{}\ndata_dir = \"{}\"\nexecutor = \"example-agent\"\nmax_backoff = 1\n",
+        here(&std::fs::read_to_string(format!("{ROOT}/packaging/three-servers/agent.toml")).unwrap()),
+        agent_dir.join("data").display()
+    );
+    std::fs::write(agent_dir.join("agent.toml"), agent_toml).expect("agent config");
+    let log = std::fs::File::create(agent_dir.join("agent.log")).expect("agent log");
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["agent", "--config"])
+        .arg(agent_dir.join("agent.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("the example agent starts");
+    let alice = "replace-with-a-long-random-team-token";
+    let body = json!({"queue": "physics", "job_set": "s", "jobs": [{"pod_spec": crate::common::pod("100m", "echo hello from the example")}]});
+    let (st, v) = api(2).call(reqwest::Method::POST, "/v1/jobs", Some(alice), Some(&body)).await;
+    assert_eq!(st, 200, "{v}");
+    let id = v["job_ids"][0].as_str().expect("job id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, j) = api(0).call(reqwest::Method::GET, &format!("/v1/jobs/{id}"), Some(alice), None).await;
+        if j["state"] == "succeeded" {
+            break;
+        }
+        let agent_log = std::fs::read_to_string(agent_dir.join("agent.log")).unwrap_or_default();
+        assert!(Instant::now() < deadline, "the job did not succeed: {j}\n{agent_log}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, out) = api(0).call(reqwest::Method::GET, &format!("/v1/jobs/{id}/logs"), Some(alice), None).await;
+    assert_eq!(out, json!("hello from the example\n"));
+    let _ = agent.kill();
+    let _ = agent.wait();
+    crate::common::procs::reap_runs(&agent_dir.join("data"));
+    drop(servers);
+}

@@ -127,3 +127,42 @@ async fn node_faults_quarantine_a_node_until_an_admin_lifts_it() {
     let (st, v) = s.delete("/v1/cluster/nodes/e1/-n1/quarantine").await;
     assert_eq!((st, v["field"].as_str()), (400, Some("node")), "{v}");
 }
+
+/// A quarantine ends by itself after `duration`: the node takes jobs again, its view and the
+/// gauge clear, and its failure count starts over (one more fault does not quarantine it again).
+#[tokio::test]
+async fn a_quarantine_ends_by_itself_after_its_duration() {
+    let s = Server::start("[scheduler.quarantine]\nmax_failures = 2\nwindow = \"10m\"\nduration = \"3s\"\n");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = [node("n1", "1")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    // Two runs that never start on n1 quarantine it; the second job goes back to the queue.
+    s.submit("A", "s", vec![job("1")]).await;
+    let first = leases(&s, &nodes, &[], 1).await;
+    s.report("e1", vec![ev(&first[0], "returned")]).await;
+    let again = leases(&s, &nodes, &[], 1).await;
+    s.report("e1", vec![ev(&again[0], "returned")]).await;
+    let v = node_view(&s, "n1").await;
+    assert!(!v["quarantine"].is_null(), "{v}");
+    let until = v["quarantine"]["until"].as_str().unwrap_or_default().to_string();
+    assert_eq!(quarantined_gauge(&s).await, "convoy_quarantined_nodes{executor=\"e1\",pool=\"default\"} 1");
+    // While quarantined, nothing is leased; once it ends, the requeued job is.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let third = loop {
+        let v = s.poll("e1", &nodes, &[], 0.5).await;
+        if let Some(l) = v["leases"].as_array().and_then(|l| l.first()) {
+            break l.clone();
+        }
+        assert!(Instant::now() < deadline, "the quarantine never ended (until {until})");
+    };
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    assert!(now.as_str() >= until.as_str(), "leased at {now}, before the quarantine's end {until}");
+    let v = node_view(&s, "n1").await;
+    assert_eq!((v["quarantine"].is_null(), v["recent_failures"].as_u64()), (true, Some(0)), "{v}");
+    assert_eq!(quarantined_gauge(&s).await, "convoy_quarantined_nodes{executor=\"e1\",pool=\"default\"} 0");
+    // The count started over: one more fault leaves the node in service.
+    s.report("e1", vec![ev(&third, "returned")]).await;
+    let v = node_view(&s, "n1").await;
+    assert_eq!((v["quarantine"].is_null(), v["recent_failures"].as_u64()), (true, Some(1)), "{v}");
+}

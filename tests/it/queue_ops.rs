@@ -73,7 +73,16 @@ async fn a_cordoned_queue_takes_jobs_that_wait_until_it_is_uncordoned() {
     leased(&s, &b[0]).await;
     let j = s.wait_job(&a[0], WAIT, "held by the cordon", |j| j["reason"] == json!(CORDONED)).await;
     assert_eq!(j["state"], "queued", "{j:#}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two more scheduling cycles leave it queued.
+    let cycles = |text: String| {
+        text.lines().find_map(|l| l.strip_prefix("convoy_scheduling_cycles_total ")?.trim().parse::<u64>().ok())
+    };
+    let from = cycles(s.text("/metrics").await.1).expect("cycles");
+    let deadline = std::time::Instant::now() + WAIT;
+    while cycles(s.text("/metrics").await.1).expect("cycles") < from + 2 {
+        assert!(std::time::Instant::now() < deadline, "no scheduling cycles");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(s.job(&a[0]).await["state"], "queued");
 
     let (st, q) = s.post("/v1/queues/A/uncordon", &json!(null)).await;

@@ -45,15 +45,29 @@ async fn kill9_loses_no_acknowledged_job() {
             })
         })
         .collect();
-    // Let the writers (and the scheduler, which leases jobs) run, then crash the server.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Crash the server once writes were acknowledged and the scheduler leased some jobs, while
+    // the writers go on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let first = acked.lock().unwrap().first().cloned();
+        let leased = match &first {
+            Some(id) if acked.lock().unwrap().len() >= 50 => {
+                s.job(id).await["runs"].as_array().is_some_and(|r| !r.is_empty())
+            }
+            _ => false,
+        };
+        if leased {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no 50 jobs acknowledged and leased: {}", acked.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     s.kill9();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in writers {
         let _ = w.await;
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() > 50, "only {} jobs were acknowledged before the crash", acked.len());
     drop(s);
 
     // Restart on the same data: every acknowledged job is there.
@@ -100,9 +114,7 @@ async fn state_survives_a_clean_restart() {
     s.ready().await;
     s.create_queue("A").await;
     let ids = s.submit("A", "s", vec![job("1"), job("2")]).await;
-    let t = Instant::now();
     assert_eq!(s.terminate(), Some(0), "SIGTERM exits cleanly:\n{}", s.log());
-    assert!(t.elapsed() < Duration::from_secs(10));
     drop(s);
     let s = Server::start_in(&dir, &cfg);
     s.ready().await;
@@ -136,4 +148,76 @@ fn bad_configuration_exits_naming_the_key() {
         Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config", "/no/such/file.toml"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.toml"));
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_data_directory_exits_naming_it_and_the_first_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let s = Server::start_in(&dir, &config(&dir, ""));
+    s.ready().await;
+    // The same data directory, another port.
+    let second = dir.join("second.toml");
+    std::fs::write(&second, config(&dir, "")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_convoy")).args(["server", "--config"]).arg(&second).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let db = dir.join("data").join("convoy.redb");
+    assert!(
+        err.contains(&format!(
+            "the database {} is open in another process: is another convoy server (or convoy up) running on this data \
+             directory?",
+            db.display()
+        )),
+        "{err}"
+    );
+    let (st, v) = s.get("/readyz").await;
+    assert_eq!(st, 200, "the first server goes on: {v}");
+}
+
+#[test]
+fn the_long_version_lists_what_the_binary_stores_and_speaks() {
+    let run = |flag: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_convoy")).arg(flag).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        run("--version"),
+        format!(
+            "convoy {}\nstate schema {}, log format {}, snapshot file format {}, peer protocol {}\n",
+            env!("CARGO_PKG_VERSION"),
+            convoy::record::STATE_SCHEMA_VERSION,
+            convoy::record::LOG_FORMAT_VERSION,
+            convoy::record::SNAPSHOT_FORMAT_VERSION,
+            convoy::raft::network::PROTOCOL_VERSION,
+        )
+    );
+    assert_eq!(run("-V"), format!("convoy {}\n", env!("CARGO_PKG_VERSION")));
+    // docs/operations.md shows the same lines.
+    let docs = include_str!("../../docs/operations.md");
+    assert!(docs.contains(&format!(
+        "state schema {}, log format {}",
+        convoy::record::STATE_SCHEMA_VERSION,
+        convoy::record::LOG_FORMAT_VERSION
+    )));
+}
+
+#[tokio::test]
+async fn sighup_without_tls_is_logged_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut s = Server::start_in(&dir, &config(&dir, ""));
+    s.ready().await;
+    for n in 1..=2 {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+        crate::common::wait::until(Duration::from_secs(20), "the SIGHUP logged", || {
+            s.log().matches("SIGHUP received: nothing to reload without [tls]").count() == n
+        })
+        .await;
+    }
+    assert!(s.child.try_wait().unwrap().is_none(), "the server is still running:\n{}", s.log());
+    let (st, v) = s.get("/readyz").await;
+    assert_eq!(st, 200, "{v}");
 }

@@ -116,8 +116,8 @@ async fn the_queues_page_shows_fair_shares_as_bars_in_proportion() {
 
     let Some(chromium) = chromium() else {
         assert!(
-            std::env::var_os("CONVOY_REQUIRE_CHROMIUM").is_none(),
-            "CONVOY_REQUIRE_CHROMIUM is set but chromium is missing"
+            !crate::common::root::required("CONVOY_REQUIRE_CHROMIUM"),
+            "CONVOY_REQUIRE_CHROMIUM=1 but chromium is missing"
         );
         eprintln!("SKIPPED the screenshot check: no chromium on this machine");
         return;
@@ -300,8 +300,8 @@ async fn browser(dir: &Path) -> Option<(Chromedriver, fantoccini::Client)> {
     let driver = ["/usr/bin/chromedriver"].into_iter().find(|p| Path::new(p).exists());
     let (Some(chromium), Some(driver)) = (chromium(), driver) else {
         assert!(
-            std::env::var_os("CONVOY_REQUIRE_CHROMIUM").is_none(),
-            "CONVOY_REQUIRE_CHROMIUM is set but chromium or chromedriver is missing"
+            !crate::common::root::required("CONVOY_REQUIRE_CHROMIUM"),
+            "CONVOY_REQUIRE_CHROMIUM=1 but chromium or chromedriver is missing"
         );
         eprintln!("SKIPPED the browser-driven check: no chromium and chromedriver on this machine");
         return None;

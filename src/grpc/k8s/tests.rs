@@ -144,20 +144,24 @@ fn unknown_fields_are_refused_with_their_place() {
 }
 
 #[test]
-fn a_truncated_encoding_is_an_error_not_a_panic() {
+fn a_truncated_encoding_is_refused_as_not_a_pod_spec() {
     let full = from_json(&json!({"containers": [{"name": "main", "image": "busybox"}]})).unwrap().0;
+    // The spec is one field (its containers) from the first byte to the last: every prefix cuts
+    // it short.
     for cut in 1..full.len() {
+        let part = &full[..cut];
+        let refused = |e: PodSpecError| e.field.is_empty() && e.message.starts_with("is not a valid protobuf PodSpec");
+        assert!(to_json_text(part).is_err_and(refused), "cut at {cut}: {:?}", to_json_text(part));
+        let spec = EncodedPodSpec(part.to_vec());
+        assert!(to_json(&spec).is_err_and(refused), "cut at {cut}: {:?}", to_json(&spec));
+        assert!(EncodedPodSpec::decode(part).is_err(), "cut at {cut}");
+        // Inside a message that declares it whole (field 7, the spec's full length), the
+        // message itself is refused.
         let mut wrapped = Vec::new();
         encode_key(7, WireType::LengthDelimited, &mut wrapped);
         encode_varint(full.len() as u64, &mut wrapped);
-        wrapped.extend_from_slice(&full[..cut]);
-        // Either the wrapper or the pod spec itself refuses; neither panics.
-        let decoded = EncodedPodSpec::decode(&wrapped[2..]);
-        if let Ok(spec) = decoded {
-            let _ = to_json(&spec);
-        }
-        // Straight from the cut bytes: an error (or a shorter spec), never a panic.
-        let _ = to_json_text(&full[..cut]);
+        wrapped.extend_from_slice(part);
+        assert!(EncodedPodSpec::decode(wrapped.as_slice()).is_err(), "cut at {cut}");
     }
 }
 

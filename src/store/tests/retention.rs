@@ -364,6 +364,8 @@ proptest! {
         let mut next_id: BTreeMap<u8, u128> = BTreeMap::new();
         let mut current: BTreeMap<u8, (u128, String)> = BTreeMap::new();
         let mut purged: BTreeSet<JobId> = BTreeSet::new();
+        // When each job finished (the step it ended in).
+        let mut finished: BTreeMap<JobId, i64> = BTreeMap::new();
         for (i, s) in steps.into_iter().enumerate() {
             let now = 100 * (i as i64 + 1);
             match s {
@@ -380,6 +382,9 @@ proptest! {
                 Step::Cancel { n } => {
                     if let Some((j, set)) = current.get(&n).cloned() && state.jobs.contains_key(&id(j)) {
                         cancel(&store, &mut state, &set, &[j], now);
+                        if store.job(id(j)).unwrap().is_some_and(|r| r.state.is_terminal()) {
+                            finished.entry(id(j)).or_insert(now);
+                        }
                     }
                 }
                 Step::Succeed { n } => {
@@ -387,6 +392,7 @@ proptest! {
                         && state.jobs.get(&id(j)).is_some_and(|l| l.record.state == JobState::Queued)
                     {
                         run_to_success(&store, &mut state, j, now);
+                        finished.entry(id(j)).or_insert(now);
                     }
                 }
                 Step::Purge { age, limit } => {
@@ -401,8 +407,16 @@ proptest! {
                             (j.id, (j, events))
                         })
                         .collect();
+                    // The oldest `limit` of the jobs that finished strictly before the cut-off.
+                    let mut due: Vec<(i64, JobId)> = finished
+                        .iter()
+                        .filter(|(j, at)| **at < before_ms && !purged.contains(*j))
+                        .map(|(j, at)| (*at, *j))
+                        .collect();
+                    due.sort();
+                    due.truncate(limit.into());
                     let gone: BTreeSet<JobId> = purge(&store, &mut state, before_ms, limit.into()).into_iter().map(id).collect();
-                    prop_assert!(gone.len() <= limit.into());
+                    prop_assert_eq!(&gone, &due.iter().map(|(_, j)| *j).collect::<BTreeSet<_>>(), "purged at {}", before_ms);
                     for j in &gone {
                         let (record, _) = &stored[j];
                         prop_assert!(record.state.is_terminal() && !state.jobs.contains_key(j), "{j} was not finished");

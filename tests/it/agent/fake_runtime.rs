@@ -90,13 +90,18 @@ async fn declared_nodes_are_reported_and_jobs_follow_their_annotations() {
         (fin.kind, fin.reason.as_deref(), fin.message.as_deref()),
         (RunEventKind::Failed, Some("killed"), Some("preempted"))
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The order again, then a job that ends at once: its end comes after anything the repeated
+    // order could have made (events go out in order).
+    cp.push_kill(long.run_id, long.job_id, 5.0, "preempted again");
+    let sentinel = fake_lease("cpu-3", "0", "0");
+    cp.push_lease(sentinel.clone());
+    cp.wait_final(sentinel.run_id, T).await;
     assert_eq!(cp.events_of(long.run_id).iter().filter(|e| is_final(e.kind)).count(), 1);
     agent.stop().await.expect("clean stop");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thousands_of_jobs_flow_quickly_in_batches() {
+async fn thousands_of_jobs_flow_in_batches() {
     const JOBS: usize = 3000;
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -111,13 +116,12 @@ async fn thousands_of_jobs_flow_quickly_in_batches() {
         want.insert(l.run_id, exit == "0");
         cp.push_lease(l);
     }
-    let began = Instant::now();
-    wait_for(Duration::from_secs(60), "every final event", || {
+    // How fast is for `convoy bench e2e`; this checks that they all flow, in batches.
+    wait_for(Duration::from_secs(120), "every final event", || {
         let s = cp.script();
         (s.events.iter().filter(|e| is_final(e.kind)).count() >= JOBS).then_some(())
     })
     .await;
-    let took = began.elapsed();
     {
         let s = cp.script();
         let finals: HashMap<_, _> = s.events.iter().filter(|e| is_final(e.kind)).map(|e| (e.run_id, e.kind)).collect();
@@ -132,7 +136,6 @@ async fn thousands_of_jobs_flow_quickly_in_batches() {
             s.event_requests,
             s.events.len()
         );
-        assert!(took < Duration::from_secs(30), "took {took:?}");
         assert!(s.polls.iter().all(|p| p.nodes.len() == 1000));
     }
     agent.stop().await.expect("clean stop");

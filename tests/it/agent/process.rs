@@ -178,8 +178,10 @@ async fn server_restart_loses_no_events() {
     cp.push_lease(l);
     cp.wait_kind(run_id, RunEventKind::Running, T).await;
     cp.stop();
-    // The job ends while nobody listens; the agent keeps the event and retries.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The job ends while nobody listens (its exit is recorded in its run directory); the agent
+    // keeps the event and retries.
+    let exit = dir.path().join("runs").join(run_id.to_string()).join("exit");
+    crate::common::wait::until(T, "the job's end recorded while the server is down", || exit.exists()).await;
     assert!(cp.final_event(run_id).is_none());
     cp.restart();
     let fin = cp.wait_final(run_id, T).await;

@@ -201,7 +201,7 @@ pub(super) async fn inject(
         }
         Kind::DiskFull => {
             let t = other(&f, usize::MAX, rng);
-            let left = if rng.next_u64() % 2 == 0 { DISK_RESERVE / 2 } else { 0 };
+            let left = if rng.next_u64().is_multiple_of(2) { DISK_RESERVE / 2 } else { 0 };
             if let Some(fs) = &f.disks[t] {
                 fs.fill(left);
             }
@@ -220,7 +220,8 @@ pub(super) async fn inject(
             let (url, addr) = (leader_url, f.members[t].url.clone());
             drop(f);
             add(http, &url, t, &addr).await?;
-            let injected = Injected { target: format!("server {}", t + 1), minority: vec![t], healing: Healing::Nothing };
+            let injected =
+                Injected { target: format!("server {}", t + 1), minority: vec![t], healing: Healing::Nothing };
             return Ok((injected, Duration::ZERO));
         }
         Kind::Membership => {
@@ -294,7 +295,9 @@ async fn remove(http: &reqwest::Client, url: &str, i: usize) -> anyhow::Result<(
         let r = http.delete(format!("{url}/v1/cluster/members/{}", i + 1)).send().await;
         match r {
             Ok(r) if r.status().is_success() || r.status().as_u16() == 404 => return Ok(()),
-            Ok(r) if Instant::now() > deadline => bail!("removing server {}: {} {}", i + 1, r.status(), r.text().await?),
+            Ok(r) if Instant::now() > deadline => {
+                bail!("removing server {}: {} {}", i + 1, r.status(), r.text().await?)
+            }
             Err(e) if Instant::now() > deadline => bail!("removing server {}: {e}", i + 1),
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }

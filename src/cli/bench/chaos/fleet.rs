@@ -141,13 +141,12 @@ impl Fleet {
         let exe = std::env::current_exe().context("locating the convoy binary")?;
         let urls: Vec<String> = (0..=servers).map(|i| format!("http://{}", net.listen(i))).collect();
         let peers = |n: usize| {
-            let list: Vec<String> =
-                (0..n).map(|i| format!("{{ id = {}, addr = \"{}\" }}", i + 1, urls[i])).collect();
+            let list: Vec<String> = (0..n).map(|i| format!("{{ id = {}, addr = \"{}\" }}", i + 1, urls[i])).collect();
             format!("[{}]", list.join(", "))
         };
         let mut members = Vec::new();
         let mut mounts = Vec::new();
-        for i in 0..=servers {
+        for (i, url) in urls.iter().enumerate() {
             let spare = i == servers;
             let mdir = dir.join(format!("server-{}", i + 1));
             std::fs::create_dir_all(&mdir)?;
@@ -160,7 +159,7 @@ impl Fleet {
                  disk_reserve = {DISK_RESERVE}\nexecutor_timeout = \"60s\"\n\n[scheduler]\nschedule_interval_min = \"50ms\"\n\
                  schedule_interval_max = \"500ms\"\n\n[auth]\nenabled = false\n\n[cluster]\npeers = {peer_list}\n",
                 net.listen(i),
-                urls[i],
+                url,
                 i + 1,
                 data.display()
             );
@@ -174,7 +173,7 @@ impl Fleet {
             members.push(Member {
                 index: i,
                 dir: mdir,
-                url: urls[i].clone(),
+                url: url.clone(),
                 child: None,
                 held_down: spare,
                 joined: !spare,

@@ -88,7 +88,7 @@ pub(crate) struct ChaosArgs {
 const RECOVERY: Duration = Duration::from_secs(90);
 
 pub(super) fn run(args: ChaosArgs) -> anyhow::Result<()> {
-    if !(3..=9).contains(&args.servers) || args.servers % 2 == 0 {
+    if !(3..=9).contains(&args.servers) || args.servers.is_multiple_of(2) {
         bail!("--servers {}: give an odd number from 3 to 9", args.servers);
     }
     if args.agents == 0 || args.clients == 0 {
@@ -183,8 +183,7 @@ async fn drive(
         ops: Default::default(),
         stop: Default::default(),
     });
-    let clients: Vec<_> =
-        (0..args.clients).map(|c| tokio::spawn(workload::client(shared.clone(), c, seed))).collect();
+    let clients: Vec<_> = (0..args.clients).map(|c| tokio::spawn(workload::client(shared.clone(), c, seed))).collect();
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut faults = Vec::new();
     let mut unrecovered = Vec::new();
@@ -316,7 +315,8 @@ async fn collect_stored(fleet: &Mutex<Fleet>, http: &reqwest::Client) -> anyhow:
             .map(|id| {
                 let (http, url) = (http.clone(), url.clone());
                 async move {
-                    let v: Value = http.get(format!("{url}/v1/jobs/{id}")).send().await?.error_for_status()?.json().await?;
+                    let v: Value =
+                        http.get(format!("{url}/v1/jobs/{id}")).send().await?.error_for_status()?.json().await?;
                     Ok(stored_job(&v))
                 }
             })

@@ -135,12 +135,15 @@ impl Client {
 
     /// What a definite answer means for the operation.
     fn outcome(&self, kind: &OpKind, status: u16, body: &Value) -> Outcome {
-        if !(200..300).contains(&status) && !(status == 404 && matches!(kind, OpKind::Read { .. })) {
+        let found_nothing = status == 404 && matches!(kind, OpKind::Read { .. });
+        if !(200..300).contains(&status) && !found_nothing {
             return Outcome::Failed { status };
         }
         let result = match kind {
             OpKind::Submit { .. } => {
-                let ids = body["job_ids"].as_array().map(|a| a.iter().filter_map(|i| i.as_str().map(str::to_string)).collect());
+                let ids = body["job_ids"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|i| i.as_str().map(str::to_string)).collect());
                 OpResult::Submitted { job_ids: ids.unwrap_or_default() }
             }
             OpKind::Read { .. } if status == 404 => OpResult::NotFound,

@@ -177,7 +177,14 @@ fn check_priority_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseEr
 }
 
 fn check_proportional_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCaseError> {
-    let Some(report) = d.pools.first() else { return Ok(()) };
+    let busy = !snap.running.is_empty() || snap.queues.iter().any(|q| !q.queued.is_empty());
+    let Some(report) = d.pools.first() else {
+        prop_assert!(!busy, "a busy pool reported nothing");
+        return Ok(());
+    };
+    if busy {
+        prop_assert_eq!(report.policy, PoolPolicy::Proportional);
+    }
     let target: HashMap<&str, i64> = report
         .queues
         .iter()
@@ -219,6 +226,52 @@ fn check_proportional_cycle(snap: &Snapshot, d: &Decisions) -> Result<(), TestCa
         let expected =
             matches!(p.reason, PreemptionReason::ProportionalTarget { .. } | PreemptionReason::GangMember { .. });
         prop_assert!(expected, "{}: unexpected reason {}", p.job_id, p.reason);
+    }
+    check_proportional_lower_bound(snap, d, &target, &after)
+}
+
+/// The lower bound: a queue left below its target has no waiting GPU job (not of a gang) that
+/// would fit on a node now and keep it within its target. Resources a preemption frees are
+/// free only once the preempted job has ended, after the cycle.
+fn check_proportional_lower_bound(
+    snap: &Snapshot,
+    d: &Decisions,
+    target: &HashMap<&str, i64>,
+    after: &HashMap<&str, i64>,
+) -> Result<(), TestCaseError> {
+    let queued: HashMap<JobId, &std::sync::Arc<crate::scheduler::JobInfo>> =
+        snap.queues.iter().flat_map(|q| q.queued.iter()).map(|j| (j.id, j)).collect();
+    let mut free: HashMap<&str, crate::model::Resources> =
+        snap.nodes.iter().map(|n| (n.name.as_str(), n.allocatable.clone())).collect();
+    for r in &snap.running {
+        if let Some(f) = free.get_mut(r.node.as_str()) {
+            f.sub(&r.job.requirements.requests);
+        }
+    }
+    let leased: BTreeSet<JobId> = d.leases.iter().map(|l| l.job_id).collect();
+    for l in &d.leases {
+        if let Some(f) = free.get_mut(l.node.as_str()) {
+            f.sub(&queued[&l.job_id].requirements.requests);
+        }
+    }
+    let failed: BTreeSet<JobId> = d.failures.iter().map(|f| f.job_id).collect();
+    for j in queued.values() {
+        if leased.contains(&j.id) || failed.contains(&j.id) || j.gang.is_some() || gpus(j) == 0 {
+            continue;
+        }
+        let q = j.queue.as_str();
+        let room = target.get(q).copied().unwrap_or(0) - after.get(q).copied().unwrap_or(0);
+        if gpus(j) > room {
+            continue;
+        }
+        let fits = free.iter().find(|(_, f)| j.requirements.requests.fits_in(f)).map(|(n, _)| *n);
+        prop_assert!(
+            fits.is_none(),
+            "job {} of queue {q} ({} GPUs, {room} below its target) waits though it fits node {:?}",
+            j.id,
+            gpus(j),
+            fits
+        );
     }
     Ok(())
 }
