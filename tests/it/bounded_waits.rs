@@ -88,10 +88,41 @@ async fn with_the_leader_paused_writes_reads_and_polls_sent_to_a_follower_answer
             Ok::<_, String>(r.status().as_u16())
         }
     });
+    // A run report of an executor the server does not know: answered (nothing to apply) by the
+    // new leader, not held for the old one.
+    let report = tokio::spawn({
+        let (h, u) = (http.clone(), urls[0].clone());
+        let body = json!({"events": []});
+        async move { post(&h, &u, "/v1/executors/e2/events", &body).await }
+    });
+    // The web UI's cancel of the acknowledged job: the follower relays the form like the API's
+    // writes, and answers with the leader's redirect.
+    let ui = tokio::spawn({
+        let (u, id) = (urls[1].clone(), acked[0].clone());
+        async move {
+            let h = reqwest::Client::builder()
+                .timeout(REQUEST_DEADLINE)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .map_err(|e| e.to_string())?;
+            let r = h.post(format!("{u}/ui/jobs/{id}/cancel")).send().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(r.status().as_u16())
+        }
+    });
+    // Armada's SubmitJobs over gRPC, with a client id: relayed and sent on to the new leader.
+    #[cfg(feature = "grpc")]
+    let grpc = tokio::spawn({
+        let u = urls[1].clone();
+        async move { grpc_submit(&u, "through-a-pause-grpc").await }
+    });
     let with_id = with_id.await.unwrap();
     let without_id = without_id.await.unwrap();
     let lease = lease.await.unwrap();
     let read = read.await.unwrap();
+    let report = report.await.unwrap();
+    let ui = ui.await.unwrap();
+    #[cfg(feature = "grpc")]
+    let grpc = grpc.await.unwrap();
     // Every answer came while the old leader was still stopped.
     signal(&mut trio, old, libc::SIGCONT);
 
@@ -109,6 +140,11 @@ async fn with_the_leader_paused_writes_reads_and_polls_sent_to_a_follower_answer
     let (s, _, v) = lease.expect("the lease poll got no answer");
     assert_eq!(s, 200, "a lease poll relayed through the failover: {v}");
     assert_eq!(read.expect("the consistent read got no answer"), 200);
+    let (s, _, v) = report.expect("the run report got no answer");
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(ui.expect("the web UI's cancel got no answer"), 303);
+    #[cfg(feature = "grpc")]
+    assert_eq!(grpc.expect("the gRPC submission got no answer").len(), 1);
 
     // The job stored through the pause is on every member, once.
     let id = v_id(&with_id_job(&trio, followers[0]).await);
@@ -116,6 +152,29 @@ async fn with_the_leader_paused_writes_reads_and_polls_sent_to_a_follower_answer
         let (s, j) = trio.api(m).get(&format!("/v1/jobs/{id}?consistent=true")).await;
         assert_eq!(s, 200, "node {m}: {j}");
     }
+}
+
+/// Submits one job with `client_id` through Armada's gRPC `SubmitJobs` at `url`; its job ids,
+/// or the error.
+#[cfg(feature = "grpc")]
+async fn grpc_submit(url: &str, client_id: &str) -> Result<Vec<String>, String> {
+    use convoy::grpc::pb;
+    let channel = tonic::transport::Channel::from_shared(url.to_string())
+        .map_err(|e| e.to_string())?
+        .timeout(REQUEST_DEADLINE)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let spec = job("100m")["pod_spec"].clone();
+    let item = pb::JobSubmitRequestItem {
+        pod_specs: vec![convoy::grpc::k8s::from_json(&spec).map_err(|e| e.to_string())?],
+        client_id: client_id.into(),
+        namespace: "default".into(),
+        ..Default::default()
+    };
+    let req = pb::JobSubmitRequest { queue: "A".into(), job_set_id: "s".into(), job_request_items: vec![item] };
+    let answer = pb::submit_client::SubmitClient::new(channel).submit_jobs(req).await.map_err(|e| e.to_string())?;
+    Ok(answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect())
 }
 
 /// The job submitted with client id `through-a-pause`, as `member` lists it.
