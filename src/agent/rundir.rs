@@ -317,6 +317,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_exit_record_goes_into_the_room_set_aside_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rd = RunDir::new(dir.path().to_path_buf());
+        reserve_exit(dir.path()).expect("reserve");
+        assert_eq!(std::fs::metadata(rd.file(EXIT_RESERVE)).expect("reserve").len(), EXIT_RESERVE_BYTES as u64);
+        let rec = ExitRecord { exit_code: Some(3), signal: None, reason: None, message: None, finished_at_ms: 7 };
+        assert!(rd.write_exit_once(&rec).expect("write"));
+        assert_eq!(rd.read_exit().expect("read"), Some(rec.clone()));
+        // The room was used (and trimmed), and nothing else is left behind.
+        assert!(!rd.has(EXIT_RESERVE));
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, vec![EXIT.to_string()]);
+        // A record that says why it ended keeps its reason when judged for the disk.
+        let killed = ExitRecord { reason: Some(REASON_KILLED.into()), ..rec };
+        assert_eq!(killed.clone().judged_for_disk(&rd), killed);
+    }
+
+    #[test]
     fn exit_is_written_once_and_tail_combines_outputs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());

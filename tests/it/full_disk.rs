@@ -28,6 +28,14 @@ fn bulky(tag: &str, n: usize) -> Value {
     json!({"queue": "A", "job_set": "s", "jobs": jobs})
 }
 
+/// Three servers, each with its data directory on a 48 MB tmpfs of its own.
+async fn trio_on_tmpfs() -> (Trio, Vec<Tmpfs>) {
+    let mut trio = Trio::prepare(3, false, RESERVE, "").await;
+    let disks: Vec<Tmpfs> = trio.members.iter().map(|m| Tmpfs::mount(&m.dir.join("data"), "48m")).collect();
+    trio.start_all();
+    (trio, disks)
+}
+
 /// The free bytes the server last read (`convoy_data_dir_free_bytes`).
 async fn free_seen(server: &Server) -> u64 {
     let (_, text) = server.text("/metrics").await;
@@ -130,21 +138,8 @@ async fn a_full_data_directory_refuses_writes_with_507_keeps_serving_and_resumes
     drop(server);
     let server = Server::start_in(&dir, &cfg);
     server.ready().await;
-    let mut stored = HashSet::new();
-    let mut after: Option<String> = None;
-    loop {
-        let path = match &after {
-            Some(a) => format!("/v1/jobs?queue=A&limit=1000&after={a}"),
-            None => "/v1/jobs?queue=A&limit=1000".to_string(),
-        };
-        let (s, v) = server.get(&path).await;
-        assert_eq!(s, 200, "{v}");
-        stored.extend(v["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()));
-        match v["next"].as_str() {
-            Some(n) => after = Some(n.to_string()),
-            None => break,
-        }
-    }
+    let stored: HashSet<String> =
+        server.all_jobs("queue=A").await.iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
     let lost: Vec<&String> = acked.iter().filter(|id| !stored.contains(*id)).collect();
     assert!(lost.is_empty(), "{} of {} acknowledged jobs lost: {lost:?}", lost.len(), acked.len());
     drop(server);
@@ -156,9 +151,7 @@ async fn a_leader_whose_disk_runs_low_hands_the_leadership_over_and_writes_go_on
     if !root_or_skip("the full-disk hand-over test") {
         return;
     }
-    let mut trio = Trio::prepare(3, false, RESERVE, "").await;
-    let disks: Vec<Tmpfs> = trio.members.iter().map(|m| Tmpfs::mount(&m.dir.join("data"), "48m")).collect();
-    trio.start_all();
+    let (mut trio, disks) = trio_on_tmpfs().await;
     let old = trio.leader().await;
     trio.api(old).create_queue("A").await;
     let disk = &disks[trio.members.iter().position(|m| m.id == old).unwrap()];
@@ -193,9 +186,7 @@ async fn a_follower_whose_disk_fills_up_stops_with_an_error_and_catches_up_when_
     if !root_or_skip("the full-disk follower test") {
         return;
     }
-    let mut trio = Trio::prepare(3, false, RESERVE, "").await;
-    let disks: Vec<Tmpfs> = trio.members.iter().map(|m| Tmpfs::mount(&m.dir.join("data"), "48m")).collect();
-    trio.start_all();
+    let (mut trio, disks) = trio_on_tmpfs().await;
     let leader = trio.leader().await;
     trio.api(leader).create_queue("A").await;
     let follower = if leader == 1 { 2 } else { 1 };

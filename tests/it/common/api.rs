@@ -96,6 +96,25 @@ impl Api {
         v["jobs"].as_array().map(|a| a.len()).unwrap_or(0)
     }
 
+    /// Every job `GET /v1/jobs?{query}` lists, page after page (1,000 a page).
+    pub(crate) async fn all_jobs(&self, query: &str) -> Vec<Value> {
+        let mut jobs = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut path = format!("/v1/jobs?{query}&limit=1000");
+            if let Some(a) = &after {
+                path.push_str(&format!("&after={a}"));
+            }
+            let (s, v) = self.get(&path).await;
+            assert_eq!(s, 200, "{v}");
+            jobs.extend(v["jobs"].as_array().cloned().unwrap_or_default());
+            match v["next"].as_str() {
+                Some(n) => after = Some(n.to_string()),
+                None => return jobs,
+            }
+        }
+    }
+
     /// Polls the job every 25 ms until `f(job)` holds; panics after `within` saying it is not
     /// `what`.
     pub(crate) async fn wait_job(&self, id: &str, within: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Value {
