@@ -327,8 +327,11 @@ mod tests {
         assert_eq!(rd.read_exit().expect("read"), Some(rec.clone()));
         // The room was used (and trimmed), and nothing else is left behind.
         assert!(!rd.has(EXIT_RESERVE));
-        let names: Vec<String> =
-            std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         assert_eq!(names, vec![EXIT.to_string()]);
         // A record that says why it ended keeps its reason when judged for the disk.
         let killed = ExitRecord { reason: Some(REASON_KILLED.into()), ..rec };

@@ -168,62 +168,8 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
     dir.write_volatile(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
 
-    let deadline = args.deadline_seconds.filter(|d| *d > 0).map(|d| Instant::now() + Duration::from_secs(d));
-    let default_grace = Duration::try_from_secs_f64(args.grace_seconds).unwrap_or(Duration::from_secs(1));
-    // (reason, message, SIGKILL time) once a stop began.
-    let mut stopping: Option<(&'static str, Option<String>, Instant)> = None;
-    let mut forced = false;
-    let mut next_poll = Instant::now() + KILL_POLL;
-    let begin_stop = |reason: &'static str, message: Option<String>, grace: Duration| {
-        let _ = os::signal_group(pid, libc::SIGTERM);
-        (reason, message, Instant::now() + grace)
-    };
-    let kill_order = |dir: &RunDir| -> Option<(Option<String>, Duration)> {
-        let k = dir.read_kill().ok().flatten()?;
-        Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
-    };
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(err("waiting for the job"))? {
-            break st;
-        }
-        let now = Instant::now();
-        if stopping.is_none() {
-            if deadline.is_some_and(|d| now >= d) {
-                let msg = format!("ran longer than activeDeadlineSeconds ({}s)", args.deadline_seconds.unwrap_or(0));
-                stopping = Some(begin_stop(rundir::REASON_DEADLINE, Some(msg), default_grace));
-            } else if now >= next_poll {
-                next_poll = now + KILL_POLL;
-                if let Some((msg, grace)) = kill_order(&dir) {
-                    stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
-                }
-            }
-        }
-        if let Some((_, _, force_at)) = &stopping
-            && !forced
-            && now >= *force_at
-        {
-            let _ = os::signal_group(pid, libc::SIGKILL);
-            forced = true;
-        }
-        // Sleep until a signal or the next thing to check, whichever is first.
-        let mut wake = next_poll;
-        if let Some(d) = deadline.filter(|_| stopping.is_none()) {
-            wake = wake.min(d);
-        }
-        if let Some((_, _, force_at)) = stopping.as_ref().filter(|_| !forced) {
-            wake = wake.min(*force_at);
-        }
-        match signals.wait(wake.saturating_duration_since(Instant::now())).map_err(err("waiting for signals"))? {
-            Some(sig @ (libc::SIGTERM | libc::SIGINT)) if stopping.is_none() => {
-                let who = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
-                let (msg, grace) =
-                    kill_order(&dir).unwrap_or((Some(format!("the supervisor received {who}")), default_grace));
-                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
-            }
-            // SIGCHLD: the loop reaps; SIGHUP and repeated stops: nothing to do.
-            _ => {}
-        }
-    };
+    let (status, stopping) =
+        wait_out(&mut child, pid, &dir, &args, &signals).map_err(|(context, source)| err(context)(source))?;
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
     let (exit_code, sig) = match (status.code(), status.signal()) {
@@ -247,6 +193,78 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     dir.write_exit_once(&rec.judged_for_disk(&dir)).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
+}
+
+/// How a stop of the job began: the reason, the message, and when SIGKILL follows SIGTERM.
+type Stopping = Option<(&'static str, Option<String>, Instant)>;
+
+/// Waits for the job `child` (process group `pid`) to end, stopping it on a kill order in `dir`,
+/// a SIGTERM or SIGINT of the supervisor, or its deadline: SIGTERM to its group, then SIGKILL
+/// after the grace period. Its exit status, and the stop that ended it if one did; on failure,
+/// what was being done.
+fn wait_out(
+    child: &mut std::process::Child,
+    pid: i32,
+    dir: &RunDir,
+    args: &SuperviseArgs,
+    signals: &os::SignalSet,
+) -> Result<(std::process::ExitStatus, Stopping), (&'static str, std::io::Error)> {
+    let deadline = args.deadline_seconds.filter(|d| *d > 0).map(|d| Instant::now() + Duration::from_secs(d));
+    let default_grace = Duration::try_from_secs_f64(args.grace_seconds).unwrap_or(Duration::from_secs(1));
+    // (reason, message, SIGKILL time) once a stop began.
+    let mut stopping: Stopping = None;
+    let mut forced = false;
+    let mut next_poll = Instant::now() + KILL_POLL;
+    let begin_stop = |reason: &'static str, message: Option<String>, grace: Duration| {
+        let _ = os::signal_group(pid, libc::SIGTERM);
+        (reason, message, Instant::now() + grace)
+    };
+    let kill_order = |dir: &RunDir| -> Option<(Option<String>, Duration)> {
+        let k = dir.read_kill().ok().flatten()?;
+        Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
+    };
+    loop {
+        if let Some(st) = child.try_wait().map_err(|e| ("waiting for the job", e))? {
+            return Ok((st, stopping));
+        }
+        let now = Instant::now();
+        if stopping.is_none() {
+            if deadline.is_some_and(|d| now >= d) {
+                let msg = format!("ran longer than activeDeadlineSeconds ({}s)", args.deadline_seconds.unwrap_or(0));
+                stopping = Some(begin_stop(rundir::REASON_DEADLINE, Some(msg), default_grace));
+            } else if now >= next_poll {
+                next_poll = now + KILL_POLL;
+                if let Some((msg, grace)) = kill_order(dir) {
+                    stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+                }
+            }
+        }
+        if let Some((_, _, force_at)) = &stopping
+            && !forced
+            && now >= *force_at
+        {
+            let _ = os::signal_group(pid, libc::SIGKILL);
+            forced = true;
+        }
+        // Sleep until a signal or the next thing to check, whichever is first.
+        let mut wake = next_poll;
+        if let Some(d) = deadline.filter(|_| stopping.is_none()) {
+            wake = wake.min(d);
+        }
+        if let Some((_, _, force_at)) = stopping.as_ref().filter(|_| !forced) {
+            wake = wake.min(*force_at);
+        }
+        match signals.wait(wake.saturating_duration_since(Instant::now())).map_err(|e| ("waiting for signals", e))? {
+            Some(sig @ (libc::SIGTERM | libc::SIGINT)) if stopping.is_none() => {
+                let who = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+                let (msg, grace) =
+                    kill_order(dir).unwrap_or((Some(format!("the supervisor received {who}")), default_grace));
+                stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+            }
+            // SIGCHLD: the loop reaps; SIGHUP and repeated stops: nothing to do.
+            _ => {}
+        }
+    }
 }
 
 /// Empties the job's cgroup slot (or removes its cgroups); when a process would not leave, says
