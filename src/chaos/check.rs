@@ -323,7 +323,9 @@ fn stale(job: &str, r: &Op, result: &OpResult, writes: &[&Op], submitted: Option
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Figures {
     /// Per fault kind, for each fault: seconds from the injection to the first acknowledged
-    /// write invoked after it (none: no write was acknowledged before the run ended).
+    /// write invoked after it and sent first to a server on the majority side (a client that
+    /// happens to send to the paused or cut-off server waits for it, whatever the others do);
+    /// none: no such write was acknowledged before the run ended.
     pub first_ack_s: BTreeMap<String, Vec<Option<f64>>>,
     /// The longest a request to a server on the majority side waited, in seconds, and when.
     pub longest_majority_wait_s: f64,
@@ -342,6 +344,7 @@ pub fn figures(h: &History) -> Figures {
             .ops
             .iter()
             .filter(|op| op.kind.is_write() && op.invoke_ms >= fault.injected_ms)
+            .filter(|op| op.attempts.first().is_none_or(|a| !fault.minority.contains(&a.server)))
             .filter(|op| matches!(op.outcome, Outcome::Ok { .. }))
             .map(|op| (op.complete_ms - fault.injected_ms) / 1000.0)
             .min_by(f64::total_cmp);
@@ -425,7 +428,11 @@ mod tests {
         slow.attempts = vec![attempt(0, 1_000.0, 2_400.0), attempt(1, 2_400.0, 2_500.0)];
         let mut stuck = read("j1", 1_100.0, 9_000.0, "running", 1, 0);
         stuck.attempts = vec![attempt(2, 1_100.0, 9_000.0)];
-        h.ops.extend([slow, stuck]);
+        // Sent to the paused server, and answered when it woke: not the cluster's answer.
+        let mut woke = submit("k3", "j3", 950.0);
+        woke.complete_ms = 2_000.0;
+        woke.attempts = vec![attempt(2, 950.0, 2_000.0)];
+        h.ops.extend([slow, stuck, woke]);
         h.faults.push(Fault {
             kind: "pause_leader".into(),
             target: "server 2".into(),
