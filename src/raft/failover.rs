@@ -214,6 +214,33 @@ pub(super) fn delay_without_leader(
     election_min + heartbeat * rank
 }
 
+/// When member `me` (in `state`, knowing `leader`) may start an election: a lease and its turn
+/// after the last word from its leader; with no leader known (a start, or an election under
+/// way), an election timeout and its turn after the latest of its last word from a leader, its
+/// start and the last change of term, so that a candidate gets time to win before others stand.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn election_due(
+    me: NodeId,
+    state: ServerState,
+    leader: Option<NodeId>,
+    contact: Option<Instant>,
+    started: Instant,
+    term_changed_at: Option<Instant>,
+    voters: &[NodeId],
+    timing: Timing,
+) -> Instant {
+    match (leader, contact) {
+        (Some(l), Some(last)) if l != me && state == ServerState::Follower => {
+            last + delay(me, l, voters, timing.lease, timing.heartbeat)
+        }
+        // Attempts after the first are paced by the watch's `not_before`.
+        (_, last) => {
+            let quiet_since = [last, Some(started), term_changed_at].into_iter().flatten().max().unwrap_or(started);
+            quiet_since + delay_without_leader(me, voters, timing.election_min, timing.heartbeat)
+        }
+    }
+}
+
 /// Drives this member's elections until Raft stops.
 pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network: NetworkFactory) {
     let timing = elections.timing;
@@ -226,6 +253,10 @@ pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network:
     let mut not_before: Option<Instant> = None;
     // Whether the last pre-vote lost, so a long silence logs once rather than every attempt.
     let mut lost_before = false;
+    // The term last seen and when it changed: a member that asked for votes raised it, and gets
+    // an election timeout to win before this one stands too (else candidates depose each other).
+    let mut term_seen = 0;
+    let mut term_changed_at: Option<Instant> = None;
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
         if metrics.has_changed().is_err() {
@@ -241,6 +272,10 @@ pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network:
                 .collect();
             (m.state, m.current_leader, voters, m.current_term)
         };
+        if term != term_seen {
+            term_changed_at = (term_seen != 0).then(Instant::now);
+            term_seen = term;
+        }
         if state == ServerState::Leader || !voters.contains_key(&me) || !elections.may_stand() {
             not_before = None;
             lost_before = false;
@@ -251,17 +286,7 @@ pub(super) async fn watch(raft: Raft, me: NodeId, elections: Elections, network:
         if not_before.is_some_and(|t| now < t) {
             continue;
         }
-        let due = match (leader, elections.contact.last()) {
-            (Some(l), Some(last)) if l != me && state == ServerState::Follower => {
-                last + delay(me, l, &ids, timing.lease, timing.heartbeat)
-            }
-            // No leader known (a start, or a failed election): attempts after the first are
-            // paced by `not_before`.
-            (_, last) => {
-                last.map_or(started, |l| l.max(started))
-                    + delay_without_leader(me, &ids, timing.election_min, timing.heartbeat)
-            }
-        };
+        let due = election_due(me, state, leader, elections.contact.last(), started, term_changed_at, &ids, timing);
         if now < due {
             continue;
         }
@@ -357,6 +382,30 @@ mod tests {
         let min = Duration::from_millis(400);
         assert_eq!(delay_without_leader(1, &voters, min, hb), min);
         assert_eq!(delay_without_leader(3, &voters, min, hb), min + hb * 2);
+    }
+
+    #[test]
+    fn a_member_that_sees_the_term_change_gives_the_candidate_an_election_timeout() {
+        let timing = Timing {
+            lease: Duration::from_millis(800),
+            election_min: Duration::from_millis(400),
+            election_max: Duration::from_millis(800),
+            heartbeat: Duration::from_millis(100),
+        };
+        let voters = [1, 2, 3, 4, 5];
+        let t0 = Instant::now();
+        let contact = Some(t0);
+        // Following leader 1: its lease, then member 3's turn (second after 2).
+        let due = election_due(3, ServerState::Follower, Some(1), contact, t0, None, &voters, timing);
+        assert_eq!(due, t0 + timing.lease + MARGIN + timing.heartbeat);
+        // Member 2 asked for votes a second later: no leader known, and 3 waits an election
+        // timeout and its turn from then, not from its last word from the old leader.
+        let asked = t0 + Duration::from_secs(1);
+        let due = election_due(3, ServerState::Follower, None, contact, t0, Some(asked), &voters, timing);
+        assert_eq!(due, asked + timing.election_min + timing.heartbeat * 2);
+        // Without a change of term it would have stood at once.
+        let due = election_due(3, ServerState::Follower, None, contact, t0, None, &voters, timing);
+        assert!(due < asked, "{due:?}");
     }
 
     fn log_id(term: u64, index: u64) -> Option<LogId> {
