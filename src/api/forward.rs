@@ -15,7 +15,7 @@
 //! that says it may have been applied. Either way it waits at most `server.relay_timeout`.
 
 use super::problem::ApiError;
-use crate::control::{Control, RelayError, leader_heard_again, leadership_moved_on};
+use crate::control::{ClusterView, Control, RelayError, leader_heard_again, leadership_moved_on};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method};
@@ -277,14 +277,36 @@ where
     F: Fn(String, http::Request<Bytes>, Duration) -> Fut,
     Fut: std::future::Future<Output = Result<http::Response<B>, RelayError>>,
 {
+    follow(app.cluster.as_ref(), app.config.cluster.heartbeat_interval, request, resend_safe, bound, send).await
+}
+
+/// [`follow_leader`] over `cluster`, whose heartbeats come every `heartbeat`.
+async fn follow<B, F, Fut>(
+    cluster: &dyn ClusterView,
+    heartbeat: Duration,
+    request: http::Request<Bytes>,
+    resend_safe: bool,
+    bound: Duration,
+    send: F,
+) -> Relayed<B>
+where
+    F: Fn(String, http::Request<Bytes>, Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<http::Response<B>, RelayError>>,
+{
     let deadline = tokio::time::Instant::now() + bound;
-    let leader_wait = app.cluster.leader_wait();
-    let mut watch = app.cluster.leadership();
+    let leader_wait = cluster.leader_wait();
+    let mut watch = cluster.leadership();
     // Set once a copy may have reached a leader that did not answer.
     let mut maybe_delivered = false;
     loop {
         let seen = *watch.borrow_and_update();
-        if app.cluster.is_leader() {
+        if seen.stopped {
+            return Relayed::Failed(format!(
+                "this server's Raft has stopped (it is stopping, to be started again): retry on another server; {}",
+                outcome(maybe_delivered)
+            ));
+        }
+        if cluster.is_leader() {
             return Relayed::Here;
         }
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -296,7 +318,7 @@ where
             ));
         }
         let wait = remaining.min(leader_wait);
-        let Some(addr) = app.cluster.leader_addr() else {
+        let Some(addr) = cluster.leader_addr() else {
             if leadership_moved_on(&mut watch, &seen, wait).await {
                 continue;
             }
@@ -307,7 +329,7 @@ where
             ));
         };
         // This server may itself have been stopped a while: a few heartbeats tell.
-        let heartbeats = app.config.cluster.heartbeat_interval * 3;
+        let heartbeats = heartbeat * 3;
         if seen.leader_silent && leader_heard_again(&mut watch, &seen, heartbeats.min(remaining)).await {
             continue;
         }
@@ -321,7 +343,17 @@ where
         let copy = request.clone();
         let answer = tokio::select! {
             r = send(addr.clone(), copy, remaining) => Some(r),
-            _ = leadership_moved_on(&mut watch, &seen, remaining) => None,
+            moved = leadership_moved_on(&mut watch, &seen, remaining) => {
+                if !moved {
+                    // The bound ran out (or this server's Raft went away) with no answer.
+                    return Relayed::Failed(format!(
+                        "the leader at {addr} did not answer within {}: {}",
+                        humantime::format_duration(bound),
+                        outcome(true)
+                    ));
+                }
+                None
+            }
         };
         match answer {
             Some(Ok(a)) if a.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE && resend_safe => {
@@ -428,5 +460,227 @@ mod tests {
         ] {
             assert!(!resend_safe(&m, p, b""), "{m} {p}");
         }
+    }
+
+    /// A follower's view of the leadership that the test moves by hand.
+    struct Follower {
+        leadership: tokio::sync::watch::Sender<crate::control::Leadership>,
+        leader_addr: std::sync::Mutex<Option<String>>,
+        /// The view's publisher is gone (Raft's metrics ended): receivers see it closed.
+        closed: bool,
+    }
+
+    impl Follower {
+        fn new(leader: u64) -> Self {
+            let view = crate::control::Leadership { leader: Some(leader), term: 2, ..Default::default() };
+            Follower {
+                leadership: tokio::sync::watch::Sender::new(view),
+                leader_addr: std::sync::Mutex::new(Some(format!("http://leader-{leader}"))),
+                closed: false,
+            }
+        }
+
+        fn elect(&self, leader: u64) {
+            *self.leader_addr.lock().unwrap() = Some(format!("http://leader-{leader}"));
+            self.leadership.send_modify(|l| {
+                l.leader = Some(leader);
+                l.term += 1;
+            });
+        }
+    }
+
+    impl ClusterView for Follower {
+        fn is_leader(&self) -> bool {
+            false
+        }
+        fn serving(&self) -> bool {
+            false
+        }
+        fn applied_index(&self) -> u64 {
+            0
+        }
+        fn wait_applied(&self, _index: u64, _timeout: Duration) -> futures::future::BoxFuture<'static, bool> {
+            Box::pin(async { true })
+        }
+        fn linearize(&self, _timeout: Duration) -> futures::future::BoxFuture<'static, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn term(&self) -> u64 {
+            self.leadership.borrow().term
+        }
+        fn leader_addr(&self) -> Option<String> {
+            self.leader_addr.lock().unwrap().clone()
+        }
+        fn ready(&self) -> bool {
+            true
+        }
+        fn leadership(&self) -> tokio::sync::watch::Receiver<crate::control::Leadership> {
+            if self.closed {
+                return tokio::sync::watch::channel(*self.leadership.borrow()).1;
+            }
+            self.leadership.subscribe()
+        }
+        fn leadership_now(&self) -> crate::control::Leadership {
+            *self.leadership.borrow()
+        }
+        fn leader_wait(&self) -> Duration {
+            Duration::from_millis(300)
+        }
+        fn status(&self) -> crate::model::api::ClusterStatus {
+            crate::model::api::ClusterStatus {
+                id: 2,
+                state: "Follower".into(),
+                serving: false,
+                term: self.term(),
+                leader: self.leadership.borrow().leader,
+                leader_addr: self.leader_addr(),
+                last_log_index: None,
+                last_applied: None,
+                snapshot_index: None,
+                purged_index: None,
+                millis_since_quorum_ack: None,
+                leader_changes: 0,
+                snapshots_installed: 0,
+                members: vec![],
+            }
+        }
+        fn peer_rpcs(&self) -> crate::control::PeerRpcFigures {
+            crate::control::PeerRpcFigures::default()
+        }
+        fn add_member(
+            &self,
+            id: u64,
+            _addr: String,
+            _wait: Duration,
+        ) -> futures::future::BoxFuture<'static, Result<crate::control::Addition, crate::control::MembershipError>>
+        {
+            Box::pin(async move { Err(crate::control::MembershipError::NotFound(id)) })
+        }
+        fn remove_member(
+            &self,
+            id: u64,
+        ) -> futures::future::BoxFuture<'static, Result<(), crate::control::MembershipError>> {
+            Box::pin(async move { Err(crate::control::MembershipError::NotFound(id)) })
+        }
+        fn relay(
+            &self,
+            addr: &str,
+            _request: http::Request<Bytes>,
+            _timeout: Duration,
+        ) -> futures::future::BoxFuture<'static, Result<http::Response<Bytes>, RelayError>> {
+            let addr = addr.to_string();
+            Box::pin(async move { Err(RelayError::NotSent { addr, message: "not in this test".into() }) })
+        }
+        fn relay_h2(
+            &self,
+            addr: &str,
+            _request: http::Request<Bytes>,
+            _timeout: Duration,
+        ) -> futures::future::BoxFuture<'static, Result<http::Response<axum::body::Body>, RelayError>> {
+            let addr = addr.to_string();
+            Box::pin(async move { Err(RelayError::NotSent { addr, message: "not in this test".into() }) })
+        }
+    }
+
+    fn request() -> http::Request<Bytes> {
+        http::Request::builder().method("POST").uri("/v1/jobs").body(Bytes::new()).unwrap()
+    }
+
+    /// A leader that never answers; the addresses it was asked at, in order.
+    async fn silent_leader(
+        asked: &std::sync::Mutex<Vec<String>>,
+        addr: String,
+    ) -> Result<http::Response<Bytes>, RelayError> {
+        asked.lock().unwrap().push(addr);
+        std::future::pending().await
+    }
+
+    #[tokio::test]
+    async fn a_request_safe_to_send_again_follows_the_new_leader_and_one_that_is_not_gives_up_saying_so() {
+        let f = Follower::new(1);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let hb = Duration::from_millis(10);
+        let (done, elected) = tokio::join!(
+            follow(&f, hb, request(), true, Duration::from_secs(5), |addr, _r, _t| {
+                let asked = &asked;
+                async move {
+                    if addr.ends_with("-3") {
+                        asked.lock().unwrap().push(addr);
+                        return Ok(http::Response::new(Bytes::from_static(b"done")));
+                    }
+                    silent_leader(asked, addr).await
+                }
+            }),
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                f.elect(3);
+            }
+        );
+        let () = elected;
+        match done {
+            Relayed::Answer(a) => assert_eq!(a.body().as_ref(), b"done"),
+            _ => panic!("the request did not follow the new leader"),
+        }
+        assert_eq!(*asked.lock().unwrap(), ["http://leader-1", "http://leader-3"]);
+
+        let f = Follower::new(1);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let (done, ()) = tokio::join!(
+            follow(&f, hb, request(), false, Duration::from_secs(5), |addr, _r, _t| silent_leader(&asked, addr)),
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                f.elect(3);
+            }
+        );
+        match done {
+            Relayed::Failed(detail) => assert!(detail.contains("may have reached the leader"), "{detail}"),
+            _ => panic!("a request not safe to send again was sent again, or waited"),
+        }
+        assert_eq!(*asked.lock().unwrap(), ["http://leader-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_relay_ends_when_raft_stops_or_the_bound_runs_out_instead_of_spinning() {
+        let hb = Duration::from_millis(10);
+        // Raft stops on this server while the leader does not answer: the relay ends at once.
+        let f = Follower::new(1);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let started = tokio::time::Instant::now();
+        let (done, ()) = tokio::join!(
+            follow(&f, hb, request(), true, Duration::from_secs(30), |addr, _r, _t| silent_leader(&asked, addr)),
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                f.leadership.send_modify(|l| l.stopped = true);
+            }
+        );
+        match done {
+            Relayed::Failed(detail) => assert!(detail.contains("Raft has stopped"), "{detail}"),
+            _ => panic!("the relay went on after Raft stopped"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "it waited out the bound");
+        let once = asked.lock().unwrap().clone();
+        assert_eq!(once.len(), 1, "asked again and again: {once:?}");
+        // No answer and no change within the bound: it ends then, having asked once.
+        let f = Follower::new(1);
+        let asked = std::sync::Mutex::new(Vec::new());
+        let done =
+            follow(&f, hb, request(), true, Duration::from_millis(300), |addr, _r, _t| silent_leader(&asked, addr));
+        match done.await {
+            Relayed::Failed(detail) => assert!(detail.contains("did not answer within"), "{detail}"),
+            _ => panic!("no answer within the bound should fail"),
+        }
+        let once = asked.lock().unwrap().clone();
+        assert_eq!(once.len(), 1, "asked again and again: {once:?}");
+        // The view's publisher is gone: the relay ends, it does not spin on a closed watch.
+        let f = Follower { closed: true, ..Follower::new(1) };
+        let asked = std::sync::Mutex::new(Vec::new());
+        let done = follow(&f, hb, request(), true, Duration::from_secs(30), |addr, _r, _t| silent_leader(&asked, addr));
+        match tokio::time::timeout(Duration::from_secs(10), done).await {
+            Ok(Relayed::Failed(_)) => {}
+            Ok(_) => panic!("an answer from a leader that never answers"),
+            Err(_) => panic!("the relay went on with its view gone"),
+        }
+        let asked = asked.lock().unwrap().clone();
+        assert!(asked.len() <= 1, "asked again and again: {asked:?}");
     }
 }

@@ -518,6 +518,9 @@ impl RaftNode {
         let mut watch = self.leadership.clone();
         loop {
             let seen = *watch.borrow_and_update();
+            if seen.stopped {
+                return Err(RequestError::Remote("raft has stopped on this server".into()));
+            }
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             if remaining.is_zero() {
                 return Err(RequestError::Remote(format!("no leader confirmed the read within {within:?}")));
@@ -550,7 +553,12 @@ impl RaftNode {
             }
             let asked = tokio::select! {
                 r = self.network.read_index(leader, &node.addr) => Some(r),
-                _ = leadership::moved_on(&mut watch, &seen, remaining) => None,
+                moved = leadership::moved_on(&mut watch, &seen, remaining) => {
+                    if !moved {
+                        return Err(RequestError::Remote(format!("the leader did not confirm the read within {within:?}")));
+                    }
+                    None
+                }
             };
             match asked {
                 Some(Ok(index)) => {
