@@ -60,8 +60,10 @@ pub(crate) struct ChaosArgs {
     /// Longest a pause, partition or full disk lasts, in seconds (each lasts from 1 s to this).
     #[arg(long, default_value_t = 10.0)]
     max_hold: f64,
-    /// Clients, each one operation at a time.
-    #[arg(long, default_value_t = 4)]
+    /// Clients, each one operation at a time, each to a server drawn at random. Enough of them
+    /// that some always send to servers a fault spared: a client that sent to a paused server
+    /// waits for it, as any would.
+    #[arg(long, default_value_t = 8)]
     clients: usize,
     /// Fake agents (each four nodes of 4 cpu).
     #[arg(long, default_value_t = 2)]
