@@ -131,10 +131,11 @@ pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) ->
         Ok(r) => r,
         Err(Unrelayable::TooLarge(m) | Unrelayable::Invalid(m)) => return ApiError::internal(m).into_response(),
     };
-    let safe = resend_safe(&parts.method, parts.uri.path(), &body);
+    // Decided only if the relay is cut short: reading a submission's client ids costs a parse.
+    let safe = || resend_safe(&parts.method, parts.uri.path(), &body);
     loop {
         let bound = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let relayed = follow_leader(&app, outgoing.clone(), safe, bound, |addr, r, t| app.cluster.relay(&addr, r, t));
+        let relayed = follow_leader(&app, outgoing.clone(), &safe, bound, |addr, r, t| app.cluster.relay(&addr, r, t));
         match relayed.await {
             Relayed::Answer(answer) => {
                 catch_up(&app, answer.headers()).await;
@@ -269,7 +270,7 @@ fn outcome(maybe_delivered: bool) -> &'static str {
 pub(crate) async fn follow_leader<B, F, Fut>(
     app: &Control,
     request: http::Request<Bytes>,
-    resend_safe: bool,
+    resend_safe: &(dyn Fn() -> bool + Sync),
     bound: Duration,
     send: F,
 ) -> Relayed<B>
@@ -285,7 +286,7 @@ async fn follow<B, F, Fut>(
     cluster: &dyn ClusterView,
     heartbeat: Duration,
     request: http::Request<Bytes>,
-    resend_safe: bool,
+    resend_safe: &(dyn Fn() -> bool + Sync),
     bound: Duration,
     send: F,
 ) -> Relayed<B>
@@ -343,12 +344,12 @@ where
         let copy = request.clone();
         let answer = tokio::select! {
             r = send(addr.clone(), copy, remaining) => Some(r),
-            moved = leadership_moved_on(&mut watch, &seen, remaining) => {
-                if !moved {
-                    // The bound ran out (or this server's Raft went away) with no answer.
+            // No timer here: the request carries the time left as its own timeout.
+            moved = watch.wait_for(|now| now.moved_on_from(&seen)) => {
+                if moved.is_err() {
+                    // This server's view of the leadership went away (Raft stopped).
                     return Relayed::Failed(format!(
-                        "the leader at {addr} did not answer within {}: {}",
-                        humantime::format_duration(bound),
+                        "this server's Raft has stopped while the leader at {addr} had the request: {}",
                         outcome(true)
                     ));
                 }
@@ -356,7 +357,7 @@ where
             }
         };
         match answer {
-            Some(Ok(a)) if a.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE && resend_safe => {
+            Some(Ok(a)) if a.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE && resend_safe() => {
                 // The leader could not take it (it may be losing its leadership or majority).
                 if !leadership_moved_on(&mut watch, &seen, wait).await {
                     return Relayed::Answer(a);
@@ -376,7 +377,7 @@ where
             }
             Some(Err(e @ RelayError::Lost { .. })) => {
                 maybe_delivered = true;
-                if !resend_safe || !leadership_moved_on(&mut watch, &seen, wait).await {
+                if !resend_safe() || !leadership_moved_on(&mut watch, &seen, wait).await {
                     tracing::warn!(error = %e, "a request relayed to the leader got no answer");
                     return Relayed::Failed(format!(
                         "the request was relayed to the leader and {e}: {}",
@@ -386,7 +387,7 @@ where
             }
             None => {
                 maybe_delivered = true;
-                if !resend_safe {
+                if !resend_safe() {
                     return Relayed::Failed(format!(
                         "the leader was replaced (or fell silent) while the request was relayed to it: {}",
                         outcome(true)
@@ -586,13 +587,16 @@ mod tests {
         http::Request::builder().method("POST").uri("/v1/jobs").body(Bytes::new()).unwrap()
     }
 
-    /// A leader that never answers; the addresses it was asked at, in order.
+    /// A leader that never answers: the request times out as the relay client's would. Records
+    /// the addresses it was asked at, in order.
     async fn silent_leader(
         asked: &std::sync::Mutex<Vec<String>>,
         addr: String,
+        timeout: Duration,
     ) -> Result<http::Response<Bytes>, RelayError> {
-        asked.lock().unwrap().push(addr);
-        std::future::pending().await
+        asked.lock().unwrap().push(addr.clone());
+        tokio::time::sleep(timeout).await;
+        Err(RelayError::Lost { addr, message: "operation timed out".into() })
     }
 
     #[tokio::test]
@@ -601,14 +605,14 @@ mod tests {
         let asked = std::sync::Mutex::new(Vec::new());
         let hb = Duration::from_millis(10);
         let (done, elected) = tokio::join!(
-            follow(&f, hb, request(), true, Duration::from_secs(5), |addr, _r, _t| {
+            follow(&f, hb, request(), &|| true, Duration::from_secs(5), |addr, _r, t| {
                 let asked = &asked;
                 async move {
                     if addr.ends_with("-3") {
                         asked.lock().unwrap().push(addr);
                         return Ok(http::Response::new(Bytes::from_static(b"done")));
                     }
-                    silent_leader(asked, addr).await
+                    silent_leader(asked, addr, t).await
                 }
             }),
             async {
@@ -626,7 +630,7 @@ mod tests {
         let f = Follower::new(1);
         let asked = std::sync::Mutex::new(Vec::new());
         let (done, ()) = tokio::join!(
-            follow(&f, hb, request(), false, Duration::from_secs(5), |addr, _r, _t| silent_leader(&asked, addr)),
+            follow(&f, hb, request(), &|| false, Duration::from_secs(5), |addr, _r, t| silent_leader(&asked, addr, t)),
             async {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 f.elect(3);
@@ -647,7 +651,7 @@ mod tests {
         let asked = std::sync::Mutex::new(Vec::new());
         let started = tokio::time::Instant::now();
         let (done, ()) = tokio::join!(
-            follow(&f, hb, request(), true, Duration::from_secs(30), |addr, _r, _t| silent_leader(&asked, addr)),
+            follow(&f, hb, request(), &|| true, Duration::from_secs(30), |addr, _r, t| silent_leader(&asked, addr, t)),
             async {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 f.leadership.send_modify(|l| l.stopped = true);
@@ -663,10 +667,11 @@ mod tests {
         // No answer and no change within the bound: it ends then, having asked once.
         let f = Follower::new(1);
         let asked = std::sync::Mutex::new(Vec::new());
-        let done =
-            follow(&f, hb, request(), true, Duration::from_millis(300), |addr, _r, _t| silent_leader(&asked, addr));
+        let done = follow(&f, hb, request(), &|| true, Duration::from_millis(300), |addr, _r, t| {
+            silent_leader(&asked, addr, t)
+        });
         match done.await {
-            Relayed::Failed(detail) => assert!(detail.contains("did not answer within"), "{detail}"),
+            Relayed::Failed(detail) => assert!(detail.contains("no answer from"), "{detail}"),
             _ => panic!("no answer within the bound should fail"),
         }
         let once = asked.lock().unwrap().clone();
@@ -674,7 +679,8 @@ mod tests {
         // The view's publisher is gone: the relay ends, it does not spin on a closed watch.
         let f = Follower { closed: true, ..Follower::new(1) };
         let asked = std::sync::Mutex::new(Vec::new());
-        let done = follow(&f, hb, request(), true, Duration::from_secs(30), |addr, _r, _t| silent_leader(&asked, addr));
+        let done =
+            follow(&f, hb, request(), &|| true, Duration::from_secs(30), |addr, _r, t| silent_leader(&asked, addr, t));
         match tokio::time::timeout(Duration::from_secs(10), done).await {
             Ok(Relayed::Failed(_)) => {}
             Ok(_) => panic!("an answer from a leader that never answers"),

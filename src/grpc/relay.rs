@@ -96,9 +96,9 @@ pub(super) async fn route(State(app): State<Arc<Control>>, req: Request, next: N
         Ok(r) => r,
         Err(Unrelayable::TooLarge(m) | Unrelayable::Invalid(m)) => return Status::internal(m).into_http(),
     };
-    let safe = resend_safe(parts.uri.path(), &body);
+    let safe = || resend_safe(parts.uri.path(), &body);
     let bound = app.config.relay_timeout();
-    match follow_leader(&app, request, safe, bound, |addr, r, t| app.cluster.relay_h2(&addr, r, t)).await {
+    match follow_leader(&app, request, &safe, bound, |addr, r, t| app.cluster.relay_h2(&addr, r, t)).await {
         Relayed::Answer(answer) => {
             catch_up(&app, answer.headers()).await;
             answer
