@@ -88,6 +88,12 @@ pub struct ServerConfig {
     /// it, every write is. See docs/operations.md, "A full disk".
     #[serde(with = "crate::model::quantity::serde_bytes")]
     pub disk_reserve: u64,
+    /// How much of an ended run's output the server keeps, for when its agent no longer has
+    /// it: the last bytes of standard output and standard error, up to this many in all (a
+    /// quantity such as `64Ki`; at most 64Ki, 0 keeps none). While the agent keeps the run
+    /// (`keep_finished`), `convoy logs` reads the whole output from it.
+    #[serde(with = "crate::model::quantity::serde_bytes")]
+    pub finished_output_tail: u64,
     /// Size of the database's page cache, in MiB.
     pub db_cache_mb: usize,
     /// How long a finished job is kept (record, runs, output, events, client id) before it is
@@ -120,6 +126,7 @@ impl Default for ServerConfig {
             write_timeout: Duration::from_secs(30),
             relay_timeout: None,
             disk_reserve: 64 << 20,
+            finished_output_tail: crate::state::MAX_LOG_TAIL as u64,
             db_cache_mb: 256,
             job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
@@ -527,6 +534,12 @@ impl Config {
         if s.max_request_bytes < 1024 {
             return Err(FieldError::new("server.max_request_bytes", "must be at least 1024"));
         }
+        if s.finished_output_tail > crate::state::MAX_LOG_TAIL as u64 {
+            return Err(FieldError::new(
+                "server.finished_output_tail",
+                format!("{} bytes is above the most a run's record holds, 64Ki", s.finished_output_tail),
+            ));
+        }
         if s.db_cache_mb < 16 {
             return Err(FieldError::new("server.db_cache_mb", "must be at least 16"));
         }
@@ -560,6 +573,17 @@ impl Config {
                 return Err(FieldError::new(format!("auth.users[{i}].roles"), "needs at least one role"));
             }
         }
+        let mut secrets: Vec<(String, &str)> = Vec::new();
+        secrets.extend(self.auth.cluster_secret.as_deref().map(|s| ("auth.cluster_secret".to_string(), s)));
+        secrets.extend(
+            self.auth.tokens.iter().enumerate().map(|(i, t)| (format!("auth.tokens[{i}].token"), t.token.as_str())),
+        );
+        secrets.extend(
+            self.auth.users.iter().enumerate().map(|(i, u)| (format!("auth.users[{i}].password"), u.password.as_str())),
+        );
+        for (key, value) in secrets {
+            crate::model::placeholder::refuse(&key, value)?;
+        }
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if t.token.chars().count() < 16 {
                 return Err(FieldError::new(format!("auth.tokens[{i}].token"), "must be at least 16 characters"));
@@ -579,6 +603,25 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholders_of_the_examples_are_refused_naming_the_key() {
+        let text = r#"
+[auth]
+enabled = true
+cluster_secret = "a-real-secret-of-some-length"
+tokens = [
+  { token = "0123456789abcdef0123", principal = "ops", roles = ["admin"] },
+  { token = "replace-with-a-long-random-team-token", principal = "alice", roles = ["submitter"] },
+]
+"#;
+        let e = Config::parse(text, "f").unwrap_err().to_string();
+        assert!(e.contains("auth.tokens[1].token") && e.contains("placeholder"), "{e}");
+        let secret = text.replace("a-real-secret-of-some-length", "Replace-With-One-Secret");
+        let e = Config::parse(&secret, "f").unwrap_err().to_string();
+        assert!(e.contains("auth.cluster_secret") && e.contains("placeholder"), "{e}");
+        Config::parse(&text.replace("replace-with-a-long-random-team-token", "team-token-0123456789"), "f").unwrap();
+    }
 
     #[test]
     fn cluster_rules_name_their_key() {

@@ -50,6 +50,32 @@ pub enum AgentConfigError {
 }
 
 /// An error about `agent.<key>`.
+/// Resource names Kubernetes defines (besides `hugepages-<size>`); other resources are
+/// extended ones, named `<domain>/<name>` (`nvidia.com/gpu`).
+const STANDARD_RESOURCES: [&str; 5] = ["cpu", "memory", "ephemeral-storage", "pods", "storage"];
+
+/// What is odd about a resource name a node offers: not a standard one and not `<domain>/<name>`,
+/// so most likely a misspelling (`cpus`) that jobs will never ask for.
+pub fn unusual_resource(name: &str) -> Option<String> {
+    if STANDARD_RESOURCES.contains(&name) || name.starts_with("hugepages-") || name.contains('/') {
+        return None;
+    }
+    let hint = crate::model::spelling::did_you_mean(name, STANDARD_RESOURCES);
+    Some(format!(
+        "{name:?} is not a standard resource name{hint} (extended resources are named <domain>/<name>, such as \
+         nvidia.com/gpu); jobs that ask for cpu or memory will not count it"
+    ))
+}
+
+/// Logs a warning for each unusual resource name under `key`.
+fn warn_unusual_resources(key: &str, r: &Resources) {
+    for (name, _) in r.iter() {
+        if let Some(why) = unusual_resource(name.as_str()) {
+            tracing::warn!(key = %format!("agent.{key}.{name}"), "{why}");
+        }
+    }
+}
+
 fn invalid(key: &str, message: impl Into<String>) -> AgentConfigError {
     AgentConfigError::Invalid { origin: VALIDATED.to_string(), key: format!("agent.{key}"), message: message.into() }
 }
@@ -492,6 +518,9 @@ impl AgentConfig {
         if let Some(ca) = &self.ca {
             crate::certs::client_roots(ca).map_err(|e| invalid("ca", e.to_string()))?;
         }
+        if let Some(t) = &self.token {
+            crate::model::placeholder::refuse("token", t).map_err(|e| invalid("token", e.message))?;
+        }
         if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.poll_wait) {
             return Err(invalid("poll_wait", format!("{} is outside 1s to 60s", format_duration(self.poll_wait))));
         }
@@ -518,6 +547,9 @@ impl AgentConfig {
         check_reserved_for("process", &self.process.reserved_for, &self.process.labels)?;
         if let Some((name, v)) = self.process.allocatable.iter().flat_map(|a| a.iter()).find(|(_, v)| *v < 0) {
             return Err(invalid(&format!("process.allocatable.{name}"), format!("{v} is negative")));
+        }
+        if let Some(a) = &self.process.allocatable {
+            warn_unusual_resources("process.allocatable", a);
         }
         if let Some(p) = &self.process.supervisor
             && !p.is_file()
@@ -564,6 +596,7 @@ impl AgentConfig {
                 ));
             }
             check_reserved_for(&key, &g.reserved_for, &g.labels)?;
+            warn_unusual_resources(&format!("{key}.allocatable"), &g.allocatable);
             if g.allocatable.is_zero() {
                 return Err(invalid(
                     &format!("{key}.allocatable"),
@@ -719,6 +752,27 @@ fn default_log_tail_lines() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn misspelt_resource_names_of_a_node_are_noticed() {
+        let w = unusual_resource("cpus").expect("a warning");
+        assert!(w.contains("\"cpus\"") && w.contains("did you mean \"cpu\"?"), "{w}");
+        for fine in ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "nvidia.com/gpu", "example.org/fpga"] {
+            assert_eq!(unusual_resource(fine), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn an_example_placeholder_token_is_refused() {
+        let mut c = AgentConfig::from_toml_str(
+            "servers = [\"http://x\"]\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nallocatable = { cpu = \"8\" }\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        c.token = Some("replace-with-a-long-random-agent-token".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("agent.token") && e.contains("placeholder"), "{e}");
+    }
 
     #[test]
     fn parses_agent_file_and_combined_section() {

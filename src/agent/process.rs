@@ -40,8 +40,6 @@ const WATCH_FIRST: Duration = Duration::from_millis(5);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(3600);
 /// How often cgroup slots idle for [`confine::SLOT_IDLE`] are removed.
 const SLOT_SWEEP_INTERVAL: Duration = Duration::from_secs(15);
-/// Lines of output sent with the final event.
-const LOG_TAIL_LINES: usize = 100;
 /// Reason of a run whose supervisor could not be kept alive: the node's fault, the job returns
 /// to the queue.
 const REASON_SUPERVISOR_FAILED: &str = "supervisor failed";
@@ -117,6 +115,7 @@ impl ProcessRuntime {
         }
         let mut labels = super::config::node_labels(&p.labels, &p.reserved_for);
         labels.insert(confine::CONFINEMENT_LABEL.to_string(), confiner.label().to_string());
+        labels.insert(crate::model::node::RUNTIME_LABEL.to_string(), "process".to_string());
         let node = NodeReport {
             name: p.node.clone(),
             pool: p.pool.clone(),
@@ -265,7 +264,12 @@ impl Inner {
         ev.exit_code = rec.exit_code;
         ev.reason = rec.reason.clone();
         ev.message = rec.message.clone();
-        ev.log_tail = dir.log_tail(LOG_TAIL_LINES, LOG_TAIL_MAX_BYTES);
+        // As much as the server keeps (its lease says), so its copy is whole for what it holds.
+        let limit =
+            dir.read_lease().ok().and_then(|l| l.output_tail_bytes).map_or(LOG_TAIL_MAX_BYTES, |b| {
+                usize::try_from(b).unwrap_or(LOG_TAIL_MAX_BYTES).min(LOG_TAIL_MAX_BYTES)
+            });
+        ev.log_tail = dir.log_tail(limit);
         ev
     }
 
@@ -605,8 +609,14 @@ impl Runtime for ProcessRuntime {
 
     async fn output(&self, want: OutputWanted) -> OutputChunk {
         let dir = self.inner.run_dir(want.run_id);
+        let held = lock(&self.inner.runs).contains_key(&want.run_id);
         let read = tokio::task::spawn_blocking(move || {
             if !dir.path.exists() {
+                if !held {
+                    // Over and swept (`keep_finished`), or never here: the server answers
+                    // from the tail it kept.
+                    return Ok(Some(no_output(&want, "the agent no longer keeps this run's output")));
+                }
                 return Ok(None);
             }
             // The exit record is written once the job has exited: read it first, and the
@@ -624,8 +634,7 @@ impl Runtime for ProcessRuntime {
         .await;
         match read {
             Ok(Ok(Some(chunk))) => chunk,
-            // Not started yet (or cleaned up once over, when the server answers from what the
-            // run shipped instead of asking).
+            // Not started yet.
             Ok(Ok(None)) => output_chunk(&want, want.from.unwrap_or(0), &[], false),
             Ok(Err(e)) => no_output(&want, format!("reading the run's output: {e}")),
             Err(e) => no_output(&want, format!("reading the run's output: {e}")),
@@ -734,6 +743,7 @@ mod tests {
             active_deadline_seconds: 0,
             namespace: None,
             owner: None,
+            output_tail_bytes: None,
         }
     }
 

@@ -16,7 +16,7 @@
 //! | `reported` | agent | the server acknowledged the final event |
 
 use super::os::ProcStamp;
-use crate::model::api::LeaseOrder;
+use crate::model::api::{LeaseOrder, STDERR_MARKER};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -239,23 +239,29 @@ impl RunDir {
         Ok((start, buf))
     }
 
-    /// The last lines of the job's output (stdout, then stderr under a marker), at most
-    /// `max_bytes` in all.
-    pub fn log_tail(&self, lines: usize, max_bytes: usize) -> Option<String> {
+    /// The end of the job's output (stdout, then stderr under [`STDERR_MARKER`]), at most
+    /// `max_bytes` in all; when both are longer than half, half each.
+    pub fn log_tail(&self, max_bytes: usize) -> Option<String> {
+        if max_bytes == 0 {
+            return None;
+        }
         let out = read_tail(&self.file(STDOUT), max_bytes).unwrap_or_default();
         let err = read_tail(&self.file(STDERR), max_bytes).unwrap_or_default();
-        let out = super::runtime::last_lines(&out, lines);
-        let err = super::runtime::last_lines(&err, lines);
+        let (out, err) = (out.as_str(), err.as_str());
         let text = match (out.is_empty(), err.is_empty()) {
             (true, true) => return None,
             (false, true) => out.to_string(),
-            (true, false) => format!("--- stderr ---\n{err}"),
+            (true, false) => format!("{STDERR_MARKER}{err}"),
+            (false, false) if out.len() + err.len() + STDERR_MARKER.len() < max_bytes => {
+                let sep = if out.ends_with('\n') { "" } else { "\n" };
+                format!("{out}{sep}{STDERR_MARKER}{err}")
+            }
             (false, false) => {
                 let half = max_bytes / 2;
                 let out = super::runtime::tail_text(out, half);
                 let err = super::runtime::tail_text(err, max_bytes - half - 16);
                 let sep = if out.ends_with('\n') { "" } else { "\n" };
-                format!("{out}{sep}--- stderr ---\n{err}")
+                format!("{out}{sep}{STDERR_MARKER}{err}")
             }
         };
         Some(super::runtime::tail_text(&text, max_bytes))
@@ -347,12 +353,15 @@ mod tests {
         let second = ExitRecord { exit_code: Some(1), ..first.clone() };
         assert!(!rd.write_exit_once(&second).expect("write"));
         assert_eq!(rd.read_exit().expect("read"), Some(first));
-        assert_eq!(rd.log_tail(10, 1024), None);
-        std::fs::write(rd.file(STDOUT), (1..=50).map(|i| format!("out {i}\n")).collect::<String>()).expect("write");
+        assert_eq!(rd.log_tail(1024), None);
+        let out: String = (1..=150).map(|i| format!("out {i}\n")).collect();
+        std::fs::write(rd.file(STDOUT), &out).expect("write");
         std::fs::write(rd.file(STDERR), "boom\n").expect("write");
-        let tail = rd.log_tail(3, 1024).expect("tail");
-        assert_eq!(tail, "out 48\nout 49\nout 50\n--- stderr ---\nboom\n");
-        let small = rd.log_tail(100, 64).expect("tail");
-        assert!(small.len() <= 64 && small.ends_with("boom\n"), "{small:?}");
+        // Every line fits: all of them, not the last hundred.
+        let tail = rd.log_tail(4096).expect("tail");
+        assert_eq!(tail, format!("{out}--- stderr ---\nboom\n"));
+        let small = rd.log_tail(64).expect("tail");
+        assert!(small.len() <= 64 && small.ends_with("boom\n") && small.contains("out 150\n"), "{small:?}");
+        assert_eq!(rd.log_tail(0), None, "a server that keeps none is sent none");
     }
 }

@@ -9,7 +9,7 @@ use crate::control::Control;
 use crate::model::api::Problem;
 use crate::model::{Event, JobSetName, QueueName};
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, Stream};
@@ -82,6 +82,7 @@ struct Cursor<F> {
             (String = "text/plain"),
         )),
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The queue does not exist", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn stream(
@@ -93,6 +94,10 @@ pub async fn stream(
 ) -> Result<impl IntoResponse, ApiError> {
     let queue = queue_name(&queue)?;
     let job_set = JobSetName::new(&job_set).map_err(|e| ApiError::bad_request("job_set", e.to_string()))?;
+    if !app.state().queues.contains_key(&queue) {
+        // A stream that waits for ever for a misspelt queue looks like a hang.
+        return Err(ApiError::field(StatusCode::NOT_FOUND, "queue", format!("queue {queue} does not exist")));
+    }
     let last_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(|v| {
         v.trim()
             .parse::<u64>()

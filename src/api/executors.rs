@@ -61,8 +61,10 @@ fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
 /// A run event as the log records it. A `returned` run never started on its node, which is
 /// the node's fault whether or not the agent said so (agents before node faults do not); a
 /// fault on any other kind than `failed` means nothing and is dropped.
-fn run_report(e: RunEventReport) -> PodRunReport {
+fn run_report(e: RunEventReport, tail_limit: usize) -> PodRunReport {
     let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault, pod } = e;
+    // The leader cuts the tail to its setting, so that every server stores the same.
+    let log_tail = log_tail.map(|t| crate::state::last_bytes(&t, tail_limit).to_string()).filter(|t| !t.is_empty());
     let (kind, node_fault) = match kind {
         RunEventKind::Pending => (RunReportKind::Pending, None),
         RunEventKind::Running => (RunReportKind::Running, None),
@@ -275,6 +277,7 @@ pub async fn lease(
             active_deadline_seconds: r.active_deadline_seconds,
             namespace: r.namespace.clone(),
             owner,
+            output_tail_bytes: Some(app.config.server.finished_output_tail),
         });
     }
     let output = app.output.asks_for(&executor, std::time::Instant::now());
@@ -356,11 +359,12 @@ pub async fn events(
     if req.events.is_empty() {
         return Ok(json(EventsResponse { accepted: 0 }));
     }
+    let tail_limit = usize::try_from(app.config.server.finished_output_tail).unwrap_or(usize::MAX);
     let r = app
         .write(Command::RunEventsWithPods {
             executor,
             at_ms: now_ms(),
-            events: req.events.into_iter().map(run_report).collect(),
+            events: req.events.into_iter().map(|e| run_report(e, tail_limit)).collect(),
             max_attempted_runs: app.config.server.max_attempted_runs,
             quarantine: quarantine_policy(&app),
         })

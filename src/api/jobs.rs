@@ -3,7 +3,7 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use super::queues::queue_name;
-use super::validate::{SubmitContext, check_submission};
+use super::validate::{SubmitContext, check_submission, known_resource_names};
 use crate::control::ids;
 use crate::control::{Control, now_ms, rfc3339};
 use crate::model::api::{
@@ -11,12 +11,13 @@ use crate::model::api::{
     SubmitRequest, SubmitResponse,
 };
 use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, Resources, Run};
+use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, ResourceName, Resources, Run};
 use crate::state::{Command, NamespacedJob, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
 use serde::Deserialize;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The queue, for an owner check; 404 if it does not exist.
@@ -79,8 +80,14 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
             format!("queue {} is a parent queue: jobs are submitted to leaf queues only", queue.name),
         ));
     }
-    let largest = if app.config.server.reject_jobs_larger_than_any_node { largest_node(app) } else { Resources::new() };
-    let ctx = SubmitContext { server: &app.config.server, scheduler: &app.config.scheduler, largest_node: &largest };
+    let (largest, known, process_nodes_only) = node_facts(app);
+    let ctx = SubmitContext {
+        server: &app.config.server,
+        scheduler: &app.config.scheduler,
+        largest_node: &largest,
+        known_resources: known.as_ref(),
+        process_nodes_only,
+    };
     let checked = check_submission(&req, &ctx)?;
     let jobs = checked
         .into_iter()
@@ -113,9 +120,17 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
     ids_of(r)
 }
 
-/// Largest amount of each resource on any known node.
-fn largest_node(app: &Control) -> Resources {
-    app.state().largest_node.clone()
+/// What submissions are checked against of the known nodes: the largest amount of each
+/// resource and the resource names jobs may ask for (both unchecked when no node is known or
+/// `reject_jobs_larger_than_any_node` is off), and whether every node runs processes.
+fn node_facts(app: &Control) -> (Resources, Option<BTreeSet<ResourceName>>, bool) {
+    let state = app.state();
+    let process_only = state.process_nodes_only;
+    if !app.config.server.reject_jobs_larger_than_any_node || state.node_resource_names.is_empty() {
+        return (Resources::new(), None, process_only);
+    }
+    let known = known_resource_names(&state.node_resource_names, &app.config.scheduler);
+    (state.largest_node.clone(), Some(known), process_only)
 }
 
 /// Cancel jobs
@@ -438,6 +453,7 @@ pub struct ListParams {
             (String = "text/plain"),
         )),
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The queue does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -452,6 +468,10 @@ pub async fn list(
 /// The jobs `q` selects, as `GET /v1/jobs` answers them (the web UI lists the same).
 pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, ApiError> {
     let queue = q.queue.as_deref().map(queue_name).transpose()?;
+    if let Some(name) = &queue {
+        // An empty page would read as "no jobs" for a misspelt queue.
+        queue_of(app, name)?;
+    }
     let job_set = q
         .job_set
         .as_deref()

@@ -623,6 +623,7 @@ mod tests {
                 active_deadline_seconds: 0,
                 namespace: Some(crate::model::Namespace::new("ml").expect("namespace")),
                 owner: Some("alice".into()),
+                output_tail_bytes: Some(65536),
             }],
             kills: vec![KillOrder {
                 run_id,
@@ -644,6 +645,7 @@ mod tests {
             next: Some(6),
             data: "hello\n".into(),
             done: false,
+            run_over: false,
             note: Some("no output yet".into()),
         };
         conforms(&d, "OutputPage", &page, true);

@@ -5,13 +5,15 @@
 use super::auth::Principal;
 use super::problem::{ApiError, json};
 use crate::control::Control;
-use crate::model::JobId;
-use crate::model::api::{OutputPage, OutputStream, Problem};
+use crate::control::output::Piece;
+use crate::model::api::{OutputPage, OutputStream, Problem, STDERR_MARKER};
+use crate::model::{Job, JobId, Run};
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::broadcast::error::RecvError;
 
 /// Query of `GET /v1/jobs/{id}/output`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -29,9 +31,11 @@ pub struct OutputParams {
 /// Follow a job's output
 ///
 /// A piece of the output of the job's latest run, from `from` (or its last lines), waiting up to
-/// `wait` seconds for some; ask again from `next` until `done`. While the run is going, its
-/// agent sends the output on request (followed output is not stored); once it is over, the
-/// answer is the last lines the run shipped when it ended.
+/// `wait` seconds for some (a job not started yet is waited for too); ask again from `next`
+/// until `done`. While the run is going, its agent sends the output on request (followed output
+/// is not stored). Once it is over (`run_over`), the output is read from the start: the whole of
+/// it while the agent keeps the run, else the end the server kept (`finished_output_tail`), of
+/// the stream asked for alone; `note` says which.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/output",
@@ -69,7 +73,8 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
         Some(w) if w.is_finite() && w >= 0.0 => Duration::from_secs_f64(w).min(app.config.server.max_lease_wait),
         Some(_) => return Err(ApiError::bad_request("wait", "must be a number of seconds >= 0")),
     };
-    let job = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
+    let deadline = tokio::time::Instant::now() + wait;
+    let job = job_once_started(app, id, deadline).await?;
     let empty = |note: &str, done: bool| OutputPage {
         run_id: None,
         stream,
@@ -77,43 +82,92 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
         next: q.from,
         data: String::new(),
         done,
+        run_over: done,
         note: Some(note.to_string()),
     };
     let Some(run) = job.runs.last() else {
         let done = job.state.is_terminal();
         return Ok(empty(if done { "the job ended without running" } else { "the job has not started yet" }, done));
     };
-    let page = |p: crate::control::output::Piece| OutputPage {
+    let over = run.state.is_terminal();
+    let page = |p: Piece| OutputPage {
         run_id: Some(run.run_id),
         stream,
         from: p.from,
         next: Some(p.to),
         data: p.data,
         done: p.done,
+        run_over: over,
         note: p.unavailable,
     };
-    if run.state.is_terminal() {
-        if let Some(p) = app.output.peek(run.run_id, stream, q.from)
-            && p.done
+    if over {
+        // The whole output while the agent keeps the run (`keep_finished`), from the start.
+        let from = Some(q.from.unwrap_or(0));
+        let bound = deadline.max(tokio::time::Instant::now() + FINISHED_ASK);
+        if app.cluster.is_leader()
+            && let Some(p) = from_agent(app, run, stream, from, bound).await
+            && p.unavailable.is_none()
         {
-            return Ok(page(p));
+            let mut out = page(p);
+            out.note = (out.from == 0).then(|| format!("the whole output, from the agent {}", run.executor));
+            return Ok(out);
         }
-        let mut out = empty("the run is over: this is the last of its output that it shipped when it ended", true);
-        out.run_id = Some(run.run_id);
-        if q.from.is_none_or(|f| f == 0) {
-            out.data = run.log_tail.clone().unwrap_or_default();
-        } else {
-            out.note = Some("the run is over; GET /v1/jobs/{id}/logs has the last lines it shipped".into());
-        }
-        return Ok(out);
+        return Ok(kept_tail(app, run, stream, q.from));
     }
     if !app.cluster.is_leader() {
         return Err(ApiError::unavailable("only the leader hears from agents, and this server no longer leads; retry"));
     }
-    let deadline = tokio::time::Instant::now() + wait;
+    match from_agent(app, run, stream, q.from, deadline).await {
+        Some(p) => Ok(page(p)),
+        None => {
+            let mut out = empty("no output yet", false);
+            out.run_id = Some(run.run_id);
+            out.note = None;
+            Ok(out)
+        }
+    }
+}
+
+/// How long the agent of an ended run gets to answer before the server answers from the tail
+/// it kept.
+const FINISHED_ASK: Duration = Duration::from_secs(3);
+
+/// The job, once it has a run or has ended, or as it is at `deadline`: a follower of a queued
+/// job waits here, woken by the changes of its job set, instead of asking again at once.
+async fn job_once_started(app: &Control, id: JobId, deadline: tokio::time::Instant) -> Result<Job, ApiError> {
+    // Subscribed before reading, so a change between the read and the wait is not missed.
+    let mut changes = app.notify.subscribe_job_sets();
     loop {
-        match app.output.want(run.run_id, stream, &run.executor, q.from, Instant::now()) {
-            Ok(p) => return Ok(page(p)),
+        let job = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
+        if !job.runs.is_empty() || job.state.is_terminal() || tokio::time::Instant::now() >= deadline {
+            return Ok(job);
+        }
+        let set = (job.queue.clone(), job.job_set.clone());
+        loop {
+            tokio::select! {
+                changed = changes.recv() => match changed {
+                    Ok(s) if s != set => continue,
+                    Ok(_) | Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return Ok(job),
+                },
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+    }
+}
+
+/// What the run's agent sends of `stream` from `from` (None: its last lines), waiting for it
+/// until `deadline`; None when nothing came by then.
+async fn from_agent(
+    app: &Control,
+    run: &Run,
+    stream: OutputStream,
+    from: Option<u64>,
+    deadline: tokio::time::Instant,
+) -> Option<Piece> {
+    loop {
+        match app.output.want(run.run_id, stream, &run.executor, from, Instant::now()) {
+            Ok(p) => return Some(p),
             Err(arrived) => {
                 let arrived = arrived.notified();
                 tokio::pin!(arrived);
@@ -121,10 +175,7 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
                 // The executor's open poll returns now with the ask.
                 app.notify.executor(&run.executor).notify_waiters();
                 if tokio::time::Instant::now() >= deadline {
-                    let mut out = empty("no output yet", false);
-                    out.run_id = Some(run.run_id);
-                    out.note = None;
-                    return Ok(out);
+                    return None;
                 }
                 tokio::select! {
                     _ = arrived => {}
@@ -132,5 +183,59 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
                 }
             }
         }
+    }
+}
+
+/// An ended run's output from what the server kept of it: the tail its agent shipped when it
+/// ended (`server.finished_output_tail`), of `stream` alone.
+fn kept_tail(app: &Control, run: &Run, stream: OutputStream, from: Option<u64>) -> OutputPage {
+    let kept = humantime_bytes(app.config.server.finished_output_tail);
+    let mut out = OutputPage {
+        run_id: Some(run.run_id),
+        stream,
+        from: 0,
+        next: from,
+        data: String::new(),
+        done: true,
+        run_over: true,
+        note: None,
+    };
+    if from.is_some_and(|f| f > 0) {
+        out.note = Some(format!(
+            "the agent {} no longer answers for this run: the server keeps only the last {kept} of its output",
+            run.executor
+        ));
+        return out;
+    }
+    let (stdout, stderr) = split_tail(run.log_tail.as_deref().unwrap_or_default());
+    out.data = match stream {
+        OutputStream::Stdout => stdout.to_string(),
+        OutputStream::Stderr => stderr.to_string(),
+    };
+    out.note = Some(format!(
+        "the run is over and its agent {} no longer keeps its output: this is the last of it (at most {kept}) that the server kept",
+        run.executor
+    ));
+    out
+}
+
+/// A shipped tail split into standard output and standard error: agents send stdout, then
+/// stderr under [`STDERR_MARKER`] (a pod's one log is stdout).
+pub(crate) fn split_tail(tail: &str) -> (&str, &str) {
+    if let Some(err) = tail.strip_prefix(STDERR_MARKER) {
+        return ("", err);
+    }
+    match tail.rfind(&format!("\n{STDERR_MARKER}")) {
+        Some(at) => (&tail[..=at], &tail[at + 1 + STDERR_MARKER.len()..]),
+        None => (tail, ""),
+    }
+}
+
+/// `64 KiB`, `1 MiB`: a byte count as people read it.
+fn humantime_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
     }
 }

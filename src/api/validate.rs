@@ -9,12 +9,13 @@ use crate::model::placement::{
     TolerationOperator,
 };
 use crate::model::quantity::{Unit, parse_quantity};
+use crate::model::strict_json::parse_strict;
 use crate::model::{
     FieldError, GangSpec, JobPayload, Namespace, PriorityClassName, ResourceName, Resources, SchedulingRequirements,
 };
 use crate::scheduler::SchedulerConfig;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a submission is checked against.
 pub struct SubmitContext<'a> {
@@ -24,6 +25,11 @@ pub struct SubmitContext<'a> {
     pub scheduler: &'a SchedulerConfig,
     /// Largest amount of each resource on any known node (empty when no node is known yet).
     pub largest_node: &'a Resources,
+    /// The resource names a job may ask for: those of the known nodes and of the scheduler's
+    /// settings. None: any (no node is known yet, or jobs larger than any node are queued).
+    pub known_resources: Option<&'a BTreeSet<ResourceName>>,
+    /// Every known node runs jobs as processes, which need `containers[0].command`.
+    pub process_nodes_only: bool,
 }
 
 /// A checked job, ready to get its id.
@@ -125,7 +131,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         Some(ns) => Some(Namespace::new(ns).map_err(|e| FieldError::new("namespace", e.to_string()))?),
     };
 
-    let spec: PodSpec = parse_json(item.pod_spec.get().as_bytes()).map_err(|(path, message)| {
+    let spec: PodSpec = parse_strict(item.pod_spec.get().as_bytes(), parse_json).map_err(|(path, message)| {
         FieldError::new(nested("pod_spec", &path), format!("is not a valid Kubernetes PodSpec: {message}"))
     })?;
     let priority_class = resolve_priority_class(
@@ -136,7 +142,13 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
     }
     let requests = effective_requests(&spec)?;
+    if let Some(known) = ctx.known_resources {
+        check_resource_names(&spec, known)?;
+    }
     check_fits_some_node(&spec, &requests, ctx.largest_node)?;
+    if ctx.process_nodes_only {
+        check_command(&spec)?;
+    }
 
     let grace_s = spec.termination_grace_period_seconds.unwrap_or(0);
     if grace_s < 0 {
@@ -181,7 +193,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
 
     let mut services = Vec::with_capacity(item.services.len());
     for (i, s) in item.services.iter().enumerate() {
-        let _: k8s_openapi::api::core::v1::Service = parse_json(s.get().as_bytes()).map_err(|(path, message)| {
+        let service = parse_strict::<k8s_openapi::api::core::v1::Service>(s.get().as_bytes(), parse_json);
+        service.map_err(|(path, message)| {
             let field = nested(&format!("services[{i}]"), &path);
             FieldError::new(field, format!("is not a valid Kubernetes Service: {message}"))
         })?;
@@ -189,11 +202,11 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     }
     let mut ingresses = Vec::with_capacity(item.ingresses.len());
     for (i, s) in item.ingresses.iter().enumerate() {
-        let _: k8s_openapi::api::networking::v1::Ingress =
-            parse_json(s.get().as_bytes()).map_err(|(path, message)| {
-                let field = nested(&format!("ingresses[{i}]"), &path);
-                FieldError::new(field, format!("is not a valid Kubernetes Ingress: {message}"))
-            })?;
+        let ingress = parse_strict::<k8s_openapi::api::networking::v1::Ingress>(s.get().as_bytes(), parse_json);
+        ingress.map_err(|(path, message)| {
+            let field = nested(&format!("ingresses[{i}]"), &path);
+            FieldError::new(field, format!("is not a valid Kubernetes Ingress: {message}"))
+        })?;
         ingresses.push(s.get().to_string());
     }
     Ok(CheckedJob {
@@ -301,6 +314,68 @@ pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
         }
     }
     Ok(sum)
+}
+
+/// The resource names jobs may ask for: those of the nodes, and those the scheduler's settings
+/// name (a resource that may come with nodes not yet connected).
+pub fn known_resource_names(nodes: &BTreeSet<ResourceName>, scheduler: &SchedulerConfig) -> BTreeSet<ResourceName> {
+    let mut out = nodes.clone();
+    out.extend(scheduler.dominant_resource_fairness_resources.iter().cloned());
+    out.extend(scheduler.resource_cost_weights.keys().cloned());
+    out.extend(scheduler.indexed_resources.iter().cloned());
+    out
+}
+
+/// Refuses a resource no node has and no setting names (a misspelling, most often: `cpus`),
+/// naming the nearest known one.
+fn check_resource_names(spec: &PodSpec, known: &BTreeSet<ResourceName>) -> Result<(), FieldError> {
+    let lists = [("containers", Some(&spec.containers)), ("initContainers", spec.init_containers.as_ref())];
+    let mut asked: Vec<(String, &str)> = Vec::new();
+    for (list, containers) in lists {
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            let r = c.resources.as_ref();
+            for (kind, m) in
+                [("requests", r.and_then(|r| r.requests.as_ref())), ("limits", r.and_then(|r| r.limits.as_ref()))]
+            {
+                for name in m.into_iter().flat_map(|m| m.keys()) {
+                    asked.push((format!("pod_spec.{list}[{i}].resources.{kind}.{name}"), name));
+                }
+            }
+        }
+    }
+    for name in spec.overhead.iter().flat_map(|m| m.keys()) {
+        asked.push((format!("pod_spec.overhead.{name}"), name));
+    }
+    for (field, name) in asked {
+        if known.iter().any(|k| k.as_str() == name) {
+            continue;
+        }
+        let names = known.iter().map(|k| k.as_str());
+        let hint = crate::model::spelling::did_you_mean(name, names.clone());
+        let list: Vec<&str> = names.collect();
+        return Err(FieldError::new(
+            field,
+            format!(
+                "no node has a resource named {name:?} and no setting names one{hint} (known: {})",
+                list.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a job without `containers[0].command` when only process nodes could run it: the
+/// process runtime runs that command (the image is not used), so the job could only fail.
+fn check_command(spec: &PodSpec) -> Result<(), FieldError> {
+    let has = spec.containers.first().and_then(|c| c.command.as_ref()).is_some_and(|c| !c.is_empty());
+    if has {
+        return Ok(());
+    }
+    Err(FieldError::new(
+        "pod_spec.containers[0].command",
+        "is needed: every node here runs jobs as processes, which run containers[0].command (with args) on the \
+         host and do not use the image; give the command, e.g. [\"sh\", \"-c\", \"echo hi\"]",
+    ))
 }
 
 fn check_fits_some_node(spec: &PodSpec, requests: &Resources, largest: &Resources) -> Result<(), FieldError> {
@@ -516,8 +591,83 @@ mod tests {
         let server = ServerConfig::default();
         let scheduler = SchedulerConfig::default();
         let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")]).unwrap();
+        let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
+        let known = known_resource_names(&names, &scheduler);
         let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: items };
-        check_submission(&req, &SubmitContext { server: &server, scheduler: &scheduler, largest_node: &largest })
+        let ctx = SubmitContext {
+            server: &server,
+            scheduler: &scheduler,
+            largest_node: &largest,
+            known_resources: Some(&known),
+            process_nodes_only: false,
+        };
+        check_submission(&req, &ctx)
+    }
+
+    fn check_on_process_nodes(items: Vec<SubmitItem>) -> Result<Vec<CheckedJob>, FieldError> {
+        let (server, scheduler) = (ServerConfig::default(), SchedulerConfig::default());
+        let largest = Resources::parse([("cpu", "4"), ("memory", "8Gi")]).unwrap();
+        let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: items };
+        let ctx = SubmitContext {
+            server: &server,
+            scheduler: &scheduler,
+            largest_node: &largest,
+            known_resources: None,
+            process_nodes_only: true,
+        };
+        check_submission(&req, &ctx)
+    }
+
+    #[test]
+    fn misspelt_pod_spec_fields_are_refused_with_the_full_path_and_the_nearest_name() {
+        let spec = json!({"containers": [{"name": "m", "comand": ["true"], "resources": {"requests": {"cpu": "1"}}}]});
+        let e = check(vec![item(pod("1")), item(spec)]).unwrap_err();
+        assert_eq!(e.field, "jobs[1].pod_spec.containers[0].comand");
+        assert!(e.message.contains("did you mean \"command\""), "{}", e.message);
+        let spec = json!({"containers": [{"name": "m", "resources": {"request": {"cpu": "1"}}}]});
+        let e = check(vec![item(spec)]).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.request");
+        assert!(e.message.contains("did you mean \"requests\""), "{}", e.message);
+    }
+
+    #[test]
+    fn a_resource_no_node_has_and_no_setting_names_is_refused_naming_it() {
+        let spec = json!({"containers": [{"name": "m", "resources": {"requests": {"cpus": "1"}}}]});
+        let e = check(vec![item(spec)]).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.requests.cpus");
+        assert!(e.message.contains("\"cpus\"") && e.message.contains("did you mean \"cpu\"?"), "{}", e.message);
+        assert!(!e.message.contains("reject_jobs_larger_than_any_node"), "{}", e.message);
+        // A resource a setting names is fine even when no node has it yet (a larger node may
+        // come), and then refused as too large as before.
+        let mut scheduler = SchedulerConfig::default();
+        scheduler.resource_cost_weights.insert(ResourceName::new("example.com/fpga").unwrap(), 1.0);
+        let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi")]).unwrap();
+        let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
+        let known = known_resource_names(&names, &scheduler);
+        let server = ServerConfig::default();
+        let ctx = SubmitContext {
+            server: &server,
+            scheduler: &scheduler,
+            largest_node: &largest,
+            known_resources: Some(&known),
+            process_nodes_only: false,
+        };
+        let spec = json!({"containers": [{"name": "a", "resources": {"requests": {"example.com/fpga": "1"}}}]});
+        let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: vec![item(spec)] };
+        let e = check_submission(&req, &ctx).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.requests.example.com/fpga");
+        assert!(e.message.contains("requests 1 example.com/fpga, more than any node has"), "{e}");
+    }
+
+    #[test]
+    fn on_process_nodes_a_job_without_a_command_is_refused() {
+        let e = check_on_process_nodes(vec![item(pod("1"))]).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].command");
+        assert!(e.message.contains("runs jobs as processes"), "{}", e.message);
+        let spec = json!({"containers": [{"name": "m", "command": ["sh", "-c", "true"], "resources": {"requests": {"cpu": "1"}}}]});
+        assert!(check_on_process_nodes(vec![item(spec)]).is_ok());
+        // Elsewhere (Kubernetes nodes run the image's entrypoint) it is fine.
+        assert!(check(vec![item(pod("1"))]).is_ok());
     }
 
     #[test]
@@ -715,11 +865,6 @@ mod tests {
                 json!({"containers": [c("a", json!({"memory": "300Gi"}))]}),
                 "jobs[0].pod_spec.containers[0].resources.requests.memory",
                 "requests 300Gi memory",
-            ),
-            (
-                json!({"containers": [c("a", json!({"example.com/fpga": "1"}))]}),
-                "jobs[0].pod_spec.containers[0].resources.requests.example.com/fpga",
-                "requests 1 example.com/fpga",
             ),
             (
                 json!({"containers": [c("a", json!({"cpu": "40"})), c("b", json!({"cpu": "40"}))]}),

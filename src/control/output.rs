@@ -20,6 +20,8 @@ pub const ASK_EVERY: Duration = Duration::from_millis(500);
 pub const WANTED_FOR: Duration = Duration::from_secs(15);
 /// Output kept this long after the last follower's request.
 pub const KEEP_FOR: Duration = Duration::from_secs(60);
+/// A piece at least this large is asked on from at once, not after [`ASK_EVERY`].
+pub const FAST_ASK_BYTES: usize = 64 * 1024;
 /// Text kept per followed stream; older pieces are dropped first.
 pub const KEPT_BYTES: usize = 1024 * 1024;
 
@@ -49,6 +51,9 @@ struct Followed {
     unavailable: Option<String>,
     wanted_until: Instant,
     asked_at: Option<Instant>,
+    /// The agent answered the last ask: the next may go at once (reading an ended run's whole
+    /// output goes at the pace of the agent's answers, not one piece per [`ASK_EVERY`]).
+    answered: bool,
     notify: Arc<Notify>,
 }
 
@@ -58,7 +63,8 @@ impl Followed {
     }
 
     /// What the pieces hold from `from` (from the start of the piece holding it); None: from
-    /// is not yet there. A `from` before the first piece kept starts at the first piece.
+    /// is not yet there. A `from` before the first piece kept starts at the first piece
+    /// ([`LiveOutput::want`] asks again from there first).
     fn read(&self, from: Option<u64>) -> Option<Piece> {
         let (first, end) = (self.pieces.front()?.from, self.end()?);
         let from = from.unwrap_or(first);
@@ -108,9 +114,21 @@ impl LiveOutput {
             unavailable: None,
             wanted_until: now,
             asked_at: None,
+            answered: false,
             notify: Arc::new(Notify::new()),
         });
         f.wanted_until = now + WANTED_FOR;
+        // Asked from before what is kept (a reader of an ended run's whole output after someone
+        // followed its last lines): start again from there rather than skip the beginning.
+        if let (Some(x), Some(first)) = (from, f.pieces.front().map(|p| p.from))
+            && x < first
+            && f.unavailable.is_none()
+        {
+            f.pieces.clear();
+            f.kept = 0;
+            f.done = false;
+            f.next_ask = Some(x);
+        }
         if let Some(why) = &f.unavailable {
             let at = from.unwrap_or(0);
             return Ok(Piece { from: at, to: at, done: true, unavailable: Some(why.clone()), data: String::new() });
@@ -141,7 +159,7 @@ impl LiveOutput {
         self.lock()
             .values()
             .filter(|f| &f.executor == executor && f.wanted_until > now && !f.done && f.unavailable.is_none())
-            .map(|f| f.asked_at.map_or(now, |a| a + ASK_EVERY))
+            .map(|f| if f.answered { now } else { f.asked_at.map_or(now, |a| a + ASK_EVERY) })
             .min()
     }
 
@@ -149,9 +167,10 @@ impl LiveOutput {
     pub fn asks_for(&self, executor: &ExecutorName, now: Instant) -> Vec<OutputWanted> {
         let mut out = Vec::new();
         for ((run_id, stream), f) in self.lock().iter_mut() {
-            let due = f.asked_at.is_none_or(|a| a + ASK_EVERY <= now);
+            let due = f.answered || f.asked_at.is_none_or(|a| a + ASK_EVERY <= now);
             if &f.executor == executor && f.wanted_until > now && !f.done && f.unavailable.is_none() && due {
                 f.asked_at = Some(now);
+                f.answered = false;
                 out.push(OutputWanted { run_id: *run_id, stream: *stream, from: f.end().or(f.next_ask) });
             }
         }
@@ -177,6 +196,8 @@ impl LiveOutput {
                     _ => {}
                 }
                 f.done |= c.done;
+                // A large piece: there is likely more behind it, worth asking for at once.
+                f.answered = c.data.len() >= FAST_ASK_BYTES;
                 if c.to > c.from || f.pieces.is_empty() {
                     f.kept += c.data.len();
                     f.pieces.push_back(c);
@@ -267,9 +288,14 @@ mod tests {
         for i in 0..48u64 {
             live.receive(&e, vec![chunk(run, i * 65536, &piece, false)]);
         }
-        let p = live.want(run, OutputStream::Stdout, &e, Some(0), now).expect("there");
+        let p = live.want(run, OutputStream::Stdout, &e, None, now).expect("there");
         assert!(p.data.len() <= KEPT_BYTES && p.data.len() >= KEPT_BYTES - 65536, "{}", p.data.len());
         assert_eq!(p.to, 48 * 65536);
         assert_eq!(p.from, p.to - p.data.len() as u64);
+        // A reader from before what is kept is not handed the middle: the agent is asked again
+        // from where it is.
+        assert!(live.want(run, OutputStream::Stdout, &e, Some(0), now).is_err());
+        let asks = live.asks_for(&e, now + ASK_EVERY);
+        assert_eq!(asks, vec![OutputWanted { run_id: run, stream: OutputStream::Stdout, from: Some(0) }]);
     }
 }

@@ -471,6 +471,10 @@ pub struct LeaseOrder {
     /// it): the process runtime's `run_as = "principal"` runs the job as this Unix user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// How much of the run's output to ship when it ends, in bytes (the server's
+    /// `finished_output_tail`); absent: 64 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tail_bytes: Option<u64>,
 }
 
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
@@ -499,6 +503,10 @@ pub struct LeaseResponse {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output: Vec<OutputWanted>,
 }
+
+/// The line that starts standard error in a run's shipped `log_tail` (standard output comes
+/// first).
+pub const STDERR_MARKER: &str = "--- stderr ---\n";
 
 /// One of a run's output streams. Runtimes that keep one log (Kubernetes) have `stdout` only.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -584,6 +592,10 @@ pub struct OutputPage {
     /// No more output will come: the run is over and everything kept was sent (or the job
     /// ended without running).
     pub done: bool,
+    /// The run has ended: its output no longer grows, and reading on from `next` until `done`
+    /// gives the whole of it (while its agent keeps it).
+    #[serde(default)]
+    pub run_over: bool,
     /// What people should know about this answer: the output is only the last lines the run
     /// shipped when it ended, the agent keeps none, the job has not started.
     #[serde(default, skip_serializing_if = "Option::is_none")]

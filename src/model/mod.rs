@@ -8,6 +8,7 @@ pub mod job;
 pub mod names;
 pub mod namespace;
 pub mod node;
+pub mod placeholder;
 pub mod placement;
 pub mod pool_policy;
 pub mod priority;
@@ -15,6 +16,8 @@ pub mod quantity;
 pub mod queue;
 pub mod requirements;
 pub mod resources;
+pub mod spelling;
+pub mod strict_json;
 
 pub use gang::GangSpec;
 pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState};

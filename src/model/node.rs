@@ -86,6 +86,16 @@ impl std::fmt::Display for NodeFault {
 /// node's annotation of the same name (a Kubernetes label value cannot hold a comma).
 pub const RESERVED_FOR_LABEL: &str = "convoy.io/reserved-for";
 
+/// Node label naming the runtime that runs the node's jobs: `process` for the process runtime
+/// (which runs `containers[0].command` and nothing else of a pod spec).
+pub const RUNTIME_LABEL: &str = "convoy.io/runtime";
+
+/// Whether a node with these labels runs jobs as processes: its runtime label says so, or (agents
+/// from before the runtime label) it has the confinement label only process nodes carry.
+pub fn runs_processes(labels: &Labels) -> bool {
+    labels.get(RUNTIME_LABEL).is_some_and(|r| r == "process") || labels.contains_key("convoy.io/confinement")
+}
+
 /// The queues named by a `convoy.io/reserved-for` value: names separated by commas, spaces
 /// around them ignored. Refuses an empty value, an empty entry and an invalid name.
 pub fn parse_reserved_for(value: &str) -> Result<Vec<QueueName>, NameError> {

@@ -6,7 +6,7 @@ use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, Response};
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
-    QueueName, Requirements, Resources, RunId, RunPod, SchedulingRequirements,
+    QueueName, Requirements, ResourceName, Resources, RunId, RunPod, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
 use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
@@ -161,6 +161,10 @@ pub struct State {
     pub node_health: BTreeMap<(ExecutorName, NodeName), NodeHealth>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
     pub largest_node: Resources,
+    /// The resources any known node has (with any amount).
+    pub node_resource_names: BTreeSet<ResourceName>,
+    /// Nodes are known and all run jobs as processes ([`crate::model::node::runs_processes`]).
+    pub process_nodes_only: bool,
     /// Submission sequence number the next submitted job gets.
     pub next_seq: u64,
     /// The largest job id ever submitted: a new leader's ids start above it, whatever its clock
@@ -199,6 +203,8 @@ impl State {
             executors: BTreeMap::new(),
             node_health: BTreeMap::new(),
             largest_node: Resources::new(),
+            node_resource_names: BTreeSet::new(),
+            process_nodes_only: false,
             next_seq: 0,
             max_job_id: None,
             queue_usage: QueueUsage::default(),
@@ -536,16 +542,24 @@ impl State {
     }
 
     /// Recomputes [`State::largest_node`] after the executors changed.
+    /// Also [`State::node_resource_names`] and [`State::process_nodes_only`].
     pub fn refresh_largest_node(&mut self) {
         let mut out = Resources::new();
+        let mut names = BTreeSet::new();
+        let (mut nodes, mut process) = (0usize, 0usize);
         for e in self.executors.values() {
             for n in &e.nodes {
                 let mut cap = n.allocatable.clone();
                 cap.sub(&n.unallocatable);
                 out.max_with(&cap);
+                names.extend(n.allocatable.iter().map(|(r, _)| r.clone()));
+                nodes += 1;
+                process += usize::from(crate::model::node::runs_processes(&n.labels));
             }
         }
         self.largest_node = out;
+        self.node_resource_names = names;
+        self.process_nodes_only = nodes > 0 && process == nodes;
     }
 
     /// Number of live jobs.

@@ -19,6 +19,7 @@ pub use command::{
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 pub use queue_select::QueueJobFilter;
+pub use runs::{MAX_LOG_TAIL, last_bytes};
 
 #[cfg(test)]
 mod tests;

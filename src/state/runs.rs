@@ -8,7 +8,8 @@ use crate::record::{ExecutorRecord, NodeRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
 /// Most bytes of output kept with a run.
-const LOG_TAIL_LIMIT: usize = 64 * 1024;
+/// Most of a run's output its record keeps (the last bytes).
+pub const MAX_LOG_TAIL: usize = 64 * 1024;
 
 impl State {
     pub(super) fn schedule(
@@ -304,12 +305,17 @@ fn failure_reason(ev: &RunReport) -> String {
 }
 
 fn truncate_tail(s: &str) -> String {
-    if s.len() <= LOG_TAIL_LIMIT {
-        return s.to_string();
+    last_bytes(s, MAX_LOG_TAIL).to_string()
+}
+
+/// The last `limit` bytes of `s` at most, starting on a character.
+pub fn last_bytes(s: &str, limit: usize) -> &str {
+    if s.len() <= limit {
+        return s;
     }
-    let mut start = s.len() - LOG_TAIL_LIMIT;
+    let mut start = s.len() - limit;
     while !s.is_char_boundary(start) {
         start += 1;
     }
-    s[start..].to_string()
+    &s[start..]
 }

@@ -45,11 +45,17 @@
   var state = document.getElementById("output-state");
   var next = null;
   var KEEP = 1024 * 1024;
+  // An ended job's page shows the end the server kept until the whole output arrives.
+  var replace = pre.getAttribute("data-replace") === "true";
   function say(text) { if (state) state.textContent = text; }
   function step() {
     fetch(url + "&wait=20" + (next === null ? "" : "&from=" + next), { credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
       .then(function (p) {
+        if (replace && (p.data || (p.done && !p.note))) {
+          pre.textContent = "";
+          replace = false;
+        }
         if (p.data) {
           var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
           var text = pre.textContent + p.data;
@@ -63,7 +69,9 @@
           return;
         }
         say(p.note ? p.note : "following…");
-        setTimeout(step, 0);
+        // The server waits for output before it answers; an empty answer at once (an older
+        // server) is not asked again in a tight loop.
+        setTimeout(step, p.data ? 0 : 1000);
       })
       .catch(function () { say("lost the connection; trying again"); setTimeout(step, 3000); });
   }

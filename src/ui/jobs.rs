@@ -5,7 +5,7 @@
 use super::html::{escape, page};
 use super::session::{Viewer, signed_in_line};
 use crate::api::jobs::{ListParams, job_details, list_jobs};
-use crate::api::output::{OutputParams, job_output};
+use crate::api::output::{OutputParams, job_output, split_tail};
 use crate::api::problem::ApiError;
 use crate::control::Control;
 use crate::model::JobId;
@@ -171,8 +171,9 @@ pub async fn output_handler(
     }
 }
 
-/// The output section: the last lines shipped for an ended job; for a live one, a pane the
-/// page's script fills and follows.
+/// The output section. For a live job, a pane the page's script fills and follows; for an ended
+/// one, the end of the stream the server kept, which the script replaces with the whole output
+/// while the run's agent keeps it.
 fn output_section(j: &JobView, tail: Option<&str>, stream: &str) -> String {
     let mut out = String::from("<h2>Output</h2><p class=\"streams\">");
     for s in ["stdout", "stderr"] {
@@ -183,16 +184,19 @@ fn output_section(j: &JobView, tail: Option<&str>, stream: &str) -> String {
         }
     }
     if j.state.is_terminal() {
-        match tail {
-            Some(t) => {
-                let _ = write!(
-                    out,
-                    "<span class=\"note\">the last lines the run shipped when it ended (both streams)</span></p>\
-                     <pre class=\"output\" id=\"output\">{}</pre>",
-                    escape(t)
-                );
-            }
-            None => out.push_str("</p><p class=\"note\" id=\"output\">No output was shipped.</p>"),
+        let (stdout, stderr) = split_tail(tail.unwrap_or_default());
+        let kept = if stream == "stderr" { stderr } else { stdout };
+        if j.runs.is_empty() {
+            out.push_str("</p><p class=\"note\" id=\"output\">The job ended without running.</p>");
+        } else {
+            let _ = write!(
+                out,
+                "<span id=\"output-state\" class=\"note\">the end of its {stream} as the server kept it</span></p>\
+                 <pre class=\"output\" id=\"output\" data-replace=\"true\" \
+                 data-output=\"/ui/jobs/{}/output?stream={stream}\">{}</pre>",
+                j.id,
+                escape(kept)
+            );
         }
     } else {
         let _ = write!(

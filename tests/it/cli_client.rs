@@ -90,14 +90,14 @@ async fn job_verbs_submit_list_show_why_reprioritize_and_cancel() {
         "jobs.yaml",
         "queue: A\njob_set: s\njobs:\n  - pod_spec:\n      containers:\n        - name: main\n          image: busybox\n          resources: {requests: {cpu: \"1\", memory: 64Mi}}\n",
     );
-    let first = ok_json(url, &["submit", &file]).await;
+    let first = ok_json(url, &["submit", &file, "-o", "json"]).await;
     assert_eq!(first["job_ids"].as_array().map(Vec::len), Some(1), "{first}");
     let pod = write(
         &s.dir,
         "pod.json",
         r#"{"containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}]}"#,
     );
-    let more = ok_json(url, &["submit", &pod, "--queue", "A", "--job-set", "s", "--count", "2"]).await;
+    let more = ok_json(url, &["submit", &pod, "--queue", "A", "--job-set", "s", "--count", "2", "-o", "json"]).await;
     let ids: Vec<String> = [&first, &more]
         .iter()
         .flat_map(|v| v["job_ids"].as_array().cloned().unwrap_or_default())
@@ -110,7 +110,7 @@ async fn job_verbs_submit_list_show_why_reprioritize_and_cancel() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "{table}");
     assert!(
-        lines[0].starts_with("ID                           QUEUE        JOB SET          STATE      REASON"),
+        lines[0].starts_with("ID                         QUEUE        JOB SET          STATE      SUBMITTED"),
         "{table}"
     );
     for id in &ids {
@@ -120,7 +120,7 @@ async fn job_verbs_submit_list_show_why_reprioritize_and_cancel() {
     let err = refused(url, &["jobs", "--state", "lost"]).await;
     assert!(err.contains("400 Bad Request: state:"), "{err}");
 
-    let j = ok_json(url, &["job", &ids[0]]).await;
+    let j = ok_json(url, &["job", &ids[0], "-o", "json"]).await;
     assert_eq!((&j["id"], &j["state"], &j["queue"]), (&json!(ids[0]), &json!("queued"), &json!("A")));
     assert!(j["events"].as_array().is_some_and(|e| e.len() == 2), "{j}");
     // No executor: the scheduler gives a reason, and `why` shows it.
@@ -133,11 +133,12 @@ async fn job_verbs_submit_list_show_why_reprioritize_and_cancel() {
     let changed = ok_json(url, &["reprioritize", "A", "s", "7", &ids[0]]).await;
     assert_eq!(changed["job_ids"], json!([ids[0]]));
     assert_eq!(s.job(&ids[0]).await["priority"], 7);
-    let cancelled = ok_json(url, &["cancel", "A", "s", &ids[1]]).await;
+    let cancelled = ok_json(url, &["cancel", &ids[1], "-o", "json"]).await;
     assert_eq!(cancelled["job_ids"], json!([ids[1]]));
-    let err = refused(url, &["cancel", "A", "s", "--states", "queued,lost"]).await;
+    let err = refused(url, &["cancel", "--queue", "A", "--job-set", "s", "--states", "queued,lost"]).await;
     assert!(err.contains("--states") && err.contains("lost"), "{err}");
-    let cancelled = ok_json(url, &["cancel", "A", "s", "--states", "queued"]).await;
+    let cancelled =
+        ok_json(url, &["cancel", "--queue", "A", "--job-set", "s", "--states", "queued", "-o", "json"]).await;
     assert_eq!(cancelled["job_ids"].as_array().map(Vec::len), Some(2), "{cancelled}");
     assert_eq!(s.count_jobs("queue=A&state=cancelled").await, 3);
 
@@ -164,8 +165,9 @@ async fn submissions_refused_name_the_field() {
     let err = refused(url, &["submit", &unknown]).await;
     assert!(err.contains("unknown.yaml") && err.contains("jobs[0]") && err.contains("colour"), "{err}");
     let bare = write(&s.dir, "bare.yaml", "containers: []\n");
+    // A bare pod spec goes to the default queue, which this server does not have.
     let err = refused(url, &["submit", &bare]).await;
-    assert!(err.contains("--queue and --job-set"), "{err}");
+    assert!(err.contains("queue default does not exist") && err.contains("--queue"), "{err}");
     let err = refused(url, &["submit", &bare, "--queue", "bad queue", "--job-set", "s"]).await;
     assert!(err.contains("--queue") && err.contains("bad queue"), "{err}");
     assert_eq!(s.count_jobs("limit=1000").await, 0);

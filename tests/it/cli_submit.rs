@@ -139,7 +139,7 @@ async fn a_submission_sent_again_after_a_lost_answer_stores_each_job_once() {
     // The first two attempts reach the server and commit; their answers are lost.
     let proxy = FlakyProxy::start(&s.url, vec![Fault::ForwardThenDrop, Fault::ForwardThen503]).await;
 
-    let out = convoy(&proxy.url, &["submit", &file]).await;
+    let out = convoy(&proxy.url, &["submit", &file, "-o", "json"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("sending it again").count(), 2, "{stderr}");
@@ -171,7 +171,7 @@ async fn a_submission_sent_again_after_a_lost_answer_stores_each_job_once() {
         .expect("request");
     assert_eq!(st, 200);
     assert_eq!(crate::common::api::ids(&again.json::<Value>().await.expect("JSON")), ids);
-    let out = convoy(&s.url, &["submit", &file]).await;
+    let out = convoy(&s.url, &["submit", &file, "-o", "json"]).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let second = printed_ids(&out);
     assert_eq!(second[0], ids[0]);
@@ -189,7 +189,7 @@ async fn submit_gives_up_after_five_attempts_and_never_repeats_a_refusal() {
     let file = file.display().to_string();
     let proxy = FlakyProxy::start(&s.url, vec![Fault::Unavailable; 5]).await;
 
-    let out = convoy(&proxy.url, &["submit", &file]).await;
+    let out = convoy(&proxy.url, &["submit", &file, "-o", "json"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("no confirmation after 5 attempts"), "{stderr}");

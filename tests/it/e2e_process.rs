@@ -5,14 +5,12 @@
 //! was spawned, when it ended). A failing test prints the agent's and the server's logs
 //! (`E2E_LOGS=1 cargo nextest run --no-capture` prints them for passing tests too).
 
-use crate::common::procs::{
-    Agent, config_on_port, free_port, live_group_members, reap_runs, signal_and_wait, spawn_listening,
-};
+use crate::common::procs::{Agent, config_on_port, free_port, live_group_members, reap_runs};
+use crate::common::up::{ReapOnDrop, Up};
 use crate::common::wait::{file_contains, until};
-use crate::common::{Api, Server, config, pod};
+use crate::common::{Server, config, pod};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 const QUEUE: &str = "e2e";
@@ -329,8 +327,11 @@ async fn a_running_jobs_output_is_followed_while_it_is_written() {
     let page: Value = e.get_json(&format!("/v1/jobs/{id}/output")).await;
     assert_eq!(page["done"], true, "{page}");
     assert_eq!(page["data"], format!("{lines}café\n"), "what was followed is kept a while: {page}");
-    let html = e.get_text(&format!("/ui/jobs/{id}")).await;
-    assert!(html.contains("<pre class=\"output\" id=\"output\">") && html.contains("oops 8"), "{html}");
+    // The UI's page: the end of the stream shown as the server kept it (the page's script then
+    // reads the whole of it, as the API answers), each stream alone.
+    let html = e.get_text(&format!("/ui/jobs/{id}?stream=stderr")).await;
+    assert!(html.contains("id=\"output\" data-replace=\"true\"") && html.contains("oops 8"), "{html}");
+    assert!(!html.contains("line 8"), "stderr alone: {html}");
     // Bad requests name their field.
     let r = e
         .server()
@@ -367,10 +368,12 @@ async fn the_job_page_follows_a_live_runs_output() {
     }
     e.cancel("page", &id, "test over").await;
     e.wait_over(&id).await;
-    // Over and never followed on stderr: the last lines the run shipped, both streams.
+    // Over: the whole output from the agent that keeps the run, each stream alone.
     let page: Value = e.get_json(&format!("/v1/jobs/{id}/output?stream=stderr")).await;
+    assert_eq!((&page["data"], &page["done"], &page["run_over"]), (&json!(""), &json!(true), &json!(true)), "{page}");
+    assert!(page["note"].as_str().is_some_and(|n| n.contains("the whole output, from the agent")), "{page}");
+    let page: Value = e.get_json(&format!("/v1/jobs/{id}/output?stream=stdout")).await;
     assert_eq!((&page["data"], &page["done"]), (&json!("started\n"), &json!(true)), "{page}");
-    assert!(page["note"].as_str().is_some_and(|n| n.contains("shipped when it ended")), "{page}");
 }
 
 /// Exit 3 is `failed`, exit code 3, and the reason names the code.
@@ -637,59 +640,11 @@ async fn server_restart_while_the_agent_runs_loses_no_final_event() {
     }
 }
 
-/// `convoy up` as a child process in `dir` (its data in `dir/data`); its API helpers through
-/// `Deref`.
-struct Up {
-    child: std::process::Child,
-    api: Api,
-    log: PathBuf,
-}
-
-impl std::ops::Deref for Up {
-    type Target = Api;
-    fn deref(&self) -> &Api {
-        &self.api
-    }
-}
-
-impl Up {
-    fn start(dir: &Path, port: u16, n: u32) -> Up {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_convoy"));
-        cmd.args(["up", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"]).arg(dir.join("data")).current_dir(dir);
-        let log = dir.join(format!("up.{n}.log"));
-        let (child, url) = spawn_listening(cmd, &log);
-        Up { child, api: Api::new(url), log }
-    }
-
-    /// Ctrl-C; the exit code.
-    fn interrupt(&mut self) -> Option<i32> {
-        signal_and_wait(&mut self.child, libc::SIGINT, 20)
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        if std::thread::panicking() || std::env::var_os("E2E_LOGS").is_some() {
-            eprintln!("===== {} =====\n{}", self.log.display(), std::fs::read_to_string(&self.log).unwrap_or_default());
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Kills the jobs `convoy up`'s agent left, when the test ends however it ends.
-struct ReapOnDrop(PathBuf);
-
-impl Drop for ReapOnDrop {
-    fn drop(&mut self) {
-        reap_runs(&self.0);
-    }
-}
-
-/// `convoy up` runs the README's job; Ctrl-C stops it cleanly with a job still running; the
-/// next `convoy up` on the same directory has the finished job and finishes the running one.
+/// `convoy up` runs the README's job; Ctrl-C stops the job still running, with its grace period
+/// (nothing is left running under PID 1), and convoy up with it; the next `convoy up` on the
+/// same directory has both jobs as they ended. A second Ctrl-C stops at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
+async fn convoy_up_runs_the_readme_job_and_ctrl_c_stops_the_running_ones() {
     crate::common::install_crypto();
     let tmp = tempfile::tempdir().expect("temp dir");
     let _reap = ReapOnDrop(tmp.path().join("data").join("agent"));
@@ -715,9 +670,9 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     assert_eq!(only_run(&j)["exit_code"], 0);
     assert_eq!(up.text(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
 
-    // A job still running when convoy up stops is picked up by the next one.
-    let go = tmp.path().join("go");
-    let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done; echo picked up", go.display());
+    // A job still running when convoy up stops is stopped: SIGTERM, which it takes.
+    let pid_file = tmp.path().join("pid");
+    let script = format!("echo $$ > '{}'; while true; do sleep 0.05; done", pid_file.display());
     let (s, v) = up
         .post(
             "/v1/jobs",
@@ -727,24 +682,38 @@ async fn convoy_up_runs_the_readme_job_and_keeps_it_across_a_restart() {
     assert_eq!(s, 200, "{v}");
     let long = v["job_ids"][0].as_str().expect("job id").to_string();
     up.wait_job(&long, WAIT, "running", |j| j["state"] == "running").await;
+    until(WAIT, "the job wrote its pid", || std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))).await;
+    let pid: i32 = std::fs::read_to_string(&pid_file).expect("pid").trim().parse().expect("a pid");
+    assert!(up.log_text().contains("running jobs are cancelled, each with its grace period"), "the banner says so");
 
-    let t = Instant::now();
     assert_eq!(up.interrupt(), Some(0), "Ctrl-C stops convoy up cleanly");
-    assert!(t.elapsed() < Duration::from_secs(10), "stopping took {:?}", t.elapsed());
+    assert!(live_group_members(pid).is_empty(), "the job's processes are gone");
     drop(up);
 
     let mut up = Up::start(tmp.path(), port, 2);
     let j = up.job(&id).await;
     assert_eq!((&j["state"], runs(&j).len()), (&json!("succeeded"), 1), "{j:#}");
     assert_eq!(up.text(&format!("/v1/jobs/{id}/logs")).await, (200, "hello from convoy\n".to_string()));
-    let (s, q) = up.get("/v1/queues/default").await;
-    assert_eq!(s, 200, "{q}");
-    std::fs::write(&go, b"").expect("go");
-    let j = up.wait_job(&long, WAIT, "over", |j| is_terminal(&j["state"])).await;
-    assert_eq!(j["state"], "succeeded", "{j:#}");
-    assert_eq!(only_run(&j)["exit_code"], 0);
-    assert_eq!(up.text(&format!("/v1/jobs/{long}/logs")).await, (200, "picked up\n".to_string()));
-    assert_eq!(up.interrupt(), Some(0));
+    let j = up.job(&long).await;
+    assert_eq!(j["state"], "cancelled", "{j:#}");
+    assert!(j["reason"].as_str().is_some_and(|r| r.contains("convoy up was stopped")), "{j:#}");
+    assert!(runs(&j).iter().all(|r| is_terminal(&r["state"])), "its run ended: {j:#}");
+
+    // A job that ignores SIGTERM and has a long grace period: a second Ctrl-C does not wait.
+    let mut stubborn = pod("100m", "trap '' TERM; while true; do sleep 0.05; done");
+    stubborn["terminationGracePeriodSeconds"] = json!(120);
+    let (s, v) =
+        up.post("/v1/jobs", &json!({"queue": "default", "job_set": "hello", "jobs": [{"pod_spec": stubborn}]})).await;
+    assert_eq!(s, 200, "{v}");
+    let id = v["job_ids"][0].as_str().expect("job id").to_string();
+    up.wait_job(&id, WAIT, "running", |j| j["state"] == "running").await;
+    up.send_interrupt();
+    until(WAIT, "convoy up cancelling its jobs", || up.log_text().contains("stopping 1 running job")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(up.child.try_wait().expect("status").is_none(), "the first Ctrl-C waits for the grace period");
+    let t = Instant::now();
+    assert_eq!(up.interrupt(), Some(0), "the second Ctrl-C stops at once");
+    assert!(t.elapsed() < Duration::from_secs(20), "stopping took {:?}", t.elapsed());
 }
 
 /// A job leased to an agent that is away, cancelled before the agent sees the lease: the run

@@ -12,6 +12,11 @@ fn example_with_tls_in(f: &str, tls_dir: &Path) -> String {
     text.replace("/etc/convoy/tls/", &format!("{}/", tls_dir.display()))
 }
 
+/// An example with its placeholder secrets filled in, as its reader is told to.
+fn filled(text: &str) -> String {
+    text.replace("replace-with-", "filled-in-")
+}
+
 #[test]
 fn example_configs_parse() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -22,7 +27,12 @@ fn example_configs_parse() {
 
     for f in ["config.example.toml", "packaging/server.example.toml"] {
         let text = example_with_tls_in(f, tls);
-        convoy::config::Config::parse(&text, f).unwrap_or_else(|e| panic!("{f}: {e}"));
+        if text.contains("replace-with-") {
+            // As shipped, a server refuses to start with the example's secrets.
+            let e = convoy::config::Config::parse(&text, f).expect_err("placeholders refused").to_string();
+            assert!(e.contains("auth.tokens[0].token") && e.contains("placeholder"), "{f}: {e}");
+        }
+        convoy::config::Config::parse(&filled(&text), f).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
     let text = std::fs::read_to_string(format!("{ROOT}/packaging/agent.example.toml")).unwrap();
     let agent = convoy::agent::AgentConfig::from_toml_str(&text).unwrap_or_else(|e| panic!("agent.example.toml: {e}"));
@@ -57,7 +67,10 @@ fn the_three_server_example_is_one_cluster_over_tls() {
     let mut peer_lists = Vec::new();
     for n in 1..=3u64 {
         let f = format!("packaging/three-servers/convoy-{n}.toml");
-        let c = convoy::config::Config::parse(&example_with_tls_in(&f, tls), &f).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let shipped = example_with_tls_in(&f, tls);
+        let e = convoy::config::Config::parse(&shipped, &f).expect_err("placeholders refused").to_string();
+        assert!(e.contains("auth.cluster_secret") && e.contains("placeholder"), "{f}: {e}");
+        let c = convoy::config::Config::parse(&filled(&shipped), &f).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert_eq!(c.server.node_id, n, "{f}");
         assert_eq!(c.server.advertise.as_deref(), Some(format!("https://convoy-{n}.example.org:8080").as_str()));
         let tls_files = c.tls.as_ref().unwrap_or_else(|| panic!("{f}: [tls]"));
@@ -69,8 +82,11 @@ fn the_three_server_example_is_one_cluster_over_tls() {
     assert!(peer_lists[0].0.iter().all(|p| p.addr.starts_with("https://")));
 
     let f = "packaging/three-servers/agent.toml";
-    let agent =
-        convoy::agent::AgentConfig::from_toml_str(&example_with_tls_in(f, tls)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    let shipped = convoy::agent::AgentConfig::from_toml_str(&example_with_tls_in(f, tls)).unwrap();
+    let e = shipped.validate().expect_err("the placeholder token refused").to_string();
+    assert!(e.contains("agent.token") && e.contains("placeholder"), "{f}: {e}");
+    let agent = convoy::agent::AgentConfig::from_toml_str(&filled(&example_with_tls_in(f, tls)))
+        .unwrap_or_else(|e| panic!("{f}: {e}"));
     agent.validate().unwrap_or_else(|e| panic!("{f}: {e}"));
     let addrs: Vec<&String> = peer_lists[0].0.iter().map(|p| &p.addr).collect();
     assert_eq!(agent.servers.iter().collect::<Vec<_>>(), addrs, "the agent lists the three servers");
@@ -80,8 +96,8 @@ fn the_three_server_example_is_one_cluster_over_tls() {
 }
 
 /// The three-server example as shipped, on this machine: the hosts become `localhost` on three
-/// ports, the data and certificate paths temporary ones; auth, the cluster secret and the tokens
-/// stay as they are. The three form one cluster over TLS, and the example agent (its token, its
+/// ports, the data and certificate paths temporary ones, the placeholder secrets filled in; auth,
+/// the cluster secret and the tokens are as the example sets them. The three form one cluster over TLS, and the example agent (its token, its
 /// CA) runs a job submitted by the example's submitter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_three_server_example_forms_a_cluster_over_tls_that_runs_a_job() {
@@ -100,7 +116,7 @@ async fn the_three_server_example_forms_a_cluster_over_tls_that_runs_a_job() {
         for (n, port) in ports.iter().enumerate() {
             text = text.replace(&format!("convoy-{}.example.org:8080", n + 1), &format!("localhost:{port}"));
         }
-        text.replace("/etc/convoy/tls/ca.crt", &ca_path.display().to_string())
+        filled(&text.replace("/etc/convoy/tls/ca.crt", &ca_path.display().to_string()))
     };
     let mut servers = Vec::new();
     for (n, port) in ports.iter().enumerate() {
@@ -114,7 +130,7 @@ async fn the_three_server_example_forms_a_cluster_over_tls_that_runs_a_job() {
                 .replace("/etc/convoy/tls/", &format!("{}/", dir.display()));
         servers.push(Server::start_in(&dir, &text).trusting(&ca_path));
     }
-    let admin = "replace-with-a-long-random-admin-token";
+    let admin = "filled-in-a-long-random-admin-token";
     let api =
         |n: usize| Api { url: format!("https://localhost:{}", ports[n]), client: crate::common::tls::client(&ca_path) };
     // One leader, named by all three, over HTTPS with the admin token.
@@ -159,7 +175,7 @@ async fn the_three_server_example_forms_a_cluster_over_tls_that_runs_a_job() {
         .stderr(log)
         .spawn()
         .expect("the example agent starts");
-    let alice = "replace-with-a-long-random-team-token";
+    let alice = "filled-in-a-long-random-team-token";
     let body = json!({"queue": "physics", "job_set": "s", "jobs": [{"pod_spec": crate::common::pod("100m", "echo hello from the example")}]});
     let (st, v) = api(2).call(reqwest::Method::POST, "/v1/jobs", Some(alice), Some(&body)).await;
     assert_eq!(st, 200, "{v}");

@@ -324,7 +324,9 @@ async fn job_set_names_with_any_characters_work_through_rest_cli_and_grpc() {
         assert!(first.contains(" submitted ") && first.contains(&ids[0]), "{name}: {first}");
         let _ = child.kill().await;
         // And cancels it by name.
-        let out: Value = serde_json::from_str(&ok(&s.url, &["cancel", "A", name]).await).expect("JSON");
+        let out: Value =
+            serde_json::from_str(&ok(&s.url, &["cancel", "--queue", "A", "--job-set", name, "-o", "json"]).await)
+                .expect("JSON");
         assert_eq!(out["job_ids"], json!([ids[0]]), "{name}");
     }
     // Control characters stay out, named as the job set's rule.

@@ -343,6 +343,7 @@ mod tests {
             active_deadline_seconds: 0,
             namespace: None,
             owner: None,
+            output_tail_bytes: None,
         }
     }
 

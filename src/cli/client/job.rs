@@ -1,16 +1,118 @@
-//! `convoy job ID`: a job with its runs and events.
+//! `convoy job ID [-o json]`: a job with its runs and events.
 
 use super::http::{Client, print_json};
+use super::output::{Format, elapsed, short_time};
 use convoy::model::JobId;
 use convoy::model::api::JobView;
+use std::fmt::Write;
+use std::time::SystemTime;
 
 /// Flags of `convoy job`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct JobArgs {
     id: JobId,
+    /// `table` (default: a summary, its runs and events) or `json` (the API's view).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
 }
 
-/// Prints the job as JSON.
+/// Prints the job.
 pub(super) async fn run(c: &Client, args: JobArgs) -> anyhow::Result<()> {
-    print_json(&c.get::<JobView>(&format!("/v1/jobs/{}", args.id)).await?)
+    let j: JobView = c.get(&format!("/v1/jobs/{}", args.id)).await?;
+    match args.output {
+        Format::Json => print_json(&j),
+        Format::Table => {
+            print!("{}", summary(&j, SystemTime::now()));
+            Ok(())
+        }
+    }
+}
+
+/// The job as people read it: what it is, where it stands, its runs and its events.
+fn summary(j: &JobView, now: SystemTime) -> String {
+    let mut out = String::new();
+    let requests: Vec<String> =
+        j.requests.iter().map(|(r, _)| format!("{r}={}", j.requests.quantity_string(r.as_str()))).collect();
+    let _ = writeln!(out, "Job:        {}", j.id);
+    let _ = writeln!(out, "Queue:      {}    Job set: {}", j.queue, j.job_set);
+    let _ =
+        writeln!(out, "State:      {}{}", j.state, j.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default());
+    let _ = writeln!(out, "Priority:   {} (class {})", j.priority, j.priority_class);
+    let _ = writeln!(out, "Requests:   {}", requests.join(", "));
+    let _ = writeln!(
+        out,
+        "Submitted:  {} UTC{}",
+        short_time(Some(&j.submitted_at)),
+        j.owner.as_deref().map(|o| format!(" by {o}")).unwrap_or_default()
+    );
+    if j.runs.is_empty() {
+        let _ = writeln!(out, "Runs:       none yet");
+    } else {
+        let _ = writeln!(out, "Runs:");
+        let _ = writeln!(
+            out,
+            "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} REASON",
+            "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT"
+        );
+        for r in &j.runs {
+            let (started, ended) = (r.running_at.as_deref(), r.finished_at.as_deref());
+            let _ = writeln!(
+                out,
+                "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {}",
+                r.run_id.to_string(),
+                r.node.as_str(),
+                serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                short_time(started),
+                short_time(ended),
+                elapsed(started, ended, now),
+                r.exit_code.map_or("-".to_string(), |c| c.to_string()),
+                [r.reason.as_deref(), r.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ")
+            );
+        }
+    }
+    if let Some(events) = j.events.as_ref().filter(|e| !e.is_empty()) {
+        let _ = writeln!(out, "Events:");
+        for e in events {
+            let kind =
+                serde_json::to_value(e.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:>4} {} {:<18} {}",
+                e.seq,
+                short_time(Some(&e.at)),
+                kind,
+                e.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_shows_state_runs_and_events() {
+        let j: JobView = serde_json::from_value(serde_json::json!({
+            "id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "queue": "q", "job_set": "s", "state": "failed",
+            "priority": 2, "priority_class": "default", "submitted_at": "2026-11-26T07:00:00.000Z",
+            "requests": {"cpu": "1", "memory": "64Mi"}, "annotations": {}, "labels": {}, "reason": "exit code 3",
+            "runs": [{"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FB1", "executor": "e", "node": "n1", "pool": "default",
+                      "state": "failed", "leased_at": "2026-11-26T07:00:01.000Z",
+                      "running_at": "2026-11-26T07:00:02.000Z", "finished_at": "2026-11-26T07:00:07.000Z",
+                      "exit_code": 3}],
+            "events": [{"seq": 1, "job_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "at": "2026-11-26T07:00:00.000Z", "kind": "submitted"}]
+        }))
+        .expect("a job view");
+        let text = summary(&j, SystemTime::now());
+        assert!(text.contains("State:      failed (exit code 3)"), "{text}");
+        assert!(text.contains("Requests:   cpu=1, memory=64Mi"), "{text}");
+        assert!(text.contains(" n1 ") && text.contains("5.0s    3"), "{text}");
+        assert!(
+            text.contains("     1 2026-11-26 07:00:00 submitted")
+                || text.contains("   1 2026-11-26 07:00:00 submitted"),
+            "{text}"
+        );
+    }
 }

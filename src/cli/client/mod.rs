@@ -1,6 +1,7 @@
-//! Client verbs over the REST API: `convoy queue|submit|cancel|reprioritize|jobs|job|logs|watch|why|cluster`,
+//! Client verbs over the REST API: `convoy run|queue|submit|cancel|reprioritize|jobs|job|logs|watch|why|cluster`,
 //! one module each. Bodies are the API's own types (`convoy::model::api`).
 
+mod armada_file;
 mod cancel;
 mod cluster;
 mod doc;
@@ -8,8 +9,10 @@ mod http;
 mod job;
 mod jobs;
 mod logs;
+mod output;
 mod queue;
 mod reprioritize;
+mod run;
 mod submit;
 mod watch;
 mod why;
@@ -36,23 +39,26 @@ pub(crate) struct ClientArgs {
 /// The client verbs.
 #[derive(Subcommand, Debug)]
 pub(crate) enum ClientCommand {
+    /// Run a command as a job and stream its output: `convoy run -- CMD [ARGS…]` ends with the
+    /// job's exit code; Ctrl-C cancels it.
+    Run(run::RunArgs),
     /// Manage queues.
     #[command(subcommand)]
     Queue(queue::QueueCommand),
-    /// Submit jobs: a JSON or YAML file holding `{queue, job_set, jobs: [...]}`, or a bare PodSpec
-    /// with --queue and --job-set.
+    /// Submit jobs: a JSON or YAML file (or `-`, standard input) holding `{queue, job_set, jobs:
+    /// [...]}`, armadactl's job file, or a bare PodSpec.
     Submit(submit::SubmitArgs),
-    /// Cancel jobs (named ones, or a whole job set).
+    /// Cancel jobs: by id, or a whole job set (--queue Q --job-set S).
     Cancel(cancel::CancelArgs),
     /// Change the priority of jobs within their queue.
     Reprioritize(reprioritize::ReprioritizeArgs),
-    /// List jobs.
+    /// List jobs, newest first.
     Jobs(jobs::JobsArgs),
     /// Show a job with its runs and events.
     Job(job::JobArgs),
     /// Print a job's output; --follow keeps printing while it runs.
     Logs(logs::LogsArgs),
-    /// Follow a job set's events.
+    /// Follow a job set's events (--until-done: until every job of it has ended).
     Watch(watch::WatchArgs),
     /// Why a job is where it is.
     Why(why::WhyArgs),
@@ -64,6 +70,7 @@ pub(crate) enum ClientCommand {
 pub(crate) async fn run(args: ClientArgs, cmd: ClientCommand) -> anyhow::Result<()> {
     let c = http::Client::new(&args)?;
     match cmd {
+        ClientCommand::Run(a) => run::run(&c, a).await,
         ClientCommand::Queue(q) => queue::run(&c, q).await,
         ClientCommand::Submit(a) => submit::run(&c, a).await,
         ClientCommand::Cancel(a) => cancel::run(&c, a).await,

@@ -1,26 +1,38 @@
-//! `convoy watch QUEUE JOB_SET [--from SEQ]`: follows a job set's event stream.
+//! `convoy watch QUEUE JOB_SET [--from SEQ] [--until-done]`: follows a job set's event stream.
 
 use super::http::Client;
 use anyhow::Context;
-use convoy::model::api::{EventView, Problem};
-use convoy::model::{JobSetName, QueueName};
+use convoy::model::api::{EventView, JobList, Problem};
+use convoy::model::{EventKind, JobId, JobSetName, JobState, QueueName};
 use reqwest::Method;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Flags of `convoy watch`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct WatchArgs {
     queue: QueueName,
     job_set: JobSetName,
+    /// The first event to print, by sequence number.
     #[arg(long, default_value_t = 1)]
     from: u64,
+    /// End once every job of the set has ended; exit with status 1 if any failed.
+    #[arg(long)]
+    until_done: bool,
 }
 
-/// Prints one line per event until the server ends the stream.
+/// Prints one line per event until the server ends the stream (or, with --until-done, every
+/// job of the set has ended). A queue that does not exist or a job set without jobs is an error
+/// at once, not a wait for ever.
 pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
-    let path = events_path(&args.queue, &args.job_set, args.from);
+    let mut tally = Tally { live: live_jobs(c, &args).await?, ended: BTreeMap::new() };
+    let follow = !(args.until_done && tally.live.is_empty());
+    let mut path = events_path(&args.queue, &args.job_set, args.from);
+    if !follow {
+        path.push_str("&follow=false");
+    }
     let mut resp = c.send_raw(c.request(Method::GET, &path)).await?;
     let mut stream = EventData::default();
-    while let Some(chunk) = resp.chunk().await? {
+    'stream: while let Some(chunk) = resp.chunk().await? {
         for event in stream.push(&chunk) {
             if event.name.as_deref() == Some("error") {
                 // The server ends a stream it cannot continue with a problem in an `error` event.
@@ -31,9 +43,98 @@ pub(super) async fn run(c: &Client, args: WatchArgs) -> anyhow::Result<()> {
             }
             let e: EventView = serde_json::from_str(&event.data).with_context(|| format!("event {}", event.data))?;
             println!("{}", line(&e));
+            tally.see(&e);
+            if args.until_done && tally.live.is_empty() {
+                break 'stream;
+            }
+        }
+    }
+    if args.until_done {
+        let failed = tally.summary();
+        eprintln!("({})", tally.summary_text());
+        if failed > 0 {
+            anyhow::bail!("{failed} job(s) of job set {} failed", args.job_set);
         }
     }
     Ok(())
+}
+
+/// The jobs of the set that have not ended; an error when the queue does not exist (the
+/// server's 404) or the set has no jobs.
+async fn live_jobs(c: &Client, args: &WatchArgs) -> anyhow::Result<BTreeSet<JobId>> {
+    let mut live = BTreeSet::new();
+    let mut after: Option<JobId> = None;
+    let mut any = false;
+    loop {
+        let mut url = reqwest::Url::parse("http://convoy/v1/jobs").expect("a valid URL literal");
+        url.query_pairs_mut()
+            .append_pair("queue", args.queue.as_str())
+            .append_pair("job_set", args.job_set.as_str())
+            .append_pair("limit", "1000");
+        if let Some(a) = after {
+            url.query_pairs_mut().append_pair("after", &a.to_string());
+        }
+        let page: JobList = c.get(&format!("/v1/jobs?{}", url.query().unwrap_or_default())).await?;
+        any |= !page.jobs.is_empty();
+        live.extend(page.jobs.iter().filter(|j| !j.state.is_terminal()).map(|j| j.id));
+        match page.next {
+            Some(n) if args.until_done => after = Some(n),
+            _ => break,
+        }
+    }
+    if !any {
+        anyhow::bail!(
+            "job set {} of queue {} has no jobs (none submitted yet, or all deleted after the server's job_retention)",
+            args.job_set,
+            args.queue
+        );
+    }
+    Ok(live)
+}
+
+/// The jobs still live, and how the others ended.
+struct Tally {
+    live: BTreeSet<JobId>,
+    ended: BTreeMap<JobId, JobState>,
+}
+
+impl Tally {
+    fn see(&mut self, e: &EventView) {
+        let end = match e.kind {
+            EventKind::Succeeded => Some(JobState::Succeeded),
+            EventKind::Failed => Some(JobState::Failed),
+            EventKind::Cancelled => Some(JobState::Cancelled),
+            EventKind::Preempted => Some(JobState::Preempted),
+            _ => None,
+        };
+        match end {
+            Some(state) => {
+                self.live.remove(&e.job_id);
+                self.ended.insert(e.job_id, state);
+            }
+            // A job submitted (or requeued) while watching is waited for too.
+            None if matches!(e.kind, EventKind::Submitted | EventKind::Requeued) => {
+                self.ended.remove(&e.job_id);
+                self.live.insert(e.job_id);
+            }
+            None => {}
+        }
+    }
+
+    /// How many failed.
+    fn summary(&self) -> usize {
+        self.ended.values().filter(|s| **s == JobState::Failed).count()
+    }
+
+    /// `3 succeeded, 1 failed`.
+    fn summary_text(&self) -> String {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in self.ended.values() {
+            *counts.entry(s.as_str()).or_default() += 1;
+        }
+        let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        if parts.is_empty() { "every job had ended".to_string() } else { parts.join(", ") }
+    }
 }
 
 /// The path of a job set's event stream, each name percent-encoded as one path segment (job
@@ -155,6 +256,25 @@ mod tests {
         let got = EventData::default().push(stream.as_bytes());
         assert_eq!(got[0].name, None);
         assert_eq!(got[1], SseEvent { name: Some("error".into()), data: "{\"status\":500}".into() });
+    }
+
+    #[test]
+    fn the_tally_ends_when_every_job_seen_has_ended() {
+        let job = |n: u64| JobId::from_parts(1_700_000_000_000, n.into());
+        let ev = |id: JobId, kind: &str| -> EventView {
+            serde_json::from_value(
+                serde_json::json!({"seq": 1, "job_id": id.to_string(), "at": "2025-01-01T00:00:00Z", "kind": kind}),
+            )
+            .unwrap()
+        };
+        let mut t = Tally { live: BTreeSet::from([job(1)]), ended: BTreeMap::new() };
+        t.see(&ev(job(2), "submitted"));
+        t.see(&ev(job(1), "failed"));
+        assert!(!t.live.is_empty());
+        t.see(&ev(job(2), "running"));
+        t.see(&ev(job(2), "succeeded"));
+        assert!(t.live.is_empty());
+        assert_eq!((t.summary(), t.summary_text().as_str()), (1, "1 failed, 1 succeeded"));
     }
 
     #[test]

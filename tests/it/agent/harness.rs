@@ -35,6 +35,7 @@ pub(super) fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
         active_deadline_seconds: 0,
         namespace: None,
         owner: None,
+        output_tail_bytes: None,
     }
 }
 

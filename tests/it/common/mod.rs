@@ -6,6 +6,7 @@ pub(crate) mod procs;
 pub(crate) mod root;
 pub(crate) mod tls;
 pub(crate) mod trio;
+pub(crate) mod up;
 pub(crate) mod wait;
 
 pub(crate) use api::Api;
