@@ -3,7 +3,7 @@
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
 use super::queues::queue_name;
-use super::validate::{SubmitContext, check_submission, known_resource_names};
+use super::validate::{SubmitContext, check_submission};
 use crate::control::ids;
 use crate::control::{Control, now_ms, rfc3339};
 use crate::model::api::{
@@ -85,7 +85,7 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
         server: &app.config.server,
         scheduler: &app.config.scheduler,
         largest_node: &largest,
-        known_resources: known.as_ref(),
+        known_resources: known.as_deref(),
         process_nodes_only,
     };
     let checked = check_submission(&req, &ctx)?;
@@ -123,14 +123,13 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
 /// What submissions are checked against of the known nodes: the largest amount of each
 /// resource and the resource names jobs may ask for (both unchecked when no node is known or
 /// `reject_jobs_larger_than_any_node` is off), and whether every node runs processes.
-fn node_facts(app: &Control) -> (Resources, Option<BTreeSet<ResourceName>>, bool) {
+fn node_facts(app: &Control) -> (Resources, Option<Arc<BTreeSet<ResourceName>>>, bool) {
     let state = app.state();
     let process_only = state.process_nodes_only;
     if !app.config.server.reject_jobs_larger_than_any_node || state.node_resource_names.is_empty() {
         return (Resources::new(), None, process_only);
     }
-    let known = known_resource_names(&state.node_resource_names, &app.config.scheduler);
-    (state.largest_node.clone(), Some(known), process_only)
+    (state.largest_node.clone(), Some(state.node_resource_names.clone()), process_only)
 }
 
 /// Cancel jobs

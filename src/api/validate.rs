@@ -25,8 +25,8 @@ pub struct SubmitContext<'a> {
     pub scheduler: &'a SchedulerConfig,
     /// Largest amount of each resource on any known node (empty when no node is known yet).
     pub largest_node: &'a Resources,
-    /// The resource names a job may ask for: those of the known nodes and of the scheduler's
-    /// settings. None: any (no node is known yet, or jobs larger than any node are queued).
+    /// The resource names of the known nodes: a job may ask for these and those the scheduler's
+    /// settings name. None: any (no node is known yet, or jobs larger than any node are queued).
     pub known_resources: Option<&'a BTreeSet<ResourceName>>,
     /// Every known node runs jobs as processes, which need `containers[0].command`.
     pub process_nodes_only: bool,
@@ -142,8 +142,8 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         return Err(FieldError::new("pod_spec.containers", "at least one container is needed"));
     }
     let requests = effective_requests(&spec)?;
-    if let Some(known) = ctx.known_resources {
-        check_resource_names(&spec, known)?;
+    if let Some(nodes) = ctx.known_resources {
+        check_resource_names(&spec, nodes, ctx.scheduler)?;
     }
     check_fits_some_node(&spec, &requests, ctx.largest_node)?;
     if ctx.process_nodes_only {
@@ -316,19 +316,26 @@ pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
     Ok(sum)
 }
 
-/// The resource names jobs may ask for: those of the nodes, and those the scheduler's settings
-/// name (a resource that may come with nodes not yet connected).
-pub fn known_resource_names(nodes: &BTreeSet<ResourceName>, scheduler: &SchedulerConfig) -> BTreeSet<ResourceName> {
-    let mut out = nodes.clone();
-    out.extend(scheduler.dominant_resource_fairness_resources.iter().cloned());
-    out.extend(scheduler.resource_cost_weights.keys().cloned());
-    out.extend(scheduler.indexed_resources.iter().cloned());
-    out
+/// The resource names the scheduler's settings name: jobs may ask for them before any node has
+/// them (nodes that have them may connect later).
+fn configured_resources(scheduler: &SchedulerConfig) -> impl Iterator<Item = &ResourceName> + Clone {
+    scheduler
+        .dominant_resource_fairness_resources
+        .iter()
+        .chain(scheduler.resource_cost_weights.keys())
+        .chain(scheduler.indexed_resources.iter())
 }
 
 /// Refuses a resource no node has and no setting names (a misspelling, most often: `cpus`),
 /// naming the nearest known one.
-fn check_resource_names(spec: &PodSpec, known: &BTreeSet<ResourceName>) -> Result<(), FieldError> {
+fn check_resource_names(
+    spec: &PodSpec,
+    nodes: &BTreeSet<ResourceName>,
+    scheduler: &SchedulerConfig,
+) -> Result<(), FieldError> {
+    let known_name = |name: &str| {
+        nodes.iter().any(|k| k.as_str() == name) || configured_resources(scheduler).any(|k| k.as_str() == name)
+    };
     let lists = [("containers", Some(&spec.containers)), ("initContainers", spec.init_containers.as_ref())];
     let mut asked: Vec<(String, &str)> = Vec::new();
     for (list, containers) in lists {
@@ -347,12 +354,12 @@ fn check_resource_names(spec: &PodSpec, known: &BTreeSet<ResourceName>) -> Resul
         asked.push((format!("pod_spec.overhead.{name}"), name));
     }
     for (field, name) in asked {
-        if known.iter().any(|k| k.as_str() == name) {
+        if known_name(name) {
             continue;
         }
-        let names = known.iter().map(|k| k.as_str());
-        let hint = crate::model::spelling::did_you_mean(name, names.clone());
-        let list: Vec<&str> = names.collect();
+        let known: BTreeSet<&str> = nodes.iter().chain(configured_resources(scheduler)).map(|k| k.as_str()).collect();
+        let hint = crate::model::spelling::did_you_mean(name, known.iter().copied());
+        let list: Vec<&str> = known.into_iter().collect();
         return Err(FieldError::new(
             field,
             format!(
@@ -592,13 +599,12 @@ mod tests {
         let scheduler = SchedulerConfig::default();
         let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")]).unwrap();
         let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
-        let known = known_resource_names(&names, &scheduler);
         let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: items };
         let ctx = SubmitContext {
             server: &server,
             scheduler: &scheduler,
             largest_node: &largest,
-            known_resources: Some(&known),
+            known_resources: Some(&names),
             process_nodes_only: false,
         };
         check_submission(&req, &ctx)
@@ -643,13 +649,12 @@ mod tests {
         scheduler.resource_cost_weights.insert(ResourceName::new("example.com/fpga").unwrap(), 1.0);
         let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi")]).unwrap();
         let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
-        let known = known_resource_names(&names, &scheduler);
         let server = ServerConfig::default();
         let ctx = SubmitContext {
             server: &server,
             scheduler: &scheduler,
             largest_node: &largest,
-            known_resources: Some(&known),
+            known_resources: Some(&names),
             process_nodes_only: false,
         };
         let spec = json!({"containers": [{"name": "a", "resources": {"requests": {"example.com/fpga": "1"}}}]});

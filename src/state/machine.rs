@@ -161,8 +161,8 @@ pub struct State {
     pub node_health: BTreeMap<(ExecutorName, NodeName), NodeHealth>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
     pub largest_node: Resources,
-    /// The resources any known node has (with any amount).
-    pub node_resource_names: BTreeSet<ResourceName>,
+    /// The resources any known node has (with any amount); shared, as every submission reads it.
+    pub node_resource_names: Arc<BTreeSet<ResourceName>>,
     /// Nodes are known and all run jobs as processes ([`crate::model::node::runs_processes`]).
     pub process_nodes_only: bool,
     /// Submission sequence number the next submitted job gets.
@@ -203,7 +203,7 @@ impl State {
             executors: BTreeMap::new(),
             node_health: BTreeMap::new(),
             largest_node: Resources::new(),
-            node_resource_names: BTreeSet::new(),
+            node_resource_names: Arc::default(),
             process_nodes_only: false,
             next_seq: 0,
             max_job_id: None,
@@ -558,7 +558,7 @@ impl State {
             }
         }
         self.largest_node = out;
-        self.node_resource_names = names;
+        self.node_resource_names = Arc::new(names);
         self.process_nodes_only = nodes > 0 && process == nodes;
     }
 
