@@ -55,7 +55,13 @@ async fn queue_verbs_create_show_update_report_and_delete() {
         (&q["name"], &q["priority_factor"], &q["owners"], &q["groups"]),
         (&json!("team-a"), &json!(2.0), &json!(["alice"]), &json!(["ml"]))
     );
-    assert_eq!(ok_json(url, &["queue", "list"]).await.as_array().map(Vec::len), Some(1));
+    assert_eq!(ok_json(url, &["queue", "list", "-o", "json"]).await.as_array().map(Vec::len), Some(1));
+    let table = ok(url, &["queue", "list"]).await;
+    assert!(
+        table.starts_with("QUEUE ")
+            && table.lines().nth(1).is_some_and(|l| l.starts_with("team-a ") && l.contains(" alice ")),
+        "{table}"
+    );
     assert_eq!(ok_json(url, &["queue", "get", "team-a"]).await["owners"], json!(["alice"]));
 
     let file = write(&s.dir, "queue.yaml", "name: team-a\npriority_factor: 3\ncordoned: true\n");
@@ -67,7 +73,12 @@ async fn queue_verbs_create_show_update_report_and_delete() {
     let err = refused(url, &["queue", "update", "team-a", &bad]).await;
     assert!(err.contains("bad-queue.yaml") && err.contains("priority_factor"), "{err}");
 
-    let report = ok_json(url, &["queue", "report", "team-a"]).await;
+    let summary = ok(url, &["queue", "report", "team-a"]).await;
+    assert!(
+        summary.starts_with("Queue:   team-a (weight 0.333") && summary.contains("Jobs:    none live"),
+        "{summary}"
+    );
+    let report = ok_json(url, &["queue", "report", "team-a", "-o", "json"]).await;
     assert_eq!(report["queue"], "team-a");
     assert_eq!(report["weight"], json!(1.0 / 3.0));
 

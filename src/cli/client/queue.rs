@@ -3,6 +3,7 @@
 use super::cancel::parse_states;
 use super::doc;
 use super::http::{Client, print_json};
+use super::output::Format;
 use clap::Subcommand;
 use convoy::model::api::{JobIdsResponse, QueueCancelRequest, QueuePreemptRequest, QueueReport};
 use convoy::model::{PoolName, PriorityClassName, PriorityPolicy, Queue, QueueName, SortPriority};
@@ -25,11 +26,14 @@ pub(crate) enum QueueCommand {
         #[command(flatten)]
         tree: TreeFlags,
     },
-    /// List queues (JSON; with --tree, the queue tree as indented names).
+    /// List queues (a table; with --tree, the queue tree as indented names).
     List {
         /// Print the queue tree: each queue under its parent, indented, with its tree settings.
         #[arg(long)]
         tree: bool,
+        /// `table` (default) or `json` (the API's list).
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+        output: Format,
     },
     /// Show one queue.
     Get { name: QueueName },
@@ -51,7 +55,12 @@ pub(crate) enum QueueCommand {
         force: bool,
     },
     /// Fair share, allocation and demand.
-    Report { name: QueueName },
+    Report {
+        name: QueueName,
+        /// `table` (default: a summary per pool) or `json` (the API's report).
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+        output: Format,
+    },
     /// Cordon a queue: it still takes jobs, but none of its queued jobs is scheduled (its
     /// running jobs keep running). Admins only.
     Cordon { name: QueueName },
@@ -200,8 +209,14 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
             let created: Queue = c.send_json(Method::POST, "/v1/queues", &queue).await?;
             print_json(&created)
         }
-        QueueCommand::List { tree: false } => print_json(&c.get::<Vec<Queue>>("/v1/queues").await?),
-        QueueCommand::List { tree: true } => {
+        QueueCommand::List { tree: false, output: Format::Json } => {
+            print_json(&c.get::<Vec<Queue>>("/v1/queues").await?)
+        }
+        QueueCommand::List { tree: false, output: Format::Table } => {
+            print!("{}", list_table(&c.get::<Vec<Queue>>("/v1/queues").await?));
+            Ok(())
+        }
+        QueueCommand::List { tree: true, .. } => {
             print!("{}", tree_text(&c.get::<Vec<Queue>>("/v1/queues").await?));
             Ok(())
         }
@@ -224,7 +239,16 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
             println!("queue {name} deleted");
             Ok(())
         }
-        QueueCommand::Report { name } => print_json(&c.get::<QueueReport>(&format!("/v1/queues/{name}/report")).await?),
+        QueueCommand::Report { name, output } => {
+            let report = c.get::<QueueReport>(&format!("/v1/queues/{name}/report")).await?;
+            match output {
+                Format::Json => print_json(&report),
+                Format::Table => {
+                    print!("{}", report_text(&report));
+                    Ok(())
+                }
+            }
+        }
         QueueCommand::Cordon { name } => cordon(c, &name, "cordon").await,
         QueueCommand::Uncordon { name } => cordon(c, &name, "uncordon").await,
         QueueCommand::Cancel { name, states, filter, reason } => {
@@ -244,6 +268,61 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
             print_json(&answer)
         }
     }
+}
+
+/// One line per queue: its weight, owners and groups, parent, and whether it is cordoned.
+fn list_table(queues: &[Queue]) -> String {
+    let mut out =
+        format!("{:<20} {:>8} {:<20} {:<20} {:<16} {}\n", "QUEUE", "FACTOR", "OWNERS", "GROUPS", "PARENT", "CORDONED");
+    for q in queues {
+        out.push_str(&format!(
+            "{:<20} {:>8} {:<20} {:<20} {:<16} {}\n",
+            q.name.as_str(),
+            q.priority_factor,
+            q.owners.join(","),
+            q.groups.join(","),
+            q.parent.as_ref().map_or("-", |p| p.as_str()),
+            if q.cordoned { "yes" } else { "no" }
+        ));
+    }
+    out
+}
+
+/// A queue's report as people read it: its jobs by state, then per pool its shares (as
+/// percentages) and what it holds and asks for.
+fn report_text(r: &QueueReport) -> String {
+    let pct = |x: f64| format!("{:.1}%", x * 100.0);
+    let amounts = |res: &convoy::model::Resources| {
+        let parts: Vec<String> = res.iter().map(|(n, _)| format!("{n}={}", res.quantity_string(n.as_str()))).collect();
+        if parts.is_empty() { "-".to_string() } else { parts.join(", ") }
+    };
+    let weight = format!("{:.3}", r.weight);
+    let mut out = format!("Queue:   {} (weight {})\n", r.queue, weight.trim_end_matches('0').trim_end_matches('.'));
+    let jobs: Vec<String> = r.jobs.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    out.push_str(&format!("Jobs:    {}\n", if jobs.is_empty() { "none live".to_string() } else { jobs.join(", ") }));
+    if r.pools.is_empty() {
+        out.push_str("Pools:   none yet (no scheduling cycle has seen the queue's jobs)\n");
+    }
+    for p in &r.pools {
+        out.push_str(&format!(
+            "Pool {}: fair share {}, adjusted {}, actual {}{}\n",
+            p.pool,
+            pct(p.fair_share),
+            pct(p.adjusted_fair_share),
+            pct(p.actual_share),
+            if p.protected { " (protected from fair-share eviction)" } else { "" }
+        ));
+        out.push_str(&format!(
+            "  allocated: {}\n  demand:    {}\n  pool:      {}\n",
+            amounts(&p.allocated),
+            amounts(&p.demand),
+            amounts(&p.pool_total)
+        ));
+    }
+    for (pool, u) in &r.usage {
+        out.push_str(&format!("Usage in {pool}: {}\n", pct(*u)));
+    }
+    out
 }
 
 /// `POST /v1/queues/{name}/cordon` or `/uncordon`; prints the queue as stored.
