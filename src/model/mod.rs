@@ -4,6 +4,7 @@ pub mod annotations;
 pub mod api;
 pub mod duration;
 pub mod gang;
+pub mod human;
 pub mod job;
 pub mod names;
 pub mod namespace;

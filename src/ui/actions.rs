@@ -71,6 +71,31 @@ pub async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path
     outcome(result, &to)
 }
 
+/// `POST /ui/jobs/cancel`: the jobs ticked on the jobs page (`job=<id>` fields), each job set's
+/// through one cancel; back to the jobs page with how many were cancelled.
+pub async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer, body: String) -> Response {
+    let result = async {
+        let mut by_set: std::collections::BTreeMap<(QueueName, JobSetName), Vec<JobId>> = Default::default();
+        for (key, value) in body.split('&').filter_map(|kv| kv.split_once('=')) {
+            if key == "job" {
+                let (id, queue, job_set) = job_place(&app, value)?;
+                by_set.entry((queue, job_set)).or_default().push(id);
+            }
+        }
+        if by_set.is_empty() {
+            return Err(ApiError::bad_request("job", "tick the jobs to cancel"));
+        }
+        let mut done = 0;
+        for ((queue, job_set), ids) in by_set {
+            let req = CancelRequest { queue, job_set, job_ids: Some(ids), states: None, reason: None };
+            done += cancel_jobs(&app, &p, req).await?.len();
+        }
+        Ok(format!("{done} jobs cancelled"))
+    }
+    .await;
+    outcome(result, "/ui/jobs")
+}
+
 /// `POST /ui/jobs/{id}/cancel-set`: every job of the job's job set.
 pub async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
     let to = format!("/ui/jobs/{}", super::jobs::encode(&id));

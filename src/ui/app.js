@@ -16,7 +16,12 @@
         var doc = new DOMParser().parseFromString(text, "text/html");
         live.forEach(function (el) {
           var fresh = doc.getElementById(el.id);
-          if (fresh && !el.querySelector("details[open]")) el.innerHTML = fresh.innerHTML;
+          if (!fresh || el.querySelector("details[open]")) return;
+          // Ticked jobs stay ticked across a refresh.
+          var ticked = {};
+          el.querySelectorAll("input[name=job]:checked").forEach(function (b) { ticked[b.value] = true; });
+          el.innerHTML = fresh.innerHTML;
+          el.querySelectorAll("input[name=job]").forEach(function (b) { if (ticked[b.value]) b.checked = true; });
         });
         document.body.setAttribute("data-refreshed", String(Date.now()));
       })

@@ -17,14 +17,21 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A whole page: `title` (escaped here) and `body` (HTML, escaped by whoever made it).
+/// A whole page: `title` (escaped here) and `body` (HTML, escaped by whoever made it), with
+/// nothing on the navigation bar's right.
 pub fn page(title: &str, body: &str) -> String {
+    page_for(title, "", body)
+}
+
+/// A whole page whose navigation bar ends with `user` (HTML: who is signed in, and signing out).
+pub fn page_for(title: &str, user: &str, body: &str) -> String {
     let title = escape(title);
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{title} · Convoy</title><link rel=\"stylesheet\" href=\"/ui/app.css\"></head>\
-         <body><nav><a class=\"brand\" href=\"/ui/queues\">Convoy</a> <a href=\"/ui/queues\">Queues</a> <a href=\"/ui/jobs\">Jobs</a> <a href=\"/ui/nodes\">Nodes</a> <a href=\"/ui/cluster\">Cluster</a></nav>\
+         <body><nav><a class=\"brand\" href=\"/ui/queues\">Convoy</a> <a href=\"/ui/queues\">Queues</a> <a href=\"/ui/jobs\">Jobs</a> <a href=\"/ui/nodes\">Nodes</a> <a href=\"/ui/cluster\">Cluster</a>\
+         <span class=\"user\">{user}</span></nav>\
          <main><h1>{title}</h1>\n{body}</main></body></html>\n"
     )
 }

@@ -2,7 +2,7 @@
 //! refreshed while it is open; and a job's page with why it is where it is, its runs, events,
 //! output and pod spec.
 
-use super::html::{escape, page};
+use super::html::{escape, page, page_for};
 use super::session::{Viewer, signed_in_line};
 use crate::api::jobs::{ListParams, job_details, list_jobs};
 use crate::api::output::{OutputParams, job_output, split_tail};
@@ -10,20 +10,32 @@ use crate::api::problem::ApiError;
 use crate::control::Control;
 use crate::model::JobId;
 use crate::model::api::JobView;
+use crate::model::human;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use std::fmt::Write;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// Rows per page.
 const PAGE: usize = 50;
 
-/// `GET /ui/jobs?queue=&job_set=&state=&after=`.
+/// How the jobs table is laid out (beside the API's filters).
+#[derive(serde::Deserialize, Default)]
+pub struct TableView {
+    /// `job_set`: rows grouped under their job set.
+    group: Option<String>,
+    /// The outcome of an action, shown above the table.
+    notice: Option<String>,
+}
+
+/// `GET /ui/jobs?queue=&job_set=&state=&after=&group=`.
 pub async fn list_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Query(mut q): Query<ListParams>,
+    Query(view): Query<TableView>,
 ) -> Response {
     // Empty form fields mean "any".
     for f in [&mut q.queue, &mut q.job_set, &mut q.state, &mut q.after, &mut q.text, &mut q.order] {
@@ -34,17 +46,34 @@ pub async fn list_handler(
     // People look for what happened last: newest first unless asked otherwise.
     q.order = Some(q.order.take().unwrap_or_else(|| "newest".into()));
     q.limit = Some(q.limit.unwrap_or(PAGE));
-    let mut body = signed_in_line(&app, &principal);
-    body.push_str(&filter_form(&q));
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
+    body.push_str(&notice_line(&Notice { notice: view.notice.clone() }));
+    let grouped = view.group.as_deref() == Some("job_set");
+    body.push_str(&filter_form(&q, grouped));
     let status = match list_jobs(&app, &q).await {
         Ok(list) => {
+            let selectable =
+                |j: &JobView| !j.state.is_terminal() && super::actions::may_act_on(&app, &principal, &j.queue);
+            let any_selectable = list.jobs.iter().any(selectable);
             let filter = [("queue", &q.queue), ("job_set", &q.job_set)]
                 .iter()
                 .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
                 .collect::<Vec<_>>()
                 .join("&");
             let _ = write!(body, "<div id=\"jobs\" data-live=\"{}\">", escape(&filter));
-            body.push_str(&table(&list.jobs, &q));
+            if any_selectable {
+                body.push_str(
+                    "<form method=\"post\" action=\"/ui/jobs/cancel\" class=\"selection\">\
+                     <details class=\"action\"><summary>Cancel the selected jobs…</summary><p>Cancel the jobs \
+                     ticked below? Running ones get their grace period.</p>\
+                     <button type=\"submit\" class=\"danger\">Yes, cancel them</button></details>",
+                );
+            }
+            body.push_str(&table(&list.jobs, &q, grouped, &selectable, SystemTime::now()));
+            if any_selectable {
+                body.push_str("</form>");
+            }
             if let Some(next) = list.next {
                 let mut params: Vec<(&str, String)> = Vec::new();
                 for (k, v) in [
@@ -76,10 +105,10 @@ pub async fn list_handler(
         }
     };
     body.push_str("<script src=\"/ui/app.js\"></script>");
-    (status, Html(page("Jobs", &body))).into_response()
+    (status, Html(page_for("Jobs", &user, &body))).into_response()
 }
 
-fn filter_form(q: &ListParams) -> String {
+fn filter_form(q: &ListParams, grouped: bool) -> String {
     let v = |o: &Option<String>| escape(o.as_deref().unwrap_or(""));
     let newest = q.order.as_deref() != Some("oldest");
     format!(
@@ -90,6 +119,7 @@ fn filter_form(q: &ListParams) -> String {
          <label>Text <input name=\"text\" value=\"{}\" placeholder=\"id, name, label, reason\"></label> \
          <label>Order <select name=\"order\"><option value=\"newest\"{}>newest first</option>\
          <option value=\"oldest\"{}>oldest first</option></select></label> \
+         <label><input type=\"checkbox\" name=\"group\" value=\"job_set\"{}> by job set</label> \
          <button type=\"submit\">Filter</button></form>",
         v(&q.queue),
         v(&q.job_set),
@@ -97,10 +127,20 @@ fn filter_form(q: &ListParams) -> String {
         v(&q.text),
         if newest { " selected" } else { "" },
         if newest { "" } else { " selected" },
+        if grouped { " checked" } else { "" },
     )
 }
 
-fn table(jobs: &[JobView], q: &ListParams) -> String {
+/// The jobs as rows: state (coloured by the style sheet), times, node, run time and exit code of
+/// the last run; a box to tick on the jobs `selectable` says may be cancelled; grouped under
+/// their job set when `grouped` (in the order of each set's first job).
+fn table(
+    jobs: &[JobView],
+    q: &ListParams,
+    grouped: bool,
+    selectable: &dyn Fn(&JobView) -> bool,
+    now: SystemTime,
+) -> String {
     // The submission column's heading turns the order around (the filters kept).
     let newest = q.order.as_deref() != Some("oldest");
     let mut params: Vec<String> =
@@ -109,29 +149,66 @@ fn table(jobs: &[JobView], q: &ListParams) -> String {
             .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
             .collect();
     params.push(format!("order={}", if newest { "oldest" } else { "newest" }));
+    if grouped {
+        params.push("group=job_set".into());
+    }
     let mut out = format!(
-        "<table class=\"jobs\"><thead><tr><th>Job</th><th>Queue</th><th>Job set</th><th>State</th><th>Priority</th>\
-         <th><a class=\"order\" href=\"/ui/jobs?{}\" title=\"turn the order around\">Submitted {}</a></th>\
-         <th>Why</th></tr></thead><tbody>",
+        "<table class=\"jobs\"><thead><tr><th></th><th>Job</th><th>Queue</th><th>Job set</th><th>State</th>\
+         <th>Priority</th><th><a class=\"order\" href=\"/ui/jobs?{}\" title=\"turn the order around\">Submitted {}</a></th>\
+         <th>Node</th><th>Started</th><th>Ran</th><th>Exit</th><th>Why</th></tr></thead><tbody>",
         escape(&params.join("&")),
         if newest { "↓" } else { "↑" },
     );
-    for j in jobs {
+    let mut order: Vec<&JobView> = jobs.iter().collect();
+    if grouped {
+        let first: std::collections::HashMap<(&str, &str), usize> =
+            jobs.iter().enumerate().rev().map(|(i, j)| ((j.queue.as_str(), j.job_set.as_str()), i)).collect();
+        order.sort_by_key(|j| first[&(j.queue.as_str(), j.job_set.as_str())]);
+    }
+    let mut current: Option<(&str, &str)> = None;
+    for j in order {
+        let set = (j.queue.as_str(), j.job_set.as_str());
+        if grouped && current != Some(set) {
+            current = Some(set);
+            let n = jobs.iter().filter(|o| (o.queue.as_str(), o.job_set.as_str()) == set).count();
+            let _ = write!(
+                out,
+                "<tr class=\"group\"><th colspan=\"12\"><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{q} / {s}</a> \
+                 <span class=\"note\">{n} on this page</span></th></tr>",
+                qe = escape(&encode(set.0)),
+                se = escape(&encode(set.1)),
+                q = escape(set.0),
+                s = escape(set.1),
+            );
+        }
+        let run = j.runs.last();
+        let started = run.and_then(|r| r.running_at.as_deref());
+        let ended = run.and_then(|r| r.finished_at.as_deref());
+        let tick = if selectable(j) {
+            format!("<input type=\"checkbox\" name=\"job\" value=\"{}\" aria-label=\"select {}\">", j.id, j.id)
+        } else {
+            String::new()
+        };
         let _ = write!(
             out,
-            "<tr data-job=\"{id}\"><td><a href=\"/ui/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td class=\"state {s}\">{s}</td>\
-             <td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr data-job=\"{id}\"><td>{tick}</td><td><a href=\"/ui/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td>\
+             <td class=\"state {s}\">{s}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             escape(j.queue.as_str()),
             escape(j.job_set.as_str()),
             j.priority,
-            escape(&j.submitted_at),
+            escape(&human::time(&j.submitted_at)),
+            escape(run.map_or("", |r| r.node.as_str())),
+            escape(&started.map(human::time).unwrap_or_default()),
+            human::elapsed(started, ended, now).unwrap_or_default(),
+            run.and_then(|r| r.exit_code).map(|c| c.to_string()).unwrap_or_default(),
             escape(j.reason.as_deref().unwrap_or("")),
             id = j.id,
             s = j.state.as_str(),
         );
     }
     if jobs.is_empty() {
-        out.push_str("<tr><td colspan=\"7\">No jobs.</td></tr>");
+        out.push_str("<tr><td colspan=\"12\">No jobs.</td></tr>");
     }
     out.push_str("</tbody></table>");
     out
@@ -229,7 +306,8 @@ pub async fn job_handler(
             return (e.status, Html(page("Job", &body))).into_response();
         }
     };
-    let mut body = signed_in_line(&app, &principal);
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
     body.push_str(&notice_line(&notice));
     let _ = write!(
         body,
@@ -249,7 +327,7 @@ pub async fn job_handler(
         escape(j.priority_class.as_str()),
         escape(&j.submitted_at),
         escape(j.owner.as_deref().unwrap_or("(not recorded)")),
-        escape(&j.requests.to_string()),
+        escape(&human::resources(&j.requests)),
         s = j.state.as_str(),
         qe = escape(&encode(j.queue.as_str())),
         se = escape(&encode(j.job_set.as_str())),
@@ -294,7 +372,7 @@ pub async fn job_handler(
         let _ = write!(body, "<h2>Pod spec</h2><pre class=\"spec\">{}</pre>", escape(&text));
     }
     body.push_str("<script src=\"/ui/app.js\"></script>");
-    (StatusCode::OK, Html(page(&format!("Job {}", j.id), &body))).into_response()
+    (StatusCode::OK, Html(page_for(&format!("Job {}", j.id), &user, &body))).into_response()
 }
 
 /// The actions on a job, each behind a confirmation step.

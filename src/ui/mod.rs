@@ -28,6 +28,7 @@ pub fn router() -> Router<Arc<Control>> {
         .route("/ui/jobs", get(jobs::list_handler))
         .route("/ui/jobs/{id}", get(jobs::job_handler))
         .route("/ui/jobs/{id}/output", get(jobs::output_handler))
+        .route("/ui/jobs/cancel", post(actions::cancel_selected))
         .route("/ui/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/ui/jobs/{id}/cancel-set", post(actions::cancel_set))
         .route("/ui/jobs/{id}/priority", post(actions::reprioritize))

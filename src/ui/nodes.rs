@@ -3,10 +3,11 @@
 //! quarantine; and the cluster page: the Raft members as this server sees them.
 
 use super::bars::{self, Bar};
-use super::html::{escape, page};
+use super::html::{escape, page_for};
 use super::session::{Viewer, signed_in_line};
 use crate::api::nodes::node_views;
 use crate::control::Control;
+use crate::model::human;
 use crate::model::{ResourceName, Resources};
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
@@ -17,7 +18,8 @@ use std::sync::Arc;
 /// `GET /ui/nodes`.
 pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let now = crate::control::now_ms();
-    let mut body = signed_in_line(&app, &principal);
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
     let st = app.state();
     // What the jobs with a live run hold, per (executor, node).
     let mut allocated: BTreeMap<(String, String), Resources> = BTreeMap::new();
@@ -91,8 +93,8 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
                  <td>{}</td><td class=\"small\">{}</td><td class=\"small\">{}</td></tr>",
                 escape(n.pool.as_str()),
                 view.map_or(0, |v| v.jobs),
-                escape(&held.to_string()),
-                escape(&n.allocatable.to_string()),
+                escape(&human::resources(&held)),
+                escape(&human::resources(&n.allocatable)),
                 state.join(" "),
                 labels.join("<br>"),
                 taints.join("<br>"),
@@ -103,14 +105,15 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
     }
     drop(st);
     body.push_str("</div><script src=\"/ui/app.js\"></script>");
-    Html(page("Nodes", &body)).into_response()
+    Html(page_for("Nodes", &user, &body)).into_response()
 }
 
 /// `GET /ui/cluster`.
 pub async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let s = app.cluster.status();
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "—".into());
-    let mut body = signed_in_line(&app, &principal);
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
     let _ = write!(
         body,
         "<dl class=\"cluster\"><dt>This server</dt><dd>{} ({}{})</dd><dt>Leader</dt><dd>{}</dd><dt>Term</dt><dd>{}</dd>\
@@ -143,5 +146,5 @@ pub async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(principal):
         );
     }
     body.push_str("</tbody></table><p class=\"note\">Matched index and lag are known on the leader.</p>");
-    Html(page("Cluster", &body)).into_response()
+    Html(page_for("Cluster", &user, &body)).into_response()
 }

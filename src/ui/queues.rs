@@ -3,11 +3,12 @@
 //! settings, shares and job sets.
 
 use super::bars::{self, Bar};
-use super::html::{escape, page};
+use super::html::{escape, page, page_for};
 use super::session::{Viewer, signed_in_line};
 use crate::control::Control;
 use crate::model::JobState;
 use crate::model::QueueName;
+use crate::model::human;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -28,13 +29,14 @@ pub async fn page_handler(
     Viewer(principal): Viewer,
     Query(notice): Query<super::jobs::Notice>,
 ) -> Response {
-    let mut body = signed_in_line(&app, &principal);
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
     body.push_str(&super::jobs::notice_line(&notice));
     body.push_str("<div id=\"queues\" data-live=\"\">");
     body.push_str(&queue_table(&app, super::actions::may_cordon(&principal)));
     body.push_str(&pool_sections(&app, None));
     body.push_str("</div><script src=\"/ui/app.js\"></script>");
-    Html(page("Queues", &body)).into_response()
+    Html(page_for("Queues", &user, &body)).into_response()
 }
 
 /// `GET /ui/queues/{name}`: the queue's settings, its live jobs by state, its shares in each pool
@@ -48,7 +50,8 @@ pub async fn queue_handler(
         let body = format!("<p class=\"error\" role=\"alert\">{} is not a queue name</p>", escape(&name));
         return (StatusCode::BAD_REQUEST, Html(page("Queue", &body))).into_response();
     };
-    let mut body = signed_in_line(&app, &principal);
+    let user = signed_in_line(&app, &principal);
+    let mut body = String::new();
     {
         let st = app.state();
         let Some(q) = st.queues.get(&name) else {
@@ -56,37 +59,37 @@ pub async fn queue_handler(
             return (StatusCode::NOT_FOUND, Html(page("Queue", &body))).into_response();
         };
         let list = |v: &[String]| if v.is_empty() { "—".to_string() } else { escape(&v.join(", ")) };
-        let _ = write!(
-            body,
-            "<dl class=\"queue\"><dt>Weight</dt><dd>{:.3}</dd><dt>Priority factor</dt><dd>{}</dd><dt>Cordoned</dt><dd>{}</dd>\
-             <dt>Parent</dt><dd>{}</dd><dt>Owners</dt><dd>{}</dd><dt>Groups</dt><dd>{}</dd></dl>",
-            1.0 / q.queue.priority_factor,
-            q.queue.priority_factor,
-            if q.queue.cordoned { "yes" } else { "no" },
-            q.queue.parent.as_ref().map_or("—".to_string(), |p| escape(p.as_str())),
-            list(&q.queue.owners),
-            list(&q.queue.groups),
-        );
-        let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::jobs::encode(name.as_str())));
-        body.push_str("<h2>Jobs</h2><table class=\"counts\"><thead><tr>");
-        for (_, s) in STATES {
-            let _ = write!(body, "<th>{s}</th>");
+        let item = |label: &str, value: String| {
+            format!("<div><span class=\"label\">{label}</span><span class=\"value\">{value}</span></div>")
+        };
+        body.push_str("<section class=\"summary settings\">");
+        for (label, value) in [
+            ("Weight", format!("{:.3}", 1.0 / q.queue.priority_factor)),
+            ("Priority factor", q.queue.priority_factor.to_string()),
+            ("Cordoned", if q.queue.cordoned { "<span class=\"badge\">yes</span>".to_string() } else { "no".into() }),
+            ("Parent", q.queue.parent.as_ref().map_or("—".to_string(), |p| escape(p.as_str()))),
+            ("Owners", list(&q.queue.owners)),
+            ("Groups", list(&q.queue.groups)),
+        ] {
+            body.push_str(&item(label, value));
         }
-        body.push_str("</tr></thead><tbody><tr>");
+        body.push_str("</section>");
+        let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::jobs::encode(name.as_str())));
+        body.push_str("<h2>Jobs</h2><section class=\"summary counts\">");
         for (state, s) in STATES {
             let n = q.counts.get(&state).copied().unwrap_or(0);
-            let _ = write!(
-                body,
-                "<td class=\"num\"><a href=\"/ui/jobs?queue={}&amp;state={s}\">{n}</a></td>",
+            let link = format!(
+                "<a class=\"state {s}\" href=\"/ui/jobs?queue={}&amp;state={s}\">{n}</a>",
                 super::jobs::encode(name.as_str())
             );
+            body.push_str(&item(s, link));
         }
-        body.push_str("</tr></tbody></table>");
+        body.push_str("</section>");
         body.push_str(&job_sets(&st, &name));
     }
     body.push_str(&pool_sections(&app, Some(&name)));
     body.push_str("</div><script src=\"/ui/app.js\"></script>");
-    Html(page(&format!("Queue {name}"), &body)).into_response()
+    Html(page_for(&format!("Queue {name}"), &user, &body)).into_response()
 }
 
 /// The queue's job sets, by name: live jobs by state, and jobs stored (live or finished).
@@ -197,7 +200,7 @@ fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
              <th>Fair</th><th>Adjusted</th><th>Actual</th><th>Demand</th><th>Allocated</th><th>Demanded</th></tr></thead><tbody>",
             escape(pool.pool.as_str()),
             pool.nodes,
-            escape(&pool.total.to_string())
+            escape(&human::resources(&pool.total))
         );
         for q in pool.queues.iter().filter(|q| only.is_none_or(|o| *o == q.queue)) {
             let demand = q.demand.dominant_share(&pool.total, drf);
@@ -215,8 +218,8 @@ fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
                 q.adjusted_fair_share * 100.0,
                 q.share_after * 100.0,
                 demand * 100.0,
-                escape(&q.allocated.to_string()),
-                escape(&q.demand.to_string()),
+                escape(&human::resources(&q.allocated)),
+                escape(&human::resources(&q.demand)),
                 n = escape(q.queue.as_str()),
             );
         }

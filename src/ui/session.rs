@@ -2,7 +2,7 @@
 //! HttpOnly, SameSite=Strict cookie for the browser session and checked like the API's
 //! `Authorization` header on every page; with auth off, everyone (as the API treats them).
 
-use super::html::{escape, page};
+use super::html::escape;
 use crate::api::auth::{Principal, authenticate};
 use crate::control::Control;
 use axum::Form;
@@ -43,8 +43,8 @@ pub fn signed_in_line(app: &Control, principal: &Principal) -> String {
         return String::new();
     }
     format!(
-        "<p class=\"who\">Signed in as {} <form method=\"post\" action=\"/ui/logout\" class=\"inline\">\
-         <button>Sign out</button></form></p>",
+        "<span class=\"who\">Signed in as {}</span> <form method=\"post\" action=\"/ui/logout\" class=\"inline\">\
+         <button>Sign out</button></form>",
         escape(&principal.name)
     )
 }
@@ -72,8 +72,9 @@ pub async fn form() -> Html<String> {
 
 fn login_page(error: Option<&str>) -> String {
     let error = error.map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", escape(e))).unwrap_or_default();
-    page(
+    super::html::page_for(
         "Sign in",
+        "<a href=\"/ui/login\">Sign in</a>",
         &format!(
             "{error}<form method=\"post\" action=\"/ui/login\" class=\"login\">\
              <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus></label> \

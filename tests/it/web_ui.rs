@@ -407,7 +407,158 @@ async fn in_a_browser_the_table_follows_submissions_and_a_cancel_is_clicked_thro
     let v: serde_json::Value =
         api(s.client.get(format!("{}/v1/jobs/{second}", s.url))).send().await.expect("get").json().await.expect("json");
     assert_eq!(v["state"], "queued", "only the job clicked is cancelled");
+    // Several at once from the table: tick them, open the confirmation, confirm.
+    let third = submit().await;
+    c.goto(&format!("{}/ui/jobs?queue=q", s.url)).await.expect("goto");
+    for id in [&second, &third] {
+        c.wait()
+            .for_element(Locator::Css(&format!("input[name=job][value='{id}']")))
+            .await
+            .expect("a box to tick")
+            .click()
+            .await
+            .expect("tick");
+    }
+    assert!(c.find(Locator::Css(&format!("input[name=job][value='{first}']"))).await.is_err(), "an ended job has none");
+    c.find(Locator::Css("form.selection details summary")).await.expect("the action").click().await.expect("open");
+    c.find(Locator::Css("form.selection button.danger")).await.expect("confirm").click().await.expect("confirm");
+    let notice = c.wait().for_element(Locator::Css("p.notice")).await.expect("the outcome").text().await.expect("text");
+    assert_eq!(notice, "2 jobs cancelled");
+    for id in [&second, &third] {
+        let v: serde_json::Value =
+            api(s.client.get(format!("{}/v1/jobs/{id}", s.url))).send().await.expect("get").json().await.expect("json");
+        assert_eq!(v["state"], "cancelled", "{v}");
+    }
+    // Who is signed in, and signing out, are on the navigation bar.
+    let who = c.find(Locator::Css("nav .user .who")).await.expect("on the bar").text().await.expect("text");
+    assert_eq!(who, "Signed in as ops");
+    c.find(Locator::Css("nav .user button")).await.expect("sign out").click().await.expect("click");
+    c.wait().for_element(Locator::Css("input[name=token]")).await.expect("signed out");
     c.close().await.expect("close the session");
+}
+
+/// The jobs table as people read it: coloured states, the last run's node, start, run time and
+/// exit code, grouped by job set on request; memory in binary units; the queue page as a summary;
+/// several jobs cancelled at once (none ticked is refused).
+#[tokio::test]
+async fn the_tables_read_as_people_expect_and_ticked_jobs_are_cancelled_together() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let s = admin_server(tmp.path()).await;
+    let api = |req: reqwest::RequestBuilder| req.bearer_auth(TOKEN);
+    let r = api(s.client.post(format!("{}/v1/queues", s.url))).json(&json!({"name": "q"})).send().await.expect("queue");
+    assert_eq!(r.status().as_u16(), 201);
+    let submit = |queue: &'static str, set: &'static str, n: usize| {
+        let c = s.client.clone();
+        let url = format!("{}/v1/jobs", s.url);
+        async move {
+            let r = c
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"queue": queue, "job_set": set, "jobs": (0..n).map(|_| job("1")).collect::<Vec<_>>()}))
+                .send()
+                .await
+                .expect("submit");
+            let v: serde_json::Value = r.json().await.expect("json");
+            v["job_ids"]
+                .as_array()
+                .expect("ids")
+                .iter()
+                .map(|i| i.as_str().expect("id").to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    let a = submit("q", "a", 2).await;
+    let b = submit("q", "b", 1).await;
+    let c2 = submit("q", "a", 1).await;
+    // An executor with one node runs the first job: it fails with exit code 3.
+    let node = json!({"name": "n1", "allocatable": {"cpu": "1", "memory": "24684084Ki"}});
+    let leased = loop {
+        let r = api(s.client.post(format!("{}/v1/executors/e1/lease", s.url)))
+            .json(&json!({"nodes": [node], "runs": [], "wait_seconds": 1.0}))
+            .send()
+            .await
+            .expect("poll");
+        let v: serde_json::Value = r.json().await.expect("json");
+        if let Some(l) = v["leases"].as_array().and_then(|l| l.first()) {
+            break l.clone();
+        }
+    };
+    let run = leased["run_id"].as_str().expect("run").to_string();
+    let job_id = leased["job_id"].as_str().expect("job").to_string();
+    let events = json!({"events": [
+        {"run_id": run, "job_id": job_id, "kind": "running", "time_ms": 1_800_000_000_000i64},
+        {"run_id": run, "job_id": job_id, "kind": "failed", "time_ms": 1_800_000_065_000i64, "exit_code": 3},
+    ]});
+    let r = api(s.client.post(format!("{}/v1/executors/e1/events", s.url))).json(&events).send().await.expect("events");
+    assert_eq!(r.status().as_u16(), 200);
+    let page = |path: String| {
+        let c = s.client.clone();
+        async move {
+            let r = c.get(path).header("cookie", format!("convoy_token={TOKEN}")).send().await.expect("get");
+            (r.status().as_u16(), r.text().await.expect("text"))
+        }
+    };
+    let (_, html) = page(format!("{}/ui/jobs?queue=q", s.url)).await;
+    assert!(html.contains("<th>Node</th><th>Started</th><th>Ran</th><th>Exit</th>"), "{html}");
+    let row =
+        html.split(&format!("<tr data-job=\"{job_id}\">")).nth(1).and_then(|r| r.split("</tr>").next()).unwrap_or("");
+    assert!(row.contains("<td class=\"state failed\">failed</td>") && row.contains("<td>n1</td>"), "{row}");
+    // Run time (the server's clock times the run), then the exit code.
+    assert!(row.contains("s</td><td class=\"num\">3</td>") && row.contains("<td>n1</td><td>20"), "{row}");
+    assert!(!row.contains("type=\"checkbox\""), "an ended job cannot be ticked: {row}");
+    assert!(html.contains(&format!("name=\"job\" value=\"{}\"", b[0])), "{html}");
+    assert!(html.contains("<span class=\"user\"><span class=\"who\">Signed in as ops</span>"), "{html}");
+    // Grouped: job set a's rows together under their heading, then b's.
+    let (_, html) = page(format!("{}/ui/jobs?queue=q&group=job_set", s.url)).await;
+    let order: Vec<&str> = html
+        .split("<tr ")
+        .skip(1)
+        .filter_map(|r| {
+            if r.starts_with("class=\"group\"") {
+                r.split("</a>").next().and_then(|x| x.rsplit("\">").next())
+            } else {
+                r.strip_prefix("data-job=\"").and_then(|x| x.split('"').next())
+            }
+        })
+        .collect();
+    let expected = vec!["q / a", c2[0].as_str(), a[1].as_str(), a[0].as_str(), "q / b", b[0].as_str()];
+    assert_eq!(order, expected, "{html}");
+    // Memory as people read it; the queue's page as a summary.
+    let (_, html) = page(format!("{}/ui/nodes", s.url)).await;
+    assert!(html.contains("cpu 1, memory 23.5 GiB"), "{html}");
+    let (_, html) = page(format!("{}/ui/queues/q", s.url)).await;
+    assert!(html.contains("<section class=\"summary settings\"><div><span class=\"label\">Weight</span>"), "{html}");
+    assert!(
+        html.contains("<span class=\"label\">queued</span><span class=\"value\"><a class=\"state queued\""),
+        "{html}"
+    );
+    // Ticked jobs, cancelled together (across job sets); none ticked is refused.
+    let http = no_redirects();
+    let post = |form: String| {
+        let (http, url) = (http.clone(), format!("{}/ui/jobs/cancel", s.url));
+        async move {
+            let r = http
+                .post(url)
+                .header("cookie", format!("convoy_token={TOKEN}"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(form)
+                .send()
+                .await
+                .expect("post");
+            let to = r.headers().get("location").and_then(|l| l.to_str().ok()).map(str::to_string);
+            (r.status().as_u16(), to, r.text().await.expect("text"))
+        }
+    };
+    let (st, to, _) = post(format!("job={}&job={}", a[1], b[0])).await;
+    assert_eq!((st, to.as_deref()), (303, Some("/ui/jobs?notice=2%20jobs%20cancelled")));
+    for (id, state) in [(&a[1], "cancelled"), (&b[0], "cancelled"), (&c2[0], "queued")] {
+        let v: serde_json::Value =
+            api(s.client.get(format!("{}/v1/jobs/{id}", s.url))).send().await.expect("get").json().await.expect("json");
+        assert_eq!(v["state"], state, "{v}");
+    }
+    let (st, _, html) = post(String::new()).await;
+    assert_eq!(st, 400);
+    assert!(html.contains("tick the jobs to cancel"), "{html}");
 }
 
 /// The nodes page shows each node's allocation as bars and its labels, taints and cordon; the
