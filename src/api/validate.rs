@@ -595,15 +595,23 @@ mod tests {
     }
 
     fn check(items: Vec<SubmitItem>) -> Result<Vec<CheckedJob>, FieldError> {
-        let server = ServerConfig::default();
-        let scheduler = SchedulerConfig::default();
         let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi"), ("nvidia.com/gpu", "8")]).unwrap();
+        check_on(items, &SchedulerConfig::default(), &largest)
+    }
+
+    /// Checks against nodes whose largest is `largest` (and whose resources are its names).
+    fn check_on(
+        items: Vec<SubmitItem>,
+        scheduler: &SchedulerConfig,
+        largest: &Resources,
+    ) -> Result<Vec<CheckedJob>, FieldError> {
+        let server = ServerConfig::default();
         let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
         let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: items };
         let ctx = SubmitContext {
             server: &server,
-            scheduler: &scheduler,
-            largest_node: &largest,
+            scheduler,
+            largest_node: largest,
             known_resources: Some(&names),
             process_nodes_only: false,
         };
@@ -648,18 +656,8 @@ mod tests {
         let mut scheduler = SchedulerConfig::default();
         scheduler.resource_cost_weights.insert(ResourceName::new("example.com/fpga").unwrap(), 1.0);
         let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi")]).unwrap();
-        let names: BTreeSet<ResourceName> = largest.iter().map(|(r, _)| r.clone()).collect();
-        let server = ServerConfig::default();
-        let ctx = SubmitContext {
-            server: &server,
-            scheduler: &scheduler,
-            largest_node: &largest,
-            known_resources: Some(&names),
-            process_nodes_only: false,
-        };
         let spec = json!({"containers": [{"name": "a", "resources": {"requests": {"example.com/fpga": "1"}}}]});
-        let req = SubmitRequest { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), jobs: vec![item(spec)] };
-        let e = check_submission(&req, &ctx).unwrap_err();
+        let e = check_on(vec![item(spec)], &scheduler, &largest).unwrap_err();
         assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.requests.example.com/fpga");
         assert!(e.message.contains("requests 1 example.com/fpga, more than any node has"), "{e}");
     }

@@ -74,6 +74,23 @@ pub struct SubmitItem {
     pub namespace: Option<String>,
 }
 
+impl SubmitItem {
+    /// A job of this pod spec alone (in `priority_class`, or the default), everything else unset.
+    pub fn of_pod_spec(pod_spec: Box<serde_json::value::RawValue>, priority_class: Option<String>) -> SubmitItem {
+        SubmitItem {
+            priority: 0,
+            priority_class,
+            pod_spec,
+            annotations: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            services: Vec::new(),
+            ingresses: Vec::new(),
+            client_id: None,
+            namespace: None,
+        }
+    }
+}
+
 /// Answer to a submission: one id per submitted job, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmitResponse {

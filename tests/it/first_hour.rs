@@ -92,8 +92,10 @@ async fn convoy_run_streams_the_output_and_ends_with_the_jobs_exit_code() {
     assert!(note.contains("the server kept"), "{note}");
     assert_eq!(ok(work.path(), &up.url, &["logs", "--stderr", &id]).await.0, "oops\n");
 
-    // --detach: the id, at once.
-    let (id, _) = ok(work.path(), &up.url, &["run", "--detach", "--", "true"]).await;
+    // --detach: the id, at once; --env reaches the job.
+    let args =
+        ["run", "--detach", "--env", "GREETING=hello there", "--", "sh", "-c", "test \"$GREETING\" = 'hello there'"];
+    let (id, _) = ok(work.path(), &up.url, &args).await;
     let id = id.trim().to_string();
     assert_eq!(id.len(), 26, "{id}");
     up.wait_job(&id, WAIT, "succeeded", |j| j["state"] == "succeeded").await;

@@ -4,7 +4,7 @@
 
 use super::http::Client;
 use super::logs::{Follow, follow_output};
-use super::submit::{DEFAULT_JOB_SET, DEFAULT_QUEUE, send};
+use super::submit::{place, send};
 use convoy::model::api::{CancelRequest, JobIdsResponse, JobView, SubmitItem, SubmitRequest};
 use convoy::model::{JobId, JobSetName, JobState, QueueName};
 use reqwest::Method;
@@ -169,22 +169,9 @@ fn request(args: &RunArgs) -> anyhow::Result<SubmitRequest> {
         container["env"] = json!(env);
     }
     let pod_spec = json!({"restartPolicy": "Never", "containers": [container]});
-    let item = SubmitItem {
-        priority: 0,
-        priority_class: args.priority_class.clone(),
-        pod_spec: serde_json::value::to_raw_value(&pod_spec)?,
-        annotations: Default::default(),
-        labels: Default::default(),
-        services: Vec::new(),
-        ingresses: Vec::new(),
-        client_id: None,
-        namespace: None,
-    };
-    Ok(SubmitRequest {
-        queue: args.queue.clone().map_or_else(|| QueueName::new(DEFAULT_QUEUE), Ok)?,
-        job_set: args.job_set.clone().map_or_else(|| JobSetName::new(DEFAULT_JOB_SET), Ok)?,
-        jobs: vec![item],
-    })
+    let item = SubmitItem::of_pod_spec(serde_json::value::to_raw_value(&pod_spec)?, args.priority_class.clone());
+    let (queue, job_set) = place(args.queue.as_ref(), args.job_set.as_ref())?;
+    Ok(SubmitRequest { queue, job_set, jobs: vec![item] })
 }
 
 #[cfg(test)]

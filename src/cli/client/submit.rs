@@ -114,21 +114,19 @@ fn request(doc: &Doc, args: &SubmitArgs) -> anyhow::Result<SubmitRequest> {
         }
         return doc.decode(value);
     }
-    let queue = args.queue.clone().map_or_else(|| QueueName::new(DEFAULT_QUEUE), Ok)?;
-    let job_set = args.job_set.clone().map_or_else(|| JobSetName::new(DEFAULT_JOB_SET), Ok)?;
-    let pod_spec = serde_json::value::to_raw_value(&value)?;
-    let item = SubmitItem {
-        priority: 0,
-        priority_class: args.priority_class.clone(),
-        pod_spec,
-        annotations: Default::default(),
-        labels: Default::default(),
-        services: Vec::new(),
-        ingresses: Vec::new(),
-        client_id: None,
-        namespace: None,
-    };
+    let (queue, job_set) = place(args.queue.as_ref(), args.job_set.as_ref())?;
+    let item = SubmitItem::of_pod_spec(serde_json::value::to_raw_value(&value)?, args.priority_class.clone());
     Ok(SubmitRequest { queue, job_set, jobs: vec![item; args.count as usize] })
+}
+
+/// The queue and job set the flags name, else the defaults.
+pub(super) fn place(
+    queue: Option<&QueueName>,
+    job_set: Option<&JobSetName>,
+) -> anyhow::Result<(QueueName, JobSetName)> {
+    let queue = queue.cloned().map_or_else(|| QueueName::new(DEFAULT_QUEUE), Ok)?;
+    let job_set = job_set.cloned().map_or_else(|| JobSetName::new(DEFAULT_JOB_SET), Ok)?;
+    Ok((queue, job_set))
 }
 
 /// Sets `key` from the flag or the default when the document has none; a flag that
