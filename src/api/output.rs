@@ -104,7 +104,10 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
         // The whole output while the agent keeps the run (`keep_finished`), from the start.
         let from = Some(q.from.unwrap_or(0));
         let bound = deadline.max(tokio::time::Instant::now() + FINISHED_ASK);
-        if app.cluster.is_leader()
+        // An executor that is gone (lost, or removed) is not waited for.
+        let known = app.state().executors.contains_key(&run.executor);
+        if known
+            && app.cluster.is_leader()
             && let Some(p) = from_agent(app, run, stream, from, bound).await
             && p.unavailable.is_none()
         {
