@@ -53,7 +53,8 @@ enum Command {
     #[command(hide = true)]
     AgentSupervise(cli::supervise::SuperviseArgs),
     /// Run everything on this machine: a one-node server on 127.0.0.1:8080 and a process agent
-    /// for this machine, with data in ./convoy-data and a queue called `default`.
+    /// for this machine, with data in ./convoy-data and a queue called `default`; Ctrl-C cancels
+    /// the running jobs, each with its grace period, then stops it.
     Up(cli::up::UpArgs),
     #[command(flatten)]
     Client(cli::client::ClientCommand),

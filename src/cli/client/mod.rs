@@ -56,7 +56,8 @@ pub(crate) enum ClientCommand {
     Jobs(jobs::JobsArgs),
     /// Show a job with its runs and events.
     Job(job::JobArgs),
-    /// Print a job's output; --follow keeps printing while it runs.
+    /// Print a job's output (the whole of it once the job ended); --follow keeps printing while it
+    /// runs.
     Logs(logs::LogsArgs),
     /// Follow a job set's events (--until-done: until every job of it has ended).
     Watch(watch::WatchArgs),
