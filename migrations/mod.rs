@@ -13,6 +13,7 @@ pub mod v0005_queue_usage;
 pub mod v0006_queue_tree;
 pub mod v0007_run_index;
 pub mod v0008_job_owners;
+pub mod v0009_run_usage;
 
 /// A migration step.
 pub struct Migration {
@@ -34,4 +35,5 @@ pub const ALL: &[Migration] = &[
     Migration { version: 6, name: "queue tree meta row", run: v0006_queue_tree::run },
     Migration { version: 7, name: "namespaces of jobs, pods of runs, runs indexed", run: v0007_run_index::run },
     Migration { version: 8, name: "owners of jobs", run: v0008_job_owners::run },
+    Migration { version: 9, name: "what runs used", run: v0009_run_usage::run },
 ];

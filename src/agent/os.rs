@@ -56,6 +56,20 @@ fn stat(pid: i32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
+/// What the children this process waited for used: CPU time (user and system) in ms, and the
+/// largest resident set of any of them in bytes (`getrusage(RUSAGE_CHILDREN)`).
+pub(crate) fn children_usage() -> io::Result<(u64, u64)> {
+    // SAFETY: getrusage writes the struct it is given; a zeroed rusage is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage this function owns.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ms = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1000 + (t.tv_usec.max(0) as u64) / 1000;
+    // ru_maxrss is in KiB on Linux.
+    Ok((ms(ru.ru_utime) + ms(ru.ru_stime), (ru.ru_maxrss.max(0) as u64) * 1024))
+}
+
 /// Number of CPUs this process may use.
 pub(crate) fn cpu_count() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)

@@ -261,6 +261,7 @@ impl Inner {
         let mut ev = run_event(run_id, job_id, kind);
         ev.node_fault = node_fault;
         ev.time_ms = Some(rec.finished_at_ms);
+        ev.usage = rec.usage;
         ev.exit_code = rec.exit_code;
         ev.reason = rec.reason.clone();
         ev.message = rec.message.clone();
@@ -336,6 +337,7 @@ impl Inner {
             reason: Some(reason.into()),
             message: Some(message),
             finished_at_ms: now_ms(),
+            usage: None,
         };
         let write = |rec: ExitRecord| {
             if let Err(e) = dir.write_exit_once(&rec) {

@@ -76,6 +76,9 @@ pub struct ExitRecord {
     pub message: Option<String>,
     /// When the job ended, or was given up, in ms since the epoch (this machine's clock).
     pub finished_at_ms: i64,
+    /// What the job used, when it ran and was waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::model::RunUsage>,
 }
 
 impl ExitRecord {
@@ -328,7 +331,14 @@ mod tests {
         let rd = RunDir::new(dir.path().to_path_buf());
         reserve_exit(dir.path()).expect("reserve");
         assert_eq!(std::fs::metadata(rd.file(EXIT_RESERVE)).expect("reserve").len(), EXIT_RESERVE_BYTES as u64);
-        let rec = ExitRecord { exit_code: Some(3), signal: None, reason: None, message: None, finished_at_ms: 7 };
+        let rec = ExitRecord {
+            exit_code: Some(3),
+            signal: None,
+            reason: None,
+            message: None,
+            finished_at_ms: 7,
+            usage: None,
+        };
         assert!(rd.write_exit_once(&rec).expect("write"));
         assert_eq!(rd.read_exit().expect("read"), Some(rec.clone()));
         // The room was used (and trimmed), and nothing else is left behind.
@@ -348,7 +358,14 @@ mod tests {
     fn exit_is_written_once_and_tail_combines_outputs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
-        let first = ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1 };
+        let first = ExitRecord {
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            message: None,
+            finished_at_ms: 1,
+            usage: None,
+        };
         assert!(rd.write_exit_once(&first).expect("write"));
         let second = ExitRecord { exit_code: Some(1), ..first.clone() };
         assert!(!rd.write_exit_once(&second).expect("write"));

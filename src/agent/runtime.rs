@@ -192,6 +192,7 @@ pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventRe
         log_tail: None,
         node_fault: None,
         pod: None,
+        usage: None,
     }
 }
 

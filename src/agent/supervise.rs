@@ -111,6 +111,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         reason: reason.map(str::to_string),
         message,
         finished_at_ms: now_ms(),
+        usage: None,
     };
     if let Some(k) = dir.read_kill().map_err(err("reading the kill file"))? {
         let rec =
@@ -170,6 +171,10 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
 
     let (status, stopping) =
         wait_out(&mut child, pid, &dir, &args, &signals).map_err(|(context, source)| err(context)(source))?;
+    // The job is reaped: what it (and the descendants it waited for) used.
+    let usage = os::children_usage()
+        .ok()
+        .map(|(cpu_ms, peak_memory_bytes)| crate::model::RunUsage { cpu_ms, peak_memory_bytes });
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
     let (exit_code, sig) = match (status.code(), status.signal()) {
@@ -190,6 +195,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         }
         None => record(Some(exit_code), sig, None, sig.map(|s| format!("terminated by signal {s}"))),
     };
+    let rec = ExitRecord { usage, ..rec };
     dir.write_exit_once(&rec.judged_for_disk(&dir)).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())

@@ -10,7 +10,7 @@ use crate::model::api::{
 use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
 use crate::record::NodeRecord;
 use crate::state::{
-    Command, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind,
+    Command, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind, UsageRunReport,
 };
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
@@ -61,8 +61,11 @@ fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
 /// A run event as the log records it. A `returned` run never started on its node, which is
 /// the node's fault whether or not the agent said so (agents before node faults do not); a
 /// fault on any other kind than `failed` means nothing and is dropped.
-fn run_report(e: RunEventReport, tail_limit: usize) -> PodRunReport {
-    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault, pod } = e;
+fn run_report(e: RunEventReport, tail_limit: usize) -> UsageRunReport {
+    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault, pod, usage } =
+        e;
+    // What a run used counts with its end only.
+    let usage = usage.filter(|_| matches!(kind, RunEventKind::Succeeded | RunEventKind::Failed));
     // The leader cuts the tail to its setting, so that every server stores the same.
     let log_tail = log_tail.map(|t| crate::state::last_bytes(&t, tail_limit).to_string()).filter(|t| !t.is_empty());
     let (kind, node_fault) = match kind {
@@ -72,12 +75,15 @@ fn run_report(e: RunEventReport, tail_limit: usize) -> PodRunReport {
         RunEventKind::Failed => (RunReportKind::Failed, node_fault),
         RunEventKind::Returned => (RunReportKind::Returned, Some(node_fault.unwrap_or(NodeFault::NotStarted))),
     };
-    PodRunReport {
-        event: FaultedRunReport {
-            report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
-            node_fault: node_fault.map(Into::into),
+    UsageRunReport {
+        event: PodRunReport {
+            event: FaultedRunReport {
+                report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
+                node_fault: node_fault.map(Into::into),
+            },
+            pod: pod.map(Into::into),
         },
-        pod: pod.map(Into::into),
+        usage: usage.map(Into::into),
     }
 }
 
@@ -361,7 +367,7 @@ pub async fn events(
     }
     let tail_limit = usize::try_from(app.config.server.finished_output_tail).unwrap_or(usize::MAX);
     let r = app
-        .write(Command::RunEventsWithPods {
+        .write(Command::RunEventsWithUsage {
             executor,
             at_ms: now_ms(),
             events: req.events.into_iter().map(|e| run_report(e, tail_limit)).collect(),

@@ -11,7 +11,7 @@ use crate::model::api::{
     SubmitRequest, SubmitResponse,
 };
 use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, ResourceName, Resources, Run};
+use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, ResourceName, Resources, Run, RunId};
 use crate::state::{Command, NamespacedJob, NewJob, Response};
 use crate::store::JobFilter;
 use axum::extract::{Path, Query, State};
@@ -342,6 +342,16 @@ pub(super) fn run_view(run: &Run) -> RunView {
         reason: run.reason.clone(),
         message: run.message.clone(),
         pod: run.pod.clone(),
+        usage: None,
+    }
+}
+
+/// Fills in the runs' usage from what the store holds (`usage` lists it for every run of
+/// `jobs`, in order).
+fn with_usage(jobs: &mut [JobView], usage: Vec<Option<crate::record::RunUsageRecord>>) {
+    let mut usage = usage.into_iter();
+    for run in jobs.iter_mut().flat_map(|j| j.runs.iter_mut()) {
+        run.usage = usage.next().flatten().map(Into::into);
     }
 }
 
@@ -394,12 +404,14 @@ pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, Api
         let events = store.job_events(&r)?;
         let payload = store.payload(id)?;
         let owner = store.owners(&[id])?.pop().flatten();
-        Ok(Some((r, events, payload, owner)))
+        let usage = store.run_usage(&r.runs.iter().map(|run| run.run_id).collect::<Vec<_>>())?;
+        Ok(Some((r, events, payload, owner, usage)))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let Some((r, events, payload, owner)) = found else { return Err(no_such_job(app, id)) };
+    let Some((r, events, payload, owner, usage)) = found else { return Err(no_such_job(app, id)) };
     let mut v = job_view(app, &r);
+    with_usage(std::slice::from_mut(&mut v), usage);
     v.owner = owner;
     v.events = Some(events.iter().map(event_view).collect());
     v.pod_spec = payload.and_then(|p| serde_json::from_str(&p.pod_spec).ok());
@@ -499,15 +511,19 @@ pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, 
     }
     let filter = JobFilter { queue, job_set, states, after, limit, text, newest_first };
     let store = app.store.clone();
-    let (page, owners) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+    let (page, owners, usage) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
         let page = store.search_jobs(&filter)?;
         let ids: Vec<JobId> = page.jobs.iter().map(|j| j.id).collect();
         let owners = store.owners(&ids)?;
-        Ok((page, owners))
+        let runs: Vec<RunId> = page.jobs.iter().flat_map(|j| j.runs.iter().map(|r| r.run_id)).collect();
+        let usage = store.run_usage(&runs)?;
+        Ok((page, owners, usage))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let jobs = page.jobs.iter().zip(owners).map(|(r, owner)| JobView { owner, ..job_view(app, r) }).collect();
+    let mut jobs: Vec<JobView> =
+        page.jobs.iter().zip(owners).map(|(r, owner)| JobView { owner, ..job_view(app, r) }).collect();
+    with_usage(&mut jobs, usage);
     Ok(JobList { jobs, next: page.next })
 }
 

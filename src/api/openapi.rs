@@ -515,6 +515,7 @@ mod tests {
                 namespace: "ml".into(),
                 uid: "6f1c2d0e-8a4b-4c1d-9e2f-3a4b5c6d7e8f".into(),
             }),
+            usage: Some(crate::model::RunUsage { cpu_ms: 1250, peak_memory_bytes: 64 << 20 }),
         };
         conforms(&d, "RunView", &run, true);
         let details = RunDetails {

@@ -5,7 +5,7 @@ use super::jobs::run_view;
 use super::problem::{ApiError, json};
 use crate::control::Control;
 use crate::model::RunId;
-use crate::model::api::{Problem, RunDetails};
+use crate::model::api::{Problem, RunDetails, RunView};
 use crate::model::duration::format_duration;
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
@@ -37,11 +37,11 @@ pub async fn get(
     let run_id: RunId =
         run_id.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("run_id", e.to_string()))?;
     let store = app.store.clone();
-    let job = tokio::task::spawn_blocking(move || store.jobs_of_runs(&[run_id]))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??
-        .pop()
-        .flatten();
+    let (job, usage) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+        Ok((store.jobs_of_runs(&[run_id])?.pop().flatten(), store.run_usage(&[run_id])?.pop().flatten()))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
     let found = job.as_ref().and_then(|j| j.runs.iter().find(|r| r.run_id == run_id).map(|r| (j, r)));
     let Some((job, run)) = found else {
         return Err(ApiError::not_found(format!(
@@ -55,6 +55,6 @@ pub async fn get(
         queue: job.queue.clone(),
         job_set: job.job_set.clone(),
         namespace: job.namespace.clone(),
-        run: run_view(run),
+        run: RunView { usage: usage.map(Into::into), ..run_view(run) },
     }))
 }

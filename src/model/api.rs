@@ -225,6 +225,9 @@ pub struct RunView {
     /// The Kubernetes pod the run became (name, namespace, uid), as the Kubernetes agent reported
     /// it; absent for runs of other runtimes and before the pod was created.
     pub pod: Option<super::RunPod>,
+    /// What the run used (CPU time, peak memory), once it ended, where its runtime tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::RunUsage>,
 }
 
 /// `GET /v1/runs/{run_id}`: a run with the job it belongs to.
@@ -673,6 +676,10 @@ pub struct RunEventReport {
     /// runtime; absent for runtimes without pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<super::RunPod>,
+    /// What the run used, with its final event (processes; absent where the runtime cannot
+    /// tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<super::RunUsage>,
 }
 
 /// `POST /v1/executors/{executor}/events`.

@@ -52,6 +52,11 @@ pub fn elapsed(started: Option<&str>, ended: Option<&str>, now: SystemTime) -> O
     Some(duration(to.duration_since(from).unwrap_or_default()))
 }
 
+/// A run's CPU time and peak memory: (`1m01s`, `3 GiB`).
+pub fn usage(u: &super::RunUsage) -> (String, String) {
+    (duration(Duration::from_millis(u.cpu_ms)), bytes(i64::try_from(u.peak_memory_bytes).unwrap_or(i64::MAX)))
+}
+
 /// `3.2s`, `4m05s`, `1h02m03s`, `2d03h`.
 pub fn duration(d: Duration) -> String {
     let s = d.as_secs();

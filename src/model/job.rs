@@ -110,6 +110,16 @@ impl RunState {
     }
 }
 
+/// What a run used, as `sacct` reports it: CPU time (user and system, of the job and the
+/// descendants it waited for) and peak memory (the largest resident set of any of its processes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunUsage {
+    /// CPU time in milliseconds.
+    pub cpu_ms: u64,
+    /// Peak resident memory in bytes.
+    pub peak_memory_bytes: u64,
+}
+
 /// An order to stop a run, waiting for the agent to confirm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KillRequest {

@@ -21,7 +21,7 @@ pub mod spelling;
 pub mod strict_json;
 
 pub use gang::GangSpec;
-pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState};
+pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
 };

@@ -69,7 +69,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   schema 7 (jobs with namespaces, runs with pods, the `run_jobs` index).
 /// - 8: log format 8 (submissions with their owner) and snapshots of state schema 8 (the
 ///   `job_owners` table).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// - 9: log format 9 (run events with what a run used) and snapshots of state schema 9 (the
+///   `run_usage` table).
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -12,13 +12,14 @@ use crate::model::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 8 (the variant order is the format; log
+/// A change to the replicated state. Format: log format 9 (the variant order is the format; log
 /// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
 /// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
 /// [`Command::RecordUsage`] (format 5), format 5 without [`Command::CreateQueueInTree`] and
 /// [`Command::UpdateQueueInTree`] (format 6), format 6 without [`Command::SubmitInNamespaces`]
 /// and [`Command::RunEventsWithPods`] (format 7), format 7 without [`Command::SubmitByOwner`]
-/// (format 8), so every older command decodes, and encodes back, unchanged).
+/// (format 8), format 8 without [`Command::RunEventsWithUsage`] (format 9), so every older
+/// command decodes, and encodes back, unchanged).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
@@ -253,6 +254,21 @@ pub enum Command {
         /// The jobs, validated, with their ids and namespaces.
         jobs: Vec<NamespacedJob>,
     },
+    /// Run events as [`Command::RunEventsWithPods`], a final one with what the run used. Log
+    /// format 9: the leader proposes this instead, and entries of older logs apply as before
+    /// (runs without a usage).
+    RunEventsWithUsage {
+        /// The executor reporting.
+        executor: ExecutorName,
+        /// When (ms since the epoch, the leader's clock).
+        at_ms: i64,
+        /// The events, in order.
+        events: Vec<UsageRunReport>,
+        /// Most runs a job may have.
+        max_attempted_runs: u32,
+        /// When failures of a node quarantine it, and for how long.
+        quarantine: QuarantinePolicyRecord,
+    },
 }
 
 impl Command {
@@ -294,6 +310,36 @@ pub struct PodRunReport {
     pub event: FaultedRunReport,
     /// The pod the run became, when the executor reported one.
     pub pod: Option<PodRecord>,
+}
+
+/// A run event of [`Command::RunEventsWithUsage`]. Format: log format 9.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRunReport {
+    /// The event with its node fault and pod, as [`Command::RunEventsWithPods`] carries it.
+    pub event: PodRunReport,
+    /// What the run used, with a final event when the executor measured it.
+    pub usage: Option<RunUsageRecord>,
+}
+
+/// What a run used. Format: log format 9 and state schema 9 (the `run_usage` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunUsageRecord {
+    /// CPU time in milliseconds.
+    pub cpu_ms: u64,
+    /// Peak resident memory in bytes.
+    pub peak_memory_bytes: u64,
+}
+
+impl From<crate::model::RunUsage> for RunUsageRecord {
+    fn from(u: crate::model::RunUsage) -> Self {
+        RunUsageRecord { cpu_ms: u.cpu_ms, peak_memory_bytes: u.peak_memory_bytes }
+    }
+}
+
+impl From<RunUsageRecord> for crate::model::RunUsage {
+    fn from(u: RunUsageRecord) -> Self {
+        crate::model::RunUsage { cpu_ms: u.cpu_ms, peak_memory_bytes: u.peak_memory_bytes }
+    }
 }
 
 /// Node quarantine settings as the leader had them. Format: log format 4.

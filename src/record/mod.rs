@@ -42,7 +42,7 @@ pub mod usage;
 pub use codec::{CodecError, decode, encode};
 pub use command::{
     Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
-    QuarantinePolicyRecord, RunReport, RunReportKind,
+    QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
 };
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{
@@ -88,7 +88,12 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// jobs (deleted with a job's purge) so that no `jobs` row changes; snapshots carry it
 /// ([`SnapshotRowRecord::JobOwner`]). Migration 8 makes the table, empty: jobs submitted before
 /// have no recorded owner.
-pub const STATE_SCHEMA_VERSION: u32 = 8;
+///
+/// 9 adds the `run_usage` table (run id → what the run used, a [`RunUsageRecord`]), kept beside
+/// the jobs (deleted with a job's purge) so that no `jobs` row changes; snapshots carry it
+/// ([`SnapshotRowRecord::RunUsage`]). Migration 9 makes the table, empty: runs that ended before
+/// have no recorded usage.
+pub const STATE_SCHEMA_VERSION: u32 = 9;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -116,7 +121,9 @@ pub const STATE_SCHEMA_VERSION: u32 = 8;
 ///   opened (peer protocol 7).
 /// - 8: [`Command::SubmitByOwner`] (jobs with the principal that submitted them), added at the
 ///   end of the commands in the same way (peer protocol 8).
-pub const LOG_FORMAT_VERSION: u32 = 8;
+/// - 9: [`Command::RunEventsWithUsage`] (run events with what a run used), added at the end of
+///   the commands in the same way (peer protocol 9).
+pub const LOG_FORMAT_VERSION: u32 = 9;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
@@ -125,7 +132,8 @@ pub const LOG_FORMAT_VERSION: u32 = 8;
 /// Which rows a stream holds follows the state schema, whose version is the stream's first frame:
 /// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
 /// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that,
-/// schema 8 [`SnapshotRowRecord::JobOwner`] after that. The file format
+/// schema 8 [`SnapshotRowRecord::JobOwner`] after that, schema 9 [`SnapshotRowRecord::RunUsage`]
+/// after that. The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

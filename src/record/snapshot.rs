@@ -51,7 +51,8 @@ impl SnapshotRecord {
 /// One row of a state table in a snapshot stream: one frame each. Format: snapshot file format 1,
 /// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on,
 /// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on, [`SnapshotRowRecord::RunJob`] from
-/// state schema 7 on and [`SnapshotRowRecord::JobOwner`] from state schema 8 on (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
+/// state schema 7 on, [`SnapshotRowRecord::JobOwner`] from state schema 8 on and
+/// [`SnapshotRowRecord::RunUsage`] from state schema 9 on (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
     /// A `meta` row (never the node's own keys, such as the schema version).
@@ -145,6 +146,13 @@ pub enum SnapshotRowRecord {
         job: [u8; 16],
         /// The principal's name.
         owner: String,
+    },
+    /// A `run_usage` row: what a run used (state schema 9).
+    RunUsage {
+        /// The run id key (big-endian).
+        run: [u8; 16],
+        /// The encoded [`super::RunUsageRecord`], as stored.
+        value: Vec<u8>,
     },
 }
 
@@ -244,6 +252,13 @@ pub enum SnapshotRowRef<'a> {
         /// The principal's name.
         owner: &'a str,
     },
+    /// See [`SnapshotRowRecord::RunUsage`].
+    RunUsage {
+        /// The run id key.
+        run: &'a [u8; 16],
+        /// The encoded record.
+        value: &'a [u8],
+    },
 }
 
 impl SnapshotRowRecord {
@@ -264,6 +279,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::NodeHealth { key, value } => SnapshotRowRef::NodeHealth { key, value },
             SnapshotRowRecord::RunJob { run, job } => SnapshotRowRef::RunJob { run, job },
             SnapshotRowRecord::JobOwner { job, owner } => SnapshotRowRef::JobOwner { job, owner },
+            SnapshotRowRecord::RunUsage { run, value } => SnapshotRowRef::RunUsage { run, value },
         }
     }
 }

@@ -945,3 +945,53 @@ fn state_schema_8_rows() {
     golden("state-v8/row-job-owner.bin", &row);
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v8/row-job-owner.bin"));
 }
+
+fn format_9_commands() -> Vec<(&'static str, Command)> {
+    vec![(
+        "command-run-events-with-usage",
+        Command::RunEventsWithUsage {
+            executor: ex("cluster-a"),
+            at_ms: 1_760_000_900_003,
+            events: vec![
+                UsageRunReport {
+                    event: PodRunReport {
+                        event: FaultedRunReport { report: run_report(RunReportKind::Running, 1), node_fault: None },
+                        pod: None,
+                    },
+                    usage: None,
+                },
+                UsageRunReport {
+                    event: PodRunReport {
+                        event: FaultedRunReport { report: run_report(RunReportKind::Failed, 2), node_fault: None },
+                        pod: None,
+                    },
+                    usage: Some(RunUsageRecord { cpu_ms: 61_250, peak_memory_bytes: 3 << 30 }),
+                },
+            ],
+            max_attempted_runs: 5,
+            quarantine: QuarantinePolicyRecord { max_failures: 3, window_ms: 600_000, duration_ms: 1_800_000 },
+        },
+    )]
+}
+
+fn run_usage_row() -> SnapshotRowRecord {
+    let usage = RunUsageRecord { cpu_ms: 61_250, peak_memory_bytes: 3 << 30 };
+    SnapshotRowRecord::RunUsage { run: rid(2).as_u128().to_be_bytes(), value: encode(&usage).unwrap() }
+}
+
+#[test]
+fn log_format_9_commands() {
+    // Format 9 only added this command, at the end: every older command is format 9's byte for
+    // byte.
+    for (name, cmd) in format_9_commands() {
+        golden(&format!("log-v9/{name}.bin"), &cmd);
+    }
+}
+
+#[test]
+fn state_schema_9_rows() {
+    // Schema 9 only added the `run_usage` table (migration 9 makes it, empty); its snapshot row:
+    let row = run_usage_row();
+    golden("state-v9/row-run-usage.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v9/row-run-usage.bin"));
+}

@@ -119,6 +119,13 @@ pub enum Change {
         /// The principal's name.
         owner: String,
     },
+    /// Records what an ended run used (deleted with its job's purge).
+    PutRunUsage {
+        /// The run.
+        run: RunId,
+        /// What it used.
+        usage: crate::record::RunUsageRecord,
+    },
     /// Indexes a new run by its id (it is deleted with its job's purge).
     IndexRun {
         /// The run.

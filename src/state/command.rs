@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::record::command::{
     Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
-    QuarantinePolicyRecord, RunReport, RunReportKind,
+    QuarantinePolicyRecord, RunReport, RunReportKind, UsageRunReport,
 };
 
 impl Command {
@@ -31,6 +31,7 @@ impl Command {
             Command::RunEvents { events, .. } => events.len(),
             Command::RunEventsWithFaults { events, .. } => events.len(),
             Command::RunEventsWithPods { events, .. } => events.len(),
+            Command::RunEventsWithUsage { events, .. } => events.len(),
             Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::RecordUsage { .. } => 1,

@@ -4,6 +4,7 @@
 
 use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, Response};
+use super::runs::ReportedEvent;
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
     QueueName, Requirements, ResourceName, Resources, RunId, RunPod, SchedulingRequirements,
@@ -287,11 +288,14 @@ impl State {
             Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
             Command::RunEvents { executor, at_ms, events, max_attempted_runs } => {
                 // Entries of logs older than node faults: nothing counts against nodes.
-                let events = events.into_iter().map(|report| (report, None, None)).collect();
+                let events = events.into_iter().map(|report| ReportedEvent::plain(report, None)).collect();
                 self.run_events(&executor, at_ms, events, max_attempted_runs, QuarantinePolicy::default(), out)
             }
             Command::RunEventsWithFaults { executor, at_ms, events, max_attempted_runs, quarantine } => {
-                let events = events.into_iter().map(|e| (e.report, e.node_fault.map(NodeFault::from), None)).collect();
+                let events = events
+                    .into_iter()
+                    .map(|e| ReportedEvent::plain(e.report, e.node_fault.map(NodeFault::from)))
+                    .collect();
                 let policy = QuarantinePolicy {
                     max_failures: quarantine.max_failures,
                     window_ms: quarantine.window_ms,
@@ -302,7 +306,26 @@ impl State {
             Command::RunEventsWithPods { executor, at_ms, events, max_attempted_runs, quarantine } => {
                 let events = events
                     .into_iter()
-                    .map(|e| (e.event.report, e.event.node_fault.map(NodeFault::from), e.pod.map(RunPod::from)))
+                    .map(|e| ReportedEvent {
+                        pod: e.pod.map(RunPod::from),
+                        ..ReportedEvent::plain(e.event.report, e.event.node_fault.map(NodeFault::from))
+                    })
+                    .collect();
+                let policy = QuarantinePolicy {
+                    max_failures: quarantine.max_failures,
+                    window_ms: quarantine.window_ms,
+                    duration_ms: quarantine.duration_ms,
+                };
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+            }
+            Command::RunEventsWithUsage { executor, at_ms, events, max_attempted_runs, quarantine } => {
+                let events = events
+                    .into_iter()
+                    .map(|u| ReportedEvent {
+                        pod: u.event.pod.map(RunPod::from),
+                        usage: u.usage,
+                        ..ReportedEvent::plain(u.event.event.report, u.event.event.node_fault.map(NodeFault::from))
+                    })
                     .collect();
                 let policy = QuarantinePolicy {
                     max_failures: quarantine.max_failures,

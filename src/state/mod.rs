@@ -16,6 +16,7 @@ pub use changes::{Change, Effects};
 pub use command::{
     Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
+    UsageRunReport,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
 pub use queue_select::QueueJobFilter;

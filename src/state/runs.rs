@@ -4,12 +4,28 @@ use super::changes::Change;
 use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunPod, RunState, annotations};
-use crate::record::{ExecutorRecord, NodeRecord};
+use crate::record::{ExecutorRecord, NodeRecord, RunUsageRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
 /// Most bytes of output kept with a run.
 /// Most of a run's output its record keeps (the last bytes).
 pub const MAX_LOG_TAIL: usize = 64 * 1024;
+
+/// A run event as the state applies it: the report, whether its node is to blame, the pod the run
+/// became, and what it used (with a final event); each from the log formats that carry it.
+pub(super) struct ReportedEvent {
+    pub(super) report: RunReport,
+    pub(super) node_fault: Option<NodeFault>,
+    pub(super) pod: Option<RunPod>,
+    pub(super) usage: Option<RunUsageRecord>,
+}
+
+impl ReportedEvent {
+    /// An event of a format without pods or usage.
+    pub(super) fn plain(report: RunReport, node_fault: Option<NodeFault>) -> Self {
+        ReportedEvent { report, node_fault, pod: None, usage: None }
+    }
+}
 
 impl State {
     pub(super) fn schedule(
@@ -110,13 +126,13 @@ impl State {
         &mut self,
         executor: &ExecutorName,
         at_ms: i64,
-        events: Vec<(RunReport, Option<NodeFault>, Option<RunPod>)>,
+        events: Vec<ReportedEvent>,
         max_attempted_runs: u32,
         policy: QuarantinePolicy,
         out: &mut Applied,
     ) -> Response {
         let mut accepted = 0u32;
-        for (ev, node_fault, pod) in events {
+        for ReportedEvent { report: ev, node_fault, pod, usage } in events {
             let Some(&id) = self.runs.get(&ev.run_id) else { continue };
             let Some(job) = self.jobs.get(&id) else { continue };
             let Some(run) = job.record.active_run() else { continue };
@@ -208,6 +224,9 @@ impl State {
                     let message =
                         if succeeded && kind == EventKind::Succeeded { None } else { Some(failure_reason(&ev)) };
                     self.event(out, &record, at_ms, kind, Some(run_id), message);
+                    if let Some(usage) = usage {
+                        out.changes.push(Change::PutRunUsage { run: run_id, usage });
+                    }
                     out.effects.schedule = true;
                 }
                 RunReportKind::Returned => {

@@ -58,6 +58,7 @@ enum Tag {
     NodeHealth = 12,
     RunJobs = 13,
     JobOwners = 14,
+    RunUsage = 15,
 }
 
 struct Hasher {
@@ -159,6 +160,10 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     for row in tx.open_table(JOB_OWNERS)?.iter()? {
         let (k, v) = row?;
         h.row(Tag::JobOwners, k.value(), v.value().as_bytes());
+    }
+    for row in tx.open_table(RUN_USAGE)?.iter()? {
+        let (k, v) = row?;
+        h.row(Tag::RunUsage, k.value(), v.value());
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

@@ -4,7 +4,7 @@ use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Event, Job, JobId, JobPayload, JobSetName, JobState, QueueName, RunId};
-use crate::record::{EventRecord, JobRecord, PayloadRecord};
+use crate::record::{EventRecord, JobRecord, PayloadRecord, RunUsageRecord};
 use redb::ReadableTable;
 
 /// Which jobs to list.
@@ -61,6 +61,19 @@ impl Store {
             Some(v) => Ok(Some(decode_job(v.value(), id)?)),
             None => Ok(None),
         }
+    }
+
+    /// What each of `runs` used (none for a run not ended, not measured, or that ended before
+    /// usage was recorded), in one read transaction.
+    pub fn run_usage(&self, runs: &[RunId]) -> Result<Vec<Option<RunUsageRecord>>, StoreError> {
+        let tx = self.read()?;
+        let t = tx.open_table(RUN_USAGE)?;
+        runs.iter()
+            .map(|r| match t.get(&run_key(*r))? {
+                Some(v) => Ok(Some(decode_row(v.value(), || format!("usage of run {r}"))?)),
+                None => Ok(None),
+            })
+            .collect()
     }
 
     /// Who submitted each of `ids` (none for a job submitted before owners were recorded, or

@@ -45,6 +45,10 @@ pub const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new
 /// Who submitted each job: [`job_key`] → the principal's name, written at submission and
 /// deleted with the job (schema 8; jobs submitted before have none).
 pub const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
+/// What each ended run used: [`run_key`] → an encoded [`crate::record::RunUsageRecord`],
+/// written with the run's final event and deleted with the job (schema 9; runs that ended
+/// before have none).
+pub const RUN_USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_usage");
 
 /// Meta key of the schema version.
 pub const SCHEMA_VERSION: &str = "schema_version";

@@ -31,7 +31,7 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
     let (mut meta, mut queues, mut jobs, mut payloads, mut live) = (None, None, None, None, None);
     let (mut job_sets, mut client_ids, mut executors, mut finished) = (None, None, None, None);
     let (mut events, mut event_seqs, mut node_health, mut run_jobs) = (None, None, None, None);
-    let mut owners = None;
+    let (mut owners, mut usage) = (None, None);
     // A job set's events of this transaction become chunks, written at the end.
     let mut new_events: HashMap<(&QueueName, &JobSetName), Vec<&EventRecord>> = HashMap::new();
     // Purged jobs by the event chunks holding their events: each chunk is rewritten once, at the
@@ -99,6 +99,10 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
                 for run in &record.runs {
                     index.remove(&run_key(run.run_id))?;
                 }
+                let used = open(&mut usage, tx, RUN_USAGE)?;
+                for run in &record.runs {
+                    used.remove(&run_key(run.run_id))?;
+                }
                 let prefix = set_prefix(queue, job_set);
                 let t = open(&mut events, tx, EVENTS)?;
                 for seq in record.event_seqs {
@@ -143,6 +147,9 @@ pub fn write_changes(tx: &WriteTransaction, changes: &[Change]) -> Result<(), St
             }
             Change::PutOwner { job, owner } => {
                 open(&mut owners, tx, JOB_OWNERS)?.insert(&job_key(*job), owner.as_str())?;
+            }
+            Change::PutRunUsage { run, usage: u } => {
+                open(&mut usage, tx, RUN_USAGE)?.insert(&run_key(*run), encode_row("run usage", u)?.as_slice())?;
             }
         }
     }

@@ -337,13 +337,16 @@ pub async fn job_handler(
     }
     body.push_str(
         "<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Executor</th><th>Node</th><th>State</th>\
-                   <th>Leased</th><th>Finished</th><th>Exit</th><th>Reason</th></tr></thead><tbody>",
+                   <th>Leased</th><th>Finished</th><th>Exit</th><th>CPU time</th><th>Peak memory</th><th>Reason</th>\
+                   </tr></thead><tbody>",
     );
     for r in &j.runs {
         let state = serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let used = r.usage.as_ref().map(human::usage).unwrap_or_default();
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
             r.run_id,
             escape(&r.executor),
             escape(r.node.as_str()),
@@ -351,6 +354,8 @@ pub async fn job_handler(
             escape(&r.leased_at),
             escape(r.finished_at.as_deref().unwrap_or("")),
             r.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            used.0,
+            used.1,
             escape(&[r.reason.as_deref(), r.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ")),
         );
     }

@@ -92,6 +92,18 @@ async fn convoy_run_streams_the_output_and_ends_with_the_jobs_exit_code() {
     assert!(note.contains("the server kept"), "{note}");
     assert_eq!(ok(work.path(), &up.url, &["logs", "--stderr", &id]).await.0, "oops\n");
 
+    // What a run used, as sacct tells: CPU time and peak memory, in the API and `convoy job`.
+    let burn = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done";
+    let out = convoy_in(work.path(), &up.url, &["run", "--job-set", "burn", "--", "sh", "-c", burn]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let burnt = up.all_jobs("queue=default&job_set=burn").await.remove(0);
+    let usage = &burnt["runs"][0]["usage"];
+    assert!(usage["cpu_ms"].as_u64().is_some_and(|c| c > 0), "{burnt:#}");
+    assert!(usage["peak_memory_bytes"].as_u64().is_some_and(|m| m > 0), "{burnt:#}");
+    let (summary, _) = ok(work.path(), &up.url, &["job", burnt["id"].as_str().expect("id")]).await;
+    let run_line = summary.lines().find(|l| l.contains(" succeeded ")).unwrap_or_default();
+    assert!(summary.contains("MAX MEM") && run_line.contains("B "), "{summary}");
+
     // --detach: the id, at once; --env reaches the job.
     let args =
         ["run", "--detach", "--env", "GREETING=hello there", "--", "sh", "-c", "test \"$GREETING\" = 'hello there'"];

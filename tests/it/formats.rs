@@ -178,6 +178,42 @@ async fn a_data_dir_of_state_schema_7_opens_and_new_jobs_have_owners() {
     assert_eq!(server.job("01M865YBGHZKV1WHMRM51BBHDX").await["owner"], json!(null));
 }
 
+#[tokio::test]
+async fn a_data_dir_of_state_schema_8_opens_and_ended_runs_keep_what_they_used() {
+    // Written by `convoy server` of schema 8 (log format 8): queue `default`, job set `set-8`, job
+    // `done` (client id) succeeded on executor `vm`, job `live` running there when it stopped.
+    let tmp = copy_fixture("datadir-v8");
+    let dir = tmp.path();
+    let mut server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    let (s, jobs) = server.get("/v1/jobs?queue=default&job_set=set-8").await;
+    assert_eq!(s, 200, "{jobs}");
+    let jobs = by_client_id(&jobs);
+    let expected = [
+        ("done", "01M8BEMEMSV5PHFDY3A7F2PPHQ", "01M8BEMF4T1S0FBX7W6H4EGVMK", "succeeded"),
+        ("live", "01M8BEMEMSV5PHFDY3A7F2PPHR", "01M8BEMF4TZDC1XABYGM4DGMAS", "running"),
+    ];
+    for (client, job, run, state) in expected {
+        let j = &jobs[client];
+        assert_eq!((&j["id"], &j["state"], &j["owner"]), (&json!(job), &json!(state), &json!("anonymous")), "{j}");
+        assert_eq!(j["runs"][0]["run_id"], run);
+        assert_eq!(j["runs"][0].get("usage"), None, "runs that ended before were not measured: {j}");
+    }
+    // The running job ends now, with what it used: kept, across a restart too.
+    let usage = json!({"cpu_ms": 1250, "peak_memory_bytes": 67_108_864});
+    let events = vec![json!({"run_id": "01M8BEMF4TZDC1XABYGM4DGMAS", "job_id": "01M8BEMEMSV5PHFDY3A7F2PPHR",
+        "kind": "failed", "exit_code": 2, "usage": usage})];
+    assert_eq!(server.report("vm", events).await, 1);
+    let j = server.job("01M8BEMEMSV5PHFDY3A7F2PPHR").await;
+    assert_eq!((&j["state"], &j["runs"][0]["usage"]), (&json!("failed"), &usage), "{j}");
+    assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
+    let server = Server::start_in(dir, &config(dir, KEEP));
+    server.ready().await;
+    assert_eq!(server.job("01M8BEMEMSV5PHFDY3A7F2PPHR").await["runs"][0]["usage"], usage);
+    let (s, list) = server.get("/v1/jobs?queue=default&job_set=set-8&state=failed").await;
+    assert_eq!((s, &list["jobs"][0]["runs"][0]["usage"]), (200, &usage), "{list}");
+}
+
 /// Runs `convoy server` on `dir`, expecting it to refuse to start; returns what it printed.
 fn refused_start(dir: &Path) -> String {
     std::fs::write(dir.join("convoy.toml"), config(dir, "")).expect("config");

@@ -4,6 +4,7 @@ use super::http::{Client, print_json};
 use super::output::{Format, elapsed, short_time};
 use convoy::model::JobId;
 use convoy::model::api::JobView;
+use convoy::model::human;
 use std::fmt::Write;
 use std::time::SystemTime;
 
@@ -51,14 +52,15 @@ fn summary(j: &JobView, now: SystemTime) -> String {
         let _ = writeln!(out, "Runs:");
         let _ = writeln!(
             out,
-            "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} REASON",
-            "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT"
+            "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} REASON",
+            "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT", "CPU", "MAX MEM"
         );
         for r in &j.runs {
             let (started, ended) = (r.running_at.as_deref(), r.finished_at.as_deref());
+            let used = r.usage.as_ref().map_or(("-".to_string(), "-".to_string()), human::usage);
             let _ = writeln!(
                 out,
-                "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {}",
+                "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} {}",
                 r.run_id.to_string(),
                 r.node.as_str(),
                 serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
@@ -66,6 +68,8 @@ fn summary(j: &JobView, now: SystemTime) -> String {
                 short_time(ended),
                 elapsed(started, ended, now),
                 r.exit_code.map_or("-".to_string(), |c| c.to_string()),
+                used.0,
+                used.1,
                 [r.reason.as_deref(), r.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ")
             );
         }
@@ -101,14 +105,14 @@ mod tests {
             "runs": [{"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FB1", "executor": "e", "node": "n1", "pool": "default",
                       "state": "failed", "leased_at": "2026-11-26T07:00:01.000Z",
                       "running_at": "2026-11-26T07:00:02.000Z", "finished_at": "2026-11-26T07:00:07.000Z",
-                      "exit_code": 3}],
+                      "exit_code": 3, "usage": {"cpu_ms": 61250, "peak_memory_bytes": 3_221_225_472u64}}],
             "events": [{"seq": 1, "job_id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "at": "2026-11-26T07:00:00.000Z", "kind": "submitted"}]
         }))
         .expect("a job view");
         let text = summary(&j, SystemTime::now());
         assert!(text.contains("State:      failed (exit code 3)"), "{text}");
         assert!(text.contains("Requests:   cpu=1, memory=64Mi"), "{text}");
-        assert!(text.contains(" n1 ") && text.contains("5.0s    3"), "{text}");
+        assert!(text.contains(" n1 ") && text.contains("5.0s    3     1m01s     3 GiB"), "{text}");
         assert!(
             text.contains("     1 2026-11-26 07:00:00 submitted")
                 || text.contains("   1 2026-11-26 07:00:00 submitted"),

@@ -5,6 +5,7 @@ use super::http::Client;
 use super::output::{Format, elapsed, short_time};
 use convoy::model::JobId;
 use convoy::model::api::{JobList, JobView};
+use convoy::model::human;
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
@@ -115,16 +116,28 @@ fn query(args: &JobsArgs, limit: usize, after: Option<JobId>) -> String {
 fn write_table(out: &mut impl Write, jobs: &[JobView], now: SystemTime) -> std::io::Result<()> {
     writeln!(
         out,
-        "{:<26} {:<12} {:<16} {:<10} {:<19} {:<19} {:<19} {:>9} {:<12} {:>4} REASON",
-        "ID", "QUEUE", "JOB SET", "STATE", "SUBMITTED (UTC)", "STARTED", "ENDED", "ELAPSED", "NODE", "EXIT"
+        "{:<26} {:<12} {:<16} {:<10} {:<19} {:<19} {:<19} {:>9} {:<12} {:>4} {:>9} {:>9} REASON",
+        "ID",
+        "QUEUE",
+        "JOB SET",
+        "STATE",
+        "SUBMITTED (UTC)",
+        "STARTED",
+        "ENDED",
+        "ELAPSED",
+        "NODE",
+        "EXIT",
+        "CPU",
+        "MAX MEM"
     )?;
     for j in jobs {
         let run = j.runs.last();
         let started = run.and_then(|r| r.running_at.as_deref());
         let ended = run.and_then(|r| r.finished_at.as_deref());
+        let used = run.and_then(|r| r.usage.as_ref()).map_or(("-".to_string(), "-".to_string()), human::usage);
         writeln!(
             out,
-            "{:<26} {:<12} {:<16} {:<10} {:<19} {:<19} {:<19} {:>9} {:<12} {:>4} {}",
+            "{:<26} {:<12} {:<16} {:<10} {:<19} {:<19} {:<19} {:>9} {:<12} {:>4} {:>9} {:>9} {}",
             j.id.to_string(),
             j.queue.as_str(),
             j.job_set.as_str(),
@@ -135,6 +148,8 @@ fn write_table(out: &mut impl Write, jobs: &[JobView], now: SystemTime) -> std::
             elapsed(started, ended, now),
             run.map(|r| r.node.as_str()).unwrap_or("-"),
             run.and_then(|r| r.exit_code).map_or("-".to_string(), |c| c.to_string()),
+            used.0,
+            used.1,
             j.reason.as_deref().unwrap_or("")
         )?;
     }
@@ -154,7 +169,7 @@ mod tests {
             "runs": [{"run_id": "01ARZ3NDEKTSV4RRFFQ69G5FB1", "executor": "e", "node": "n1", "pool": "default",
                       "state": "failed", "leased_at": "2026-11-26T07:00:01.000Z",
                       "running_at": "2026-11-26T07:00:02.000Z", "finished_at": "2026-11-26T08:02:05.500Z",
-                      "exit_code": 3}]
+                      "exit_code": 3, "usage": {"cpu_ms": 1500, "peak_memory_bytes": 536870912}}]
         }))
         .expect("a job view");
         let mut out = Vec::new();
@@ -162,6 +177,6 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let line = text.lines().nth(1).unwrap();
         assert!(line.contains("2026-11-26 07:00:00 2026-11-26 07:00:02 2026-11-26 08:02:05"), "{line}");
-        assert!(line.contains(" 1h02m03s n1") && line.contains("    3 exit code 3"), "{line}");
+        assert!(line.contains(" 1h02m03s n1") && line.contains("    3      1.5s   512 MiB exit code 3"), "{line}");
     }
 }

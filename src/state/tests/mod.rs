@@ -570,3 +570,42 @@ fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
     assert_eq!(s.apply(other, ApplyContext::default()).response, Some(Response::Accepted(0)));
     assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod.as_ref().map(|p| p.uid.as_str()), Some("u2"));
 }
+
+#[test]
+fn a_final_event_keeps_what_the_run_used_and_others_do_not() {
+    use crate::record::RunUsageRecord;
+    use crate::state::UsageRunReport;
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "1"), new_job(2, None, "1")]);
+    lease(&mut s, 1, 100, 1, 1);
+    lease(&mut s, 2, 200, 2, 2);
+    let used = RunUsageRecord { cpu_ms: 1_500, peak_memory_bytes: 64 << 20 };
+    let with_usage = |s: &mut State, run: u128, job: u128, kind, usage| {
+        let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
+        let events = vec![UsageRunReport { event: pod_report(run, job, kind, None), usage }];
+        let cmd =
+            Command::RunEventsWithUsage { executor: exec("e1"), at_ms: 40, events, max_attempted_runs: 2, quarantine };
+        s.apply(cmd, ApplyContext::default())
+    };
+    let usage_of = |a: &Applied| -> Vec<(RunId, RunUsageRecord)> {
+        a.changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::PutRunUsage { run, usage } => Some((*run, *usage)),
+                _ => None,
+            })
+            .collect()
+    };
+    // Usage with an event that does not end the run is not kept.
+    let a = with_usage(&mut s, 100, 1, RunEventKind::Running, Some(used));
+    assert_eq!((events(&a), usage_of(&a)), (vec![EventKind::Running], vec![]));
+    let a = with_usage(&mut s, 100, 1, RunEventKind::Succeeded, Some(used));
+    assert_eq!(events(&a), vec![EventKind::Succeeded]);
+    assert_eq!(usage_of(&a), vec![(RunId::from_u128(100), used)]);
+    // A run's second end records nothing.
+    let a = with_usage(&mut s, 100, 1, RunEventKind::Failed, Some(used));
+    assert_eq!((events(&a), usage_of(&a)), (vec![], vec![]));
+    // An end without usage (a runtime that cannot tell) is an end all the same.
+    let a = with_usage(&mut s, 200, 2, RunEventKind::Failed, None);
+    assert_eq!((events(&a), usage_of(&a)), (vec![EventKind::Failed], vec![]));
+}

@@ -4,7 +4,10 @@
 use super::*;
 use crate::model::{Job, NodeName, PoolName, RunId};
 use crate::record::PurgeTarget;
-use crate::state::{Applied, Response, RunReport, RunReportKind};
+use crate::record::RunUsageRecord;
+use crate::state::{
+    Applied, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind, UsageRunReport,
+};
 use proptest::prelude::*;
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,8 +95,26 @@ fn run_to_success(store: &Store, state: &mut State, n: u128, at_ms: i64) {
         message: None,
         log_tail: Some("done\n".into()),
     };
-    let events = vec![report(RunReportKind::Running), report(RunReportKind::Succeeded)];
-    apply(store, state, Command::RunEvents { executor: "e1".parse().unwrap(), at_ms, events, max_attempted_runs: 3 });
+    // The end comes with what the run used (the `run_usage` row, deleted with the job).
+    let events = [
+        (RunReportKind::Running, None),
+        (RunReportKind::Succeeded, Some(RunUsageRecord { cpu_ms: 5, peak_memory_bytes: 7 })),
+    ]
+    .into_iter()
+    .map(|(kind, usage)| UsageRunReport {
+        event: PodRunReport { event: FaultedRunReport { report: report(kind), node_fault: None }, pod: None },
+        usage,
+    })
+    .collect();
+    let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
+    let cmd = Command::RunEventsWithUsage {
+        executor: "e1".parse().unwrap(),
+        at_ms,
+        events,
+        max_attempted_runs: 3,
+        quarantine,
+    };
+    apply(store, state, cmd);
 }
 
 /// Plans a purge from the store, as the leader does, and applies it; the ids purged.
@@ -136,6 +157,10 @@ fn references(store: &Store) -> BTreeMap<&'static str, BTreeSet<JobId>> {
     }
     for row in tx.open_table(JOB_OWNERS).unwrap().iter().unwrap() {
         out.entry("job_owners").or_default().insert(job_from_key(row.unwrap().0.value()));
+    }
+    // Keyed by run: job n's run is run n in these tests.
+    for row in tx.open_table(RUN_USAGE).unwrap().iter().unwrap() {
+        out.entry("run_usage").or_default().insert(job_from_key(row.unwrap().0.value()));
     }
     for row in tx.open_table(EVENTS).unwrap().iter().unwrap() {
         let chunk: Vec<EventRecord> = crate::record::decode(row.unwrap().1.value()).unwrap();
@@ -206,6 +231,9 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     assert_eq!(store.jobs_of_runs(&[run]).unwrap()[0].as_ref().map(|j| j.id), Some(id(1)));
     assert_eq!(references(&store)["run_jobs"], BTreeSet::from([id(1)]));
     assert_eq!(references(&store)["job_owners"], BTreeSet::from([id(1), id(2), id(3), id(4)]));
+    assert_eq!(references(&store)["run_usage"], BTreeSet::from([id(1)]));
+    let used = store.run_usage(&[run, RunId::from_u128(9)]).unwrap();
+    assert_eq!(used, vec![Some(RunUsageRecord { cpu_ms: 5, peak_memory_bytes: 7 }), None]);
     assert_eq!(store.owners(&[id(1), id(9)]).unwrap(), vec![Some("alice".to_string()), None]);
 
     assert_eq!(purge(&store, &mut state, 121, 100).into_iter().collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 4]));

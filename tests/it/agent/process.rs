@@ -398,7 +398,8 @@ async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
     run.write_atomic(rundir::LEASE, &serde_json::to_vec(&l).expect("lease JSON")).expect("lease");
     run.write_atomic(rundir::PID, b"999999 1\n").expect("pid");
     std::fs::write(run.file(rundir::STDOUT), "ran\n").expect("stdout");
-    let rec = ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1 };
+    let rec =
+        ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1, usage: None };
     assert!(run.write_exit_once(&rec).expect("exit"));
     let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
     let fin = cp.wait_final(l.run_id, T).await;
