@@ -192,7 +192,7 @@ async fn from_agent(
 /// An ended run's output from what the server kept of it: the tail its agent shipped when it
 /// ended (`server.finished_output_tail`), of `stream` alone.
 fn kept_tail(app: &Control, run: &Run, stream: OutputStream, from: Option<u64>) -> OutputPage {
-    let kept = humantime_bytes(app.config.server.finished_output_tail);
+    let kept = crate::model::human::bytes(i64::try_from(app.config.server.finished_output_tail).unwrap_or(i64::MAX));
     let mut out = OutputPage {
         run_id: Some(run.run_id),
         stream,
@@ -234,11 +234,17 @@ pub(crate) fn split_tail(tail: &str) -> (&str, &str) {
     }
 }
 
-/// `64 KiB`, `1 MiB`: a byte count as people read it.
-fn humantime_bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
-        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
-        n => format!("{n} bytes"),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shipped_tail_splits_into_its_two_streams() {
+        assert_eq!(split_tail("out 1\nout 2\n--- stderr ---\nboom\n"), ("out 1\nout 2\n", "boom\n"));
+        assert_eq!(split_tail("--- stderr ---\nboom\n"), ("", "boom\n"));
+        assert_eq!(split_tail("only out\n"), ("only out\n", ""));
+        assert_eq!(split_tail(""), ("", ""));
+        // The marker inside a line is output, not the separator.
+        assert_eq!(split_tail("say --- stderr ---\nx\n"), ("say --- stderr ---\nx\n", ""));
     }
 }
