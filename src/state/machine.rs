@@ -296,12 +296,7 @@ impl State {
                     .into_iter()
                     .map(|e| ReportedEvent::plain(e.report, e.node_fault.map(NodeFault::from)))
                     .collect();
-                let policy = QuarantinePolicy {
-                    max_failures: quarantine.max_failures,
-                    window_ms: quarantine.window_ms,
-                    duration_ms: quarantine.duration_ms,
-                };
-                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
             }
             Command::RunEventsWithPods { executor, at_ms, events, max_attempted_runs, quarantine } => {
                 let events = events
@@ -311,12 +306,7 @@ impl State {
                         ..ReportedEvent::plain(e.event.report, e.event.node_fault.map(NodeFault::from))
                     })
                     .collect();
-                let policy = QuarantinePolicy {
-                    max_failures: quarantine.max_failures,
-                    window_ms: quarantine.window_ms,
-                    duration_ms: quarantine.duration_ms,
-                };
-                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
             }
             Command::RunEventsWithUsage { executor, at_ms, events, max_attempted_runs, quarantine } => {
                 let events = events
@@ -327,12 +317,7 @@ impl State {
                         ..ReportedEvent::plain(u.event.event.report, u.event.event.node_fault.map(NodeFault::from))
                     })
                     .collect();
-                let policy = QuarantinePolicy {
-                    max_failures: quarantine.max_failures,
-                    window_ms: quarantine.window_ms,
-                    duration_ms: quarantine.duration_ms,
-                };
-                self.run_events(&executor, at_ms, events, max_attempted_runs, policy, out)
+                self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
             }
             Command::LiftQuarantine { executor, node, at_ms } => self.lift_quarantine(executor, node, at_ms, out),
             Command::ExecutorLost { executor, at_ms, max_attempted_runs } => {
@@ -594,4 +579,9 @@ impl State {
 /// A refusal.
 pub(super) fn reject(kind: RejectKind, field: Option<&str>, message: impl Into<String>) -> Response {
     Response::Rejected(Rejection { kind, field: field.map(str::to_string), message: message.into() })
+}
+
+/// The quarantine policy a run-events command carries.
+fn policy_of(q: crate::record::QuarantinePolicyRecord) -> QuarantinePolicy {
+    QuarantinePolicy { max_failures: q.max_failures, window_ms: q.window_ms, duration_ms: q.duration_ms }
 }
