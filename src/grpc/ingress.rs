@@ -236,9 +236,113 @@ pub(super) fn objects(
     Ok((services, ingresses))
 }
 
+/// The Service and Ingress objects of an armadactl job file's `ingress` and `services` configs
+/// (as Armada's YAML spells them: `type`, `ports`, `annotations`, `tlsEnabled`, `certName`,
+/// `useClusterIP`, `name`), built as the gRPC API builds them. A refusal names the field within
+/// the job (`ingress[0].ports[1]`).
+pub fn from_job_file(
+    pod_spec: &Json,
+    ingress: &Json,
+    services: &Json,
+) -> Result<(Vec<Json>, Vec<Json>), (String, String)> {
+    let refuse = |field: String, message: String| (field, message);
+    let list = |v: &Json, field: &str| -> Result<Vec<Json>, (String, String)> {
+        match v {
+            Json::Null => Ok(Vec::new()),
+            Json::Array(a) => Ok(a.clone()),
+            _ => Err(refuse(field.into(), "must be a list".into())),
+        }
+    };
+    let mut item = pb::JobSubmitRequestItem::default();
+    for (k, c) in list(ingress, "ingress")?.iter().enumerate() {
+        let field = format!("ingress[{k}]");
+        item.ingress.push(pb::IngressConfig {
+            r#type: enum_value(c.get("type"), &field, |s| pb::IngressType::from_str_name(s).map(|t| t as i32))?,
+            ports: ports(c.get("ports"), &field)?,
+            annotations: c
+                .get("annotations")
+                .and_then(Json::as_object)
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                .unwrap_or_default(),
+            tls_enabled: c.get("tlsEnabled").and_then(Json::as_bool).unwrap_or(false),
+            cert_name: c.get("certName").and_then(Json::as_str).unwrap_or_default().to_string(),
+            use_cluster_ip: c.get("useClusterIP").and_then(Json::as_bool).unwrap_or(false),
+        });
+    }
+    for (k, c) in list(services, "services")?.iter().enumerate() {
+        let field = format!("services[{k}]");
+        item.services.push(pb::ServiceConfig {
+            r#type: enum_value(c.get("type"), &field, |s| pb::ServiceType::from_str_name(s).map(|t| t as i32))?,
+            ports: ports(c.get("ports"), &field)?,
+            name: c.get("name").and_then(Json::as_str).unwrap_or_default().to_string(),
+        });
+    }
+    objects(0, &item, pod_spec).map_err(|status| {
+        let text = status.message();
+        let text = text.strip_prefix("job_request_items[0].").unwrap_or(text);
+        match text.split_once(": ") {
+            Some((field, message)) => (field.to_string(), message.to_string()),
+            None => (String::new(), text.to_string()),
+        }
+    })
+}
+
+/// An enum field written by name (`NodePort`) or number; absent: the first value.
+fn enum_value(v: Option<&Json>, field: &str, by_name: impl Fn(&str) -> Option<i32>) -> Result<i32, (String, String)> {
+    match v {
+        None | Some(Json::Null) => Ok(0),
+        Some(Json::String(s)) => {
+            by_name(s).ok_or_else(|| (format!("{field}.type"), format!("{s:?} is not one of Armada's types here")))
+        }
+        Some(Json::Number(n)) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| (format!("{field}.type"), format!("{n} is not a type"))),
+        Some(other) => Err((format!("{field}.type"), format!("{other} is not a type"))),
+    }
+}
+
+/// A config's `ports`: container port numbers.
+fn ports(v: Option<&Json>, field: &str) -> Result<Vec<u32>, (String, String)> {
+    let Some(Json::Array(a)) = v else { return Ok(Vec::new()) };
+    a.iter()
+        .enumerate()
+        .map(|(j, p)| {
+            p.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| (format!("{field}.ports[{j}]"), format!("{p} is not a port number")))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_armadactl_files_configs_become_the_same_objects_as_over_grpc() {
+        let spec = spec();
+        let ingress = json!([{"type": "Ingress", "ports": [8080], "tlsEnabled": true, "certName": "web-tls"}]);
+        let services = json!([{"type": "NodePort", "ports": [9090]}]);
+        let (svc, ing) = from_job_file(&spec, &ingress, &services).unwrap();
+        let mut it = item();
+        it.ingress.push(pb::IngressConfig {
+            ports: vec![8080],
+            tls_enabled: true,
+            cert_name: "web-tls".into(),
+            ..Default::default()
+        });
+        it.services.push(pb::ServiceConfig {
+            r#type: pb::ServiceType::NodePort as i32,
+            ports: vec![9090],
+            name: String::new(),
+        });
+        assert_eq!((svc, ing), objects(0, &it, &spec).unwrap());
+        let e = from_job_file(&spec, &json!([{"ports": [1234]}]), &Json::Null).unwrap_err();
+        assert_eq!(e.0, "ingress[0].ports[0]", "{e:?}");
+        let e = from_job_file(&spec, &Json::Null, &json!([{"type": "LoadBalancer", "ports": [8080]}])).unwrap_err();
+        assert_eq!(e.0, "services[0].type", "{e:?}");
+    }
 
     fn spec() -> Json {
         json!({"containers": [

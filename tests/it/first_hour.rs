@@ -213,7 +213,7 @@ async fn submissions_are_strict_and_errors_point_into_the_users_file() {
     up.wait_job(&id, WAIT, "succeeded", |j| j["state"] == "succeeded").await;
 
     // armadactl's own file, unchanged: jobSetId, podSpec, quantities as numbers.
-    let armada = "queue: default\njobSetId: from-armada\njobs:\n  - priority: 0\n    podSpec:\n      restartPolicy: Never\n      containers:\n        - name: sleep\n          image: alpine:latest\n          command: [sh, -c]\n          args: [echo armada]\n          resources:\n            limits: {memory: 64Mi, cpu: 0.2}\n            requests: {memory: 64Mi, cpu: 0.2}\n";
+    let armada = "queue: default\njobSetId: from-armada\njobs:\n  - priority: 0\n    podSpec:\n      restartPolicy: Never\n      containers:\n        - name: sleep\n          image: alpine:latest\n          command: [sh, -c]\n          args: [echo armada]\n          ports: [{containerPort: 8080}]\n          resources:\n            limits: {memory: 64Mi, cpu: 0.2}\n            requests: {memory: 64Mi, cpu: 0.2}\n    services:\n      - type: NodePort\n        ports: [8080]\n";
     std::fs::write(dir.join("armada.yaml"), armada).expect("file");
     let (stdout, _) = ok(dir, &up.url, &["submit", "armada.yaml"]).await;
     let id = stdout.trim().to_string();

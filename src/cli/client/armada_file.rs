@@ -1,6 +1,7 @@
 //! armadactl's job files, read by `convoy submit` unchanged: `queue`, `jobSetId` and `jobs` with
-//! `priority`, `namespace`, `clientId`, `labels`, `annotations` and `podSpec` (or a one-element
-//! `podSpecs`), quantities written as numbers (`cpu: 0.2`), turned into Convoy's submission.
+//! `priority`, `namespace`, `clientId`, `labels`, `annotations`, `podSpec` (or a one-element
+//! `podSpecs`), `ingress` and `services` (built into Kubernetes objects as the gRPC API builds
+//! them), quantities written as numbers (`cpu: 0.2`), turned into Convoy's submission.
 
 use serde_json::{Map, Value};
 
@@ -48,6 +49,7 @@ pub(super) fn to_convoy(doc: Value) -> Result<Value, Refusal> {
 fn job(j: Value) -> Result<Value, Refusal> {
     let Value::Object(fields) = j else { return Err((String::new(), "must be a mapping".into())) };
     let mut out = Map::new();
+    let (mut ingress, mut services) = (Value::Null, Value::Null);
     for (key, value) in fields {
         match key.as_str() {
             "priority" => {
@@ -71,14 +73,8 @@ fn job(j: Value) -> Result<Value, Refusal> {
                 }
                 _ => return Err(("podSpecs".into(), "Convoy runs one pod per job: give one pod spec".into())),
             },
-            "ingress" | "services" => {
-                return Err((
-                    key,
-                    "Armada's ingress and service configs are taken over gRPC (Armada's clients); in a file, give \
-                     Kubernetes Service and Ingress objects in Convoy's format (services, ingresses)"
-                        .into(),
-                ));
-            }
+            "ingress" => ingress = value,
+            "services" => services = value,
             // Armada's `scheduler` picks one of its schedulers; Convoy has one.
             "scheduler" => {}
             other => {
@@ -90,7 +86,25 @@ fn job(j: Value) -> Result<Value, Refusal> {
             }
         }
     }
+    if !ingress.is_null() || !services.is_null() {
+        let spec = out.get("pod_spec").cloned().unwrap_or(Value::Null);
+        let (svc, ing) = kubernetes_objects(&spec, &ingress, &services)?;
+        out.insert("services".into(), Value::Array(svc));
+        out.insert("ingresses".into(), Value::Array(ing));
+    }
     Ok(Value::Object(out))
+}
+
+/// Armada's ingress and service configs as the Kubernetes objects Convoy's submission carries,
+/// built as the gRPC API builds them.
+#[cfg(feature = "grpc")]
+fn kubernetes_objects(spec: &Value, ingress: &Value, services: &Value) -> Result<(Vec<Value>, Vec<Value>), Refusal> {
+    convoy::grpc::ingress::from_job_file(spec, ingress, services)
+}
+
+#[cfg(not(feature = "grpc"))]
+fn kubernetes_objects(_: &Value, _: &Value, _: &Value) -> Result<(Vec<Value>, Vec<Value>), Refusal> {
+    Err(("ingress".into(), "Armada's ingress and service configs need a convoy built with the grpc feature".into()))
 }
 
 /// Armada's priority is a number; Convoy's a whole number from 0.
@@ -171,6 +185,18 @@ jobs:
         assert_eq!(r["requests"]["nvidia.com/gpu"], json!("1"));
         // It decodes as Convoy's own submission.
         let _: convoy::model::api::SubmitRequest = serde_json::from_value(out).unwrap();
+        // Armada's ingress and service configs become Kubernetes objects, as over gRPC.
+        let with_ports = json!({"jobSetId": "s", "jobs": [{
+            "podSpec": {"containers": [{"name": "web", "ports": [{"containerPort": 8080}]}]},
+            "ingress": [{"type": "Ingress", "ports": [8080]}],
+            "services": [{"type": "NodePort", "ports": [8080]}]}]});
+        let out = to_convoy(with_ports).unwrap();
+        let job = &out["jobs"][0];
+        let kinds: Vec<&str> =
+            job["services"].as_array().unwrap().iter().map(|s| s["spec"]["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ClusterIP", "NodePort"]);
+        assert_eq!(job["ingresses"].as_array().map(Vec::len), Some(1));
+        assert!(job.get("ingress").is_none() && job.get("podSpec").is_none());
         assert!(!is_armada(&json!({"queue": "a", "job_set": "s", "jobs": [{"pod_spec": {}}]})));
     }
 
@@ -181,8 +207,8 @@ jobs:
         assert_eq!(e.0, "jobs[0].priority");
         let e = refuse(json!({"jobSetId": "s", "jobs": [{"podSpecs": [{}, {}]}]}));
         assert_eq!(e.0, "jobs[0].podSpecs");
-        let e = refuse(json!({"jobSetId": "s", "jobs": [{"podSpec": {}, "ingress": []}]}));
-        assert_eq!(e.0, "jobs[0].ingress");
+        let e = refuse(json!({"jobSetId": "s", "jobs": [{"podSpec": {}, "ingress": [{"ports": [80]}]}]}));
+        assert_eq!(e.0, "jobs[0].ingress[0].ports[0]", "{e:?}");
         let e = refuse(json!({"jobSetId": "s", "jobs": [{"podSpec": {}, "colour": "blue"}]}));
         assert_eq!(e.0, "jobs[0].colour");
     }
