@@ -1,13 +1,30 @@
 //! Commands as the state machine sees them: what applying one may touch, and what it answers.
 //! The commands themselves are records of the Raft log (`record::command`).
 
-use crate::model::JobId;
+use crate::model::{JobId, NodeFault, RunPod};
+use crate::record::RunUsageRecord;
 use serde::{Deserialize, Serialize};
 
 pub use crate::record::command::{
     Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
     QuarantinePolicyRecord, RunReport, RunReportKind, UsageRunReport,
 };
+
+/// A run event as the state applies it: the report, whether its node is to blame, the pod the run
+/// became, and what it used (with a final event); each from the log formats that carry it.
+pub(super) struct ReportedEvent {
+    pub(super) report: RunReport,
+    pub(super) node_fault: Option<NodeFault>,
+    pub(super) pod: Option<RunPod>,
+    pub(super) usage: Option<RunUsageRecord>,
+}
+
+impl ReportedEvent {
+    /// An event of a format without pods or usage.
+    pub(super) fn plain(report: RunReport, node_fault: Option<NodeFault>) -> Self {
+        ReportedEvent { report, node_fault, pod: None, usage: None }
+    }
+}
 
 impl Command {
     /// Roughly how many jobs, runs or nodes applying this touches: where the Raft adapter runs

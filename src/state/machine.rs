@@ -3,8 +3,7 @@
 //! same order give the same state and the same changes on every node.
 
 use super::changes::{Change, Effects};
-use super::command::{Command, RejectKind, Rejection, Response};
-use super::runs::ReportedEvent;
+use super::command::{Command, RejectKind, Rejection, ReportedEvent, Response};
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
     QueueName, Requirements, ResourceName, Resources, RunId, RunPod, SchedulingRequirements,

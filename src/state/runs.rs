@@ -1,31 +1,15 @@
 //! Runs: scheduling decisions, what executors report, and executors going away.
 
 use super::changes::Change;
-use super::command::{JobVerdict, NewLease, Response, RunReport, RunReportKind};
+use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
-use crate::model::{EventKind, ExecutorName, JobId, JobState, NodeFault, Run, RunPod, RunState, annotations};
-use crate::record::{ExecutorRecord, NodeRecord, RunUsageRecord};
+use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
+use crate::record::{ExecutorRecord, NodeRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
 
 /// Most bytes of output kept with a run.
 /// Most of a run's output its record keeps (the last bytes).
 pub const MAX_LOG_TAIL: usize = 64 * 1024;
-
-/// A run event as the state applies it: the report, whether its node is to blame, the pod the run
-/// became, and what it used (with a final event); each from the log formats that carry it.
-pub(super) struct ReportedEvent {
-    pub(super) report: RunReport,
-    pub(super) node_fault: Option<NodeFault>,
-    pub(super) pod: Option<RunPod>,
-    pub(super) usage: Option<RunUsageRecord>,
-}
-
-impl ReportedEvent {
-    /// An event of a format without pods or usage.
-    pub(super) fn plain(report: RunReport, node_fault: Option<NodeFault>) -> Self {
-        ReportedEvent { report, node_fault, pod: None, usage: None }
-    }
-}
 
 impl State {
     pub(super) fn schedule(
