@@ -559,7 +559,12 @@ impl State {
                 let mut cap = n.allocatable.clone();
                 cap.sub(&n.unallocatable);
                 out.max_with(&cap);
-                names.extend(n.allocatable.iter().map(|(r, _)| r.clone()));
+                // Names are few and nodes many: clone a name only the first time it is seen.
+                for (r, _) in n.allocatable.iter() {
+                    if !names.contains(r) {
+                        names.insert(r.clone());
+                    }
+                }
                 nodes += 1;
                 process += usize::from(crate::model::node::runs_processes(&n.labels));
             }
