@@ -201,16 +201,18 @@ fn log_client_error(executor: &ExecutorName, what: &str, e: &ClientError, retry_
 
 /// Starts new leases and passes kill orders on. True if anything new was done.
 async fn handle_response<R: Runtime>(shared: &Arc<Shared<R>>, resp: LeaseResponse) -> bool {
-    if !resp.output.is_empty() {
-        // Beside the poll: output someone follows must not hold up leases and kills.
-        tokio::spawn(send_output(shared.clone(), resp.output).in_current_span());
-    }
     let fresh: Vec<LeaseOrder> = {
         let mut t = shared.table();
         resp.leases.into_iter().filter(|l| t.begin(l.run_id, l.job_id)).collect()
     };
     let mut acted = !fresh.is_empty();
     futures::stream::iter(fresh).for_each_concurrent(START_CONCURRENCY, |lease| start_one(shared, lease)).await;
+    if !resp.output.is_empty() {
+        // After the starts: the same answer may ask for the output of a run it leases, which
+        // the runtime only knows once started (asked before, it would say the run is gone).
+        // Beside the poll: output someone follows must not hold up kills.
+        tokio::spawn(send_output(shared.clone(), resp.output).in_current_span());
+    }
     for k in resp.kills {
         acted |= kill_one(shared, k).await;
     }

@@ -2,23 +2,22 @@
 //! (`?from=N` or `Last-Event-ID`) and staying open for new events (`curl -N` works).
 
 use super::auth::Principal;
-use super::jobs::event_view;
 use super::problem::{ApiError, request_id};
-use super::queues::queue_name;
 use crate::control::Control;
 use crate::model::api::Problem;
 use crate::model::{Event, JobSetName, QueueName};
+use crate::service::events::{JobSetCursor, ReadFailed, follow};
+use crate::service::jobs::event_view;
+use crate::service::queues::queue_name;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use futures::stream::{self, Stream};
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::broadcast;
 
 /// Query of the event stream.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -35,23 +34,6 @@ pub struct StreamParams {
 
 fn yes() -> bool {
     true
-}
-
-/// Where a stream stands. `fetch(next)` reads the stored events of the job set from sequence
-/// number `next` on (a batch at most); tests give it a fake store.
-struct Cursor<F> {
-    fetch: F,
-    queue: QueueName,
-    job_set: JobSetName,
-    /// Of the request, for the error event and the log.
-    request_id: Option<String>,
-    next: u64,
-    follow: bool,
-    buffer: VecDeque<Event>,
-    rx: broadcast::Receiver<(QueueName, JobSetName)>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-    /// Set once the error event is sent: the stream ends next.
-    failed: bool,
 }
 
 /// A job set's events as server-sent events
@@ -108,110 +90,72 @@ pub async fn stream(
         (None, Some(id)) => id? + 1,
         (None, None) => 1,
     };
-    let rx = app.notify.subscribe_job_sets();
-    let stopping = app.shutdown.clone();
     let store = app.store.clone();
     let fetch = move |q: QueueName, s: JobSetName, next: u64| {
         let store = store.clone();
         async move {
             match tokio::task::spawn_blocking(move || store.events(&q, &s, next, 1000)).await {
-                Ok(Ok(batch)) => Ok(batch),
+                Ok(Ok(batch)) => Ok(batch.into_iter().map(|e| (e.seq, e)).collect()),
                 Ok(Err(e)) => Err(format!("storage error: {e}")),
                 Err(e) => Err(format!("the read task failed: {e}")),
             }
         }
     };
-    let cursor = Cursor {
-        fetch,
-        queue,
-        job_set,
-        request_id: request_id(&headers),
-        next: from,
-        follow: params.follow,
-        buffer: VecDeque::new(),
-        rx,
-        stopping,
-        failed: false,
-    };
-    Ok(Sse::new(events(cursor)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    let cursor = JobSetCursor::new(&app, queue, job_set, from, params.follow);
+    let events =
+        sse_events((cursor.queue.clone(), cursor.job_set.clone()), request_id(&headers), follow(cursor, fetch));
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 /// The SSE event that ends a stream whose events could not be read.
-fn error_event(c: &Cursor<impl Sized>, error: &str) -> SseEvent {
+fn error_event(
+    queue: &QueueName,
+    job_set: &JobSetName,
+    request_id: &Option<String>,
+    next: u64,
+    error: &str,
+) -> SseEvent {
     let detail = format!(
-        "reading the events of job set {} in queue {} from sequence number {} failed ({error}); \
-         reconnect with Last-Event-ID to resume",
-        c.job_set, c.queue, c.next
+        "reading the events of job set {job_set} in queue {queue} from sequence number {next} failed ({error}); \
+         reconnect with Last-Event-ID to resume"
     );
     let mut problem = ApiError::internal(detail).problem();
-    problem.request_id = c.request_id.clone();
+    problem.request_id = request_id.clone();
     // Without an id: Last-Event-ID must keep naming the last event delivered.
     SseEvent::default().event("error").data(serde_json::to_string(&problem).unwrap_or_default())
 }
 
-/// The SSE events of a cursor: the stored ones, then (when following) new ones as they come.
-fn events<F, Fut>(cursor: Cursor<F>) -> impl Stream<Item = Result<SseEvent, Infallible>>
-where
-    F: Fn(QueueName, JobSetName, u64) -> Fut,
-    Fut: Future<Output = Result<Vec<Event>, String>>,
-{
-    stream::unfold(cursor, |mut c| async move {
-        if c.failed {
-            return None;
-        }
-        loop {
-            if let Some(e) = c.buffer.pop_front() {
+/// The followed events as SSE events; a failed read ends the stream with an error event (and a
+/// log), so that a client not following does not take the stream as complete and a client
+/// following reconnects and resumes.
+fn sse_events(
+    (queue, job_set): (QueueName, JobSetName),
+    request_id: Option<String>,
+    events: impl Stream<Item = Result<Event, ReadFailed<String>>>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    events.map(move |item| {
+        Ok(match item {
+            Ok(e) => {
                 let view = event_view(&e);
                 let data = serde_json::to_string(&view).unwrap_or_default();
                 let kind = serde_json::to_value(view.kind)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default();
-                return Some((Ok(SseEvent::default().id(e.seq.to_string()).event(kind).data(data)), c));
+                SseEvent::default().id(e.seq.to_string()).event(kind).data(data)
             }
-            // Fetch what is stored; drain notifications first so none is missed in between.
-            while c.rx.try_recv().is_ok() {}
-            let batch = match (c.fetch)(c.queue.clone(), c.job_set.clone(), c.next).await {
-                Ok(batch) => batch,
-                Err(error) => {
-                    // An empty batch would look like the end of the stored events: a client
-                    // not following would take the stream as complete. Say so instead, and
-                    // end the stream (following or not) so the client reconnects and resumes.
-                    tracing::error!(
-                        queue = %c.queue,
-                        job_set = %c.job_set,
-                        from = c.next,
-                        request_id = c.request_id.as_deref().unwrap_or(""),
-                        error = %error,
-                        "reading stored events for an event stream failed; ending it with an error event"
-                    );
-                    c.failed = true;
-                    let event = error_event(&c, &error);
-                    return Some((Ok(event), c));
-                }
-            };
-            if let Some(last) = batch.last() {
-                c.next = last.seq + 1;
-                c.buffer.extend(batch);
-                continue;
+            Err(ReadFailed { next, error }) => {
+                tracing::error!(
+                    queue = %queue,
+                    job_set = %job_set,
+                    from = next,
+                    request_id = request_id.as_deref().unwrap_or(""),
+                    error = %error,
+                    "reading stored events for an event stream failed; ending it with an error event"
+                );
+                error_event(&queue, &job_set, &request_id, next, &error)
             }
-            if !c.follow || *c.stopping.borrow() {
-                return None;
-            }
-            // Wait for news of this job set (or a periodic recheck), unless the server stops.
-            loop {
-                let news = tokio::select! {
-                    n = tokio::time::timeout(Duration::from_secs(5), c.rx.recv()) => n,
-                    _ = c.stopping.changed() => return None,
-                };
-                match news {
-                    Ok(Ok((q, s))) if q == c.queue && s == c.job_set => break,
-                    Ok(Ok(_)) => continue,
-                    Ok(Err(broadcast::error::RecvError::Lagged(_))) | Err(_) => break,
-                    Ok(Err(broadcast::error::RecvError::Closed)) => return None,
-                }
-            }
-        }
+        })
     })
 }
 
@@ -220,7 +164,7 @@ mod tests {
     use super::*;
     use crate::model::{EventKind, JobId};
     use std::sync::{Arc, Mutex};
-    use tokio::sync::watch;
+    use tokio::sync::{broadcast, watch};
 
     fn event(seq: u64) -> Event {
         Event { seq, job_id: JobId::from_u128(7), at_ms: 0, kind: EventKind::Queued, run_id: None, message: None }
@@ -235,19 +179,23 @@ mod tests {
     async fn body(follow: bool) -> Option<String> {
         let (_tx, rx) = broadcast::channel(16);
         let (_stop_tx, stopping) = watch::channel(false);
-        let cursor = Cursor {
-            fetch: failing_store,
+        let cursor = JobSetCursor {
             queue: QueueName::new("A").unwrap(),
             job_set: JobSetName::new("s").unwrap(),
-            request_id: Some("req-1".into()),
             next: 1,
             follow,
-            buffer: VecDeque::new(),
-            rx,
+            news: rx,
             stopping,
-            failed: false,
         };
-        let resp = Sse::new(events(cursor)).into_response();
+        let fetch = |q, s, next| async move {
+            failing_store(q, s, next).await.map(|b| b.into_iter().map(|e| (e.seq, e)).collect::<Vec<_>>())
+        };
+        let events = sse_events(
+            (cursor.queue.clone(), cursor.job_set.clone()),
+            Some("req-1".into()),
+            super::follow(cursor, fetch),
+        );
+        let resp = Sse::new(events).into_response();
         let bytes = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(resp.into_body(), usize::MAX));
         Some(String::from_utf8(bytes.await.ok()?.unwrap().to_vec()).unwrap())
     }
@@ -306,19 +254,17 @@ mod tests {
     async fn a_clean_end_has_no_error_event() {
         let (_tx, rx) = broadcast::channel(16);
         let (_stop_tx, stopping) = watch::channel(false);
-        let cursor = Cursor {
-            fetch: |_, _, next: u64| async move { Ok::<_, String>((next..=2).map(event).collect()) },
+        let cursor = JobSetCursor {
             queue: QueueName::new("A").unwrap(),
             job_set: JobSetName::new("s").unwrap(),
-            request_id: None,
             next: 1,
             follow: false,
-            buffer: VecDeque::new(),
-            rx,
+            news: rx,
             stopping,
-            failed: false,
         };
-        let resp = Sse::new(events(cursor)).into_response();
+        let fetch = |_, _, next: u64| async move { Ok::<_, String>((next..=2).map(|n| (n, event(n))).collect()) };
+        let resp = Sse::new(sse_events((cursor.queue.clone(), cursor.job_set.clone()), None, follow(cursor, fetch)))
+            .into_response();
         let text =
             String::from_utf8(axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap().to_vec()).unwrap();
         let kinds: Vec<String> = blocks(&text).into_iter().map(|b| b.1).collect();

@@ -1,156 +1,15 @@
-//! The executor API: the lease long-poll and run events.
+//! The executor API: the lease long-poll, run events and followed output, over
+//! [`crate::service::executors`].
 
 use super::auth::{Authorized, ExecutorRole};
 use super::problem::{ApiError, ApiJson, json};
-use crate::control::{Control, now_ms};
-use crate::model::api::{
-    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, OutputReport,
-    Problem, RunEventKind, RunEventReport,
-};
-use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
-use crate::record::NodeRecord;
-use crate::state::{
-    Command, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind, UsageRunReport,
-};
+use crate::control::Control;
+use crate::model::ExecutorName;
+use crate::model::api::{EventsRequest, EventsResponse, LeaseRequest, LeaseResponse, OutputReport, Problem};
+use crate::service::executors::{self, executor_name};
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Grace period for runs an agent holds that the server does not know.
-const ORPHAN_GRACE_SECONDS: f64 = 5.0;
-
-fn executor_name(s: &str) -> Result<ExecutorName, ApiError> {
-    ExecutorName::new(s).map_err(|e| ApiError::bad_request("executor", e.to_string()))
-}
-
-/// Leases and run events are only for a leader a majority follows (the API's relaying sends them
-/// there; this catches a leader that lost its majority since).
-fn require_serving(app: &Control) -> Result<(), ApiError> {
-    if app.cluster.serving() {
-        return Ok(());
-    }
-    Err(ApiError::unavailable(match app.cluster.leader_addr() {
-        Some(l) if !app.cluster.is_leader() => format!("this server is not the leader; the leader is {l}"),
-        _ => "no leader that a majority follows is known right now; retry shortly".to_string(),
-    }))
-}
-
-/// Resolves once this server may no longer hand out leases (it lost its majority or its
-/// leadership), so that an open long poll ends and the agent turns to the new leader.
-async fn serving_lapsed(app: &Control) {
-    while app.cluster.serving() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The reported nodes as the state keeps them, in name order.
-fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
-    let mut v: Vec<Node> = reports
-        .iter()
-        .map(|r| {
-            let NodeReport { name, pool, labels, taints, allocatable, unallocatable, unschedulable } = r.clone();
-            Node { name, executor: executor.clone(), pool, labels, taints, allocatable, unallocatable, unschedulable }
-        })
-        .collect();
-    v.sort_by(|a, b| a.name.cmp(&b.name));
-    v
-}
-
-/// A run event as the log records it. A `returned` run never started on its node, which is
-/// the node's fault whether or not the agent said so (agents before node faults do not); a
-/// fault on any other kind than `failed` means nothing and is dropped.
-fn run_report(e: RunEventReport, tail_limit: usize) -> UsageRunReport {
-    let RunEventReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail, node_fault, pod, usage } =
-        e;
-    // What a run used counts with its end only.
-    let usage = usage.filter(|_| matches!(kind, RunEventKind::Succeeded | RunEventKind::Failed));
-    // The leader cuts the tail to its setting, so that every server stores the same.
-    let log_tail = log_tail.map(|t| crate::state::last_bytes(&t, tail_limit).to_string()).filter(|t| !t.is_empty());
-    let (kind, node_fault) = match kind {
-        RunEventKind::Pending => (RunReportKind::Pending, None),
-        RunEventKind::Running => (RunReportKind::Running, None),
-        RunEventKind::Succeeded => (RunReportKind::Succeeded, None),
-        RunEventKind::Failed => (RunReportKind::Failed, node_fault),
-        RunEventKind::Returned => (RunReportKind::Returned, Some(node_fault.unwrap_or(NodeFault::NotStarted))),
-    };
-    UsageRunReport {
-        event: PodRunReport {
-            event: FaultedRunReport {
-                report: RunReport { run_id, job_id, kind, time_ms, exit_code, reason, message, log_tail },
-                node_fault: node_fault.map(Into::into),
-            },
-            pod: pod.map(Into::into),
-        },
-        usage: usage.map(Into::into),
-    }
-}
-
-/// This server's quarantine settings, as a run events command carries them.
-fn quarantine_policy(app: &Control) -> QuarantinePolicyRecord {
-    let p = app.config.scheduler.quarantine.policy();
-    QuarantinePolicyRecord { max_failures: p.max_failures, window_ms: p.window_ms, duration_ms: p.duration_ms }
-}
-
-/// A lease answer's jobs, without their payloads yet.
-struct Pending {
-    leases: Vec<(JobId, RunId, crate::model::Job)>,
-    kills: Vec<KillOrder>,
-}
-
-fn pending_for(
-    app: &Control,
-    executor: &ExecutorName,
-    held: &HashSet<RunId>,
-    req: &LeaseRequest,
-    max_leases: usize,
-) -> Pending {
-    let st = app.state();
-    let mut out = Pending { leases: vec![], kills: vec![] };
-    for id in st.killing.get(executor).into_iter().flatten() {
-        let Some(run) = st.jobs.get(id).and_then(|j| j.record.active_run()) else { continue };
-        if let Some(k) = &run.kill {
-            out.kills.push(KillOrder {
-                run_id: run.run_id,
-                job_id: Some(*id),
-                grace_period_seconds: k.grace_period_ms as f64 / 1000.0,
-                reason: k.reason.clone(),
-            });
-        }
-    }
-    for id in st.unacked.get(executor).into_iter().flatten() {
-        if out.leases.len() >= max_leases {
-            break;
-        }
-        let Some(job) = st.jobs.get(id) else { continue };
-        let Some(run) = job.record.active_run() else { continue };
-        if !held.contains(&run.run_id) {
-            out.leases.push((*id, run.run_id, job.record.clone()));
-        }
-    }
-    // Runs the agent holds that are not (or no longer) this executor's live runs.
-    for h in &req.runs {
-        if h.state.is_terminal() {
-            continue;
-        }
-        let known = st
-            .runs
-            .get(&h.run_id)
-            .and_then(|j| st.jobs.get(j))
-            .and_then(|j| j.record.active_run())
-            .is_some_and(|r| &r.executor == executor);
-        if !known {
-            out.kills.push(KillOrder {
-                run_id: h.run_id,
-                job_id: Some(h.job_id),
-                grace_period_seconds: ORPHAN_GRACE_SECONDS,
-                reason: "the server does not know this run".into(),
-            });
-        }
-    }
-    out
-}
 
 /// Poll for work (long poll)
 ///
@@ -184,110 +43,7 @@ pub async fn lease(
     ApiJson(req): ApiJson<LeaseRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let executor = executor_name(&executor)?;
-    let mut names = HashSet::new();
-    for (i, n) in req.nodes.iter().enumerate() {
-        if !names.insert(&n.name) {
-            return Err(ApiError::bad_request(format!("nodes[{i}].name"), format!("node {} is listed twice", n.name)));
-        }
-    }
-    if let Some(w) = req.wait_seconds
-        && !(w.is_finite() && w >= 0.0)
-    {
-        return Err(ApiError::bad_request("wait_seconds", "must be a number of seconds >= 0"));
-    }
-    require_serving(&app)?;
-    app.liveness.touch(&executor);
-    let nodes = nodes_of(&executor, &req.nodes);
-    let changed = app.state().executors.get(&executor).is_none_or(|e| e.nodes != nodes);
-    if changed {
-        app.write(Command::UpsertExecutor {
-            executor: executor.clone(),
-            nodes: nodes.into_iter().map(NodeRecord::from).collect(),
-            at_ms: now_ms(),
-        })
-        .await?;
-    }
-    let max_wait = app.config.server.max_lease_wait.as_secs_f64();
-    let wait = Duration::from_secs_f64(req.wait_seconds.unwrap_or(30.0).clamp(0.0, max_wait));
-    let deadline = tokio::time::Instant::now() + wait;
-    let max_leases = req.max_leases.map(|m| m as usize).unwrap_or(usize::MAX).max(1);
-    let held: HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
-    let notify = app.notify.executor(&executor);
-    let mut stopping = app.shutdown.clone();
-    let polled = std::time::Instant::now();
-    let pending = loop {
-        let notified = notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let pending = pending_for(&app, &executor, &held, &req, max_leases);
-        let now = tokio::time::Instant::now();
-        // Output someone follows is asked for without waiting for the poll's end.
-        let ask_at = app.output.next_ask(&executor, now.into_std()).map(tokio::time::Instant::from_std);
-        if !pending.leases.is_empty()
-            || !pending.kills.is_empty()
-            || now >= deadline
-            || ask_at.is_some_and(|a| a <= now)
-        {
-            break pending;
-        }
-        if *stopping.borrow() {
-            break pending;
-        }
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep_until(ask_at.map_or(deadline, |a| a.min(deadline))) => {}
-            _ = stopping.changed() => {}
-            _ = serving_lapsed(&app) => {
-                return Err(ApiError::unavailable(
-                    "this server stopped leading (or lost its majority) during the poll; poll the other servers",
-                ));
-            }
-        }
-        app.liveness.touch(&executor);
-    };
-    let metrics = crate::metrics::global();
-    metrics.lease_poll_wait.observe(polled.elapsed().as_secs_f64());
-    let now = now_ms();
-    for (_, _, r) in &pending.leases {
-        metrics.submit_to_lease.observe(now.saturating_sub(r.submitted_at_ms).max(0) as f64 / 1000.0);
-    }
-    let ids: Vec<JobId> = pending.leases.iter().map(|(id, _, _)| *id).collect();
-    let store = app.store.clone();
-    let (payloads, owners) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-        Ok((store.payloads(&ids)?, store.owners(&ids)?))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
-    let mut leases = Vec::with_capacity(pending.leases.len());
-    for (((id, run_id, r), payload), owner) in pending.leases.into_iter().zip(payloads).zip(owners) {
-        let Some(payload) = payload else {
-            tracing::error!(job_id = %id, "leased job has no stored pod spec");
-            continue;
-        };
-        let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::Null);
-        let node = r.active_run().map(|run| run.node.clone());
-        let Some(node) = node else { continue };
-        leases.push(LeaseOrder {
-            run_id,
-            job_id: id,
-            queue: r.queue.clone(),
-            job_set: r.job_set.clone(),
-            node,
-            priority_class: r.priority_class.clone(),
-            pod_spec: parse(&payload.pod_spec),
-            services: payload.services.iter().map(|s| parse(s)).collect(),
-            ingresses: payload.ingresses.iter().map(|s| parse(s)).collect(),
-            annotations: r.annotations.clone(),
-            labels: r.labels.clone(),
-            termination_grace_period_seconds: r.termination_grace_period_ms as f64 / 1000.0,
-            active_deadline_seconds: r.active_deadline_seconds,
-            namespace: r.namespace.clone(),
-            owner,
-            output_tail_bytes: Some(app.config.server.finished_output_tail),
-        });
-    }
-    let output = app.output.asks_for(&executor, std::time::Instant::now());
-    Ok(json(LeaseResponse { leases, kills: pending.kills, output }))
+    Ok(json(executors::lease(&app, executor, req).await?))
 }
 
 /// Send followed output
@@ -319,15 +75,7 @@ pub async fn output(
     ApiJson(req): ApiJson<OutputReport>,
 ) -> Result<HttpResponse, ApiError> {
     let executor = executor_name(&executor)?;
-    require_serving(&app)?;
-    app.liveness.touch(&executor);
-    for (i, c) in req.chunks.iter().enumerate() {
-        if c.to < c.from {
-            return Err(ApiError::bad_request(format!("chunks[{i}].to"), "must not be before `from`"));
-        }
-    }
-    let accepted = app.output.receive(&executor, req.chunks);
-    Ok(json(EventsResponse { accepted: u32::try_from(accepted).unwrap_or(u32::MAX) }))
+    Ok(json(executors::report_output(&app, executor, req)?))
 }
 
 /// Report run events
@@ -360,24 +108,5 @@ pub async fn events(
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let executor = executor_name(&executor)?;
-    require_serving(&app)?;
-    app.liveness.touch(&executor);
-    if req.events.is_empty() {
-        return Ok(json(EventsResponse { accepted: 0 }));
-    }
-    let tail_limit = usize::try_from(app.config.server.finished_output_tail).unwrap_or(usize::MAX);
-    let r = app
-        .write(Command::RunEventsWithUsage {
-            executor,
-            at_ms: now_ms(),
-            events: req.events.into_iter().map(|e| run_report(e, tail_limit)).collect(),
-            max_attempted_runs: app.config.server.max_attempted_runs,
-            quarantine: quarantine_policy(&app),
-        })
-        .await?;
-    let accepted = match r {
-        Response::Accepted(n) => n,
-        other => return Err(ApiError::internal(format!("unexpected response {other:?}"))),
-    };
-    Ok(json(EventsResponse { accepted }))
+    Ok(json(executors::report_events(&app, executor, req).await?))
 }

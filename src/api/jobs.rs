@@ -1,38 +1,20 @@
-//! Job endpoints: submit, cancel, reprioritize, preempt, get, list, logs.
+//! Job endpoints: submit, cancel, reprioritize, preempt, get, list, logs, over
+//! [`crate::service::jobs`].
 
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
-use super::queues::queue_name;
-use super::validate::{SubmitContext, check_submission};
-use crate::control::ids;
-use crate::control::{Control, now_ms, rfc3339};
+use crate::control::Control;
+use crate::model::JobId;
 use crate::model::api::{
-    CancelRequest, EventView, JobIdsResponse, JobList, JobView, PreemptRequest, Problem, ReprioritizeRequest, RunView,
-    SubmitRequest, SubmitResponse,
+    CancelRequest, JobIdsResponse, PreemptRequest, Problem, ReprioritizeRequest, SubmitRequest, SubmitResponse,
 };
-use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, ResourceName, Resources, Run, RunId};
-use crate::state::{Command, NamespacedJob, NewJob, Response};
-use crate::store::JobFilter;
+use crate::model::api::{JobList, JobView};
+use crate::service::jobs::{
+    ListParams, cancel_jobs, job_details, job_id, list_jobs, no_such_job, preempt_jobs, reprioritize_jobs, submit_jobs,
+};
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
-use serde::Deserialize;
-use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// The queue, for an owner check; 404 if it does not exist.
-fn queue_of(app: &Control, name: &QueueName) -> Result<Queue, ApiError> {
-    app.state().queues.get(name).map(|q| q.queue.clone()).ok_or_else(|| {
-        ApiError::field(axum::http::StatusCode::NOT_FOUND, "queue", format!("queue {name} does not exist"))
-    })
-}
-
-fn ids_of(r: Response) -> Result<Vec<JobId>, ApiError> {
-    match r {
-        Response::JobIds(ids) => Ok(ids),
-        other => Err(ApiError::internal(format!("unexpected response {other:?}"))),
-    }
-}
 
 /// Submit jobs
 ///
@@ -67,71 +49,6 @@ pub async fn submit(
     Ok(json(SubmitResponse { job_ids: submit_jobs(&app, &p, req).await? }))
 }
 
-/// The submission path of every API: the caller's right to the queue, the checks of
-/// [`check_submission`] (all or nothing), then one `Submit` command. Answers one id per job, in
-/// order.
-pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ApiError> {
-    let queue = queue_of(app, &req.queue)?;
-    p.require_queue(&queue)?;
-    if app.state().is_parent(&queue.name) {
-        return Err(ApiError::field(
-            axum::http::StatusCode::CONFLICT,
-            "queue",
-            format!("queue {} is a parent queue: jobs are submitted to leaf queues only", queue.name),
-        ));
-    }
-    let (largest, known, process_nodes_only) = node_facts(app);
-    let ctx = SubmitContext {
-        server: &app.config.server,
-        scheduler: &app.config.scheduler,
-        largest_node: &largest,
-        known_resources: known.as_deref(),
-        process_nodes_only,
-    };
-    let checked = check_submission(&req, &ctx)?;
-    let jobs = checked
-        .into_iter()
-        .map(|c| NamespacedJob {
-            namespace: c.namespace,
-            job: NewJob {
-                id: ids::job_id(),
-                client_id: c.client_id,
-                priority: c.priority,
-                priority_class: c.priority_class,
-                requirements: c.requirements.into(),
-                gang: c.gang.map(Into::into),
-                annotations: c.annotations,
-                labels: c.labels,
-                termination_grace_period_ms: c.termination_grace_period_ms,
-                active_deadline_seconds: c.active_deadline_seconds,
-                payload: c.payload.into(),
-            },
-        })
-        .collect();
-    let r = app
-        .write(Command::SubmitByOwner {
-            queue: req.queue,
-            job_set: req.job_set,
-            at_ms: now_ms(),
-            owner: p.name.clone(),
-            jobs,
-        })
-        .await?;
-    ids_of(r)
-}
-
-/// What submissions are checked against of the known nodes: the largest amount of each
-/// resource and the resource names jobs may ask for (both unchecked when no node is known or
-/// `reject_jobs_larger_than_any_node` is off), and whether every node runs processes.
-fn node_facts(app: &Control) -> (Resources, Option<Arc<BTreeSet<ResourceName>>>, bool) {
-    let state = app.state();
-    let process_only = state.process_nodes_only;
-    if !app.config.server.reject_jobs_larger_than_any_node || state.node_resource_names.is_empty() {
-        return (Resources::new(), None, process_only);
-    }
-    (state.largest_node.clone(), Some(state.node_resource_names.clone()), process_only)
-}
-
 /// Cancel jobs
 ///
 /// The whole job set, or only `job_ids`, or only jobs in `states`; answers the jobs cancelled.
@@ -159,32 +76,6 @@ pub async fn cancel(
     ApiJson(req): ApiJson<CancelRequest>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(JobIdsResponse { job_ids: cancel_jobs(&app, &p, req).await? }))
-}
-
-/// The cancellation path of every API: the caller's right to the queue, the states asked for,
-/// then one `Cancel` command. Answers the jobs cancelled.
-pub async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Result<Vec<JobId>, ApiError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
-    if let Some(states) = &req.states
-        && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
-    {
-        return Err(ApiError::bad_request(
-            format!("states[{i}]"),
-            format!("{s} jobs are already over and cannot be cancelled"),
-        ));
-    }
-    let reason = req.reason.clone().unwrap_or_else(|| format!("cancelled by {}", p.name));
-    let r = app
-        .write(Command::Cancel {
-            queue: req.queue,
-            job_set: req.job_set,
-            job_ids: req.job_ids,
-            states: req.states.map(|s| s.into_iter().map(Into::into).collect()),
-            reason,
-            at_ms: now_ms(),
-        })
-        .await?;
-    ids_of(r)
 }
 
 /// Change jobs' priority
@@ -216,22 +107,6 @@ pub async fn reprioritize(
     Ok(json(JobIdsResponse { job_ids: reprioritize_jobs(&app, &p, req).await? }))
 }
 
-/// The reprioritization path of every API: the caller's right to the queue, then one
-/// `Reprioritize` command. Answers the jobs whose priority changed.
-pub async fn reprioritize_jobs(app: &Control, p: &Principal, req: ReprioritizeRequest) -> Result<Vec<JobId>, ApiError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
-    let r = app
-        .write(Command::Reprioritize {
-            queue: req.queue,
-            job_set: req.job_set,
-            job_ids: req.job_ids,
-            priority: req.priority,
-            at_ms: now_ms(),
-        })
-        .await?;
-    ids_of(r)
-}
-
 /// Preempt running jobs
 ///
 /// The jobs' runs are stopped and the jobs end as preempted; answers the jobs preempted.
@@ -261,113 +136,6 @@ pub async fn preempt(
     Ok(json(JobIdsResponse { job_ids: preempt_jobs(&app, &p, req).await? }))
 }
 
-/// The preemption path of every API: the caller's right to the queue, at least one job, then
-/// one `Preempt` command. Answers the jobs preempted (those that held a node).
-pub async fn preempt_jobs(app: &Control, p: &Principal, req: PreemptRequest) -> Result<Vec<JobId>, ApiError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
-    if req.job_ids.is_empty() {
-        return Err(ApiError::bad_request("job_ids", "name at least one job to preempt"));
-    }
-    let reason = req.reason.clone().unwrap_or_else(|| format!("preempted by {}", p.name));
-    let r = app
-        .write(Command::Preempt {
-            queue: req.queue,
-            job_set: req.job_set,
-            job_ids: req.job_ids,
-            reason,
-            at_ms: now_ms(),
-        })
-        .await?;
-    ids_of(r)
-}
-
-pub(super) fn event_view(e: &Event) -> EventView {
-    EventView {
-        seq: e.seq,
-        job_id: e.job_id,
-        at: rfc3339(e.at_ms),
-        kind: e.kind,
-        run_id: e.run_id,
-        message: e.message.clone(),
-    }
-}
-
-/// A job for the API; `reason` is the scheduler's latest for queued jobs, the end reason else.
-fn job_view(app: &Control, r: &Job) -> JobView {
-    let reason = if r.state == JobState::Queued {
-        let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
-        sched
-            .reasons
-            .get(&r.id)
-            .or_else(|| sched.queue_notes.get(&r.queue))
-            .map(|x| x.to_string())
-            .or_else(|| r.runs.last().and_then(|run| run.reason.clone()).map(|x| format!("requeued: {x}")))
-    } else {
-        r.state_reason.clone()
-    };
-    JobView {
-        id: r.id,
-        queue: r.queue.clone(),
-        job_set: r.job_set.clone(),
-        state: r.state,
-        priority: r.priority,
-        priority_class: r.priority_class.clone(),
-        submitted_at: rfc3339(r.submitted_at_ms),
-        requests: r.requirements.requests.clone(),
-        annotations: r.annotations.clone(),
-        labels: r.labels.clone(),
-        client_id: r.client_id.clone(),
-        namespace: r.namespace.clone(),
-        owner: None,
-        reason,
-        runs: r.runs.iter().map(run_view).collect(),
-        events: None,
-        pod_spec: None,
-    }
-}
-
-/// A run for the API.
-pub(super) fn run_view(run: &Run) -> RunView {
-    RunView {
-        run_id: run.run_id,
-        executor: run.executor.to_string(),
-        node: run.node.clone(),
-        pool: run.pool.clone(),
-        state: run.state,
-        leased_at: rfc3339(run.leased_at_ms),
-        pending_at: run.pending_at_ms.map(rfc3339),
-        running_at: run.running_at_ms.map(rfc3339),
-        finished_at: run.finished_at_ms.map(rfc3339),
-        exit_code: run.exit_code,
-        reason: run.reason.clone(),
-        message: run.message.clone(),
-        pod: run.pod.clone(),
-        usage: None,
-    }
-}
-
-/// Fills in the runs' usage from what the store holds (`usage` lists it for every run of
-/// `jobs`, in order).
-fn with_usage(jobs: &mut [JobView], usage: Vec<Option<crate::record::RunUsageRecord>>) {
-    let mut usage = usage.into_iter();
-    for run in jobs.iter_mut().flat_map(|j| j.runs.iter_mut()) {
-        run.usage = usage.next().flatten().map(Into::into);
-    }
-}
-
-/// The 404 of a job the store does not hold: it never existed, or it finished longer than
-/// `job_retention` ago and was deleted (the two cannot be told apart any more).
-fn no_such_job(app: &Control, id: JobId) -> ApiError {
-    ApiError::not_found(format!(
-        "job {id} does not exist (finished jobs are deleted after server.job_retention = {})",
-        format_duration(app.config.server.job_retention)
-    ))
-}
-
-fn job_id(s: &str) -> Result<JobId, ApiError> {
-    s.parse().map_err(|e: crate::model::NameError| ApiError::bad_request("id", e.to_string()))
-}
-
 /// Get a job
 ///
 /// With its runs, its events, its pod spec, and the reason it waits if it is queued.
@@ -393,57 +161,6 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
     Ok(json(job_details(&app, id).await?))
-}
-
-/// A job with its events and pod spec, as `GET /v1/jobs/{id}` answers it (the web UI shows the
-/// same).
-pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, ApiError> {
-    let store = app.store.clone();
-    let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-        let Some(r) = store.job(id)? else { return Ok(None) };
-        let events = store.job_events(&r)?;
-        let payload = store.payload(id)?;
-        let owner = store.owners(&[id])?.pop().flatten();
-        let usage = store.run_usage(&r.runs.iter().map(|run| run.run_id).collect::<Vec<_>>())?;
-        Ok(Some((r, events, payload, owner, usage)))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
-    let Some((r, events, payload, owner, usage)) = found else { return Err(no_such_job(app, id)) };
-    let mut v = job_view(app, &r);
-    with_usage(std::slice::from_mut(&mut v), usage);
-    v.owner = owner;
-    v.events = Some(events.iter().map(event_view).collect());
-    v.pod_spec = payload.and_then(|p| serde_json::from_str(&p.pod_spec).ok());
-    Ok(v)
-}
-
-/// Query of `GET /v1/jobs`.
-#[derive(Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ListParams {
-    /// Only jobs of this queue.
-    #[param(value_type = Option<QueueName>)]
-    pub(crate) queue: Option<String>,
-    /// Only jobs of this job set (needs `queue`).
-    #[param(value_type = Option<JobSetName>)]
-    pub(crate) job_set: Option<String>,
-    /// Comma-separated states (`queued,running`).
-    #[param(example = "queued,running")]
-    pub(crate) state: Option<String>,
-    /// Page size, 1 to 1000.
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    pub(crate) limit: Option<usize>,
-    /// The `next` of the previous page: jobs past this id in the order listed.
-    #[param(value_type = Option<JobId>)]
-    pub(crate) after: Option<String>,
-    /// Only jobs whose id, queue, job set, priority class, client id, state reason, or an
-    /// annotation or label holds this text, in any case. A search looks at up to 100,000 jobs
-    /// per page: a page may then hold fewer than `limit` jobs and still have a `next`.
-    pub(crate) text: Option<String>,
-    /// `oldest` first (default: submission order) or `newest` first.
-    #[param(example = "newest")]
-    pub(crate) order: Option<String>,
 }
 
 /// List jobs
@@ -474,57 +191,6 @@ pub async fn list(
     Query(q): Query<ListParams>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(list_jobs(&app, &q).await?))
-}
-
-/// The jobs `q` selects, as `GET /v1/jobs` answers them (the web UI lists the same).
-pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, ApiError> {
-    let queue = q.queue.as_deref().map(queue_name).transpose()?;
-    if let Some(name) = &queue {
-        // An empty page would read as "no jobs" for a misspelt queue.
-        queue_of(app, name)?;
-    }
-    let job_set = q
-        .job_set
-        .as_deref()
-        .map(|s| JobSetName::new(s).map_err(|e| ApiError::bad_request("job_set", e.to_string())))
-        .transpose()?;
-    if job_set.is_some() && queue.is_none() {
-        return Err(ApiError::bad_request("job_set", "filtering by job set needs the queue too"));
-    }
-    let mut states = Vec::new();
-    for s in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
-        states.push(JobState::parse(s).ok_or_else(|| ApiError::bad_request("state", format!("{s:?} is not a job state (queued, leased, pending, running, succeeded, failed, cancelled, preempted)")))?);
-    }
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("limit", "must be between 1 and 1000"));
-    }
-    let after = q.after.as_deref().map(job_id).transpose().map_err(|e| ApiError::bad_request("after", e.detail))?;
-    let newest_first = match q.order.as_deref().map(str::trim) {
-        None | Some("") | Some("oldest") => false,
-        Some("newest") => true,
-        Some(other) => return Err(ApiError::bad_request("order", format!("{other:?} is not oldest or newest"))),
-    };
-    let text = q.text.as_deref().map(str::trim).filter(|t| !t.is_empty()).map(str::to_string);
-    if text.as_ref().is_some_and(|t| t.len() > 200) {
-        return Err(ApiError::bad_request("text", "at most 200 bytes"));
-    }
-    let filter = JobFilter { queue, job_set, states, after, limit, text, newest_first };
-    let store = app.store.clone();
-    let (page, owners, usage) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-        let page = store.search_jobs(&filter)?;
-        let ids: Vec<JobId> = page.jobs.iter().map(|j| j.id).collect();
-        let owners = store.owners(&ids)?;
-        let runs: Vec<RunId> = page.jobs.iter().flat_map(|j| j.runs.iter().map(|r| r.run_id)).collect();
-        let usage = store.run_usage(&runs)?;
-        Ok((page, owners, usage))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
-    let mut jobs: Vec<JobView> =
-        page.jobs.iter().zip(owners).map(|(r, owner)| JobView { owner, ..job_view(app, r) }).collect();
-    with_usage(&mut jobs, usage);
-    Ok(JobList { jobs, next: page.next })
 }
 
 /// A job's output

@@ -3,6 +3,8 @@
 
 use crate::model::FieldError;
 use crate::model::api::Problem;
+use crate::model::strict_json::parse_json;
+use crate::service::ServiceError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -56,58 +58,35 @@ impl ApiError {
     }
 }
 
-impl From<FieldError> for ApiError {
-    fn from(e: FieldError) -> Self {
-        ApiError::bad_request(e.field, e.message)
+/// The one place a service error becomes an HTTP status.
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let status = StatusCode::from_u16(e.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError { status, detail: e.detail, field: e.field }
     }
 }
 
-/// An error with its sources: `a: b: c`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        next = s.source();
+impl From<FieldError> for ApiError {
+    fn from(e: FieldError) -> Self {
+        ServiceError::from(e).into()
     }
-    text
 }
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        let chain = error_chain(&e);
-        tracing::error!(error = %chain, "storage error");
-        ApiError::internal(format!("storage error: {chain}"))
+        ServiceError::from(e).into()
     }
 }
 
 impl From<crate::control::WriteError> for ApiError {
     fn from(e: crate::control::WriteError) -> Self {
-        use crate::control::WriteError;
-        match e {
-            WriteError::Rejected(r) => r.into(),
-            WriteError::DiskFull(d) => ApiError::new(StatusCode::INSUFFICIENT_STORAGE, d.to_string()),
-            WriteError::NotLeader { leader: Some(l) } => {
-                ApiError::unavailable(format!("this server is not the leader; send writes to {l}"))
-            }
-            WriteError::NotLeader { leader: None } => ApiError::unavailable("no leader is elected yet; retry shortly"),
-            e @ (WriteError::Unavailable(_)
-            | WriteError::Timeout
-            | WriteError::NoMajority
-            | WriteError::Interrupted) => ApiError::unavailable(e.to_string()),
-        }
+        ServiceError::from(e).into()
     }
 }
 
 impl From<crate::state::Rejection> for ApiError {
     fn from(r: crate::state::Rejection) -> Self {
-        let status = match r.kind {
-            crate::state::RejectKind::Invalid => StatusCode::BAD_REQUEST,
-            crate::state::RejectKind::NotFound => StatusCode::NOT_FOUND,
-            crate::state::RejectKind::Conflict => StatusCode::CONFLICT,
-        };
-        ApiError { status, detail: r.message, field: r.field }
+        ServiceError::from(r).into()
     }
 }
 
@@ -197,22 +176,6 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             ApiError::bad_request(field, format!("invalid request body: {message}"))
         })?;
         Ok(ApiJson(value))
-    }
-}
-
-/// Parses JSON; on failure returns the path of the offending field (`.` for the whole text)
-/// and the message. The path is only tracked when parsing fails, so good input costs nothing
-/// extra.
-pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String)> {
-    match serde_json::from_slice(text) {
-        Ok(v) => Ok(v),
-        Err(_) => {
-            let mut de = serde_json::Deserializer::from_slice(text);
-            let v: T = serde_path_to_error::deserialize(&mut de)
-                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
-            de.end().map_err(|e| (".".to_string(), e.to_string()))?;
-            Ok(v)
-        }
     }
 }
 

@@ -3,20 +3,15 @@
 use super::auth::{AdminRole, Authorized, Principal};
 use super::problem::{ApiError, ApiJson, json};
 use crate::config::Role;
-use crate::control::{Control, now_ms};
-use crate::model::api::{Problem, QueuePoolReport, QueueReport};
-use crate::model::{PoolName, Queue, QueueName};
-use crate::state::Command;
+use crate::control::Control;
+use crate::model::api::{Problem, QueueReport};
+use crate::model::{Queue, QueueName};
+use crate::service::queues::{self, queue_name};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
-
-pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
-    QueueName::new(s).map_err(|e| ApiError::bad_request("queue", e.to_string()))
-}
 
 /// Create a queue
 ///
@@ -41,12 +36,10 @@ pub(super) fn queue_name(s: &str) -> Result<QueueName, ApiError> {
 )]
 pub async fn create(
     State(app): State<Arc<Control>>,
-    // Before the body: a non-admin gets 403 whatever it sent.
-    _admin: Authorized<AdminRole>,
+    admin: Authorized<AdminRole>,
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
-    queue.validate()?;
-    app.write(Command::create_queue(queue.clone())).await?;
+    queues::create(&app, &admin.principal, queue.clone()).await?;
     Ok((StatusCode::CREATED, axum::Json(queue)).into_response())
 }
 
@@ -63,8 +56,7 @@ pub async fn create(
     )
 )]
 pub async fn list(State(app): State<Arc<Control>>, _p: Principal) -> Response {
-    let queues: Vec<Queue> = app.state().queues.values().map(|q| q.queue.clone()).collect();
-    json(queues)
+    json(queues::list(&app))
 }
 
 /// Get a queue
@@ -87,9 +79,7 @@ pub async fn get(
     _p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let name = queue_name(&name)?;
-    let q = app.state().queues.get(&name).map(|q| q.queue.clone());
-    q.map(json).ok_or_else(|| ApiError::not_found(format!("queue {name} does not exist")))
+    Ok(json(queues::get(&app, &queue_name(&name)?)?))
 }
 
 /// Replace a queue's settings
@@ -116,7 +106,7 @@ pub async fn get(
 )]
 pub async fn update(
     State(app): State<Arc<Control>>,
-    _admin: Authorized<AdminRole>,
+    admin: Authorized<AdminRole>,
     Path(name): Path<String>,
     ApiJson(queue): ApiJson<Queue>,
 ) -> Result<Response, ApiError> {
@@ -127,8 +117,7 @@ pub async fn update(
             format!("the body names queue {} but the path names {name}", queue.name),
         ));
     }
-    queue.validate()?;
-    app.write(Command::update_queue(queue.clone())).await?;
+    queues::update(&app, &admin.principal, queue.clone()).await?;
     Ok(json(queue))
 }
 
@@ -172,8 +161,7 @@ pub async fn delete(
     Query(params): Query<DeleteParams>,
 ) -> Result<Response, ApiError> {
     p.require(Role::Admin)?;
-    let name = queue_name(&name)?;
-    app.write(Command::DeleteQueue { name, force: params.force, at_ms: now_ms() }).await?;
+    queues::delete(&app, &p, queue_name(&name)?, params.force).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -202,44 +190,5 @@ pub async fn report(
     _p: Principal,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let name = queue_name(&name)?;
-    let halftime = app.config.scheduler.queue_usage_halftime;
-    let (queue, jobs, usage) = {
-        let st = app.state();
-        let q = st.queues.get(&name).ok_or_else(|| ApiError::not_found(format!("queue {name} does not exist")))?;
-        let now = now_ms();
-        let usage: BTreeMap<PoolName, f64> = if halftime.is_zero() {
-            BTreeMap::new()
-        } else {
-            let recorded = &st.queue_usage;
-            recorded.pools.keys().filter_map(|p| Some((p.clone(), recorded.at(p, &name, now, halftime)?))).collect()
-        };
-        (q.queue.clone(), q.counts.clone(), usage)
-    };
-    let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
-    let pools = sched
-        .pools
-        .iter()
-        .filter_map(|p| {
-            let q = p.queues.iter().find(|q| q.queue == name)?;
-            Some(QueuePoolReport {
-                pool: p.pool.clone(),
-                fair_share: q.fair_share,
-                adjusted_fair_share: q.adjusted_fair_share,
-                actual_share: q.share_after,
-                protected: q.protected,
-                allocated: q.allocated.clone(),
-                demand: q.demand.clone(),
-                pool_total: p.total.clone(),
-                home_allocated: q.home_allocated.clone(),
-                guest_allocated: q.guest_allocated.clone(),
-                usage: q.usage,
-                parent: q.parent.clone(),
-                is_parent: q.is_parent,
-                policy: p.policy,
-                proportional_target: q.proportional_target.clone(),
-            })
-        })
-        .collect();
-    Ok(json(QueueReport { queue: name, weight: queue.weight(), pools, jobs, usage }))
+    Ok(json(queues::report(&app, queue_name(&name)?)?))
 }

@@ -1,12 +1,12 @@
 //! Reads by run id: `GET /v1/runs/{run_id}`, through the `run_jobs` index.
 
 use super::auth::Principal;
-use super::jobs::run_view;
 use super::problem::{ApiError, json};
 use crate::control::Control;
 use crate::model::RunId;
 use crate::model::api::{Problem, RunDetails, RunView};
 use crate::model::duration::format_duration;
+use crate::service::jobs::run_view;
 use axum::extract::{Path, State};
 use axum::response::Response as HttpResponse;
 use std::sync::Arc;

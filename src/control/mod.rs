@@ -6,6 +6,7 @@
 pub mod disk;
 pub mod ids;
 pub mod output;
+pub mod relay;
 pub mod writer;
 
 pub use writer::{Replicate, WriteError, Writer};

@@ -2,17 +2,18 @@
 //! messages. A message's id is the event's sequence number in its job set, so `from_message_id`
 //! resumes right after the last message a client received, without gaps or duplicates.
 
+use super::fields::{job_set_name, queue_name};
 use super::pb::{self, event_message::Events, event_server::Event};
 use super::principal;
-use super::submit::{health, job_set_name, queue_name};
+use super::submit::health;
 use crate::control::Control;
 use crate::model::{Event as StoredEvent, EventKind, Job, JobId, JobSetName, QueueName};
+use crate::service::events::{JobSetCursor, follow};
 use crate::store::Store;
-use futures::Stream;
-use std::collections::{HashMap, VecDeque};
+use futures::{Stream, StreamExt};
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// The `api.Event` service.
@@ -193,70 +194,20 @@ fn read(
     Ok((events, jobs))
 }
 
-struct Cursor {
+/// A batch of Armada's messages from sequence number `next` on, each with its sequence number.
+async fn fetch(
     app: Arc<Control>,
     queue: QueueName,
     job_set: JobSetName,
     next: u64,
-    watch: bool,
-    buffer: VecDeque<pb::EventStreamMessage>,
-    rx: tokio::sync::broadcast::Receiver<(QueueName, JobSetName)>,
-    stopping: tokio::sync::watch::Receiver<bool>,
-    done: bool,
-}
-
-async fn fetch(c: &Cursor) -> Result<Vec<pb::EventStreamMessage>, Status> {
-    let (store, queue, job_set, next) = (c.app.store.clone(), c.queue.clone(), c.job_set.clone(), c.next);
-    let (events, jobs) = tokio::task::spawn_blocking(move || read(&store, &queue, &job_set, next))
+) -> Result<Vec<(u64, pb::EventStreamMessage)>, Status> {
+    let (store, q, s) = (app.store.clone(), queue.clone(), job_set.clone());
+    let (events, jobs) = tokio::task::spawn_blocking(move || read(&store, &q, &s, next))
         .await
         .map_err(|e| Status::internal(format!("the read task failed: {e}")))?
         .map_err(|e| Status::internal(format!("reading the stored events failed: {e}; resume from the last id")))?;
-    let context = Context { queue: &c.queue, job_set: &c.job_set, jobs: &jobs };
-    Ok(events.iter().map(|e| message(e, &context)).collect())
-}
-
-fn messages(cursor: Cursor) -> impl Stream<Item = Result<pb::EventStreamMessage, Status>> {
-    futures::stream::unfold(cursor, |mut c| async move {
-        if c.done {
-            return None;
-        }
-        loop {
-            if let Some(m) = c.buffer.pop_front() {
-                return Some((Ok(m), c));
-            }
-            // Drain notifications before reading, so none that comes after the read is lost.
-            while c.rx.try_recv().is_ok() {}
-            match fetch(&c).await {
-                Ok(batch) if !batch.is_empty() => {
-                    // Ids are sequence numbers: the next read starts after the last one.
-                    if let Some(last) = batch.last().and_then(|m| m.id.parse::<u64>().ok()) {
-                        c.next = last + 1;
-                    }
-                    c.buffer.extend(batch);
-                    continue;
-                }
-                Ok(_) => {}
-                Err(status) => {
-                    c.done = true;
-                    return Some((Err(status), c));
-                }
-            }
-            if !c.watch || *c.stopping.borrow() {
-                return None;
-            }
-            loop {
-                let news = tokio::select! {
-                    n = tokio::time::timeout(Duration::from_secs(5), c.rx.recv()) => n,
-                    _ = c.stopping.changed() => return None,
-                };
-                match news {
-                    Ok(Ok((q, s))) if q != c.queue || s != c.job_set => continue,
-                    // Ours, a periodic recheck, or notifications lost to lag: read again.
-                    _ => break,
-                }
-            }
-        }
-    })
+    let context = Context { queue: &queue, job_set: &job_set, jobs: &jobs };
+    Ok(events.iter().map(|e| (e.seq, message(e, &context))).collect())
 }
 
 /// The sequence number to start from: 1, or the one after `value` (a message id of the stream).
@@ -289,18 +240,9 @@ async fn events(
             return Err(Status::not_found(format!("job set {job_set} of queue {queue} has no events")));
         }
     }
-    let cursor = Cursor {
-        rx: app.notify.subscribe_job_sets(),
-        stopping: app.shutdown.clone(),
-        app,
-        queue,
-        job_set,
-        next,
-        watch,
-        buffer: VecDeque::new(),
-        done: false,
-    };
-    Ok(Response::new(Box::pin(messages(cursor))))
+    let cursor = JobSetCursor::new(&app, queue, job_set, next, watch);
+    let messages = follow(cursor, move |q, s, next| fetch(app.clone(), q, s, next)).map(|m| m.map_err(|f| f.error));
+    Ok(Response::new(Box::pin(messages)))
 }
 
 #[tonic::async_trait]

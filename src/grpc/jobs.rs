@@ -3,8 +3,9 @@
 //! deleted after `job_retention`) is UNKNOWN, not an error, as Armada answers.
 
 use super::events::timestamp;
+use super::fields::{job_set_name, queue_name};
 use super::pb::{self, jobs_server::Jobs};
-use super::submit::{EXTERNAL_JOB_URI_ANNOTATION, job_set_name, queue_name};
+use super::submit::EXTERNAL_JOB_URI_ANNOTATION;
 use super::{k8s, principal, required};
 use crate::control::Control;
 use crate::model::{Event, EventKind, Job, JobId, JobPayload, JobState, RunId, RunState};

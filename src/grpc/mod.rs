@@ -1,11 +1,12 @@
 //! Armada's gRPC API (package `api`) beside the REST API, on the same listener: each service is
 //! routed by its path prefix (`/api.Submit/...`) on the axum router, HTTP/2 over plain TCP (h2c)
-//! or TLS (ALPN `h2`). The services are adapters over the REST API's own logic (the same
-//! authentication, validation, commands and event log), so the two APIs cannot disagree.
+//! or TLS (ALPN `h2`). The services are adapters over the service layer ([`crate::service`]: the same
+//! authentication, validation, commands and event log as REST), so the two APIs cannot disagree.
 //! docs/armada-grpc.md says what is served and how Armada's messages map onto Convoy's.
 
 pub mod active_queues;
 pub mod events;
+mod fields;
 pub mod ingress;
 pub mod jobs;
 pub mod k8s;
@@ -13,11 +14,10 @@ pub mod queues;
 mod relay;
 pub mod submit;
 
-use crate::api::auth::{Principal, authenticate};
-use crate::api::problem::ApiError;
 use crate::control::Control;
+use crate::service::access::{Principal, authenticate};
+use crate::service::{ErrorKind, ServiceError};
 use axum::Router;
-use axum::http::StatusCode as HttpStatus;
 use axum::response::Response;
 use std::sync::Arc;
 use tonic::{Code, Status};
@@ -64,18 +64,19 @@ pub fn unimplemented(path: &str) -> Response {
     Status::unimplemented(format!("convoy does not serve {path} (see docs/armada-grpc.md)")).into_http()
 }
 
-/// The gRPC status of a REST error: the same refusal under gRPC's codes. The message names the
-/// field first, as Armada's do (`job_request_items[0].pod_specs[0].containers: ...`).
-pub fn status(e: ApiError) -> Status {
-    let code = match e.status {
-        HttpStatus::BAD_REQUEST | HttpStatus::UNPROCESSABLE_ENTITY => Code::InvalidArgument,
-        HttpStatus::UNAUTHORIZED => Code::Unauthenticated,
-        HttpStatus::FORBIDDEN => Code::PermissionDenied,
-        HttpStatus::NOT_FOUND => Code::NotFound,
-        HttpStatus::CONFLICT => Code::FailedPrecondition,
-        HttpStatus::PAYLOAD_TOO_LARGE | HttpStatus::INSUFFICIENT_STORAGE => Code::ResourceExhausted,
-        HttpStatus::SERVICE_UNAVAILABLE | HttpStatus::GATEWAY_TIMEOUT => Code::Unavailable,
-        _ => Code::Internal,
+/// The one place a service error becomes a gRPC status: the same refusal as REST's under gRPC's
+/// codes. The message names the field first, as Armada's do
+/// (`job_request_items[0].pod_specs[0].containers: ...`).
+pub fn status(e: ServiceError) -> Status {
+    let code = match e.kind {
+        ErrorKind::Invalid => Code::InvalidArgument,
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
+        ErrorKind::Forbidden => Code::PermissionDenied,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::Conflict => Code::FailedPrecondition,
+        ErrorKind::TooLarge | ErrorKind::InsufficientStorage => Code::ResourceExhausted,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Internal => Code::Internal,
     };
     match e.field {
         Some(field) => Status::new(code, format!("{field}: {}", e.detail)),
@@ -98,7 +99,7 @@ pub fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal,
 /// heartbeat round). A follower that knows the leader relays writes before they get here
 /// ([`relay`]), so what reaches this on a follower found no leader to relay to.
 pub async fn leading(app: &Control) -> Result<(), Status> {
-    if app.cluster.is_leader() && crate::api::forward::await_serving(app).await {
+    if app.cluster.is_leader() && crate::control::relay::await_serving(app).await {
         return Ok(());
     }
     Err(if app.cluster.is_leader() {

@@ -3,17 +3,16 @@
 //! (admins), and the queue-wide cancel and preempt (whoever may cancel in the queue) over
 //! [`queue_ops`].
 
+use super::fields::{cancellable_state_at, queue_name};
 use super::pb::{self, queue_service_server};
-use super::submit::{cancellable_state_at, queue_name};
 use super::{leading, principal, status};
-use crate::api::problem::ApiError;
-use crate::api::queue_ops;
 use crate::config::Role;
-use crate::control::{Control, WriteError, now_ms};
+use crate::control::Control;
 use crate::model::Queue;
 use crate::model::api::{QueueCancelRequest, QueuePreemptRequest};
 use crate::model::{PoolName, PriorityClassName};
-use crate::state::{Command, RejectKind};
+use crate::service::access::Principal;
+use crate::service::{ErrorKind, ServiceError, queues as queue_ops};
 use std::pin::Pin;
 use std::sync::Arc;
 use tonic::{Code, Request, Response, Status};
@@ -62,47 +61,44 @@ pub(super) fn armada_queue(q: &Queue) -> pb::Queue {
     }
 }
 
-fn admin<T>(app: &Control, request: &Request<T>) -> Result<(), Status> {
-    principal(app, request)?.require(Role::Admin).map_err(status)
+fn admin<T>(app: &Control, request: &Request<T>) -> Result<Principal, Status> {
+    let p = principal(app, request)?;
+    p.require(Role::Admin).map_err(status)?;
+    Ok(p)
 }
 
-/// A write's refusal: as REST's, but an existing queue is ALREADY_EXISTS (as Armada answers).
-fn write_status(e: WriteError) -> Status {
-    if let WriteError::Rejected(r) = &e
-        && r.kind == RejectKind::Conflict
-    {
-        return Status::new(Code::AlreadyExists, ApiError::from(e).detail);
+/// A creation's refusal: as REST's, but an existing queue is ALREADY_EXISTS (as Armada answers).
+fn create_status(e: ServiceError) -> Status {
+    if e.kind == ErrorKind::Conflict {
+        return Status::new(Code::AlreadyExists, e.detail);
     }
-    status(e.into())
+    status(e)
 }
 
 pub(super) async fn create(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
-    admin(app, &request)?;
-    create_one(app, request.get_ref()).await?;
+    let p = admin(app, &request)?;
+    create_one(app, &p, request.get_ref()).await?;
     Ok(Response::new(()))
 }
 
-async fn create_one(app: &Control, q: &pb::Queue) -> Result<(), Status> {
+async fn create_one(app: &Control, p: &Principal, q: &pb::Queue) -> Result<(), Status> {
     let queue = convoy_queue(q, None)?;
     leading(app).await?;
-    app.write(Command::create_queue(queue)).await.map_err(write_status)?;
-    Ok(())
+    queue_ops::create(app, p, queue).await.map_err(create_status)
 }
 
 pub(super) async fn update(app: &Control, request: Request<pb::Queue>) -> Result<Response<()>, Status> {
-    admin(app, &request)?;
-    update_one(app, request.get_ref()).await?;
+    let p = admin(app, &request)?;
+    update_one(app, &p, request.get_ref()).await?;
     Ok(Response::new(()))
 }
 
-async fn update_one(app: &Control, q: &pb::Queue) -> Result<(), Status> {
+async fn update_one(app: &Control, p: &Principal, q: &pb::Queue) -> Result<(), Status> {
     let name = queue_name("name", &q.name)?;
-    let stored = app.state().queues.get(&name).map(|q| q.queue.clone());
-    let Some(stored) = stored else { return Err(Status::not_found(format!("queue {name} does not exist"))) };
+    let stored = queue_ops::get(app, &name).map_err(status)?;
     let queue = convoy_queue(q, Some(stored))?;
     leading(app).await?;
-    app.write(Command::update_queue(queue)).await.map_err(|e| status(e.into()))?;
-    Ok(())
+    queue_ops::update(app, p, queue).await.map_err(status)
 }
 
 /// A refusal of a whole batch rather than of one queue: no leader, or the write could not be
@@ -117,10 +113,10 @@ pub(super) async fn create_many(
     app: &Control,
     request: Request<pb::QueueList>,
 ) -> Result<Response<pb::BatchQueueCreateResponse>, Status> {
-    admin(app, &request)?;
+    let p = admin(app, &request)?;
     let mut failed = Vec::new();
     for q in &request.get_ref().queues {
-        if let Err(e) = create_one(app, q).await {
+        if let Err(e) = create_one(app, &p, q).await {
             if whole_batch(&e) {
                 return Err(e);
             }
@@ -135,10 +131,10 @@ pub(super) async fn update_many(
     app: &Control,
     request: Request<pb::QueueList>,
 ) -> Result<Response<pb::BatchQueueUpdateResponse>, Status> {
-    admin(app, &request)?;
+    let p = admin(app, &request)?;
     let mut failed = Vec::new();
     for q in &request.get_ref().queues {
-        if let Err(e) = update_one(app, q).await {
+        if let Err(e) = update_one(app, &p, q).await {
             if whole_batch(&e) {
                 return Err(e);
             }
@@ -149,19 +145,19 @@ pub(super) async fn update_many(
 }
 
 pub(super) async fn delete(app: &Control, request: Request<pb::QueueDeleteRequest>) -> Result<Response<()>, Status> {
-    admin(app, &request)?;
+    let p = admin(app, &request)?;
     let name = queue_name("name", &request.get_ref().name)?;
     leading(app).await?;
     // As Armada: a queue with jobs that are not over is not deleted (REST's force=false).
-    app.write(Command::DeleteQueue { name, force: false, at_ms: now_ms() }).await.map_err(|e| status(e.into()))?;
+    queue_ops::delete(app, &p, name, false).await.map_err(status)?;
     Ok(Response::new(()))
 }
 
 pub(super) async fn get(app: &Control, request: Request<pb::QueueGetRequest>) -> Result<Response<pb::Queue>, Status> {
     principal(app, &request)?;
     let name = queue_name("name", &request.get_ref().name)?;
-    let queue = app.state().queues.get(&name).map(|q| armada_queue(&q.queue));
-    queue.map(Response::new).ok_or_else(|| Status::not_found(format!("queue {name} does not exist")))
+    let queue = queue_ops::get(app, &name).map_err(status)?;
+    Ok(Response::new(armada_queue(&queue)))
 }
 
 pub(super) async fn cordon(app: &Control, request: Request<pb::QueueCordonRequest>) -> Result<Response<()>, Status> {
@@ -208,7 +204,7 @@ fn pools(field: &str, names: &[String]) -> Result<Vec<PoolName>, Status> {
 }
 
 /// A REST error of a queue-wide operation with its field as Armada's request spells it.
-fn armada_status(mut e: ApiError) -> Status {
+fn armada_status(mut e: ServiceError) -> Status {
     e.field = e.field.map(|f| {
         f.replacen("priority_classes", "priorityClasses", 1)
             .replacen("states", "jobStates", 1)
@@ -326,7 +322,7 @@ pub(super) fn list(
 ) -> Result<Response<QueueStream>, Status> {
     principal(app, &request)?;
     let num = request.get_ref().num as usize;
-    let mut queues: Vec<pb::Queue> = app.state().queues.values().map(|q| armada_queue(&q.queue)).collect();
+    let mut queues: Vec<pb::Queue> = queue_ops::list(app).iter().map(armada_queue).collect();
     queues.sort_by(|a, b| a.name.cmp(&b.name));
     if num > 0 {
         queues.truncate(num);

@@ -5,10 +5,10 @@
 //! call to the next leader only when that is safe ([`resend_safe`]). Reads are answered by any
 //! server from its own state.
 
-use crate::api::forward::{
+use crate::control::Control;
+use crate::control::relay::{
     APPLIED_HEADER, FORWARDED_HEADER, Relayed, Unrelayable, catch_up, follow_leader, outgoing, read_whole,
 };
-use crate::control::Control;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;

@@ -2,13 +2,14 @@
 //! ([`submit_jobs`], [`cancel_jobs`]), the queue RPCs Armada's clients call on this service, and
 //! Health.
 
+use super::fields::{cancellable_state_at, invalid, job_set_name, queue_name};
 use super::k8s::{self, EncodedPodSpec};
 use super::pb::{self, submit_server::Submit};
-use super::{leading, principal, required, status};
-use crate::api::jobs::{cancel_jobs, preempt_jobs, reprioritize_jobs, submit_jobs};
+use super::{leading, principal, status};
 use crate::control::Control;
 use crate::model::api::{CancelRequest, PreemptRequest, ReprioritizeRequest, SubmitItem, SubmitRequest};
-use crate::model::{JobId, JobSetName, JobState, QueueName};
+use crate::model::{JobId, JobState};
+use crate::service::jobs::{cancel_jobs, preempt_jobs, reprioritize_jobs, submit_jobs};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,20 +20,6 @@ pub const EXTERNAL_JOB_URI_ANNOTATION: &str = "armadaproject.io/externalJobUri";
 
 /// The `api.Submit` service.
 pub struct SubmitService(pub Arc<Control>);
-
-fn invalid(field: impl std::fmt::Display, message: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(format!("{field}: {message}"))
-}
-
-/// A queue name of a request, INVALID_ARGUMENT naming `field` if it is not one.
-pub(super) fn queue_name(field: &str, value: &str) -> Result<QueueName, Status> {
-    QueueName::new(required(field, value)?).map_err(|e| invalid(field, e))
-}
-
-/// A job set name of a request, INVALID_ARGUMENT naming `field` if it is not one.
-pub(super) fn job_set_name(field: &str, value: &str) -> Result<JobSetName, Status> {
-    JobSetName::new(required(field, value)?).map_err(|e| invalid(field, e))
-}
 
 /// Armada's float priority as Convoy's: rounded to the nearest whole number and clamped to
 /// 0..=u32::MAX, as Armada does; lower runs first in both.
@@ -153,19 +140,6 @@ fn armada_field(rest: &str, req: &pb::JobSubmitRequest) -> String {
 /// Armada's job states that a job set cancellation may name, as Convoy's.
 fn cancellable_state(i: usize, s: i32) -> Result<JobState, Status> {
     cancellable_state_at(format!("filter.states[{i}]"), s)
-}
-
-/// Armada's job state `s` of the request field `field` as Convoy's live state: INVALID_ARGUMENT
-/// naming the field for a finished state or a number that is not a state.
-pub(super) fn cancellable_state_at(field: String, s: i32) -> Result<JobState, Status> {
-    match pb::JobState::try_from(s) {
-        Ok(pb::JobState::Queued | pb::JobState::Submitted) => Ok(JobState::Queued),
-        Ok(pb::JobState::Leased) => Ok(JobState::Leased),
-        Ok(pb::JobState::Pending) => Ok(JobState::Pending),
-        Ok(pb::JobState::Running) => Ok(JobState::Running),
-        Ok(other) => Err(invalid(field, format!("{} jobs cannot be cancelled", other.as_str_name()))),
-        Err(_) => Err(invalid(field, format!("{s} is not a job state"))),
-    }
 }
 
 /// Armada's per-job results: "" for each job acted on, `why_not` for each named job that was not.

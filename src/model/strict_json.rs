@@ -216,6 +216,22 @@ impl<'de, 'a> SeqAccess<'de> for OneElement<'a> {
     }
 }
 
+/// Parses JSON; on failure returns the path of the offending field (`.` for the whole text)
+/// and the message. The path is only tracked when parsing fails, so good input costs nothing
+/// extra.
+pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String)> {
+    match serde_json::from_slice(text) {
+        Ok(v) => Ok(v),
+        Err(_) => {
+            let mut de = serde_json::Deserializer::from_slice(text);
+            let v: T = serde_path_to_error::deserialize(&mut de)
+                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+            de.end().map_err(|e| (".".to_string(), e.to_string()))?;
+            Ok(v)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,7 +207,7 @@ async fn relay(
     let body = answer
         .bytes()
         .await
-        .map_err(|e| RelayError::Lost { addr: addr.clone(), message: crate::api::problem::error_chain(&e) })?;
+        .map_err(|e| RelayError::Lost { addr: addr.clone(), message: crate::service::error_chain(&e) })?;
     response.body(body).map_err(|e| RelayError::Lost { addr: addr.clone(), message: e.to_string() })
 }
 
@@ -225,7 +225,7 @@ async fn send(
         outgoing = outgoing.header(name, value);
     }
     let lost = |e: reqwest::Error| {
-        let message = crate::api::problem::error_chain(&e);
+        let message = crate::service::error_chain(&e);
         let addr = addr.to_string();
         // Only a failure to connect proves the leader never saw the request.
         if e.is_connect() { RelayError::NotSent { addr, message } } else { RelayError::Lost { addr, message } }

@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod disk;
+pub mod http;
 pub mod liveness;
 pub mod machine;
 pub mod retention;
@@ -244,7 +245,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> Result<Running
         disk: crate::control::disk::DiskGuard::new(&config.server.data_dir, config.server.disk_reserve),
     });
     let started = control.started.clone();
-    let router = crate::api::router(control.clone()).merge(raft.router());
+    let router = http::router(control.clone()).merge(raft.router());
     #[cfg(feature = "grpc")]
     let router = router.merge(crate::grpc::router(control.clone()));
     let url = format!("{scheme}://{local}");

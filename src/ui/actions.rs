@@ -3,16 +3,16 @@
 //! (the checks of the API, which the server makes again here), behind a confirmation step; each
 //! goes through the same path as the REST and gRPC APIs, then back to the page with the outcome.
 
-use super::html::{escape, page};
+use super::html::{escape, page, status_of};
 use super::session::Viewer;
-use crate::api::auth::Principal;
-use crate::api::jobs::{cancel_jobs, reprioritize_jobs};
-use crate::api::problem::ApiError;
-use crate::api::queue_ops::set_cordon;
 use crate::config::Role;
 use crate::control::Control;
 use crate::model::api::{CancelRequest, ReprioritizeRequest};
 use crate::model::{JobId, JobSetName, QueueName};
+use crate::service::ServiceError;
+use crate::service::access::Principal;
+use crate::service::jobs::{cancel_jobs, reprioritize_jobs};
+use crate::service::queues::set_cordon;
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -35,16 +35,16 @@ pub fn may_cordon(p: &Principal) -> bool {
 }
 
 /// The queue and job set of job `id`.
-fn job_place(app: &Control, id: &str) -> Result<(JobId, QueueName, JobSetName), ApiError> {
-    let id: JobId = id.parse().map_err(|_| ApiError::bad_request("id", format!("{id:?} is not a job id (a ULID)")))?;
-    let job = app.store.job(id)?.ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))?;
+fn job_place(app: &Control, id: &str) -> Result<(JobId, QueueName, JobSetName), ServiceError> {
+    let id: JobId = id.parse().map_err(|_| ServiceError::invalid("id", format!("{id:?} is not a job id (a ULID)")))?;
+    let job = app.store.job(id)?.ok_or_else(|| ServiceError::not_found(format!("job {id} does not exist")))?;
     Ok((id, job.queue, job.job_set))
 }
 
 /// Back to `to` with `notice` shown there, or a page saying why it failed.
-fn outcome(result: Result<String, ApiError>, to: &str) -> Response {
+fn outcome(result: Result<String, ServiceError>, to: &str) -> Response {
     match result {
-        Ok(notice) => Redirect::to(&format!("{to}?notice={}", super::jobs::encode(&notice))).into_response(),
+        Ok(notice) => Redirect::to(&format!("{to}?notice={}", super::html::encode(&notice))).into_response(),
         Err(e) => {
             let field = e.field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default();
             let body = format!(
@@ -53,14 +53,14 @@ fn outcome(result: Result<String, ApiError>, to: &str) -> Response {
                 escape(&e.detail),
                 escape(to)
             );
-            (e.status, Html(page("Not done", &body))).into_response()
+            (status_of(&e), Html(page("Not done", &body))).into_response()
         }
     }
 }
 
 /// `POST /ui/jobs/{id}/cancel`.
 pub async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
-    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let to = format!("/ui/jobs/{}", super::html::encode(&id));
     let result = async {
         let (id, queue, job_set) = job_place(&app, &id)?;
         let req = CancelRequest { queue, job_set, job_ids: Some(vec![id]), states: None, reason: None };
@@ -83,7 +83,7 @@ pub async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer,
             }
         }
         if by_set.is_empty() {
-            return Err(ApiError::bad_request("job", "tick the jobs to cancel"));
+            return Err(ServiceError::invalid("job", "tick the jobs to cancel"));
         }
         let mut done = 0;
         for ((queue, job_set), ids) in by_set {
@@ -98,7 +98,7 @@ pub async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer,
 
 /// `POST /ui/jobs/{id}/cancel-set`: every job of the job's job set.
 pub async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
-    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let to = format!("/ui/jobs/{}", super::html::encode(&id));
     let result = async {
         let (_, queue, job_set) = job_place(&app, &id)?;
         let req = CancelRequest { queue, job_set: job_set.clone(), job_ids: None, states: None, reason: None };
@@ -116,13 +116,13 @@ pub async fn reprioritize(
     Path(id): Path<String>,
     Form(form): Form<PriorityForm>,
 ) -> Response {
-    let to = format!("/ui/jobs/{}", super::jobs::encode(&id));
+    let to = format!("/ui/jobs/{}", super::html::encode(&id));
     let result = async {
         let priority: u32 = form
             .priority
             .trim()
             .parse()
-            .map_err(|_| ApiError::bad_request("priority", "a whole number from 0 (first) to 4294967295"))?;
+            .map_err(|_| ServiceError::invalid("priority", "a whole number from 0 (first) to 4294967295"))?;
         let (id, queue, job_set) = job_place(&app, &id)?;
         let req = ReprioritizeRequest { queue, job_set, job_ids: Some(vec![id]), priority };
         let done = reprioritize_jobs(&app, &p, req).await?;
@@ -142,9 +142,9 @@ pub async fn cordon(
         let cordoned = match verb.as_str() {
             "cordon" => true,
             "uncordon" => false,
-            _ => return Err(ApiError::not_found("no such action")),
+            _ => return Err(ServiceError::not_found("no such action")),
         };
-        let queue = QueueName::new(&name).map_err(|e| ApiError::bad_request("queue", e.to_string()))?;
+        let queue = QueueName::new(&name).map_err(|e| ServiceError::invalid("queue", e.to_string()))?;
         set_cordon(&app, &p, &queue, cordoned).await?;
         Ok(format!("queue {queue} {}", if cordoned { "cordoned" } else { "uncordoned" }))
     }

@@ -1,5 +1,9 @@
 //! HTML text: escaping, and the layout every page shares.
 
+use crate::service::ServiceError;
+use axum::http::StatusCode;
+use std::fmt::Write;
+
 /// `text` with the five characters that mean something in HTML escaped, for element content
 /// and quoted attribute values alike.
 pub fn escape(text: &str) -> String {
@@ -36,6 +40,24 @@ pub fn page_for(title: &str, user: &str, body: &str) -> String {
     )
 }
 
+/// The HTTP status of a page that shows `e`: the service's one table of them.
+pub fn status_of(e: &ServiceError) -> StatusCode {
+    StatusCode::from_u16(e.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// Percent-encodes a query value.
+pub fn encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b',') {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +73,14 @@ mod tests {
         assert!(
             p.contains("<title>a&lt;b · Convoy</title>") && p.contains("<h1>a&lt;b</h1>") && p.contains("<p>x</p>")
         );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(
+            super::encode("scheduled__2026-11-23T10:00:00+00:00 a&b"),
+            "scheduled__2026-11-23T10%3A00%3A00%2B00%3A00%20a%26b"
+        );
+        assert_eq!(super::encode("queued,running"), "queued,running");
     }
 }

@@ -2,15 +2,15 @@
 //! refreshed while it is open; and a job's page with why it is where it is, its runs, events,
 //! output and pod spec.
 
-use super::html::{escape, page, page_for};
+use super::html::{encode, escape, page, page_for, status_of};
 use super::session::{Viewer, signed_in_line};
-use crate::api::jobs::{ListParams, job_details, list_jobs};
-use crate::api::output::{OutputParams, job_output, split_tail};
 use crate::api::problem::ApiError;
 use crate::control::Control;
 use crate::model::JobId;
 use crate::model::api::JobView;
 use crate::model::human;
+use crate::service::jobs::{ListParams, job_details, list_jobs};
+use crate::service::output::{OutputParams, job_output, split_tail};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -101,7 +101,7 @@ pub async fn list_handler(
         Err(e) => {
             let field = e.field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default();
             let _ = write!(body, "<p class=\"error\" role=\"alert\">{}{}</p>", escape(&field), escape(&e.detail));
-            e.status
+            status_of(&e)
         }
     };
     body.push_str("<script src=\"/ui/app.js\"></script>");
@@ -239,7 +239,7 @@ pub async fn output_handler(
     Query(q): Query<OutputParams>,
 ) -> Response {
     let result = match id.parse::<JobId>() {
-        Ok(id) => job_output(&app, id, &q).await,
+        Ok(id) => job_output(&app, id, &q).await.map_err(ApiError::from),
         Err(e) => Err(ApiError::bad_request("id", e.to_string())),
     };
     match result {
@@ -303,7 +303,7 @@ pub async fn job_handler(
         Ok(j) => j,
         Err(e) => {
             let body = format!("<p class=\"error\" role=\"alert\">{}</p>", escape(&e.detail));
-            return (e.status, Html(page("Job", &body))).into_response();
+            return (status_of(&e), Html(page("Job", &body))).into_response();
         }
     };
     let user = signed_in_line(&app, &principal);
@@ -406,29 +406,4 @@ fn job_actions(j: &JobView) -> String {
         escape(j.queue.as_str())
     );
     out
-}
-
-/// Percent-encodes a query value.
-pub(crate) fn encode(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b',') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(
-            super::encode("scheduled__2026-11-23T10:00:00+00:00 a&b"),
-            "scheduled__2026-11-23T10%3A00%3A00%2B00%3A00%20a%26b"
-        );
-        assert_eq!(super::encode("queued,running"), "queued,running");
-    }
 }

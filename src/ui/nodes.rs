@@ -5,10 +5,10 @@
 use super::bars::{self, Bar};
 use super::html::{escape, page_for};
 use super::session::{Viewer, signed_in_line};
-use crate::api::nodes::node_views;
 use crate::control::Control;
 use crate::model::human;
 use crate::model::{ResourceName, Resources};
+use crate::service::nodes::node_views;
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Response};
 use std::collections::BTreeMap;

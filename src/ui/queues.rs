@@ -74,13 +74,13 @@ pub async fn queue_handler(
             body.push_str(&item(label, value));
         }
         body.push_str("</section>");
-        let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::jobs::encode(name.as_str())));
+        let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::html::encode(name.as_str())));
         body.push_str("<h2>Jobs</h2><section class=\"summary counts\">");
         for (state, s) in STATES {
             let n = q.counts.get(&state).copied().unwrap_or(0);
             let link = format!(
                 "<a class=\"state {s}\" href=\"/ui/jobs?queue={}&amp;state={s}\">{n}</a>",
-                super::jobs::encode(name.as_str())
+                super::html::encode(name.as_str())
             );
             body.push_str(&item(s, link));
         }
@@ -121,8 +121,8 @@ fn job_sets(st: &crate::state::State, queue: &QueueName) -> String {
             out,
             "<tr data-job-set=\"{n}\"><td><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{n}</a></td>",
             n = escape(set.as_str()),
-            qe = super::jobs::encode(q.as_str()),
-            se = super::jobs::encode(set.as_str()),
+            qe = super::html::encode(q.as_str()),
+            se = super::html::encode(set.as_str()),
         );
         for c in counts {
             let _ = write!(out, "<td class=\"num\">{c}</td>");
@@ -152,7 +152,7 @@ fn queue_table(app: &Control, cordon: bool) -> String {
             out,
             "<tr data-queue=\"{n}\"><td><a href=\"/ui/queues/{e}\">{n}</a></td><td>{w:.3}</td><td>{factor}</td><td>{c}</td>",
             n = escape(name.as_str()),
-            e = super::jobs::encode(name.as_str()),
+            e = super::html::encode(name.as_str()),
             w = 1.0 / factor,
             c = if q.queue.cordoned { "<span class=\"badge\">cordoned</span>" } else { "no" },
         );

@@ -3,8 +3,8 @@
 //! `Authorization` header on every page; with auth off, everyone (as the API treats them).
 
 use super::html::escape;
-use crate::api::auth::{Principal, authenticate};
 use crate::control::Control;
+use crate::service::access::{Principal, authenticate};
 use axum::Form;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;

@@ -1,7 +1,6 @@
 //! Submission checks (DESIGN.md §8): a whole request is checked before anything is stored, and
 //! the first problem is reported with the job index and the field. Pure: no state, no I/O.
 
-use super::problem::parse_json;
 use crate::config::ServerConfig;
 use crate::model::api::{SubmitItem, SubmitRequest};
 use crate::model::placement::{
@@ -9,6 +8,7 @@ use crate::model::placement::{
     TolerationOperator,
 };
 use crate::model::quantity::{Unit, parse_quantity};
+use crate::model::strict_json::parse_json;
 use crate::model::strict_json::parse_strict;
 use crate::model::{
     FieldError, GangSpec, JobPayload, Namespace, PriorityClassName, ResourceName, Resources, SchedulingRequirements,

@@ -1,0 +1,20 @@
+//! What Convoy does for a caller, whatever the transport: submit, cancel, reprioritize and
+//! preempt jobs, read jobs and their output, queue operations, nodes, and the access checks in
+//! front of them. The REST API ([`crate::api`]), the gRPC API ([`crate::grpc`]) and the web UI
+//! ([`crate::ui`]) are peers over this layer: each parses its own requests, calls the same
+//! operation, and maps the one domain error ([`ServiceError`]) in one place.
+//!
+//! An operation checks the request, writes one command through [`crate::control::Control`] (the
+//! state machine decides the rest), and answers in the API's types ([`crate::model::api`]).
+
+pub mod access;
+mod error;
+pub mod events;
+pub mod executors;
+pub mod jobs;
+pub mod nodes;
+pub mod output;
+pub mod queues;
+pub mod validate;
+
+pub use error::{ErrorKind, ServiceError, error_chain};
