@@ -286,7 +286,7 @@ impl TlsConfig {
     /// Checks that the files load: the certificate chain, a key that matches it, and the CA.
     /// The error names the key (`tls.cert`, `tls.key`, `tls.ca`) and the file.
     pub fn validate(&self) -> Result<(), FieldError> {
-        crate::server::tls::check(self)
+        crate::certs::check_server_files(&self.cert, &self.key, self.ca.as_deref())
             .map_err(|e| FieldError::new(e.key, format!("{}: {}", e.path.display(), e.problem)))
     }
 }

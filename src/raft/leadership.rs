@@ -75,8 +75,8 @@ pub(super) fn view(
 pub(super) async fn publish(
     raft: Raft,
     me: NodeId,
-    quorum_ack: super::failover::QuorumAck,
-    contact: super::failover::Elections,
+    quorum_ack: super::pre_vote::QuorumAck,
+    contact: super::pre_vote::Elections,
     limits: Limits,
     tx: watch::Sender<Leadership>,
 ) {

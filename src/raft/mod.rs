@@ -23,6 +23,8 @@ pub mod leadership;
 pub mod log_store;
 pub mod membership;
 pub mod network;
+pub mod pre_vote;
+pub mod snapshot_data;
 pub mod snapshot_file;
 pub mod snapshot_store;
 pub mod state_machine;
@@ -246,9 +248,9 @@ pub struct RaftNode {
     /// A leader that has not heard from a majority for this long stops acting as leader.
     quorum_lease: Duration,
     /// When a majority last acknowledged this node as leader (see [`watch_metrics`]).
-    quorum_ack: failover::QuorumAck,
+    quorum_ack: pre_vote::QuorumAck,
     /// What this member heard from leaders, and its answers to pre-votes (see [`failover`]).
-    elections: failover::Elections,
+    elections: pre_vote::Elections,
     flushed: watch::Receiver<u64>,
     /// Who leads, whether this member may commit, whether its leader went silent (see
     /// [`leadership`]).
@@ -334,7 +336,7 @@ impl RaftNode {
             .spawn(Raft::new(node_id, config, network.clone(), log_store, state_machine))
             .await
             .map_err(|e| RaftError::Shutdown(format!("starting raft: {e}")))??;
-        let quorum_ack: failover::QuorumAck = Arc::new(std::sync::Mutex::new(None));
+        let quorum_ack: pre_vote::QuorumAck = Arc::new(std::sync::Mutex::new(None));
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let leadership_limits = leadership::Limits {
             lease: settings.election_timeout_max,
@@ -351,10 +353,10 @@ impl RaftNode {
             // one can be elected even when the last acknowledgement it counts came late.
             quorum_lease: settings.election_timeout_min.saturating_sub(settings.heartbeat_interval),
             quorum_ack: quorum_ack.clone(),
-            elections: failover::Elections::new(
+            elections: pre_vote::Elections::new(
                 log_reader,
                 quorum_ack,
-                failover::Timing {
+                pre_vote::Timing {
                     lease: settings.election_timeout_max,
                     election_min: settings.election_timeout_min,
                     election_max: settings.election_timeout_max,

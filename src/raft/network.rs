@@ -12,8 +12,8 @@
 //! another version refuses it with 400 and says which versions meet, rather than misreading it.
 
 use super::acked::{Acked, LostEntries};
-use super::failover::{Elections, PreVoteAnswer, PreVoteRequest};
 use super::identity::{AdoptError, CLUSTER_HEADER, Identity, TARGET_HEADER};
+use super::pre_vote::{Elections, PreVoteAnswer, PreVoteRequest};
 use super::stats::PeerStats;
 use super::types::{Node, NodeId, Raft, TypeConfig};
 use crate::certs::{PemFileError, https_client};

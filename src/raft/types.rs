@@ -11,7 +11,7 @@ openraft::declare_raft_types!(
         R = crate::state::Response,
         NodeId = u64,
         Node = openraft::BasicNode,
-        SnapshotData = crate::raft::snapshot_store::SnapshotFile,
+        SnapshotData = crate::raft::snapshot_data::SnapshotFile,
 );
 
 /// A node's id in the Raft group.

@@ -10,93 +10,17 @@ mod listener;
 
 pub(crate) use listener::serve;
 
-use crate::certs::{PemFileError, PemProblem, read_certificates, read_private_key};
+use crate::certs::server_config;
 use crate::config::TlsConfig;
-use rustls::RootCertStore;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
-/// Why a TLS file could not be used: the config key (`tls.cert`, `tls.key`, `tls.ca`), its file
-/// and the problem.
-#[derive(Debug, thiserror::Error)]
-#[error("{key}: {}: {problem}", path.display())]
-pub struct TlsError {
-    /// The config key naming the file.
-    pub key: &'static str,
-    /// The file.
-    pub path: PathBuf,
-    /// What is wrong with it.
-    pub problem: TlsProblem,
-}
-
-/// What is wrong with a TLS file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsProblem {
-    /// The file cannot be read as PEM, or holds nothing of the kind expected.
-    #[error(transparent)]
-    Pem(PemProblem),
-    /// The key is not the one of the certificate.
-    #[error("the key does not match the certificate in {}", .0.display())]
-    KeyMismatch(PathBuf),
-    /// A certificate could not be used as a trust anchor.
-    #[error("not a usable CA certificate: {0}")]
-    BadCa(rustls::Error),
-    /// rustls refused the certificate or the key (e.g. an unsupported key type).
-    #[error("refused by rustls: {0}")]
-    Rustls(rustls::Error),
-}
-
-impl TlsError {
-    fn new(key: &'static str, path: &Path, problem: TlsProblem) -> Self {
-        TlsError { key, path: path.to_path_buf(), problem }
-    }
-
-    fn pem(key: &'static str, e: PemFileError) -> Self {
-        TlsError { key, path: e.path, problem: TlsProblem::Pem(e.problem) }
-    }
-}
-
-/// The CA certificates of a PEM file as trust anchors (`key` names the file in errors).
-pub fn load_ca(key: &'static str, path: &Path) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for cert in read_certificates(path).map_err(|e| TlsError::pem(key, e))? {
-        roots.add(cert).map_err(|e| TlsError::new(key, path, TlsProblem::BadCa(e)))?;
-    }
-    Ok(roots)
-}
-
-/// The rustls server configuration of a certificate chain and its key: ring's algorithms, safe
-/// protocol versions, HTTP/2 then HTTP/1.1 offered through ALPN.
-fn server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, TlsError> {
-    let chain = read_certificates(cert).map_err(|e| TlsError::pem("tls.cert", e))?;
-    let private = read_private_key(key).map_err(|e| TlsError::pem("tls.key", e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::new("tls.cert", cert, TlsProblem::Rustls(e)))?
-        .with_no_client_auth()
-        .with_single_cert(chain, private)
-        .map_err(|e| match e {
-            rustls::Error::InconsistentKeys(_) => {
-                TlsError::new("tls.key", key, TlsProblem::KeyMismatch(cert.to_path_buf()))
-            }
-            // An unreadable certificate shows as a bad end-entity certificate, anything else is
-            // about the key (its type or encoding).
-            rustls::Error::InvalidCertificate(_) => TlsError::new("tls.cert", cert, TlsProblem::Rustls(e)),
-            other => TlsError::new("tls.key", key, TlsProblem::Rustls(other)),
-        })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
-}
+pub use crate::certs::{TlsError, TlsProblem, load_ca};
 
 /// Checks that every file of `[tls]` loads: the certificate chain, its key (and that they
 /// match), and the CA.
 pub fn check(config: &TlsConfig) -> Result<(), TlsError> {
-    server_config(&config.cert, &config.key)?;
-    if let Some(ca) = &config.ca {
-        load_ca("tls.ca", ca)?;
-    }
-    Ok(())
+    crate::certs::check_server_files(&config.cert, &config.key, config.ca.as_deref())
 }
 
 /// The listener's certificate and key, reloadable. Clones share them.
