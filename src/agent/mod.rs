@@ -9,8 +9,6 @@ pub mod client;
 pub mod config;
 pub mod confine;
 pub mod ended;
-pub mod fake;
-pub mod fake_journal;
 pub mod kubernetes;
 mod lease_loop;
 mod os;
@@ -88,7 +86,8 @@ async fn run_with_runtime(
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Fake => {
-            let rt = fake::FakeRuntime::new(&config.fake, &config.data_dir, sink.clone()).map_err(setup("fake"))?;
+            let rt =
+                runtime::fake::FakeRuntime::new(&config.fake, &config.data_dir, sink.clone()).map_err(setup("fake"))?;
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Kubernetes => {
