@@ -220,7 +220,7 @@ pub struct ProcessConfig {
     pub keep_finished: Duration,
     /// cgroup limits of jobs (`[agent.process.limits]`).
     #[serde(default)]
-    pub limits: super::confine::LimitsConfig,
+    pub limits: crate::agent::runtime::process::confine::LimitsConfig,
     /// The node's GPUs (indices or UUIDs, as `CUDA_VISIBLE_DEVICES` takes them). Default: what
     /// `nvidia-smi` lists, none without it.
     #[serde(default)]
@@ -228,7 +228,7 @@ pub struct ProcessConfig {
     /// The Unix user jobs run as: a user name, or rules mapping queues to users. Default: the
     /// agent's own user.
     #[serde(default)]
-    pub run_as: Option<super::confine::RunAs>,
+    pub run_as: Option<crate::agent::runtime::process::confine::RunAs>,
     /// Let `run_as` name root. Default: false.
     #[serde(default)]
     pub allow_root: bool,
@@ -258,11 +258,11 @@ struct ProcessFile {
     #[serde(default)]
     keep_finished_hours: Option<u64>,
     #[serde(default)]
-    limits: super::confine::LimitsConfig,
+    limits: crate::agent::runtime::process::confine::LimitsConfig,
     #[serde(default)]
     gpus: Option<Vec<String>>,
     #[serde(default)]
-    run_as: Option<super::confine::RunAs>,
+    run_as: Option<crate::agent::runtime::process::confine::RunAs>,
     #[serde(default)]
     allow_root: bool,
 }

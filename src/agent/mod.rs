@@ -7,16 +7,9 @@
 
 pub mod client;
 pub mod config;
-pub mod confine;
-pub mod ended;
 pub mod kubernetes;
 mod lease_loop;
-mod os;
-pub mod process;
-pub mod rundir;
 pub mod runtime;
-pub mod spawner;
-pub mod supervise;
 mod tasks;
 
 pub use config::{AgentConfig, AgentConfigError, RuntimeKind};
@@ -82,7 +75,7 @@ async fn run_with_runtime(
     let setup = |runtime: &'static str| move |source| AgentError::Runtime { runtime, source };
     match config.runtime {
         RuntimeKind::Process => {
-            let rt = process::ProcessRuntime::new(&config, sink.clone()).map_err(setup("process"))?;
+            let rt = runtime::process::ProcessRuntime::new(&config, sink.clone()).map_err(setup("process"))?;
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Fake => {

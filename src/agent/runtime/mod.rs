@@ -1,8 +1,9 @@
 //! What the lease loop needs from a runtime (processes, fake nodes, Kubernetes pods), and the
 //! channel runtimes report run state changes through. Each runtime is a room of its own below:
-//! [`fake`] (declared nodes, simulated jobs).
+//! [`process`] (local processes), [`fake`] (declared nodes, simulated jobs).
 
 pub mod fake;
+pub mod process;
 
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind, RunEventReport};
 use crate::model::{JobId, RunId, RunState};
@@ -17,6 +18,10 @@ pub(crate) const LOG_TAIL_MAX_BYTES: usize = 64 * 1024;
 pub(crate) const OUTPUT_CHUNK_BYTES: usize = 256 * 1024;
 /// How far back from the end "the last lines" of followed output start.
 pub(crate) const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+
+/// Reason of a run whose directory's disk was full: given back when it could not start
+/// ([`RuntimeError::DiskFull`]), or failed when its job ended (its output may be incomplete).
+pub(crate) const REASON_DISK_FULL: &str = "run directory full";
 
 /// Why a runtime could not do what it was asked.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@
 use super::confine::{self, Confinement};
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
-use super::runtime::now_ms;
+use crate::agent::runtime::now_ms;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Stdio;
