@@ -7,7 +7,6 @@
 
 pub mod client;
 pub mod config;
-pub mod kubernetes;
 mod lease_loop;
 pub mod runtime;
 mod tasks;
@@ -84,8 +83,8 @@ async fn run_with_runtime(
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Kubernetes => {
-            let kube_client = kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
-            let rt = kubernetes::KubernetesRuntime::new(
+            let kube_client = runtime::kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
+            let rt = runtime::kubernetes::KubernetesRuntime::new(
                 kube_client,
                 config.executor.as_str(),
                 &config.kubernetes,

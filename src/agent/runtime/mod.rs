@@ -1,8 +1,10 @@
 //! What the lease loop needs from a runtime (processes, fake nodes, Kubernetes pods), and the
 //! channel runtimes report run state changes through. Each runtime is a room of its own below:
-//! [`process`] (local processes), [`fake`] (declared nodes, simulated jobs).
+//! [`process`] (local processes), [`kubernetes`] (pods), [`fake`] (declared nodes, simulated
+//! jobs).
 
 pub mod fake;
+pub mod kubernetes;
 pub mod process;
 
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind, RunEventReport};
