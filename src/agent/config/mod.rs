@@ -4,11 +4,28 @@
 //! Every key has a default except `servers`; durations are text (`"20s"`, `"24h"`) or a number of
 //! seconds. Keys are named `agent.<key>` in errors whichever file they came from, and `validate`
 //! checks the rules serde cannot, naming the first offending key.
+//!
+//! This module holds what every agent reads (the executor's name, the servers, the token and CA,
+//! the polling, the file loading and the combined file), and the rules the sections share (key
+//! names in errors, node labels, resource names). Each runtime's section is a file beside it:
+//! [`ProcessConfig`] (`process.rs`), [`KubernetesConfig`] (`kubernetes.rs`), [`FakeConfig`]
+//! (`fake.rs`). They stay here rather than in the runtimes' rooms because they are one file format:
+//! one reader finds every key the agent accepts in one folder, the sections share the way errors
+//! name their keys, and `convoy server` and the packaging tests read the same format without
+//! reaching into a runtime.
+
+mod fake;
+mod kubernetes;
+mod process;
+
+pub use fake::{FakeConfig, FakeNodeGroup};
+pub(crate) use kubernetes::is_label_value;
+pub use kubernetes::{IngressDefaults, KubernetesConfig};
+pub use process::ProcessConfig;
 
 use crate::model::duration::{format_duration, serde_text};
-use crate::model::{ExecutorName, Labels, NodeName, PoolName, QueueName, RESERVED_FOR_LABEL, Resources, Taint};
+use crate::model::{ExecutorName, Labels, NodeName, QueueName, RESERVED_FOR_LABEL, Resources};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,7 +66,6 @@ pub enum AgentConfigError {
     },
 }
 
-/// An error about `agent.<key>`.
 /// Resource names Kubernetes defines (besides `hugepages-<size>`); other resources are
 /// extended ones, named `<domain>/<name>` (`nvidia.com/gpu`).
 const STANDARD_RESOURCES: [&str; 5] = ["cpu", "memory", "ephemeral-storage", "pods", "storage"];
@@ -76,6 +92,7 @@ fn warn_unusual_resources(key: &str, r: &Resources) {
     }
 }
 
+/// An error about `agent.<key>`.
 fn invalid(key: &str, message: impl Into<String>) -> AgentConfigError {
     AgentConfigError::Invalid { origin: VALIDATED.to_string(), key: format!("agent.{key}"), message: message.into() }
 }
@@ -184,258 +201,6 @@ pub struct AgentConfig {
     pub kubernetes: KubernetesConfig,
 }
 
-/// `[agent.process]`: run jobs as local processes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, try_from = "ProcessFile")]
-pub struct ProcessConfig {
-    /// Name of the one node this machine is. Default: the host name.
-    #[serde(default = "default_node_name")]
-    pub node: NodeName,
-    /// Pool of the node. Default: `default`.
-    #[serde(default = "PoolName::default_pool")]
-    pub pool: PoolName,
-    /// Labels of the node (what node selectors and affinities match).
-    #[serde(default)]
-    pub labels: Labels,
-    /// Taints of the node.
-    #[serde(default)]
-    pub taints: Vec<Taint>,
-    /// Queues the node is earmarked for, e.g. `["ml", "physics"]`: their jobs are at home on it,
-    /// other queues' jobs may use it only as preemptible guests. Sent as the node label
-    /// `convoy.io/reserved-for`. Default: none (not earmarked).
-    #[serde(default)]
-    pub reserved_for: Vec<QueueName>,
-    /// Overrides of what the node offers, e.g. `{ cpu = "6", memory = "16Gi", "nvidia.com/gpu" = "1" }`;
-    /// resources not named here are read from the OS (cpu and memory).
-    #[serde(default)]
-    pub allocatable: Option<Resources>,
-    /// The `convoy` executable the agent starts as its supervisor spawner (`convoy
-    /// agent-supervise --spawner`, which forks a supervisor per job). Default: the running
-    /// executable.
-    #[serde(default)]
-    pub supervisor: Option<PathBuf>,
-    /// How long to keep the directories of runs whose result was reported (at least 1s).
-    /// Default: 24h. Also read from `keep_finished_hours`, a number of hours, its older spelling.
-    #[serde(with = "serde_text")]
-    pub keep_finished: Duration,
-    /// cgroup limits of jobs (`[agent.process.limits]`).
-    #[serde(default)]
-    pub limits: crate::agent::runtime::process::confine::LimitsConfig,
-    /// The node's GPUs (indices or UUIDs, as `CUDA_VISIBLE_DEVICES` takes them). Default: what
-    /// `nvidia-smi` lists, none without it.
-    #[serde(default)]
-    pub gpus: Option<Vec<String>>,
-    /// The Unix user jobs run as: a user name, or rules mapping queues to users. Default: the
-    /// agent's own user.
-    #[serde(default)]
-    pub run_as: Option<crate::agent::runtime::process::confine::RunAs>,
-    /// Let `run_as` name root. Default: false.
-    #[serde(default)]
-    pub allow_root: bool,
-}
-
-/// `[agent.process]` as written: [`ProcessConfig`] with `keep_finished_hours` (a number of
-/// hours), the older spelling of `keep_finished`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProcessFile {
-    #[serde(default = "default_node_name")]
-    node: NodeName,
-    #[serde(default = "PoolName::default_pool")]
-    pool: PoolName,
-    #[serde(default)]
-    labels: Labels,
-    #[serde(default)]
-    taints: Vec<Taint>,
-    #[serde(default)]
-    reserved_for: Vec<QueueName>,
-    #[serde(default)]
-    allocatable: Option<Resources>,
-    #[serde(default)]
-    supervisor: Option<PathBuf>,
-    #[serde(default, deserialize_with = "some_duration")]
-    keep_finished: Option<Duration>,
-    #[serde(default)]
-    keep_finished_hours: Option<u64>,
-    #[serde(default)]
-    limits: crate::agent::runtime::process::confine::LimitsConfig,
-    #[serde(default)]
-    gpus: Option<Vec<String>>,
-    #[serde(default)]
-    run_as: Option<crate::agent::runtime::process::confine::RunAs>,
-    #[serde(default)]
-    allow_root: bool,
-}
-
-impl TryFrom<ProcessFile> for ProcessConfig {
-    type Error = String;
-    fn try_from(f: ProcessFile) -> Result<Self, String> {
-        let keep_finished = match (f.keep_finished, f.keep_finished_hours) {
-            (Some(_), Some(_)) => {
-                return Err("keep_finished and keep_finished_hours (its older spelling) are both set; keep one".into());
-            }
-            (Some(d), None) => d,
-            (None, Some(hours)) => Duration::from_secs(hours.saturating_mul(3600)),
-            (None, None) => default_keep_finished(),
-        };
-        Ok(ProcessConfig {
-            node: f.node,
-            pool: f.pool,
-            labels: f.labels,
-            taints: f.taints,
-            reserved_for: f.reserved_for,
-            allocatable: f.allocatable,
-            supervisor: f.supervisor,
-            keep_finished,
-            limits: f.limits,
-            gpus: f.gpus,
-            run_as: f.run_as,
-            allow_root: f.allow_root,
-        })
-    }
-}
-
-/// A duration key that may be absent.
-fn some_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    serde_text::deserialize(d).map(Some)
-}
-
-impl Default for ProcessConfig {
-    fn default() -> Self {
-        Self {
-            node: default_node_name(),
-            pool: PoolName::default_pool(),
-            labels: Labels::new(),
-            taints: Vec::new(),
-            reserved_for: Vec::new(),
-            allocatable: None,
-            supervisor: None,
-            keep_finished: default_keep_finished(),
-            limits: Default::default(),
-            gpus: None,
-            run_as: None,
-            allow_root: false,
-        }
-    }
-}
-
-/// `[agent.fake]`: declared nodes, simulated jobs.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FakeConfig {
-    /// Groups of identical nodes (`[[agent.fake.node_groups]]`).
-    #[serde(default)]
-    pub node_groups: Vec<FakeNodeGroup>,
-    /// Record each run's start and end in `<data_dir>/fake-runs.jsonl`, so that a restarted
-    /// agent finds its runs again (as the process runtime does from its run directories).
-    /// Default: false (runs live in memory, and a restart loses them as a node loss would).
-    #[serde(default)]
-    pub journal: bool,
-}
-
-/// A group of identical fake nodes, named `<name_prefix>-<index>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FakeNodeGroup {
-    /// Number of nodes in the group (at least 1).
-    pub count: u32,
-    /// Node names are this prefix, a dash and the index from 0. Default: `fake`.
-    #[serde(default = "default_fake_prefix")]
-    pub name_prefix: String,
-    /// Pool of the nodes. Default: `default`.
-    #[serde(default = "PoolName::default_pool")]
-    pub pool: PoolName,
-    /// What each node offers, e.g. `{ cpu = "32", memory = "128Gi" }`.
-    pub allocatable: Resources,
-    /// Labels of each node.
-    #[serde(default)]
-    pub labels: Labels,
-    /// Taints of each node.
-    #[serde(default)]
-    pub taints: Vec<Taint>,
-    /// Queues the nodes are earmarked for (as `[agent.process] reserved_for`). Default: none.
-    #[serde(default)]
-    pub reserved_for: Vec<QueueName>,
-}
-
-/// `[agent.kubernetes]`: run jobs as pods.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KubernetesConfig {
-    /// Namespace the pods (and their services and ingresses) of jobs that name no namespace of
-    /// their own are created in. Default: `default`.
-    #[serde(default = "default_namespace")]
-    pub namespace: String,
-    /// Kubeconfig file. Default: in-cluster configuration when running in a pod, else
-    /// `$KUBECONFIG` or `~/.kube/config`.
-    #[serde(default)]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context. Default: the file's current context.
-    #[serde(default)]
-    pub context: Option<String>,
-    /// Node label whose value is the node's pool; nodes without it are in pool `default`.
-    /// Default: `convoy.io/pool`.
-    #[serde(default = "default_pool_label")]
-    pub pool_label: String,
-    /// Time between refreshes of the node inventory (nodes and foreign pods; at least 1s).
-    /// Default: 10s. Also read from `inventory_refresh_seconds`, its older spelling.
-    #[serde(default = "default_inventory_refresh", alias = "inventory_refresh_seconds", with = "serde_text")]
-    pub inventory_refresh: Duration,
-    /// Delete a pod once its result was reported. Default: true.
-    #[serde(default = "default_true")]
-    pub delete_finished_pods: bool,
-    /// Time past a kill's grace period after which a pod still present is deleted with grace
-    /// period 0 (a node that does not answer). Default: 30s. Also read from
-    /// `force_delete_after_seconds`, its older spelling.
-    #[serde(default = "default_force_delete_after", alias = "force_delete_after_seconds", with = "serde_text")]
-    pub force_delete_after: Duration,
-    /// Lines of the pod's log sent with its final event (0: none). Default: 100.
-    #[serde(default = "default_log_tail_lines")]
-    pub log_tail_lines: u32,
-    /// `[agent.kubernetes.ingress]`: what the agent adds to the ingresses it creates (Armada's
-    /// executor ingress settings).
-    #[serde(default)]
-    pub ingress: IngressDefaults,
-}
-
-/// `[agent.kubernetes.ingress]`: the agent's part of a job's ingresses. The hosts and TLS secrets
-/// of the ingresses built from Armada's ingress configs (docs/armada-grpc.md) end with these
-/// suffixes, and every ingress the agent creates carries these annotations.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IngressDefaults {
-    /// DNS suffix of the hosts (`<port>-<pod>.<namespace>.<host_suffix>`), e.g.
-    /// `jobs.example.com`; where the placeholder `{host_suffix}` stands. Default: none (the host
-    /// ends with the namespace).
-    #[serde(default)]
-    pub host_suffix: Option<String>,
-    /// Suffix of the default TLS secret name (`<namespace>-<cert_name_suffix>`) of an ingress
-    /// config with TLS and no `cert_name`; where `{cert_suffix}` stands. Default: none (the
-    /// secret is named after the namespace).
-    #[serde(default)]
-    pub cert_name_suffix: Option<String>,
-    /// Annotations set on every ingress the agent creates (e.g. the ingress class); an
-    /// ingress's own annotation of the same key wins.
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-}
-
-impl Default for KubernetesConfig {
-    fn default() -> Self {
-        Self {
-            namespace: default_namespace(),
-            kubeconfig: None,
-            context: None,
-            pool_label: default_pool_label(),
-            inventory_refresh: default_inventory_refresh(),
-            delete_finished_pods: true,
-            force_delete_after: default_force_delete_after(),
-            log_tail_lines: default_log_tail_lines(),
-            ingress: IngressDefaults::default(),
-        }
-    }
-}
-
 impl AgentConfig {
     /// A configuration with every default and the given servers.
     pub fn new(servers: Vec<String>) -> Self {
@@ -537,115 +302,10 @@ impl AgentConfig {
             return Err(invalid("data_dir", "must not be empty"));
         }
         match self.runtime {
-            RuntimeKind::Process => self.validate_process(),
-            RuntimeKind::Fake => self.validate_fake(),
-            RuntimeKind::Kubernetes => self.validate_kubernetes(),
+            RuntimeKind::Process => self.process.validate(),
+            RuntimeKind::Fake => self.fake.validate(),
+            RuntimeKind::Kubernetes => self.kubernetes.validate(&self.executor),
         }
-    }
-
-    fn validate_process(&self) -> Result<(), AgentConfigError> {
-        check_reserved_for("process", &self.process.reserved_for, &self.process.labels)?;
-        if let Some((name, v)) = self.process.allocatable.iter().flat_map(|a| a.iter()).find(|(_, v)| *v < 0) {
-            return Err(invalid(&format!("process.allocatable.{name}"), format!("{v} is negative")));
-        }
-        if let Some(a) = &self.process.allocatable {
-            warn_unusual_resources("process.allocatable", a);
-        }
-        if let Some(p) = &self.process.supervisor
-            && !p.is_file()
-        {
-            return Err(invalid(
-                "process.supervisor",
-                format!("{} is not a file (it must be the convoy executable)", p.display()),
-            ));
-        }
-        if self.process.keep_finished < Duration::from_secs(1) {
-            return Err(invalid("process.keep_finished", "must be at least 1s"));
-        }
-        if let Some(r) = &self.process.run_as {
-            r.validate().map_err(|(key, msg)| invalid(&key, msg))?;
-        }
-        let name = &self.process.limits.cgroup_name;
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(invalid("process.limits.cgroup_name", format!("{name:?} must be one directory name")));
-        }
-        if let Some(i) = self.process.gpus.iter().flatten().position(|g| g.is_empty() || g.contains([',', ' '])) {
-            return Err(invalid(&format!("process.gpus[{i}]"), "must be a GPU index or UUID (no commas or spaces)"));
-        }
-        Ok(())
-    }
-
-    fn validate_fake(&self) -> Result<(), AgentConfigError> {
-        if self.fake.node_groups.is_empty() {
-            return Err(invalid("fake.node_groups", "the fake runtime needs at least one node group"));
-        }
-        let mut prefixes = std::collections::HashSet::new();
-        for (i, g) in self.fake.node_groups.iter().enumerate() {
-            let key = format!("fake.node_groups[{i}]");
-            if g.count == 0 {
-                return Err(invalid(&format!("{key}.count"), "must be at least 1"));
-            }
-            let sample = format!("{}-{}", g.name_prefix, g.count - 1);
-            if let Err(e) = NodeName::new(&sample) {
-                return Err(invalid(&format!("{key}.name_prefix"), e.to_string()));
-            }
-            if !prefixes.insert(g.name_prefix.as_str()) {
-                return Err(invalid(
-                    &format!("{key}.name_prefix"),
-                    format!("{:?} is used by two groups", g.name_prefix),
-                ));
-            }
-            check_reserved_for(&key, &g.reserved_for, &g.labels)?;
-            warn_unusual_resources(&format!("{key}.allocatable"), &g.allocatable);
-            if g.allocatable.is_zero() {
-                return Err(invalid(
-                    &format!("{key}.allocatable"),
-                    "a node must offer something, e.g. { cpu = \"8\", memory = \"32Gi\" }",
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn validate_kubernetes(&self) -> Result<(), AgentConfigError> {
-        let k = &self.kubernetes;
-        if !is_dns_label(&k.namespace) {
-            return Err(invalid("kubernetes.namespace", format!("{:?} is not a valid namespace name", k.namespace)));
-        }
-        if !is_label_value(self.executor.as_str()) {
-            return Err(invalid(
-                "executor",
-                format!(
-                    "{:?} must also be a valid Kubernetes label value (at most 63 letters, digits, '-', '_', '.') for the kubernetes runtime",
-                    self.executor.as_str()
-                ),
-            ));
-        }
-        if k.pool_label.is_empty() {
-            return Err(invalid("kubernetes.pool_label", "must not be empty"));
-        }
-        if k.inventory_refresh < Duration::from_secs(1) {
-            return Err(invalid("kubernetes.inventory_refresh", "must be at least 1s"));
-        }
-        if let Some(h) = &k.ingress.host_suffix
-            && !(h.len() <= 253 && h.split('.').all(is_dns_label))
-        {
-            return Err(invalid(
-                "kubernetes.ingress.host_suffix",
-                format!(
-                    "{h:?} is not a DNS name (lower-case labels of letters, digits and '-', e.g. \"jobs.example.com\")"
-                ),
-            ));
-        }
-        if let Some(c) = &k.ingress.cert_name_suffix
-            && !(c.len() <= 200 && c.split('.').all(is_dns_label))
-        {
-            return Err(invalid(
-                "kubernetes.ingress.cert_name_suffix",
-                format!("{c:?} cannot end a Secret name (lower-case letters, digits, '-' and '.')"),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -674,24 +334,6 @@ pub fn node_labels(labels: &Labels, reserved_for: &[QueueName]) -> Labels {
     }
     out
 }
-
-/// True if `s` is a valid Kubernetes label value (empty is valid).
-pub fn is_label_value(s: &str) -> bool {
-    s.len() <= 63
-        && (s.is_empty()
-            || (s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-                && s.as_bytes()[0].is_ascii_alphanumeric()
-                && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()))
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// This machine's host name, if it is a valid node name.
 pub fn host_name() -> Option<String> {
     let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
@@ -701,12 +343,6 @@ pub fn host_name() -> Option<String> {
 
 fn default_executor() -> ExecutorName {
     host_name().and_then(|h| ExecutorName::new(&h).ok()).unwrap_or_else(ExecutorName::default_executor)
-}
-
-fn default_node_name() -> NodeName {
-    host_name()
-        .and_then(|h| NodeName::new(&h).ok())
-        .unwrap_or_else(|| NodeName::new("localhost").expect("a valid node name literal"))
 }
 
 fn default_data_dir() -> PathBuf {
@@ -723,30 +359,6 @@ fn default_event_batch() -> usize {
 }
 fn default_max_backoff() -> Duration {
     Duration::from_secs(30)
-}
-fn default_keep_finished() -> Duration {
-    Duration::from_secs(24 * 3600)
-}
-fn default_fake_prefix() -> String {
-    "fake".to_string()
-}
-fn default_namespace() -> String {
-    "default".to_string()
-}
-fn default_pool_label() -> String {
-    "convoy.io/pool".to_string()
-}
-fn default_inventory_refresh() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_true() -> bool {
-    true
-}
-fn default_force_delete_after() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_log_tail_lines() -> u32 {
-    100
 }
 
 #[cfg(test)]
@@ -842,33 +454,6 @@ mod tests {
     }
 
     #[test]
-    fn ingress_defaults_are_read_and_checked() {
-        let mut c = AgentConfig::from_toml_str(
-            "servers = [\"http://x\"]\nruntime = \"kubernetes\"\n[kubernetes.ingress]\nhost_suffix = \"jobs.example.com\"\ncert_name_suffix = \"wildcard\"\nannotations = { \"kubernetes.io/ingress.class\" = \"nginx\" }\n",
-        )
-        .unwrap();
-        assert_eq!(
-            c.kubernetes.ingress,
-            IngressDefaults {
-                host_suffix: Some("jobs.example.com".into()),
-                cert_name_suffix: Some("wildcard".into()),
-                annotations: [("kubernetes.io/ingress.class".to_string(), "nginx".to_string())].into(),
-            }
-        );
-        c.validate().unwrap();
-        c.kubernetes.ingress.host_suffix = Some(".example.com".into());
-        assert!(
-            c.validate().unwrap_err().to_string().contains("agent.kubernetes.ingress.host_suffix: \".example.com\"")
-        );
-        c.kubernetes.ingress.host_suffix = None;
-        c.kubernetes.ingress.cert_name_suffix = Some("Tls".into());
-        assert!(c.validate().unwrap_err().to_string().contains("agent.kubernetes.ingress.cert_name_suffix: \"Tls\""));
-        let e =
-            AgentConfig::from_toml_str("servers = [\"http://x\"]\n[kubernetes.ingress]\nhost = \"x\"\n").unwrap_err();
-        assert!(e.to_string().contains("agent.kubernetes.ingress.host: unknown field"), "{e}");
-    }
-
-    #[test]
     fn durations_are_text_or_seconds_and_bad_ones_name_the_key() {
         let c = AgentConfig::from_toml_str(
             "poll_wait = \"1m\"\nmax_backoff = 2\n[process]\nkeep_finished = \"2h\"\n[kubernetes]\ninventory_refresh = \"500ms\"\nforce_delete_after = \"1m\"\n",
@@ -937,13 +522,5 @@ mod tests {
         .unwrap();
         let e = bad_label.validate().unwrap_err().to_string();
         assert!(e.contains("agent.process.labels.\"convoy.io/reserved-for\": queue name \"\" is invalid"), "{e}");
-    }
-
-    #[test]
-    fn label_values() {
-        assert!(is_label_value("abc-1.x_y"));
-        assert!(!is_label_value("a:b"));
-        assert!(!is_label_value("-a"));
-        assert!(!is_label_value(&"a".repeat(64)));
     }
 }
