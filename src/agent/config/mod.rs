@@ -23,6 +23,7 @@ pub(crate) use kubernetes::is_label_value;
 pub use kubernetes::{IngressDefaults, KubernetesConfig};
 pub use process::ProcessConfig;
 
+use crate::config_file;
 use crate::model::duration::{format_duration, serde_text};
 use crate::model::{ExecutorName, Labels, NodeName, QueueName, RESERVED_FOR_LABEL, Resources};
 use serde::{Deserialize, Serialize};
@@ -35,36 +36,9 @@ pub const TOKEN_ENV: &str = "CONVOY_EXECUTOR_TOKEN";
 /// What `validate` names as the origin of its errors (the file and the flags together).
 const VALIDATED: &str = "agent config";
 
-/// Why an agent configuration was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentConfigError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why it could not be read.
-        source: std::io::Error,
-    },
-    /// The text is not TOML.
-    #[error("{origin}: {message}")]
-    Parse {
-        /// The file, or where else the text came from.
-        origin: String,
-        /// The TOML parser's message, with the line.
-        message: String,
-    },
-    /// A key is unknown or holds a value that is not allowed.
-    #[error("{origin}: {key}: {message}")]
-    Invalid {
-        /// The file, or where else the value came from.
-        origin: String,
-        /// The key, with its section (`agent.servers[0]`).
-        key: String,
-        /// The rule the value breaks.
-        message: String,
-    },
-}
+/// Why an agent configuration was refused: the shape the server's configuration shares
+/// ([`crate::config_file`]).
+pub use crate::config_file::ConfigFileError as AgentConfigError;
 
 /// Resource names Kubernetes defines (besides `hugepages-<size>`); other resources are
 /// extended ones, named `<domain>/<name>` (`nvidia.com/gpu`).
@@ -224,24 +198,12 @@ impl AgentConfig {
     /// Parses TOML text: either an agent file (keys at the top level) or a combined file, in
     /// which case its `[agent]` section is used. Errors name `origin`.
     pub fn parse(text: &str, origin: &str) -> Result<Self, AgentConfigError> {
-        let syntax =
-            |e: toml::de::Error| AgentConfigError::Parse { origin: origin.to_string(), message: e.to_string() };
-        let table: toml::Table = toml::from_str(text).map_err(syntax)?;
-        let de = toml::Deserializer::parse(text).map_err(syntax)?;
-        let keyed = |e: serde_path_to_error::Error<toml::de::Error>, prefix: &str| {
-            let path = e.path().to_string();
-            let key = match (prefix, path.as_str()) {
-                ("", p) => p.to_string(),
-                (pre, ".") => pre.to_string(),
-                (pre, p) => format!("{pre}.{p}"),
-            };
-            AgentConfigError::Invalid { origin: origin.to_string(), key, message: e.into_inner().message().to_string() }
-        };
+        let table: toml::Table = toml::from_str(text).map_err(|e| AgentConfigError::syntax(origin, e))?;
         if table.contains_key("agent") {
-            let file: CombinedFile = serde_path_to_error::deserialize(de).map_err(|e| keyed(e, ""))?;
+            let file: CombinedFile = config_file::deserialize(text, origin, "")?;
             Ok(file.agent)
         } else {
-            serde_path_to_error::deserialize(de).map_err(|e| keyed(e, "agent"))
+            config_file::deserialize(text, origin, "agent")
         }
     }
 
@@ -252,8 +214,7 @@ impl AgentConfig {
 
     /// Reads and parses a TOML file (see [`AgentConfig::parse`]).
     pub fn from_file(path: &Path) -> Result<Self, AgentConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| AgentConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = config_file::read(path)?;
         Self::parse(&text, &path.display().to_string())
     }
 
