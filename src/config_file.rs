@@ -1,6 +1,6 @@
-//! Reading a TOML configuration, shared by the server's ([`crate::config`]) and the agent's
-//! (`crate::agent::config`): one error shape, and the reading that names the file and the key.
-//! It imports nothing of Convoy, so the agent reads its file without the server's modules.
+//! Reading a TOML configuration, shared by the server's (`config.rs`) and the agent's
+//! (`agent/config/`): one error shape, and the reading that names the file and the key. It
+//! imports nothing of Convoy, so the agent reads its file without the server's modules.
 
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,17 @@
 //! `convoy agent`: the executor. It long-polls a server for leases, runs them on its runtime
 //! (local processes, Kubernetes pods, or simulated nodes), stops the runs it is told to stop, and
-//! reports every run state change. Depends only on [`crate::model`] and the HTTP contract
-//! ([`crate::model::api`]).
+//! reports every run state change.
 //!
-//! Entry point: [`run`].
+//! Entry point: [`run`]. What the whole agent uses lives here: the HTTP client ([`client`]), the
+//! lease loop, the configuration ([`config`]) and the tasks a runtime owns. The [`Runtime`] trait
+//! and each runtime, a room of its own, are under [`runtime`] (`process/`, `kubernetes/`,
+//! `fake/`).
+//!
+//! Of Convoy, the agent imports only four low modules, none of them the server's: [`crate::model`]
+//! (the domain types and the HTTP contract, [`crate::model::api`]), [`crate::certs`] (the TLS
+//! trust of its HTTPS client), [`crate::disk_space`] (a full disk under the run directories) and
+//! [`crate::config_file`] (the error shape and TOML reading its configuration shares with the
+//! server's).
 
 pub mod client;
 pub mod config;

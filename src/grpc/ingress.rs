@@ -5,7 +5,7 @@
 //!
 //! The pod's name and namespace are not known at submission (the pod is named after the run), so
 //! the objects hold the placeholders the Kubernetes agent fills in when it creates them
-//! ([`crate::agent::runtime::kubernetes::manifest::PLACEHOLDER_POD`] and its siblings).
+//! (`agent::runtime::kubernetes::manifest::PLACEHOLDER_POD` and its siblings).
 
 use super::pb;
 use crate::agent::runtime::kubernetes::manifest::{

@@ -108,7 +108,7 @@ pub trait Runtime: Send + Sync + 'static {
     /// The server has the run's final event: the runtime may release what it keeps for it.
     fn forget(&self, run_id: RunId) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
-    /// Up to [`OUTPUT_CHUNK_BYTES`] of a run's output from the offset asked, for someone
+    /// Up to `OUTPUT_CHUNK_BYTES` of a run's output from the offset asked, for someone
     /// following it; `unavailable` says why there is none (the runtime keeps none, no such run).
     fn output(&self, want: OutputWanted) -> impl Future<Output = OutputChunk> + Send;
 }

@@ -4,7 +4,7 @@
 //! deletes the pod with the grace period (and with grace 0 if it is still there well after).
 //! After a restart the agent adopts the pods it finds with its labels.
 //!
-//! Pods are named after their job (`armada-<job id>-0`, see [`manifest::pod_name`]), so the pod
+//! Pods are named after their job (`armada-<job id>-0`, see `manifest::pod_name`), so the pod
 //! of an earlier run of the same job may still hold the name when a new run starts: `start`
 //! deletes such a stale pod (known by its run-id label) and creates the new one. Every delete of
 //! a run's pod carries the pod's uid as a precondition, so that the end of an old run can never
