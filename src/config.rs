@@ -291,36 +291,9 @@ impl TlsConfig {
     }
 }
 
-/// Why a server configuration was refused; `origin` is the file (or `defaults`).
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why it could not be read.
-        source: std::io::Error,
-    },
-    /// The text is not TOML.
-    #[error("{origin}: {message}")]
-    Parse {
-        /// The file, or where else the text came from.
-        origin: String,
-        /// The TOML parser's message, with the line.
-        message: String,
-    },
-    /// A key is unknown or holds a value that is not allowed.
-    #[error("{origin}: {key}: {message}")]
-    Invalid {
-        /// The file, or where else the value came from.
-        origin: String,
-        /// The key, with its section (`agent.servers[0]`).
-        key: String,
-        /// The rule the value breaks.
-        message: String,
-    },
-}
+/// Why a server configuration was refused; `origin` is the file (or `defaults`). The shape the
+/// agent's configuration shares ([`crate::config_file`]).
+pub use crate::config_file::ConfigFileError as ConfigError;
 
 /// Checks that `url` is an `http://` or `https://` base URL with a host others can reach (not a
 /// wildcard address).
@@ -366,9 +339,8 @@ impl Config {
             })?;
             return Ok(c);
         };
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-        Config::parse(&text, &shown)
+        let text = crate::config_file::read(path)?;
+        Config::parse(&text, &path.display().to_string())
     }
 
     /// The built-in local configuration: defaults, loopback listener, auth off.
@@ -378,12 +350,7 @@ impl Config {
 
     /// Parses TOML text (`origin` names it in errors).
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let de = toml::Deserializer::parse(text)
-            .map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            ConfigError::Invalid { origin: origin.to_string(), key, message: e.into_inner().message().to_string() }
-        })?;
+        let config: Config = crate::config_file::deserialize(text, origin, "")?;
         config.validate().map_err(|e| ConfigError::Invalid {
             origin: origin.to_string(),
             key: e.field,

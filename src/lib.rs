@@ -5,6 +5,7 @@ pub mod api;
 pub mod certs;
 pub mod chaos;
 pub mod config;
+pub mod config_file;
 pub mod control;
 pub mod disk_space;
 #[cfg(feature = "grpc")]

@@ -246,7 +246,7 @@ async fn start_one<R: Runtime>(shared: &Arc<Shared<R>>, lease: LeaseOrder) {
             ev.reason = Some(match &e {
                 RuntimeError::NodeUnavailable(_) => "node unavailable".into(),
                 // The server keeps a returned run's reason, not its message: name the directory.
-                RuntimeError::DiskFull { dir, .. } => format!("{}: {dir}", super::rundir::REASON_DISK_FULL),
+                RuntimeError::DiskFull { dir, .. } => format!("{}: {dir}", super::runtime::REASON_DISK_FULL),
                 _ => "start failed".into(),
             });
             ev.message = Some(e.to_string());

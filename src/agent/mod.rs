@@ -1,24 +1,22 @@
 //! `convoy agent`: the executor. It long-polls a server for leases, runs them on its runtime
 //! (local processes, Kubernetes pods, or simulated nodes), stops the runs it is told to stop, and
-//! reports every run state change. Depends only on [`crate::model`] and the HTTP contract
-//! ([`crate::model::api`]).
+//! reports every run state change.
 //!
-//! Entry point: [`run`].
+//! Entry point: [`run`]. What the whole agent uses lives here: the HTTP client ([`client`]), the
+//! lease loop, the configuration ([`config`]) and the tasks a runtime owns. The [`Runtime`] trait
+//! and each runtime, a room of its own, are under [`runtime`] (`process/`, `kubernetes/`,
+//! `fake/`).
+//!
+//! Of Convoy, the agent imports only four low modules, none of them the server's: [`crate::model`]
+//! (the domain types and the HTTP contract, [`crate::model::api`]), [`crate::certs`] (the TLS
+//! trust of its HTTPS client), [`crate::disk_space`] (a full disk under the run directories) and
+//! [`crate::config_file`] (the error shape and TOML reading its configuration shares with the
+//! server's).
 
 pub mod client;
 pub mod config;
-pub mod confine;
-pub mod ended;
-pub mod fake;
-pub mod fake_journal;
-pub mod kubernetes;
 mod lease_loop;
-mod os;
-pub mod process;
-pub mod rundir;
 pub mod runtime;
-pub mod spawner;
-pub mod supervise;
 mod tasks;
 
 pub use config::{AgentConfig, AgentConfigError, RuntimeKind};
@@ -84,16 +82,17 @@ async fn run_with_runtime(
     let setup = |runtime: &'static str| move |source| AgentError::Runtime { runtime, source };
     match config.runtime {
         RuntimeKind::Process => {
-            let rt = process::ProcessRuntime::new(&config, sink.clone()).map_err(setup("process"))?;
+            let rt = runtime::process::ProcessRuntime::new(&config, sink.clone()).map_err(setup("process"))?;
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Fake => {
-            let rt = fake::FakeRuntime::new(&config.fake, &config.data_dir, sink.clone()).map_err(setup("fake"))?;
+            let rt =
+                runtime::fake::FakeRuntime::new(&config.fake, &config.data_dir, sink.clone()).map_err(setup("fake"))?;
             lease_loop::run_loop(settings, client, Arc::new(rt), sink, events, shutdown).await
         }
         RuntimeKind::Kubernetes => {
-            let kube_client = kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
-            let rt = kubernetes::KubernetesRuntime::new(
+            let kube_client = runtime::kubernetes::connect(&config.kubernetes).await.map_err(setup("kubernetes"))?;
+            let rt = runtime::kubernetes::KubernetesRuntime::new(
                 kube_client,
                 config.executor.as_str(),
                 &config.kubernetes,

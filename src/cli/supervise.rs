@@ -1,9 +1,9 @@
 //! The hidden `convoy agent-supervise`: runs one job of the process runtime, or (with
 //! `--spawner`) the agent's spawner that forks a supervisor per job. Started by the agent, not by
-//! people; see `convoy::agent::supervise` and `convoy::agent::spawner`.
+//! people; see `convoy::agent::runtime::process::{supervise, spawner}`.
 
 use anyhow::Context;
-use convoy::agent;
+use convoy::agent::runtime::process::{spawner, supervise};
 use std::path::PathBuf;
 
 /// Flags of `convoy agent-supervise`.
@@ -41,12 +41,12 @@ pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
         // Forking is only sound with one thread; nothing before this point starts another.
         anyhow::ensure!(threads() == Some(1), "the spawner must run single-threaded (found {:?} threads)", threads());
         // SAFETY: checked just above: this process has one thread.
-        unsafe { agent::spawner::serve() }.context("serving spawn requests")?;
+        unsafe { spawner::serve() }.context("serving spawn requests")?;
         return Ok(());
     }
     let run_dir = args.run_dir.context("--run-dir is required")?;
-    agent::supervise::supervise(
-        agent::supervise::SuperviseArgs {
+    supervise::supervise(
+        supervise::SuperviseArgs {
             run_dir,
             grace_seconds: args.grace_seconds,
             deadline_seconds: args.deadline_seconds,

@@ -5,10 +5,10 @@
 //!
 //! The pod's name and namespace are not known at submission (the pod is named after the run), so
 //! the objects hold the placeholders the Kubernetes agent fills in when it creates them
-//! ([`crate::agent::kubernetes::manifest::PLACEHOLDER_POD`] and its siblings).
+//! (`agent::runtime::kubernetes::manifest::PLACEHOLDER_POD` and its siblings).
 
 use super::pb;
-use crate::agent::kubernetes::manifest::{
+use crate::agent::runtime::kubernetes::manifest::{
     PLACEHOLDER_CERT_SUFFIX, PLACEHOLDER_HOST_SUFFIX, PLACEHOLDER_NAMESPACE, PLACEHOLDER_POD,
 };
 use serde_json::{Map, Value as Json, json};

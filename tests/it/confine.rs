@@ -537,8 +537,10 @@ async fn a_cgroup_that_cannot_be_set_up_returns_the_run() {
     let parent = fake.path().join("memory").join(mem.unwrap_or_default()).join("convoy");
     assert!(parent.is_dir(), "{}", parent.display());
     assert!(!parent.join(run["run_id"].as_str().expect("run id")).exists(), "a cgroup of the run's own");
-    let agent_id = std::fs::read_to_string(n.dir.join("agent").join(convoy::agent::confine::slots::SLOT_ID_FILE))
-        .expect("the agent's slot id");
+    let agent_id = std::fs::read_to_string(
+        n.dir.join("agent").join(convoy::agent::runtime::process::confine::slots::SLOT_ID_FILE),
+    )
+    .expect("the agent's slot id");
     let slot = parent.join(format!("slot-{}-0", agent_id.trim()));
     assert!(slot.is_dir(), "the agent's first slot: {:?}", walk(&parent));
 }

@@ -181,7 +181,7 @@ struct SlotCleanup(std::path::PathBuf);
 
 impl Drop for SlotCleanup {
     fn drop(&mut self) {
-        use convoy::agent::confine::{LimitsConfig, cgroup, slots};
+        use convoy::agent::runtime::process::confine::{LimitsConfig, cgroup, slots};
         let Ok(id) = std::fs::read_to_string(self.0.join(slots::SLOT_ID_FILE)) else { return };
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let limits = LimitsConfig::default();

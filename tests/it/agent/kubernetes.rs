@@ -7,7 +7,7 @@ use super::kube_api::KubeApi;
 use crate::common::wait::wait_for;
 use axum::http::Method;
 use convoy::agent::config::KubernetesConfig;
-use convoy::agent::kubernetes::KubernetesRuntime;
+use convoy::agent::runtime::kubernetes::KubernetesRuntime;
 use convoy::agent::{EventReceiver, EventSink, Runtime, RuntimeKind, Started};
 use convoy::model::api::{LeaseOrder, RunEventKind, RunEventReport};
 use convoy::model::{JobId, Namespace, RunId, RunPod, RunState};

@@ -389,7 +389,7 @@ async fn kill_order_for_a_lease_never_received_reports_the_run_stopped() {
 /// running, then over, so its history never skips `running`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
-    use convoy::agent::rundir::{self, ExitRecord, RunDir};
+    use convoy::agent::runtime::process::rundir::{self, ExitRecord, RunDir};
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
     let l = shell_lease("node-1", "echo ran");
@@ -418,7 +418,7 @@ async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
 /// on after the spawner is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_outlive_them() {
-    use convoy::agent::spawner::{SpawnRequest, SpawnerClient};
+    use convoy::agent::runtime::process::spawner::{SpawnRequest, SpawnerClient};
     let dir = tempfile::tempdir().expect("tempdir");
     let run_dir = dir.path().join("run");
     std::fs::create_dir(&run_dir).expect("run dir");

@@ -188,10 +188,11 @@ impl Drop for Agent {
 /// removes the agent's cgroup slots, so no test leaves jobs or cgroups behind.
 pub(crate) fn reap_runs(agent_data_dir: &Path) {
     kill_runs(agent_data_dir);
-    if let Ok(id) = std::fs::read_to_string(agent_data_dir.join(convoy::agent::confine::slots::SLOT_ID_FILE)) {
+    use convoy::agent::runtime::process::confine::{LimitsConfig, cgroup, slots};
+    if let Ok(id) = std::fs::read_to_string(agent_data_dir.join(slots::SLOT_ID_FILE)) {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let limits = convoy::agent::confine::LimitsConfig::default();
-        convoy::agent::confine::cgroup::remove_agent_slots(&limits.cgroup_root, &own, &limits.cgroup_name, id.trim());
+        let limits = LimitsConfig::default();
+        cgroup::remove_agent_slots(&limits.cgroup_root, &own, &limits.cgroup_name, id.trim());
     }
 }
 

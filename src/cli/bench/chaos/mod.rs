@@ -362,8 +362,8 @@ fn stored_job(v: &Value) -> StoredJob {
 fn agent_runs(fleet: &Fleet) -> anyhow::Result<Vec<AgentRun>> {
     let mut out = Vec::new();
     for (a, agent) in fleet.agents.iter().enumerate() {
-        let path = agent.dir.join("data").join(convoy::agent::fake_journal::FILE);
-        for (run_id, r) in convoy::agent::fake_journal::read(&path)? {
+        let path = agent.dir.join("data").join(convoy::agent::runtime::fake::journal::FILE);
+        for (run_id, r) in convoy::agent::runtime::fake::journal::read(&path)? {
             out.push(AgentRun {
                 agent: a,
                 run_id: run_id.to_string(),

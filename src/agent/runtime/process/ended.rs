@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// The socket's file name in the agent's data directory.
-pub const SOCKET: &str = "ended.sock";
+pub(super) const SOCKET: &str = "ended.sock";
 
 /// Sends the notice that the run in `run_dir` ended (its directory's name is its run id),
 /// without waiting: errors are ignored.
-pub fn send(socket: &Path, run_dir: &Path) {
+pub(super) fn send(socket: &Path, run_dir: &Path) {
     let Some(name) = run_dir.file_name() else { return };
     if let Ok(s) = UnixDatagram::unbound()
         && s.set_nonblocking(true).is_ok()
@@ -27,7 +27,7 @@ pub fn send(socket: &Path, run_dir: &Path) {
 
 /// The agent's side: who waits for which run's end.
 #[derive(Default)]
-pub struct Notices {
+pub(super) struct Notices {
     waiting: Mutex<HashMap<RunId, Arc<Notify>>>,
 }
 
@@ -37,7 +37,7 @@ impl Notices {
     }
 
     /// Binds the socket at `path` (replacing one left by an earlier agent).
-    pub fn bind(path: &Path) -> std::io::Result<UnixDatagram> {
+    pub(super) fn bind(path: &Path) -> std::io::Result<UnixDatagram> {
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -49,18 +49,18 @@ impl Notices {
     }
 
     /// The signal for `run`'s end, fired by its notice (kept until [`Notices::forget`]).
-    pub fn watch(&self, run: RunId) -> Arc<Notify> {
+    pub(super) fn watch(&self, run: RunId) -> Arc<Notify> {
         self.lock().entry(run).or_default().clone()
     }
 
     /// Stops waiting for `run`.
-    pub fn forget(&self, run: RunId) {
+    pub(super) fn forget(&self, run: RunId) {
         self.lock().remove(&run);
     }
 
     /// Fires the signal of the run a notice names (a notice of a run nobody waits for is
     /// dropped; so is one that names no run).
-    pub fn deliver(&self, notice: &[u8]) {
+    pub(super) fn deliver(&self, notice: &[u8]) {
         let Some(run) = std::str::from_utf8(notice).ok().and_then(|s| s.parse::<RunId>().ok()) else { return };
         if let Some(n) = self.lock().get(&run) {
             n.notify_one();
@@ -68,7 +68,7 @@ impl Notices {
     }
 
     /// Receives notices on `socket` until the task is aborted.
-    pub async fn serve(self: Arc<Self>, socket: UnixDatagram) {
+    pub(super) async fn serve(self: Arc<Self>, socket: UnixDatagram) {
         let socket = match tokio::net::UnixDatagram::from_std(socket) {
             Ok(s) => s,
             Err(e) => {

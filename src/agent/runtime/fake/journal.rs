@@ -16,7 +16,7 @@ pub const FILE: &str = "fake-runs.jsonl";
 /// One line of the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Entry {
+pub(super) enum Entry {
     /// A run started at `at_ms`; it will end by itself at `ends_at_ms` with `exit_code`.
     Start {
         /// The run.
@@ -66,14 +66,14 @@ pub struct RunRecord {
 }
 
 /// Appends entries to the journal.
-pub struct Journal {
+pub(super) struct Journal {
     path: PathBuf,
     file: std::sync::Mutex<std::fs::File>,
 }
 
 impl Journal {
     /// Opens (creating) the journal in `data_dir`.
-    pub fn open(data_dir: &Path) -> io::Result<Self> {
+    pub(super) fn open(data_dir: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(data_dir)?;
         let path = data_dir.join(FILE);
         let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
@@ -81,7 +81,7 @@ impl Journal {
     }
 
     /// Appends one entry as one write (whole lines, however the process ends).
-    pub fn append(&self, entry: &Entry) {
+    pub(super) fn append(&self, entry: &Entry) {
         let Ok(mut line) = serde_json::to_vec(entry) else { return };
         line.push(b'\n');
         let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
@@ -91,7 +91,7 @@ impl Journal {
     }
 
     /// The runs the journal records, by run id.
-    pub fn read(&self) -> io::Result<BTreeMap<RunId, RunRecord>> {
+    pub(super) fn read(&self) -> io::Result<BTreeMap<RunId, RunRecord>> {
         read(&self.path)
     }
 }

@@ -12,41 +12,41 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use std::collections::BTreeMap;
 
 /// Label: the run a pod belongs to (present on every pod Convoy starts).
-pub const LABEL_RUN_ID: &str = "convoy.io/run-id";
+pub(crate) const LABEL_RUN_ID: &str = "convoy.io/run-id";
 /// Label: the job a pod runs.
-pub const LABEL_JOB_ID: &str = "convoy.io/job-id";
+pub(crate) const LABEL_JOB_ID: &str = "convoy.io/job-id";
 /// Label: the executor that started the pod.
-pub const LABEL_EXECUTOR: &str = "convoy.io/executor";
+pub(crate) const LABEL_EXECUTOR: &str = "convoy.io/executor";
 /// Label and annotation: the job's queue.
-pub const LABEL_QUEUE: &str = "convoy.io/queue";
+pub(crate) const LABEL_QUEUE: &str = "convoy.io/queue";
 /// Label and annotation: the job's job set.
-pub const LABEL_JOB_SET: &str = "convoy.io/job-set";
+pub(crate) const LABEL_JOB_SET: &str = "convoy.io/job-set";
 
 /// Placeholder in the names and hosts of a job's services and ingresses: the run's pod name.
-pub const PLACEHOLDER_POD: &str = "{pod}";
+pub(crate) const PLACEHOLDER_POD: &str = "{pod}";
 /// Placeholder: the namespace the agent creates the objects in.
-pub const PLACEHOLDER_NAMESPACE: &str = "{namespace}";
+pub(crate) const PLACEHOLDER_NAMESPACE: &str = "{namespace}";
 /// Placeholder in ingress hosts: `.` and the agent's `ingress.host_suffix`, or nothing.
-pub const PLACEHOLDER_HOST_SUFFIX: &str = "{host_suffix}";
+pub(crate) const PLACEHOLDER_HOST_SUFFIX: &str = "{host_suffix}";
 /// Placeholder in ingress TLS secret names: `-` and the agent's `ingress.cert_name_suffix`, or
 /// nothing.
-pub const PLACEHOLDER_CERT_SUFFIX: &str = "{cert_suffix}";
+pub(crate) const PLACEHOLDER_CERT_SUFFIX: &str = "{cert_suffix}";
 
 /// Name of the pod of a job's run: `armada-<job id in lower case>-0`, the name Armada gives the
 /// first pod of a job (Armada's Airflow operator finds a job's logs by it). A job has at most one
 /// live run, so the name is unique among live runs; the pod of an earlier run of the job may
 /// still hold it, which `start` resolves (see `KubernetesRuntime`).
-pub fn pod_name(job_id: JobId) -> String {
+pub(crate) fn pod_name(job_id: JobId) -> String {
     format!("armada-{}-0", job_id.to_string().to_ascii_lowercase())
 }
 
 /// The namespace a lease's objects go to: the job's, else the agent's configured one.
-pub fn namespace_of<'a>(lease: &'a LeaseOrder, default: &'a str) -> &'a str {
+pub(crate) fn namespace_of<'a>(lease: &'a LeaseOrder, default: &'a str) -> &'a str {
     lease.namespace.as_ref().map_or(default, |ns| ns.as_str())
 }
 
 /// Label selector of the pods this executor started.
-pub fn selector(executor: &str) -> String {
+pub(crate) fn selector(executor: &str) -> String {
     format!("{LABEL_EXECUTOR}={executor},{LABEL_RUN_ID}")
 }
 
@@ -67,7 +67,7 @@ fn convoy_labels(lease: &LeaseOrder, executor: &str) -> BTreeMap<String, String>
 
 /// The pod for a lease: the job's PodSpec bound to the leased node, never restarted, with the
 /// lease's grace period and deadline.
-pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Pod, RuntimeError> {
+pub(crate) fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Pod, RuntimeError> {
     let mut spec: PodSpec = serde_path_to_error::deserialize(lease.pod_spec.clone())
         .map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
     if spec.containers.is_empty() {
@@ -100,7 +100,7 @@ pub fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<
 }
 
 /// Owner reference to the run's pod, so Kubernetes deletes services and ingresses with it.
-pub fn owner_reference(pod_name: &str, pod_uid: &str) -> OwnerReference {
+pub(crate) fn owner_reference(pod_name: &str, pod_uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: "v1".into(),
         kind: "Pod".into(),
@@ -143,7 +143,11 @@ fn fill_in(s: &mut String, pod: &str, namespace: &str, ingress: &IngressDefaults
 
 /// The job's services, named `<pod>-svc-<i>` unless named, selecting the run's pod unless they
 /// select something themselves. Owner references are added once the pod exists.
-pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Vec<Service>, RuntimeError> {
+pub(crate) fn build_services(
+    lease: &LeaseOrder,
+    executor: &str,
+    namespace: &str,
+) -> Result<Vec<Service>, RuntimeError> {
     let pod = pod_name(lease.job_id);
     lease
         .services
@@ -170,7 +174,7 @@ pub fn build_services(lease: &LeaseOrder, executor: &str, namespace: &str) -> Re
 /// The job's ingresses, named `<pod>-ing-<i>` unless named, with the placeholders of their
 /// names, hosts, service backends and TLS secrets filled in and the agent's ingress annotations
 /// (the ingress's own win).
-pub fn build_ingresses(
+pub(crate) fn build_ingresses(
     lease: &LeaseOrder,
     executor: &str,
     namespace: &str,
@@ -240,7 +244,7 @@ fn resources(map: Option<&BTreeMap<String, Quantity>>, what: &str) -> Resources 
 
 /// Effective requests of a pod: the sum over containers, at least the largest init container,
 /// plus the pod overhead.
-pub fn pod_requests(spec: &PodSpec) -> Resources {
+pub(crate) fn pod_requests(spec: &PodSpec) -> Resources {
     let mut sum = Resources::new();
     for c in &spec.containers {
         sum.add(&resources(c.resources.as_ref().and_then(|r| r.requests.as_ref()), "container request"));
@@ -276,7 +280,7 @@ fn earmark(node: &str, labels: &mut Labels, annotations: Option<&BTreeMap<String
 }
 
 /// A node as the agent reports it; `used_by_others` is what pods Convoy did not start request.
-pub fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> Option<NodeReport> {
+pub(crate) fn node_report(node: &Node, pool_label: &str, used_by_others: Resources) -> Option<NodeReport> {
     let raw_name = node.metadata.name.as_deref()?;
     let name = match NodeName::new(raw_name) {
         Ok(n) => n,

@@ -5,9 +5,9 @@ use crate::model::api::RunEventKind;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 /// Reason for image pull failures.
-pub const REASON_IMAGE_PULL: &str = "image pull error";
+pub(super) const REASON_IMAGE_PULL: &str = "image pull error";
 /// Reason for a pod that could not be placed or admitted on its node.
-pub const REASON_UNSCHEDULABLE: &str = "unschedulable";
+pub(super) const REASON_UNSCHEDULABLE: &str = "unschedulable";
 
 /// Waiting reasons that mean the image cannot be pulled.
 const IMAGE_PULL_REASONS: &[&str] =
@@ -33,7 +33,7 @@ const NODE_REASONS: &[&str] = &[
 
 /// What a pod's status says about its run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observation {
+pub(super) struct Observation {
     /// The run event the status amounts to.
     pub kind: RunEventKind,
     /// Exit code of the first container that failed, else of the first that ended (0 for a
@@ -68,7 +68,7 @@ fn node_fault_of(pod_reason: &str, ran: bool) -> Option<NodeFault> {
 }
 
 /// Classifies a pod; none when its status says nothing yet (no phase, or `Unknown`).
-pub fn classify(pod: &Pod) -> Option<Observation> {
+pub(super) fn classify(pod: &Pod) -> Option<Observation> {
     let status = pod.status.as_ref()?;
     let containers: Vec<&ContainerStatus> =
         status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten()).collect();

@@ -16,6 +16,7 @@
 //! | `reported` | agent | the server acknowledged the final event |
 
 use super::os::ProcStamp;
+use crate::agent::runtime::REASON_DISK_FULL;
 use crate::model::api::{LeaseOrder, STDERR_MARKER};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -48,10 +49,6 @@ pub const EXIT_RESERVE: &str = ".exit.reserve";
 const EXIT_RESERVE_BYTES: usize = 8192;
 /// A run directory with less free space than this when its job ends counts as full.
 pub const NEARLY_FULL_BYTES: u64 = 1 << 20;
-
-/// Reason recorded when the run directory's disk was full: at the start (the run goes back to
-/// the queue) or when the job ended (its output may be incomplete, so it did not succeed).
-pub const REASON_DISK_FULL: &str = "run directory full";
 
 /// Reason recorded when a kill order stopped the job.
 pub const REASON_KILLED: &str = "killed";
@@ -261,13 +258,13 @@ impl RunDir {
             }
             (false, false) => {
                 let half = max_bytes / 2;
-                let out = super::runtime::tail_text(out, half);
-                let err = super::runtime::tail_text(err, max_bytes - half - 16);
+                let out = crate::agent::runtime::tail_text(out, half);
+                let err = crate::agent::runtime::tail_text(err, max_bytes - half - 16);
                 let sep = if out.ends_with('\n') { "" } else { "\n" };
                 format!("{out}{sep}{STDERR_MARKER}{err}")
             }
         };
-        Some(super::runtime::tail_text(&text, max_bytes))
+        Some(crate::agent::runtime::tail_text(&text, max_bytes))
     }
 }
 

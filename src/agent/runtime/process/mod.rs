@@ -1,28 +1,38 @@
 //! The process runtime (bare metal): this machine is one node; each run is the job's first
 //! container command, run under a supervisor process that outlives the agent (forked by the
-//! agent's spawner, see [`super::spawner`]).
+//! agent's spawner, see [`spawner`]).
 //!
-//! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`super::rundir`]) that appears
+//! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`rundir`]) that appears
 //! atomically with the lease in it. Its existence makes `start` idempotent; after a restart the
 //! agent rebuilds its runs from these directories and reports what happened meanwhile.
+//!
+//! The room holds everything only this runtime uses: the spawner and the supervisor it forks
+//! ([`spawner`], [`supervise`]), the run directories ([`rundir`]), the run-end notices
+//! (`ended`), confinement ([`confine`]) and the few system calls they share (`os`).
 
-use super::config::AgentConfig;
-use super::confine::devices::Assignment;
-use super::confine::user::UnixUser;
-use super::confine::{self, Confiner, PlanError};
-use super::ended::{self, Notices};
-use super::os;
-use super::rundir::{self, ExitRecord, RunDir};
-use super::runtime::{
+pub mod confine;
+mod ended;
+mod os;
+pub mod rundir;
+pub mod spawner;
+pub mod supervise;
+
+use super::{
     EventSink, LOG_TAIL_MAX_BYTES, OUTPUT_CHUNK_BYTES, OUTPUT_TAIL_BYTES, Runtime, RuntimeError, Started, no_output,
-    now_ms, output_chunk, run_event, state_after,
+    now_ms, output_chunk, run_event, state_after, tail_text,
 };
-use super::spawner::{SpawnRequest, SpawnerClient};
-use super::tasks::OwnedTasks;
+use crate::agent::config::{AgentConfig, node_labels};
+use crate::agent::tasks::OwnedTasks;
 use crate::model::api::{
     HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputStream, OutputWanted, RunEventKind, RunEventReport,
 };
 use crate::model::{JobId, NodeFault, ResourceName, Resources, RunId};
+use confine::devices::Assignment;
+use confine::user::UnixUser;
+use confine::{Confiner, PlanError};
+use ended::Notices;
+use rundir::{ExitRecord, RunDir};
+use spawner::{SpawnRequest, SpawnerClient};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,7 +40,7 @@ use std::time::Duration;
 
 /// How often a run's directory is checked for progress, at most: the first check comes after
 /// [`WATCH_FIRST`], and the wait doubles from there. The supervisor's run-end notice
-/// ([`super::ended`]) wakes the check at once; the checks find what a notice cannot tell
+/// ([`ended`]) wakes the check at once; the checks find what a notice cannot tell
 /// (the job started, the supervisor died) and ends whose notice was lost.
 const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 /// The first wait between checks of a run's directory: short jobs are seen running and ending
@@ -47,7 +57,7 @@ const REASON_SUPERVISOR_FAILED: &str = "supervisor failed";
 const REASON_SUPERVISOR_LOST: &str = "supervisor lost";
 
 /// Runs jobs as local processes.
-pub struct ProcessRuntime {
+pub(crate) struct ProcessRuntime {
     inner: Arc<Inner>,
     /// Watchers of runs and the sweeper; aborted when the runtime is dropped.
     tasks: OwnedTasks,
@@ -85,7 +95,7 @@ struct JobCommand {
 
 impl ProcessRuntime {
     /// A runtime for this machine; creates `<data_dir>/runs`.
-    pub fn new(config: &AgentConfig, sink: EventSink) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(config: &AgentConfig, sink: EventSink) -> Result<Self, RuntimeError> {
         // Absolute, so supervisors and jobs (which get it as CONVOY_RUN_DIR) see the same path
         // whatever their working directory.
         let data_dir = std::path::absolute(&config.data_dir)
@@ -113,7 +123,7 @@ impl ProcessRuntime {
                 allocatable.set(name.clone(), v);
             }
         }
-        let mut labels = super::config::node_labels(&p.labels, &p.reserved_for);
+        let mut labels = node_labels(&p.labels, &p.reserved_for);
         labels.insert(confine::CONFINEMENT_LABEL.to_string(), confiner.label().to_string());
         labels.insert(crate::model::node::RUNTIME_LABEL.to_string(), "process".to_string());
         let node = NodeReport {
@@ -384,7 +394,7 @@ impl Inner {
         let log = std::fs::read_to_string(dir.file(rundir::SUPERVISOR_LOG)).unwrap_or_default();
         write(record(
             REASON_SUPERVISOR_FAILED,
-            format!("the supervisor exited without starting the job: {}", super::runtime::tail_text(log.trim(), 2000)),
+            format!("the supervisor exited without starting the job: {}", tail_text(log.trim(), 2000)),
         ));
     }
 

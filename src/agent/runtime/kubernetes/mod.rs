@@ -4,7 +4,7 @@
 //! deletes the pod with the grace period (and with grace 0 if it is still there well after).
 //! After a restart the agent adopts the pods it finds with its labels.
 //!
-//! Pods are named after their job (`armada-<job id>-0`, see [`manifest::pod_name`]), so the pod
+//! Pods are named after their job (`armada-<job id>-0`, see `manifest::pod_name`), so the pod
 //! of an earlier run of the same job may still hold the name when a new run starts: `start`
 //! deletes such a stale pod (known by its run-id label) and creates the new one. Every delete of
 //! a run's pod carries the pod's uid as a precondition, so that the end of an old run can never
@@ -19,14 +19,14 @@
 //! create/get/delete, pods/log get, services and ingresses create/get/delete (a stale one of an
 //! earlier run of the job is replaced).
 
-pub mod manifest;
-pub mod status;
+pub(crate) mod manifest;
+mod status;
 
-use super::config::KubernetesConfig;
-use super::runtime::{
+use super::{
     EventSink, LOG_TAIL_MAX_BYTES, OUTPUT_CHUNK_BYTES, OUTPUT_TAIL_BYTES, Runtime, RuntimeError, Started, is_final,
     no_output, output_chunk, run_event, state_after, tail_text,
 };
+use crate::agent::config::KubernetesConfig;
 use crate::agent::tasks::OwnedTasks;
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputStream, OutputWanted, RunEventKind};
 use crate::model::{JobId, NodeFault, Resources, RunId, RunPod, RunState};
@@ -45,7 +45,7 @@ use tokio::time::Instant;
 
 /// Builds a Kubernetes client from the config: the given kubeconfig (and context), else the
 /// in-cluster configuration or the default kubeconfig.
-pub async fn connect(cfg: &KubernetesConfig) -> Result<Client, RuntimeError> {
+pub(crate) async fn connect(cfg: &KubernetesConfig) -> Result<Client, RuntimeError> {
     use kube::config::{Config, KubeConfigOptions, Kubeconfig};
     let opts = KubeConfigOptions { context: cfg.context.clone(), ..Default::default() };
     let config = match &cfg.kubeconfig {

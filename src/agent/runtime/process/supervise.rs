@@ -11,7 +11,7 @@
 use super::confine::{self, Confinement};
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
-use super::runtime::now_ms;
+use crate::agent::runtime::now_ms;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -38,7 +38,7 @@ pub struct SuperviseArgs {
     /// The job's cgroup and user (see [`super::confine`]); default: none.
     #[serde(default)]
     pub confine: Confinement,
-    /// The agent's run-end socket ([`super::ended`]), told once the exit record is written.
+    /// The agent's run-end socket (`ended`), told once the exit record is written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_socket: Option<PathBuf>,
 }

@@ -2,13 +2,15 @@
 //! the seconds in annotation `convoy.io/fake-runtime` (default 0) and ends with the exit code in
 //! `convoy.io/fake-exit-code` (default 0). Built for load tests of thousands of nodes and
 //! hundreds of thousands of jobs: one timer heap and one task for all runs. With `journal`,
-//! runs are recorded in a file ([`super::fake_journal`]) and survive an agent restart.
+//! runs are recorded in a file ([`journal`]) and survive an agent restart.
 
-use super::config::FakeConfig;
-use super::fake_journal::{Entry, Journal};
-use super::runtime::{EventSink, Runtime, RuntimeError, Started, no_output, run_event};
+pub mod journal;
+
+use super::{EventSink, Runtime, RuntimeError, Started, no_output, now_ms, run_event};
+use crate::agent::config::{FakeConfig, node_labels};
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind};
 use crate::model::{JobId, NodeName, Resources, RunId, RunState};
+use journal::{Entry, Journal};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -17,12 +19,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Annotation: how long the job runs, in seconds (fractions allowed).
-pub const ANNOTATION_RUNTIME: &str = "convoy.io/fake-runtime";
+pub(crate) const ANNOTATION_RUNTIME: &str = "convoy.io/fake-runtime";
 /// Annotation: the job's exit code.
-pub const ANNOTATION_EXIT_CODE: &str = "convoy.io/fake-exit-code";
+pub(crate) const ANNOTATION_EXIT_CODE: &str = "convoy.io/fake-exit-code";
 
 /// Simulated nodes and runs.
-pub struct FakeRuntime {
+pub(crate) struct FakeRuntime {
     nodes: Vec<NodeReport>,
     node_names: HashSet<NodeName>,
     state: Arc<Mutex<FakeState>>,
@@ -52,7 +54,7 @@ fn lock(m: &Mutex<FakeState>) -> std::sync::MutexGuard<'_, FakeState> {
 impl FakeRuntime {
     /// The nodes of `config`, its journal in `data_dir` if it keeps one; starts the timer task
     /// (needs a Tokio runtime).
-    pub fn new(config: &FakeConfig, data_dir: &std::path::Path, sink: EventSink) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(config: &FakeConfig, data_dir: &std::path::Path, sink: EventSink) -> Result<Self, RuntimeError> {
         let mut nodes = Vec::new();
         for g in &config.node_groups {
             for i in 0..g.count {
@@ -61,7 +63,7 @@ impl FakeRuntime {
                 nodes.push(NodeReport {
                     name,
                     pool: g.pool.clone(),
-                    labels: super::config::node_labels(&g.labels, &g.reserved_for),
+                    labels: node_labels(&g.labels, &g.reserved_for),
                     taints: g.taints.clone(),
                     allocatable: g.allocatable.clone(),
                     unallocatable: Resources::new(),
@@ -126,7 +128,7 @@ async fn run_timers(state: Arc<Mutex<FakeState>>, wake: Arc<Notify>, sink: Event
                 if let Some(run) = st.runs.get_mut(&run_id).filter(|r| !r.finished) {
                     run.finished = true;
                     if let Some(j) = &journal {
-                        let at_ms = crate::agent::runtime::now_ms();
+                        let at_ms = now_ms();
                         j.append(&Entry::End { run_id, at_ms, exit_code: run.exit_code, killed: false });
                     }
                     sink.send(final_event(run_id, run.job_id, run.exit_code));
@@ -184,7 +186,7 @@ impl Runtime for FakeRuntime {
         // node loss would.
         let Some(journal) = &self.journal else { return Ok(Vec::new()) };
         let runs = journal.read().map_err(|e| RuntimeError::io("reading the fake runtime's journal", e))?;
-        let now_ms = crate::agent::runtime::now_ms();
+        let now_ms = now_ms();
         let mut held = Vec::new();
         let mut st = lock(&self.state);
         for (run_id, r) in runs.into_iter().filter(|(_, r)| !r.forgotten) {
@@ -232,7 +234,7 @@ impl Runtime for FakeRuntime {
             return Err(RuntimeError::NodeUnavailable(format!("no fake node {}", lease.node)));
         }
         let (runtime, exit_code) = parse_annotations(&lease)?;
-        let at_ms = crate::agent::runtime::now_ms();
+        let at_ms = now_ms();
         let ends_at_ms = at_ms.saturating_add(runtime.as_millis() as i64);
         self.record(&Entry::Start { run_id, job_id, at_ms, ends_at_ms, exit_code });
         self.sink.send(run_event(run_id, job_id, RunEventKind::Pending));
@@ -256,7 +258,7 @@ impl Runtime for FakeRuntime {
             run.finished = true;
             let exit_code = 128 + libc::SIGTERM;
             if let Some(j) = &self.journal {
-                j.append(&Entry::End { run_id, at_ms: crate::agent::runtime::now_ms(), exit_code, killed: true });
+                j.append(&Entry::End { run_id, at_ms: now_ms(), exit_code, killed: true });
             }
             let mut ev = run_event(run_id, run.job_id, RunEventKind::Failed);
             ev.exit_code = Some(exit_code);

@@ -1,5 +1,11 @@
 //! What the lease loop needs from a runtime (processes, fake nodes, Kubernetes pods), and the
-//! channel runtimes report run state changes through.
+//! channel runtimes report run state changes through. Each runtime is a room of its own below:
+//! [`process`] (local processes), [`kubernetes`] (pods), [`fake`] (declared nodes, simulated
+//! jobs).
+
+pub mod fake;
+pub mod kubernetes;
+pub mod process;
 
 use crate::model::api::{HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputWanted, RunEventKind, RunEventReport};
 use crate::model::{JobId, RunId, RunState};
@@ -8,12 +14,16 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Largest `log_tail` sent with a final event.
-pub const LOG_TAIL_MAX_BYTES: usize = 64 * 1024;
+pub(crate) const LOG_TAIL_MAX_BYTES: usize = 64 * 1024;
 
 /// Most output sent for one ask of followed output; the server asks again for the rest.
-pub const OUTPUT_CHUNK_BYTES: usize = 256 * 1024;
+pub(crate) const OUTPUT_CHUNK_BYTES: usize = 256 * 1024;
 /// How far back from the end "the last lines" of followed output start.
-pub const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+pub(crate) const OUTPUT_TAIL_BYTES: u64 = 64 * 1024;
+
+/// Reason of a run whose directory's disk was full: given back when it could not start
+/// ([`RuntimeError::DiskFull`]), or failed when its job ended (its output may be incomplete).
+pub(crate) const REASON_DISK_FULL: &str = "run directory full";
 
 /// Why a runtime could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -98,13 +108,13 @@ pub trait Runtime: Send + Sync + 'static {
     /// The server has the run's final event: the runtime may release what it keeps for it.
     fn forget(&self, run_id: RunId) -> impl Future<Output = Result<(), RuntimeError>> + Send;
 
-    /// Up to [`OUTPUT_CHUNK_BYTES`] of a run's output from the offset asked, for someone
+    /// Up to `OUTPUT_CHUNK_BYTES` of a run's output from the offset asked, for someone
     /// following it; `unavailable` says why there is none (the runtime keeps none, no such run).
     fn output(&self, want: OutputWanted) -> impl Future<Output = OutputChunk> + Send;
 }
 
 /// An answer without output, saying why.
-pub fn no_output(want: &OutputWanted, why: impl Into<String>) -> OutputChunk {
+pub(crate) fn no_output(want: &OutputWanted, why: impl Into<String>) -> OutputChunk {
     let at = want.from.unwrap_or(0);
     OutputChunk {
         run_id: want.run_id,
@@ -120,7 +130,7 @@ pub fn no_output(want: &OutputWanted, why: impl Into<String>) -> OutputChunk {
 /// The chunk for `bytes` read at offset `start` of a stream (`done`: it will not grow). A chunk
 /// that starts inside the stream because the last lines were asked for begins at a line; one
 /// that is not the end stops before a character cut in two, which the next ask starts with.
-pub fn output_chunk(want: &OutputWanted, start: u64, bytes: &[u8], done: bool) -> OutputChunk {
+pub(crate) fn output_chunk(want: &OutputWanted, start: u64, bytes: &[u8], done: bool) -> OutputChunk {
     let mut from = start;
     let mut body = bytes;
     if want.from.is_none()
@@ -180,7 +190,7 @@ impl EventSink {
 }
 
 /// A bare event of `kind` for a run, stamped with the current time.
-pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventReport {
+pub(crate) fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventReport {
     RunEventReport {
         run_id,
         job_id,
@@ -197,12 +207,12 @@ pub fn run_event(run_id: RunId, job_id: JobId, kind: RunEventKind) -> RunEventRe
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// The run state an event moves a run to.
-pub fn state_after(kind: RunEventKind) -> RunState {
+pub(crate) fn state_after(kind: RunEventKind) -> RunState {
     match kind {
         RunEventKind::Pending => RunState::Pending,
         RunEventKind::Running => RunState::Running,
@@ -213,13 +223,13 @@ pub fn state_after(kind: RunEventKind) -> RunState {
 }
 
 /// True for the kinds that end a run.
-pub fn is_final(kind: RunEventKind) -> bool {
+pub(crate) fn is_final(kind: RunEventKind) -> bool {
     matches!(kind, RunEventKind::Succeeded | RunEventKind::Failed | RunEventKind::Returned)
 }
 
 /// Cuts `text` to its last `max_bytes` bytes, on a line boundary where possible and never inside
 /// a UTF-8 character.
-pub fn tail_text(text: &str, max_bytes: usize) -> String {
+pub(crate) fn tail_text(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_string();
     }
