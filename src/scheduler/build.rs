@@ -6,14 +6,18 @@
 //! [`PoolCycle`] it returns.
 
 use super::config::SchedulerConfig;
-use super::context::{Class, Constraint, Origin, PcInfo, PoolCycle, QCtx, SrcJob};
+use super::context::{PcInfo, PoolCycle};
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
+use super::hierarchy::Hierarchy;
+use super::job::{Class, Constraint, Origin, SrcJob};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
+use super::queue::QCtx;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
+use super::usage::{QueueUsage, decay};
 use crate::model::{Node, PoolName, ResourceName, SchedulingRequirements};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
@@ -156,7 +160,7 @@ impl<'a> PoolCycle<'a> {
             alloc_log: None,
             policy: None,
         };
-        cycle.tree = super::hierarchy::Hierarchy::build(&cycle, false);
+        cycle.tree = Hierarchy::build(&cycle.queues, cycle.default_priority(), cycle.layout.zero(), false);
         let mut interner = Interner {
             classes: HashMap::default(),
             constraints: HashMap::default(),
@@ -426,4 +430,24 @@ fn constraint_fingerprint(r: &SchedulingRequirements) -> u64 {
 
 fn same_constraints(a: &SchedulingRequirements, b: &SchedulingRequirements) -> bool {
     a.node_selector == b.node_selector && a.tolerations == b.tolerations && a.node_affinity == b.node_affinity
+}
+
+impl PoolCycle<'_> {
+    /// Sets each queue's usage for the cycle, from the record and the time: the decayed average,
+    /// or (with no half-time, or no record for the queue yet) its current share. Its cost in
+    /// progressive filling is then that plus what the cycle adds to its share.
+    pub(super) fn start_usage(&mut self, recorded: &QueueUsage, now_ms: i64) {
+        let h = self.cfg.queue_usage_halftime;
+        if h.is_zero() {
+            return;
+        }
+        let pool = recorded.pools.get(&self.pool);
+        for q in &mut self.queues {
+            q.usage = match pool.and_then(|p| p.get(&q.name)) {
+                Some(s) => decay(s.usage, s.current, now_ms - recorded.at_ms, h),
+                None => q.actual_share,
+            };
+            q.usage_offset = q.usage - q.actual_share;
+        }
+    }
 }

@@ -16,8 +16,9 @@
 //! look the rebalancing would only happen in the next cycle, so a cycle with nothing new would
 //! still preempt.
 
-use super::context::{Origin, PoolCycle, Status};
+use super::context::PoolCycle;
 use super::decisions::Reason;
+use super::job::{Origin, Status};
 use super::resvec::sub_from;
 use rand_core::Rng;
 use std::collections::BTreeSet;

@@ -6,48 +6,17 @@
 //! Apart from [`super::placement`], which places one candidate, and [`super::eviction`], which
 //! decides what to evict and when to rebalance.
 
-use super::context::{Candidate, Origin, PoolCycle, Status};
-use super::decisions::{RateScope, Reason};
+use super::context::PoolCycle;
+use super::decisions::Reason;
+use super::job::{Origin, Status};
+use super::queue::{Candidate, Turn};
 use super::queue_order::CycleOrderKey;
 use super::rate_limit::RateLimits;
+use super::rate_limit::RateScope;
 use super::resvec::add_to;
 use smallvec::SmallVec;
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
-
-/// Heap entry for progressive filling: the most urgent next gang first; among equals the queue
-/// whose cost after scheduling it (divided by its weight) is smallest; then the queue name.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Turn {
-    pub urgency: i32,
-    pub cost_after: f64,
-    /// Queues are numbered in name order, so this breaks ties by name.
-    pub queue: u32,
-}
-
-impl PartialEq for Turn {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Turn {}
-
-impl Ord for Turn {
-    /// Reversed so that `BinaryHeap` (a max-heap) pops the best turn.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.urgency
-            .cmp(&other.urgency)
-            .then_with(|| other.cost_after.total_cmp(&self.cost_after))
-            .then_with(|| other.queue.cmp(&self.queue))
-    }
-}
-
-impl PartialOrd for Turn {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// Where a queue's next candidate comes from. The three streams are merged in queue order
 /// ([`CycleOrderKey`]); on equal keys the stream listed first goes first.

@@ -5,29 +5,13 @@
 //! the best one — most members placed, then least preemption, then the tightest fit — is then
 //! placed for real. A gang that does not fit changes nothing.
 
-use super::context::{Candidate, PoolCycle, Status};
+use super::context::PoolCycle;
 use super::decisions::Reason;
+use super::job::{GangShape, Status};
+use super::queue::Candidate;
 use super::resvec::ResVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// A gang of identical members as far as placement goes: gangs of one shape get the same
-/// verdict, so a shape that does not fit is not tried again until room is freed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct GangShape {
-    /// The members' requirements class.
-    pub class: u32,
-    /// The members' priority level.
-    pub prio_idx: u8,
-    /// Members offered together.
-    pub members: u32,
-    /// Fewest members that must be placed.
-    pub min_cardinality: u32,
-    /// Label whose value all the gang's nodes must share.
-    pub uniformity_label: Option<String>,
-    /// The members' earmark profile ([`super::earmark::Earmarks::profile`]).
-    pub profile: u32,
-}
 
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]

@@ -1,15 +1,19 @@
 //! The outcome of one pool's cycle: leases for placed jobs, preemptions with who took each
 //! victim's place and why, failed gang members, a reason for every job that waits, and the
-//! pool's report of shares.
+//! pool's report of shares, and the record of queue usage it leaves ([`super::usage`]).
 //!
 //! Apart because it only reads the finished cycle: it follows displacements to their end rather
 //! than tracking them while filling.
 
-use super::context::{Origin, PoolCycle, Status};
+use super::context::PoolCycle;
 use super::decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
+use super::job::{Origin, Status};
+use super::usage::{FORGOTTEN, UsageSample};
+use crate::model::QueueName;
 use rustc_hash::FxHashSet as HashSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl PoolCycle<'_> {
@@ -175,7 +179,19 @@ impl PoolCycle<'_> {
                 .collect(),
             evicted: self.evicted_count,
             jobs_tried: self.jobs_tried,
-            queue_priority: self.tree.as_ref().map(|t| t.first_priorities.clone()).unwrap_or_default(),
+            queue_priority: self.tree.as_ref().map(|t| t.first_priorities().clone()).unwrap_or_default(),
         });
+    }
+}
+
+impl PoolCycle<'_> {
+    /// The record the cycle leaves for its pool: each queue's average and its share after the
+    /// cycle; queues with neither are left out.
+    pub(super) fn usage_record(&self) -> BTreeMap<QueueName, UsageSample> {
+        self.queues
+            .iter()
+            .map(|q| (q.name.clone(), UsageSample { usage: q.usage, current: self.cost.share(&q.alloc) }))
+            .filter(|(_, s)| s.usage >= FORGOTTEN || s.current > 0.0)
+            .collect()
     }
 }

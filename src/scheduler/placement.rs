@@ -2,9 +2,11 @@
 //! displacement of victims, putting evicted jobs back, and the undo log that makes gang
 //! placement all-or-nothing.
 
-use super::context::{Candidate, Origin, PoolCycle, Status, Undo};
+use super::context::PoolCycle;
 use super::decisions::Reason;
+use super::job::{Origin, Status, Undo};
 use super::nodedb::Occupant;
+use super::queue::Candidate;
 use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use crate::model::quantity::{Unit, format_quantity};
@@ -72,7 +74,7 @@ impl PoolCycle<'_> {
             let qc = &mut self.queues[q as usize];
             qc.queued_stopped = true;
             qc.note = Some(reason.clone());
-            if scope == super::decisions::RateScope::Global {
+            if scope == super::rate_limit::RateScope::Global {
                 self.global_rate_stopped = Some(reason);
             }
             return;

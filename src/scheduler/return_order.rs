@@ -10,9 +10,10 @@
 //! nodes the queues happened to occupy. Evicted jobs returning to a node that has too little room
 //! for all of them go back in the same order ([`super::nodedb::NodeDb::victims`]).
 
-use super::context::{PoolCycle, Status};
-use super::fill::Turn;
+use super::context::PoolCycle;
+use super::job::Status;
 use super::nodedb::Occupant;
+use super::queue::Turn;
 use super::resvec::{ResVec, add_to, fits};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;

@@ -22,75 +22,24 @@ pub(crate) mod proportional;
 #[cfg(test)]
 mod tests;
 
-use super::context::{Origin, PoolCycle, Status};
-use super::decisions::{PreemptionReason, RateScope, Reason};
+pub use super::config::PoolPolicyConfig;
+use super::context::PoolCycle;
+use super::decisions::{PreemptionReason, Reason};
+use super::job::{Origin, Status};
+use super::policy_state::PolicyState;
 use super::rate_limit::RateLimits;
+use super::rate_limit::RateScope;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use super::snapshot::Snapshot;
 pub use crate::model::PoolPolicy;
-use crate::model::{FieldError, JobId, ResourceName};
+use crate::model::{JobId, ResourceName};
 use rustc_hash::FxHashMap as HashMap;
-use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::sync::Arc;
-
-/// One pool's settings (`[scheduler.pools.<pool>]`; a scenario's `config.pools.<pool>`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolPolicyConfig {
-    /// The policy (default `fair_share`).
-    #[serde(default)]
-    pub policy: PoolPolicy,
-    /// `priority`: a pending job that does not fit preempts running preemptible jobs of strictly
-    /// lower job priority (default false). `proportional`: preemptible jobs of queues above their
-    /// target are preempted (default true). Not allowed with `fair_share`, whose preemption
-    /// follows `node_eviction_probability` and the priority classes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preemption: Option<bool>,
-}
-
-impl PoolPolicyConfig {
-    /// Whether the pool preempts, with the policy's default when `preemption` is not given.
-    pub fn preemption(&self) -> bool {
-        self.preemption.unwrap_or(self.policy == PoolPolicy::Proportional)
-    }
-
-    /// Checks the rules serde cannot; the error names the key (relative to the pool's table).
-    pub fn validate(&self) -> Result<(), FieldError> {
-        if self.policy == PoolPolicy::FairShare && self.preemption.is_some() {
-            return Err(FieldError::new(
-                "preemption",
-                "means nothing with policy fair_share (its preemption follows node_eviction_probability and the \
-                 priority classes); remove it, or choose policy priority or proportional",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The GPU resource: it splits jobs into lines (`priority`) and is what `proportional` divides.
 pub(crate) fn gpu() -> ResourceName {
     ResourceName::gpu()
-}
-
-/// Per-cycle state of a pool scheduled by a policy other than `fair_share`.
-#[derive(Debug)]
-pub(crate) struct PolicyState {
-    pub policy: PoolPolicy,
-    pub preemption: bool,
-    /// When each running job of the pool was leased (ms): victims go latest started first.
-    pub started: HashMap<JobId, i64>,
-    /// Per requirements class: true if its jobs request a GPU (the GPU line), false for
-    /// zero-slot jobs.
-    pub gpu_class: Vec<bool>,
-    /// What each node offers in all (allocatable minus unallocatable): a job too big for every
-    /// node it may use never runs, so it blocks nobody.
-    pub capacity: Vec<ResVec>,
-    /// `proportional`: the jobs preempted for their queue's target (with their gangs), and why.
-    pub preempted: HashMap<u32, PreemptionReason>,
-    /// `proportional`: the resource divided and each queue's target (by queue index), in stored
-    /// units.
-    pub targets: Option<(usize, Vec<i64>)>,
 }
 
 impl<'a> PoolCycle<'a> {

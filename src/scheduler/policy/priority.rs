@@ -14,8 +14,9 @@
 //! started first among equals), and only where that makes it fit
 //! ([`PoolCycle::try_place_policy`]). Gangs are placed whole or not at all.
 
-use super::super::context::{Candidate, PoolCycle};
+use super::super::context::PoolCycle;
 use super::super::decisions::Reason;
+use super::super::queue::Candidate;
 use super::super::rate_limit::RateLimits;
 use super::super::resvec::add_to;
 use std::sync::Arc;

@@ -24,8 +24,10 @@
 //! queue offers its next one. Jobs that request none of the divided resource (CPU-only jobs in a
 //! GPU pool) are not held to targets.
 
-use super::super::context::{Candidate, PoolCycle, Status};
+use super::super::context::PoolCycle;
 use super::super::decisions::{PreemptionReason, Reason};
+use super::super::job::Status;
+use super::super::queue::Candidate;
 use super::super::rate_limit::RateLimits;
 use super::super::resvec::add_to;
 use crate::model::quantity::{Unit, format_quantity};
