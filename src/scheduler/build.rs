@@ -34,48 +34,15 @@ impl<'a> PoolCycle<'a> {
         done: &HashSet<crate::model::JobId>,
         quarantined: &HashSet<(&str, &str)>,
     ) -> Self {
-        let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
-        nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
-        nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
-        let node_index: HashMap<(&str, &str), u32> =
-            nodes.iter().enumerate().map(|(i, n)| ((n.executor.as_str(), n.name.as_str()), i as u32)).collect();
-
-        // Slots: fairness and index resources first, then everything nodes offer.
-        let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
-        names.extend(cfg.indexed_resources.iter().cloned());
-        names.extend(cfg.resource_cost_weights.keys().cloned());
-        let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
-        names.extend(node_res);
-        let layout = Layout::new(names);
-
-        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
+        let (nodes, node_index) = pool_nodes(snap, pool);
+        let layout = resource_layout(cfg, &nodes);
         let earmarked = super::earmark::any_earmarked(&nodes);
+        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
         let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
-        let pcs: Vec<PcInfo> = cfg
-            .priority_classes
-            .iter()
-            .map(|p| PcInfo {
-                name: p.name.clone(),
-                priority: p.priority,
-                preemptible: p.preemptible,
-                prio_idx: levels.index_of(p.priority) as u8,
-            })
-            .collect();
+        let pcs = priority_classes(cfg, &levels);
         let default_pc =
             cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
-
-        let capacities: Vec<ResVec> = nodes
-            .iter()
-            .map(|n| {
-                let mut c = layout.dense_lossy(&n.allocatable);
-                sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
-                c
-            })
-            .collect();
-        let mut total = layout.zero();
-        for c in &capacities {
-            add_to(&mut total, c);
-        }
+        let (capacities, total) = node_capacities(&nodes, &layout);
         let cost = CostModel::new(cfg, &layout, &total);
 
         // Queues in name order.
@@ -84,42 +51,7 @@ impl<'a> PoolCycle<'a> {
         qsnaps.dedup_by(|a, b| a.queue.name == b.queue.name);
         let queue_index: HashMap<&str, u32> =
             qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
-        let queues: Vec<QCtx> = qsnaps
-            .iter()
-            .map(|qs| QCtx {
-                snap: qs,
-                name: qs.queue.name.clone(),
-                priority_factor: qs.queue.priority_factor,
-                alloc: layout.zero(),
-                alloc_by_pc: vec![layout.zero(); pcs.len()],
-                limit: None,
-                pc_limits: vec![None; pcs.len()],
-                evicted: vec![],
-                evicted_pos: 0,
-                src: &[],
-                srcs: vec![],
-                order: None,
-                gang_src: HashMap::default(),
-                gangs_done: HashSet::default(),
-                queued_pos: 0,
-                taken: 0,
-                retry: vec![],
-                retry_pos: 0,
-                note: None,
-                queued_stopped: false,
-                current: None,
-                demand: layout.zero(),
-                alloc_start: layout.zero(),
-                active: false,
-                fair_share: 0.0,
-                adjusted_fair_share: 0.0,
-                actual_share: 0.0,
-                overshare: 0.0,
-                usage: 0.0,
-                usage_offset: 0.0,
-                protected: true,
-            })
-            .collect();
+        let queues: Vec<QCtx> = qsnaps.iter().map(|qs| QCtx::new(qs, &layout, pcs.len())).collect();
 
         let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
         let mut cycle = PoolCycle {
@@ -161,28 +93,54 @@ impl<'a> PoolCycle<'a> {
             policy: None,
         };
         cycle.tree = Hierarchy::build(&cycle.queues, cycle.default_priority(), cycle.layout.zero(), false);
-        let mut interner = Interner {
-            classes: HashMap::default(),
-            constraints: HashMap::default(),
-            by_ptr: HashMap::default(),
-            _p: Default::default(),
-        };
+        let mut interner = Interner::default();
+        let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner);
+        let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
 
-        // Running jobs on this pool's nodes.
-        let mut running: Vec<(u32, u32)> = Vec::new(); // (job, node)
+        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
+        let expected: usize = cycle.queues.iter().map(|q| q.srcs.len().min(lookback)).sum();
+        cycle.jobs.reserve(expected);
+
+        cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
+        cycle.place_running(running);
+        cycle.running_count = cycle.jobs.len();
+        cycle.compute_shares();
+        cycle.compute_limits();
+        cycle
+    }
+
+    /// The running jobs on this pool's nodes become the cycle's first jobs; returns each one's
+    /// (job, node), to be placed once the node db is built.
+    fn add_running(
+        &mut self,
+        snap: &'a Snapshot,
+        node_index: &HashMap<(&str, &str), u32>,
+        queue_index: &HashMap<&str, u32>,
+        interner: &mut Interner<'a>,
+    ) -> Vec<(u32, u32)> {
+        let mut running: Vec<(u32, u32)> = Vec::new();
         for r in &snap.running {
             let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
             let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
-            let sj = SrcJob::of(&r.job, cycle.intern(&mut interner, &r.job), cycle.pc_of(&r.job));
-            let j = cycle.new_job(&sj, &r.job, q, Origin::Running { node });
+            let sj = SrcJob::of(&r.job, self.intern(interner, &r.job), self.pc_of(&r.job));
+            let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
-                cycle.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
+                self.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
             }
             running.push((j, node));
         }
+        running
+    }
 
-        // Queued jobs: one pass per queue checks order, eligibility, gangs and demand; jobs become
-        // cycle jobs only when their turn comes.
+    /// Queued jobs: one pass per queue checks order, eligibility, gangs and demand; jobs become
+    /// cycle jobs only when their turn comes. Returns the node-uniformity labels the gangs name.
+    fn read_queued(
+        &mut self,
+        qsnaps: &[&'a QueueSnapshot],
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+        interner: &mut Interner<'a>,
+    ) -> BTreeSet<&'a str> {
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
         let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
         for (qi, qs) in qsnaps.iter().enumerate() {
@@ -197,24 +155,24 @@ impl<'a> PoolCycle<'a> {
             let mut any = false;
             let mut prev: Option<QueueOrderKey> = None;
             let mut gang_src: HashMap<&'a str, Vec<u32>> = HashMap::default();
-            let mut demand = cycle.layout.zero();
+            let mut demand = self.layout.zero();
             for (i, j) in src.iter().enumerate() {
                 if !eligible(j) {
                     srcs.push(SrcJob { class: u32::MAX, ..SrcJob::of(j, 0, 0) });
                     continue;
                 }
                 any = true;
-                let pc = cycle.pc_of_memo(&mut memo, j);
-                let c = cycle.intern(&mut interner, j);
+                let pc = self.pc_of_memo(&mut memo, j);
+                let c = self.intern(interner, j);
                 let sj = SrcJob::of(j, c, pc);
-                let k = cycle.queued_key(&sj);
+                let k = self.queued_key(&sj);
                 if prev.is_some_and(|p| p > k) {
                     sorted = false;
                 }
                 prev = Some(k);
                 srcs.push(sj);
                 if qs.queued_demand.is_none()
-                    && let Ok(v) = &cycle.classes[c as usize].dense
+                    && let Ok(v) = &self.classes[c as usize].dense
                 {
                     add_to(&mut demand, v);
                 }
@@ -226,10 +184,10 @@ impl<'a> PoolCycle<'a> {
                 }
             }
             if let Some(d) = qs.queued_demand.as_ref().filter(|_| !qs.queue.cordoned) {
-                demand = cycle.layout.dense_lossy(d);
+                demand = self.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
-                let key = |i: u32| cycle.queued_key(&srcs[i as usize]);
+                let key = |i: u32| self.queued_key(&srcs[i as usize]);
                 let mut o: Vec<u32> = (0..src.len() as u32).filter(|&i| srcs[i as usize].class != u32::MAX).collect();
                 o.sort_by_key(|&i| key(i));
                 for members in gang_src.values_mut() {
@@ -237,7 +195,7 @@ impl<'a> PoolCycle<'a> {
                 }
                 o
             });
-            let qc = &mut cycle.queues[qi];
+            let qc = &mut self.queues[qi];
             qc.src = src;
             qc.srcs = srcs;
             qc.order = order;
@@ -245,17 +203,22 @@ impl<'a> PoolCycle<'a> {
             qc.demand = demand;
             qc.active = any;
         }
+        uniformity
+    }
 
-        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
-        let expected: usize = cycle.queues.iter().map(|q| q.srcs.len().min(lookback)).sum();
-        cycle.jobs.reserve(expected);
-
-        // Node types from the labels this cycle's jobs look at.
+    /// Node types from the labels this cycle's jobs look at, and the node db over them.
+    fn build_node_db(
+        &mut self,
+        capacities: Vec<ResVec>,
+        uniformity: BTreeSet<&str>,
+        earmarked: bool,
+        quarantined: &HashSet<(&str, &str)>,
+    ) {
         let mut spec = LabelSpec::default();
-        for c in &cycle.constraints {
+        for c in &self.constraints {
             spec.add_constraints(c.reqs);
         }
-        for j in &cycle.jobs {
+        for j in &self.jobs {
             if let Some(l) = j.info.gang.as_ref().and_then(|g| g.node_uniformity_label.as_deref()) {
                 spec.add_full(l);
             }
@@ -271,40 +234,38 @@ impl<'a> PoolCycle<'a> {
         let in_quarantine: Vec<bool> = if quarantined.is_empty() {
             Vec::new()
         } else {
-            cycle.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
+            self.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        cycle.types = NodeTypes::build(&cycle.nodes, &spec, &in_quarantine);
-        cycle.earmarks.set_types(&cycle.types);
+        self.types = NodeTypes::build(&self.nodes, &spec, &in_quarantine);
+        self.earmarks.set_types(&self.types);
         let key_slots: Vec<Option<usize>> =
-            cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
-        cycle.db =
-            NodeDb::new(capacities, &cycle.types.type_of, cycle.types.types.len(), &key_slots, cycle.levels.count());
+            self.cfg.indexed_resources.iter().map(|r| self.layout.slot(r.as_str())).collect();
+        self.db = NodeDb::new(capacities, &self.types.type_of, self.types.types.len(), &key_slots, self.levels.count());
+    }
 
+    /// Puts the running jobs on their nodes and counts them in their queues' allocations.
+    fn place_running(&mut self, running: Vec<(u32, u32)>) {
         for (j, node) in running {
-            let job = &cycle.jobs[j as usize];
-            let req = cycle.classes[job.class as usize]
+            let job = &self.jobs[j as usize];
+            let req = self.classes[job.class as usize]
                 .dense
                 .clone()
-                .unwrap_or_else(|_| cycle.layout.dense_lossy(&job.info.requirements.requests));
+                .unwrap_or_else(|_| self.layout.dense_lossy(&job.info.requirements.requests));
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
-                freed_at: cycle.freed_at(j, node, false),
+                freed_at: self.freed_at(j, node, false),
                 evicted: false,
                 seq: job.seq,
                 return_rank: 0,
                 req: req.clone(),
             };
             let (q, pc) = (job.queue as usize, job.pc as usize);
-            cycle.db.add(node, occ);
-            add_to(&mut cycle.queues[q].alloc, &req);
-            add_to(&mut cycle.queues[q].alloc_by_pc[pc], &req);
-            cycle.queues[q].active = true;
+            self.db.add(node, occ);
+            add_to(&mut self.queues[q].alloc, &req);
+            add_to(&mut self.queues[q].alloc_by_pc[pc], &req);
+            self.queues[q].active = true;
         }
-        cycle.running_count = cycle.jobs.len();
-        cycle.compute_shares();
-        cycle.compute_limits();
-        cycle
     }
 
     fn compute_shares(&mut self) {
@@ -416,11 +377,62 @@ impl<'a> PoolCycle<'a> {
 }
 
 /// Interns requirements by fingerprint.
+#[derive(Default)]
 struct Interner<'a> {
     classes: HashMap<u64, SmallVec<[u32; 1]>>,
     constraints: HashMap<u64, SmallVec<[u32; 1]>>,
     by_ptr: HashMap<*const SchedulingRequirements, u32>,
     _p: std::marker::PhantomData<&'a ()>,
+}
+
+/// The pool's nodes, in (executor, name) order without duplicates, and their index.
+fn pool_nodes<'a>(snap: &'a Snapshot, pool: &PoolName) -> (Vec<&'a Node>, HashMap<(&'a str, &'a str), u32>) {
+    let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
+    nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
+    nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
+    let node_index: HashMap<(&str, &str), u32> =
+        nodes.iter().enumerate().map(|(i, n)| ((n.executor.as_str(), n.name.as_str()), i as u32)).collect();
+    (nodes, node_index)
+}
+
+/// Slots: fairness and index resources first, then everything nodes offer.
+fn resource_layout(cfg: &SchedulerConfig, nodes: &[&Node]) -> Layout {
+    let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
+    names.extend(cfg.indexed_resources.iter().cloned());
+    names.extend(cfg.resource_cost_weights.keys().cloned());
+    let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
+    names.extend(node_res);
+    Layout::new(names)
+}
+
+/// The configured priority classes with their priority levels.
+fn priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<PcInfo> {
+    cfg.priority_classes
+        .iter()
+        .map(|p| PcInfo {
+            name: p.name.clone(),
+            priority: p.priority,
+            preemptible: p.preemptible,
+            prio_idx: levels.index_of(p.priority) as u8,
+        })
+        .collect()
+}
+
+/// What each node offers in all (allocatable minus unallocatable), and the pool's total.
+fn node_capacities(nodes: &[&Node], layout: &Layout) -> (Vec<ResVec>, ResVec) {
+    let capacities: Vec<ResVec> = nodes
+        .iter()
+        .map(|n| {
+            let mut c = layout.dense_lossy(&n.allocatable);
+            sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+            c
+        })
+        .collect();
+    let mut total = layout.zero();
+    for c in &capacities {
+        add_to(&mut total, c);
+    }
+    (capacities, total)
 }
 
 fn constraint_fingerprint(r: &SchedulingRequirements) -> u64 {

@@ -9,7 +9,8 @@ use super::context::PoolCycle;
 use super::decisions::Reason;
 use super::job::{GangShape, Status};
 use super::queue::Candidate;
-use super::resvec::ResVec;
+use super::resvec::{ResVec, add_to, fits};
+use crate::model::GangSpec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,41 +30,101 @@ impl PoolCycle<'_> {
         let Some(gang) = cand.gang.clone() else { return 0 };
         let members: Vec<u32> = cand.jobs.to_vec();
         let present = members.len() as u32;
-        let fail_all = |cycle: &mut Self, reason: Reason| {
-            let reason = Arc::new(reason);
-            for &m in &members {
-                cycle.set_reason(m, reason.clone());
-            }
+        let gang_reason = |fit: u32, detail: Option<Arc<Reason>>| Reason::Gang {
+            gang: gang.id.clone(),
+            fit,
+            cardinality: gang.cardinality,
+            minimum: gang.min_cardinality,
+            detail,
         };
         if present < gang.min_cardinality {
-            fail_all(
-                self,
-                Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality },
-            );
+            let reason =
+                Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality };
+            self.fail_members(&members, reason);
             return 0;
         }
-        // Every member's requests and node types.
-        let mut targets: Vec<(ResVec, Vec<u32>)> = Vec::with_capacity(members.len());
+        let targets = match self.member_targets(&members) {
+            Ok(t) => t,
+            Err(detail) => {
+                self.fail_members(&members, gang_reason(0, Some(Arc::new(detail))));
+                return 0;
+            }
+        };
+        let label = gang.node_uniformity_label.as_deref();
+        let domains = self.gang_domains(&targets, label);
+        if domains.is_empty() {
+            let detail = label
+                .map(|l| format!("no matching node has label {l}"))
+                .unwrap_or_else(|| "no matching node".to_string());
+            let no_node = Reason::NoMatchingNode { pool: self.pool.clone(), detail };
+            self.fail_members(&members, gang_reason(0, Some(Arc::new(no_node))));
+            return 0;
+        }
+        // Gangs of identical members share verdicts, and a domain without enough free resources
+        // in total is not worth a trial.
+        let first = &self.jobs[members[0] as usize];
+        let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
+        let cache_key = same_class.then(|| self.gang_shape(members[0], present, &gang));
+        if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
+            let r = r.clone();
+            for &m in &members {
+                self.set_reason(m, r.clone());
+            }
+            return 0;
+        }
+        let max_level = self.levels.max_search_level(first.prio_idx as usize);
+        // Pool policies other than fair_share preempt by their own rules, which the levels do not
+        // count: every domain gets a trial there.
+        let domains = if same_class && self.policy.is_none() {
+            self.viable_domains(domains, &targets[0].0, gang.min_cardinality, max_level)
+        } else {
+            domains
+        };
+        let best = self.best_domain(&members, &targets, &domains);
+        let mark = self.begin();
+        let trial = self.place_members(&members, &targets, &domains[best]);
+        if trial.placed < gang.min_cardinality as usize || trial.placed == 0 {
+            self.rollback(mark);
+            let reason = gang_reason(trial.placed as u32, trial.first_failure);
+            if let Some(k) = cache_key {
+                self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
+            }
+            self.fail_members(&members, reason);
+            return 0;
+        }
+        self.commit(mark);
+        // Members beyond what fit fail for good.
+        let reason = Arc::new(gang_reason(trial.placed as u32, None));
         for &m in &members {
-            match self.job_targets(m) {
-                Ok(t) => targets.push(t),
-                Err(detail) => {
-                    fail_all(
-                        self,
-                        Reason::Gang {
-                            gang: gang.id.clone(),
-                            fit: 0,
-                            cardinality: gang.cardinality,
-                            minimum: gang.min_cardinality,
-                            detail: Some(Arc::new(detail)),
-                        },
-                    );
-                    return 0;
-                }
+            if self.jobs[m as usize].status == Status::Waiting {
+                self.set_status(m, Status::Failed, None);
+                self.failed.push(m);
+                self.jobs[m as usize].reason = Some(reason.clone());
             }
         }
-        // Domains: executor, plus the uniformity label's value if there is one.
-        let label = gang.node_uniformity_label.as_deref();
+        trial.placed
+    }
+
+    /// Every member waits, for one reason.
+    fn fail_members(&mut self, members: &[u32], reason: Reason) {
+        let reason = Arc::new(reason);
+        for &m in members {
+            self.set_reason(m, reason.clone());
+        }
+    }
+
+    /// Every member's requests and node types, or why one of them fits nowhere.
+    fn member_targets(&mut self, members: &[u32]) -> Result<Vec<(ResVec, Vec<u32>)>, Reason> {
+        let mut targets: Vec<(ResVec, Vec<u32>)> = Vec::with_capacity(members.len());
+        for &m in members {
+            targets.push(self.job_targets(m)?);
+        }
+        Ok(targets)
+    }
+
+    /// The domains a gang may take (node types grouped by executor, plus the uniformity label's
+    /// value if there is one), in (executor, value) order.
+    fn gang_domains(&self, targets: &[(ResVec, Vec<u32>)], label: Option<&str>) -> Vec<Vec<u32>> {
         let mut domains: BTreeMap<(u32, Option<&str>), Vec<u32>> = BTreeMap::new();
         let mut all_types: Vec<u32> = targets.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         all_types.sort_unstable();
@@ -79,28 +140,13 @@ impl PoolCycle<'_> {
             };
             domains.entry((exec, value)).or_default().push(t);
         }
-        let domains: Vec<Vec<u32>> = domains.into_values().collect();
-        if domains.is_empty() {
-            let detail = label
-                .map(|l| format!("no matching node has label {l}"))
-                .unwrap_or_else(|| "no matching node".to_string());
-            fail_all(
-                self,
-                Reason::Gang {
-                    gang: gang.id.clone(),
-                    fit: 0,
-                    cardinality: gang.cardinality,
-                    minimum: gang.min_cardinality,
-                    detail: Some(Arc::new(Reason::NoMatchingNode { pool: self.pool.clone(), detail })),
-                },
-            );
-            return 0;
-        }
-        // Gangs of identical members share verdicts, and a domain without enough free resources
-        // in total is not worth a trial.
-        let first = &self.jobs[members[0] as usize];
-        let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class.then(|| GangShape {
+        domains.into_values().collect()
+    }
+
+    /// The shape of a gang of identical members like `first`, its verdict's cache key.
+    fn gang_shape(&self, first: u32, present: u32, gang: &GangSpec) -> GangShape {
+        let first = &self.jobs[first as usize];
+        GangShape {
             class: first.class,
             prio_idx: first.prio_idx,
             members: present,
@@ -111,106 +157,66 @@ impl PoolCycle<'_> {
             } else {
                 0
             },
-        });
-        if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
-            let r = r.clone();
-            for &m in &members {
-                self.set_reason(m, r.clone());
-            }
-            return 0;
         }
-        let max_level = self.levels.max_search_level(first.prio_idx as usize);
-        // Pool policies other than fair_share preempt by their own rules, which the levels do not
-        // count: every domain gets a trial there.
-        let domains: Vec<Vec<u32>> = if same_class && self.policy.is_none() {
-            let mut need = targets[0].0.clone();
-            for v in need.iter_mut() {
-                *v *= i64::from(gang.min_cardinality);
-            }
-            let totals: Vec<ResVec> = domains
-                .iter()
-                .map(|dom| {
-                    let mut total = self.layout.zero();
-                    for &t in dom {
-                        super::resvec::add_to(&mut total, self.db.type_free(max_level, t));
-                    }
-                    total
-                })
-                .collect();
-            let viable: Vec<Vec<u32>> = domains
-                .iter()
-                .zip(&totals)
-                .filter(|(_, total)| super::resvec::fits(&need, total))
-                .map(|(d, _)| d.clone())
-                .collect();
-            if viable.is_empty() {
-                // Nothing can work; one trial in the roomiest domain says how close it came.
-                let roomiest =
-                    (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
-                vec![domains[roomiest].clone()]
-            } else {
-                viable
-            }
-        } else {
-            domains
-        };
-        let min = gang.min_cardinality as usize;
-        let best = if domains.len() == 1 {
-            0
-        } else {
-            let mut best: Option<(usize, Trial)> = None;
-            for (d, dom) in domains.iter().enumerate() {
-                let mark = self.begin();
-                let trial = self.place_members(&members, &targets, dom);
-                self.rollback(mark);
-                let better = match &best {
-                    None => true,
-                    Some((_, b)) => {
-                        (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover)
-                            < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
-                    }
-                };
-                if better {
-                    best = Some((d, trial));
+    }
+
+    /// For identical members requesting `req` each: the domains with room in total for the
+    /// minimum cardinality at `max_level`; if none, the roomiest alone, whose one trial says how
+    /// close the gang came.
+    fn viable_domains(
+        &self,
+        domains: Vec<Vec<u32>>,
+        req: &ResVec,
+        min_cardinality: u32,
+        max_level: u8,
+    ) -> Vec<Vec<u32>> {
+        let mut need = req.clone();
+        for v in need.iter_mut() {
+            *v *= i64::from(min_cardinality);
+        }
+        let totals: Vec<ResVec> = domains
+            .iter()
+            .map(|dom| {
+                let mut total = self.layout.zero();
+                for &t in dom {
+                    add_to(&mut total, self.db.type_free(max_level, t));
                 }
-            }
-            best.map(|(d, _)| d).unwrap_or(0)
-        };
-        let mark = self.begin();
-        let trial = self.place_members(&members, &targets, &domains[best]);
-        if trial.placed < min || trial.placed == 0 {
-            self.rollback(mark);
-            let detail = trial.first_failure;
-            let reason = Reason::Gang {
-                gang: gang.id.clone(),
-                fit: trial.placed as u32,
-                cardinality: gang.cardinality,
-                minimum: gang.min_cardinality,
-                detail,
-            };
-            if let Some(k) = cache_key {
-                self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
-            }
-            fail_all(self, reason);
+                total
+            })
+            .collect();
+        let viable: Vec<Vec<u32>> =
+            domains.iter().zip(&totals).filter(|(_, total)| fits(&need, total)).map(|(d, _)| d.clone()).collect();
+        if viable.is_empty() {
+            let roomiest = (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
+            vec![domains[roomiest].clone()]
+        } else {
+            viable
+        }
+    }
+
+    /// The domain to place the gang in: each is tried inside a transaction and rolled back; the
+    /// best places most members, then preempts least, then fits tightest.
+    fn best_domain(&mut self, members: &[u32], targets: &[(ResVec, Vec<u32>)], domains: &[Vec<u32>]) -> usize {
+        if domains.len() == 1 {
             return 0;
         }
-        self.commit(mark);
-        // Members beyond what fit fail for good.
-        let reason = Arc::new(Reason::Gang {
-            gang: gang.id.clone(),
-            fit: trial.placed as u32,
-            cardinality: gang.cardinality,
-            minimum: gang.min_cardinality,
-            detail: None,
-        });
-        for &m in &members {
-            if self.jobs[m as usize].status == Status::Waiting {
-                self.set_status(m, Status::Failed, None);
-                self.failed.push(m);
-                self.jobs[m as usize].reason = Some(reason.clone());
+        let mut best: Option<(usize, Trial)> = None;
+        for (d, dom) in domains.iter().enumerate() {
+            let mark = self.begin();
+            let trial = self.place_members(members, targets, dom);
+            self.rollback(mark);
+            let better = match &best {
+                None => true,
+                Some((_, b)) => {
+                    (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover)
+                        < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
+                }
+            };
+            if better {
+                best = Some((d, trial));
             }
         }
-        trial.placed
+        best.map(|(d, _)| d).unwrap_or(0)
     }
 
     /// Places as many members as fit in the domain (node types `dom`).

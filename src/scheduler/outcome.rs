@@ -19,19 +19,6 @@ use std::sync::Arc;
 impl PoolCycle<'_> {
     /// Turns the cycle's outcome into decisions.
     pub(super) fn finish(self, out: &mut Decisions, done: &mut HashSet<crate::model::JobId>) {
-        // Who finally took a victim's place: follow displacements of displacers.
-        // (A displacer that was itself displaced, or moved elsewhere, passes the place on.)
-        let resolve = |mut x: u32, node: Option<u32>| -> u32 {
-            for _ in 0..self.jobs.len() {
-                let j = &self.jobs[x as usize];
-                let holds = j.scheduled() && (node.is_none() || j.node == node);
-                match (holds, j.displaced_by) {
-                    (false, Some(y)) => x = y,
-                    _ => break,
-                }
-            }
-            x
-        };
         for (ji, j) in self.jobs.iter().enumerate() {
             let new = j.origin == Origin::Queued;
             match j.status {
@@ -48,65 +35,12 @@ impl PoolCycle<'_> {
                 }
                 Status::Evicted | Status::Preempted if !new => {
                     let Some(n) = j.node.map(|n| self.nodes[n as usize]) else { continue };
-                    // Who holds the place this job lost, if anyone still does.
-                    let holder = |x: u32| {
-                        let m = &self.jobs[x as usize];
-                        let by = resolve(m.displaced_by?, m.node);
-                        let b = &self.jobs[by as usize];
-                        (b.scheduled() && b.node == m.node).then_some(by)
-                    };
-                    let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
-                    let own = if cascaded { None } else { holder(ji as u32).or_else(|| self.earmark_taker(ji as u32)) };
-                    // A gang member that kept its place went because another member lost one.
-                    let via_gang = match (&own, &j.info.gang) {
-                        (None, Some(g)) => self
-                            .gang_members(j.queue, g.id.as_str())
-                            .into_iter()
-                            .find_map(holder)
-                            .or_else(|| j.displaced_by.map(|by| resolve(by, None)))
-                            .map(|by| (g.id.clone(), by)),
-                        _ => None,
-                    };
-                    let reason = match (own, via_gang) {
-                        (Some(by), _) => {
-                            let b = &self.jobs[by as usize];
-                            let home = j
-                                .node
-                                .filter(|&n| self.earmarks.is_guest(n, j.queue) && self.earmarks.is_home(n, b.queue));
-                            if let Some(n) = home {
-                                PreemptionReason::Reserved {
-                                    by: b.id,
-                                    by_queue: b.info.queue.clone(),
-                                    node: self.nodes[n as usize].name.clone(),
-                                }
-                            } else if b.class_priority > j.class_priority {
-                                PreemptionReason::Urgency {
-                                    by: b.id,
-                                    by_priority_class: self.pcs[b.pc as usize].name.clone(),
-                                }
-                            } else {
-                                PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
-                            }
-                        }
-                        (None, Some((gang, by))) => {
-                            let b = &self.jobs[by as usize];
-                            PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
-                        }
-                        (None, None) => PreemptionReason::NotRescheduled {
-                            reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
-                                pool: self.pool.clone(),
-                                missing: "its resources".to_string(),
-                            }),
-                        },
-                    };
-                    // A pool policy's own victim: the policy says why.
-                    let reason = self.policy_preemption(ji as u32, own).unwrap_or(reason);
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
                         executor: n.executor.clone(),
                         node: n.name.clone(),
-                        reason,
+                        reason: self.preemption_reason(ji as u32),
                     });
                 }
                 Status::Failed => {
@@ -120,9 +54,9 @@ impl PoolCycle<'_> {
                 // Placed earlier in the cycle, then evicted again and not back: stays queued.
                 Status::Evicted | Status::Waiting | Status::Preempted => {
                     let reason = match (j.displaced_by, &j.reason) {
-                        (Some(by), _) if j.status != Status::Waiting => {
-                            Some(Arc::new(Reason::Displaced { by: self.jobs[resolve(by, j.node) as usize].id }))
-                        }
+                        (Some(by), _) if j.status != Status::Waiting => Some(Arc::new(Reason::Displaced {
+                            by: self.jobs[self.final_holder(by, j.node) as usize].id,
+                        })),
                         (_, r) => r.clone(),
                     };
                     if let Some(r) = reason {
@@ -137,10 +71,84 @@ impl PoolCycle<'_> {
                 out.queue_notes.entry(q.name.clone()).or_insert_with(|| n.clone());
             }
         }
+        out.pools.push(self.pool_report());
+    }
+
+    /// Who finally took a victim's place: follows displacements of displacers from `x` (a
+    /// displacer that was itself displaced, or moved elsewhere, passes the place on).
+    fn final_holder(&self, mut x: u32, node: Option<u32>) -> u32 {
+        for _ in 0..self.jobs.len() {
+            let j = &self.jobs[x as usize];
+            let holds = j.scheduled() && (node.is_none() || j.node == node);
+            match (holds, j.displaced_by) {
+                (false, Some(y)) => x = y,
+                _ => break,
+            }
+        }
+        x
+    }
+
+    /// Who holds the place job `x` lost, if anyone still does.
+    fn place_holder(&self, x: u32) -> Option<u32> {
+        let m = &self.jobs[x as usize];
+        let by = self.final_holder(m.displaced_by?, m.node);
+        let b = &self.jobs[by as usize];
+        (b.scheduled() && b.node == m.node).then_some(by)
+    }
+
+    /// Why running job `ji`, evicted and not back or preempted, lost its place.
+    fn preemption_reason(&self, ji: u32) -> PreemptionReason {
+        let j = &self.jobs[ji as usize];
+        let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
+        let own = if cascaded { None } else { self.place_holder(ji).or_else(|| self.earmark_taker(ji)) };
+        // A gang member that kept its place went because another member lost one.
+        let via_gang = match (&own, &j.info.gang) {
+            (None, Some(g)) => self
+                .gang_members(j.queue, g.id.as_str())
+                .into_iter()
+                .find_map(|x| self.place_holder(x))
+                .or_else(|| j.displaced_by.map(|by| self.final_holder(by, None)))
+                .map(|by| (g.id.clone(), by)),
+            _ => None,
+        };
+        let reason = match (own, via_gang) {
+            (Some(by), _) => {
+                let b = &self.jobs[by as usize];
+                let home = j.node.filter(|&n| self.earmarks.is_guest(n, j.queue) && self.earmarks.is_home(n, b.queue));
+                if let Some(n) = home {
+                    PreemptionReason::Reserved {
+                        by: b.id,
+                        by_queue: b.info.queue.clone(),
+                        node: self.nodes[n as usize].name.clone(),
+                    }
+                } else if b.class_priority > j.class_priority {
+                    PreemptionReason::Urgency { by: b.id, by_priority_class: self.pcs[b.pc as usize].name.clone() }
+                } else {
+                    PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
+                }
+            }
+            (None, Some((gang, by))) => {
+                let b = &self.jobs[by as usize];
+                PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
+            }
+            (None, None) => PreemptionReason::NotRescheduled {
+                reason: j
+                    .reason
+                    .as_deref()
+                    .cloned()
+                    .unwrap_or(Reason::NoCapacity { pool: self.pool.clone(), missing: "its resources".to_string() }),
+            },
+        };
+        // A pool policy's own victim: the policy says why.
+        self.policy_preemption(ji, own).unwrap_or(reason)
+    }
+
+    /// The pool's report: every active queue's (and parent's) shares, allocation and demand.
+    fn pool_report(&self) -> PoolReport {
         let earmarked = self.earmarked_allocation();
         let parents = self.parent_reports();
         let targets = self.policy.as_ref().and_then(|p| p.targets.as_ref());
-        out.pools.push(PoolReport {
+        PoolReport {
             pool: self.pool.clone(),
             policy: self.policy.as_ref().map(|p| p.policy).unwrap_or_default(),
             total: self.layout.named(&self.total),
@@ -180,7 +188,7 @@ impl PoolCycle<'_> {
             evicted: self.evicted_count,
             jobs_tried: self.jobs_tried,
             queue_priority: self.tree.as_ref().map(|t| t.first_priorities().clone()).unwrap_or_default(),
-        });
+        }
     }
 }
 

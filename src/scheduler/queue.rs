@@ -4,7 +4,7 @@
 
 use super::decisions::Reason;
 use super::job::SrcJob;
-use super::resvec::ResVec;
+use super::resvec::{Layout, ResVec};
 use super::snapshot::{JobInfo, QueueSnapshot};
 use crate::model::{GangSpec, QueueName};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -71,6 +71,46 @@ pub(super) struct QCtx<'a> {
     pub usage_offset: f64,
     /// Never found above its protected share in this cycle, so fair-share eviction spared it.
     pub protected: bool,
+}
+
+impl<'a> QCtx<'a> {
+    /// A queue at the start of the cycle, before its jobs are read: nothing allocated, no
+    /// limits, no candidates, no shares.
+    pub(super) fn new(snap: &'a QueueSnapshot, layout: &Layout, priority_classes: usize) -> Self {
+        QCtx {
+            snap,
+            name: snap.queue.name.clone(),
+            priority_factor: snap.queue.priority_factor,
+            alloc: layout.zero(),
+            alloc_by_pc: vec![layout.zero(); priority_classes],
+            limit: None,
+            pc_limits: vec![None; priority_classes],
+            evicted: vec![],
+            evicted_pos: 0,
+            src: &[],
+            srcs: vec![],
+            order: None,
+            gang_src: HashMap::default(),
+            gangs_done: HashSet::default(),
+            queued_pos: 0,
+            taken: 0,
+            retry: vec![],
+            retry_pos: 0,
+            note: None,
+            queued_stopped: false,
+            current: None,
+            demand: layout.zero(),
+            alloc_start: layout.zero(),
+            active: false,
+            fair_share: 0.0,
+            adjusted_fair_share: 0.0,
+            actual_share: 0.0,
+            overshare: 0.0,
+            usage: 0.0,
+            usage_offset: 0.0,
+            protected: true,
+        }
+    }
 }
 
 /// Heap entry for progressive filling: the most urgent next gang first; among equals the queue
