@@ -6,14 +6,14 @@
 //! [`PoolCycle`] it returns.
 
 use super::config::SchedulerConfig;
-use super::context::{PcInfo, PoolCycle};
+use super::context::{PoolCycle, PriorityClassInfo};
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::hierarchy::Hierarchy;
-use super::job::{Class, Constraint, Origin, SrcJob};
+use super::job::{Class, Constraint, JobFacts, Origin};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
-use super::queue::QCtx;
+use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
@@ -39,8 +39,8 @@ impl<'a> PoolCycle<'a> {
         let earmarked = super::earmark::any_earmarked(&nodes);
         let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
         let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
-        let pcs = priority_classes(cfg, &levels);
-        let default_pc =
+        let priority_classes = cycle_priority_classes(cfg, &levels);
+        let default_priority_class =
             cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
         let (capacities, total) = node_capacities(&nodes, &layout);
         let cost = CostModel::new(cfg, &layout, &total);
@@ -51,7 +51,8 @@ impl<'a> PoolCycle<'a> {
         qsnaps.dedup_by(|a, b| a.queue.name == b.queue.name);
         let queue_index: HashMap<&str, u32> =
             qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
-        let queues: Vec<QCtx> = qsnaps.iter().map(|qs| QCtx::new(qs, &layout, pcs.len())).collect();
+        let queues: Vec<CycleQueue> =
+            qsnaps.iter().map(|qs| CycleQueue::new(qs, &layout, priority_classes.len())).collect();
 
         let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
         let mut cycle = PoolCycle {
@@ -60,8 +61,8 @@ impl<'a> PoolCycle<'a> {
             nodes,
             layout,
             levels,
-            pcs,
-            default_pc,
+            priority_classes,
+            default_priority_class,
             types: NodeTypes { types: vec![], type_of: vec![] },
             db: NodeDb::new(vec![], &[], 0, &[], 1),
             classes: vec![],
@@ -87,7 +88,7 @@ impl<'a> PoolCycle<'a> {
             return_order: vec![],
             return_head: 0,
             rank_floor: u32::MAX,
-            walk_free: HashMap::default(),
+            room_if_evicted_leave: HashMap::default(),
             tree: None,
             alloc_log: None,
             policy: None,
@@ -98,7 +99,7 @@ impl<'a> PoolCycle<'a> {
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
 
         let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
-        let expected: usize = cycle.queues.iter().map(|q| q.srcs.len().min(lookback)).sum();
+        let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
         cycle.jobs.reserve(expected);
 
         cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
@@ -122,7 +123,7 @@ impl<'a> PoolCycle<'a> {
         for r in &snap.running {
             let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
             let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
-            let sj = SrcJob::of(&r.job, self.intern(interner, &r.job), self.pc_of(&r.job));
+            let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
                 self.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
@@ -146,38 +147,38 @@ impl<'a> PoolCycle<'a> {
         for (qi, qs) in qsnaps.iter().enumerate() {
             // A cordoned queue's queued jobs are not offered and claim no share (Armada counts a
             // cordoned queue's demand as what it runs); its running jobs stay as they are.
-            let src: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
+            let queued: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
             let eligible = |j: &JobInfo| {
                 (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
             };
-            let mut srcs: Vec<SrcJob> = Vec::with_capacity(src.len());
+            let mut facts: Vec<JobFacts> = Vec::with_capacity(queued.len());
             let mut sorted = true;
             let mut any = false;
             let mut prev: Option<QueueOrderKey> = None;
-            let mut gang_src: HashMap<&'a str, Vec<u32>> = HashMap::default();
+            let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
             let mut demand = self.layout.zero();
-            for (i, j) in src.iter().enumerate() {
+            for (i, j) in queued.iter().enumerate() {
                 if !eligible(j) {
-                    srcs.push(SrcJob { class: u32::MAX, ..SrcJob::of(j, 0, 0) });
+                    facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
                     continue;
                 }
                 any = true;
-                let pc = self.pc_of_memo(&mut memo, j);
+                let pc = self.priority_class_of_memo(&mut memo, j);
                 let c = self.intern(interner, j);
-                let sj = SrcJob::of(j, c, pc);
+                let sj = JobFacts::of(j, c, pc);
                 let k = self.queued_key(&sj);
                 if prev.is_some_and(|p| p > k) {
                     sorted = false;
                 }
                 prev = Some(k);
-                srcs.push(sj);
+                facts.push(sj);
                 if qs.queued_demand.is_none()
                     && let Ok(v) = &self.classes[c as usize].dense
                 {
                     add_to(&mut demand, v);
                 }
                 if let Some(g) = &j.gang {
-                    gang_src.entry(g.id.as_str()).or_default().push(i as u32);
+                    queued_gangs.entry(g.id.as_str()).or_default().push(i as u32);
                     if let Some(l) = &g.node_uniformity_label {
                         uniformity.insert(l.as_str());
                     }
@@ -187,19 +188,20 @@ impl<'a> PoolCycle<'a> {
                 demand = self.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
-                let key = |i: u32| self.queued_key(&srcs[i as usize]);
-                let mut o: Vec<u32> = (0..src.len() as u32).filter(|&i| srcs[i as usize].class != u32::MAX).collect();
+                let key = |i: u32| self.queued_key(&facts[i as usize]);
+                let mut o: Vec<u32> =
+                    (0..queued.len() as u32).filter(|&i| facts[i as usize].class != u32::MAX).collect();
                 o.sort_by_key(|&i| key(i));
-                for members in gang_src.values_mut() {
+                for members in queued_gangs.values_mut() {
                     members.sort_by_key(|&i| key(i));
                 }
                 o
             });
             let qc = &mut self.queues[qi];
-            qc.src = src;
-            qc.srcs = srcs;
+            qc.queued = queued;
+            qc.facts = facts;
             qc.order = order;
-            qc.gang_src = gang_src;
+            qc.queued_gangs = queued_gangs;
             qc.demand = demand;
             qc.active = any;
         }
@@ -260,10 +262,10 @@ impl<'a> PoolCycle<'a> {
                 return_rank: 0,
                 req: req.clone(),
             };
-            let (q, pc) = (job.queue as usize, job.pc as usize);
+            let (q, pc) = (job.queue as usize, job.priority_class as usize);
             self.db.add(node, occ);
             add_to(&mut self.queues[q].alloc, &req);
-            add_to(&mut self.queues[q].alloc_by_pc[pc], &req);
+            add_to(&mut self.queues[q].alloc_by_priority_class[pc], &req);
             self.queues[q].active = true;
         }
     }
@@ -316,7 +318,7 @@ impl<'a> PoolCycle<'a> {
                 if let Some(over) = q.snap.queue.resource_limits_by_priority_class.get(&pc.name) {
                     f.extend(over.iter().map(|(k, v)| (k.clone(), *v)));
                 }
-                q.pc_limits[i] = caps(&f, &self.layout, &self.total);
+                q.priority_class_limits[i] = caps(&f, &self.layout, &self.total);
             }
         }
     }
@@ -356,19 +358,23 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// Index of the job's priority class (unknown names get the default class).
-    pub(super) fn pc_of(&self, info: &JobInfo) -> u16 {
+    pub(super) fn priority_class_of(&self, info: &JobInfo) -> u16 {
         let name = info.priority_class.as_str();
-        self.pcs.iter().position(|p| p.name.as_str() == name).map(|p| p as u16).unwrap_or(self.default_pc)
+        self.priority_classes
+            .iter()
+            .position(|p| p.name.as_str() == name)
+            .map(|p| p as u16)
+            .unwrap_or(self.default_priority_class)
     }
 
-    /// Like [`Self::pc_of`], memoised by the address of the class name (no string reads when
+    /// Like [`Self::priority_class_of`], memoised by the address of the class name (no string reads when
     /// jobs share their class names, as the state indexes make them).
-    fn pc_of_memo(&self, memo: &mut SmallVec<[(usize, u16); 8]>, info: &JobInfo) -> u16 {
+    fn priority_class_of_memo(&self, memo: &mut SmallVec<[(usize, u16); 8]>, info: &JobInfo) -> u16 {
         let key = info.priority_class.ptr_key();
         if let Some(&(_, pc)) = memo.iter().find(|(k, _)| *k == key) {
             return pc;
         }
-        let pc = self.pc_of(info);
+        let pc = self.priority_class_of(info);
         if memo.len() < 8 {
             memo.push((key, pc));
         }
@@ -406,14 +412,14 @@ fn resource_layout(cfg: &SchedulerConfig, nodes: &[&Node]) -> Layout {
 }
 
 /// The configured priority classes with their priority levels.
-fn priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<PcInfo> {
+fn cycle_priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<PriorityClassInfo> {
     cfg.priority_classes
         .iter()
-        .map(|p| PcInfo {
+        .map(|p| PriorityClassInfo {
             name: p.name.clone(),
             priority: p.priority,
             preemptible: p.preemptible,
-            prio_idx: levels.index_of(p.priority) as u8,
+            priority_level: levels.index_of(p.priority) as u8,
         })
         .collect()
 }

@@ -11,11 +11,11 @@ use super::decisions::Reason;
 use super::earmark::Earmarks;
 use super::fairness::CostModel;
 use super::hierarchy::Hierarchy;
-use super::job::{CJob, Class, Constraint, GangShape, Origin, SrcJob, Status, Undo};
+use super::job::{Class, Constraint, CycleJob, GangShape, JobFacts, Origin, Status, Undo};
 use super::node_types::NodeTypes;
 use super::nodedb::{Levels, NodeDb};
 use super::policy_state::PolicyState;
-use super::queue::QCtx;
+use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec};
 use super::snapshot::JobInfo;
@@ -25,11 +25,11 @@ use std::sync::Arc;
 
 /// Per-priority-class facts for the cycle.
 #[derive(Debug, Clone)]
-pub(super) struct PcInfo {
+pub(super) struct PriorityClassInfo {
     pub name: crate::model::PriorityClassName,
     pub priority: i32,
     pub preemptible: bool,
-    pub prio_idx: u8,
+    pub priority_level: u8,
 }
 
 /// One pool's cycle.
@@ -39,14 +39,14 @@ pub(super) struct PoolCycle<'a> {
     pub nodes: Vec<&'a Node>,
     pub layout: Layout,
     pub levels: Levels,
-    pub pcs: Vec<PcInfo>,
-    pub default_pc: u16,
+    pub priority_classes: Vec<PriorityClassInfo>,
+    pub default_priority_class: u16,
     pub types: NodeTypes,
     pub db: NodeDb,
     pub classes: Vec<Class<'a>>,
     pub constraints: Vec<Constraint<'a>>,
-    pub jobs: Vec<CJob<'a>>,
-    pub queues: Vec<QCtx<'a>>,
+    pub jobs: Vec<CycleJob<'a>>,
+    pub queues: Vec<CycleQueue<'a>>,
     pub cost: CostModel,
     pub total: ResVec,
     pub undo: Vec<Undo>,
@@ -81,7 +81,7 @@ pub(super) struct PoolCycle<'a> {
     /// that jobs still evicted from an earlier round give their places up first.
     pub rank_floor: u32,
     /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
-    pub walk_free: HashMap<u32, ResVec>,
+    pub room_if_evicted_leave: HashMap<u32, ResVec>,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<Hierarchy>>,
@@ -94,10 +94,10 @@ pub(super) struct PoolCycle<'a> {
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.
 impl<'a> PoolCycle<'a> {
     /// Adds a job to the cycle and returns its index.
-    pub(super) fn new_job(&mut self, src: &SrcJob, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
-        let (class, pc) = (src.class, src.pc);
-        let p = &self.pcs[pc as usize];
-        self.jobs.push(CJob {
+    pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
+        let (class, pc) = (src.class, src.priority_class);
+        let p = &self.priority_classes[pc as usize];
+        self.jobs.push(CycleJob {
             info,
             id: src.id,
             priority: src.priority,
@@ -105,9 +105,9 @@ impl<'a> PoolCycle<'a> {
             gang: src.gang,
             queue,
             class,
-            prio_idx: p.prio_idx,
+            priority_level: p.priority_level,
             class_priority: p.priority,
-            pc,
+            priority_class: pc,
             origin,
             status: if origin == Origin::Queued { Status::Waiting } else { Status::Running },
             displaced_by: None,
@@ -122,12 +122,12 @@ impl<'a> PoolCycle<'a> {
 
     /// Priority of the pool's default priority class (0 if it has none).
     pub(super) fn default_priority(&self) -> i32 {
-        self.pcs.get(self.default_pc as usize).map_or(0, |p| p.priority)
+        self.priority_classes.get(self.default_priority_class as usize).map_or(0, |p| p.priority)
     }
 
     /// Place of a queued job in its queue's order.
-    pub(super) fn queued_key(&self, src: &SrcJob) -> QueueOrderKey {
-        QueueOrderKey::new(self.pcs[src.pc as usize].priority, src.priority, src.seq)
+    pub(super) fn queued_key(&self, src: &JobFacts) -> QueueOrderKey {
+        QueueOrderKey::new(self.priority_classes[src.priority_class as usize].priority, src.priority, src.seq)
     }
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the

@@ -13,7 +13,7 @@ use super::resvec::{ResVec, add_to};
 impl PoolCycle<'_> {
     /// True if job `j` is preemptible.
     fn preemptible(&self, j: u32) -> bool {
-        self.pcs[self.jobs[j as usize].pc as usize].preemptible
+        self.priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
     }
 
     /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
@@ -27,9 +27,9 @@ impl PoolCycle<'_> {
             return g;
         }
         if evicted {
-            self.levels.evicted_freed_at(job.prio_idx as usize)
+            self.levels.evicted_freed_at(job.priority_level as usize)
         } else {
-            self.levels.running_freed_at(job.prio_idx as usize)
+            self.levels.running_freed_at(job.priority_level as usize)
         }
     }
 
@@ -55,7 +55,7 @@ impl PoolCycle<'_> {
     /// on home and open nodes.
     pub(super) fn try_place_earmarked(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.levels.max_search_level(job.prio_idx as usize));
+        let (q, max) = (job.queue, self.levels.max_search_level(job.priority_level as usize));
         let preemptible = self.preemptible(j);
         let (mut home, mut open, mut guest) = (Vec::new(), Vec::new(), Vec::new());
         for &t in types {
@@ -175,7 +175,7 @@ impl PoolCycle<'_> {
         let n = job.node?;
         let guest = self.earmarks.is_guest(n, job.queue);
         let placed_here =
-            |x: &&super::job::CJob<'_>| matches!(x.status, Status::Placed | Status::Returned) && x.node == Some(n);
+            |x: &&super::job::CycleJob<'_>| matches!(x.status, Status::Placed | Status::Returned) && x.node == Some(n);
         let latest = |home: bool| {
             (0..self.jobs.len() as u32).rev().find(|&x| {
                 placed_here(&&self.jobs[x as usize]) && (!home || self.earmarks.is_home(n, self.jobs[x as usize].queue))

@@ -92,7 +92,10 @@ impl PoolCycle<'_> {
             }
             for o in &self.db.nodes[n].occupants {
                 let job = &self.jobs[o.job as usize];
-                if o.evicted || !queues[job.queue as usize] || !self.pcs[job.pc as usize].preemptible {
+                if o.evicted
+                    || !queues[job.queue as usize]
+                    || !self.priority_classes[job.priority_class as usize].preemptible
+                {
                     continue;
                 }
                 chosen.insert(o.job);
@@ -116,10 +119,10 @@ impl PoolCycle<'_> {
                 continue;
             }
             let req = self.req(j);
-            let (q, pc) = (job.queue, job.pc);
+            let (q, pc) = (job.queue, job.priority_class);
             self.jobs[j as usize].status = Status::Evicted;
             sub_from(&mut self.queues[q as usize].alloc, &req);
-            sub_from(&mut self.queues[q as usize].alloc_by_pc[pc as usize], &req);
+            sub_from(&mut self.queues[q as usize].alloc_by_priority_class[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
         self.evicted_count += chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();

@@ -22,17 +22,17 @@ use std::sync::Arc;
 /// ([`CycleOrderKey`]); on equal keys the stream listed first goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stream {
-    /// Jobs evicted in this cycle (`QCtx::evicted`, one entry per gang): they may return to their
+    /// Jobs evicted in this cycle (`CycleQueue::evicted`, one entry per gang): they may return to their
     /// nodes.
     Evicted,
-    /// Jobs that waited for room, offered again after a rebalance (`QCtx::retry`).
+    /// Jobs that waited for room, offered again after a rebalance (`CycleQueue::retry`).
     Retry,
-    /// Queued jobs not offered yet (`QCtx::order`, or `QCtx::src` when that is in order).
+    /// Queued jobs not offered yet (`CycleQueue::order`, or `CycleQueue::src` when that is in order).
     Queued,
 }
 
 /// The head of a stream: its key, the stream, and a job (`Evicted`, `Retry`) or a position in
-/// `src` (`Queued`).
+/// `queued` (`Queued`).
 type Head = (CycleOrderKey, Stream, u32);
 
 /// The stream head to take next: the first in queue order, on equal keys the first stream.
@@ -113,7 +113,7 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
-    /// Position in `src` of the queue's next queued job to offer, skipping jobs not for this
+    /// Position in `queued` of the queue's next queued job to offer, skipping jobs not for this
     /// pool and members of gangs already offered.
     pub(super) fn peek_queued(&mut self, q: u32) -> Option<u32> {
         let qc = &mut self.queues[q as usize];
@@ -121,19 +121,19 @@ impl<'a> PoolCycle<'a> {
             let pos = match &qc.order {
                 Some(o) => *o.get(qc.queued_pos)?,
                 None => {
-                    if qc.queued_pos >= qc.src.len() {
+                    if qc.queued_pos >= qc.queued.len() {
                         return None;
                     }
                     qc.queued_pos as u32
                 }
             };
-            let sj = &qc.srcs[pos as usize];
+            let sj = &qc.facts[pos as usize];
             if sj.class == u32::MAX {
                 qc.queued_pos += 1;
                 continue;
             }
             if sj.gang
-                && let Some(g) = &qc.src[pos as usize].gang
+                && let Some(g) = &qc.queued[pos as usize].gang
                 && qc.gangs_done.contains(g.id.as_str())
             {
                 qc.queued_pos += 1;
@@ -179,7 +179,7 @@ impl<'a> PoolCycle<'a> {
                 next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
                 next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
                 next_queued
-                    .map(|pos| (self.queued_key(&qc.srcs[pos as usize]).with_evicted(false), Stream::Queued, pos)),
+                    .map(|pos| (self.queued_key(&qc.facts[pos as usize]).with_evicted(false), Stream::Queued, pos)),
             ];
             let (stream, at) = first_head(heads)?;
             let members = match stream {
@@ -239,17 +239,18 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
-    /// Takes the queued job at position `pos` of queue `q`'s `src`, with the queued members of its
+    /// Takes the queued job at position `pos` of queue `q`'s `queued`, with the queued members of its
     /// gang, into the cycle.
     pub(super) fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
         self.queues[q as usize].queued_pos += 1;
-        let src = self.queues[q as usize].src;
-        let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let src = self.queues[q as usize].queued;
+        let gang =
+            if self.queues[q as usize].facts[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
         let positions: SmallVec<[u32; 1]> = match gang {
             Some(g) => {
                 let qc = &mut self.queues[q as usize];
                 qc.gangs_done.insert(g.id.as_str());
-                qc.gang_src
+                qc.queued_gangs
                     .get(g.id.as_str())
                     .map(|m| m.iter().copied().collect())
                     .unwrap_or_else(|| smallvec::smallvec![pos])
@@ -260,7 +261,7 @@ impl<'a> PoolCycle<'a> {
         let members: SmallVec<[u32; 1]> = positions
             .iter()
             .map(|&p| {
-                let sj = self.queues[q as usize].srcs[p as usize].clone();
+                let sj = self.queues[q as usize].facts[p as usize].clone();
                 self.new_job(&sj, &src[p as usize], q, Origin::Queued)
             })
             .collect();

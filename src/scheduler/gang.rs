@@ -72,7 +72,7 @@ impl PoolCycle<'_> {
             }
             return 0;
         }
-        let max_level = self.levels.max_search_level(first.prio_idx as usize);
+        let max_level = self.levels.max_search_level(first.priority_level as usize);
         // Pool policies other than fair_share preempt by their own rules, which the levels do not
         // count: every domain gets a trial there.
         let domains = if same_class && self.policy.is_none() {
@@ -148,12 +148,12 @@ impl PoolCycle<'_> {
         let first = &self.jobs[first as usize];
         GangShape {
             class: first.class,
-            prio_idx: first.prio_idx,
+            priority_level: first.priority_level,
             members: present,
             min_cardinality: gang.min_cardinality,
             uniformity_label: gang.node_uniformity_label.clone(),
             profile: if self.earmarks.active() {
-                self.earmarks.profile(first.queue, self.pcs[first.pc as usize].preemptible)
+                self.earmarks.profile(first.queue, self.priority_classes[first.priority_class as usize].preemptible)
             } else {
                 0
             },
@@ -232,7 +232,7 @@ impl PoolCycle<'_> {
                 }
                 None => {
                     if trial.first_failure.is_none() {
-                        let prio = self.jobs[m as usize].prio_idx;
+                        let prio = self.jobs[m as usize].priority_level;
                         trial.first_failure = Some(Arc::new(self.no_capacity_reason(&types, req, prio)));
                     }
                 }

@@ -24,7 +24,7 @@
 //! shares, reports) are in `fill_tree.rs`.
 
 use super::fairness::{CostModel, water_fill};
-use super::queue::{QCtx, Turn};
+use super::queue::{CycleQueue, Turn};
 use super::resvec::{ResVec, add_to};
 use crate::model::{PriorityPolicy, QueueName, SortPriority};
 use std::collections::BTreeMap;
@@ -85,7 +85,7 @@ impl Hierarchy {
     /// `force` is not set. A parent missing from the snapshot, or a cycle (which validation
     /// prevents), makes a queue a child of the root.
     pub(super) fn build(
-        queues: &[QCtx<'_>],
+        queues: &[CycleQueue<'_>],
         default_priority: i32,
         zero: ResVec,
         force: bool,
@@ -256,7 +256,7 @@ impl Hierarchy {
     }
 
     /// Once, at the cycle's first pick: each queue's priority as its parent sees it then.
-    pub(super) fn record_first_offers(&mut self, queues: &[QCtx<'_>]) {
+    pub(super) fn record_first_offers(&mut self, queues: &[CycleQueue<'_>]) {
         if !self.recorded {
             self.recorded = true;
             self.first_priorities =
@@ -276,7 +276,7 @@ impl Hierarchy {
     }
 
     /// The leaf whose candidate goes next, if any queue has one.
-    pub(super) fn pick(&mut self, queues: &[QCtx<'_>], cost: &CostModel, turns: &[Option<Turn>]) -> Option<u32> {
+    pub(super) fn pick(&mut self, queues: &[CycleQueue<'_>], cost: &CostModel, turns: &[Option<Turn>]) -> Option<u32> {
         let tree = self;
         let all = !tree.fresh;
         tree.fresh = true;
@@ -309,7 +309,7 @@ impl Hierarchy {
     /// choice, and the highest priority among them.
     fn best_choice(
         &self,
-        queues: &[QCtx<'_>],
+        queues: &[CycleQueue<'_>],
         cost: &CostModel,
         kids: &[u32],
         turns: &[Option<Turn>],

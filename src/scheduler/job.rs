@@ -39,7 +39,7 @@ pub(super) enum Status {
 
 /// A job taking part in the cycle.
 #[derive(Debug, Clone)]
-pub(super) struct CJob<'a> {
+pub(super) struct CycleJob<'a> {
     pub info: &'a Arc<JobInfo>,
     pub id: crate::model::JobId,
     pub priority: u32,
@@ -48,9 +48,9 @@ pub(super) struct CJob<'a> {
     pub gang: bool,
     pub queue: u32,
     pub class: u32,
-    pub prio_idx: u8,
+    pub priority_level: u8,
     pub class_priority: i32,
-    pub pc: u16,
+    pub priority_class: u16,
     pub origin: Origin,
     pub status: Status,
     pub displaced_by: Option<u32>,
@@ -59,7 +59,7 @@ pub(super) struct CJob<'a> {
     pub node: Option<u32>,
 }
 
-impl CJob<'_> {
+impl CycleJob<'_> {
     /// The node the job holds resources on, if any.
     pub(super) fn node(&self) -> Option<u32> {
         match self.status {
@@ -81,18 +81,25 @@ impl CJob<'_> {
 
 /// The facts about a queued job the cycle needs, copied out of its `JobInfo` once.
 #[derive(Debug, Clone)]
-pub(super) struct SrcJob {
+pub(super) struct JobFacts {
     pub id: crate::model::JobId,
     pub seq: u64,
     pub priority: u32,
     pub class: u32,
-    pub pc: u16,
+    pub priority_class: u16,
     pub gang: bool,
 }
 
-impl SrcJob {
+impl JobFacts {
     pub(super) fn of(info: &JobInfo, class: u32, pc: u16) -> Self {
-        SrcJob { id: info.id, seq: info.submit_seq, priority: info.priority, class, pc, gang: info.gang.is_some() }
+        JobFacts {
+            id: info.id,
+            seq: info.submit_seq,
+            priority: info.priority,
+            class,
+            priority_class: pc,
+            gang: info.gang.is_some(),
+        }
     }
 }
 
@@ -118,7 +125,7 @@ pub(super) enum Undo {
     Added { node: u32, job: u32 },
     Removed { node: u32, occ: Occupant },
     Status { job: u32, status: Status, displaced_by: Option<u32>, reason: Option<Arc<Reason>>, node: Option<u32> },
-    Alloc { queue: u32, pc: u16, req: ResVec, added: bool },
+    Alloc { queue: u32, priority_class: u16, req: ResVec, added: bool },
 }
 
 /// A gang of identical members as far as placement goes: gangs of one shape get the same
@@ -128,7 +135,7 @@ pub(super) struct GangShape {
     /// The members' requirements class.
     pub class: u32,
     /// The members' priority level.
-    pub prio_idx: u8,
+    pub priority_level: u8,
     /// Members offered together.
     pub members: u32,
     /// Fewest members that must be placed.

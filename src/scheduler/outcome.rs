@@ -122,7 +122,10 @@ impl PoolCycle<'_> {
                         node: self.nodes[n as usize].name.clone(),
                     }
                 } else if b.class_priority > j.class_priority {
-                    PreemptionReason::Urgency { by: b.id, by_priority_class: self.pcs[b.pc as usize].name.clone() }
+                    PreemptionReason::Urgency {
+                        by: b.id,
+                        by_priority_class: self.priority_classes[b.priority_class as usize].name.clone(),
+                    }
                 } else {
                     PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
                 }

@@ -94,7 +94,7 @@ impl PoolCycle<'_> {
     /// The queue or priority-class limit the candidate would break.
     fn limit_violation(&self, q: u32, cand: &Candidate) -> Option<Reason> {
         let qc = &self.queues[q as usize];
-        if qc.limit.is_none() && qc.pc_limits.iter().all(Option::is_none) {
+        if qc.limit.is_none() && qc.priority_class_limits.iter().all(Option::is_none) {
             return None;
         }
         if let Some(limit) = &qc.limit {
@@ -106,7 +106,7 @@ impl PoolCycle<'_> {
         }
         let mut by_pc: Vec<(u16, ResVec)> = Vec::new();
         for &j in &cand.jobs {
-            let pc = self.jobs[j as usize].pc;
+            let pc = self.jobs[j as usize].priority_class;
             let req = self.req(j);
             match by_pc.iter_mut().find(|(p, _)| *p == pc) {
                 Some((_, v)) => add_to(v, &req),
@@ -114,12 +114,12 @@ impl PoolCycle<'_> {
             }
         }
         for (pc, req) in by_pc {
-            if let Some(limit) = &qc.pc_limits[pc as usize] {
+            if let Some(limit) = &qc.priority_class_limits[pc as usize] {
                 for s in 0..limit.len() {
-                    if req[s] > 0 && qc.alloc_by_pc[pc as usize][s] + req[s] > limit[s] {
+                    if req[s] > 0 && qc.alloc_by_priority_class[pc as usize][s] + req[s] > limit[s] {
                         return Some(Reason::PriorityClassLimit {
                             queue: qc.name.clone(),
-                            priority_class: self.pcs[pc as usize].name.clone(),
+                            priority_class: self.priority_classes[pc as usize].name.clone(),
                             resource: self.layout.name(s).clone(),
                         });
                     }
@@ -160,12 +160,12 @@ impl PoolCycle<'_> {
     fn place_single(&mut self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
         let profile = if self.earmarks.active() {
-            self.earmarks.profile(job.queue, self.pcs[job.pc as usize].preemptible)
+            self.earmarks.profile(job.queue, self.priority_classes[job.priority_class as usize].preemptible)
         } else {
             0
         };
         // One word for level and profile: the cache is looked up for every job tried.
-        let key = (job.class, u32::from(job.prio_idx) | profile << 8);
+        let key = (job.class, u32::from(job.priority_level) | profile << 8);
         if let Some(r) = self.unschedulable.get(&key) {
             let r = r.clone();
             self.set_reason(j, r);
@@ -185,7 +185,7 @@ impl PoolCycle<'_> {
         }
         let reason = match self.earmark_reason(j, &req) {
             Some(r) => Arc::new(r),
-            None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].prio_idx)),
+            None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
         };
         self.unschedulable.insert(key, reason.clone());
         self.set_reason(j, reason);
@@ -202,7 +202,7 @@ impl PoolCycle<'_> {
             return self.try_place_earmarked(j, types, req);
         }
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.levels.max_search_level(job.prio_idx as usize));
+        let (q, max) = (job.queue, self.levels.max_search_level(job.priority_level as usize));
         for l in 0..=max {
             if self.db.level_is_redundant(l) {
                 continue;
@@ -298,7 +298,7 @@ impl PoolCycle<'_> {
             req: req.clone(),
         };
         let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };
-        let (q, pc) = (job.queue, job.pc);
+        let (q, pc) = (job.queue, job.priority_class);
         self.db.add(n, occ);
         if self.recording {
             self.undo.push(Undo::Added { node: n, job: j });
@@ -319,7 +319,7 @@ impl PoolCycle<'_> {
             self.earmarks.reoffer = true;
         }
         let victim = &self.jobs[v as usize];
-        let (q, pc, status) = (victim.queue, victim.pc, victim.status);
+        let (q, pc, status) = (victim.queue, victim.priority_class, victim.status);
         let req = occ.req.clone();
         if self.recording {
             self.undo.push(Undo::Removed { node, occ });
@@ -357,7 +357,7 @@ impl PoolCycle<'_> {
                 continue;
             }
             let job = &self.jobs[m as usize];
-            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.pc);
+            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.priority_class);
             match status {
                 Status::Placed | Status::Returned | Status::Running => {
                     let Some(node) = job.node() else { continue };
@@ -396,13 +396,13 @@ impl PoolCycle<'_> {
         let qc = &mut self.queues[q as usize];
         if added {
             add_to(&mut qc.alloc, req);
-            add_to(&mut qc.alloc_by_pc[pc as usize], req);
+            add_to(&mut qc.alloc_by_priority_class[pc as usize], req);
         } else {
             sub_from(&mut qc.alloc, req);
-            sub_from(&mut qc.alloc_by_pc[pc as usize], req);
+            sub_from(&mut qc.alloc_by_priority_class[pc as usize], req);
         }
         if self.recording {
-            self.undo.push(Undo::Alloc { queue: q, pc, req: req.clone(), added });
+            self.undo.push(Undo::Alloc { queue: q, priority_class: pc, req: req.clone(), added });
         }
         if let Some(log) = self.alloc_log.as_mut() {
             log.push(q);
@@ -437,14 +437,14 @@ impl PoolCycle<'_> {
                     j.reason = reason;
                     j.node = node;
                 }
-                Undo::Alloc { queue, pc, req, added } => {
+                Undo::Alloc { queue, priority_class: pc, req, added } => {
                     let qc = &mut self.queues[queue as usize];
                     if added {
                         sub_from(&mut qc.alloc, &req);
-                        sub_from(&mut qc.alloc_by_pc[pc as usize], &req);
+                        sub_from(&mut qc.alloc_by_priority_class[pc as usize], &req);
                     } else {
                         add_to(&mut qc.alloc, &req);
-                        add_to(&mut qc.alloc_by_pc[pc as usize], &req);
+                        add_to(&mut qc.alloc_by_priority_class[pc as usize], &req);
                     }
                 }
             }
@@ -462,7 +462,7 @@ impl PoolCycle<'_> {
         {
             self.undo.push(Undo::Removed { node, occ: occ.clone() });
         }
-        let max = self.levels.max_search_level(self.jobs[e as usize].prio_idx as usize);
+        let max = self.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
         let max = if self.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
         for l in 0..=max {
@@ -501,9 +501,9 @@ impl PoolCycle<'_> {
     }
 
     /// Why a job fits on no node of `types`, even counting what it may preempt.
-    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, prio_idx: u8) -> Reason {
+    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
         // Pool policies other than fair_share place at level 0 (what is free now).
-        let level = if self.policy.is_some() { 0 } else { self.levels.max_search_level(prio_idx as usize) };
+        let level = if self.policy.is_some() { 0 } else { self.levels.max_search_level(priority_level as usize) };
         let max = self.db.max_free(level, types, self.layout.len());
         let amount = |s: usize| {
             let name = self.layout.name(s);

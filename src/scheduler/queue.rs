@@ -3,7 +3,7 @@
 //! filling. Data only: the steps that move it operate on the cycle ([`super::context`]).
 
 use super::decisions::Reason;
-use super::job::SrcJob;
+use super::job::JobFacts;
 use super::resvec::{Layout, ResVec};
 use super::snapshot::{JobInfo, QueueSnapshot};
 use crate::model::{GangSpec, QueueName};
@@ -23,27 +23,27 @@ pub(super) struct Candidate {
 
 /// A queue during the cycle.
 #[derive(Debug)]
-pub(super) struct QCtx<'a> {
+pub(super) struct CycleQueue<'a> {
     pub snap: &'a QueueSnapshot,
     pub name: QueueName,
     pub priority_factor: f64,
     pub alloc: ResVec,
-    pub alloc_by_pc: Vec<ResVec>,
+    pub alloc_by_priority_class: Vec<ResVec>,
     /// Absolute caps per slot (i64::MAX = none).
     pub limit: Option<ResVec>,
-    pub pc_limits: Vec<Option<ResVec>>,
+    pub priority_class_limits: Vec<Option<ResVec>>,
     /// Evicted jobs in queue order (gangs first-member order).
     pub evicted: Vec<u32>,
     pub evicted_pos: usize,
     /// The queue's queued jobs as given.
-    pub src: &'a [Arc<JobInfo>],
-    /// What the cycle needs of each job of `src`, copied in one pass so later steps need not
+    pub queued: &'a [Arc<JobInfo>],
+    /// What the cycle needs of each job of `queued`, copied in one pass so later steps need not
     /// read the jobs again (`class == u32::MAX`: not for this pool).
-    pub srcs: Vec<SrcJob>,
-    /// Positions in `src` in queue order, when `src` is not already in order.
+    pub facts: Vec<JobFacts>,
+    /// Positions in `queued` in queue order, when `queued` is not already in order.
     pub order: Option<Vec<u32>>,
-    /// Gang members (positions in `src`, in queue order) by gang id.
-    pub gang_src: HashMap<&'a str, Vec<u32>>,
+    /// Gang members (positions in `queued`, in queue order) by gang id.
+    pub queued_gangs: HashMap<&'a str, Vec<u32>>,
     /// Gangs already offered.
     pub gangs_done: HashSet<&'a str>,
     /// Next position (in queue order) to look at.
@@ -73,24 +73,24 @@ pub(super) struct QCtx<'a> {
     pub protected: bool,
 }
 
-impl<'a> QCtx<'a> {
+impl<'a> CycleQueue<'a> {
     /// A queue at the start of the cycle, before its jobs are read: nothing allocated, no
     /// limits, no candidates, no shares.
     pub(super) fn new(snap: &'a QueueSnapshot, layout: &Layout, priority_classes: usize) -> Self {
-        QCtx {
+        CycleQueue {
             snap,
             name: snap.queue.name.clone(),
             priority_factor: snap.queue.priority_factor,
             alloc: layout.zero(),
-            alloc_by_pc: vec![layout.zero(); priority_classes],
+            alloc_by_priority_class: vec![layout.zero(); priority_classes],
             limit: None,
-            pc_limits: vec![None; priority_classes],
+            priority_class_limits: vec![None; priority_classes],
             evicted: vec![],
             evicted_pos: 0,
-            src: &[],
-            srcs: vec![],
+            queued: &[],
+            facts: vec![],
             order: None,
-            gang_src: HashMap::default(),
+            queued_gangs: HashMap::default(),
             gangs_done: HashSet::default(),
             queued_pos: 0,
             taken: 0,

@@ -140,7 +140,7 @@ impl PoolCycle<'_> {
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
         debug_assert!(self.levels.is_eviction_level(level));
         let below = (level - 1) as usize;
-        let mut free = std::mem::take(&mut self.walk_free);
+        let mut free = std::mem::take(&mut self.room_if_evicted_leave);
         free.clear();
         let mut found = None;
         let mut visited = 0;
@@ -174,7 +174,7 @@ impl PoolCycle<'_> {
         while self.return_head < self.return_order.len() && self.return_order[self.return_head] == GONE {
             self.return_head += 1;
         }
-        self.walk_free = free;
+        self.room_if_evicted_leave = free;
         found
     }
 }

@@ -171,7 +171,7 @@ impl<'a> PoolCycle<'a> {
                         let v = &self.jobs[o.job as usize];
                         let eligible = matches!(v.status, Status::Running | Status::Placed | Status::Returned)
                             && v.priority > prio
-                            && self.pcs[v.pc as usize].preemptible
+                            && self.priority_classes[v.priority_class as usize].preemptible
                             && self.in_gpu_line(o.job) == line;
                         eligible.then(|| (v.priority, self.started_ms(o.job), v.seq, o.job))
                     })
@@ -232,7 +232,7 @@ impl<'a> PoolCycle<'a> {
                 continue;
             }
             let Some(node) = job.node() else { continue };
-            let (q, pc) = (job.queue, job.pc);
+            let (q, pc) = (job.queue, job.priority_class);
             let Some(occ) = self.db.remove(node, m) else { continue };
             self.set_status(m, Status::Preempted, None);
             self.alloc(q, pc, &occ.req, false);

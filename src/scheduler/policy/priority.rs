@@ -27,7 +27,7 @@ impl PoolCycle<'_> {
         // (priority, submit sequence, queue, position in the queue's src)
         let mut order: Vec<(u32, u64, u32, u32)> = Vec::new();
         for (q, qc) in self.queues.iter().enumerate() {
-            for (pos, sj) in qc.srcs.iter().enumerate() {
+            for (pos, sj) in qc.facts.iter().enumerate() {
                 if sj.class != u32::MAX {
                     order.push((sj.priority, sj.seq, q as u32, pos as u32));
                 }
@@ -43,8 +43,8 @@ impl PoolCycle<'_> {
             if qc.queued_stopped {
                 continue;
             }
-            if qc.srcs[pos as usize].gang
-                && let Some(g) = &qc.src[pos as usize].gang
+            if qc.facts[pos as usize].gang
+                && let Some(g) = &qc.queued[pos as usize].gang
                 && qc.gangs_done.contains(g.id.as_str())
             {
                 continue;

@@ -207,7 +207,7 @@ impl PoolCycle<'_> {
                     let job = &self.jobs[j as usize];
                     job.queue as usize == q
                         && job.status == Status::Running
-                        && self.pcs[job.pc as usize].preemptible
+                        && self.priority_classes[job.priority_class as usize].preemptible
                         && self.req(j)[s] > 0
                 })
                 .map(|j| (self.started_ms(j), self.jobs[j as usize].seq, j))
