@@ -6,7 +6,7 @@
 //! [`PoolCycle`] it returns.
 
 use super::config::SchedulerConfig;
-use super::context::{PoolCycle, PriorityClassInfo};
+use super::context::PoolCycle;
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::hierarchy::Hierarchy;
@@ -18,6 +18,7 @@ use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
 use super::usage::{QueueUsage, decay};
+use super::view::{PoolView, PriorityClassInfo};
 use crate::model::{Node, PoolName, ResourceName, SchedulingRequirements};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
@@ -55,7 +56,7 @@ impl<'a> PoolCycle<'a> {
             qsnaps.iter().map(|qs| CycleQueue::new(qs, &layout, priority_classes.len())).collect();
 
         let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
-        let mut cycle = PoolCycle {
+        let view = PoolView {
             cfg,
             pool: pool.clone(),
             nodes,
@@ -64,13 +65,18 @@ impl<'a> PoolCycle<'a> {
             priority_classes,
             default_priority_class,
             types: NodeTypes { types: vec![], type_of: vec![] },
-            db: NodeDb::new(vec![], &[], 0, &[], 1),
             classes: vec![],
             constraints: vec![],
-            jobs: vec![],
-            queues,
             cost,
             total,
+            earmarks,
+        };
+        let mut cycle = PoolCycle {
+            view,
+            matching_types: vec![],
+            db: NodeDb::new(vec![], &[], 0, &[], 1),
+            jobs: vec![],
+            queues,
             undo: vec![],
             recording: false,
             unschedulable: HashMap::default(),
@@ -84,7 +90,6 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
-            earmarks,
             return_order: vec![],
             return_head: 0,
             rank_floor: u32::MAX,
@@ -93,7 +98,7 @@ impl<'a> PoolCycle<'a> {
             alloc_log: None,
             policy: None,
         };
-        cycle.tree = Hierarchy::build(&cycle.queues, cycle.default_priority(), cycle.layout.zero(), false);
+        cycle.tree = Hierarchy::build(&cycle.queues, cycle.view.default_priority(), cycle.view.layout.zero(), false);
         let mut interner = Interner::default();
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
@@ -156,7 +161,7 @@ impl<'a> PoolCycle<'a> {
             let mut any = false;
             let mut prev: Option<QueueOrderKey> = None;
             let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
-            let mut demand = self.layout.zero();
+            let mut demand = self.view.layout.zero();
             for (i, j) in queued.iter().enumerate() {
                 if !eligible(j) {
                     facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
@@ -173,7 +178,7 @@ impl<'a> PoolCycle<'a> {
                 prev = Some(k);
                 facts.push(sj);
                 if qs.queued_demand.is_none()
-                    && let Ok(v) = &self.classes[c as usize].dense
+                    && let Ok(v) = &self.view.classes[c as usize].dense
                 {
                     add_to(&mut demand, v);
                 }
@@ -185,7 +190,7 @@ impl<'a> PoolCycle<'a> {
                 }
             }
             if let Some(d) = qs.queued_demand.as_ref().filter(|_| !qs.queue.cordoned) {
-                demand = self.layout.dense_lossy(d);
+                demand = self.view.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
                 let key = |i: u32| self.queued_key(&facts[i as usize]);
@@ -217,7 +222,7 @@ impl<'a> PoolCycle<'a> {
         quarantined: &HashSet<(&str, &str)>,
     ) {
         let mut spec = LabelSpec::default();
-        for c in &self.constraints {
+        for c in &self.view.constraints {
             spec.add_constraints(c.reqs);
         }
         for j in &self.jobs {
@@ -236,23 +241,30 @@ impl<'a> PoolCycle<'a> {
         let in_quarantine: Vec<bool> = if quarantined.is_empty() {
             Vec::new()
         } else {
-            self.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
+            self.view.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        self.types = NodeTypes::build(&self.nodes, &spec, &in_quarantine);
-        self.earmarks.set_types(&self.types);
+        self.matching_types = vec![None; self.view.constraints.len()];
+        self.view.types = NodeTypes::build(&self.view.nodes, &spec, &in_quarantine);
+        self.view.earmarks.set_types(&self.view.types);
         let key_slots: Vec<Option<usize>> =
-            self.cfg.indexed_resources.iter().map(|r| self.layout.slot(r.as_str())).collect();
-        self.db = NodeDb::new(capacities, &self.types.type_of, self.types.types.len(), &key_slots, self.levels.count());
+            self.view.cfg.indexed_resources.iter().map(|r| self.view.layout.slot(r.as_str())).collect();
+        self.db = NodeDb::new(
+            capacities,
+            &self.view.types.type_of,
+            self.view.types.types.len(),
+            &key_slots,
+            self.view.levels.count(),
+        );
     }
 
     /// Puts the running jobs on their nodes and counts them in their queues' allocations.
     fn place_running(&mut self, running: Vec<(u32, u32)>) {
         for (j, node) in running {
             let job = &self.jobs[j as usize];
-            let req = self.classes[job.class as usize]
+            let req = self.view.classes[job.class as usize]
                 .dense
                 .clone()
-                .unwrap_or_else(|_| self.layout.dense_lossy(&job.info.requirements.requests));
+                .unwrap_or_else(|_| self.view.layout.dense_lossy(&job.info.requirements.requests));
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
@@ -277,7 +289,7 @@ impl<'a> PoolCycle<'a> {
         }
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&self.queues[i].demand)).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.view.cost.share(&self.queues[i].demand)).collect();
         let plain = fair_shares(&weights);
         let adjusted = adjusted_fair_shares(&weights, &demands);
         for (k, &i) in active.iter().enumerate() {
@@ -286,7 +298,7 @@ impl<'a> PoolCycle<'a> {
             q.adjusted_fair_share = adjusted[k];
         }
         for q in &mut self.queues {
-            q.actual_share = self.cost.share(&q.alloc);
+            q.actual_share = self.view.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
             q.usage = q.actual_share;
         }
@@ -312,13 +324,13 @@ impl<'a> PoolCycle<'a> {
             Some(v)
         };
         for q in &mut self.queues {
-            q.limit = caps(&q.snap.queue.resource_limits, &self.layout, &self.total);
-            for (i, pc) in self.cfg.priority_classes.iter().enumerate() {
+            q.limit = caps(&q.snap.queue.resource_limits, &self.view.layout, &self.view.total);
+            for (i, pc) in self.view.cfg.priority_classes.iter().enumerate() {
                 let mut f = pc.max_resource_fraction_per_queue.clone();
                 if let Some(over) = q.snap.queue.resource_limits_by_priority_class.get(&pc.name) {
                     f.extend(over.iter().map(|(k, v)| (k.clone(), *v)));
                 }
-                q.priority_class_limits[i] = caps(&f, &self.layout, &self.total);
+                q.priority_class_limits[i] = caps(&f, &self.view.layout, &self.view.total);
             }
         }
     }
@@ -331,7 +343,7 @@ impl<'a> PoolCycle<'a> {
         }
         let fp = info.requirements.fingerprint();
         if let Some(cands) = interner.classes.get(&fp)
-            && let Some(&c) = cands.iter().find(|&&c| *self.classes[c as usize].reqs == *reqs)
+            && let Some(&c) = cands.iter().find(|&&c| *self.view.classes[c as usize].reqs == *reqs)
         {
             interner.by_ptr.insert(ptr, c);
             return c;
@@ -340,18 +352,18 @@ impl<'a> PoolCycle<'a> {
         let constraint = match interner
             .constraints
             .get(&cfp)
-            .and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs)))
+            .and_then(|v| v.iter().find(|&&c| same_constraints(self.view.constraints[c as usize].reqs, reqs)))
         {
             Some(&c) => c,
             None => {
-                self.constraints.push(Constraint { reqs, matching: None });
-                let c = (self.constraints.len() - 1) as u32;
+                self.view.constraints.push(Constraint { reqs });
+                let c = (self.view.constraints.len() - 1) as u32;
                 interner.constraints.entry(cfp).or_default().push(c);
                 c
             }
         };
-        self.classes.push(Class { reqs, dense: self.layout.dense(&reqs.requests), constraint });
-        let c = (self.classes.len() - 1) as u32;
+        self.view.classes.push(Class { reqs, dense: self.view.layout.dense(&reqs.requests), constraint });
+        let c = (self.view.classes.len() - 1) as u32;
         interner.classes.entry(fp).or_default().push(c);
         interner.by_ptr.insert(ptr, c);
         c
@@ -360,11 +372,12 @@ impl<'a> PoolCycle<'a> {
     /// Index of the job's priority class (unknown names get the default class).
     pub(super) fn priority_class_of(&self, info: &JobInfo) -> u16 {
         let name = info.priority_class.as_str();
-        self.priority_classes
+        self.view
+            .priority_classes
             .iter()
             .position(|p| p.name.as_str() == name)
             .map(|p| p as u16)
-            .unwrap_or(self.default_priority_class)
+            .unwrap_or(self.view.default_priority_class)
     }
 
     /// Like [`Self::priority_class_of`], memoised by the address of the class name (no string reads when
@@ -455,11 +468,11 @@ impl PoolCycle<'_> {
     /// or (with no half-time, or no record for the queue yet) its current share. Its cost in
     /// progressive filling is then that plus what the cycle adds to its share.
     pub(super) fn start_usage(&mut self, recorded: &QueueUsage, now_ms: i64) {
-        let h = self.cfg.queue_usage_halftime;
+        let h = self.view.cfg.queue_usage_halftime;
         if h.is_zero() {
             return;
         }
-        let pool = recorded.pools.get(&self.pool);
+        let pool = recorded.pools.get(&self.view.pool);
         for q in &mut self.queues {
             q.usage = match pool.and_then(|p| p.get(&q.name)) {
                 Some(s) => decay(s.usage, s.current, now_ms - recorded.at_ms, h),

@@ -6,49 +6,30 @@
 //! it ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
 //! [`super::gang`], [`super::outcome`], ...), so each step can be read on its own.
 
-use super::config::SchedulerConfig;
 use super::decisions::Reason;
-use super::earmark::Earmarks;
-use super::fairness::CostModel;
 use super::hierarchy::Hierarchy;
-use super::job::{Class, Constraint, CycleJob, GangShape, JobFacts, Origin, Status, Undo};
-use super::node_types::NodeTypes;
-use super::nodedb::{Levels, NodeDb};
+use super::job::{CycleJob, GangShape, JobFacts, Origin, Status, Undo};
+use super::nodedb::NodeDb;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
-use super::resvec::{Layout, ResVec};
+use super::resvec::ResVec;
 use super::snapshot::JobInfo;
-use crate::model::{Node, PoolName};
+use super::view::PoolView;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-/// Per-priority-class facts for the cycle.
-#[derive(Debug, Clone)]
-pub(super) struct PriorityClassInfo {
-    pub name: crate::model::PriorityClassName,
-    pub priority: i32,
-    pub preemptible: bool,
-    pub priority_level: u8,
-}
-
-/// One pool's cycle.
+/// One pool's cycle: the pool as the cycle sees it ([`PoolView`], set by [`super::build`] and
+/// read-only afterwards) and what the cycle has done so far.
 pub(super) struct PoolCycle<'a> {
-    pub cfg: &'a SchedulerConfig,
-    pub pool: PoolName,
-    pub nodes: Vec<&'a Node>,
-    pub layout: Layout,
-    pub levels: Levels,
-    pub priority_classes: Vec<PriorityClassInfo>,
-    pub default_priority_class: u16,
-    pub types: NodeTypes,
+    /// The pool: config, nodes, layout, levels, priority classes, node types, interned
+    /// requirements, cost model, totals, earmarks.
+    pub view: PoolView<'a>,
+    /// Node types each constraint may use, computed the first time it is asked for.
+    pub matching_types: Vec<Option<Vec<u32>>>,
     pub db: NodeDb,
-    pub classes: Vec<Class<'a>>,
-    pub constraints: Vec<Constraint<'a>>,
     pub jobs: Vec<CycleJob<'a>>,
     pub queues: Vec<CycleQueue<'a>>,
-    pub cost: CostModel,
-    pub total: ResVec,
     pub undo: Vec<Undo>,
     pub recording: bool,
     /// (class, priority level + 256 × earmark profile) → why nothing fits; valid until a
@@ -71,8 +52,6 @@ pub(super) struct PoolCycle<'a> {
     pub global_rate_stopped: Option<Arc<Reason>>,
     pub evicted_count: usize,
     pub jobs_tried: usize,
-    /// Nodes earmarked for some queues.
-    pub earmarks: Earmarks,
     /// Evicted jobs, the one that would return last first ([`super::return_order`]); entries
     /// before `return_head` are gone for good, later ones are checked when read.
     pub return_order: Vec<u32>,
@@ -96,7 +75,7 @@ impl<'a> PoolCycle<'a> {
     /// Adds a job to the cycle and returns its index.
     pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
         let (class, pc) = (src.class, src.priority_class);
-        let p = &self.priority_classes[pc as usize];
+        let p = &self.view.priority_classes[pc as usize];
         self.jobs.push(CycleJob {
             info,
             id: src.id,
@@ -120,23 +99,18 @@ impl<'a> PoolCycle<'a> {
         (self.jobs.len() - 1) as u32
     }
 
-    /// Priority of the pool's default priority class (0 if it has none).
-    pub(super) fn default_priority(&self) -> i32 {
-        self.priority_classes.get(self.default_priority_class as usize).map_or(0, |p| p.priority)
-    }
-
     /// Place of a queued job in its queue's order.
     pub(super) fn queued_key(&self, src: &JobFacts) -> QueueOrderKey {
-        QueueOrderKey::new(self.priority_classes[src.priority_class as usize].priority, src.priority, src.seq)
+        QueueOrderKey::new(self.view.priority_classes[src.priority_class as usize].priority, src.priority, src.seq)
     }
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the
     /// known part).
     pub(super) fn req(&self, j: u32) -> ResVec {
         let job = &self.jobs[j as usize];
-        match &self.classes[job.class as usize].dense {
+        match &self.view.classes[job.class as usize].dense {
             Ok(v) => v.clone(),
-            Err(_) => self.layout.dense_lossy(&job.info.requirements.requests),
+            Err(_) => self.view.layout.dense_lossy(&job.info.requirements.requests),
         }
     }
 

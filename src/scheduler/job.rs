@@ -116,7 +116,6 @@ pub(super) struct Class<'a> {
 #[derive(Debug)]
 pub(super) struct Constraint<'a> {
     pub reqs: &'a SchedulingRequirements,
-    pub matching: Option<Vec<u32>>,
 }
 
 /// Undo record for gang transactions.

@@ -52,6 +52,7 @@ pub(crate) mod resvec;
 pub(crate) mod return_order;
 pub mod snapshot;
 pub mod usage;
+pub(crate) mod view;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;

@@ -40,7 +40,7 @@ impl PoolCycle<'_> {
                         .collect(),
                     None => cand.jobs.clone(),
                 };
-                let mut req = self.layout.zero();
+                let mut req = self.view.layout.zero();
                 for &j in &members {
                     if self.jobs[j as usize].status == Status::Evicted
                         && let Some(node) = self.jobs[j as usize].node()
@@ -100,7 +100,10 @@ impl PoolCycle<'_> {
         if let Some(limit) = &qc.limit {
             for s in 0..limit.len() {
                 if cand.req[s] > 0 && qc.alloc[s] + cand.req[s] > limit[s] {
-                    return Some(Reason::QueueLimit { queue: qc.name.clone(), resource: self.layout.name(s).clone() });
+                    return Some(Reason::QueueLimit {
+                        queue: qc.name.clone(),
+                        resource: self.view.layout.name(s).clone(),
+                    });
                 }
             }
         }
@@ -119,8 +122,8 @@ impl PoolCycle<'_> {
                     if req[s] > 0 && qc.alloc_by_priority_class[pc as usize][s] + req[s] > limit[s] {
                         return Some(Reason::PriorityClassLimit {
                             queue: qc.name.clone(),
-                            priority_class: self.priority_classes[pc as usize].name.clone(),
-                            resource: self.layout.name(s).clone(),
+                            priority_class: self.view.priority_classes[pc as usize].name.clone(),
+                            resource: self.view.layout.name(s).clone(),
                         });
                     }
                 }
@@ -132,25 +135,27 @@ impl PoolCycle<'_> {
     /// Types of node a constraint class may use (computed once per cycle).
     #[inline]
     pub(super) fn matching_types(&mut self, constraint: u32) -> Vec<u32> {
-        let c = &mut self.constraints[constraint as usize];
-        if c.matching.is_none() {
-            c.matching = Some(self.types.matching(&self.nodes, c.reqs));
+        let cached = &mut self.matching_types[constraint as usize];
+        if cached.is_none() {
+            let reqs = self.view.constraints[constraint as usize].reqs;
+            *cached = Some(self.view.types.matching(&self.view.nodes, reqs));
         }
-        c.matching.clone().unwrap_or_default()
+        cached.clone().unwrap_or_default()
     }
 
     /// The job's dense requests and the node types it may use, or why it cannot be placed at all.
     pub(super) fn job_targets(&mut self, j: u32) -> Result<(ResVec, Vec<u32>), Reason> {
         let class = self.jobs[j as usize].class as usize;
-        let req = match &self.classes[class].dense {
+        let req = match &self.view.classes[class].dense {
             Ok(v) => v.clone(),
-            Err(r) => return Err(Reason::UnknownResource { pool: self.pool.clone(), resource: r.clone() }),
+            Err(r) => return Err(Reason::UnknownResource { pool: self.view.pool.clone(), resource: r.clone() }),
         };
-        let constraint = self.classes[class].constraint;
+        let constraint = self.view.classes[class].constraint;
         let types = self.matching_types(constraint);
         if types.is_empty() {
-            let detail = self.types.describe_mismatch(&self.nodes, self.constraints[constraint as usize].reqs);
-            return Err(Reason::NoMatchingNode { pool: self.pool.clone(), detail });
+            let detail =
+                self.view.types.describe_mismatch(&self.view.nodes, self.view.constraints[constraint as usize].reqs);
+            return Err(Reason::NoMatchingNode { pool: self.view.pool.clone(), detail });
         }
         let types = self.allowed_types(j, types)?;
         Ok((req, types))
@@ -159,8 +164,8 @@ impl PoolCycle<'_> {
     /// Places a single queued job; records why not if it cannot.
     fn place_single(&mut self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
-        let profile = if self.earmarks.active() {
-            self.earmarks.profile(job.queue, self.priority_classes[job.priority_class as usize].preemptible)
+        let profile = if self.view.earmarks.active() {
+            self.view.earmarks.profile(job.queue, self.view.priority_classes[job.priority_class as usize].preemptible)
         } else {
             0
         };
@@ -198,18 +203,18 @@ impl PoolCycle<'_> {
         if self.policy.is_some() {
             return self.try_place_policy(j, types, req);
         }
-        if self.earmarks.active() {
+        if self.view.earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.levels.max_search_level(job.priority_level as usize));
+        let (q, max) = (job.queue, self.view.levels.max_search_level(job.priority_level as usize));
         for l in 0..=max {
             if self.db.level_is_redundant(l) {
                 continue;
             }
             let found = if l == 0 {
                 self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
-            } else if self.levels.is_eviction_level(l) {
+            } else if self.view.levels.is_eviction_level(l) {
                 match self.fair_share_node(l, types, req) {
                     Some(n) => {
                         let queues = &self.queues;
@@ -316,7 +321,7 @@ impl PoolCycle<'_> {
         if !fits(&occ.req, by_req) {
             self.unschedulable.clear();
             self.gang_unschedulable.clear();
-            self.earmarks.reoffer = true;
+            self.view.earmarks.reoffer = true;
         }
         let victim = &self.jobs[v as usize];
         let (q, pc, status) = (victim.queue, victim.priority_class, victim.status);
@@ -329,7 +334,7 @@ impl PoolCycle<'_> {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
-                self.earmarks.reoffer |= self.earmarks.is_guest(node, q);
+                self.view.earmarks.reoffer |= self.view.earmarks.is_guest(node, q);
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
@@ -379,7 +384,7 @@ impl PoolCycle<'_> {
         }
         self.unschedulable.clear();
         self.gang_unschedulable.clear();
-        self.earmarks.reoffer = true;
+        self.view.earmarks.reoffer = true;
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
@@ -462,9 +467,9 @@ impl PoolCycle<'_> {
         {
             self.undo.push(Undo::Removed { node, occ: occ.clone() });
         }
-        let max = self.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
+        let max = self.view.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
-        let max = if self.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
+        let max = if self.view.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
                 self.place(e, node, l, &req);
@@ -477,7 +482,7 @@ impl PoolCycle<'_> {
                 self.undo.push(Undo::Added { node, job: e });
             }
         }
-        let reason = Arc::new(Reason::NoRoomOnNode { node: self.nodes[node as usize].name.clone() });
+        let reason = Arc::new(Reason::NoRoomOnNode { node: self.view.nodes[node as usize].name.clone() });
         self.set_reason(e, reason);
         false
     }
@@ -503,10 +508,10 @@ impl PoolCycle<'_> {
     /// Why a job fits on no node of `types`, even counting what it may preempt.
     pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
         // Pool policies other than fair_share place at level 0 (what is free now).
-        let level = if self.policy.is_some() { 0 } else { self.levels.max_search_level(priority_level as usize) };
-        let max = self.db.max_free(level, types, self.layout.len());
+        let level = if self.policy.is_some() { 0 } else { self.view.levels.max_search_level(priority_level as usize) };
+        let max = self.db.max_free(level, types, self.view.layout.len());
         let amount = |s: usize| {
-            let name = self.layout.name(s);
+            let name = self.view.layout.name(s);
             format!("{} {}", format_quantity(req[s], Unit::for_resource(name.as_str())), name)
         };
         let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
@@ -518,6 +523,6 @@ impl PoolCycle<'_> {
         } else {
             short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")
         };
-        Reason::NoCapacity { pool: self.pool.clone(), missing }
+        Reason::NoCapacity { pool: self.view.pool.clone(), missing }
     }
 }

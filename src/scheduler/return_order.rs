@@ -60,7 +60,7 @@ impl PoolCycle<'_> {
                     add_to(&mut req, &self.req(m));
                 }
                 let qc = &self.queues[q];
-                let cost_after = self.cost.share_with(alloc, &req) * qc.priority_factor;
+                let cost_after = self.view.cost.share_with(alloc, &req) * qc.priority_factor;
                 let turn = Turn { urgency: job.class_priority, cost_after, queue: q as u32 };
                 return Some((members, req, turn));
             }
@@ -138,7 +138,7 @@ impl PoolCycle<'_> {
     /// jobs on nodes the job may not use): then None, and the caller chooses among the nodes its
     /// tier and best-fit order ranks first, still by return rank.
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
-        debug_assert!(self.levels.is_eviction_level(level));
+        debug_assert!(self.view.levels.is_eviction_level(level));
         let below = (level - 1) as usize;
         let mut free = std::mem::take(&mut self.room_if_evicted_leave);
         free.clear();
