@@ -11,6 +11,7 @@ use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::hierarchy::Hierarchy;
 use super::job::{Class, Constraint, JobFacts, Origin};
+use super::ledger::Ledger;
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
 use super::queue::CycleQueue;
@@ -77,10 +78,7 @@ impl<'a> PoolCycle<'a> {
             db: NodeDb::new(vec![], &[], 0, &[], 1),
             jobs: vec![],
             queues,
-            undo: vec![],
-            recording: false,
-            unschedulable: HashMap::default(),
-            gang_unschedulable: HashMap::default(),
+            ledger: Ledger::default(),
             running_gangs: HashMap::default(),
             created_gangs: HashMap::default(),
             eviction_nodes: vec![],
@@ -95,7 +93,6 @@ impl<'a> PoolCycle<'a> {
             rank_floor: u32::MAX,
             room_if_evicted_leave: HashMap::default(),
             tree: None,
-            alloc_log: None,
             policy: None,
         };
         cycle.tree = Hierarchy::build(&cycle.queues, cycle.view.default_priority(), cycle.view.layout.zero(), false);

@@ -8,7 +8,8 @@
 
 use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJob, GangShape, JobFacts, Origin, Status, Undo};
+use super::job::{CycleJob, JobFacts, Origin, Status, Undo};
+use super::ledger::Ledger;
 use super::nodedb::NodeDb;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
@@ -30,13 +31,8 @@ pub(super) struct PoolCycle<'a> {
     pub db: NodeDb,
     pub jobs: Vec<CycleJob<'a>>,
     pub queues: Vec<CycleQueue<'a>>,
-    pub undo: Vec<Undo>,
-    pub recording: bool,
-    /// (class, priority level + 256 × earmark profile) → why nothing fits; valid until a
-    /// displacement frees more than it takes.
-    pub unschedulable: HashMap<(u32, u32), Arc<Reason>>,
-    /// Same for gangs of identical members.
-    pub gang_unschedulable: HashMap<GangShape, Arc<Reason>>,
+    /// The record of the cycle's changes: undo log, allocation log, cached verdicts.
+    pub ledger: Ledger,
     /// Running gang members by (queue, gang id).
     pub running_gangs: HashMap<(u32, &'a str), Vec<u32>>,
     /// Members of queued gangs offered in this cycle, by (queue, gang id).
@@ -64,8 +60,6 @@ pub(super) struct PoolCycle<'a> {
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<Hierarchy>>,
-    /// While the tree fills: the queues whose allocation changed since the last pick.
-    pub alloc_log: Option<Vec<u32>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<PolicyState>>,
 }
@@ -130,15 +124,13 @@ impl<'a> PoolCycle<'a> {
     /// While a trial is being recorded, remembers `j`'s status, reason and node so that undoing
     /// the trial restores them.
     pub(super) fn remember_status(&mut self, j: u32) {
-        if self.recording {
-            let job = &self.jobs[j as usize];
-            self.undo.push(Undo::Status {
-                job: j,
-                status: job.status,
-                displaced_by: job.displaced_by,
-                reason: job.reason.clone(),
-                node: job.node,
-            });
-        }
+        let job = &self.jobs[j as usize];
+        self.ledger.record(|| Undo::Status {
+            job: j,
+            status: job.status,
+            displaced_by: job.displaced_by,
+            reason: job.reason.clone(),
+            node: job.node,
+        });
     }
 }

@@ -64,11 +64,6 @@ pub(crate) struct Earmarks {
     reservations: Vec<Reservation>,
     /// Per queue: an id shared by the queues at home in the same reservations (0: in none).
     queue_profile: Vec<u32>,
-    /// Since the last fill pass, a displacement freed more room than the displacing job took, or
-    /// withdrew a guest's new placement for a job at home (which need not be more urgent, so it may
-    /// come after jobs the guest could have displaced nobody for elsewhere): waiting jobs are
-    /// offered again.
-    pub(super) reoffer: bool,
 }
 
 /// True if any node carries the earmark label.
@@ -110,7 +105,7 @@ impl Earmarks {
                 *profiles.entry(homes).or_insert(next)
             })
             .collect();
-        Earmarks { node_res, type_res: Vec::new(), reservations, queue_profile, reoffer: false }
+        Earmarks { node_res, type_res: Vec::new(), reservations, queue_profile }
     }
 
     /// True if the pool has earmarked nodes.

@@ -156,8 +156,7 @@ impl PoolCycle<'_> {
             // Preempted, as it would have been; who displaced it stays recorded for the outcome.
             self.jobs[j as usize].status = Status::Preempted;
         }
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
+        self.ledger.forget_verdicts();
         for (q, list) in self.queues.iter_mut().zip(retry) {
             q.retry = list;
             q.retry_pos = 0;

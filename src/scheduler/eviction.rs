@@ -190,12 +190,11 @@ impl PoolCycle<'_> {
         // broken gang) left room that jobs tried before it, guests among them (which may not
         // displace anyone), may take; and a guest whose new place a job at home took may find
         // another: offer the waiting jobs once more too.
-        let reoffer = self.view.earmarks.active() && std::mem::take(&mut self.view.earmarks.reoffer);
+        let reoffer = self.view.earmarks.active() && self.ledger.take_reoffer();
         if !self.evict_queues(&over) && !reoffer {
             return false;
         }
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
+        self.ledger.forget_verdicts();
         for (q, list) in self.queues.iter_mut().zip(retry) {
             q.retry = list;
             q.retry_pos = 0;

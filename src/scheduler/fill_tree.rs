@@ -54,22 +54,20 @@ impl<'a> PoolCycle<'a> {
         // changed (placements, displacements, evictions, rollbacks: all through `alloc`) need
         // recomputing, with their ancestors.
         tree.start_picks();
-        self.alloc_log = Some(Vec::new());
+        self.ledger.start_alloc_log();
         while let Some(q) = tree.pick(&self.queues, &self.view.cost, &turns) {
             tree.record_first_offers(&self.queues);
             self.offer_and_advance(q, &mut turns, rate);
             tree.mark_stale(q);
-            if let Some(log) = self.alloc_log.as_mut() {
-                for c in log.drain(..) {
-                    tree.mark_stale(c);
-                }
+            for c in self.ledger.drain_alloc_log() {
+                tree.mark_stale(c);
             }
             #[cfg(test)]
             if FULL_PICKS.with(std::cell::Cell::get) {
                 tree.forget_picks();
             }
         }
-        self.alloc_log = None;
+        self.ledger.stop_alloc_log();
         self.tree = Some(tree);
     }
 

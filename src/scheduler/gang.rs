@@ -65,7 +65,7 @@ impl PoolCycle<'_> {
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
         let cache_key = same_class.then(|| self.gang_shape(members[0], present, &gang));
-        if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
+        if let Some(r) = cache_key.as_ref().and_then(|k| self.ledger.gang_verdict(k)) {
             let r = r.clone();
             for &m in &members {
                 self.set_reason(m, r.clone());
@@ -87,7 +87,7 @@ impl PoolCycle<'_> {
             self.rollback(mark);
             let reason = gang_reason(trial.placed as u32, trial.first_failure);
             if let Some(k) = cache_key {
-                self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
+                self.ledger.set_gang_verdict(k, Arc::new(reason.clone()));
             }
             self.fail_members(&members, reason);
             return 0;

@@ -38,6 +38,7 @@ pub(crate) mod fill_tree;
 pub(crate) mod gang;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
+pub(crate) mod ledger;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;

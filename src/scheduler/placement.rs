@@ -171,7 +171,7 @@ impl PoolCycle<'_> {
         };
         // One word for level and profile: the cache is looked up for every job tried.
         let key = (job.class, u32::from(job.priority_level) | profile << 8);
-        if let Some(r) = self.unschedulable.get(&key) {
+        if let Some(r) = self.ledger.verdict(&key) {
             let r = r.clone();
             self.set_reason(j, r);
             return false;
@@ -180,7 +180,7 @@ impl PoolCycle<'_> {
             Ok(t) => t,
             Err(reason) => {
                 let reason = Arc::new(reason);
-                self.unschedulable.insert(key, reason.clone());
+                self.ledger.set_verdict(key, reason.clone());
                 self.set_reason(j, reason);
                 return false;
             }
@@ -192,7 +192,7 @@ impl PoolCycle<'_> {
             Some(r) => Arc::new(r),
             None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
         };
-        self.unschedulable.insert(key, reason.clone());
+        self.ledger.set_verdict(key, reason.clone());
         self.set_reason(j, reason);
         false
     }
@@ -305,9 +305,7 @@ impl PoolCycle<'_> {
         let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };
         let (q, pc) = (job.queue, job.priority_class);
         self.db.add(n, occ);
-        if self.recording {
-            self.undo.push(Undo::Added { node: n, job: j });
-        }
+        self.ledger.record(|| Undo::Added { node: n, job: j });
         self.set_status(j, status, None);
         self.jobs[j as usize].node = Some(n);
         self.alloc(q, pc, req, true);
@@ -319,22 +317,21 @@ impl PoolCycle<'_> {
         let Some(occ) = self.db.remove(node, v) else { return };
         // A victim larger than the job that displaced it frees room a cached verdict did not see.
         if !fits(&occ.req, by_req) {
-            self.unschedulable.clear();
-            self.gang_unschedulable.clear();
-            self.view.earmarks.reoffer = true;
+            self.ledger.forget_verdicts();
+            self.ledger.mark_reoffer();
         }
         let victim = &self.jobs[v as usize];
         let (q, pc, status) = (victim.queue, victim.priority_class, victim.status);
         let req = occ.req.clone();
-        if self.recording {
-            self.undo.push(Undo::Removed { node, occ });
-        }
+        self.ledger.record(|| Undo::Removed { node, occ });
         let new = victim.origin == Origin::Queued;
         match status {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
-                self.view.earmarks.reoffer |= self.view.earmarks.is_guest(node, q);
+                if self.view.earmarks.is_guest(node, q) {
+                    self.ledger.mark_reoffer();
+                }
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
@@ -368,9 +365,7 @@ impl PoolCycle<'_> {
                     let Some(node) = job.node() else { continue };
                     let Some(occ) = self.db.remove(node, m) else { continue };
                     let req = occ.req.clone();
-                    if self.recording {
-                        self.undo.push(Undo::Removed { node, occ });
-                    }
+                    self.ledger.record(|| Undo::Removed { node, occ });
                     self.set_status(m, if new { Status::Waiting } else { Status::Preempted }, Some(by));
                     self.jobs[m as usize].reason = Some(lost.clone());
                     self.alloc(q, pc, &req, false);
@@ -382,9 +377,8 @@ impl PoolCycle<'_> {
                 Status::Waiting | Status::Evicted | Status::Preempted => {}
             }
         }
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
-        self.view.earmarks.reoffer = true;
+        self.ledger.forget_verdicts();
+        self.ledger.mark_reoffer();
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
@@ -406,30 +400,23 @@ impl PoolCycle<'_> {
             sub_from(&mut qc.alloc, req);
             sub_from(&mut qc.alloc_by_priority_class[pc as usize], req);
         }
-        if self.recording {
-            self.undo.push(Undo::Alloc { queue: q, priority_class: pc, req: req.clone(), added });
-        }
-        if let Some(log) = self.alloc_log.as_mut() {
-            log.push(q);
-        }
+        self.ledger.record(|| Undo::Alloc { queue: q, priority_class: pc, req: req.clone(), added });
+        self.ledger.note_alloc(q);
     }
 
     /// Starts recording changes so they can be rolled back.
     pub(super) fn begin(&mut self) -> usize {
-        self.recording = true;
-        self.undo.len()
+        self.ledger.begin()
     }
 
     /// Keeps the changes since `mark`.
     pub(super) fn commit(&mut self, mark: usize) {
-        self.undo.truncate(mark);
-        self.recording = mark > 0;
+        self.ledger.commit(mark);
     }
 
     /// Undoes every change since `mark`.
     pub(super) fn rollback(&mut self, mark: usize) {
-        while self.undo.len() > mark {
-            let Some(u) = self.undo.pop() else { break };
+        while let Some(u) = self.ledger.pop_since(mark) {
             match u {
                 Undo::Added { node, job } => {
                     self.db.remove(node, job);
@@ -454,7 +441,7 @@ impl PoolCycle<'_> {
                 }
             }
         }
-        self.recording = mark > 0;
+        self.ledger.rolled_back(mark);
     }
 
     /// Puts an evicted job back on its own node if there is room.
@@ -462,10 +449,8 @@ impl PoolCycle<'_> {
         let Some(node) = self.jobs[e as usize].node else { return false };
         let req = self.req(e);
         let had = self.db.remove(node, e);
-        if let Some(occ) = &had
-            && self.recording
-        {
-            self.undo.push(Undo::Removed { node, occ: occ.clone() });
+        if let Some(occ) = &had {
+            self.ledger.record(|| Undo::Removed { node, occ: occ.clone() });
         }
         let max = self.view.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
@@ -478,9 +463,7 @@ impl PoolCycle<'_> {
         }
         if let Some(occ) = had {
             self.db.add(node, occ);
-            if self.recording {
-                self.undo.push(Undo::Added { node, job: e });
-            }
+            self.ledger.record(|| Undo::Added { node, job: e });
         }
         let reason = Arc::new(Reason::NoRoomOnNode { node: self.view.nodes[node as usize].name.clone() });
         self.set_reason(e, reason);

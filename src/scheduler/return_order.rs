@@ -155,7 +155,7 @@ impl PoolCycle<'_> {
             let Some((n, occ)) = self.evicted_occupant(j) else {
                 // Returned or displaced: gone for good, unless it happened in a trial that may
                 // still be rolled back.
-                if !self.recording {
+                if !self.ledger.recording() {
                     self.return_order[i - 1] = GONE;
                 }
                 continue;

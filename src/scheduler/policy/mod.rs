@@ -243,8 +243,7 @@ impl<'a> PoolCycle<'a> {
             }
         }
         // Room was freed: verdicts cached before no longer hold.
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
+        self.ledger.forget_verdicts();
     }
 
     /// True if a job that waits for `reason` waits for room (so in a `priority` pool it blocks
