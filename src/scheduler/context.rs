@@ -1,9 +1,10 @@
-//! The per-cycle context: one pool's cycle (`PoolCycle`), which holds the pool's view of the
-//! snapshot (nodes, queues, the jobs taking part) and what has happened to each job so far.
+//! The per-cycle context: one pool's cycle (`PoolCycle`). It holds the pool as the cycle sees it
+//! ([`super::view::PoolView`], read-only once built), what has happened so far (the jobs taking
+//! part, [`super::job`]; the queues, [`super::queue`]; the node db; the queue tree, the policy's
+//! state) and the ledger of changes to undo or re-examine ([`super::ledger`]).
 //!
-//! The data it holds lives below it (jobs in [`super::job`], queues in [`super::queue`], the
-//! node db, earmarks, the queue tree, the policy state); the steps that operate on it sit above
-//! it ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
+//! The data it holds lives below it; the steps that operate on it sit above it
+//! ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
 //! [`super::gang`], [`super::outcome`], ...), so each step can be read on its own.
 
 use super::decisions::Reason;
