@@ -17,6 +17,7 @@ use super::nodedb::{Levels, NodeDb, Occupant};
 use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
+use super::return_walk::ReturnWalk;
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
 use super::usage::{QueueUsage, decay};
 use super::view::{PoolView, PriorityClassInfo};
@@ -88,10 +89,7 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
-            return_order: vec![],
-            return_head: 0,
-            rank_floor: u32::MAX,
-            room_if_evicted_leave: HashMap::default(),
+            returns: ReturnWalk::default(),
             tree: None,
             policy: None,
         };

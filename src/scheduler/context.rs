@@ -16,6 +16,7 @@ use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::ResVec;
+use super::return_walk::ReturnWalk;
 use super::snapshot::JobInfo;
 use super::view::PoolView;
 use rustc_hash::FxHashMap as HashMap;
@@ -49,15 +50,8 @@ pub(super) struct PoolCycle<'a> {
     pub global_rate_stopped: Option<Arc<Reason>>,
     pub evicted_count: usize,
     pub jobs_tried: usize,
-    /// Evicted jobs, the one that would return last first ([`super::return_order`]); entries
-    /// before `return_head` are gone for good, later ones are checked when read.
-    pub return_order: Vec<u32>,
-    pub return_head: usize,
-    /// Lowest return rank given so far: each eviction ranks its jobs below the ones before, so
-    /// that jobs still evicted from an earlier round give their places up first.
-    pub rank_floor: u32,
-    /// Scratch for [`PoolCycle::fair_share_node`]: what each node visited would have free.
-    pub room_if_evicted_leave: HashMap<u32, ResVec>,
+    /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
+    pub returns: ReturnWalk,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<Hierarchy>>,

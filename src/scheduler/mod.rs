@@ -11,7 +11,7 @@
 //!    `queue_order.rs` inside each queue; `fill_tree.rs` when the queues form a tree;
 //! 4. `placement.rs` and `gang.rs`: node choice through the node db (`nodedb.rs`: priority levels,
 //!    tiers, best fit), the places of the evicted jobs that would return last
-//!    (`return_order.rs`), urgency preemption, limits and [`rate_limit`]s; gangs all or nothing
+//!    (`return_order.rs` ranks them, `return_walk.rs` walks them), urgency preemption, limits and [`rate_limit`]s; gangs all or nothing
 //!    through the ledger's undo log;
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
 //!    that waits — and the queues' usage record.
@@ -20,8 +20,9 @@
 //! - the steps above (each an `impl PoolCycle` block), `earmark_placement.rs`, `fill_tree.rs`
 //!   and the other policies in `policy/`;
 //! - the cycle (`context.rs`): `PoolCycle`, the pool's read-only view (`view.rs`) beside what the
-//!   cycle changes: its jobs (`job.rs`), queues (`queue.rs`), the node db, and the ledger of
-//!   changes to undo or re-examine (`ledger.rs`);
+//!   cycle changes: its jobs (`job.rs`), queues (`queue.rs`), the node db, the evicted jobs'
+//!   return order (`return_walk.rs`), and the ledger of changes to undo or re-examine
+//!   (`ledger.rs`);
 //! - plain data and pure algorithms, which know nothing of the cycle: inputs and outputs
 //!   (`config.rs`, `snapshot.rs`, `decisions.rs`), resource vectors (`resvec.rs`), node types,
 //!   the node db, fairness, queue order, rate limits, quarantine, usage decay, earmarks
@@ -66,6 +67,7 @@ pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
 pub(crate) mod return_order;
+pub(crate) mod return_walk;
 pub mod snapshot;
 pub mod usage;
 pub(crate) mod view;
