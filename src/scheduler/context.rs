@@ -30,8 +30,11 @@ pub(super) struct PoolCycle<'a> {
     pub view: PoolView<'a>,
     /// Node types each constraint may use, computed the first time it is asked for.
     pub matching_types: Vec<Option<Vec<u32>>>,
+    /// Who occupies each node at which priority level, and what is free there.
     pub db: NodeDb,
+    /// The jobs taking part: the running ones first, then queued ones as they are offered.
     pub jobs: Vec<CycleJob<'a>>,
+    /// The pool's queues, in name order.
     pub queues: Vec<CycleQueue<'a>>,
     /// The record of the cycle's changes: undo log, allocation log, cached verdicts.
     pub ledger: Ledger,
@@ -47,8 +50,11 @@ pub(super) struct PoolCycle<'a> {
     pub running_count: usize,
     /// Gang members failed in this cycle.
     pub failed: Vec<u32>,
+    /// Why no more jobs start in this cycle, once the global rate limit ran dry.
     pub global_rate_stopped: Option<Arc<Reason>>,
+    /// Jobs evicted for fair share in this cycle (for the report).
     pub evicted_count: usize,
+    /// Placements attempted in this cycle (for the report).
     pub jobs_tried: usize,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
     pub returns: ReturnWalk,

@@ -15,27 +15,39 @@ use crate::model::{Node, PoolName};
 /// Per-priority-class facts for the cycle.
 #[derive(Debug, Clone)]
 pub(super) struct PriorityClassInfo {
+    /// The class's name.
     pub name: crate::model::PriorityClassName,
+    /// Its priority (higher: more urgent).
     pub priority: i32,
+    /// Whether its jobs may be evicted or preempted.
     pub preemptible: bool,
+    /// The node db's level for its priority.
     pub priority_level: u8,
 }
 
 /// The pool as one cycle sees it.
 pub(super) struct PoolView<'a> {
+    /// The scheduler's settings.
     pub cfg: &'a SchedulerConfig,
+    /// The pool this cycle schedules.
     pub pool: PoolName,
     /// The pool's nodes, in (executor, name) order; a node's index is its number in the cycle.
     pub nodes: Vec<&'a Node>,
+    /// Which slot of a dense resource vector holds which resource.
     pub layout: Layout,
+    /// The node db's priority levels (and the eviction and guest levels).
     pub levels: Levels,
+    /// The configured priority classes, in the config's order.
     pub priority_classes: Vec<PriorityClassInfo>,
+    /// Index of the default priority class in `priority_classes`.
     pub default_priority_class: u16,
+    /// Nodes grouped by the labels, taints and executor the cycle's jobs look at.
     pub types: NodeTypes,
     /// Interned requirements: jobs with equal requirements share a class.
     pub classes: Vec<Class<'a>>,
     /// Interned constraints (selector, tolerations, affinity).
     pub constraints: Vec<Constraint<'a>>,
+    /// How an allocation becomes a share of the pool.
     pub cost: CostModel,
     /// What the pool's nodes offer in all.
     pub total: ResVec,
