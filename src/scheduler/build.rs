@@ -10,7 +10,7 @@ use super::context::PoolCycle;
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::hierarchy::Hierarchy;
-use super::job::{Class, Constraint, JobFacts, Origin};
+use super::job::{Class, Constraint, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
@@ -80,8 +80,7 @@ impl<'a> PoolCycle<'a> {
             jobs: vec![],
             queues,
             ledger: Ledger::default(),
-            running_gangs: HashMap::default(),
-            created_gangs: HashMap::default(),
+            gangs: GangIndex::default(),
             eviction_nodes: vec![],
             rebalances: 0,
             running_count: 0,
@@ -126,7 +125,7 @@ impl<'a> PoolCycle<'a> {
             let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
-                self.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
+                self.gangs.add_running(q, g.id.as_str(), j);
             }
             running.push((j, node));
         }

@@ -9,7 +9,7 @@
 
 use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJob, JobFacts, Origin, Status, Undo};
+use super::job::{CycleJob, GangIndex, JobFacts, Origin, Status, Undo};
 use super::ledger::Ledger;
 use super::nodedb::NodeDb;
 use super::policy_state::PolicyState;
@@ -19,7 +19,6 @@ use super::resvec::ResVec;
 use super::return_walk::ReturnWalk;
 use super::snapshot::JobInfo;
 use super::view::PoolView;
-use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// One pool's cycle: the pool as the cycle sees it ([`PoolView`], set by [`super::build`] and
@@ -38,10 +37,8 @@ pub(super) struct PoolCycle<'a> {
     pub queues: Vec<CycleQueue<'a>>,
     /// The record of the cycle's changes: undo log, allocation log, cached verdicts.
     pub ledger: Ledger,
-    /// Running gang members by (queue, gang id).
-    pub running_gangs: HashMap<(u32, &'a str), Vec<u32>>,
-    /// Members of queued gangs offered in this cycle, by (queue, gang id).
-    pub created_gangs: HashMap<(u32, &'a str), Vec<u32>>,
+    /// The gangs' members, running and offered in this cycle.
+    pub gangs: GangIndex<'a>,
     /// Nodes drawn for fair-share eviction this cycle.
     pub eviction_nodes: Vec<bool>,
     /// Evict-and-refill rounds after the first fill.
@@ -111,9 +108,7 @@ impl<'a> PoolCycle<'a> {
 
     /// Every member (running or offered this cycle) of a gang.
     pub(super) fn gang_members(&self, q: u32, id: &str) -> Vec<u32> {
-        let mut out: Vec<u32> = self.running_gangs.get(&(q, id)).cloned().unwrap_or_default();
-        out.extend(self.created_gangs.get(&(q, id)).into_iter().flatten().copied());
-        out
+        self.gangs.members(q, id)
     }
 
     /// Marks `j` as tried and not scheduled.

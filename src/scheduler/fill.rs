@@ -267,7 +267,7 @@ impl<'a> PoolCycle<'a> {
             })
             .collect();
         if let Some(g) = gang {
-            self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
+            self.gangs.set_offered(q, g.id.as_str(), members.to_vec());
         }
         members
     }

@@ -8,6 +8,7 @@ use super::queue_order::{CycleOrderKey, QueueOrderKey};
 use super::resvec::ResVec;
 use super::snapshot::JobInfo;
 use crate::model::{ResourceName, SchedulingRequirements};
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// Where a job started the cycle.
@@ -143,4 +144,33 @@ pub(super) struct GangShape {
     pub uniformity_label: Option<String>,
     /// The members' earmark profile ([`super::earmark::Earmarks::profile`]).
     pub profile: u32,
+}
+
+/// The cycle's gangs: their members by (queue, gang id), running ones and those offered in this
+/// cycle.
+#[derive(Debug, Default)]
+pub(super) struct GangIndex<'a> {
+    /// Running gang members by (queue, gang id).
+    running: HashMap<(u32, &'a str), Vec<u32>>,
+    /// Members of queued gangs offered in this cycle, by (queue, gang id).
+    offered: HashMap<(u32, &'a str), Vec<u32>>,
+}
+
+impl<'a> GangIndex<'a> {
+    /// Adds running job `j`, a member of gang `id` of queue `q`.
+    pub(super) fn add_running(&mut self, q: u32, id: &'a str, j: u32) {
+        self.running.entry((q, id)).or_default().push(j);
+    }
+
+    /// Records the members of queued gang `id` of queue `q` offered in this cycle.
+    pub(super) fn set_offered(&mut self, q: u32, id: &'a str, members: Vec<u32>) {
+        self.offered.insert((q, id), members);
+    }
+
+    /// Every member (running, then offered in this cycle) of gang `id` of queue `q`.
+    pub(super) fn members(&self, q: u32, id: &str) -> Vec<u32> {
+        let mut out: Vec<u32> = self.running.get(&(q, id)).cloned().unwrap_or_default();
+        out.extend(self.offered.get(&(q, id)).into_iter().flatten().copied());
+        out
+    }
 }
