@@ -6,14 +6,21 @@
 //! [`PoolCycle`] it returns.
 
 use super::config::SchedulerConfig;
-use super::context::{Class, Constraint, Origin, PcInfo, PoolCycle, QCtx, SrcJob};
+use super::context::PoolCycle;
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
+use super::hierarchy::Hierarchy;
+use super::job::{Class, Constraint, GangIndex, JobFacts, Origin};
+use super::ledger::Ledger;
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
+use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
+use super::return_walk::ReturnWalk;
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
+use super::usage::{QueueUsage, decay};
+use super::view::{PoolView, PriorityClassInfo};
 use crate::model::{Node, PoolName, ResourceName, SchedulingRequirements};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
@@ -30,48 +37,15 @@ impl<'a> PoolCycle<'a> {
         done: &HashSet<crate::model::JobId>,
         quarantined: &HashSet<(&str, &str)>,
     ) -> Self {
-        let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
-        nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
-        nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
-        let node_index: HashMap<(&str, &str), u32> =
-            nodes.iter().enumerate().map(|(i, n)| ((n.executor.as_str(), n.name.as_str()), i as u32)).collect();
-
-        // Slots: fairness and index resources first, then everything nodes offer.
-        let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
-        names.extend(cfg.indexed_resources.iter().cloned());
-        names.extend(cfg.resource_cost_weights.keys().cloned());
-        let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
-        names.extend(node_res);
-        let layout = Layout::new(names);
-
-        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
+        let (nodes, node_index) = pool_nodes(snap, pool);
+        let layout = resource_layout(cfg, &nodes);
         let earmarked = super::earmark::any_earmarked(&nodes);
+        let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
         let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
-        let pcs: Vec<PcInfo> = cfg
-            .priority_classes
-            .iter()
-            .map(|p| PcInfo {
-                name: p.name.clone(),
-                priority: p.priority,
-                preemptible: p.preemptible,
-                prio_idx: levels.index_of(p.priority) as u8,
-            })
-            .collect();
-        let default_pc =
+        let priority_classes = cycle_priority_classes(cfg, &levels);
+        let default_priority_class =
             cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
-
-        let capacities: Vec<ResVec> = nodes
-            .iter()
-            .map(|n| {
-                let mut c = layout.dense_lossy(&n.allocatable);
-                sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
-                c
-            })
-            .collect();
-        let mut total = layout.zero();
-        for c in &capacities {
-            add_to(&mut total, c);
-        }
+        let (capacities, total) = node_capacities(&nodes, &layout);
         let cost = CostModel::new(cfg, &layout, &total);
 
         // Queues in name order.
@@ -80,66 +54,33 @@ impl<'a> PoolCycle<'a> {
         qsnaps.dedup_by(|a, b| a.queue.name == b.queue.name);
         let queue_index: HashMap<&str, u32> =
             qsnaps.iter().enumerate().map(|(i, q)| (q.queue.name.as_str(), i as u32)).collect();
-        let queues: Vec<QCtx> = qsnaps
-            .iter()
-            .map(|qs| QCtx {
-                snap: qs,
-                name: qs.queue.name.clone(),
-                priority_factor: qs.queue.priority_factor,
-                alloc: layout.zero(),
-                alloc_by_pc: vec![layout.zero(); pcs.len()],
-                limit: None,
-                pc_limits: vec![None; pcs.len()],
-                evicted: vec![],
-                evicted_pos: 0,
-                src: &[],
-                srcs: vec![],
-                order: None,
-                gang_src: HashMap::default(),
-                gangs_done: HashSet::default(),
-                queued_pos: 0,
-                taken: 0,
-                retry: vec![],
-                retry_pos: 0,
-                note: None,
-                queued_stopped: false,
-                current: None,
-                demand: layout.zero(),
-                alloc_start: layout.zero(),
-                active: false,
-                fair_share: 0.0,
-                adjusted_fair_share: 0.0,
-                actual_share: 0.0,
-                overshare: 0.0,
-                usage: 0.0,
-                usage_offset: 0.0,
-                protected: true,
-            })
-            .collect();
+        let queues: Vec<CycleQueue> =
+            qsnaps.iter().map(|qs| CycleQueue::new(qs, &layout, priority_classes.len())).collect();
 
         let earmarks = if earmarked { Earmarks::new(&nodes, &queue_index, qsnaps.len()) } else { Earmarks::default() };
-        let mut cycle = PoolCycle {
+        let view = PoolView {
             cfg,
             pool: pool.clone(),
             nodes,
             layout,
             levels,
-            pcs,
-            default_pc,
+            priority_classes,
+            default_priority_class,
             types: NodeTypes { types: vec![], type_of: vec![] },
-            db: NodeDb::new(vec![], &[], 0, &[], 1),
             classes: vec![],
             constraints: vec![],
-            jobs: vec![],
-            queues,
             cost,
             total,
-            undo: vec![],
-            recording: false,
-            unschedulable: HashMap::default(),
-            gang_unschedulable: HashMap::default(),
-            running_gangs: HashMap::default(),
-            created_gangs: HashMap::default(),
+            earmarks,
+        };
+        let mut cycle = PoolCycle {
+            view,
+            matching_types: vec![],
+            db: NodeDb::new(vec![], &[], 0, &[], 1),
+            jobs: vec![],
+            queues,
+            ledger: Ledger::default(),
+            gangs: GangIndex::default(),
             eviction_nodes: vec![],
             rebalances: 0,
             running_count: 0,
@@ -147,111 +88,138 @@ impl<'a> PoolCycle<'a> {
             global_rate_stopped: None,
             evicted_count: 0,
             jobs_tried: 0,
-            earmarks,
-            return_order: vec![],
-            return_head: 0,
-            rank_floor: u32::MAX,
-            walk_free: HashMap::default(),
+            returns: ReturnWalk::default(),
             tree: None,
-            alloc_log: None,
             policy: None,
         };
-        cycle.tree = super::hierarchy::Hierarchy::build(&cycle, false);
-        let mut interner = Interner {
-            classes: HashMap::default(),
-            constraints: HashMap::default(),
-            by_ptr: HashMap::default(),
-            _p: Default::default(),
-        };
+        cycle.tree = Hierarchy::build(&cycle.queues, cycle.view.default_priority(), cycle.view.layout.zero(), false);
+        let mut interner = Interner::default();
+        let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner);
+        let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
 
-        // Running jobs on this pool's nodes.
-        let mut running: Vec<(u32, u32)> = Vec::new(); // (job, node)
+        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
+        let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
+        cycle.jobs.reserve(expected);
+
+        cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
+        cycle.place_running(running);
+        cycle.running_count = cycle.jobs.len();
+        cycle.compute_shares();
+        cycle.compute_limits();
+        cycle
+    }
+
+    /// The running jobs on this pool's nodes become the cycle's first jobs; returns each one's
+    /// (job, node), to be placed once the node db is built.
+    fn add_running(
+        &mut self,
+        snap: &'a Snapshot,
+        node_index: &HashMap<(&str, &str), u32>,
+        queue_index: &HashMap<&str, u32>,
+        interner: &mut Interner<'a>,
+    ) -> Vec<(u32, u32)> {
+        let mut running: Vec<(u32, u32)> = Vec::new();
         for r in &snap.running {
             let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
             let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
-            let sj = SrcJob::of(&r.job, cycle.intern(&mut interner, &r.job), cycle.pc_of(&r.job));
-            let j = cycle.new_job(&sj, &r.job, q, Origin::Running { node });
+            let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
+            let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
-                cycle.running_gangs.entry((q, g.id.as_str())).or_default().push(j);
+                self.gangs.add_running(q, g.id.as_str(), j);
             }
             running.push((j, node));
         }
+        running
+    }
 
-        // Queued jobs: one pass per queue checks order, eligibility, gangs and demand; jobs become
-        // cycle jobs only when their turn comes.
+    /// Queued jobs: one pass per queue checks order, eligibility, gangs and demand; jobs become
+    /// cycle jobs only when their turn comes. Returns the node-uniformity labels the gangs name.
+    fn read_queued(
+        &mut self,
+        qsnaps: &[&'a QueueSnapshot],
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+        interner: &mut Interner<'a>,
+    ) -> BTreeSet<&'a str> {
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
         let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
         for (qi, qs) in qsnaps.iter().enumerate() {
             // A cordoned queue's queued jobs are not offered and claim no share (Armada counts a
             // cordoned queue's demand as what it runs); its running jobs stay as they are.
-            let src: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
+            let queued: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
             let eligible = |j: &JobInfo| {
                 (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
             };
-            let mut srcs: Vec<SrcJob> = Vec::with_capacity(src.len());
+            let mut facts: Vec<JobFacts> = Vec::with_capacity(queued.len());
             let mut sorted = true;
             let mut any = false;
             let mut prev: Option<QueueOrderKey> = None;
-            let mut gang_src: HashMap<&'a str, Vec<u32>> = HashMap::default();
-            let mut demand = cycle.layout.zero();
-            for (i, j) in src.iter().enumerate() {
+            let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
+            let mut demand = self.view.layout.zero();
+            for (i, j) in queued.iter().enumerate() {
                 if !eligible(j) {
-                    srcs.push(SrcJob { class: u32::MAX, ..SrcJob::of(j, 0, 0) });
+                    facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
                     continue;
                 }
                 any = true;
-                let pc = cycle.pc_of_memo(&mut memo, j);
-                let c = cycle.intern(&mut interner, j);
-                let sj = SrcJob::of(j, c, pc);
-                let k = cycle.queued_key(&sj);
+                let pc = self.priority_class_of_memo(&mut memo, j);
+                let c = self.intern(interner, j);
+                let sj = JobFacts::of(j, c, pc);
+                let k = self.queued_key(&sj);
                 if prev.is_some_and(|p| p > k) {
                     sorted = false;
                 }
                 prev = Some(k);
-                srcs.push(sj);
+                facts.push(sj);
                 if qs.queued_demand.is_none()
-                    && let Ok(v) = &cycle.classes[c as usize].dense
+                    && let Ok(v) = &self.view.classes[c as usize].dense
                 {
                     add_to(&mut demand, v);
                 }
                 if let Some(g) = &j.gang {
-                    gang_src.entry(g.id.as_str()).or_default().push(i as u32);
+                    queued_gangs.entry(g.id.as_str()).or_default().push(i as u32);
                     if let Some(l) = &g.node_uniformity_label {
                         uniformity.insert(l.as_str());
                     }
                 }
             }
             if let Some(d) = qs.queued_demand.as_ref().filter(|_| !qs.queue.cordoned) {
-                demand = cycle.layout.dense_lossy(d);
+                demand = self.view.layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
-                let key = |i: u32| cycle.queued_key(&srcs[i as usize]);
-                let mut o: Vec<u32> = (0..src.len() as u32).filter(|&i| srcs[i as usize].class != u32::MAX).collect();
+                let key = |i: u32| self.queued_key(&facts[i as usize]);
+                let mut o: Vec<u32> =
+                    (0..queued.len() as u32).filter(|&i| facts[i as usize].class != u32::MAX).collect();
                 o.sort_by_key(|&i| key(i));
-                for members in gang_src.values_mut() {
+                for members in queued_gangs.values_mut() {
                     members.sort_by_key(|&i| key(i));
                 }
                 o
             });
-            let qc = &mut cycle.queues[qi];
-            qc.src = src;
-            qc.srcs = srcs;
+            let qc = &mut self.queues[qi];
+            qc.queued = queued;
+            qc.facts = facts;
             qc.order = order;
-            qc.gang_src = gang_src;
+            qc.queued_gangs = queued_gangs;
             qc.demand = demand;
             qc.active = any;
         }
+        uniformity
+    }
 
-        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
-        let expected: usize = cycle.queues.iter().map(|q| q.srcs.len().min(lookback)).sum();
-        cycle.jobs.reserve(expected);
-
-        // Node types from the labels this cycle's jobs look at.
+    /// Node types from the labels this cycle's jobs look at, and the node db over them.
+    fn build_node_db(
+        &mut self,
+        capacities: Vec<ResVec>,
+        uniformity: BTreeSet<&str>,
+        earmarked: bool,
+        quarantined: &HashSet<(&str, &str)>,
+    ) {
         let mut spec = LabelSpec::default();
-        for c in &cycle.constraints {
+        for c in &self.view.constraints {
             spec.add_constraints(c.reqs);
         }
-        for j in &cycle.jobs {
+        for j in &self.jobs {
             if let Some(l) = j.info.gang.as_ref().and_then(|g| g.node_uniformity_label.as_deref()) {
                 spec.add_full(l);
             }
@@ -267,40 +235,45 @@ impl<'a> PoolCycle<'a> {
         let in_quarantine: Vec<bool> = if quarantined.is_empty() {
             Vec::new()
         } else {
-            cycle.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
+            self.view.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        cycle.types = NodeTypes::build(&cycle.nodes, &spec, &in_quarantine);
-        cycle.earmarks.set_types(&cycle.types);
+        self.matching_types = vec![None; self.view.constraints.len()];
+        self.view.types = NodeTypes::build(&self.view.nodes, &spec, &in_quarantine);
+        self.view.earmarks.set_types(&self.view.types);
         let key_slots: Vec<Option<usize>> =
-            cfg.indexed_resources.iter().map(|r| cycle.layout.slot(r.as_str())).collect();
-        cycle.db =
-            NodeDb::new(capacities, &cycle.types.type_of, cycle.types.types.len(), &key_slots, cycle.levels.count());
+            self.view.cfg.indexed_resources.iter().map(|r| self.view.layout.slot(r.as_str())).collect();
+        self.db = NodeDb::new(
+            capacities,
+            &self.view.types.type_of,
+            self.view.types.types.len(),
+            &key_slots,
+            self.view.levels.count(),
+        );
+    }
 
+    /// Puts the running jobs on their nodes and counts them in their queues' allocations.
+    fn place_running(&mut self, running: Vec<(u32, u32)>) {
         for (j, node) in running {
-            let job = &cycle.jobs[j as usize];
-            let req = cycle.classes[job.class as usize]
+            let job = &self.jobs[j as usize];
+            let req = self.view.classes[job.class as usize]
                 .dense
                 .clone()
-                .unwrap_or_else(|_| cycle.layout.dense_lossy(&job.info.requirements.requests));
+                .unwrap_or_else(|_| self.view.layout.dense_lossy(&job.info.requirements.requests));
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
-                freed_at: cycle.freed_at(j, node, false),
+                freed_at: self.freed_at(j, node, false),
                 evicted: false,
                 seq: job.seq,
                 return_rank: 0,
                 req: req.clone(),
             };
-            let (q, pc) = (job.queue as usize, job.pc as usize);
-            cycle.db.add(node, occ);
-            add_to(&mut cycle.queues[q].alloc, &req);
-            add_to(&mut cycle.queues[q].alloc_by_pc[pc], &req);
-            cycle.queues[q].active = true;
+            let (q, pc) = (job.queue as usize, job.priority_class as usize);
+            self.db.add(node, occ);
+            add_to(&mut self.queues[q].alloc, &req);
+            add_to(&mut self.queues[q].alloc_by_priority_class[pc], &req);
+            self.queues[q].active = true;
         }
-        cycle.running_count = cycle.jobs.len();
-        cycle.compute_shares();
-        cycle.compute_limits();
-        cycle
     }
 
     fn compute_shares(&mut self) {
@@ -310,7 +283,7 @@ impl<'a> PoolCycle<'a> {
         }
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.cost.share(&self.queues[i].demand)).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.view.cost.share(&self.queues[i].demand)).collect();
         let plain = fair_shares(&weights);
         let adjusted = adjusted_fair_shares(&weights, &demands);
         for (k, &i) in active.iter().enumerate() {
@@ -319,7 +292,7 @@ impl<'a> PoolCycle<'a> {
             q.adjusted_fair_share = adjusted[k];
         }
         for q in &mut self.queues {
-            q.actual_share = self.cost.share(&q.alloc);
+            q.actual_share = self.view.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
             q.usage = q.actual_share;
         }
@@ -345,13 +318,13 @@ impl<'a> PoolCycle<'a> {
             Some(v)
         };
         for q in &mut self.queues {
-            q.limit = caps(&q.snap.queue.resource_limits, &self.layout, &self.total);
-            for (i, pc) in self.cfg.priority_classes.iter().enumerate() {
+            q.limit = caps(&q.snap.queue.resource_limits, &self.view.layout, &self.view.total);
+            for (i, pc) in self.view.cfg.priority_classes.iter().enumerate() {
                 let mut f = pc.max_resource_fraction_per_queue.clone();
                 if let Some(over) = q.snap.queue.resource_limits_by_priority_class.get(&pc.name) {
                     f.extend(over.iter().map(|(k, v)| (k.clone(), *v)));
                 }
-                q.pc_limits[i] = caps(&f, &self.layout, &self.total);
+                q.priority_class_limits[i] = caps(&f, &self.view.layout, &self.view.total);
             }
         }
     }
@@ -364,7 +337,7 @@ impl<'a> PoolCycle<'a> {
         }
         let fp = info.requirements.fingerprint();
         if let Some(cands) = interner.classes.get(&fp)
-            && let Some(&c) = cands.iter().find(|&&c| *self.classes[c as usize].reqs == *reqs)
+            && let Some(&c) = cands.iter().find(|&&c| *self.view.classes[c as usize].reqs == *reqs)
         {
             interner.by_ptr.insert(ptr, c);
             return c;
@@ -373,37 +346,42 @@ impl<'a> PoolCycle<'a> {
         let constraint = match interner
             .constraints
             .get(&cfp)
-            .and_then(|v| v.iter().find(|&&c| same_constraints(self.constraints[c as usize].reqs, reqs)))
+            .and_then(|v| v.iter().find(|&&c| same_constraints(self.view.constraints[c as usize].reqs, reqs)))
         {
             Some(&c) => c,
             None => {
-                self.constraints.push(Constraint { reqs, matching: None });
-                let c = (self.constraints.len() - 1) as u32;
+                self.view.constraints.push(Constraint { reqs });
+                let c = (self.view.constraints.len() - 1) as u32;
                 interner.constraints.entry(cfp).or_default().push(c);
                 c
             }
         };
-        self.classes.push(Class { reqs, dense: self.layout.dense(&reqs.requests), constraint });
-        let c = (self.classes.len() - 1) as u32;
+        self.view.classes.push(Class { reqs, dense: self.view.layout.dense(&reqs.requests), constraint });
+        let c = (self.view.classes.len() - 1) as u32;
         interner.classes.entry(fp).or_default().push(c);
         interner.by_ptr.insert(ptr, c);
         c
     }
 
     /// Index of the job's priority class (unknown names get the default class).
-    pub(super) fn pc_of(&self, info: &JobInfo) -> u16 {
+    pub(super) fn priority_class_of(&self, info: &JobInfo) -> u16 {
         let name = info.priority_class.as_str();
-        self.pcs.iter().position(|p| p.name.as_str() == name).map(|p| p as u16).unwrap_or(self.default_pc)
+        self.view
+            .priority_classes
+            .iter()
+            .position(|p| p.name.as_str() == name)
+            .map(|p| p as u16)
+            .unwrap_or(self.view.default_priority_class)
     }
 
-    /// Like [`Self::pc_of`], memoised by the address of the class name (no string reads when
+    /// Like [`Self::priority_class_of`], memoised by the address of the class name (no string reads when
     /// jobs share their class names, as the state indexes make them).
-    fn pc_of_memo(&self, memo: &mut SmallVec<[(usize, u16); 8]>, info: &JobInfo) -> u16 {
+    fn priority_class_of_memo(&self, memo: &mut SmallVec<[(usize, u16); 8]>, info: &JobInfo) -> u16 {
         let key = info.priority_class.ptr_key();
         if let Some(&(_, pc)) = memo.iter().find(|(k, _)| *k == key) {
             return pc;
         }
-        let pc = self.pc_of(info);
+        let pc = self.priority_class_of(info);
         if memo.len() < 8 {
             memo.push((key, pc));
         }
@@ -412,11 +390,62 @@ impl<'a> PoolCycle<'a> {
 }
 
 /// Interns requirements by fingerprint.
+#[derive(Default)]
 struct Interner<'a> {
     classes: HashMap<u64, SmallVec<[u32; 1]>>,
     constraints: HashMap<u64, SmallVec<[u32; 1]>>,
     by_ptr: HashMap<*const SchedulingRequirements, u32>,
     _p: std::marker::PhantomData<&'a ()>,
+}
+
+/// The pool's nodes, in (executor, name) order without duplicates, and their index.
+fn pool_nodes<'a>(snap: &'a Snapshot, pool: &PoolName) -> (Vec<&'a Node>, HashMap<(&'a str, &'a str), u32>) {
+    let mut nodes: Vec<&Node> = snap.nodes.iter().filter(|n| &n.pool == pool).collect();
+    nodes.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
+    nodes.dedup_by(|a, b| a.executor == b.executor && a.name == b.name);
+    let node_index: HashMap<(&str, &str), u32> =
+        nodes.iter().enumerate().map(|(i, n)| ((n.executor.as_str(), n.name.as_str()), i as u32)).collect();
+    (nodes, node_index)
+}
+
+/// Slots: fairness and index resources first, then everything nodes offer.
+fn resource_layout(cfg: &SchedulerConfig, nodes: &[&Node]) -> Layout {
+    let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
+    names.extend(cfg.indexed_resources.iter().cloned());
+    names.extend(cfg.resource_cost_weights.keys().cloned());
+    let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
+    names.extend(node_res);
+    Layout::new(names)
+}
+
+/// The configured priority classes with their priority levels.
+fn cycle_priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<PriorityClassInfo> {
+    cfg.priority_classes
+        .iter()
+        .map(|p| PriorityClassInfo {
+            name: p.name.clone(),
+            priority: p.priority,
+            preemptible: p.preemptible,
+            priority_level: levels.index_of(p.priority) as u8,
+        })
+        .collect()
+}
+
+/// What each node offers in all (allocatable minus unallocatable), and the pool's total.
+fn node_capacities(nodes: &[&Node], layout: &Layout) -> (Vec<ResVec>, ResVec) {
+    let capacities: Vec<ResVec> = nodes
+        .iter()
+        .map(|n| {
+            let mut c = layout.dense_lossy(&n.allocatable);
+            sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+            c
+        })
+        .collect();
+    let mut total = layout.zero();
+    for c in &capacities {
+        add_to(&mut total, c);
+    }
+    (capacities, total)
 }
 
 fn constraint_fingerprint(r: &SchedulingRequirements) -> u64 {
@@ -426,4 +455,24 @@ fn constraint_fingerprint(r: &SchedulingRequirements) -> u64 {
 
 fn same_constraints(a: &SchedulingRequirements, b: &SchedulingRequirements) -> bool {
     a.node_selector == b.node_selector && a.tolerations == b.tolerations && a.node_affinity == b.node_affinity
+}
+
+impl PoolCycle<'_> {
+    /// Sets each queue's usage for the cycle, from the record and the time: the decayed average,
+    /// or (with no half-time, or no record for the queue yet) its current share. Its cost in
+    /// progressive filling is then that plus what the cycle adds to its share.
+    pub(super) fn start_usage(&mut self, recorded: &QueueUsage, now_ms: i64) {
+        let h = self.view.cfg.queue_usage_halftime;
+        if h.is_zero() {
+            return;
+        }
+        let pool = recorded.pools.get(&self.view.pool);
+        for q in &mut self.queues {
+            q.usage = match pool.and_then(|p| p.get(&q.name)) {
+                Some(s) => decay(s.usage, s.current, now_ms - recorded.at_ms, h),
+                None => q.actual_share,
+            };
+            q.usage_offset = q.usage - q.actual_share;
+        }
+    }
 }

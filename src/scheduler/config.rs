@@ -1,10 +1,9 @@
 //! Scheduler configuration: the `[scheduler]` section of the server config and the `config` block
 //! of a simulation scenario (same keys, same defaults).
 
-use super::policy::PoolPolicyConfig;
 use super::quarantine::QuarantineConfig;
 use crate::model::duration::serde_text;
-use crate::model::{FieldError, PoolName, PriorityClass, PriorityClassName, ResourceName};
+use crate::model::{FieldError, PoolName, PoolPolicy, PriorityClass, PriorityClassName, ResourceName};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -197,6 +196,40 @@ impl SchedulerConfig {
     /// The priority class called `name`.
     pub fn priority_class(&self, name: &str) -> Option<&PriorityClass> {
         self.priority_classes.iter().find(|pc| pc.name.as_str() == name)
+    }
+}
+
+/// One pool's settings (`[scheduler.pools.<pool>]`; a scenario's `config.pools.<pool>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolPolicyConfig {
+    /// The policy (default `fair_share`).
+    #[serde(default)]
+    pub policy: PoolPolicy,
+    /// `priority`: a pending job that does not fit preempts running preemptible jobs of strictly
+    /// lower job priority (default false). `proportional`: preemptible jobs of queues above their
+    /// target are preempted (default true). Not allowed with `fair_share`, whose preemption
+    /// follows `node_eviction_probability` and the priority classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<bool>,
+}
+
+impl PoolPolicyConfig {
+    /// Whether the pool preempts, with the policy's default when `preemption` is not given.
+    pub fn preemption(&self) -> bool {
+        self.preemption.unwrap_or(self.policy == PoolPolicy::Proportional)
+    }
+
+    /// Checks the rules serde cannot; the error names the key (relative to the pool's table).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.policy == PoolPolicy::FairShare && self.preemption.is_some() {
+            return Err(FieldError::new(
+                "preemption",
+                "means nothing with policy fair_share (its preemption follows node_eviction_probability and the \
+                 priority classes); remove it, or choose policy priority or proportional",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -1,8 +1,9 @@
 //! The scheduler's output: leases, preemptions, failures, and why the rest waits.
 
-use super::policy::PoolPolicy;
 use super::rate_limit::RateLimiterState;
+pub use super::rate_limit::RateScope;
 use super::usage::QueueUsage;
+use crate::model::PoolPolicy;
 use crate::model::{ExecutorName, JobId, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -137,16 +138,6 @@ pub enum Reason {
         /// What the queue holds, as a quantity.
         allocated: String,
     },
-}
-
-/// Which token bucket ran dry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RateScope {
-    /// The global scheduling rate.
-    Global,
-    /// The job's queue's scheduling rate.
-    Queue,
 }
 
 impl fmt::Display for Reason {

@@ -6,64 +6,33 @@
 //! Apart from [`super::placement`], which places one candidate, and [`super::eviction`], which
 //! decides what to evict and when to rebalance.
 
-use super::context::{Candidate, Origin, PoolCycle, Status};
-use super::decisions::{RateScope, Reason};
+use super::context::PoolCycle;
+use super::decisions::Reason;
+use super::job::{Origin, Status};
+use super::queue::{Candidate, Turn};
 use super::queue_order::CycleOrderKey;
 use super::rate_limit::RateLimits;
+use super::rate_limit::RateScope;
 use super::resvec::add_to;
 use smallvec::SmallVec;
-use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
-
-/// Heap entry for progressive filling: the most urgent next gang first; among equals the queue
-/// whose cost after scheduling it (divided by its weight) is smallest; then the queue name.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Turn {
-    pub urgency: i32,
-    pub cost_after: f64,
-    /// Queues are numbered in name order, so this breaks ties by name.
-    pub queue: u32,
-}
-
-impl PartialEq for Turn {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Turn {}
-
-impl Ord for Turn {
-    /// Reversed so that `BinaryHeap` (a max-heap) pops the best turn.
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.urgency
-            .cmp(&other.urgency)
-            .then_with(|| other.cost_after.total_cmp(&self.cost_after))
-            .then_with(|| other.queue.cmp(&self.queue))
-    }
-}
-
-impl PartialOrd for Turn {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// Where a queue's next candidate comes from. The three streams are merged in queue order
 /// ([`CycleOrderKey`]); on equal keys the stream listed first goes first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stream {
-    /// Jobs evicted in this cycle (`QCtx::evicted`, one entry per gang): they may return to their
+    /// Jobs evicted in this cycle (`CycleQueue::evicted`, one entry per gang): they may return to their
     /// nodes.
     Evicted,
-    /// Jobs that waited for room, offered again after a rebalance (`QCtx::retry`).
+    /// Jobs that waited for room, offered again after a rebalance (`CycleQueue::retry`).
     Retry,
-    /// Queued jobs not offered yet (`QCtx::order`, or `QCtx::src` when that is in order).
+    /// Queued jobs not offered yet (`CycleQueue::order`, or `CycleQueue::src` when that is in order).
     Queued,
 }
 
 /// The head of a stream: its key, the stream, and a job (`Evicted`, `Retry`) or a position in
-/// `src` (`Queued`).
+/// `queued` (`Queued`).
 type Head = (CycleOrderKey, Stream, u32);
 
 /// The stream head to take next: the first in queue order, on equal keys the first stream.
@@ -136,7 +105,7 @@ impl<'a> PoolCycle<'a> {
                         .into_iter()
                         .filter(|&m| self.jobs[m as usize].status == Status::Evicted)
                         .collect();
-                    let req = self.layout.zero();
+                    let req = self.view.layout.zero();
                     let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
                     self.return_evicted_gang(&cand);
                 }
@@ -144,7 +113,7 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
-    /// Position in `src` of the queue's next queued job to offer, skipping jobs not for this
+    /// Position in `queued` of the queue's next queued job to offer, skipping jobs not for this
     /// pool and members of gangs already offered.
     pub(super) fn peek_queued(&mut self, q: u32) -> Option<u32> {
         let qc = &mut self.queues[q as usize];
@@ -152,19 +121,19 @@ impl<'a> PoolCycle<'a> {
             let pos = match &qc.order {
                 Some(o) => *o.get(qc.queued_pos)?,
                 None => {
-                    if qc.queued_pos >= qc.src.len() {
+                    if qc.queued_pos >= qc.queued.len() {
                         return None;
                     }
                     qc.queued_pos as u32
                 }
             };
-            let sj = &qc.srcs[pos as usize];
+            let sj = &qc.facts[pos as usize];
             if sj.class == u32::MAX {
                 qc.queued_pos += 1;
                 continue;
             }
             if sj.gang
-                && let Some(g) = &qc.src[pos as usize].gang
+                && let Some(g) = &qc.queued[pos as usize].gang
                 && qc.gangs_done.contains(g.id.as_str())
             {
                 qc.queued_pos += 1;
@@ -185,7 +154,7 @@ impl<'a> PoolCycle<'a> {
             Some(r) => r.clone(),
             None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
                 queue: self.queues[q as usize].name.clone(),
-                limit: self.cfg.max_queue_lookback,
+                limit: self.view.cfg.max_queue_lookback,
             }),
             None => return Some(pos),
         };
@@ -200,7 +169,8 @@ impl<'a> PoolCycle<'a> {
         if self.global_rate_stopped.is_none() && rate.global_exhausted() {
             self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
-        let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
+        let lookback =
+            if self.view.cfg.max_queue_lookback == 0 { usize::MAX } else { self.view.cfg.max_queue_lookback };
         loop {
             let next_queued = self.next_queued(q, lookback);
             let qc = &self.queues[q as usize];
@@ -210,7 +180,7 @@ impl<'a> PoolCycle<'a> {
                 next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
                 next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
                 next_queued
-                    .map(|pos| (self.queued_key(&qc.srcs[pos as usize]).with_evicted(false), Stream::Queued, pos)),
+                    .map(|pos| (self.queued_key(&qc.facts[pos as usize]).with_evicted(false), Stream::Queued, pos)),
             ];
             let (stream, at) = first_head(heads)?;
             let members = match stream {
@@ -231,7 +201,7 @@ impl<'a> PoolCycle<'a> {
             let req = if members.len() == 1 {
                 self.req(first)
             } else {
-                let mut req = self.layout.zero();
+                let mut req = self.view.layout.zero();
                 for &m in &members {
                     add_to(&mut req, &self.req(m));
                 }
@@ -239,7 +209,7 @@ impl<'a> PoolCycle<'a> {
             };
             let urgency = self.jobs[first as usize].class_priority;
             let qc = &self.queues[q as usize];
-            let cost_after = (self.cost.share_with(&qc.alloc, &req) + qc.usage_offset) * qc.priority_factor;
+            let cost_after = (self.view.cost.share_with(&qc.alloc, &req) + qc.usage_offset) * qc.priority_factor;
             let gang = if members.len() > 1 || self.jobs[first as usize].gang {
                 self.jobs[first as usize].info.gang.clone()
             } else {
@@ -270,17 +240,18 @@ impl<'a> PoolCycle<'a> {
         }
     }
 
-    /// Takes the queued job at position `pos` of queue `q`'s `src`, with the queued members of its
+    /// Takes the queued job at position `pos` of queue `q`'s `queued`, with the queued members of its
     /// gang, into the cycle.
     pub(super) fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
         self.queues[q as usize].queued_pos += 1;
-        let src = self.queues[q as usize].src;
-        let gang = if self.queues[q as usize].srcs[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let src = self.queues[q as usize].queued;
+        let gang =
+            if self.queues[q as usize].facts[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
         let positions: SmallVec<[u32; 1]> = match gang {
             Some(g) => {
                 let qc = &mut self.queues[q as usize];
                 qc.gangs_done.insert(g.id.as_str());
-                qc.gang_src
+                qc.queued_gangs
                     .get(g.id.as_str())
                     .map(|m| m.iter().copied().collect())
                     .unwrap_or_else(|| smallvec::smallvec![pos])
@@ -291,12 +262,12 @@ impl<'a> PoolCycle<'a> {
         let members: SmallVec<[u32; 1]> = positions
             .iter()
             .map(|&p| {
-                let sj = self.queues[q as usize].srcs[p as usize].clone();
+                let sj = self.queues[q as usize].facts[p as usize].clone();
                 self.new_job(&sj, &src[p as usize], q, Origin::Queued)
             })
             .collect();
         if let Some(g) = gang {
-            self.created_gangs.insert((q, g.id.as_str()), members.to_vec());
+            self.gangs.set_offered(q, g.id.as_str(), members.to_vec());
         }
         members
     }

@@ -5,29 +5,14 @@
 //! the best one — most members placed, then least preemption, then the tightest fit — is then
 //! placed for real. A gang that does not fit changes nothing.
 
-use super::context::{Candidate, PoolCycle, Status};
+use super::context::PoolCycle;
 use super::decisions::Reason;
-use super::resvec::ResVec;
+use super::job::{GangShape, Status};
+use super::queue::Candidate;
+use super::resvec::{ResVec, add_to, fits};
+use crate::model::GangSpec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// A gang of identical members as far as placement goes: gangs of one shape get the same
-/// verdict, so a shape that does not fit is not tried again until room is freed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct GangShape {
-    /// The members' requirements class.
-    pub class: u32,
-    /// The members' priority level.
-    pub prio_idx: u8,
-    /// Members offered together.
-    pub members: u32,
-    /// Fewest members that must be placed.
-    pub min_cardinality: u32,
-    /// Label whose value all the gang's nodes must share.
-    pub uniformity_label: Option<String>,
-    /// The members' earmark profile ([`super::earmark::Earmarks::profile`]).
-    pub profile: u32,
-}
 
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]
@@ -45,180 +30,71 @@ impl PoolCycle<'_> {
         let Some(gang) = cand.gang.clone() else { return 0 };
         let members: Vec<u32> = cand.jobs.to_vec();
         let present = members.len() as u32;
-        let fail_all = |cycle: &mut Self, reason: Reason| {
-            let reason = Arc::new(reason);
-            for &m in &members {
-                cycle.set_reason(m, reason.clone());
-            }
+        let gang_reason = |fit: u32, detail: Option<Arc<Reason>>| Reason::Gang {
+            gang: gang.id.clone(),
+            fit,
+            cardinality: gang.cardinality,
+            minimum: gang.min_cardinality,
+            detail,
         };
         if present < gang.min_cardinality {
-            fail_all(
-                self,
-                Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality },
-            );
+            let reason =
+                Reason::GangIncomplete { gang: gang.id.clone(), queued: present, cardinality: gang.cardinality };
+            self.fail_members(&members, reason);
             return 0;
         }
-        // Every member's requests and node types.
-        let mut targets: Vec<(ResVec, Vec<u32>)> = Vec::with_capacity(members.len());
-        for &m in &members {
-            match self.job_targets(m) {
-                Ok(t) => targets.push(t),
-                Err(detail) => {
-                    fail_all(
-                        self,
-                        Reason::Gang {
-                            gang: gang.id.clone(),
-                            fit: 0,
-                            cardinality: gang.cardinality,
-                            minimum: gang.min_cardinality,
-                            detail: Some(Arc::new(detail)),
-                        },
-                    );
-                    return 0;
-                }
+        let targets = match self.member_targets(&members) {
+            Ok(t) => t,
+            Err(detail) => {
+                self.fail_members(&members, gang_reason(0, Some(Arc::new(detail))));
+                return 0;
             }
-        }
-        // Domains: executor, plus the uniformity label's value if there is one.
+        };
         let label = gang.node_uniformity_label.as_deref();
-        let mut domains: BTreeMap<(u32, Option<&str>), Vec<u32>> = BTreeMap::new();
-        let mut all_types: Vec<u32> = targets.iter().flat_map(|(_, t)| t.iter().copied()).collect();
-        all_types.sort_unstable();
-        all_types.dedup();
-        for t in all_types {
-            let exec = self.types.types[t as usize].executor;
-            let value = match label {
-                Some(l) => match self.types.label(&self.nodes, t, l) {
-                    Some(v) => Some(v),
-                    None => continue,
-                },
-                None => None,
-            };
-            domains.entry((exec, value)).or_default().push(t);
-        }
-        let domains: Vec<Vec<u32>> = domains.into_values().collect();
+        let domains = self.gang_domains(&targets, label);
         if domains.is_empty() {
             let detail = label
                 .map(|l| format!("no matching node has label {l}"))
                 .unwrap_or_else(|| "no matching node".to_string());
-            fail_all(
-                self,
-                Reason::Gang {
-                    gang: gang.id.clone(),
-                    fit: 0,
-                    cardinality: gang.cardinality,
-                    minimum: gang.min_cardinality,
-                    detail: Some(Arc::new(Reason::NoMatchingNode { pool: self.pool.clone(), detail })),
-                },
-            );
+            let no_node = Reason::NoMatchingNode { pool: self.view.pool.clone(), detail };
+            self.fail_members(&members, gang_reason(0, Some(Arc::new(no_node))));
             return 0;
         }
         // Gangs of identical members share verdicts, and a domain without enough free resources
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class.then(|| GangShape {
-            class: first.class,
-            prio_idx: first.prio_idx,
-            members: present,
-            min_cardinality: gang.min_cardinality,
-            uniformity_label: gang.node_uniformity_label.clone(),
-            profile: if self.earmarks.active() {
-                self.earmarks.profile(first.queue, self.pcs[first.pc as usize].preemptible)
-            } else {
-                0
-            },
-        });
-        if let Some(r) = cache_key.as_ref().and_then(|k| self.gang_unschedulable.get(k)) {
+        let cache_key = same_class.then(|| self.gang_shape(members[0], present, &gang));
+        if let Some(r) = cache_key.as_ref().and_then(|k| self.ledger.gang_verdict(k)) {
             let r = r.clone();
             for &m in &members {
                 self.set_reason(m, r.clone());
             }
             return 0;
         }
-        let max_level = self.levels.max_search_level(first.prio_idx as usize);
+        let max_level = self.view.levels.max_search_level(first.priority_level as usize);
         // Pool policies other than fair_share preempt by their own rules, which the levels do not
         // count: every domain gets a trial there.
-        let domains: Vec<Vec<u32>> = if same_class && self.policy.is_none() {
-            let mut need = targets[0].0.clone();
-            for v in need.iter_mut() {
-                *v *= i64::from(gang.min_cardinality);
-            }
-            let totals: Vec<ResVec> = domains
-                .iter()
-                .map(|dom| {
-                    let mut total = self.layout.zero();
-                    for &t in dom {
-                        super::resvec::add_to(&mut total, self.db.type_free(max_level, t));
-                    }
-                    total
-                })
-                .collect();
-            let viable: Vec<Vec<u32>> = domains
-                .iter()
-                .zip(&totals)
-                .filter(|(_, total)| super::resvec::fits(&need, total))
-                .map(|(d, _)| d.clone())
-                .collect();
-            if viable.is_empty() {
-                // Nothing can work; one trial in the roomiest domain says how close it came.
-                let roomiest =
-                    (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
-                vec![domains[roomiest].clone()]
-            } else {
-                viable
-            }
+        let domains = if same_class && self.policy.is_none() {
+            self.viable_domains(domains, &targets[0].0, gang.min_cardinality, max_level)
         } else {
             domains
         };
-        let min = gang.min_cardinality as usize;
-        let best = if domains.len() == 1 {
-            0
-        } else {
-            let mut best: Option<(usize, Trial)> = None;
-            for (d, dom) in domains.iter().enumerate() {
-                let mark = self.begin();
-                let trial = self.place_members(&members, &targets, dom);
-                self.rollback(mark);
-                let better = match &best {
-                    None => true,
-                    Some((_, b)) => {
-                        (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover)
-                            < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
-                    }
-                };
-                if better {
-                    best = Some((d, trial));
-                }
-            }
-            best.map(|(d, _)| d).unwrap_or(0)
-        };
+        let best = self.best_domain(&members, &targets, &domains);
         let mark = self.begin();
         let trial = self.place_members(&members, &targets, &domains[best]);
-        if trial.placed < min || trial.placed == 0 {
+        if trial.placed < gang.min_cardinality as usize || trial.placed == 0 {
             self.rollback(mark);
-            let detail = trial.first_failure;
-            let reason = Reason::Gang {
-                gang: gang.id.clone(),
-                fit: trial.placed as u32,
-                cardinality: gang.cardinality,
-                minimum: gang.min_cardinality,
-                detail,
-            };
+            let reason = gang_reason(trial.placed as u32, trial.first_failure);
             if let Some(k) = cache_key {
-                self.gang_unschedulable.insert(k, Arc::new(reason.clone()));
+                self.ledger.set_gang_verdict(k, Arc::new(reason.clone()));
             }
-            fail_all(self, reason);
+            self.fail_members(&members, reason);
             return 0;
         }
         self.commit(mark);
         // Members beyond what fit fail for good.
-        let reason = Arc::new(Reason::Gang {
-            gang: gang.id.clone(),
-            fit: trial.placed as u32,
-            cardinality: gang.cardinality,
-            minimum: gang.min_cardinality,
-            detail: None,
-        });
+        let reason = Arc::new(gang_reason(trial.placed as u32, None));
         for &m in &members {
             if self.jobs[m as usize].status == Status::Waiting {
                 self.set_status(m, Status::Failed, None);
@@ -227,6 +103,122 @@ impl PoolCycle<'_> {
             }
         }
         trial.placed
+    }
+
+    /// Every member waits, for one reason.
+    fn fail_members(&mut self, members: &[u32], reason: Reason) {
+        let reason = Arc::new(reason);
+        for &m in members {
+            self.set_reason(m, reason.clone());
+        }
+    }
+
+    /// Every member's requests and node types, or why one of them fits nowhere.
+    fn member_targets(&mut self, members: &[u32]) -> Result<Vec<(ResVec, Vec<u32>)>, Reason> {
+        let mut targets: Vec<(ResVec, Vec<u32>)> = Vec::with_capacity(members.len());
+        for &m in members {
+            targets.push(self.job_targets(m)?);
+        }
+        Ok(targets)
+    }
+
+    /// The domains a gang may take (node types grouped by executor, plus the uniformity label's
+    /// value if there is one), in (executor, value) order.
+    fn gang_domains(&self, targets: &[(ResVec, Vec<u32>)], label: Option<&str>) -> Vec<Vec<u32>> {
+        let mut domains: BTreeMap<(u32, Option<&str>), Vec<u32>> = BTreeMap::new();
+        let mut all_types: Vec<u32> = targets.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        all_types.sort_unstable();
+        all_types.dedup();
+        for t in all_types {
+            let exec = self.view.types.types[t as usize].executor;
+            let value = match label {
+                Some(l) => match self.view.types.label(&self.view.nodes, t, l) {
+                    Some(v) => Some(v),
+                    None => continue,
+                },
+                None => None,
+            };
+            domains.entry((exec, value)).or_default().push(t);
+        }
+        domains.into_values().collect()
+    }
+
+    /// The shape of a gang of identical members like `first`, its verdict's cache key.
+    fn gang_shape(&self, first: u32, present: u32, gang: &GangSpec) -> GangShape {
+        let first = &self.jobs[first as usize];
+        GangShape {
+            class: first.class,
+            priority_level: first.priority_level,
+            members: present,
+            min_cardinality: gang.min_cardinality,
+            uniformity_label: gang.node_uniformity_label.clone(),
+            profile: if self.view.earmarks.active() {
+                self.view
+                    .earmarks
+                    .profile(first.queue, self.view.priority_classes[first.priority_class as usize].preemptible)
+            } else {
+                0
+            },
+        }
+    }
+
+    /// For identical members requesting `req` each: the domains with room in total for the
+    /// minimum cardinality at `max_level`; if none, the roomiest alone, whose one trial says how
+    /// close the gang came.
+    fn viable_domains(
+        &self,
+        domains: Vec<Vec<u32>>,
+        req: &ResVec,
+        min_cardinality: u32,
+        max_level: u8,
+    ) -> Vec<Vec<u32>> {
+        let mut need = req.clone();
+        for v in need.iter_mut() {
+            *v *= i64::from(min_cardinality);
+        }
+        let totals: Vec<ResVec> = domains
+            .iter()
+            .map(|dom| {
+                let mut total = self.view.layout.zero();
+                for &t in dom {
+                    add_to(&mut total, self.db.type_free(max_level, t));
+                }
+                total
+            })
+            .collect();
+        let viable: Vec<Vec<u32>> =
+            domains.iter().zip(&totals).filter(|(_, total)| fits(&need, total)).map(|(d, _)| d.clone()).collect();
+        if viable.is_empty() {
+            let roomiest = (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
+            vec![domains[roomiest].clone()]
+        } else {
+            viable
+        }
+    }
+
+    /// The domain to place the gang in: each is tried inside a transaction and rolled back; the
+    /// best places most members, then preempts least, then fits tightest.
+    fn best_domain(&mut self, members: &[u32], targets: &[(ResVec, Vec<u32>)], domains: &[Vec<u32>]) -> usize {
+        if domains.len() == 1 {
+            return 0;
+        }
+        let mut best: Option<(usize, Trial)> = None;
+        for (d, dom) in domains.iter().enumerate() {
+            let mark = self.begin();
+            let trial = self.place_members(members, targets, dom);
+            self.rollback(mark);
+            let better = match &best {
+                None => true,
+                Some((_, b)) => {
+                    (std::cmp::Reverse(trial.placed), trial.max_level, trial.leftover)
+                        < (std::cmp::Reverse(b.placed), b.max_level, b.leftover)
+                }
+            };
+            if better {
+                best = Some((d, trial));
+            }
+        }
+        best.map(|(d, _)| d).unwrap_or(0)
     }
 
     /// Places as many members as fit in the domain (node types `dom`).
@@ -242,7 +234,7 @@ impl PoolCycle<'_> {
                 }
                 None => {
                     if trial.first_failure.is_none() {
-                        let prio = self.jobs[m as usize].prio_idx;
+                        let prio = self.jobs[m as usize].priority_level;
                         trial.first_failure = Some(Arc::new(self.no_capacity_reason(&types, req, prio)));
                     }
                 }
@@ -251,8 +243,8 @@ impl PoolCycle<'_> {
         // Tightest fit: least free left in the domain, indexed resources in order.
         for &t in dom {
             let free = self.db.type_free(0, t);
-            for (k, r) in self.cfg.indexed_resources.iter().enumerate().take(4) {
-                if let Some(s) = self.layout.slot(r.as_str()) {
+            for (k, r) in self.view.cfg.indexed_resources.iter().enumerate().take(4) {
+                if let Some(s) = self.view.layout.slot(r.as_str()) {
                     trial.leftover[k] += free[s];
                 }
             }

@@ -19,11 +19,12 @@
 //!   reached offers its next candidate.
 //!
 //! Urgency preemption still compares priority-class priorities: offsets and fences only order.
+//!
+//! This file holds the tree, its shares and its picks; the cycle's steps through it (filling,
+//! shares, reports) are in `fill_tree.rs`.
 
-use super::context::PoolCycle;
-use super::fairness::water_fill;
-use super::fill::Turn;
-use super::rate_limit::RateLimits;
+use super::fairness::{CostModel, water_fill};
+use super::queue::{CycleQueue, Turn};
 use super::resvec::{ResVec, add_to};
 use crate::model::{PriorityPolicy, QueueName, SortPriority};
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ thread_local! {
 /// Sentinel for "no parent" (a child of the implicit root).
 const ROOT: u32 = u32::MAX;
 
-/// One pool's queue tree over the cycle's queues (indices into `PoolCycle::queues`).
+/// One pool's queue tree over the cycle's queues (indices into the cycle's queues).
 #[derive(Debug, Clone)]
 pub(super) struct Hierarchy {
     /// Parent of each queue, or [`ROOT`].
@@ -66,7 +67,7 @@ pub(super) struct Hierarchy {
     /// Whether `alloc` and `offer` hold the last pick's values for every queue not `stale`.
     fresh: bool,
     /// Each queue's priority as its parent saw it at the cycle's first pick.
-    pub(super) first_priorities: BTreeMap<QueueName, i32>,
+    first_priorities: BTreeMap<QueueName, i32>,
     recorded: bool,
 }
 
@@ -83,8 +84,12 @@ impl Hierarchy {
     /// The tree of `queues` (in the cycle's order), or none when every queue is flat and
     /// `force` is not set. A parent missing from the snapshot, or a cycle (which validation
     /// prevents), makes a queue a child of the root.
-    pub(super) fn build(cycle: &PoolCycle<'_>, force: bool) -> Option<Box<Hierarchy>> {
-        let queues = &cycle.queues;
+    pub(super) fn build(
+        queues: &[CycleQueue<'_>],
+        default_priority: i32,
+        zero: ResVec,
+        force: bool,
+    ) -> Option<Box<Hierarchy>> {
         if !force && queues.iter().all(|q| q.snap.queue.is_flat()) {
             return None;
         }
@@ -111,8 +116,8 @@ impl Hierarchy {
             queues.iter().map(|q| q.snap.queue.priority_policy == PriorityPolicy::Fence).collect(),
             queues.iter().map(|q| q.snap.queue.priority_offset).collect(),
             queues.iter().map(|q| q.snap.queue.sort_priority == SortPriority::Disabled).collect(),
-            cycle.pcs.get(cycle.default_pc as usize).map_or(0, |p| p.priority),
-            cycle.layout.zero(),
+            default_priority,
+            zero,
         )))
     }
 
@@ -194,7 +199,7 @@ impl Hierarchy {
     }
 
     /// Marks queue `q` and its ancestors for recomputing at the next pick.
-    fn mark_stale(&mut self, q: u32) {
+    pub(super) fn mark_stale(&mut self, q: u32) {
         let mut at = q;
         while at != ROOT && !self.stale[at as usize] {
             self.stale[at as usize] = true;
@@ -244,84 +249,35 @@ impl Hierarchy {
         }
         (plain, adjusted)
     }
-}
 
-impl<'a> PoolCycle<'a> {
-    /// Builds the queue tree even for flat queues (tests: the tree's path must then decide as
-    /// the flat one does), and recomputes the shares through it.
+    /// Starts progressive filling through the tree: the first pick recomputes every queue.
+    pub(super) fn start_picks(&mut self) {
+        self.fresh = false;
+    }
+
+    /// Once, at the cycle's first pick: each queue's priority as its parent sees it then.
+    pub(super) fn record_first_offers(&mut self, queues: &[CycleQueue<'_>]) {
+        if !self.recorded {
+            self.recorded = true;
+            self.first_priorities =
+                (0..queues.len()).filter_map(|v| self.offer[v].map(|(_, p)| (queues[v].name.clone(), p))).collect();
+        }
+    }
+
+    /// Each queue's priority as its parent saw it at the cycle's first pick.
+    pub(super) fn first_priorities(&self) -> &BTreeMap<QueueName, i32> {
+        &self.first_priorities
+    }
+
+    /// Tests: makes the next pick recompute every queue.
     #[cfg(test)]
-    pub(super) fn force_tree(&mut self) {
-        self.tree = Hierarchy::build(self, true);
-        self.tree_shares();
-    }
-
-    /// Sets every queue's fair share and adjusted fair share through the tree (parents included,
-    /// for the report). Called by `compute_shares` when the pool has a tree.
-    pub(super) fn tree_shares(&mut self) {
-        let Some(tree) = self.tree.take() else { return };
-        let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-        let demands: Vec<f64> = self.queues.iter().map(|q| self.cost.share(&q.demand)).collect();
-        let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        let (plain, adjusted) = tree.shares(&weights, &demands, &active);
-        for (i, q) in self.queues.iter_mut().enumerate() {
-            q.fair_share = plain[i];
-            q.adjusted_fair_share = adjusted[i];
-            q.overshare = q.actual_share - q.adjusted_fair_share;
-        }
-        self.tree = Some(tree);
-    }
-
-    /// Adjusted fair shares through the tree for the given demand of each queue.
-    pub(super) fn tree_adjusted_shares(&self, demand: &[ResVec]) -> Option<Vec<f64>> {
-        let tree = self.tree.as_deref()?;
-        let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-        let demands: Vec<f64> = demand.iter().map(|d| self.cost.share(d)).collect();
-        let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        Some(tree.shares(&weights, &demands, &active).1)
-    }
-
-    /// Progressive filling through the tree: pick a leaf level by level, attempt its candidate,
-    /// move it on, until no queue has anything to offer.
-    pub(super) fn fill_tree(&mut self, rate: &mut RateLimits) {
-        let Some(mut tree) = self.tree.take() else { return };
-        let mut turns: Vec<Option<Turn>> = (0..self.queues.len() as u32).map(|q| self.advance(q, rate)).collect();
-        // Between picks only the queue offered and the queues whose allocation an attempt
-        // changed (placements, displacements, evictions, rollbacks: all through `alloc`) need
-        // recomputing, with their ancestors.
-        tree.fresh = false;
-        self.alloc_log = Some(Vec::new());
-        while let Some(q) = self.pick(&mut tree, &turns) {
-            if !tree.recorded {
-                tree.recorded = true;
-                tree.first_priorities = (0..self.queues.len())
-                    .filter_map(|v| tree.offer[v].map(|(_, p)| (self.queues[v].name.clone(), p)))
-                    .collect();
-            }
-            self.offer_and_advance(q, &mut turns, rate);
-            tree.mark_stale(q);
-            if let Some(log) = self.alloc_log.as_mut() {
-                for c in log.drain(..) {
-                    tree.mark_stale(c);
-                }
-            }
-            #[cfg(test)]
-            if FULL_PICKS.with(std::cell::Cell::get) {
-                tree.fresh = false;
-            }
-        }
-        self.alloc_log = None;
-        self.tree = Some(tree);
-    }
-
-    fn offer_and_advance(&mut self, q: u32, turns: &mut [Option<Turn>], rate: &mut RateLimits) {
-        if let Some(cand) = self.queues[q as usize].current.take() {
-            self.attempt(q, cand, rate);
-        }
-        turns[q as usize] = self.advance(q, rate);
+    pub(super) fn forget_picks(&mut self) {
+        self.fresh = false;
     }
 
     /// The leaf whose candidate goes next, if any queue has one.
-    fn pick(&self, tree: &mut Hierarchy, turns: &[Option<Turn>]) -> Option<u32> {
+    pub(super) fn pick(&mut self, queues: &[CycleQueue<'_>], cost: &CostModel, turns: &[Option<Turn>]) -> Option<u32> {
+        let tree = self;
         let all = !tree.fresh;
         tree.fresh = true;
         for k in 0..tree.post.len() {
@@ -331,7 +287,7 @@ impl<'a> PoolCycle<'a> {
                 continue;
             }
             tree.stale[vi] = false;
-            tree.alloc[vi].clone_from_slice(&self.queues[vi].alloc);
+            tree.alloc[vi].clone_from_slice(&queues[vi].alloc);
             for i in 0..tree.children[vi].len() {
                 let c = tree.children[vi][i] as usize;
                 let (a, b) = split_pair(&mut tree.alloc, vi, c);
@@ -340,24 +296,27 @@ impl<'a> PoolCycle<'a> {
             let offer = if tree.children[vi].is_empty() {
                 turns[vi].map(|t| (v, tree.shown(v, t.urgency)))
             } else {
-                let (best, highest) = self.best_choice(tree, &tree.children[vi], turns, Some(v), tree.sort_off[vi]);
+                let (best, highest) =
+                    tree.best_choice(queues, cost, &tree.children[vi], turns, Some(v), tree.sort_off[vi]);
                 best.map(|b| (b.leaf, tree.shown(v, highest)))
             };
             tree.offer[vi] = offer;
         }
-        self.best_choice(tree, &tree.roots, turns, None, false).0.map(|b| b.leaf)
+        tree.best_choice(queues, cost, &tree.roots, turns, None, false).0.map(|b| b.leaf)
     }
 
     /// Among `kids` (and the candidate of `own`, a parent's own queued jobs if any), the best
     /// choice, and the highest priority among them.
     fn best_choice(
         &self,
-        tree: &Hierarchy,
+        queues: &[CycleQueue<'_>],
+        cost: &CostModel,
         kids: &[u32],
         turns: &[Option<Turn>],
         own: Option<u32>,
         sort_off: bool,
     ) -> (Option<Choice>, i32) {
+        let tree = self;
         let mut best: Option<Choice> = None;
         let mut highest = i32::MIN;
         let mut consider = |c: Choice| {
@@ -384,8 +343,8 @@ impl<'a> PoolCycle<'a> {
             let cost = if tree.children[ci].is_empty() {
                 turns[ci].map_or(f64::INFINITY, |t| t.cost_after)
             } else {
-                match &self.queues[leaf as usize].current {
-                    Some(cand) => self.cost.share_with(&tree.alloc[ci], &cand.req) * self.queues[ci].priority_factor,
+                match &queues[leaf as usize].current {
+                    Some(cand) => cost.share_with(&tree.alloc[ci], &cand.req) * queues[ci].priority_factor,
                     None => f64::INFINITY,
                 }
             };
@@ -403,60 +362,6 @@ fn split_pair(v: &mut [ResVec], a: usize, b: usize) -> (&mut ResVec, &ResVec) {
     } else {
         let (lo, hi) = v.split_at_mut(a);
         (&mut hi[0], &lo[b])
-    }
-}
-
-impl PoolCycle<'_> {
-    /// The name of queue `q`'s parent in the tree.
-    pub(super) fn tree_parent_name(&self, q: u32) -> Option<QueueName> {
-        let p = self.tree.as_deref()?.parent_of(q)?;
-        Some(self.queues[p as usize].name.clone())
-    }
-
-    /// The report of every parent queue with an active subtree: its subtree's allocation at the
-    /// start and end of the cycle, its demand, and its level's shares.
-    pub(super) fn parent_reports(&self) -> BTreeMap<usize, super::decisions::QueueShare> {
-        let Some(tree) = self.tree.as_deref() else { return BTreeMap::new() };
-        let n = self.queues.len();
-        let (mut alloc, mut start, mut demand) =
-            (self.queues.iter().map(|q| q.alloc.clone()).collect::<Vec<_>>(), Vec::with_capacity(n), Vec::new());
-        start.extend(self.queues.iter().map(|q| q.alloc_start.clone()));
-        demand.extend(self.queues.iter().map(|q| q.demand.clone()));
-        let mut active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        for &v in tree.post_order() {
-            if let Some(p) = tree.parent_of(v) {
-                let (v, p) = (v as usize, p as usize);
-                let (a, s, d) = (alloc[v].clone(), start[v].clone(), demand[v].clone());
-                add_to(&mut alloc[p], &a);
-                add_to(&mut start[p], &s);
-                add_to(&mut demand[p], &d);
-                active[p] |= active[v];
-            }
-        }
-        (0..n)
-            .filter(|&i| tree.is_parent(i as u32) && active[i])
-            .map(|i| {
-                let q = &self.queues[i];
-                let share = super::decisions::QueueShare {
-                    queue: q.name.clone(),
-                    weight: 1.0 / q.priority_factor,
-                    fair_share: q.fair_share,
-                    adjusted_fair_share: q.adjusted_fair_share,
-                    actual_share: self.cost.share(&start[i]),
-                    share_after: self.cost.share(&alloc[i]),
-                    protected: q.protected,
-                    allocated: self.layout.named(&alloc[i]),
-                    demand: self.layout.named(&demand[i]),
-                    home_allocated: Default::default(),
-                    guest_allocated: Default::default(),
-                    usage: self.cost.share(&start[i]),
-                    parent: self.tree_parent_name(i as u32),
-                    is_parent: true,
-                    proportional_target: None,
-                };
-                (i, share)
-            })
-            .collect()
     }
 }
 

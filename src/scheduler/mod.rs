@@ -2,27 +2,43 @@
 //! except the seeded generator built from the `seed` argument.
 //!
 //! `schedule(snapshot, config, seed, now_ms) -> Decisions` (`cycle.rs`) runs one cycle per pool:
-//! 1. `build.rs`: the pool's view of the snapshot, held in the per-cycle context (`context.rs`);
+//! 1. `build.rs`: the pool's view of the snapshot (`view.rs`: nodes, layout, levels, node types,
+//!    interned requirements, cost model) and the cycle's jobs and queues;
 //! 2. `eviction.rs`: preemptible jobs of queues above their protected share are evicted in the
 //!    scheduler's view (fair-share preemption);
 //! 3. `fill.rs`: progressive filling — the most urgent next gang first, then the queue whose cost
-//!    ([`fairness`]) after scheduling it is lowest — with `queue_order.rs` inside each queue;
+//!    ([`fairness`]: fair shares, water filling) after scheduling it is lowest — with
+//!    `queue_order.rs` inside each queue; `fill_tree.rs` when the queues form a tree;
 //! 4. `placement.rs` and `gang.rs`: node choice through the node db (`nodedb.rs`: priority levels,
 //!    tiers, best fit), the places of the evicted jobs that would return last
-//!    (`return_order.rs`), urgency preemption, limits and [`rate_limit`]s;
+//!    (`return_order.rs` ranks them, `return_walk.rs` walks them), urgency preemption, limits and [`rate_limit`]s; gangs all or nothing
+//!    through the ledger's undo log;
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
-//!    that waits.
+//!    that waits — and the queues' usage record.
+//!
+//! The files fall in three floors, each importing only the ones below it:
+//! - the steps above (each an `impl PoolCycle` block), `earmark_placement.rs`, `fill_tree.rs`
+//!   and the other policies in `policy/`;
+//! - the cycle (`context.rs`): `PoolCycle`, the pool's read-only view (`view.rs`) beside what the
+//!   cycle changes: its jobs (`job.rs`), queues (`queue.rs`), the node db, the evicted jobs'
+//!   return order (`return_walk.rs`), and the ledger of changes to undo or re-examine
+//!   (`ledger.rs`);
+//! - plain data and pure algorithms, which know nothing of the cycle: inputs and outputs
+//!   (`config.rs`, `snapshot.rs`, `decisions.rs`), resource vectors (`resvec.rs`), node types,
+//!   the node db, fairness, queue order, rate limits, quarantine, usage decay, earmarks
+//!   (`earmark.rs`), the queue tree (`hierarchy.rs`) and a policy's per-cycle state
+//!   (`policy_state.rs`).
 //!
 //! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
 //!
-//! Queues may form a tree (`hierarchy.rs`): hierarchical fair shares, priority offsets and
-//! fences (YuniKorn); a pool whose queues are all flat runs the flat path unchanged.
-//! A pool may be scheduled by another [`policy`] (`[scheduler.pools.<pool>] policy`):
+//! Queues may form a tree (`hierarchy.rs`, filled by `fill_tree.rs`): hierarchical fair shares,
+//! priority offsets and fences (YuniKorn); a pool whose queues are all flat runs the flat path
+//! unchanged. A pool may be scheduled by another [`policy`] (`[scheduler.pools.<pool>] policy`):
 //! Determined's `priority` or `proportional`, in place of steps 2 and 3.
 //!
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
-//! `earmark.rs`; the decayed usage that may order queues instead of their current share, in
-//! [`usage`].
+//! `earmark.rs` (the rules and the pool's earmarks) and `earmark_placement.rs` (the steps); the
+//! decayed usage that may order queues instead of their current share, in [`usage`].
 
 pub(crate) mod build;
 pub mod config;
@@ -30,23 +46,31 @@ pub(crate) mod context;
 pub(crate) mod cycle;
 pub mod decisions;
 pub(crate) mod earmark;
+pub(crate) mod earmark_placement;
 pub(crate) mod eviction;
 pub mod fairness;
 pub(crate) mod fill;
+pub(crate) mod fill_tree;
 pub(crate) mod gang;
 pub(crate) mod hierarchy;
+pub(crate) mod job;
+pub(crate) mod ledger;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
 pub(crate) mod placement;
 pub mod policy;
+pub(crate) mod policy_state;
 pub mod quarantine;
+pub(crate) mod queue;
 pub(crate) mod queue_order;
 pub mod rate_limit;
 pub(crate) mod resvec;
 pub(crate) mod return_order;
+pub(crate) mod return_walk;
 pub mod snapshot;
 pub mod usage;
+pub(crate) mod view;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;

@@ -133,15 +133,15 @@ impl Levels {
     pub(crate) fn index_of(&self, prio: i32) -> usize {
         self.prios.binary_search(&prio).unwrap_or(0)
     }
-    pub(crate) fn evicted_freed_at(&self, prio_idx: usize) -> u8 {
-        (self.base as usize + 2 * prio_idx) as u8
+    pub(crate) fn evicted_freed_at(&self, priority_level: usize) -> u8 {
+        (self.base as usize + 2 * priority_level) as u8
     }
-    pub(crate) fn running_freed_at(&self, prio_idx: usize) -> u8 {
-        (self.base as usize + 1 + 2 * prio_idx) as u8
+    pub(crate) fn running_freed_at(&self, priority_level: usize) -> u8 {
+        (self.base as usize + 1 + 2 * priority_level) as u8
     }
     /// Highest level a job of this priority may search.
-    pub(crate) fn max_search_level(&self, prio_idx: usize) -> u8 {
-        (self.base as usize + 2 * prio_idx) as u8
+    pub(crate) fn max_search_level(&self, priority_level: usize) -> u8 {
+        (self.base as usize + 2 * priority_level) as u8
     }
     /// The guest level, if there is one.
     pub(crate) fn guest_level(&self) -> Option<u8> {

@@ -2,9 +2,11 @@
 //! displacement of victims, putting evicted jobs back, and the undo log that makes gang
 //! placement all-or-nothing.
 
-use super::context::{Candidate, Origin, PoolCycle, Status, Undo};
+use super::context::PoolCycle;
 use super::decisions::Reason;
+use super::job::{Origin, Status, Undo};
 use super::nodedb::Occupant;
+use super::queue::Candidate;
 use super::rate_limit::RateLimits;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use crate::model::quantity::{Unit, format_quantity};
@@ -38,7 +40,7 @@ impl PoolCycle<'_> {
                         .collect(),
                     None => cand.jobs.clone(),
                 };
-                let mut req = self.layout.zero();
+                let mut req = self.view.layout.zero();
                 for &j in &members {
                     if self.jobs[j as usize].status == Status::Evicted
                         && let Some(node) = self.jobs[j as usize].node()
@@ -72,7 +74,7 @@ impl PoolCycle<'_> {
             let qc = &mut self.queues[q as usize];
             qc.queued_stopped = true;
             qc.note = Some(reason.clone());
-            if scope == super::decisions::RateScope::Global {
+            if scope == super::rate_limit::RateScope::Global {
                 self.global_rate_stopped = Some(reason);
             }
             return;
@@ -92,19 +94,22 @@ impl PoolCycle<'_> {
     /// The queue or priority-class limit the candidate would break.
     fn limit_violation(&self, q: u32, cand: &Candidate) -> Option<Reason> {
         let qc = &self.queues[q as usize];
-        if qc.limit.is_none() && qc.pc_limits.iter().all(Option::is_none) {
+        if qc.limit.is_none() && qc.priority_class_limits.iter().all(Option::is_none) {
             return None;
         }
         if let Some(limit) = &qc.limit {
             for s in 0..limit.len() {
                 if cand.req[s] > 0 && qc.alloc[s] + cand.req[s] > limit[s] {
-                    return Some(Reason::QueueLimit { queue: qc.name.clone(), resource: self.layout.name(s).clone() });
+                    return Some(Reason::QueueLimit {
+                        queue: qc.name.clone(),
+                        resource: self.view.layout.name(s).clone(),
+                    });
                 }
             }
         }
         let mut by_pc: Vec<(u16, ResVec)> = Vec::new();
         for &j in &cand.jobs {
-            let pc = self.jobs[j as usize].pc;
+            let pc = self.jobs[j as usize].priority_class;
             let req = self.req(j);
             match by_pc.iter_mut().find(|(p, _)| *p == pc) {
                 Some((_, v)) => add_to(v, &req),
@@ -112,13 +117,13 @@ impl PoolCycle<'_> {
             }
         }
         for (pc, req) in by_pc {
-            if let Some(limit) = &qc.pc_limits[pc as usize] {
+            if let Some(limit) = &qc.priority_class_limits[pc as usize] {
                 for s in 0..limit.len() {
-                    if req[s] > 0 && qc.alloc_by_pc[pc as usize][s] + req[s] > limit[s] {
+                    if req[s] > 0 && qc.alloc_by_priority_class[pc as usize][s] + req[s] > limit[s] {
                         return Some(Reason::PriorityClassLimit {
                             queue: qc.name.clone(),
-                            priority_class: self.pcs[pc as usize].name.clone(),
-                            resource: self.layout.name(s).clone(),
+                            priority_class: self.view.priority_classes[pc as usize].name.clone(),
+                            resource: self.view.layout.name(s).clone(),
                         });
                     }
                 }
@@ -130,25 +135,27 @@ impl PoolCycle<'_> {
     /// Types of node a constraint class may use (computed once per cycle).
     #[inline]
     pub(super) fn matching_types(&mut self, constraint: u32) -> Vec<u32> {
-        let c = &mut self.constraints[constraint as usize];
-        if c.matching.is_none() {
-            c.matching = Some(self.types.matching(&self.nodes, c.reqs));
+        let cached = &mut self.matching_types[constraint as usize];
+        if cached.is_none() {
+            let reqs = self.view.constraints[constraint as usize].reqs;
+            *cached = Some(self.view.types.matching(&self.view.nodes, reqs));
         }
-        c.matching.clone().unwrap_or_default()
+        cached.clone().unwrap_or_default()
     }
 
     /// The job's dense requests and the node types it may use, or why it cannot be placed at all.
     pub(super) fn job_targets(&mut self, j: u32) -> Result<(ResVec, Vec<u32>), Reason> {
         let class = self.jobs[j as usize].class as usize;
-        let req = match &self.classes[class].dense {
+        let req = match &self.view.classes[class].dense {
             Ok(v) => v.clone(),
-            Err(r) => return Err(Reason::UnknownResource { pool: self.pool.clone(), resource: r.clone() }),
+            Err(r) => return Err(Reason::UnknownResource { pool: self.view.pool.clone(), resource: r.clone() }),
         };
-        let constraint = self.classes[class].constraint;
+        let constraint = self.view.classes[class].constraint;
         let types = self.matching_types(constraint);
         if types.is_empty() {
-            let detail = self.types.describe_mismatch(&self.nodes, self.constraints[constraint as usize].reqs);
-            return Err(Reason::NoMatchingNode { pool: self.pool.clone(), detail });
+            let detail =
+                self.view.types.describe_mismatch(&self.view.nodes, self.view.constraints[constraint as usize].reqs);
+            return Err(Reason::NoMatchingNode { pool: self.view.pool.clone(), detail });
         }
         let types = self.allowed_types(j, types)?;
         Ok((req, types))
@@ -157,14 +164,14 @@ impl PoolCycle<'_> {
     /// Places a single queued job; records why not if it cannot.
     fn place_single(&mut self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
-        let profile = if self.earmarks.active() {
-            self.earmarks.profile(job.queue, self.pcs[job.pc as usize].preemptible)
+        let profile = if self.view.earmarks.active() {
+            self.view.earmarks.profile(job.queue, self.view.priority_classes[job.priority_class as usize].preemptible)
         } else {
             0
         };
         // One word for level and profile: the cache is looked up for every job tried.
-        let key = (job.class, u32::from(job.prio_idx) | profile << 8);
-        if let Some(r) = self.unschedulable.get(&key) {
+        let key = (job.class, u32::from(job.priority_level) | profile << 8);
+        if let Some(r) = self.ledger.verdict(&key) {
             let r = r.clone();
             self.set_reason(j, r);
             return false;
@@ -173,7 +180,7 @@ impl PoolCycle<'_> {
             Ok(t) => t,
             Err(reason) => {
                 let reason = Arc::new(reason);
-                self.unschedulable.insert(key, reason.clone());
+                self.ledger.set_verdict(key, reason.clone());
                 self.set_reason(j, reason);
                 return false;
             }
@@ -183,9 +190,9 @@ impl PoolCycle<'_> {
         }
         let reason = match self.earmark_reason(j, &req) {
             Some(r) => Arc::new(r),
-            None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].prio_idx)),
+            None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
         };
-        self.unschedulable.insert(key, reason.clone());
+        self.ledger.set_verdict(key, reason.clone());
         self.set_reason(j, reason);
         false
     }
@@ -196,18 +203,18 @@ impl PoolCycle<'_> {
         if self.policy.is_some() {
             return self.try_place_policy(j, types, req);
         }
-        if self.earmarks.active() {
+        if self.view.earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.levels.max_search_level(job.prio_idx as usize));
+        let (q, max) = (job.queue, self.view.levels.max_search_level(job.priority_level as usize));
         for l in 0..=max {
             if self.db.level_is_redundant(l) {
                 continue;
             }
             let found = if l == 0 {
                 self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
-            } else if self.levels.is_eviction_level(l) {
+            } else if self.view.levels.is_eviction_level(l) {
                 match self.fair_share_node(l, types, req) {
                     Some(n) => {
                         let queues = &self.queues;
@@ -296,11 +303,9 @@ impl PoolCycle<'_> {
             req: req.clone(),
         };
         let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };
-        let (q, pc) = (job.queue, job.pc);
+        let (q, pc) = (job.queue, job.priority_class);
         self.db.add(n, occ);
-        if self.recording {
-            self.undo.push(Undo::Added { node: n, job: j });
-        }
+        self.ledger.record(|| Undo::Added { node: n, job: j });
         self.set_status(j, status, None);
         self.jobs[j as usize].node = Some(n);
         self.alloc(q, pc, req, true);
@@ -312,22 +317,21 @@ impl PoolCycle<'_> {
         let Some(occ) = self.db.remove(node, v) else { return };
         // A victim larger than the job that displaced it frees room a cached verdict did not see.
         if !fits(&occ.req, by_req) {
-            self.unschedulable.clear();
-            self.gang_unschedulable.clear();
-            self.earmarks.reoffer = true;
+            self.ledger.forget_verdicts();
+            self.ledger.mark_reoffer();
         }
         let victim = &self.jobs[v as usize];
-        let (q, pc, status) = (victim.queue, victim.pc, victim.status);
+        let (q, pc, status) = (victim.queue, victim.priority_class, victim.status);
         let req = occ.req.clone();
-        if self.recording {
-            self.undo.push(Undo::Removed { node, occ });
-        }
+        self.ledger.record(|| Undo::Removed { node, occ });
         let new = victim.origin == Origin::Queued;
         match status {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
-                self.earmarks.reoffer |= self.earmarks.is_guest(node, q);
+                if self.view.earmarks.is_guest(node, q) {
+                    self.ledger.mark_reoffer();
+                }
                 self.set_status(v, Status::Waiting, Some(by));
                 self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
                 self.alloc(q, pc, &req, false);
@@ -355,15 +359,13 @@ impl PoolCycle<'_> {
                 continue;
             }
             let job = &self.jobs[m as usize];
-            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.pc);
+            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.priority_class);
             match status {
                 Status::Placed | Status::Returned | Status::Running => {
                     let Some(node) = job.node() else { continue };
                     let Some(occ) = self.db.remove(node, m) else { continue };
                     let req = occ.req.clone();
-                    if self.recording {
-                        self.undo.push(Undo::Removed { node, occ });
-                    }
+                    self.ledger.record(|| Undo::Removed { node, occ });
                     self.set_status(m, if new { Status::Waiting } else { Status::Preempted }, Some(by));
                     self.jobs[m as usize].reason = Some(lost.clone());
                     self.alloc(q, pc, &req, false);
@@ -375,9 +377,8 @@ impl PoolCycle<'_> {
                 Status::Waiting | Status::Evicted | Status::Preempted => {}
             }
         }
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
-        self.earmarks.reoffer = true;
+        self.ledger.forget_verdicts();
+        self.ledger.mark_reoffer();
     }
 
     /// Changes a job's status (and who displaced it), recording the old one.
@@ -394,35 +395,28 @@ impl PoolCycle<'_> {
         let qc = &mut self.queues[q as usize];
         if added {
             add_to(&mut qc.alloc, req);
-            add_to(&mut qc.alloc_by_pc[pc as usize], req);
+            add_to(&mut qc.alloc_by_priority_class[pc as usize], req);
         } else {
             sub_from(&mut qc.alloc, req);
-            sub_from(&mut qc.alloc_by_pc[pc as usize], req);
+            sub_from(&mut qc.alloc_by_priority_class[pc as usize], req);
         }
-        if self.recording {
-            self.undo.push(Undo::Alloc { queue: q, pc, req: req.clone(), added });
-        }
-        if let Some(log) = self.alloc_log.as_mut() {
-            log.push(q);
-        }
+        self.ledger.record(|| Undo::Alloc { queue: q, priority_class: pc, req: req.clone(), added });
+        self.ledger.note_alloc(q);
     }
 
     /// Starts recording changes so they can be rolled back.
     pub(super) fn begin(&mut self) -> usize {
-        self.recording = true;
-        self.undo.len()
+        self.ledger.begin()
     }
 
     /// Keeps the changes since `mark`.
     pub(super) fn commit(&mut self, mark: usize) {
-        self.undo.truncate(mark);
-        self.recording = mark > 0;
+        self.ledger.commit(mark);
     }
 
     /// Undoes every change since `mark`.
     pub(super) fn rollback(&mut self, mark: usize) {
-        while self.undo.len() > mark {
-            let Some(u) = self.undo.pop() else { break };
+        while let Some(u) = self.ledger.pop_since(mark) {
             match u {
                 Undo::Added { node, job } => {
                     self.db.remove(node, job);
@@ -435,19 +429,19 @@ impl PoolCycle<'_> {
                     j.reason = reason;
                     j.node = node;
                 }
-                Undo::Alloc { queue, pc, req, added } => {
+                Undo::Alloc { queue, priority_class: pc, req, added } => {
                     let qc = &mut self.queues[queue as usize];
                     if added {
                         sub_from(&mut qc.alloc, &req);
-                        sub_from(&mut qc.alloc_by_pc[pc as usize], &req);
+                        sub_from(&mut qc.alloc_by_priority_class[pc as usize], &req);
                     } else {
                         add_to(&mut qc.alloc, &req);
-                        add_to(&mut qc.alloc_by_pc[pc as usize], &req);
+                        add_to(&mut qc.alloc_by_priority_class[pc as usize], &req);
                     }
                 }
             }
         }
-        self.recording = mark > 0;
+        self.ledger.rolled_back(mark);
     }
 
     /// Puts an evicted job back on its own node if there is room.
@@ -455,14 +449,12 @@ impl PoolCycle<'_> {
         let Some(node) = self.jobs[e as usize].node else { return false };
         let req = self.req(e);
         let had = self.db.remove(node, e);
-        if let Some(occ) = &had
-            && self.recording
-        {
-            self.undo.push(Undo::Removed { node, occ: occ.clone() });
+        if let Some(occ) = &had {
+            self.ledger.record(|| Undo::Removed { node, occ: occ.clone() });
         }
-        let max = self.levels.max_search_level(self.jobs[e as usize].prio_idx as usize);
+        let max = self.view.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
-        let max = if self.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
+        let max = if self.view.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
                 self.place(e, node, l, &req);
@@ -471,11 +463,9 @@ impl PoolCycle<'_> {
         }
         if let Some(occ) = had {
             self.db.add(node, occ);
-            if self.recording {
-                self.undo.push(Undo::Added { node, job: e });
-            }
+            self.ledger.record(|| Undo::Added { node, job: e });
         }
-        let reason = Arc::new(Reason::NoRoomOnNode { node: self.nodes[node as usize].name.clone() });
+        let reason = Arc::new(Reason::NoRoomOnNode { node: self.view.nodes[node as usize].name.clone() });
         self.set_reason(e, reason);
         false
     }
@@ -499,12 +489,12 @@ impl PoolCycle<'_> {
     }
 
     /// Why a job fits on no node of `types`, even counting what it may preempt.
-    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, prio_idx: u8) -> Reason {
+    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
         // Pool policies other than fair_share place at level 0 (what is free now).
-        let level = if self.policy.is_some() { 0 } else { self.levels.max_search_level(prio_idx as usize) };
-        let max = self.db.max_free(level, types, self.layout.len());
+        let level = if self.policy.is_some() { 0 } else { self.view.levels.max_search_level(priority_level as usize) };
+        let max = self.db.max_free(level, types, self.view.layout.len());
         let amount = |s: usize| {
-            let name = self.layout.name(s);
+            let name = self.view.layout.name(s);
             format!("{} {}", format_quantity(req[s], Unit::for_resource(name.as_str())), name)
         };
         let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
@@ -516,6 +506,6 @@ impl PoolCycle<'_> {
         } else {
             short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")
         };
-        Reason::NoCapacity { pool: self.pool.clone(), missing }
+        Reason::NoCapacity { pool: self.view.pool.clone(), missing }
     }
 }

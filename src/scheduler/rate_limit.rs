@@ -3,7 +3,6 @@
 //! scheduler stays a pure function.
 
 use super::config::SchedulerConfig;
-use super::decisions::RateScope;
 use crate::model::QueueName;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -35,6 +34,16 @@ impl TokenBucket {
     fn whole_tokens(&self) -> u64 {
         (self.milli_tokens.max(0) / 1000) as u64
     }
+}
+
+/// Which token bucket ran dry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateScope {
+    /// The global scheduling rate.
+    Global,
+    /// The job's queue's scheduling rate.
+    Queue,
 }
 
 /// All buckets, carried from one cycle to the next.

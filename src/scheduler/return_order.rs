@@ -7,13 +7,13 @@
 //! those that would return last ([`PoolCycle::fair_share_node`]): the jobs of the queues that
 //! would end furthest above the others. A queue therefore only loses places to a queue whose
 //! share, after the place changes hands, is no larger than its own: max-min fairness, whatever
-//! nodes the queues happened to occupy. Evicted jobs returning to a node that has too little room
+//! nodes the queues happened to occupy. The walk over the evicted jobs, last to return first, is
+//! in `return_walk.rs`. Evicted jobs returning to a node that has too little room
 //! for all of them go back in the same order ([`super::nodedb::NodeDb::victims`]).
 
-use super::context::{PoolCycle, Status};
-use super::fill::Turn;
-use super::nodedb::Occupant;
-use super::resvec::{ResVec, add_to, fits};
+use super::context::PoolCycle;
+use super::queue::Turn;
+use super::resvec::{ResVec, add_to};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -59,7 +59,7 @@ impl PoolCycle<'_> {
                     add_to(&mut req, &self.req(m));
                 }
                 let qc = &self.queues[q];
-                let cost_after = self.cost.share_with(alloc, &req) * qc.priority_factor;
+                let cost_after = self.view.cost.share_with(alloc, &req) * qc.priority_factor;
                 let turn = Turn { urgency: job.class_priority, cost_after, queue: q as u32 };
                 return Some((members, req, turn));
             }
@@ -94,7 +94,7 @@ impl PoolCycle<'_> {
     /// first.
     pub(super) fn leave_evicted(&mut self, lists: &[Vec<u32>], chosen: &BTreeSet<u32>) {
         let order = self.return_order_of(lists);
-        let base = self.rank_floor.saturating_sub(order.len() as u32);
+        let base = self.returns.ranks_below(order.len());
         for (i, &j) in order.iter().enumerate() {
             let job = &self.jobs[j as usize];
             let Some(node) = job.node else { continue };
@@ -105,83 +105,13 @@ impl PoolCycle<'_> {
             occ.return_rank = base + i as u32;
             self.db.add(node, occ);
         }
-        self.rank_floor = base;
-        let mut walk: Vec<u32> = self.return_order[self.return_head..]
-            .iter()
-            .copied()
-            .filter(|&j| j != GONE && !chosen.contains(&j) && self.evicted_occupant(j).is_some())
-            .collect();
-        walk.extend(order.iter().rev());
-        self.return_order = walk;
-        self.return_head = 0;
-    }
-
-    /// Job `j`'s node and occupancy if it is evicted and still holds its place there.
-    pub(super) fn evicted_occupant(&self, j: u32) -> Option<(u32, &Occupant)> {
-        let job = &self.jobs[j as usize];
-        if job.status != Status::Evicted {
-            return None;
-        }
-        let n = job.node?;
-        self.db.nodes[n as usize].occupants.iter().find(|o| o.job == j && o.evicted).map(|o| (n, o))
+        self.returns.restart(&self.db, &self.jobs, chosen, &order);
     }
 
     /// The node where a job needing `req` on nodes of `types` takes the places of the evicted
-    /// jobs freed at eviction level `level` that would return last: walking the evicted jobs from
-    /// the last to return, the first node where what they free (with everything freed below
-    /// `level`) makes room.
-    ///
-    /// Lower levels were searched first, so every node with room at this level needs some evicted
-    /// job of this level to go, and the walk finds one of them if there is any. It stops after
-    /// [`WALK_LIMIT`] evicted jobs, though (a large job among many small evicted ones, or evicted
-    /// jobs on nodes the job may not use): then None, and the caller chooses among the nodes its
-    /// tier and best-fit order ranks first, still by return rank.
+    /// jobs freed at eviction level `level` that would return last ([`super::return_walk::ReturnWalk::fair_share_node`]).
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
-        debug_assert!(self.levels.is_eviction_level(level));
-        let below = (level - 1) as usize;
-        let mut free = std::mem::take(&mut self.walk_free);
-        free.clear();
-        let mut found = None;
-        let mut visited = 0;
-        let mut i = self.return_head;
-        while i < self.return_order.len() && visited < WALK_LIMIT {
-            let j = self.return_order[i];
-            i += 1;
-            if j == GONE {
-                continue;
-            }
-            visited += 1;
-            let Some((n, occ)) = self.evicted_occupant(j) else {
-                // Returned or displaced: gone for good, unless it happened in a trial that may
-                // still be rolled back.
-                if !self.recording {
-                    self.return_order[i - 1] = GONE;
-                }
-                continue;
-            };
-            let node = &self.db.nodes[n as usize];
-            if occ.freed_at as usize != below + 1 || !types.contains(&node.type_id) {
-                continue;
-            }
-            let f = free.entry(n).or_insert_with(|| node.free[below].clone());
-            add_to(f, &occ.req);
-            if fits(req, f) {
-                found = Some(n);
-                break;
-            }
-        }
-        while self.return_head < self.return_order.len() && self.return_order[self.return_head] == GONE {
-            self.return_head += 1;
-        }
-        self.walk_free = free;
-        found
+        debug_assert!(self.view.levels.is_eviction_level(level));
+        self.returns.fair_share_node(&self.db, &self.jobs, self.ledger.recording(), level, types, req)
     }
 }
-
-/// Evicted jobs one placement looks at before falling back on the tier and best-fit order:
-/// enough for jobs the size of the evicted ones, few enough that a cycle with many evicted jobs
-/// stays fast.
-const WALK_LIMIT: usize = 64;
-
-/// An entry of [`PoolCycle::return_order`] that no longer holds a place.
-const GONE: u32 = u32::MAX;

@@ -17,10 +17,9 @@
 //! every member holds the same value.
 //!
 //! A queue's cost in a cycle is its average plus what the cycle's placements add to its share
-//! ([`PoolCycle::start_usage`]); with `h = 0` the average is the current share and the cost is
+//! (`PoolCycle::start_usage`, in `build.rs`; the record, `usage_record` in `outcome.rs`); with `h = 0` the average is the current share and the cost is
 //! exactly the instantaneous one. Fair-share eviction and protection still judge actual shares.
 
-use super::context::PoolCycle;
 use crate::model::{PoolName, QueueName};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -47,7 +46,7 @@ pub struct QueueUsage {
 }
 
 /// Averages below this are dropped from records (a queue idle for about 30 half-times).
-const FORGOTTEN: f64 = 1e-9;
+pub(super) const FORGOTTEN: f64 = 1e-9;
 
 /// Two shares closer than this are the same (they come from the same integer amounts).
 const SAME_SHARE: f64 = 1e-12;
@@ -78,36 +77,6 @@ impl QueueUsage {
                     || a.len() != b.len()
                     || a.iter().zip(b).any(|((x, s), (y, t))| x != y || (s.current - t.current).abs() > SAME_SHARE)
             })
-    }
-}
-
-impl PoolCycle<'_> {
-    /// Sets each queue's usage for the cycle, from the record and the time: the decayed average,
-    /// or (with no half-time, or no record for the queue yet) its current share. Its cost in
-    /// progressive filling is then that plus what the cycle adds to its share.
-    pub(super) fn start_usage(&mut self, recorded: &QueueUsage, now_ms: i64) {
-        let h = self.cfg.queue_usage_halftime;
-        if h.is_zero() {
-            return;
-        }
-        let pool = recorded.pools.get(&self.pool);
-        for q in &mut self.queues {
-            q.usage = match pool.and_then(|p| p.get(&q.name)) {
-                Some(s) => decay(s.usage, s.current, now_ms - recorded.at_ms, h),
-                None => q.actual_share,
-            };
-            q.usage_offset = q.usage - q.actual_share;
-        }
-    }
-
-    /// The record the cycle leaves for its pool: each queue's average and its share after the
-    /// cycle; queues with neither are left out.
-    pub(super) fn usage_record(&self) -> BTreeMap<QueueName, UsageSample> {
-        self.queues
-            .iter()
-            .map(|q| (q.name.clone(), UsageSample { usage: q.usage, current: self.cost.share(&q.alloc) }))
-            .filter(|(_, s)| s.usage >= FORGOTTEN || s.current > 0.0)
-            .collect()
     }
 }
 

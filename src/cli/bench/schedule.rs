@@ -130,117 +130,12 @@ where
 /// Builds the synthetic snapshot.
 pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, seed: u64) -> Snapshot {
     let mut rng = SplitMix(seed);
-    let gpu_taint = Taint { key: "nvidia.com/gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule };
-    let node_list: Vec<Node> = (0..nodes)
-        .map(|i| {
-            let kind = i % 10;
-            let (alloc, taints) = match kind {
-                0 => (res(96, 768, 8), vec![gpu_taint.clone()]),
-                1 | 2 => (res(32, 512, 0), vec![]),
-                _ => (res(64, 256, 0), vec![]),
-            };
-            let mut labels = convoy::model::Labels::new();
-            labels.insert("rack".into(), format!("r{}", i % 50));
-            labels.insert("kubernetes.io/hostname".into(), format!("node-{i}"));
-            Node {
-                name: name::<NodeName>(&format!("node-{i}")),
-                executor: name::<ExecutorName>(&format!("cluster-{}", i % 4)),
-                pool: PoolName::default_pool(),
-                labels,
-                taints,
-                allocatable: alloc,
-                unallocatable: Resources::new(),
-                unschedulable: false,
-            }
-        })
-        .collect();
-
-    // A fixed menu of job shapes, shared between jobs as the server shares identical specs.
-    let tolerate = vec![Toleration {
-        key: "nvidia.com/gpu".into(),
-        operator: Default::default(),
-        value: "true".into(),
-        effect: None,
-    }];
-    let mut shapes: Vec<Requirements> = Vec::new();
-    for cpu in [1, 2, 4, 8, 16] {
-        for mem_per_cpu in [2, 4, 8] {
-            shapes.push(Requirements::new(SchedulingRequirements {
-                requests: res(cpu, cpu * mem_per_cpu, 0),
-                ..Default::default()
-            }));
-        }
-    }
-    let gpu_shapes: Vec<Requirements> = [1, 2, 4, 8]
-        .iter()
-        .map(|g| {
-            Requirements::new(SchedulingRequirements {
-                requests: res(8 * g, 64 * g, *g),
-                tolerations: tolerate.clone(),
-                ..Default::default()
-            })
-        })
-        .collect();
-    let gang_shape = Requirements::new(SchedulingRequirements { requests: res(8, 32, 0), ..Default::default() });
-
+    let node_list = synthetic_nodes(nodes);
+    let menu = ShapeMenu::new();
     let default_pc: PriorityClassName = name("default");
     let preemptible_pc: PriorityClassName = name("preemptible");
     let queue_names: Vec<QueueName> = (0..queues).map(|q| name(&format!("q{q:04}"))).collect();
-    let mut per_queue: Vec<Vec<Arc<JobInfo>>> = vec![Vec::new(); queues];
-    let mut seq = 0u64;
-    let mut gang_no = 0u64;
-    while (seq as usize) < jobs {
-        let q = rng.below(queues as u64) as usize;
-        let roll = rng.below(100);
-        let pc = if rng.below(10) < 3 { preemptible_pc.clone() } else { default_pc.clone() };
-        if roll < 2 && (seq as usize) + 4 <= jobs {
-            gang_no += 1;
-            let gang = Arc::new(GangSpec {
-                id: format!("gang-{gang_no}"),
-                cardinality: 4,
-                min_cardinality: 4,
-                node_uniformity_label: None,
-            });
-            for _ in 0..4 {
-                per_queue[q].push(Arc::new(JobInfo {
-                    id: JobId::from_u128(seq as u128 + 1),
-                    queue: queue_names[q].clone(),
-                    priority_class: pc.clone(),
-                    priority: 0,
-                    submit_seq: seq,
-                    requirements: gang_shape.clone(),
-                    gang: Some(gang.clone()),
-                    pools: vec![],
-                }));
-                seq += 1;
-            }
-            continue;
-        }
-        let requirements = if roll < 7 {
-            gpu_shapes[rng.below(4) as usize].clone()
-        } else {
-            shapes[rng.below(shapes.len() as u64) as usize].clone()
-        };
-        per_queue[q].push(Arc::new(JobInfo {
-            id: JobId::from_u128(seq as u128 + 1),
-            queue: queue_names[q].clone(),
-            priority_class: pc,
-            priority: rng.below(3) as u32,
-            submit_seq: seq,
-            requirements,
-            gang: None,
-            pools: vec![],
-        }));
-        seq += 1;
-    }
-    let cfg = SchedulerConfig::default();
-    for list in &mut per_queue {
-        // The server keeps queues in scheduling order; do the same.
-        list.sort_by_key(|j| {
-            let class = cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0);
-            QueueOrderKey::new(class, j.priority, j.submit_seq)
-        });
-    }
+    let (per_queue, mut seq) = queued_jobs(&mut rng, &menu, &queue_names, jobs, &default_pc, &preemptible_pc);
 
     // Optionally fill part of the cluster with running preemptible jobs of a few queues.
     let mut running = Vec::new();
@@ -290,6 +185,143 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
         quarantined: Default::default(),
         usage: Default::default(),
     }
+}
+
+/// The synthetic cluster: one GPU node in ten (tainted), two small nodes, seven large ones, over
+/// four executors and fifty racks.
+fn synthetic_nodes(nodes: usize) -> Vec<Node> {
+    let gpu_taint = Taint { key: "nvidia.com/gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule };
+    (0..nodes)
+        .map(|i| {
+            let kind = i % 10;
+            let (alloc, taints) = match kind {
+                0 => (res(96, 768, 8), vec![gpu_taint.clone()]),
+                1 | 2 => (res(32, 512, 0), vec![]),
+                _ => (res(64, 256, 0), vec![]),
+            };
+            let mut labels = convoy::model::Labels::new();
+            labels.insert("rack".into(), format!("r{}", i % 50));
+            labels.insert("kubernetes.io/hostname".into(), format!("node-{i}"));
+            Node {
+                name: name::<NodeName>(&format!("node-{i}")),
+                executor: name::<ExecutorName>(&format!("cluster-{}", i % 4)),
+                pool: PoolName::default_pool(),
+                labels,
+                taints,
+                allocatable: alloc,
+                unallocatable: Resources::new(),
+                unschedulable: false,
+            }
+        })
+        .collect()
+}
+
+/// A fixed menu of job shapes, shared between jobs as the server shares identical specs.
+struct ShapeMenu {
+    shapes: Vec<Requirements>,
+    gpu_shapes: Vec<Requirements>,
+    gang_shape: Requirements,
+}
+
+impl ShapeMenu {
+    fn new() -> Self {
+        let tolerate = vec![Toleration {
+            key: "nvidia.com/gpu".into(),
+            operator: Default::default(),
+            value: "true".into(),
+            effect: None,
+        }];
+        let mut shapes: Vec<Requirements> = Vec::new();
+        for cpu in [1, 2, 4, 8, 16] {
+            for mem_per_cpu in [2, 4, 8] {
+                shapes.push(Requirements::new(SchedulingRequirements {
+                    requests: res(cpu, cpu * mem_per_cpu, 0),
+                    ..Default::default()
+                }));
+            }
+        }
+        let gpu_shapes: Vec<Requirements> = [1, 2, 4, 8]
+            .iter()
+            .map(|g| {
+                Requirements::new(SchedulingRequirements {
+                    requests: res(8 * g, 64 * g, *g),
+                    tolerations: tolerate.clone(),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let gang_shape = Requirements::new(SchedulingRequirements { requests: res(8, 32, 0), ..Default::default() });
+        ShapeMenu { shapes, gpu_shapes, gang_shape }
+    }
+}
+
+/// The queued jobs, in each queue's scheduling order: 2% of draws a gang of four, 5% a GPU job,
+/// the rest a CPU job of the menu; 30% preemptible. Returns them and the next sequence number.
+fn queued_jobs(
+    rng: &mut SplitMix,
+    menu: &ShapeMenu,
+    queue_names: &[QueueName],
+    jobs: usize,
+    default_pc: &PriorityClassName,
+    preemptible_pc: &PriorityClassName,
+) -> (Vec<Vec<Arc<JobInfo>>>, u64) {
+    let queues = queue_names.len();
+    let mut per_queue: Vec<Vec<Arc<JobInfo>>> = vec![Vec::new(); queues];
+    let mut seq = 0u64;
+    let mut gang_no = 0u64;
+    while (seq as usize) < jobs {
+        let q = rng.below(queues as u64) as usize;
+        let roll = rng.below(100);
+        let pc = if rng.below(10) < 3 { preemptible_pc.clone() } else { default_pc.clone() };
+        if roll < 2 && (seq as usize) + 4 <= jobs {
+            gang_no += 1;
+            let gang = Arc::new(GangSpec {
+                id: format!("gang-{gang_no}"),
+                cardinality: 4,
+                min_cardinality: 4,
+                node_uniformity_label: None,
+            });
+            for _ in 0..4 {
+                per_queue[q].push(Arc::new(JobInfo {
+                    id: JobId::from_u128(seq as u128 + 1),
+                    queue: queue_names[q].clone(),
+                    priority_class: pc.clone(),
+                    priority: 0,
+                    submit_seq: seq,
+                    requirements: menu.gang_shape.clone(),
+                    gang: Some(gang.clone()),
+                    pools: vec![],
+                }));
+                seq += 1;
+            }
+            continue;
+        }
+        let requirements = if roll < 7 {
+            menu.gpu_shapes[rng.below(4) as usize].clone()
+        } else {
+            menu.shapes[rng.below(menu.shapes.len() as u64) as usize].clone()
+        };
+        per_queue[q].push(Arc::new(JobInfo {
+            id: JobId::from_u128(seq as u128 + 1),
+            queue: queue_names[q].clone(),
+            priority_class: pc,
+            priority: rng.below(3) as u32,
+            submit_seq: seq,
+            requirements,
+            gang: None,
+            pools: vec![],
+        }));
+        seq += 1;
+    }
+    let cfg = SchedulerConfig::default();
+    for list in &mut per_queue {
+        // The server keeps queues in scheduling order; do the same.
+        list.sort_by_key(|j| {
+            let class = cfg.priority_class(j.priority_class.as_str()).map(|p| p.priority).unwrap_or(0);
+            QueueOrderKey::new(class, j.priority, j.submit_seq)
+        });
+    }
+    (per_queue, seq)
 }
 
 pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {

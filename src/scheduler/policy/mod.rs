@@ -22,75 +22,24 @@ pub(crate) mod proportional;
 #[cfg(test)]
 mod tests;
 
-use super::context::{Origin, PoolCycle, Status};
-use super::decisions::{PreemptionReason, RateScope, Reason};
+pub use super::config::PoolPolicyConfig;
+use super::context::PoolCycle;
+use super::decisions::{PreemptionReason, Reason};
+use super::job::{Origin, Status};
+use super::policy_state::PolicyState;
 use super::rate_limit::RateLimits;
+use super::rate_limit::RateScope;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use super::snapshot::Snapshot;
 pub use crate::model::PoolPolicy;
-use crate::model::{FieldError, JobId, ResourceName};
+use crate::model::{JobId, ResourceName};
 use rustc_hash::FxHashMap as HashMap;
-use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::sync::Arc;
-
-/// One pool's settings (`[scheduler.pools.<pool>]`; a scenario's `config.pools.<pool>`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolPolicyConfig {
-    /// The policy (default `fair_share`).
-    #[serde(default)]
-    pub policy: PoolPolicy,
-    /// `priority`: a pending job that does not fit preempts running preemptible jobs of strictly
-    /// lower job priority (default false). `proportional`: preemptible jobs of queues above their
-    /// target are preempted (default true). Not allowed with `fair_share`, whose preemption
-    /// follows `node_eviction_probability` and the priority classes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub preemption: Option<bool>,
-}
-
-impl PoolPolicyConfig {
-    /// Whether the pool preempts, with the policy's default when `preemption` is not given.
-    pub fn preemption(&self) -> bool {
-        self.preemption.unwrap_or(self.policy == PoolPolicy::Proportional)
-    }
-
-    /// Checks the rules serde cannot; the error names the key (relative to the pool's table).
-    pub fn validate(&self) -> Result<(), FieldError> {
-        if self.policy == PoolPolicy::FairShare && self.preemption.is_some() {
-            return Err(FieldError::new(
-                "preemption",
-                "means nothing with policy fair_share (its preemption follows node_eviction_probability and the \
-                 priority classes); remove it, or choose policy priority or proportional",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The GPU resource: it splits jobs into lines (`priority`) and is what `proportional` divides.
 pub(crate) fn gpu() -> ResourceName {
     ResourceName::gpu()
-}
-
-/// Per-cycle state of a pool scheduled by a policy other than `fair_share`.
-#[derive(Debug)]
-pub(crate) struct PolicyState {
-    pub policy: PoolPolicy,
-    pub preemption: bool,
-    /// When each running job of the pool was leased (ms): victims go latest started first.
-    pub started: HashMap<JobId, i64>,
-    /// Per requirements class: true if its jobs request a GPU (the GPU line), false for
-    /// zero-slot jobs.
-    pub gpu_class: Vec<bool>,
-    /// What each node offers in all (allocatable minus unallocatable): a job too big for every
-    /// node it may use never runs, so it blocks nobody.
-    pub capacity: Vec<ResVec>,
-    /// `proportional`: the jobs preempted for their queue's target (with their gangs), and why.
-    pub preempted: HashMap<u32, PreemptionReason>,
-    /// `proportional`: the resource divided and each queue's target (by queue index), in stored
-    /// units.
-    pub targets: Option<(usize, Vec<i64>)>,
 }
 
 impl<'a> PoolCycle<'a> {
@@ -98,13 +47,14 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn start_policy(&mut self, policy: PoolPolicy, preemption: bool, snapshot: &Snapshot) {
         debug_assert!(policy != PoolPolicy::FairShare);
         let gpu = gpu();
-        let gpu_class = self.classes.iter().map(|c| c.reqs.requests.get(gpu.as_str()) > 0).collect();
+        let gpu_class = self.view.classes.iter().map(|c| c.reqs.requests.get(gpu.as_str()) > 0).collect();
         let capacity = self
+            .view
             .nodes
             .iter()
             .map(|n| {
-                let mut c = self.layout.dense_lossy(&n.allocatable);
-                sub_from(&mut c, &self.layout.dense_lossy(&n.unallocatable));
+                let mut c = self.view.layout.dense_lossy(&n.allocatable);
+                sub_from(&mut c, &self.view.layout.dense_lossy(&n.unallocatable));
                 c
             })
             .collect();
@@ -136,7 +86,7 @@ impl<'a> PoolCycle<'a> {
         let stop = match &self.global_rate_stopped {
             Some(r) => r.clone(),
             None if qc.taken >= lookback => {
-                Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.cfg.max_queue_lookback })
+                Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.view.cfg.max_queue_lookback })
             }
             None => return false,
         };
@@ -222,7 +172,7 @@ impl<'a> PoolCycle<'a> {
                         let v = &self.jobs[o.job as usize];
                         let eligible = matches!(v.status, Status::Running | Status::Placed | Status::Returned)
                             && v.priority > prio
-                            && self.pcs[v.pc as usize].preemptible
+                            && self.view.priority_classes[v.priority_class as usize].preemptible
                             && self.in_gpu_line(o.job) == line;
                         eligible.then(|| (v.priority, self.started_ms(o.job), v.seq, o.job))
                     })
@@ -283,7 +233,7 @@ impl<'a> PoolCycle<'a> {
                 continue;
             }
             let Some(node) = job.node() else { continue };
-            let (q, pc) = (job.queue, job.pc);
+            let (q, pc) = (job.queue, job.priority_class);
             let Some(occ) = self.db.remove(node, m) else { continue };
             self.set_status(m, Status::Preempted, None);
             self.alloc(q, pc, &occ.req, false);
@@ -293,8 +243,7 @@ impl<'a> PoolCycle<'a> {
             }
         }
         // Room was freed: verdicts cached before no longer hold.
-        self.unschedulable.clear();
-        self.gang_unschedulable.clear();
+        self.ledger.forget_verdicts();
     }
 
     /// True if a job that waits for `reason` waits for room (so in a `priority` pool it blocks
@@ -320,7 +269,7 @@ impl<'a> PoolCycle<'a> {
         };
         let mut per_executor: SmallVec<[(u32, u64); 4]> = SmallVec::new();
         for &t in &types {
-            let exec = self.types.types[t as usize].executor;
+            let exec = self.view.types.types[t as usize].executor;
             for &n in &self.db.type_nodes[t as usize] {
                 let cap = &st.capacity[n as usize];
                 // How many such members the empty node holds.
@@ -343,6 +292,6 @@ impl<'a> PoolCycle<'a> {
     /// The reason to give a job that waits behind `blocker`.
     pub(super) fn behind(&self, blocker: u32) -> Arc<Reason> {
         let b = &self.jobs[blocker as usize];
-        Arc::new(Reason::BehindHigherPriority { pool: self.pool.clone(), job: b.id, priority: b.priority })
+        Arc::new(Reason::BehindHigherPriority { pool: self.view.pool.clone(), job: b.id, priority: b.priority })
     }
 }

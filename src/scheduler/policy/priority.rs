@@ -14,8 +14,9 @@
 //! started first among equals), and only where that makes it fit
 //! ([`PoolCycle::try_place_policy`]). Gangs are placed whole or not at all.
 
-use super::super::context::{Candidate, PoolCycle};
+use super::super::context::PoolCycle;
 use super::super::decisions::Reason;
+use super::super::queue::Candidate;
 use super::super::rate_limit::RateLimits;
 use super::super::resvec::add_to;
 use std::sync::Arc;
@@ -26,14 +27,15 @@ impl PoolCycle<'_> {
         // (priority, submit sequence, queue, position in the queue's src)
         let mut order: Vec<(u32, u64, u32, u32)> = Vec::new();
         for (q, qc) in self.queues.iter().enumerate() {
-            for (pos, sj) in qc.srcs.iter().enumerate() {
+            for (pos, sj) in qc.facts.iter().enumerate() {
                 if sj.class != u32::MAX {
                     order.push((sj.priority, sj.seq, q as u32, pos as u32));
                 }
             }
         }
         order.sort_unstable();
-        let lookback = if self.cfg.max_queue_lookback == 0 { usize::MAX } else { self.cfg.max_queue_lookback };
+        let lookback =
+            if self.view.cfg.max_queue_lookback == 0 { usize::MAX } else { self.view.cfg.max_queue_lookback };
         // Per line (zero-slot, GPU): the first job that waits for room, its priority, and the
         // reason of the jobs behind it (one for all of them).
         let mut blocked: [Option<(u32, Arc<Reason>)>; 2] = [None, None];
@@ -42,8 +44,8 @@ impl PoolCycle<'_> {
             if qc.queued_stopped {
                 continue;
             }
-            if qc.srcs[pos as usize].gang
-                && let Some(g) = &qc.src[pos as usize].gang
+            if qc.facts[pos as usize].gang
+                && let Some(g) = &qc.queued[pos as usize].gang
                 && qc.gangs_done.contains(g.id.as_str())
             {
                 continue;
@@ -68,7 +70,7 @@ impl PoolCycle<'_> {
             } else {
                 None
             };
-            let mut req = self.layout.zero();
+            let mut req = self.view.layout.zero();
             for &m in &members {
                 add_to(&mut req, &self.req(m));
             }

@@ -1,0 +1,208 @@
+//! The cycle's steps on earmarked nodes ([`super::earmark`] holds the rules and the pool's
+//! earmarks): the level at which a guest is freed, the node types a job may use, placement (home
+//! nodes, then open ones, then others' as a guest), the reason a job barred from earmarked nodes
+//! waits, the refill after filling, and who took the room of a job that could not return.
+
+use super::context::PoolCycle;
+use super::decisions::Reason;
+use super::earmark::Access;
+use super::job::{Origin, Status};
+use super::rate_limit::RateLimits;
+use super::resvec::{ResVec, add_to};
+
+impl PoolCycle<'_> {
+    /// True if job `j` is preemptible.
+    fn preemptible(&self, j: u32) -> bool {
+        self.view.priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
+    }
+
+    /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
+    /// class; anyone else's as its priority (and eviction) says.
+    #[inline]
+    pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
+        let job = &self.jobs[j as usize];
+        if let Some(g) = self.view.levels.guest_level()
+            && self.view.earmarks.is_guest(n, job.queue)
+        {
+            return g;
+        }
+        if evicted {
+            self.view.levels.evicted_freed_at(job.priority_level as usize)
+        } else {
+            self.view.levels.running_freed_at(job.priority_level as usize)
+        }
+    }
+
+    /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why
+    /// it may use none.
+    #[inline]
+    pub(super) fn allowed_types(&self, j: u32, types: Vec<u32>) -> Result<Vec<u32>, Reason> {
+        if !self.view.earmarks.active() {
+            return Ok(types);
+        }
+        let (q, preemptible) = (self.jobs[j as usize].queue, self.preemptible(j));
+        let (allowed, barred): (Vec<u32>, Vec<u32>) =
+            types.iter().partition(|&&t| self.view.earmarks.access_type(t, q, preemptible) != Access::Barred);
+        if allowed.is_empty() && !barred.is_empty() {
+            return Err(Reason::ReservedNodes {
+                pool: self.view.pool.clone(),
+                queues: self.view.earmarks.names_of(&barred),
+            });
+        }
+        Ok(allowed)
+    }
+
+    /// [`PoolCycle::try_place`] in a pool with earmarked nodes. Where nothing has to move: home
+    /// nodes, then nodes reserved for nobody, then others' earmarked nodes as a guest. Then, at
+    /// the guest level, home nodes whose guests make the room; then the usual displacement levels
+    /// on home and open nodes.
+    pub(super) fn try_place_earmarked(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        let job = &self.jobs[j as usize];
+        let (q, max) = (job.queue, self.view.levels.max_search_level(job.priority_level as usize));
+        let preemptible = self.preemptible(j);
+        let (mut home, mut open, mut guest) = (Vec::new(), Vec::new(), Vec::new());
+        for &t in types {
+            match self.view.earmarks.access_type(t, q, preemptible) {
+                Access::Home => home.push(t),
+                Access::Open => open.push(t),
+                Access::Guest => guest.push(t),
+                Access::Barred => {}
+            }
+        }
+        for set in [&home, &open, &guest] {
+            if !set.is_empty()
+                && let Some(n) = self.db.find(0, set, q, req)
+            {
+                self.place_displacing(j, n, req, Vec::new());
+                return Some(0);
+            }
+        }
+        let guest_level = self.view.levels.guest_level();
+        let mut displacing = home.clone();
+        displacing.extend(open);
+        for l in 1..=max {
+            if self.db.level_is_redundant(l) {
+                continue;
+            }
+            let set = if Some(l) == guest_level { &home } else { &displacing };
+            if set.is_empty() {
+                continue;
+            }
+            if let Some((n, victims)) = self.least_harmful_node(l, set, q, req) {
+                self.place_displacing(j, n, req, victims);
+                return Some(l);
+            }
+        }
+        None
+    }
+
+    /// Why `j` (with dense requests `req`) waits if the reason is an earmark: it is barred from
+    /// earmarked nodes where it would fit without moving anyone.
+    pub(super) fn earmark_reason(&mut self, j: u32, req: &ResVec) -> Option<Reason> {
+        if !self.view.earmarks.active() || self.preemptible(j) {
+            return None;
+        }
+        let q = self.jobs[j as usize].queue;
+        let constraint = self.view.classes[self.jobs[j as usize].class as usize].constraint;
+        let barred: Vec<u32> = self
+            .matching_types(constraint)
+            .into_iter()
+            .filter(|&t| self.view.earmarks.access_type(t, q, false) == Access::Barred)
+            .filter(|&t| self.db.type_nodes[t as usize].iter().any(|&n| self.db.fits_at(n, 0, req)))
+            .collect();
+        if barred.is_empty() {
+            return None;
+        }
+        Some(Reason::ReservedNodes { pool: self.view.pool.clone(), queues: self.view.earmarks.names_of(&barred) })
+    }
+
+    /// After filling, in a pool with earmarked nodes: running jobs still evicted could not return
+    /// and will be preempted, yet they hold their room until the cycle ends. A guest may not take
+    /// the room of an evicted job at home (where anyone else could have displaced it), so without
+    /// this it would get that room only in the next cycle. Releases that room and, if jobs wait
+    /// for room, fills once more.
+    pub(super) fn refill_earmarked(&mut self, rate: &mut RateLimits) {
+        if !self.view.earmarks.active() {
+            return;
+        }
+        let lost: Vec<u32> = (0..self.running_count as u32)
+            .filter(|&j| {
+                let job = &self.jobs[j as usize];
+                job.status == Status::Evicted && job.origin != Origin::Queued
+            })
+            .collect();
+        let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
+        let mut seen_gangs = rustc_hash::FxHashSet::default();
+        for j in self.running_count as u32..self.jobs.len() as u32 {
+            let job = &self.jobs[j as usize];
+            let waits_for_room = job.status == Status::Waiting
+                && matches!(
+                    job.reason.as_deref(),
+                    Some(Reason::NoCapacity { .. } | Reason::ReservedNodes { .. } | Reason::Gang { .. })
+                );
+            if !waits_for_room || job.info.gang.as_ref().is_some_and(|g| !seen_gangs.insert((job.queue, g.id.clone())))
+            {
+                continue;
+            }
+            retry[job.queue as usize].push(j);
+        }
+        if lost.is_empty() || retry.iter().all(Vec::is_empty) {
+            return;
+        }
+        for j in lost {
+            if let Some(n) = self.jobs[j as usize].node() {
+                self.db.remove(n, j);
+            }
+            // Preempted, as it would have been; who displaced it stays recorded for the outcome.
+            self.jobs[j as usize].status = Status::Preempted;
+        }
+        self.ledger.forget_verdicts();
+        for (q, list) in self.queues.iter_mut().zip(retry) {
+            q.retry = list;
+            q.retry_pos = 0;
+        }
+        self.fill(rate);
+    }
+
+    /// In a pool with earmarked nodes, who took the room of running job `j`, evicted and unable to
+    /// return, when no chain of displacements says: room it held was given up in the cycle (by
+    /// the withdrawn placement of a job that had displaced it) and then taken, without displacing
+    /// anyone, by jobs placed on its node — on an earmarked node, for a guest, by jobs at home
+    /// there first. The latest such job, jobs at home preferred.
+    pub(super) fn earmark_taker(&self, j: u32) -> Option<u32> {
+        if !self.view.earmarks.active() {
+            return None;
+        }
+        let job = &self.jobs[j as usize];
+        let n = job.node?;
+        let guest = self.view.earmarks.is_guest(n, job.queue);
+        let placed_here =
+            |x: &&super::job::CycleJob<'_>| matches!(x.status, Status::Placed | Status::Returned) && x.node == Some(n);
+        let latest = |home: bool| {
+            (0..self.jobs.len() as u32).rev().find(|&x| {
+                placed_here(&&self.jobs[x as usize])
+                    && (!home || self.view.earmarks.is_home(n, self.jobs[x as usize].queue))
+            })
+        };
+        if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
+    }
+
+    /// Per queue, what its jobs hold at the end of the cycle on nodes earmarked for it (home) and
+    /// on nodes earmarked for others (guest). Empty when the pool has no earmarked nodes.
+    pub(super) fn earmarked_allocation(&self) -> Vec<(ResVec, ResVec)> {
+        if !self.view.earmarks.active() {
+            return Vec::new();
+        }
+        let mut out = vec![(self.view.layout.zero(), self.view.layout.zero()); self.queues.len()];
+        for (j, job) in self.jobs.iter().enumerate() {
+            let Some(n) = job.node.filter(|_| job.scheduled()) else { continue };
+            let q = job.queue;
+            if self.view.earmarks.is_home(n, q) {
+                add_to(&mut out[q as usize].0, &self.req(j as u32));
+            } else if self.view.earmarks.is_guest(n, q) {
+                add_to(&mut out[q as usize].1, &self.req(j as u32));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,176 @@
+//! The jobs taking part in one pool's cycle: where each started, what has happened to it so far,
+//! its interned requirements, and the undo records of gang trials. Data only: the steps that
+//! change it operate on the cycle ([`super::context`]).
+
+use super::decisions::Reason;
+use super::nodedb::Occupant;
+use super::queue_order::{CycleOrderKey, QueueOrderKey};
+use super::resvec::ResVec;
+use super::snapshot::JobInfo;
+use crate::model::{ResourceName, SchedulingRequirements};
+use rustc_hash::FxHashMap as HashMap;
+use std::sync::Arc;
+
+/// Where a job started the cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Origin {
+    Queued,
+    Running { node: u32 },
+}
+
+/// What has happened to a job so far in this cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Status {
+    /// Queued and not placed (yet).
+    Waiting,
+    /// Queued and placed in this cycle.
+    Placed,
+    /// Running and untouched.
+    Running,
+    /// Evicted for fair share (a running job, or one placed earlier in this cycle), not (yet)
+    /// back. Occupies its node until displaced.
+    Evicted,
+    /// Evicted and back on its node.
+    Returned,
+    /// Running (or returned) and removed for a more urgent job or for fair share.
+    Preempted,
+    /// Gang member beyond what fit.
+    Failed,
+}
+
+/// A job taking part in the cycle.
+#[derive(Debug, Clone)]
+pub(super) struct CycleJob<'a> {
+    pub info: &'a Arc<JobInfo>,
+    pub id: crate::model::JobId,
+    pub priority: u32,
+    pub seq: u64,
+    /// Member of a gang.
+    pub gang: bool,
+    pub queue: u32,
+    pub class: u32,
+    pub priority_level: u8,
+    pub class_priority: i32,
+    pub priority_class: u16,
+    pub origin: Origin,
+    pub status: Status,
+    pub displaced_by: Option<u32>,
+    pub reason: Option<Arc<Reason>>,
+    /// The node the job is on (or, evicted, still occupies or came from).
+    pub node: Option<u32>,
+}
+
+impl CycleJob<'_> {
+    /// The node the job holds resources on, if any.
+    pub(super) fn node(&self) -> Option<u32> {
+        match self.status {
+            Status::Placed | Status::Running | Status::Evicted | Status::Returned => self.node,
+            Status::Waiting | Status::Preempted | Status::Failed => None,
+        }
+    }
+
+    /// True if the job holds a place at the end of the cycle.
+    pub(super) fn scheduled(&self) -> bool {
+        matches!(self.status, Status::Placed | Status::Returned | Status::Running)
+    }
+
+    /// The job's place in its queue's order, evicted jobs first.
+    pub(super) fn order_key(&self) -> CycleOrderKey {
+        QueueOrderKey::new(self.class_priority, self.priority, self.seq).with_evicted(self.status == Status::Evicted)
+    }
+}
+
+/// The facts about a queued job the cycle needs, copied out of its `JobInfo` once.
+#[derive(Debug, Clone)]
+pub(super) struct JobFacts {
+    pub id: crate::model::JobId,
+    pub seq: u64,
+    pub priority: u32,
+    pub class: u32,
+    pub priority_class: u16,
+    pub gang: bool,
+}
+
+impl JobFacts {
+    pub(super) fn of(info: &JobInfo, class: u32, pc: u16) -> Self {
+        JobFacts {
+            id: info.id,
+            seq: info.submit_seq,
+            priority: info.priority,
+            class,
+            priority_class: pc,
+            gang: info.gang.is_some(),
+        }
+    }
+}
+
+/// Interned requirements: jobs with equal requirements share a class.
+#[derive(Debug)]
+pub(super) struct Class<'a> {
+    pub reqs: &'a SchedulingRequirements,
+    /// Dense requests, or the requested resource no node of the pool has.
+    pub dense: Result<ResVec, ResourceName>,
+    pub constraint: u32,
+}
+
+/// Interned constraints (selector, tolerations, affinity).
+#[derive(Debug)]
+pub(super) struct Constraint<'a> {
+    pub reqs: &'a SchedulingRequirements,
+}
+
+/// Undo record for gang transactions.
+#[derive(Debug, Clone)]
+pub(super) enum Undo {
+    Added { node: u32, job: u32 },
+    Removed { node: u32, occ: Occupant },
+    Status { job: u32, status: Status, displaced_by: Option<u32>, reason: Option<Arc<Reason>>, node: Option<u32> },
+    Alloc { queue: u32, priority_class: u16, req: ResVec, added: bool },
+}
+
+/// A gang of identical members as far as placement goes: gangs of one shape get the same
+/// verdict, so a shape that does not fit is not tried again until room is freed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct GangShape {
+    /// The members' requirements class.
+    pub class: u32,
+    /// The members' priority level.
+    pub priority_level: u8,
+    /// Members offered together.
+    pub members: u32,
+    /// Fewest members that must be placed.
+    pub min_cardinality: u32,
+    /// Label whose value all the gang's nodes must share.
+    pub uniformity_label: Option<String>,
+    /// The members' earmark profile ([`super::earmark::Earmarks::profile`]).
+    pub profile: u32,
+}
+
+/// The cycle's gangs: their members by (queue, gang id), running ones and those offered in this
+/// cycle.
+#[derive(Debug, Default)]
+pub(super) struct GangIndex<'a> {
+    /// Running gang members by (queue, gang id).
+    running: HashMap<(u32, &'a str), Vec<u32>>,
+    /// Members of queued gangs offered in this cycle, by (queue, gang id).
+    offered: HashMap<(u32, &'a str), Vec<u32>>,
+}
+
+impl<'a> GangIndex<'a> {
+    /// Adds running job `j`, a member of gang `id` of queue `q`.
+    pub(super) fn add_running(&mut self, q: u32, id: &'a str, j: u32) {
+        self.running.entry((q, id)).or_default().push(j);
+    }
+
+    /// Records the members of queued gang `id` of queue `q` offered in this cycle.
+    pub(super) fn set_offered(&mut self, q: u32, id: &'a str, members: Vec<u32>) {
+        self.offered.insert((q, id), members);
+    }
+
+    /// Every member (running, then offered in this cycle) of gang `id` of queue `q`.
+    pub(super) fn members(&self, q: u32, id: &str) -> Vec<u32> {
+        let mut out: Vec<u32> = self.running.get(&(q, id)).cloned().unwrap_or_default();
+        out.extend(self.offered.get(&(q, id)).into_iter().flatten().copied());
+        out
+    }
+}

@@ -1,0 +1,63 @@
+//! The pool as one cycle sees it: the config, the pool's nodes and resource layout, its priority
+//! levels and classes, node types, the jobs' interned requirements, the cost model, the totals
+//! and the earmarks. [`super::build`] sets it up; every later step only reads it, so a step may
+//! hold it while it changes what the cycle has done ([`super::context::PoolCycle`]).
+
+use super::config::SchedulerConfig;
+use super::earmark::Earmarks;
+use super::fairness::CostModel;
+use super::job::{Class, Constraint};
+use super::node_types::NodeTypes;
+use super::nodedb::Levels;
+use super::resvec::{Layout, ResVec};
+use crate::model::{Node, PoolName};
+
+/// Per-priority-class facts for the cycle.
+#[derive(Debug, Clone)]
+pub(super) struct PriorityClassInfo {
+    /// The class's name.
+    pub name: crate::model::PriorityClassName,
+    /// Its priority (higher: more urgent).
+    pub priority: i32,
+    /// Whether its jobs may be evicted or preempted.
+    pub preemptible: bool,
+    /// The node db's level for its priority.
+    pub priority_level: u8,
+}
+
+/// The pool as one cycle sees it.
+pub(super) struct PoolView<'a> {
+    /// The scheduler's settings.
+    pub cfg: &'a SchedulerConfig,
+    /// The pool this cycle schedules.
+    pub pool: PoolName,
+    /// The pool's nodes, in (executor, name) order; a node's index is its number in the cycle.
+    pub nodes: Vec<&'a Node>,
+    /// Which slot of a dense resource vector holds which resource.
+    pub layout: Layout,
+    /// The node db's priority levels (and the eviction and guest levels).
+    pub levels: Levels,
+    /// The configured priority classes, in the config's order.
+    pub priority_classes: Vec<PriorityClassInfo>,
+    /// Index of the default priority class in `priority_classes`.
+    pub default_priority_class: u16,
+    /// Nodes grouped by the labels, taints and executor the cycle's jobs look at.
+    pub types: NodeTypes,
+    /// Interned requirements: jobs with equal requirements share a class.
+    pub classes: Vec<Class<'a>>,
+    /// Interned constraints (selector, tolerations, affinity).
+    pub constraints: Vec<Constraint<'a>>,
+    /// How an allocation becomes a share of the pool.
+    pub cost: CostModel,
+    /// What the pool's nodes offer in all.
+    pub total: ResVec,
+    /// Nodes earmarked for some queues.
+    pub earmarks: Earmarks,
+}
+
+impl PoolView<'_> {
+    /// Priority of the pool's default priority class (0 if it has none).
+    pub(super) fn default_priority(&self) -> i32 {
+        self.priority_classes.get(self.default_priority_class as usize).map_or(0, |p| p.priority)
+    }
+}
