@@ -6,6 +6,7 @@ use crate::model::{
     JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources,
     SchedulingRequirements,
 };
+use crate::record::CommandRecord;
 use crate::record::{EventRecord, JobRecord, encode};
 use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
@@ -63,14 +64,14 @@ pub(super) fn sample(store: &Store) -> State {
         store,
         &mut state,
         vec![
-            Command::CreateQueue { queue: Queue::new(q.clone(), 1.0).into() },
+            Command::create_queue(Queue::new(q.clone(), 1.0)),
             Command::UpsertExecutor { executor: "e1".parse().unwrap(), nodes: vec![node], at_ms: 1 },
-            Command::Submit {
+            Command::from(CommandRecord::Submit {
                 queue: q.clone(),
                 job_set: s.clone(),
                 at_ms: 2,
                 jobs: vec![job(1, Some("c1")), job(2, None), job(3, None)],
-            },
+            }),
             Command::Schedule {
                 term: 1,
                 at_ms: 3,
@@ -445,12 +446,14 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     let mut state = State::new(settings());
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
     let other = QueueName::new("B").unwrap();
-    let create = |name: &QueueName| Command::CreateQueue { queue: Queue::new(name.clone(), 1.0).into() };
-    let submit = |queue: &QueueName, id: u128| Command::Submit {
-        queue: queue.clone(),
-        job_set: s.clone(),
-        at_ms: 2,
-        jobs: vec![job(id, Some("c1"))],
+    let create = |name: &QueueName| Command::create_queue(Queue::new(name.clone(), 1.0));
+    let submit = |queue: &QueueName, id: u128| {
+        Command::from(CommandRecord::Submit {
+            queue: queue.clone(),
+            job_set: s.clone(),
+            at_ms: 2,
+            jobs: vec![job(id, Some("c1"))],
+        })
     };
     apply_all(
         &store,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::{ExecutorName, RunId};
+use crate::record::CommandRecord;
 use crate::record::{
     FaultedRunReport, MemoryFrames, NodeFaultRecord, QuarantinePolicyRecord, RunReport, RunReportKind,
 };
@@ -28,13 +29,13 @@ fn quarantined_sample(store: &Store) -> State {
     apply_all(
         store,
         &mut state,
-        vec![Command::RunEventsWithFaults {
+        vec![Command::from(CommandRecord::RunEventsWithFaults {
             executor: e1(),
             at_ms: 10,
             events: vec![FaultedRunReport { report, node_fault: Some(NodeFaultRecord::ImagePull) }],
             max_attempted_runs: 3,
             quarantine: QuarantinePolicyRecord { max_failures: 1, window_ms: 1000, duration_ms: 1000 },
-        }],
+        })],
     );
     state
 }
