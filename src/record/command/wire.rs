@@ -37,12 +37,12 @@ use serde::{Deserialize, Serialize, Serializer};
 pub enum CommandRecord {
     /// Several commands in one log entry (group commit); answered with one response each.
     Batch(Vec<CommandRecord>),
-    /// Creates a queue.
+    /// Creates a queue. Superseded (format 6): read as [`Command::CreateQueue`].
     CreateQueue {
         /// The new queue.
         queue: QueueRecord,
     },
-    /// Replaces a queue's settings.
+    /// Replaces a queue's settings. Superseded (format 6): read as [`Command::UpdateQueue`].
     UpdateQueue {
         /// The queue's new settings.
         queue: QueueRecord,
@@ -57,7 +57,7 @@ pub enum CommandRecord {
         /// When (ms since the epoch).
         at_ms: i64,
     },
-    /// Submits jobs to a job set.
+    /// Submits jobs to a job set. Superseded (format 7): read as [`Command::Submit`].
     Submit {
         /// The queue.
         queue: QueueName,
@@ -134,6 +134,8 @@ pub enum CommandRecord {
     },
     /// Run state changes reported by an executor. A lost run sends its job back to the queue
     /// unless it already had `max_attempted_runs` runs.
+    ///
+    /// Superseded (format 4): read as [`Command::RunEvents`].
     RunEvents {
         /// The executor reporting.
         executor: ExecutorName,
@@ -174,6 +176,8 @@ pub enum CommandRecord {
     /// blame, and the quarantine policy in force. Log format 4: the leader proposes this instead
     /// of [`CommandRecord::RunEvents`], whose entries in older logs apply as before (counting nothing
     /// against nodes).
+    ///
+    /// Superseded (format 7): read as [`Command::RunEvents`].
     RunEventsWithFaults {
         /// The executor reporting.
         executor: ExecutorName,
@@ -225,6 +229,9 @@ pub enum CommandRecord {
     /// Submits jobs to a job set, each with its Kubernetes namespace. Log format 7: the leader
     /// proposes this instead of [`CommandRecord::Submit`], whose entries in older logs submit jobs
     /// without a namespace (they run in their agent's).
+    ///
+    /// Superseded (format 8): read as [`Command::Submit`], and still written for a submit without
+    /// an owner (one read from an older log).
     SubmitInNamespaces {
         /// The queue.
         queue: QueueName,
@@ -239,6 +246,8 @@ pub enum CommandRecord {
     /// the pod the run became when the executor reported one. Log format 7: the leader proposes
     /// this instead of [`CommandRecord::RunEventsWithFaults`], whose entries in older logs apply as
     /// before (runs without pods).
+    ///
+    /// Superseded (format 9): read as [`Command::RunEvents`].
     RunEventsWithPods {
         /// The executor reporting.
         executor: ExecutorName,
