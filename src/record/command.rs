@@ -241,6 +241,13 @@ pub struct NamespacedJob {
     pub namespace: Option<Namespace>,
 }
 
+/// A job without a namespace: it runs in its agent's (as every job of [`CommandRecord::Submit`]).
+impl From<NewJob> for NamespacedJob {
+    fn from(job: NewJob) -> Self {
+        NamespacedJob { job, namespace: None }
+    }
+}
+
 /// A run event of [`CommandRecord::RunEventsWithPods`]. Format: log format 7.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRunReport {

@@ -7,7 +7,6 @@ use super::tables::*;
 use super::tests::{apply_all, job, sample, settings};
 use super::*;
 use crate::model::{JobSetName, QueueName};
-use crate::record::CommandRecord;
 use crate::record::raft::LogIdRecord;
 use crate::record::{FrameSource, MemoryFrames, STATE_SCHEMA_VERSION, encode};
 use crate::state::{Command, State};
@@ -97,8 +96,8 @@ fn an_import_commits_bounded_transactions() {
     let a = Store::open(&dir.path().join("a.redb")).unwrap();
     let mut state = sample(&a);
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("many").unwrap());
-    let jobs = (100..300).map(|i| job(i, None)).collect();
-    apply_all(&a, &mut state, vec![Command::from(CommandRecord::Submit { queue: q, job_set: s, at_ms: 5, jobs })]);
+    let jobs = (100..300).map(|i| job(i, None).into()).collect();
+    apply_all(&a, &mut state, vec![Command::Submit { queue: q, job_set: s, at_ms: 5, owner: None, jobs }]);
     set_meta(&a, &raft_meta(3));
     let frames = export(&a);
     let rows = frames.len() as u64 - 1;
@@ -221,12 +220,13 @@ fn a_pinned_export_ignores_later_writes() {
     apply_all(
         &store,
         &mut state,
-        vec![Command::from(CommandRecord::Submit {
+        vec![Command::Submit {
             queue: QueueName::new("A").unwrap(),
             job_set: JobSetName::new("later").unwrap(),
             at_ms: 9,
-            jobs: vec![job(7, None)],
-        })],
+            owner: None,
+            jobs: vec![job(7, None).into()],
+        }],
     );
     set_meta(&store, &[(RAFT_APPLIED, b"later".to_vec())]);
     let mut pinned = Vec::new();
@@ -268,12 +268,13 @@ fn the_digest_follows_the_state_not_how_applies_were_batched() {
     let cmds = || {
         let mut v = vec![Command::create_queue(crate::model::Queue::new(q.clone(), 1.0))];
         for i in 0..10 {
-            v.push(Command::from(CommandRecord::Submit {
+            v.push(Command::Submit {
                 queue: q.clone(),
                 job_set: s.clone(),
                 at_ms: i,
-                jobs: vec![job(i as u128 + 1, None)],
-            }));
+                owner: None,
+                jobs: vec![job(i as u128 + 1, None).into()],
+            });
         }
         v
     };
@@ -303,7 +304,7 @@ fn the_digest_follows_the_state_not_how_applies_were_batched() {
     apply_all(
         &b,
         &mut state,
-        vec![Command::from(CommandRecord::Submit { queue: q, job_set: s, at_ms: 99, jobs: vec![job(99, None)] })],
+        vec![Command::Submit { queue: q, job_set: s, at_ms: 99, owner: None, jobs: vec![job(99, None).into()] }],
     );
     assert_ne!(a.digest().unwrap(), b.digest().unwrap());
     // The applied index is read with it.

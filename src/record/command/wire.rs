@@ -322,7 +322,7 @@ impl From<CommandRecord> for Command {
             CommandRecord::UpdateQueueInTree { queue, tree } => Command::UpdateQueue { queue, tree },
             CommandRecord::DeleteQueue { name, force, at_ms } => Command::DeleteQueue { name, force, at_ms },
             CommandRecord::Submit { queue, job_set, at_ms, jobs } => {
-                let jobs = jobs.into_iter().map(|job| NamespacedJob { job, namespace: None }).collect();
+                let jobs = jobs.into_iter().map(NamespacedJob::from).collect();
                 Command::Submit { queue, job_set, at_ms, owner: None, jobs }
             }
             CommandRecord::SubmitInNamespaces { queue, job_set, at_ms, jobs } => {

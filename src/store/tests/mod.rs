@@ -6,7 +6,6 @@ use crate::model::{
     JobId, JobPayload, JobSetName, JobState, NodeName, PoolName, PriorityClassName, Queue, QueueName, Resources,
     SchedulingRequirements,
 };
-use crate::record::CommandRecord;
 use crate::record::{EventRecord, JobRecord, encode};
 use crate::scheduler::SchedulerConfig;
 use crate::state::{ApplyContext, Command, NewJob, NewLease, State, StateSettings};
@@ -66,12 +65,13 @@ pub(super) fn sample(store: &Store) -> State {
         vec![
             Command::create_queue(Queue::new(q.clone(), 1.0)),
             Command::UpsertExecutor { executor: "e1".parse().unwrap(), nodes: vec![node], at_ms: 1 },
-            Command::from(CommandRecord::Submit {
+            Command::Submit {
                 queue: q.clone(),
                 job_set: s.clone(),
                 at_ms: 2,
-                jobs: vec![job(1, Some("c1")), job(2, None), job(3, None)],
-            }),
+                owner: None,
+                jobs: vec![job(1, Some("c1")).into(), job(2, None).into(), job(3, None).into()],
+            },
             Command::Schedule {
                 term: 1,
                 at_ms: 3,
@@ -447,13 +447,12 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
     let other = QueueName::new("B").unwrap();
     let create = |name: &QueueName| Command::create_queue(Queue::new(name.clone(), 1.0));
-    let submit = |queue: &QueueName, id: u128| {
-        Command::from(CommandRecord::Submit {
-            queue: queue.clone(),
-            job_set: s.clone(),
-            at_ms: 2,
-            jobs: vec![job(id, Some("c1"))],
-        })
+    let submit = |queue: &QueueName, id: u128| Command::Submit {
+        queue: queue.clone(),
+        job_set: s.clone(),
+        at_ms: 2,
+        owner: None,
+        jobs: vec![job(id, Some("c1")).into()],
     };
     apply_all(
         &store,

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::model::{Job, NodeName, PoolName, RunId};
-use crate::record::CommandRecord;
 use crate::record::PurgeTarget;
 use crate::record::RunUsageRecord;
 use crate::state::{
@@ -270,12 +269,13 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     // The client ids are free again, on disk too.
     let mut loaded = store.load_state(settings()).unwrap();
     let again = loaded.apply(
-        Command::from(CommandRecord::Submit {
+        Command::Submit {
             queue: q(),
             job_set: js("s"),
             at_ms: 200,
-            jobs: vec![job(9, Some("c1"))],
-        }),
+            owner: None,
+            jobs: vec![job(9, Some("c1")).into()],
+        },
         ApplyContext { term: 1 },
     );
     assert_eq!(again.response, Some(Response::JobIds(vec![id(9)])));
@@ -500,12 +500,13 @@ fn every_job_set_with_jobs_has_events_and_none_without() {
     changes.extend(
         state
             .apply(
-                Command::from(CommandRecord::Submit {
+                Command::Submit {
                     queue: q(),
                     job_set: js("s"),
                     at_ms: 30,
-                    jobs: vec![job(2, None)],
-                }),
+                    owner: None,
+                    jobs: vec![job(2, None).into()],
+                },
                 ApplyContext { term: 1 },
             )
             .changes,
