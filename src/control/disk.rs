@@ -161,13 +161,7 @@ impl DiskGuard {
 fn adds_data(cmd: &Command) -> bool {
     match cmd {
         Command::Batch(cmds) => cmds.iter().any(adds_data),
-        Command::Submit { .. }
-        | Command::SubmitInNamespaces { .. }
-        | Command::SubmitByOwner { .. }
-        | Command::CreateQueue { .. }
-        | Command::UpdateQueue { .. }
-        | Command::CreateQueueInTree { .. }
-        | Command::UpdateQueueInTree { .. } => true,
+        Command::Submit { .. } | Command::CreateQueue { .. } | Command::UpdateQueue { .. } => true,
         _ => false,
     }
 }
@@ -185,7 +179,13 @@ mod tests {
     }
 
     fn submit() -> Command {
-        Command::Submit { queue: "A".parse().unwrap(), job_set: "s".parse().unwrap(), at_ms: 0, jobs: vec![] }
+        Command::Submit {
+            queue: "A".parse().unwrap(),
+            job_set: "s".parse().unwrap(),
+            at_ms: 0,
+            owner: None,
+            jobs: vec![],
+        }
     }
 
     fn cancel() -> Command {

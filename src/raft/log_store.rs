@@ -48,12 +48,12 @@ fn encode_entry(entry: &Entry) -> io::Result<Vec<u8>> {
     encode(&LogEntryRef { log_id: entry.log_id.into(), payload }).map_err(encode_err)
 }
 
-/// Decodes the log entry stored at `index`.
+/// Decodes the log entry stored at `index`, a command of an older form as the current one.
 fn decode_entry(index: u64, bytes: &[u8]) -> io::Result<Entry> {
     let r: LogEntryRecord = decode(bytes).map_err(|e| corrupt(format!("raft log entry {index}"), e))?;
     let payload = match r.payload {
         EntryPayloadRecord::Blank => EntryPayload::Blank,
-        EntryPayloadRecord::Normal(cmd) => EntryPayload::Normal(cmd),
+        EntryPayloadRecord::Normal(cmd) => EntryPayload::Normal(cmd.into()),
         EntryPayloadRecord::Membership(m) => EntryPayload::Membership(m.into()),
     };
     Ok(Entry { log_id: r.log_id.into(), payload })

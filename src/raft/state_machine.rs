@@ -606,7 +606,7 @@ mod tests {
         let queue = Queue::new(QueueName::new("q1").unwrap(), 1.0);
         let items = vec![ApplyItem {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), 1),
-            payload: ApplyPayload::Command(Command::CreateQueue { queue: queue.into() }),
+            payload: ApplyPayload::Command(Command::create_queue(queue)),
         }];
         let items = {
             let _export = shared.state.lock().unwrap();

@@ -1,6 +1,19 @@
 //! The commands of the Raft log: every change to the replicated state is one of these. The leader
 //! chooses ids and timestamps before proposing, so applying a command is deterministic (see
 //! `state::State::apply`).
+//!
+//! Two types share the job:
+//! - [`CommandRecord`] is the frozen byte format: every command any log format ever held, in its
+//!   position (the variant order is the format), superseded forms included. The golden tests
+//!   decode every fixture into it and encode it back byte for byte.
+//! - [`Command`] is what the rest of Convoy builds and the state machine applies: one variant per
+//!   meaning, in its newest shape. It is decoded through [`CommandRecord`], each superseded form
+//!   converted into the current command in one place (`wire.rs`), and written as the newest
+//!   form of its meaning, the bytes [`CommandRecord`] writes for it.
+
+mod wire;
+
+pub use wire::CommandRecord;
 
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
@@ -12,27 +25,33 @@ use crate::model::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A change to the replicated state. Format: log format 9 (the variant order is the format; log
-/// format 1 is the same list without [`Command::PurgeFinished`] (format 3), format 3 without
-/// [`Command::RunEventsWithFaults`] and [`Command::LiftQuarantine`] (format 4), format 4 without
-/// [`Command::RecordUsage`] (format 5), format 5 without [`Command::CreateQueueInTree`] and
-/// [`Command::UpdateQueueInTree`] (format 6), format 6 without [`Command::SubmitInNamespaces`]
-/// and [`Command::RunEventsWithPods`] (format 7), format 7 without [`Command::SubmitByOwner`]
-/// (format 8), format 8 without [`Command::RunEventsWithUsage`] (format 9), so every older
-/// command decodes, and encodes back, unchanged).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A change to the replicated state, as Convoy builds and applies it: one variant per meaning.
+///
+/// Decoding reads any [`CommandRecord`] (every log format's commands) and converts a superseded
+/// form into its current command; encoding writes the newest form of each meaning (see
+/// [`CommandRecord`] for the positions), so `decode(encode(c)) == c` for every command.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "CommandRecord")]
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
     Batch(Vec<Command>),
-    /// Creates a queue.
+    /// Creates a queue with its place in the queue tree. Written as
+    /// [`CommandRecord::CreateQueueInTree`]; [`CommandRecord::CreateQueue`] of older logs reads
+    /// as a top-level queue with default tree settings.
     CreateQueue {
-        /// The new queue.
+        /// The new queue's settings.
         queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
     },
-    /// Replaces a queue's settings.
+    /// Replaces a queue's settings, its place in the tree included. Written as
+    /// [`CommandRecord::UpdateQueueInTree`]; [`CommandRecord::UpdateQueue`] of older logs reads as
+    /// making the queue a top-level one with default settings (which every queue was then).
     UpdateQueue {
         /// The queue's new settings.
         queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
     },
     /// Deletes a queue. Refused if the queue has non-terminal jobs, unless `force` (they are
     /// cancelled).
@@ -44,7 +63,10 @@ pub enum Command {
         /// When (ms since the epoch).
         at_ms: i64,
     },
-    /// Submits jobs to a job set.
+    /// Submits jobs to a job set, each with its Kubernetes namespace, recording who submitted
+    /// them. Written as [`CommandRecord::SubmitByOwner`] (as [`CommandRecord::SubmitInNamespaces`]
+    /// without an owner); [`CommandRecord::Submit`] and [`CommandRecord::SubmitInNamespaces`] of
+    /// older logs read as jobs without an owner (and, for the first, without a namespace).
     Submit {
         /// The queue.
         queue: QueueName,
@@ -52,8 +74,11 @@ pub enum Command {
         job_set: JobSetName,
         /// When (ms since the epoch).
         at_ms: i64,
-        /// The jobs, validated, with their ids.
-        jobs: Vec<NewJob>,
+        /// The authenticated principal that submitted them (the anonymous principal's name with
+        /// auth off); none only in entries of logs older than format 8.
+        owner: Option<String>,
+        /// The jobs, validated, with their ids and namespaces.
+        jobs: Vec<NamespacedJob>,
     },
     /// Cancels the given jobs (or the whole job set), optionally only those in `states`.
     Cancel {
@@ -119,17 +144,22 @@ pub enum Command {
         /// When (ms since the epoch).
         at_ms: i64,
     },
-    /// Run state changes reported by an executor. A lost run sends its job back to the queue
-    /// unless it already had `max_attempted_runs` runs.
+    /// Run state changes reported by an executor: each failure with whether its node is to blame,
+    /// the pod the run became and, with a final event, what the run used; and the quarantine
+    /// policy in force. A lost run sends its job back to the queue unless it already had
+    /// `max_attempted_runs` runs. Written as [`CommandRecord::RunEventsWithUsage`]; the older
+    /// run-events forms read with what they lack left out (see `wire.rs`).
     RunEvents {
         /// The executor reporting.
         executor: ExecutorName,
-        /// When (ms since the epoch, the leader's clock).
+        /// When (ms since the epoch, the leader's clock): the time failures are counted at.
         at_ms: i64,
-        /// What happened to its runs.
-        events: Vec<RunReport>,
+        /// The events, in order.
+        events: Vec<UsageRunReport>,
         /// Most runs a job may have.
         max_attempted_runs: u32,
+        /// When failures of a node quarantine it, and for how long.
+        quarantine: QuarantinePolicyRecord,
     },
     /// The executor stopped polling: its nodes leave the pool and its runs are lost.
     ExecutorLost {
@@ -157,22 +187,6 @@ pub enum Command {
         /// The jobs, in the order of the `finished` index.
         jobs: Vec<PurgeTarget>,
     },
-    /// Run state changes reported by an executor, each failure with whether its node is to
-    /// blame, and the quarantine policy in force. Log format 4: the leader proposes this instead
-    /// of [`Command::RunEvents`], whose entries in older logs apply as before (counting nothing
-    /// against nodes).
-    RunEventsWithFaults {
-        /// The executor reporting.
-        executor: ExecutorName,
-        /// When (ms since the epoch, the leader's clock): the time failures are counted at.
-        at_ms: i64,
-        /// What happened to its runs.
-        events: Vec<FaultedRunReport>,
-        /// Most runs a job may have.
-        max_attempted_runs: u32,
-        /// When failures of a node quarantine it, and for how long.
-        quarantine: QuarantinePolicyRecord,
-    },
     /// Lifts a node's quarantine and forgets its counted failures (an admin's order). Refused
     /// unless the node is quarantined at `at_ms`. Log format 4.
     LiftQuarantine {
@@ -192,96 +206,19 @@ pub enum Command {
         /// The usage.
         usage: QueueUsageRecord,
     },
-    /// Creates a queue with its place in the queue tree. Log format 6: the leader proposes this
-    /// instead of [`Command::CreateQueue`], whose entries in older logs create top-level queues.
-    CreateQueueInTree {
-        /// The new queue's settings.
-        queue: QueueRecord,
-        /// Its parent, priority offset and policies.
-        tree: QueueTreeRecord,
-    },
-    /// Replaces a queue's settings, its place in the tree included. Log format 6 (older logs'
-    /// [`Command::UpdateQueue`] entries make the queue a top-level one with default settings,
-    /// which every queue was then).
-    UpdateQueueInTree {
-        /// The queue's new settings.
-        queue: QueueRecord,
-        /// Its parent, priority offset and policies.
-        tree: QueueTreeRecord,
-    },
-    /// Submits jobs to a job set, each with its Kubernetes namespace. Log format 7: the leader
-    /// proposes this instead of [`Command::Submit`], whose entries in older logs submit jobs
-    /// without a namespace (they run in their agent's).
-    SubmitInNamespaces {
-        /// The queue.
-        queue: QueueName,
-        /// The job set.
-        job_set: JobSetName,
-        /// When (ms since the epoch).
-        at_ms: i64,
-        /// The jobs, validated, with their ids and namespaces.
-        jobs: Vec<NamespacedJob>,
-    },
-    /// Run state changes reported by an executor, as [`Command::RunEventsWithFaults`], each with
-    /// the pod the run became when the executor reported one. Log format 7: the leader proposes
-    /// this instead of [`Command::RunEventsWithFaults`], whose entries in older logs apply as
-    /// before (runs without pods).
-    RunEventsWithPods {
-        /// The executor reporting.
-        executor: ExecutorName,
-        /// When (ms since the epoch, the leader's clock).
-        at_ms: i64,
-        /// What happened to its runs.
-        events: Vec<PodRunReport>,
-        /// Most runs a job may have.
-        max_attempted_runs: u32,
-        /// When failures of a node quarantine it, and for how long.
-        quarantine: QuarantinePolicyRecord,
-    },
-    /// Submits jobs, as [`Command::SubmitInNamespaces`], recording who submitted them (their
-    /// owner). Log format 8: the leader proposes this instead, and entries of older logs apply
-    /// as before (jobs without an owner).
-    SubmitByOwner {
-        /// The queue.
-        queue: QueueName,
-        /// The job set.
-        job_set: JobSetName,
-        /// When (ms since the epoch).
-        at_ms: i64,
-        /// The authenticated principal that submitted them (the anonymous principal's name with
-        /// auth off).
-        owner: String,
-        /// The jobs, validated, with their ids and namespaces.
-        jobs: Vec<NamespacedJob>,
-    },
-    /// Run events as [`Command::RunEventsWithPods`], a final one with what the run used. Log
-    /// format 9: the leader proposes this instead, and entries of older logs apply as before
-    /// (runs without a usage).
-    RunEventsWithUsage {
-        /// The executor reporting.
-        executor: ExecutorName,
-        /// When (ms since the epoch, the leader's clock).
-        at_ms: i64,
-        /// The events, in order.
-        events: Vec<UsageRunReport>,
-        /// Most runs a job may have.
-        max_attempted_runs: u32,
-        /// When failures of a node quarantine it, and for how long.
-        quarantine: QuarantinePolicyRecord,
-    },
 }
 
 impl Command {
-    /// The command creating `queue` as the leader proposes it (log format 6).
+    /// The command creating `queue`, with its place in the tree.
     pub fn create_queue(queue: crate::model::Queue) -> Self {
         let tree = QueueTreeRecord::of(&queue);
-        Command::CreateQueueInTree { queue: queue.into(), tree }
+        Command::CreateQueue { queue: queue.into(), tree }
     }
 
-    /// The command replacing `queue`'s settings as the leader proposes it (log format 6).
+    /// The command replacing `queue`'s settings, its place in the tree included.
     pub fn update_queue(queue: crate::model::Queue) -> Self {
         let tree = QueueTreeRecord::of(&queue);
-        Command::UpdateQueueInTree { queue: queue.into(), tree }
+        Command::UpdateQueue { queue: queue.into(), tree }
     }
 }
 
@@ -294,28 +231,36 @@ pub struct FaultedRunReport {
     pub node_fault: Option<NodeFaultRecord>,
 }
 
-/// A job of [`Command::SubmitInNamespaces`]. Format: log format 7.
+/// A job of [`CommandRecord::SubmitInNamespaces`] and its successors ([`Command::Submit`]).
+/// Format: log format 7.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NamespacedJob {
-    /// The job as [`Command::Submit`] carries it.
+    /// The job as [`CommandRecord::Submit`] carries it.
     pub job: NewJob,
     /// Its Kubernetes namespace; none: its agent's.
     pub namespace: Option<Namespace>,
 }
 
-/// A run event of [`Command::RunEventsWithPods`]. Format: log format 7.
+/// A job without a namespace: it runs in its agent's (as every job of [`CommandRecord::Submit`]).
+impl From<NewJob> for NamespacedJob {
+    fn from(job: NewJob) -> Self {
+        NamespacedJob { job, namespace: None }
+    }
+}
+
+/// A run event of [`CommandRecord::RunEventsWithPods`]. Format: log format 7.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRunReport {
-    /// The event with its node fault, as [`Command::RunEventsWithFaults`] carries it.
+    /// The event with its node fault, as [`CommandRecord::RunEventsWithFaults`] carries it.
     pub event: FaultedRunReport,
     /// The pod the run became, when the executor reported one.
     pub pod: Option<PodRecord>,
 }
 
-/// A run event of [`Command::RunEventsWithUsage`]. Format: log format 9.
+/// A run event of [`CommandRecord::RunEventsWithUsage`] ([`Command::RunEvents`]). Format: log format 9.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageRunReport {
-    /// The event with its node fault and pod, as [`Command::RunEventsWithPods`] carries it.
+    /// The event with its node fault and pod, as [`CommandRecord::RunEventsWithPods`] carries it.
     pub event: PodRunReport,
     /// What the run used, with a final event when the executor measured it.
     pub usage: Option<RunUsageRecord>,

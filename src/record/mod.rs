@@ -26,6 +26,12 @@
 //!   read the old bytes, as the golden tests of the old fixtures keep checking); only the version
 //!   mark is raised. A format names the version that introduced it and holds in later versions
 //!   unless a later one says otherwise.
+//! - The log's commands have two faces ([`command`]): [`CommandRecord`] holds every form any log
+//!   format held, in its position, and is what the golden tests decode and encode back;
+//!   [`Command`] is the current meaning of each, read through [`CommandRecord`] (a superseded
+//!   form converted in one place) and written as the newest form of its meaning. A new form of a
+//!   command is a variant at the end of [`CommandRecord`]; [`Command`] takes its shape, and the
+//!   form before it is converted on reading.
 
 pub mod codec;
 pub mod command;
@@ -41,7 +47,7 @@ pub mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
     QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
 };
 pub use event::{EventKindRecord, EventRecord};
@@ -102,26 +108,26 @@ pub const STATE_SCHEMA_VERSION: u32 = 9;
 /// - 2: the latest snapshot is a file in the data directory's `snapshots/`; `raft_snapshot` holds
 ///   its meta and a [`raft::SnapshotFileRecord`] naming the file. Log entries are unchanged. A
 ///   format 1 log is upgraded when opened: its inline snapshot is converted into a file.
-/// - 3: [`Command::PurgeFinished`], added at the end of the commands, so every older entry is a
+/// - 3: [`CommandRecord::PurgeFinished`], added at the end of the commands, so every older entry is a
 ///   format 3 entry byte for byte and a format 2 log is only marked 3 when opened. The bump is
 ///   still needed: a binary of format 2 cannot decode a purge, so it must refuse a format 3 log
 ///   by its version (naming it) rather than fail on the first purge entry, and servers of the two
 ///   formats must not exchange entries (peer protocol 3).
-/// - 4: [`Command::RunEventsWithFaults`] (run events saying which failures are their node's, with
-///   the quarantine policy) and [`Command::LiftQuarantine`], added at the end of the commands:
+/// - 4: [`CommandRecord::RunEventsWithFaults`] (run events saying which failures are their node's, with
+///   the quarantine policy) and [`CommandRecord::LiftQuarantine`], added at the end of the commands:
 ///   older entries are format 4 entries byte for byte, the mark is raised when opened (peer
 ///   protocol 4).
-/// - 5: [`Command::RecordUsage`], added at the end of the commands in the same way (peer
+/// - 5: [`CommandRecord::RecordUsage`], added at the end of the commands in the same way (peer
 ///   protocol 5).
-/// - 6: [`Command::CreateQueueInTree`] and [`Command::UpdateQueueInTree`] (queues with their
+/// - 6: [`CommandRecord::CreateQueueInTree`] and [`CommandRecord::UpdateQueueInTree`] (queues with their
 ///   place in the queue tree), added at the end of the commands in the same way (peer protocol 6).
-/// - 7: [`Command::SubmitInNamespaces`] (jobs with their namespace) and
-///   [`Command::RunEventsWithPods`] (run events with the pod the run became), added at the end of
+/// - 7: [`CommandRecord::SubmitInNamespaces`] (jobs with their namespace) and
+///   [`CommandRecord::RunEventsWithPods`] (run events with the pod the run became), added at the end of
 ///   the commands: older entries are format 7 entries byte for byte, the mark is raised when
 ///   opened (peer protocol 7).
-/// - 8: [`Command::SubmitByOwner`] (jobs with the principal that submitted them), added at the
+/// - 8: [`CommandRecord::SubmitByOwner`] (jobs with the principal that submitted them), added at the
 ///   end of the commands in the same way (peer protocol 8).
-/// - 9: [`Command::RunEventsWithUsage`] (run events with what a run used), added at the end of
+/// - 9: [`CommandRecord::RunEventsWithUsage`] (run events with what a run used), added at the end of
 ///   the commands in the same way (peer protocol 9).
 pub const LOG_FORMAT_VERSION: u32 = 9;
 

@@ -87,8 +87,8 @@ impl From<QueueRecord> for Queue {
 }
 
 /// A queue's place in the queue tree and its priority settings. Format: state schema 6 (in the
-/// `queue_tree` meta row, [`QueueTreesRecord`]), log format 6 ([`super::Command::CreateQueueInTree`],
-/// [`super::Command::UpdateQueueInTree`]).
+/// `queue_tree` meta row, [`QueueTreesRecord`]), log format 6 ([`super::CommandRecord::CreateQueueInTree`],
+/// [`super::CommandRecord::UpdateQueueInTree`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueTreeRecord {
     /// The parent queue (none: a top-level queue).

@@ -3,7 +3,7 @@
 //! entry itself. They mirror openraft's types field by field but do not use openraft's serde, so
 //! an openraft upgrade cannot change the files.
 
-use super::command::Command;
+use super::command::{Command, CommandRecord};
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -154,8 +154,8 @@ pub struct SnapshotFileRecord {
 pub enum EntryPayloadRecord {
     /// An empty entry a new leader appends at the start of its term.
     Blank,
-    /// A state change.
-    Normal(Command),
+    /// A state change, in the form it was written (read it as a [`Command`] with `into`).
+    Normal(CommandRecord),
     /// A membership change.
     Membership(MembershipRecord),
 }
@@ -170,22 +170,23 @@ pub struct LogEntryRecord {
 }
 
 /// [`EntryPayloadRecord`] borrowing its command, for writing without a copy. It encodes exactly
-/// as [`EntryPayloadRecord`] (the golden tests check it).
+/// as [`EntryPayloadRecord`] (the golden tests check it); the log store writes a [`Command`], the
+/// golden tests a [`CommandRecord`] of any form.
 #[derive(Debug, Serialize)]
-pub enum EntryPayloadRef<'a> {
+pub enum EntryPayloadRef<'a, C = Command> {
     /// See [`EntryPayloadRecord::Blank`].
     Blank,
     /// See [`EntryPayloadRecord::Normal`].
-    Normal(&'a Command),
+    Normal(&'a C),
     /// See [`EntryPayloadRecord::Membership`].
     Membership(MembershipRecord),
 }
 
 /// [`LogEntryRecord`] borrowing its command, for writing. Encodes exactly as [`LogEntryRecord`].
 #[derive(Debug, Serialize)]
-pub struct LogEntryRef<'a> {
+pub struct LogEntryRef<'a, C = Command> {
     /// The entry's id.
     pub log_id: LogIdRecord,
     /// What it carries.
-    pub payload: EntryPayloadRef<'a>,
+    pub payload: EntryPayloadRef<'a, C>,
 }

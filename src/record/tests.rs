@@ -194,8 +194,8 @@ fn run_report(kind: RunReportKind, n: u64) -> RunReport {
     }
 }
 
-fn submit() -> Command {
-    Command::Submit {
+fn submit() -> CommandRecord {
+    CommandRecord::Submit {
         queue: qn("physics"),
         job_set: js("run-1"),
         at_ms: 1_760_000_000_002,
@@ -204,16 +204,16 @@ fn submit() -> Command {
 }
 
 /// One command of every kind, named as its fixture.
-fn commands() -> Vec<(&'static str, Command)> {
+fn commands() -> Vec<(&'static str, CommandRecord)> {
     use RunReportKind::*;
     vec![
-        ("create-queue", Command::CreateQueue { queue: queue() }),
-        ("update-queue", Command::UpdateQueue { queue: plain_queue("plain") }),
-        ("delete-queue", Command::DeleteQueue { name: qn("physics"), force: true, at_ms: 1_760_000_000_001 }),
+        ("create-queue", CommandRecord::CreateQueue { queue: queue() }),
+        ("update-queue", CommandRecord::UpdateQueue { queue: plain_queue("plain") }),
+        ("delete-queue", CommandRecord::DeleteQueue { name: qn("physics"), force: true, at_ms: 1_760_000_000_001 }),
         ("submit", submit()),
         (
             "cancel",
-            Command::Cancel {
+            CommandRecord::Cancel {
                 queue: qn("physics"),
                 job_set: js("run-1"),
                 job_ids: Some(vec![jid(1), jid(2)]),
@@ -224,7 +224,7 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "cancel-set",
-            Command::Cancel {
+            CommandRecord::Cancel {
                 queue: qn("physics"),
                 job_set: js("run-1"),
                 job_ids: None,
@@ -235,7 +235,7 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "reprioritize",
-            Command::Reprioritize {
+            CommandRecord::Reprioritize {
                 queue: qn("physics"),
                 job_set: js("run-1"),
                 job_ids: Some(vec![jid(1)]),
@@ -245,7 +245,7 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "preempt",
-            Command::Preempt {
+            CommandRecord::Preempt {
                 queue: qn("physics"),
                 job_set: js("run-1"),
                 job_ids: vec![jid(2)],
@@ -255,7 +255,7 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "schedule",
-            Command::Schedule {
+            CommandRecord::Schedule {
                 term: 4,
                 at_ms: 1_760_000_000_007,
                 leases: vec![NewLease {
@@ -271,11 +271,11 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "upsert-executor",
-            Command::UpsertExecutor { executor: ex("cluster-a"), nodes: vec![node()], at_ms: 1_760_000_000_008 },
+            CommandRecord::UpsertExecutor { executor: ex("cluster-a"), nodes: vec![node()], at_ms: 1_760_000_000_008 },
         ),
         (
             "run-events",
-            Command::RunEvents {
+            CommandRecord::RunEvents {
                 executor: ex("cluster-a"),
                 at_ms: 1_760_000_000_009,
                 max_attempted_runs: 5,
@@ -288,13 +288,13 @@ fn commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "executor-lost",
-            Command::ExecutorLost { executor: ex("cluster-a"), at_ms: 1_760_000_000_010, max_attempted_runs: 3 },
+            CommandRecord::ExecutorLost { executor: ex("cluster-a"), at_ms: 1_760_000_000_010, max_attempted_runs: 3 },
         ),
         (
             "batch",
-            Command::Batch(vec![
-                Command::CreateQueue { queue: plain_queue("a") },
-                Command::Batch(vec![Command::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
+            CommandRecord::Batch(vec![
+                CommandRecord::CreateQueue { queue: plain_queue("a") },
+                CommandRecord::Batch(vec![CommandRecord::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
             ]),
         ),
     ]
@@ -404,8 +404,8 @@ fn log_format_1_commands() {
 }
 
 /// The command log format 3 added, with a job of each kind: with and without a client id.
-fn purge_finished() -> Command {
-    Command::PurgeFinished {
+fn purge_finished() -> CommandRecord {
+    CommandRecord::PurgeFinished {
         purges: 7,
         before_ms: 1_760_000_600_000,
         jobs: vec![
@@ -430,7 +430,7 @@ fn log_format_3_commands() {
 
 /// The commands log format 4 added: run events with node faults (one of each kind, with and
 /// without a fault), and a quarantine lifted.
-fn log_format_4_commands() -> Vec<(&'static str, Command)> {
+fn log_format_4_commands() -> Vec<(&'static str, CommandRecord)> {
     let faults = [
         None,
         Some(NodeFaultRecord::NotStarted),
@@ -448,7 +448,7 @@ fn log_format_4_commands() -> Vec<(&'static str, Command)> {
     vec![
         (
             "command-run-events-with-faults",
-            Command::RunEventsWithFaults {
+            CommandRecord::RunEventsWithFaults {
                 executor: ex("cluster-a"),
                 at_ms: 1_760_000_700_000,
                 events: kinds
@@ -466,7 +466,7 @@ fn log_format_4_commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "command-lift-quarantine",
-            Command::LiftQuarantine { executor: ex("cluster-a"), node: nn("n1"), at_ms: 1_760_000_800_000 },
+            CommandRecord::LiftQuarantine { executor: ex("cluster-a"), node: nn("n1"), at_ms: 1_760_000_800_000 },
         ),
     ]
 }
@@ -500,7 +500,7 @@ fn queue_usage() -> QueueUsageRecord {
 fn log_format_5_commands() {
     // Format 5 only added this command, at the end: every older command is format 5's byte for
     // byte (the golden tests of the older fixtures read them with today's types).
-    golden("log-v5/command-record-usage.bin", &Command::RecordUsage { term: 7, usage: queue_usage() });
+    golden("log-v5/command-record-usage.bin", &CommandRecord::RecordUsage { term: 7, usage: queue_usage() });
 }
 
 #[test]
@@ -802,16 +802,16 @@ fn queue_trees() -> QueueTreesRecord {
     }
 }
 
-fn format_6_commands() -> Vec<(&'static str, Command)> {
+fn format_6_commands() -> Vec<(&'static str, CommandRecord)> {
     let trees = queue_trees().queues;
     vec![
         (
             "command-create-queue-in-tree",
-            Command::CreateQueueInTree { queue: queue(), tree: trees[&qn("physics")].clone() },
+            CommandRecord::CreateQueueInTree { queue: queue(), tree: trees[&qn("physics")].clone() },
         ),
         (
             "command-update-queue-in-tree",
-            Command::UpdateQueueInTree { queue: plain_queue("science"), tree: trees[&qn("science")].clone() },
+            CommandRecord::UpdateQueueInTree { queue: plain_queue("science"), tree: trees[&qn("science")].clone() },
         ),
     ]
 }
@@ -841,12 +841,12 @@ fn state_schema_6_rows() {
     assert_eq!(q.priority_offset, i32::MIN);
 }
 
-fn format_7_commands() -> Vec<(&'static str, Command)> {
+fn format_7_commands() -> Vec<(&'static str, CommandRecord)> {
     let pod = PodRecord { name: "armada-x-0".into(), namespace: "ml-team".into(), uid: "uid-1".into() };
     vec![
         (
             "command-submit-in-namespaces",
-            Command::SubmitInNamespaces {
+            CommandRecord::SubmitInNamespaces {
                 queue: qn("physics"),
                 job_set: js("run-1"),
                 at_ms: 1_760_000_900_000,
@@ -858,7 +858,7 @@ fn format_7_commands() -> Vec<(&'static str, Command)> {
         ),
         (
             "command-run-events-with-pods",
-            Command::RunEventsWithPods {
+            CommandRecord::RunEventsWithPods {
                 executor: ex("cluster-a"),
                 at_ms: 1_760_000_900_001,
                 events: vec![
@@ -909,10 +909,10 @@ fn state_schema_7_rows() {
     assert_eq!(runs, vec![rid(1).as_u128().to_be_bytes(), rid(2).as_u128().to_be_bytes()]);
 }
 
-fn format_8_commands() -> Vec<(&'static str, Command)> {
+fn format_8_commands() -> Vec<(&'static str, CommandRecord)> {
     vec![(
         "command-submit-by-owner",
-        Command::SubmitByOwner {
+        CommandRecord::SubmitByOwner {
             queue: qn("physics"),
             job_set: js("run-1"),
             at_ms: 1_760_000_900_002,
@@ -946,10 +946,10 @@ fn state_schema_8_rows() {
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v8/row-job-owner.bin"));
 }
 
-fn format_9_commands() -> Vec<(&'static str, Command)> {
+fn format_9_commands() -> Vec<(&'static str, CommandRecord)> {
     vec![(
         "command-run-events-with-usage",
-        Command::RunEventsWithUsage {
+        CommandRecord::RunEventsWithUsage {
             executor: ex("cluster-a"),
             at_ms: 1_760_000_900_003,
             events: vec![
@@ -994,4 +994,216 @@ fn state_schema_9_rows() {
     let row = run_usage_row();
     golden("state-v9/row-run-usage.bin", &row);
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v9/row-run-usage.bin"));
+}
+
+// -----------------------------------------------------------------------------------------------
+// What every command fixture means today: the command the rest of Convoy sees when it decodes
+// one (`Command`, read through `CommandRecord`), and the bytes that command writes.
+// -----------------------------------------------------------------------------------------------
+
+/// Every command fixture with the record it holds.
+fn command_fixtures() -> Vec<(String, CommandRecord)> {
+    let in_dir = |dir: &'static str| move |(name, cmd): (&str, CommandRecord)| (format!("{dir}/{name}.bin"), cmd);
+    let mut all: Vec<_> = commands().into_iter().map(|(n, c)| (format!("log-v1/command-{n}.bin"), c)).collect();
+    all.push(("log-v3/command-purge-finished.bin".into(), purge_finished()));
+    all.extend(log_format_4_commands().into_iter().map(in_dir("log-v4")));
+    all.push(("log-v5/command-record-usage.bin".into(), CommandRecord::RecordUsage { term: 7, usage: queue_usage() }));
+    all.extend(format_6_commands().into_iter().map(in_dir("log-v6")));
+    all.extend(format_7_commands().into_iter().map(in_dir("log-v7")));
+    all.extend(format_8_commands().into_iter().map(in_dir("log-v8")));
+    all.extend(format_9_commands().into_iter().map(in_dir("log-v9")));
+    all
+}
+
+/// The record a current command is written as, field by field: the newest form of its meaning
+/// (a submit without an owner, read from an older log, as the newest form without one).
+fn newest(cmd: Command) -> CommandRecord {
+    match cmd {
+        Command::Batch(cmds) => CommandRecord::Batch(cmds.into_iter().map(newest).collect()),
+        Command::CreateQueue { queue, tree } => CommandRecord::CreateQueueInTree { queue, tree },
+        Command::UpdateQueue { queue, tree } => CommandRecord::UpdateQueueInTree { queue, tree },
+        Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
+        Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {
+            CommandRecord::SubmitByOwner { queue, job_set, at_ms, owner, jobs }
+        }
+        Command::Submit { queue, job_set, at_ms, owner: None, jobs } => {
+            CommandRecord::SubmitInNamespaces { queue, job_set, at_ms, jobs }
+        }
+        Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
+            CommandRecord::Cancel { queue, job_set, job_ids, states, reason, at_ms }
+        }
+        Command::Reprioritize { queue, job_set, job_ids, priority, at_ms } => {
+            CommandRecord::Reprioritize { queue, job_set, job_ids, priority, at_ms }
+        }
+        Command::Preempt { queue, job_set, job_ids, reason, at_ms } => {
+            CommandRecord::Preempt { queue, job_set, job_ids, reason, at_ms }
+        }
+        Command::Schedule { term, at_ms, leases, preemptions, failures } => {
+            CommandRecord::Schedule { term, at_ms, leases, preemptions, failures }
+        }
+        Command::UpsertExecutor { executor, nodes, at_ms } => CommandRecord::UpsertExecutor { executor, nodes, at_ms },
+        Command::RunEvents { executor, at_ms, events, max_attempted_runs, quarantine } => {
+            CommandRecord::RunEventsWithUsage { executor, at_ms, events, max_attempted_runs, quarantine }
+        }
+        Command::ExecutorLost { executor, at_ms, max_attempted_runs } => {
+            CommandRecord::ExecutorLost { executor, at_ms, max_attempted_runs }
+        }
+        Command::PurgeFinished { purges, before_ms, jobs } => CommandRecord::PurgeFinished { purges, before_ms, jobs },
+        Command::LiftQuarantine { executor, node, at_ms } => CommandRecord::LiftQuarantine { executor, node, at_ms },
+        Command::RecordUsage { term, usage } => CommandRecord::RecordUsage { term, usage },
+    }
+}
+
+/// The tree settings every queue had before log format 6.
+fn top_level() -> QueueTreeRecord {
+    QueueTreeRecord {
+        parent: None,
+        priority_offset: 0,
+        priority_policy: PriorityPolicyRecord::Default,
+        sort_priority: SortPriorityRecord::Enabled,
+    }
+}
+
+/// A run event of a form without pods or usage.
+fn without_pod(report: RunReport, node_fault: Option<NodeFaultRecord>) -> UsageRunReport {
+    UsageRunReport { event: PodRunReport { event: FaultedRunReport { report, node_fault }, pod: None }, usage: None }
+}
+
+/// The submit of `log-v1/command-submit.bin` (and of `log-v1/entry-command.bin`) as read today.
+fn current_submit() -> Command {
+    Command::Submit {
+        queue: qn("physics"),
+        job_set: js("run-1"),
+        at_ms: 1_760_000_000_002,
+        owner: None,
+        jobs: vec![
+            NamespacedJob { job: new_job(1, true), namespace: None },
+            NamespacedJob { job: new_job(2, false), namespace: None },
+        ],
+    }
+}
+
+/// Each fixture of a superseded form, with the current command it decodes into.
+fn superseded_fixtures() -> Vec<(&'static str, Command)> {
+    use RunReportKind::*;
+    let faults_policy = QuarantinePolicyRecord { max_failures: 3, window_ms: 600_000, duration_ms: 1_800_000 };
+    let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
+    let pod = PodRecord { name: "armada-x-0".into(), namespace: "ml-team".into(), uid: "uid-1".into() };
+    vec![
+        ("log-v1/command-create-queue.bin", Command::CreateQueue { queue: queue(), tree: top_level() }),
+        ("log-v1/command-update-queue.bin", Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level() }),
+        ("log-v1/command-submit.bin", current_submit()),
+        (
+            "log-v1/command-run-events.bin",
+            Command::RunEvents {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_000_009,
+                events: [Pending, Running, Succeeded, Failed, Returned]
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, k)| without_pod(run_report(k, i as u64 + 1), None))
+                    .collect(),
+                max_attempted_runs: 5,
+                quarantine: quarantine_off,
+            },
+        ),
+        (
+            "log-v1/command-batch.bin",
+            Command::Batch(vec![
+                Command::CreateQueue { queue: plain_queue("a"), tree: top_level() },
+                Command::Batch(vec![Command::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
+            ]),
+        ),
+        (
+            "log-v4/command-run-events-with-faults.bin",
+            Command::RunEvents {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_700_000,
+                events: vec![
+                    without_pod(run_report(Pending, 1), None),
+                    without_pod(run_report(Running, 2), Some(NodeFaultRecord::NotStarted)),
+                    without_pod(run_report(Succeeded, 3), Some(NodeFaultRecord::ImagePull)),
+                    without_pod(run_report(Failed, 4), Some(NodeFaultRecord::NodePressure)),
+                    without_pod(run_report(Returned, 5), Some(NodeFaultRecord::NodeLost)),
+                ],
+                max_attempted_runs: 5,
+                quarantine: faults_policy,
+            },
+        ),
+        (
+            "log-v7/command-submit-in-namespaces.bin",
+            Command::Submit {
+                queue: qn("physics"),
+                job_set: js("run-1"),
+                at_ms: 1_760_000_900_000,
+                owner: None,
+                jobs: vec![
+                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
+                    NamespacedJob { job: new_job(2, false), namespace: None },
+                ],
+            },
+        ),
+        (
+            "log-v7/command-run-events-with-pods.bin",
+            Command::RunEvents {
+                executor: ex("cluster-a"),
+                at_ms: 1_760_000_900_001,
+                events: vec![
+                    UsageRunReport {
+                        event: PodRunReport {
+                            event: FaultedRunReport { report: run_report(Pending, 1), node_fault: None },
+                            pod: Some(pod),
+                        },
+                        usage: None,
+                    },
+                    without_pod(run_report(Returned, 2), Some(NodeFaultRecord::NotStarted)),
+                ],
+                max_attempted_runs: 5,
+                quarantine: faults_policy,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn superseded_command_fixtures_decode_into_the_current_command() {
+    for (path, expected) in superseded_fixtures() {
+        let bytes = fixture(path);
+        let cmd: Command = decode(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(cmd, expected, "{path} decodes into another command");
+        // The same conversion as through the record the golden tests read.
+        assert_eq!(Command::from(decode::<CommandRecord>(&bytes).unwrap()), expected, "{path}");
+        // Written again, it is the newest form of its meaning, which reads back the same.
+        let written = encode(&cmd).unwrap();
+        assert_eq!(written, encode(&newest(expected.clone())).unwrap(), "{path}");
+        assert_eq!(decode::<Command>(&written).unwrap(), expected, "{path}");
+    }
+    // A log entry carrying a superseded command reads as one carrying the current command.
+    let entry: LogEntryRecord = decode(&fixture("log-v1/entry-command.bin")).unwrap();
+    let EntryPayloadRecord::Normal(cmd) = entry.payload else { panic!("entry-command holds a command") };
+    assert_eq!(Command::from(cmd), current_submit());
+}
+
+#[test]
+fn current_command_fixtures_round_trip_byte_for_byte_as_commands() {
+    let superseded: BTreeSet<&str> = superseded_fixtures().into_iter().map(|(p, _)| p).collect();
+    let mut current = 0;
+    for (path, record) in command_fixtures() {
+        let bytes = fixture(&path);
+        let cmd: Command = decode(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(cmd, Command::from(record), "{path}");
+        // Every command writes the bytes of the newest record of its meaning.
+        assert_eq!(encode(&cmd).unwrap(), encode(&newest(cmd.clone())).unwrap(), "{path}");
+        if !superseded.contains(path.as_str()) {
+            assert_eq!(encode(&cmd).unwrap(), bytes, "{path}: the command encodes to other bytes");
+            current += 1;
+        }
+    }
+    assert_eq!(current + superseded.len(), command_fixtures().len(), "every superseded fixture is listed");
+    // What the log store writes for a current command is the entry of its newest record.
+    let cmd = decode::<Command>(&fixture("log-v8/command-submit-by-owner.bin")).unwrap();
+    let log_id = log_id(3, 2, 18);
+    let written = encode(&LogEntryRef { log_id, payload: EntryPayloadRef::Normal(&cmd) }).unwrap();
+    let record = LogEntryRecord { log_id, payload: EntryPayloadRecord::Normal(newest(cmd)) };
+    assert_eq!(written, encode(&record).unwrap());
 }

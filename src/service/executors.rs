@@ -313,7 +313,7 @@ pub async fn report_events(
     }
     let tail_limit = usize::try_from(app.config.server.finished_output_tail).unwrap_or(usize::MAX);
     let r = app
-        .write(Command::RunEventsWithUsage {
+        .write(Command::RunEvents {
             executor,
             at_ms: now_ms(),
             events: req.events.into_iter().map(|e| run_report(e, tail_limit)).collect(),

@@ -77,11 +77,11 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
         })
         .collect();
     let r = app
-        .write(Command::SubmitByOwner {
+        .write(Command::Submit {
             queue: req.queue,
             job_set: req.job_set,
             at_ms: now_ms(),
-            owner: p.name.clone(),
+            owner: Some(p.name.clone()),
             jobs,
         })
         .await?;

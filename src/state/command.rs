@@ -1,5 +1,6 @@
 //! Commands as the state machine sees them: what applying one may touch, and what it answers.
-//! The commands themselves are records of the Raft log (`record::command`).
+//! The commands themselves are records of the Raft log (`record::command`), every older form read
+//! as the current command there.
 
 use crate::model::{JobId, NodeFault, RunPod};
 use crate::record::RunUsageRecord;
@@ -11,7 +12,7 @@ pub use crate::record::command::{
 };
 
 /// A run event as the state applies it: the report, whether its node is to blame, the pod the run
-/// became, and what it used (with a final event); each from the log formats that carry it.
+/// became, and what it used (with a final event).
 pub(super) struct ReportedEvent {
     pub(super) report: RunReport,
     pub(super) node_fault: Option<NodeFault>,
@@ -19,10 +20,10 @@ pub(super) struct ReportedEvent {
     pub(super) usage: Option<RunUsageRecord>,
 }
 
-impl ReportedEvent {
-    /// An event of a format without pods or usage.
-    pub(super) fn plain(report: RunReport, node_fault: Option<NodeFault>) -> Self {
-        ReportedEvent { report, node_fault, pod: None, usage: None }
+impl From<UsageRunReport> for ReportedEvent {
+    fn from(e: UsageRunReport) -> Self {
+        let UsageRunReport { event: PodRunReport { event: FaultedRunReport { report, node_fault }, pod }, usage } = e;
+        ReportedEvent { report, node_fault: node_fault.map(NodeFault::from), pod: pod.map(RunPod::from), usage }
     }
 }
 
@@ -33,12 +34,8 @@ impl Command {
     pub fn apply_weight(&self) -> usize {
         match self {
             Command::Batch(cmds) => cmds.iter().fold(0, |sum, c| sum.saturating_add(c.apply_weight())),
-            Command::CreateQueue { .. }
-            | Command::UpdateQueue { .. }
-            | Command::CreateQueueInTree { .. }
-            | Command::UpdateQueueInTree { .. } => 1,
+            Command::CreateQueue { .. } | Command::UpdateQueue { .. } => 1,
             Command::Submit { jobs, .. } => jobs.len(),
-            Command::SubmitInNamespaces { jobs, .. } | Command::SubmitByOwner { jobs, .. } => jobs.len(),
             Command::Cancel { job_ids: Some(ids), .. } | Command::Reprioritize { job_ids: Some(ids), .. } => ids.len(),
             Command::Preempt { job_ids, .. } => job_ids.len(),
             Command::Schedule { leases, preemptions, failures, .. } => {
@@ -46,9 +43,6 @@ impl Command {
             }
             Command::UpsertExecutor { nodes, .. } => nodes.len(),
             Command::RunEvents { events, .. } => events.len(),
-            Command::RunEventsWithFaults { events, .. } => events.len(),
-            Command::RunEventsWithPods { events, .. } => events.len(),
-            Command::RunEventsWithUsage { events, .. } => events.len(),
             Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::RecordUsage { .. } => 1,

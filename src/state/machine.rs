@@ -5,8 +5,8 @@
 use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, ReportedEvent, Response};
 use crate::model::{
-    EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeFault, NodeName, PriorityClassName, Queue,
-    QueueName, Requirements, ResourceName, Resources, RunId, RunPod, SchedulingRequirements,
+    EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeName, PriorityClassName, Queue, QueueName,
+    Requirements, ResourceName, Resources, RunId, SchedulingRequirements,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord};
 use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
@@ -242,27 +242,16 @@ impl State {
     fn apply_into(&mut self, cmd: Command, ctx: ApplyContext, out: &mut Applied) -> Response {
         match cmd {
             Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
-            Command::CreateQueue { queue } => self.create_queue(Queue::from(queue), out),
-            Command::UpdateQueue { queue } => self.update_queue(Queue::from(queue), out),
-            Command::CreateQueueInTree { queue, tree } => {
+            Command::CreateQueue { queue, tree } => {
                 self.create_queue(crate::record::queue::queue_in_tree(queue, tree), out)
             }
-            Command::UpdateQueueInTree { queue, tree } => {
+            Command::UpdateQueue { queue, tree } => {
                 self.update_queue(crate::record::queue::queue_in_tree(queue, tree), out)
             }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
-            Command::Submit { queue, job_set, at_ms, jobs } => {
-                // Entries of logs older than namespaces: the jobs run in their agent's.
-                let jobs = jobs.into_iter().map(|job| (job, None)).collect();
-                self.submit(&queue, &job_set, at_ms, jobs, None, out)
-            }
-            Command::SubmitInNamespaces { queue, job_set, at_ms, jobs } => {
+            Command::Submit { queue, job_set, at_ms, owner, jobs } => {
                 let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
-                self.submit(&queue, &job_set, at_ms, jobs, None, out)
-            }
-            Command::SubmitByOwner { queue, job_set, at_ms, owner, jobs } => {
-                let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
-                self.submit(&queue, &job_set, at_ms, jobs, Some(&owner), out)
+                self.submit(&queue, &job_set, at_ms, jobs, owner.as_deref(), out)
             }
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
                 let states: Option<Vec<JobState>> = states.map(|s| s.into_iter().map(JobState::from).collect());
@@ -285,37 +274,8 @@ impl State {
                 self.schedule(at_ms, leases, preemptions, failures, out)
             }
             Command::UpsertExecutor { executor, nodes, at_ms } => self.upsert_executor(executor, nodes, at_ms, out),
-            Command::RunEvents { executor, at_ms, events, max_attempted_runs } => {
-                // Entries of logs older than node faults: nothing counts against nodes.
-                let events = events.into_iter().map(|report| ReportedEvent::plain(report, None)).collect();
-                self.run_events(&executor, at_ms, events, max_attempted_runs, QuarantinePolicy::default(), out)
-            }
-            Command::RunEventsWithFaults { executor, at_ms, events, max_attempted_runs, quarantine } => {
-                let events = events
-                    .into_iter()
-                    .map(|e| ReportedEvent::plain(e.report, e.node_fault.map(NodeFault::from)))
-                    .collect();
-                self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
-            }
-            Command::RunEventsWithPods { executor, at_ms, events, max_attempted_runs, quarantine } => {
-                let events = events
-                    .into_iter()
-                    .map(|e| ReportedEvent {
-                        pod: e.pod.map(RunPod::from),
-                        ..ReportedEvent::plain(e.event.report, e.event.node_fault.map(NodeFault::from))
-                    })
-                    .collect();
-                self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
-            }
-            Command::RunEventsWithUsage { executor, at_ms, events, max_attempted_runs, quarantine } => {
-                let events = events
-                    .into_iter()
-                    .map(|u| ReportedEvent {
-                        pod: u.event.pod.map(RunPod::from),
-                        usage: u.usage,
-                        ..ReportedEvent::plain(u.event.event.report, u.event.event.node_fault.map(NodeFault::from))
-                    })
-                    .collect();
+            Command::RunEvents { executor, at_ms, events, max_attempted_runs, quarantine } => {
+                let events = events.into_iter().map(ReportedEvent::from).collect();
                 self.run_events(&executor, at_ms, events, max_attempted_runs, policy_of(quarantine), out)
             }
             Command::LiftQuarantine { executor, node, at_ms } => self.lift_quarantine(executor, node, at_ms, out),

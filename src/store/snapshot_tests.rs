@@ -76,7 +76,7 @@ fn a_stream_round_trips_into_another_store() {
     apply_all(
         &b,
         &mut State::new(settings()),
-        vec![Command::CreateQueue { queue: crate::model::Queue::new(QueueName::new("stale").unwrap(), 1.0).into() }],
+        vec![Command::create_queue(crate::model::Queue::new(QueueName::new("stale").unwrap(), 1.0))],
     );
     let stats = b.import_stream(&mut MemoryFrames::new(frames.clone()), &raft_meta(7), 1000).unwrap();
     assert_eq!(stats, ImportStats { rows: frames.len() as u64 - 1, transactions: 1 });
@@ -96,8 +96,8 @@ fn an_import_commits_bounded_transactions() {
     let a = Store::open(&dir.path().join("a.redb")).unwrap();
     let mut state = sample(&a);
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("many").unwrap());
-    let jobs = (100..300).map(|i| job(i, None)).collect();
-    apply_all(&a, &mut state, vec![Command::Submit { queue: q, job_set: s, at_ms: 5, jobs }]);
+    let jobs = (100..300).map(|i| job(i, None).into()).collect();
+    apply_all(&a, &mut state, vec![Command::Submit { queue: q, job_set: s, at_ms: 5, owner: None, jobs }]);
     set_meta(&a, &raft_meta(3));
     let frames = export(&a);
     let rows = frames.len() as u64 - 1;
@@ -120,7 +120,7 @@ fn a_stream_that_fails_part_way_leaves_the_state_as_it_was() {
     apply_all(
         &b,
         &mut state,
-        vec![Command::CreateQueue { queue: crate::model::Queue::new(QueueName::new("mine").unwrap(), 1.0).into() }],
+        vec![Command::create_queue(crate::model::Queue::new(QueueName::new("mine").unwrap(), 1.0))],
     );
     set_meta(&b, &raft_meta(2));
     let before = b.digest().unwrap();
@@ -148,7 +148,7 @@ fn a_crash_in_the_middle_of_an_import_is_undone_at_open() {
     apply_all(
         &b,
         &mut state,
-        vec![Command::CreateQueue { queue: crate::model::Queue::new(QueueName::new("mine").unwrap(), 1.0).into() }],
+        vec![Command::create_queue(crate::model::Queue::new(QueueName::new("mine").unwrap(), 1.0))],
     );
     set_meta(&b, &raft_meta(2));
     let before = b.digest().unwrap();
@@ -224,7 +224,8 @@ fn a_pinned_export_ignores_later_writes() {
             queue: QueueName::new("A").unwrap(),
             job_set: JobSetName::new("later").unwrap(),
             at_ms: 9,
-            jobs: vec![job(7, None)],
+            owner: None,
+            jobs: vec![job(7, None).into()],
         }],
     );
     set_meta(&store, &[(RAFT_APPLIED, b"later".to_vec())]);
@@ -265,13 +266,14 @@ fn the_digest_follows_the_state_not_how_applies_were_batched() {
     let dir = tempfile::tempdir().unwrap();
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
     let cmds = || {
-        let mut v = vec![Command::CreateQueue { queue: crate::model::Queue::new(q.clone(), 1.0).into() }];
+        let mut v = vec![Command::create_queue(crate::model::Queue::new(q.clone(), 1.0))];
         for i in 0..10 {
             v.push(Command::Submit {
                 queue: q.clone(),
                 job_set: s.clone(),
                 at_ms: i,
-                jobs: vec![job(i as u128 + 1, None)],
+                owner: None,
+                jobs: vec![job(i as u128 + 1, None).into()],
             });
         }
         v
@@ -299,7 +301,11 @@ fn the_digest_follows_the_state_not_how_applies_were_batched() {
     assert_eq!(a.digest().unwrap(), b.digest().unwrap());
     assert_eq!(a.digest().unwrap().hex().len(), 64);
     // Any change of the state changes it.
-    apply_all(&b, &mut state, vec![Command::Submit { queue: q, job_set: s, at_ms: 99, jobs: vec![job(99, None)] }]);
+    apply_all(
+        &b,
+        &mut state,
+        vec![Command::Submit { queue: q, job_set: s, at_ms: 99, owner: None, jobs: vec![job(99, None).into()] }],
+    );
     assert_ne!(a.digest().unwrap(), b.digest().unwrap());
     // The applied index is read with it.
     set_meta(&a, &raft_meta(41));

@@ -13,7 +13,8 @@ use convoy::record::{FrameSink, NodeRecord};
 use convoy::scheduler::SchedulerConfig;
 use convoy::server::retention::PURGE_BATCH;
 use convoy::state::{
-    ApplyContext, Command, NewJob, NewLease, Response, RunReport, RunReportKind, State, StateSettings,
+    ApplyContext, Command, FaultedRunReport, NamespacedJob, NewJob, NewLease, PodRunReport, QuarantinePolicyRecord,
+    Response, RunReport, RunReportKind, State, StateSettings, UsageRunReport,
 };
 use convoy::store::{Store, write_changes};
 use serde_json::json;
@@ -81,7 +82,19 @@ fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
         message: None,
         log_tail: (kind == RunReportKind::Succeeded).then(|| format!("job {id} done\n")),
     };
-    let events = |kind| ids.iter().map(|id| report(id, kind)).collect();
+    // Plain reports: no node to blame, no pod, no usage.
+    let events = |kind| {
+        ids.iter()
+            .map(|id| UsageRunReport {
+                event: PodRunReport {
+                    event: FaultedRunReport { report: report(id, kind), node_fault: None },
+                    pod: None,
+                },
+                usage: None,
+            })
+            .collect()
+    };
+    let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
     vec![
         Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![] },
         Command::RunEvents {
@@ -89,12 +102,14 @@ fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
             at_ms: at_ms + 1,
             events: events(RunReportKind::Running),
             max_attempted_runs: 1,
+            quarantine: quarantine_off,
         },
         Command::RunEvents {
             executor: executor(),
             at_ms: at_ms + 2,
             events: events(RunReportKind::Succeeded),
             max_attempted_runs: 1,
+            quarantine: quarantine_off,
         },
     ]
 }
@@ -147,9 +162,7 @@ pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
     let set = JobSetName::new("bench").expect("valid");
     let mut cmds = Vec::new();
     for q in 0..w.queues {
-        cmds.push(Command::CreateQueue {
-            queue: Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0).into(),
-        });
+        cmds.push(Command::create_queue(Queue::new(QueueName::new(&format!("q{q}")).expect("valid"), 1.0)));
     }
     if w.finished {
         cmds.push(Command::UpsertExecutor { executor: executor(), nodes: vec![big_node()], at_ms: 0 });
@@ -159,9 +172,11 @@ pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
     while i < w.jobs {
         let n = batch.min(w.jobs - i);
         let queue = QueueName::new(&format!("q{}", (i / batch) % w.queues)).expect("valid");
-        let jobs: Vec<NewJob> = (i..i + n).map(|i| new_job(i, w.finished)).collect();
-        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-        cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, jobs });
+        let jobs: Vec<NamespacedJob> =
+            (i..i + n).map(|i| NamespacedJob { job: new_job(i, w.finished), namespace: None }).collect();
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.job.id).collect();
+        // No owner: the stored jobs are the same as those of the benchmark's earlier runs.
+        cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, owner: None, jobs });
         if w.finished {
             cmds.extend(run_to_success(&ids, 0));
         } else {

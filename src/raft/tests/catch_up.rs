@@ -12,7 +12,7 @@ use crate::model::{
 use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError};
 use crate::scheduler::SchedulerConfig;
 use crate::server::machine::ServerMachine;
-use crate::state::{Command, NewJob, Response, StateSettings};
+use crate::state::{Command, NamespacedJob, NewJob, Response, StateSettings};
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -129,7 +129,8 @@ fn submit(batch: u64, jobs: u64) -> Command {
         queue: QueueName::new("q").expect("valid"),
         job_set: JobSetName::new(&format!("set-{}", batch % 7)).expect("valid"),
         at_ms: batch as i64,
-        jobs: (0..jobs).map(new_job).collect(),
+        owner: None,
+        jobs: (0..jobs).map(|i| NamespacedJob { job: new_job(i), namespace: None }).collect(),
     }
 }
 
@@ -152,7 +153,7 @@ async fn a_member_that_was_down_catches_up_by_snapshot_and_all_digests_agree() {
     first.node.change_membership(members.iter().map(|m| m.id).collect(), false).await.expect("three voters");
     let all: Vec<&Member> = members.iter().collect();
     let queue = Queue::new(QueueName::new("q").unwrap(), 1.0);
-    write(&all, Command::CreateQueue { queue: queue.into() }).await;
+    write(&all, Command::create_queue(queue)).await;
     for b in 0..10 {
         assert!(matches!(write(&all, submit(b, 5)).await, Response::JobIds(_)));
     }

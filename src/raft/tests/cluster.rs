@@ -79,7 +79,7 @@ async fn agreed_leader(members: &[&Member]) -> NodeId {
 }
 
 fn create_queue(name: &str) -> Command {
-    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0).into() }
+    Command::create_queue(Queue::new(QueueName::new(name).expect("valid queue name"), 1.0))
 }
 
 /// Writes through whichever member leads, retrying while leadership moves.

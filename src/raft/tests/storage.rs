@@ -45,7 +45,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn create_queue(name: &str) -> Command {
-    Command::CreateQueue { queue: Queue::new(QueueName::new(name).expect("valid queue name"), 1.0).into() }
+    Command::create_queue(Queue::new(QueueName::new(name).expect("valid queue name"), 1.0))
 }
 
 fn entry(term: u64, index: u64, payload: EntryPayload<TypeConfig>) -> Entry {
@@ -195,7 +195,7 @@ async fn restart_keeps_log_vote_and_state() {
     let written: Vec<_> = entries
         .iter()
         .filter_map(|e| match &e.payload {
-            EntryPayload::Normal(Command::CreateQueue { queue }) => Some(queue.name.to_string()),
+            EntryPayload::Normal(Command::CreateQueue { queue, .. }) => Some(queue.name.to_string()),
             _ => None,
         })
         .collect();

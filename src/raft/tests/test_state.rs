@@ -101,7 +101,7 @@ impl ReplicatedState for QueueNames {
                             .map_err(io_err)?;
                         Response::Ok
                     }
-                    ApplyPayload::Command(Command::CreateQueue { queue }) => {
+                    ApplyPayload::Command(Command::CreateQueue { queue, .. }) => {
                         queues.insert(queue.name.as_str(), ()).map_err(io_err)?;
                         Response::Ok
                     }

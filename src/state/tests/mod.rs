@@ -5,6 +5,7 @@ use crate::model::{
     EventKind, ExecutorName, JobId, JobPayload, JobSetName, JobState, Node, NodeName, PoolName, PriorityClassName,
     Queue, QueueName, Resources, RunId, RunState, SchedulingRequirements,
 };
+use crate::record::CommandRecord;
 use crate::record::NodeRecord;
 use crate::scheduler::SchedulerConfig;
 use RunReportKind as RunEventKind;
@@ -41,7 +42,7 @@ fn new_job(id: u128, client_id: Option<&str>, cpu: &str) -> NewJob {
 
 fn state() -> State {
     let mut s = State::new(StateSettings::from_config(&SchedulerConfig::default()));
-    let r = s.apply(Command::CreateQueue { queue: Queue::new(q("A"), 1.0).into() }, ApplyContext::default());
+    let r = s.apply(Command::create_queue(Queue::new(q("A"), 1.0)), ApplyContext::default());
     assert_eq!(r.response, Some(Response::Ok));
     let nodes = vec![NodeRecord::from(Node {
         name: NodeName::new("n1").unwrap(),
@@ -58,7 +59,10 @@ fn state() -> State {
 }
 
 fn submit(s: &mut State, jobs: Vec<NewJob>) -> Applied {
-    s.apply(Command::Submit { queue: q("A"), job_set: set("s"), at_ms: 10, jobs }, ApplyContext::default())
+    s.apply(
+        Command::from(CommandRecord::Submit { queue: q("A"), job_set: set("s"), at_ms: 10, jobs }),
+        ApplyContext::default(),
+    )
 }
 
 fn lease(s: &mut State, job: u128, run: u128, term: u64, ctx_term: u64) -> Applied {
@@ -82,7 +86,7 @@ fn lease(s: &mut State, job: u128, run: u128, term: u64, ctx_term: u64) -> Appli
 
 fn report(s: &mut State, run: u128, job: u128, kind: RunEventKind, exit: Option<i32>) -> Applied {
     s.apply(
-        Command::RunEvents {
+        Command::from(CommandRecord::RunEvents {
             executor: exec("e1"),
             at_ms: 30,
             events: vec![RunReport {
@@ -96,7 +100,7 @@ fn report(s: &mut State, run: u128, job: u128, kind: RunEventKind, exit: Option<
                 log_tail: Some("hello\n".into()),
             }],
             max_attempted_runs: 2,
-        },
+        }),
         ApplyContext::default(),
     )
 }
@@ -147,14 +151,19 @@ fn client_id_makes_resubmission_idempotent() {
 fn submit_to_missing_queue_is_refused_and_to_a_cordoned_one_taken() {
     let mut s = state();
     let a = s.apply(
-        Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
+        Command::from(CommandRecord::Submit {
+            queue: q("Z"),
+            job_set: set("s"),
+            at_ms: 1,
+            jobs: vec![new_job(1, None, "1")],
+        }),
         ApplyContext::default(),
     );
     assert!(matches!(a.response, Some(Response::Rejected(Rejection { kind: RejectKind::NotFound, .. }))));
     assert!(a.changes.is_empty());
     let mut cordoned = Queue::new(q("A"), 1.0);
     cordoned.cordoned = true;
-    s.apply(Command::UpdateQueue { queue: cordoned.into() }, ApplyContext::default());
+    s.apply(Command::update_queue(cordoned), ApplyContext::default());
     let a = submit(&mut s, vec![new_job(1, None, "1")]);
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
     assert_eq!(job_state(&s, 1), Some(JobState::Queued));
@@ -205,7 +214,7 @@ fn events_from_other_executors_or_unknown_runs_are_ignored() {
     let a = report(&mut s, 999, 1, RunEventKind::Running, None);
     assert_eq!(a.response, Some(Response::Accepted(0)));
     let a = s.apply(
-        Command::RunEvents {
+        Command::from(CommandRecord::RunEvents {
             executor: exec("other"),
             at_ms: 1,
             events: vec![RunReport {
@@ -219,7 +228,7 @@ fn events_from_other_executors_or_unknown_runs_are_ignored() {
                 log_tail: None,
             }],
             max_attempted_runs: 5,
-        },
+        }),
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::Accepted(0)));
@@ -402,8 +411,18 @@ fn batches_answer_each_command() {
     let mut s = state();
     let a = s.apply(
         Command::Batch(vec![
-            Command::Submit { queue: q("A"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(1, None, "1")] },
-            Command::Submit { queue: q("Z"), job_set: set("s"), at_ms: 1, jobs: vec![new_job(2, None, "1")] },
+            Command::from(CommandRecord::Submit {
+                queue: q("A"),
+                job_set: set("s"),
+                at_ms: 1,
+                jobs: vec![new_job(1, None, "1")],
+            }),
+            Command::from(CommandRecord::Submit {
+                queue: q("Z"),
+                job_set: set("s"),
+                at_ms: 1,
+                jobs: vec![new_job(2, None, "1")],
+            }),
         ]),
         ApplyContext::default(),
     );
@@ -436,11 +455,13 @@ fn apply_is_deterministic() {
 
 #[test]
 fn apply_weight_counts_what_a_command_touches() {
-    let submit = |n: u128| Command::Submit {
-        queue: q("a"),
-        job_set: set("s"),
-        at_ms: 0,
-        jobs: (0..n).map(|i| new_job(i, None, "1")).collect(),
+    let submit = |n: u128| {
+        Command::from(CommandRecord::Submit {
+            queue: q("a"),
+            job_set: set("s"),
+            at_ms: 0,
+            jobs: (0..n).map(|i| new_job(i, None, "1")).collect(),
+        })
     };
     assert_eq!(submit(3).apply_weight(), 3);
     assert_eq!(Command::Batch(vec![submit(3), submit(4)]).apply_weight(), 7);
@@ -507,7 +528,13 @@ fn pod_report(run: u128, job: u128, kind: RunEventKind, pod: Option<crate::recor
 
 fn with_pods(s: &mut State, events: Vec<PodRunReport>) -> Applied {
     let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
-    let cmd = Command::RunEventsWithPods { executor: exec("e1"), at_ms: 30, events, max_attempted_runs: 2, quarantine };
+    let cmd = Command::from(CommandRecord::RunEventsWithPods {
+        executor: exec("e1"),
+        at_ms: 30,
+        events,
+        max_attempted_runs: 2,
+        quarantine,
+    });
     s.apply(cmd, ApplyContext::default())
 }
 
@@ -521,7 +548,7 @@ fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
         NamespacedJob { job: new_job(2, None, "1"), namespace: None },
     ];
     let a = s.apply(
-        Command::SubmitInNamespaces { queue: q("A"), job_set: set("s"), at_ms: 10, jobs },
+        Command::from(CommandRecord::SubmitInNamespaces { queue: q("A"), job_set: set("s"), at_ms: 10, jobs }),
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1), JobId::from_u128(2)])));
@@ -555,7 +582,7 @@ fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
     assert_eq!(events(&a), vec![], "still running: no event");
     assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod, Some(RunPod::from(moved)));
     // Another executor's word about the run changes nothing.
-    let other = Command::RunEventsWithPods {
+    let other = Command::from(CommandRecord::RunEventsWithPods {
         executor: exec("e2"),
         at_ms: 31,
         events: vec![pod_report(
@@ -566,7 +593,7 @@ fn jobs_keep_their_namespace_and_runs_the_pod_their_agent_reports() {
         )],
         max_attempted_runs: 2,
         quarantine: QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 },
-    };
+    });
     assert_eq!(s.apply(other, ApplyContext::default()).response, Some(Response::Accepted(0)));
     assert_eq!(s.jobs[&JobId::from_u128(1)].record.runs[0].pod.as_ref().map(|p| p.uid.as_str()), Some("u2"));
 }
@@ -583,8 +610,7 @@ fn a_final_event_keeps_what_the_run_used_and_others_do_not() {
     let with_usage = |s: &mut State, run: u128, job: u128, kind, usage| {
         let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
         let events = vec![UsageRunReport { event: pod_report(run, job, kind, None), usage }];
-        let cmd =
-            Command::RunEventsWithUsage { executor: exec("e1"), at_ms: 40, events, max_attempted_runs: 2, quarantine };
+        let cmd = Command::RunEvents { executor: exec("e1"), at_ms: 40, events, max_attempted_runs: 2, quarantine };
         s.apply(cmd, ApplyContext::default())
     };
     let usage_of = |a: &Applied| -> Vec<(RunId, RunUsageRecord)> {

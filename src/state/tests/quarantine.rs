@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::NodeFault;
+use crate::record::CommandRecord;
 use crate::record::{NodeFailureRecord, NodeFaultRecord, NodeHealthRecord, QuarantineRecord};
 
 /// Two failures within a minute quarantine a node for two minutes.
@@ -34,13 +35,13 @@ fn end_run(
         log_tail: None,
     };
     s.apply(
-        Command::RunEventsWithFaults {
+        Command::from(CommandRecord::RunEventsWithFaults {
             executor: exec("e1"),
             at_ms,
             events: vec![FaultedRunReport { report, node_fault: fault }],
             max_attempted_runs: 5,
             quarantine: policy,
-        },
+        }),
         ApplyContext::default(),
     )
 }

@@ -10,18 +10,28 @@ fn ids(v: &[u128]) -> Vec<JobId> {
 /// default), 4 in set s (succeeded), and queue B's job 5 in set s.
 fn world() -> State {
     let mut s = state();
-    s.apply(Command::CreateQueue { queue: Queue::new(q("B"), 1.0).into() }, ApplyContext::default());
+    s.apply(Command::create_queue(Queue::new(q("B"), 1.0)), ApplyContext::default());
     let preemptible = |mut j: NewJob| {
         j.priority_class = PriorityClassName::new("preemptible").unwrap();
         j
     };
     submit(&mut s, vec![preemptible(new_job(1, None, "1")), preemptible(new_job(2, None, "1")), new_job(4, None, "1")]);
     s.apply(
-        Command::Submit { queue: q("A"), job_set: set("t"), at_ms: 10, jobs: vec![new_job(3, None, "1")] },
+        Command::from(CommandRecord::Submit {
+            queue: q("A"),
+            job_set: set("t"),
+            at_ms: 10,
+            jobs: vec![new_job(3, None, "1")],
+        }),
         ApplyContext::default(),
     );
     s.apply(
-        Command::Submit { queue: q("B"), job_set: set("s"), at_ms: 10, jobs: vec![new_job(5, None, "1")] },
+        Command::from(CommandRecord::Submit {
+            queue: q("B"),
+            job_set: set("s"),
+            at_ms: 10,
+            jobs: vec![new_job(5, None, "1")],
+        }),
         ApplyContext::default(),
     );
     lease(&mut s, 1, 101, 3, 3);

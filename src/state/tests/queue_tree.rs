@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::model::{PriorityPolicy, SortPriority};
+use crate::record::CommandRecord;
 use crate::record::{QueueTreeRecord, QueueTreesRecord};
 
 fn child(name: &str, parent: &str) -> Queue {
@@ -89,14 +90,24 @@ fn jobs_go_to_leaves_and_a_queue_with_jobs_does_not_become_a_parent() {
         Some(Response::Ok)
     );
     let a = s.apply(
-        Command::Submit { queue: q("P"), job_set: set("s"), at_ms: 10, jobs: vec![new_job(2, None, "1")] },
+        Command::from(CommandRecord::Submit {
+            queue: q("P"),
+            job_set: set("s"),
+            at_ms: 10,
+            jobs: vec![new_job(2, None, "1")],
+        }),
         ApplyContext::default(),
     );
     let (kind, field, msg) = rejection(&a);
     assert_eq!((kind, field.as_deref()), (RejectKind::Conflict, Some("queue")));
     assert!(msg.contains("leaf queues only"), "{msg}");
     let a = s.apply(
-        Command::Submit { queue: q("leaf"), job_set: set("s"), at_ms: 10, jobs: vec![new_job(3, None, "1")] },
+        Command::from(CommandRecord::Submit {
+            queue: q("leaf"),
+            job_set: set("s"),
+            at_ms: 10,
+            jobs: vec![new_job(3, None, "1")],
+        }),
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(3)])));
@@ -128,7 +139,7 @@ fn older_queue_commands_make_top_level_queues() {
     let mut t = child("old", "A");
     t.priority_offset = 3;
     // An entry of an older log carries no tree: the queue is a top-level one.
-    let a = s.apply(Command::CreateQueue { queue: t.into() }, ApplyContext::default());
+    let a = s.apply(Command::from(CommandRecord::CreateQueue { queue: t.into() }), ApplyContext::default());
     assert_eq!(a.response, Some(Response::Ok));
     assert!(s.queues[&q("old")].queue.is_flat());
     assert!(trees(&a).is_empty());

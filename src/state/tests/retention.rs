@@ -51,7 +51,10 @@ fn purged(a: &Applied) -> Vec<u128> {
 }
 
 fn submit_to(s: &mut State, job_set: &str, jobs: Vec<NewJob>) -> Applied {
-    s.apply(Command::Submit { queue: q("A"), job_set: set(job_set), at_ms: 10, jobs }, ApplyContext::default())
+    s.apply(
+        Command::from(CommandRecord::Submit { queue: q("A"), job_set: set(job_set), at_ms: 10, jobs }),
+        ApplyContext::default(),
+    )
 }
 
 #[test]
@@ -173,7 +176,7 @@ fn a_client_id_that_names_another_job_by_now_is_kept() {
     submit(&mut s, vec![new_job(1, Some("c1"), "1")]);
     // The queue is deleted (its client ids go) and made again; a new job takes `c1`.
     s.apply(Command::DeleteQueue { name: q("A"), force: true, at_ms: 40 }, ApplyContext::default());
-    s.apply(Command::CreateQueue { queue: Queue::new(q("A"), 1.0).into() }, ApplyContext::default());
+    s.apply(Command::create_queue(Queue::new(q("A"), 1.0)), ApplyContext::default());
     submit(&mut s, vec![new_job(2, Some("c1"), "1")]);
     let a = purge(&mut s, 50, vec![target(1, 40, "s", Some("c1"))]);
     assert_eq!(purged(&a), vec![1]);

@@ -63,13 +63,14 @@ pub(super) fn sample(store: &Store) -> State {
         store,
         &mut state,
         vec![
-            Command::CreateQueue { queue: Queue::new(q.clone(), 1.0).into() },
+            Command::create_queue(Queue::new(q.clone(), 1.0)),
             Command::UpsertExecutor { executor: "e1".parse().unwrap(), nodes: vec![node], at_ms: 1 },
             Command::Submit {
                 queue: q.clone(),
                 job_set: s.clone(),
                 at_ms: 2,
-                jobs: vec![job(1, Some("c1")), job(2, None), job(3, None)],
+                owner: None,
+                jobs: vec![job(1, Some("c1")).into(), job(2, None).into(), job(3, None).into()],
             },
             Command::Schedule {
                 term: 1,
@@ -445,12 +446,13 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     let mut state = State::new(settings());
     let (q, s) = (QueueName::new("A").unwrap(), JobSetName::new("s").unwrap());
     let other = QueueName::new("B").unwrap();
-    let create = |name: &QueueName| Command::CreateQueue { queue: Queue::new(name.clone(), 1.0).into() };
+    let create = |name: &QueueName| Command::create_queue(Queue::new(name.clone(), 1.0));
     let submit = |queue: &QueueName, id: u128| Command::Submit {
         queue: queue.clone(),
         job_set: s.clone(),
         at_ms: 2,
-        jobs: vec![job(id, Some("c1"))],
+        owner: None,
+        jobs: vec![job(id, Some("c1")).into()],
     };
     apply_all(
         &store,

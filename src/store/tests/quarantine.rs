@@ -4,7 +4,8 @@
 use super::*;
 use crate::model::{ExecutorName, RunId};
 use crate::record::{
-    FaultedRunReport, MemoryFrames, NodeFaultRecord, QuarantinePolicyRecord, RunReport, RunReportKind,
+    FaultedRunReport, MemoryFrames, NodeFaultRecord, PodRunReport, QuarantinePolicyRecord, RunReport, RunReportKind,
+    UsageRunReport,
 };
 
 fn e1() -> ExecutorName {
@@ -28,10 +29,16 @@ fn quarantined_sample(store: &Store) -> State {
     apply_all(
         store,
         &mut state,
-        vec![Command::RunEventsWithFaults {
+        vec![Command::RunEvents {
             executor: e1(),
             at_ms: 10,
-            events: vec![FaultedRunReport { report, node_fault: Some(NodeFaultRecord::ImagePull) }],
+            events: vec![UsageRunReport {
+                event: PodRunReport {
+                    event: FaultedRunReport { report, node_fault: Some(NodeFaultRecord::ImagePull) },
+                    pod: None,
+                },
+                usage: None,
+            }],
             max_attempted_runs: 3,
             quarantine: QuarantinePolicyRecord { max_failures: 1, window_ms: 1000, duration_ms: 1000 },
         }],

@@ -50,7 +50,7 @@ fn node() -> crate::record::NodeRecord {
 fn fresh(dir: &std::path::Path) -> (Store, State) {
     let store = Store::open(&dir.join("db.redb")).unwrap();
     let mut state = State::new(settings());
-    apply(&store, &mut state, Command::CreateQueue { queue: Queue::new(q(), 1.0).into() });
+    apply(&store, &mut state, Command::create_queue(Queue::new(q(), 1.0)));
     apply(
         &store,
         &mut state,
@@ -62,7 +62,7 @@ fn fresh(dir: &std::path::Path) -> (Store, State) {
 /// Submits as the leader proposes it: with the jobs' owner.
 fn submit(store: &Store, state: &mut State, set: &str, jobs: Vec<NewJob>, at_ms: i64) -> Applied {
     let jobs = jobs.into_iter().map(|job| crate::state::NamespacedJob { job, namespace: None }).collect();
-    apply(store, state, Command::SubmitByOwner { queue: q(), job_set: js(set), at_ms, owner: "alice".into(), jobs })
+    apply(store, state, Command::Submit { queue: q(), job_set: js(set), at_ms, owner: Some("alice".into()), jobs })
 }
 
 fn cancel(store: &Store, state: &mut State, set: &str, ids: &[u128], at_ms: i64) {
@@ -107,13 +107,7 @@ fn run_to_success(store: &Store, state: &mut State, n: u128, at_ms: i64) {
     })
     .collect();
     let quarantine = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
-    let cmd = Command::RunEventsWithUsage {
-        executor: "e1".parse().unwrap(),
-        at_ms,
-        events,
-        max_attempted_runs: 3,
-        quarantine,
-    };
+    let cmd = Command::RunEvents { executor: "e1".parse().unwrap(), at_ms, events, max_attempted_runs: 3, quarantine };
     apply(store, state, cmd);
 }
 
@@ -275,7 +269,13 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     // The client ids are free again, on disk too.
     let mut loaded = store.load_state(settings()).unwrap();
     let again = loaded.apply(
-        Command::Submit { queue: q(), job_set: js("s"), at_ms: 200, jobs: vec![job(9, Some("c1"))] },
+        Command::Submit {
+            queue: q(),
+            job_set: js("s"),
+            at_ms: 200,
+            owner: None,
+            jobs: vec![job(9, Some("c1")).into()],
+        },
         ApplyContext { term: 1 },
     );
     assert_eq!(again.response, Some(Response::JobIds(vec![id(9)])));
@@ -500,7 +500,13 @@ fn every_job_set_with_jobs_has_events_and_none_without() {
     changes.extend(
         state
             .apply(
-                Command::Submit { queue: q(), job_set: js("s"), at_ms: 30, jobs: vec![job(2, None)] },
+                Command::Submit {
+                    queue: q(),
+                    job_set: js("s"),
+                    at_ms: 30,
+                    owner: None,
+                    jobs: vec![job(2, None).into()],
+                },
                 ApplyContext { term: 1 },
             )
             .changes,
