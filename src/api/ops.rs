@@ -91,7 +91,7 @@ pub async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::Heade
         .get(axum::http::header::ACCEPT)
         .and_then(|a| a.to_str().ok())
         .is_some_and(|a| a.contains("application/openmetrics-text"));
-    match crate::metrics::scrape::scrape(&app, openmetrics) {
+    match crate::service::metrics::scrape(&app, openmetrics) {
         Ok((content_type, out)) => {
             (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, content_type)], out).into_response()
         }

@@ -12,6 +12,7 @@ mod error;
 pub mod events;
 pub mod executors;
 pub mod jobs;
+pub mod metrics;
 pub mod nodes;
 pub mod output;
 pub mod queues;

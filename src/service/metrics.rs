@@ -1,6 +1,6 @@
 //! The families computed from the state at scrape time (jobs by state, queue shares of the last
-//! cycle, quarantines, disk, Raft), beside the instruments updated as things happen (the parent
-//! module), and the rendering of both for `GET /metrics`: OpenMetrics, or Prometheus' text format
+//! cycle, quarantines, disk, Raft), beside the instruments updated as things happen
+//! ([`crate::metrics`]), and the rendering of both for `GET /metrics`: OpenMetrics, or Prometheus' text format
 //! (docs/metrics.md lists every family).
 
 use crate::control::Control;

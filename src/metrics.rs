@@ -1,14 +1,13 @@
 //! Process-wide Prometheus instruments (prometheus-client): the histograms and counters that the
 //! API, the lease poll and the scheduling loop update as they go. Families computed from the
-//! state at scrape time are built in [`scrape`], which renders both for `GET /metrics`
+//! state at scrape time are built by the service layer (`service::metrics`), which renders both
+//! for `GET /metrics`
 //! (docs/metrics.md lists them all).
 //!
 //! Updates are cheap and never await: counters are atomics, a histogram observation takes its
 //! own short lock, and a labelled family takes a read lock on its map (a write lock only the
 //! first time a label set is seen). Labels are bounded: queue, pool, route, method, status
 //! class and reason kind, never a job id.
-
-pub mod scrape;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
