@@ -10,6 +10,8 @@ pub mod control;
 pub mod disk_space;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
 pub mod model;
 pub mod raft;
