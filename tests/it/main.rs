@@ -3,7 +3,6 @@
 //! harness and the request helpers every module shares.
 
 mod agent;
-mod api_defects;
 #[cfg(feature = "grpc")]
 mod armada_python;
 mod bounded_waits;
@@ -33,6 +32,7 @@ mod server_auth;
 mod server_cluster;
 mod server_events;
 mod server_executor;
+mod server_metrics;
 mod server_process;
 mod simulate_cli;
 mod tls;
