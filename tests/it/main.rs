@@ -3,7 +3,6 @@
 //! harness and the request helpers every module shares.
 
 mod agent;
-mod api_defects;
 #[cfg(feature = "grpc")]
 mod armada_python;
 mod bounded_waits;
@@ -11,6 +10,7 @@ mod chaos;
 mod cli_client;
 mod cli_submit;
 mod cluster;
+mod cluster_failover;
 mod common;
 mod config_files;
 mod confine;
@@ -30,9 +30,9 @@ mod queue_usage;
 mod retention;
 mod server_api;
 mod server_auth;
-mod server_cluster;
 mod server_events;
 mod server_executor;
+mod server_metrics;
 mod server_process;
 mod simulate_cli;
 mod tls;

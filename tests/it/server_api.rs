@@ -1,6 +1,7 @@
 //! The public API of a real `convoy server`: queues, submissions, job control, bad input.
 
 use crate::common::{Server, job, node, pod};
+use crate::server_auth::{ADMIN, ALICE, start_with_auth};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -201,6 +202,39 @@ async fn bad_submissions_name_the_field_and_store_nothing() {
     assert_eq!(s.count_jobs("limit=1000").await, 0);
 }
 
+/// Submission errors name real paths of the submitted document: the container that asks for
+/// too much, the malformed service or ingress (or the field inside it).
+#[tokio::test]
+async fn submission_errors_name_real_document_paths() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let (st, v) = s.post("/v1/executors/e1/lease", &json!({"nodes": [node("n1", "16")], "wait_seconds": 0})).await;
+    assert_eq!(st, 200, "{v}");
+    let container = |cpu: &str| json!({"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}});
+    let good = json!({"containers": [container("1")]});
+    let cases = [
+        (
+            json!({"pod_spec": {"containers": [container("1"), container("32")]}}),
+            "jobs[0].pod_spec.containers[1].resources.requests.cpu",
+        ),
+        (
+            json!({"pod_spec": {"containers": [container("1")], "initContainers": [container("20")]}}),
+            "jobs[0].pod_spec.initContainers[0].resources.requests.cpu",
+        ),
+        (json!({"pod_spec": good, "services": [{"spec": {}}, "nope"]}), "jobs[0].services[1]"),
+        (
+            json!({"pod_spec": good, "services": [{"spec": {"ports": [{"port": "http"}]}}]}),
+            "jobs[0].services[0].spec.ports[0].port",
+        ),
+        (json!({"pod_spec": good, "ingresses": [7]}), "jobs[0].ingresses[0]"),
+    ];
+    for (job, field) in cases {
+        let (st, v) = s.post("/v1/jobs", &json!({"queue": "A", "job_set": "s", "jobs": [job]})).await;
+        assert_eq!((st, v["field"].as_str()), (400, Some(field)), "{job}: {v}");
+    }
+}
+
 #[tokio::test]
 async fn unknown_endpoints_and_methods_are_problems() {
     let s = Server::start("");
@@ -214,6 +248,52 @@ async fn unknown_endpoints_and_methods_are_problems() {
     assert!(s.text("/metrics").await.1.contains("convoy_leader 1"));
     let r = s.client.get(format!("{}/healthz", s.url)).send().await.unwrap();
     assert!(r.headers().get("x-request-id").is_some());
+}
+
+/// Every problem body names the request id of its answer: handler errors, extractor rejections
+/// (token, body) and fallbacks alike, and the client's own id when it sent one.
+#[tokio::test]
+async fn problem_bodies_carry_the_request_id() {
+    let (s, _tmp) = start_with_auth();
+    s.ready().await;
+    use reqwest::Method as M;
+    // (method, path, token, content type, body, status)
+    type Case = (M, &'static str, Option<&'static str>, &'static str, &'static str, u16);
+    let cases: Vec<Case> = vec![
+        (M::GET, "/v1/queues", None, "", "", 401),
+        (M::GET, "/v1/queues", Some("not-a-valid-token"), "", "", 401),
+        (M::GET, "/v1/queues/nope", Some(ADMIN), "", "", 404),
+        (M::GET, "/v1/nowhere", Some(ADMIN), "", "", 404),
+        (M::PATCH, "/v1/queues", Some(ADMIN), "", "", 405),
+        (M::POST, "/v1/queues", Some(ADMIN), "application/json", "{not json", 400),
+        (M::POST, "/v1/queues", Some(ADMIN), "text/plain", "x", 415),
+        (M::POST, "/v1/jobs", Some(ALICE), "application/json", r#"{"queue": "A", "job_set": "s", "jobs": []}"#, 404),
+        (M::POST, "/v1/executors/e1/lease", Some(ALICE), "application/json", "{}", 403),
+    ];
+    for (i, (method, path, token, ct, body, status)) in cases.into_iter().enumerate() {
+        let what = format!("{method} {path}");
+        for client_id in [None, Some(format!("client-id-{i}"))] {
+            let mut r = s.client.request(method.clone(), format!("{}{path}", s.url));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            if !ct.is_empty() {
+                r = r.header("content-type", ct).body(body.to_string());
+            }
+            if let Some(c) = &client_id {
+                r = r.header("x-request-id", c);
+            }
+            let resp = r.send().await.expect("request");
+            assert_eq!(resp.status().as_u16(), status, "{what}");
+            let header = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let v: Value = resp.json().await.expect("a JSON problem body");
+            let header = header.expect("every answer has an x-request-id");
+            if let Some(c) = &client_id {
+                assert_eq!(&header, c, "{what}: the client's id is kept");
+            }
+            assert_eq!(v["request_id"].as_str(), Some(header.as_str()), "{what}: {v}");
+        }
+    }
 }
 
 /// The schema of the answer `status` of `method path` in the document, for `content_type`.

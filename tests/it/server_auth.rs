@@ -1,10 +1,10 @@
 //! Bearer-token authentication and roles on a real server.
 
 use crate::common::{Server, config, job, node};
-use serde_json::json;
+use serde_json::{Value, json};
 
-const ADMIN: &str = "admin-token-0123456789abcdef";
-const ALICE: &str = "alice-token-0123456789abcdef";
+pub(crate) const ADMIN: &str = "admin-token-0123456789abcdef";
+pub(crate) const ALICE: &str = "alice-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdefgh";
 const EXEC: &str = "executor-token-0123456789ab";
 
@@ -107,4 +107,103 @@ async fn tokens_and_roles() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0]["id"].as_str(), Some(alice_job.as_str()));
     assert_ne!(jobs[0]["state"], "cancelled");
+}
+
+/// A server with auth on: an admin, a submitter whose name has capitals (`Alice-CI`, where
+/// `auth_config` names her `alice`), an executor.
+pub(crate) fn start_with_auth() -> (Server, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let text = config(tmp.path(), "").replace(
+        "[auth]\nenabled = false\n",
+        &format!(
+            r#"[auth]
+enabled = true
+tokens = [
+  {{ token = "{ADMIN}", principal = "root", roles = ["admin"] }},
+  {{ token = "{ALICE}", principal = "Alice-CI", roles = ["submitter"] }},
+  {{ token = "{EXEC}", principal = "cluster-a", roles = ["executor"] }},
+]
+"#
+        ),
+    );
+    assert!(text.contains("enabled = true"), "the auth section was not replaced:\n{text}");
+    (Server::start_in(tmp.path(), &text), tmp)
+}
+
+/// Sends `body` as raw text with `content_type` and the bearer `token`; returns the status, the
+/// content type and the body (JSON if it parses).
+async fn send(
+    s: &Server,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    content_type: &str,
+    body: &str,
+) -> (u16, String, Value) {
+    let mut r = s.client.request(method, format!("{}{path}", s.url)).header("content-type", content_type);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    let resp = r.body(body.to_string()).send().await.expect("request");
+    let status = resp.status().as_u16();
+    let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let text = resp.text().await.unwrap_or_default();
+    (status, ct, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// The executor API checks the role before it reads the body: a submitter learns nothing about
+/// the body's shape (no 400 naming a field, no 415), only that it may not call it.
+#[tokio::test]
+async fn executor_api_refuses_other_roles_before_reading_the_body() {
+    let (s, _tmp) = start_with_auth();
+    s.ready().await;
+    use reqwest::Method as M;
+    let malformed = [
+        ("application/json", r#"{"nodes": "not a list", "wait_seconds": "soon"}"#),
+        ("application/json", "{not json"),
+        ("text/plain", "hello"),
+    ];
+    for path in ["/v1/executors/e1/lease", "/v1/executors/e1/events"] {
+        for (ct, body) in malformed {
+            let (st, rct, v) = send(&s, M::POST, path, Some(ALICE), ct, body).await;
+            assert_eq!(st, 403, "{path} {body:?}: {v}");
+            assert_eq!(rct, "application/problem+json", "{path}: {v}");
+            assert_eq!(v["detail"], "Alice-CI lacks the executor role", "{path}: {v}");
+            assert!(v.get("field").is_none(), "a refused caller must not learn a field name: {v}");
+            // Without a token: 401, also before the body.
+            let (st, _, v) = send(&s, M::POST, path, None, ct, body).await;
+            assert_eq!(st, 401, "{path} {body:?}: {v}");
+        }
+        // The executor itself still gets the body checked.
+        let (st, _, v) = send(&s, M::POST, path, Some(EXEC), "application/json", r#"{"nodes": 5, "events": 5}"#).await;
+        assert_eq!(st, 400, "{path}: {v}");
+        assert!(v["field"].is_string(), "{v}");
+    }
+    let (st, _, v) = send(
+        &s,
+        M::POST,
+        "/v1/executors/e1/lease",
+        Some(EXEC),
+        "application/json",
+        &json!({"nodes": [], "wait_seconds": 0}).to_string(),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+/// The admin-only queue writes check the role before the body too.
+#[tokio::test]
+async fn queue_writes_refuse_non_admins_before_reading_the_body() {
+    let (s, _tmp) = start_with_auth();
+    s.ready().await;
+    use reqwest::Method as M;
+    for (method, path) in [(M::POST, "/v1/queues"), (M::PUT, "/v1/queues/physics")] {
+        for (ct, body) in [("application/json", r#"{"name": 5, "priority_factor": "high"}"#), ("text/plain", "x")] {
+            let (st, rct, v) = send(&s, method.clone(), path, Some(ALICE), ct, body).await;
+            assert_eq!((st, rct.as_str()), (403, "application/problem+json"), "{method} {path} {body:?}: {v}");
+            assert_eq!(v["detail"], "Alice-CI lacks the admin role", "{v}");
+        }
+        let (st, _, v) = send(&s, method.clone(), path, Some(ADMIN), "application/json", r#"{"name": 5}"#).await;
+        assert_eq!((st, v["field"].as_str()), (400, Some("name")), "{method} {path}: {v}");
+    }
 }
