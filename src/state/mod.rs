@@ -13,6 +13,7 @@ mod restore;
 mod retention;
 mod runs;
 mod snapshot;
+mod transition;
 
 pub use changes::{Change, Effects};
 pub use command::{
