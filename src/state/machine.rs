@@ -124,7 +124,7 @@ impl StateSettings {
 #[derive(Debug, Clone)]
 pub struct State {
     /// Settings from this server's configuration.
-    pub settings: StateSettings,
+    pub(super) settings: StateSettings,
     /// Every queue, by name.
     pub(super) queues: BTreeMap<QueueName, QueueState>,
     /// Boxed so that growing the map moves pointers, not records: a burst of submissions
