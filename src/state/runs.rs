@@ -180,13 +180,7 @@ impl State {
                     self.update_job(out, id, at_ms, |r| {
                         let stopped_as = r.state;
                         if let Some(run) = r.active_run_mut() {
-                            let ended = match (killing, stopped_as, succeeded) {
-                                (true, JobState::Preempted, _) => RunState::Preempted,
-                                (true, JobState::Cancelled, _) => RunState::Cancelled,
-                                (_, _, true) => RunState::Succeeded,
-                                _ => RunState::Failed,
-                            };
-                            move_run(run, ended);
+                            move_run(run, ended_run_state(killing, stopped_as, succeeded));
                             run.finished_at_ms = Some(at_ms);
                             run.exit_code = ev.exit_code;
                             run.reason = ev.reason.clone();
@@ -323,4 +317,15 @@ pub fn last_bytes(s: &str, limit: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+/// How a run its executor reported over ends: as its job's stop if it was being stopped, else as
+/// it exited.
+fn ended_run_state(killing: bool, stopped_as: JobState, succeeded: bool) -> RunState {
+    match (killing, stopped_as, succeeded) {
+        (true, JobState::Preempted, _) => RunState::Preempted,
+        (true, JobState::Cancelled, _) => RunState::Cancelled,
+        (_, _, true) => RunState::Succeeded,
+        _ => RunState::Failed,
+    }
 }
