@@ -76,7 +76,7 @@ pub async fn stream(
 ) -> Result<impl IntoResponse, ApiError> {
     let queue = queue_name(&queue)?;
     let job_set = JobSetName::new(&job_set).map_err(|e| ApiError::bad_request("job_set", e.to_string()))?;
-    if !app.state().queues.contains_key(&queue) {
+    if app.state().queue(&queue).is_none() {
         // A stream that waits for ever for a misspelt queue looks like a hang.
         return Err(ApiError::field(StatusCode::NOT_FOUND, "queue", format!("queue {queue} does not exist")));
     }

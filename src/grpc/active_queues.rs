@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The active queues of `state`'s live runs.
 pub(super) fn active_queues(state: &State) -> pb::GetActiveQueuesResponse {
-    let live = state.runs.iter().filter_map(|(run_id, job_id)| {
-        let job = &state.jobs.get(job_id)?.record;
-        let run = job.runs.iter().rev().find(|r| r.run_id == *run_id)?;
+    let live = state.active_runs().filter_map(|(run_id, job)| {
+        let job = &job.record;
+        let run = job.runs.iter().rev().find(|r| r.run_id == run_id)?;
         let holds_a_node = matches!(job.state, JobState::Leased | JobState::Pending | JobState::Running)
             && matches!(run.state, RunState::Leased | RunState::Pending | RunState::Running);
         holds_a_node.then_some((&run.pool, &job.queue))

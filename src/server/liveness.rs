@@ -35,7 +35,7 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
             leading = Some(term);
         }
         let now = Instant::now();
-        let executors: Vec<_> = app.state().executors.keys().cloned().collect();
+        let executors: Vec<_> = app.state().executors().map(|e| e.name.clone()).collect();
         for e in executors {
             let seen = app.liveness.last_seen(&e, now);
             if now.duration_since(seen) <= timeout {

@@ -116,7 +116,7 @@ impl ServerMachine {
                     }
                 }
             }
-            if let Some(max) = state.max_job_id {
+            if let Some(max) = state.max_job_id() {
                 crate::control::ids::observe(max);
             }
         }
@@ -162,7 +162,7 @@ impl ServerMachine {
         let stats = self.store.import_stream(frames, raft_meta, IMPORT_ROWS_PER_TX)?;
         let imported = t0.elapsed();
         let fresh = self.store.load_state(self.settings.clone())?;
-        let executors = fresh.executors.keys().cloned().collect();
+        let executors = fresh.executors().map(|e| e.name.clone()).collect();
         let live_jobs = fresh.live_jobs();
         *self.state.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         self.notify.effects(&Effects { schedule: true, executors, ..Default::default() });

@@ -194,11 +194,11 @@ pub async fn start_with(config: Config, options: StartOptions) -> Result<Running
     };
     tracing::info!(
         live_jobs = state.live_jobs(),
-        queues = state.queues.len(),
+        queues = state.queues().len(),
         load_ms = t0.elapsed().as_millis() as u64,
         "state loaded"
     );
-    if let Some(max) = state.max_job_id {
+    if let Some(max) = state.max_job_id() {
         crate::control::ids::observe(max);
     }
     let state = Arc::new(RwLock::new(state));

@@ -41,7 +41,7 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
         // come from cycles, so after runs ended an idle cycle still runs, on the slow timer only.
         let decay = !cfg.queue_usage_halftime.is_zero();
         let applied = app.cluster.applied_index();
-        if !decay && app.state().queues.values().all(|q| q.queued.is_empty()) && !(timer && applied != seen_applied) {
+        if !decay && app.state().queues().all(|q| q.queued.is_empty()) && !(timer && applied != seen_applied) {
             continue;
         }
         seen_applied = applied;
@@ -79,7 +79,7 @@ pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
         let usage = decisions
             .usage
             .as_ref()
-            .filter(|u| app.state().queue_usage.differs_in_current(u))
+            .filter(|u| app.state().queue_usage().differs_in_current(u))
             .map(|u| Command::RecordUsage { term, usage: u.clone().into() });
         if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
             if let Some(cmd) = usage

@@ -107,25 +107,24 @@ fn pending_for(
 ) -> Pending {
     let st = app.state();
     let mut out = Pending { leases: vec![], kills: vec![] };
-    for id in st.killing.get(executor).into_iter().flatten() {
-        let Some(run) = st.jobs.get(id).and_then(|j| j.record.active_run()) else { continue };
+    for job in st.killing_for(executor) {
+        let Some(run) = job.record.active_run() else { continue };
         if let Some(k) = &run.kill {
             out.kills.push(KillOrder {
                 run_id: run.run_id,
-                job_id: Some(*id),
+                job_id: Some(job.record.id),
                 grace_period_seconds: k.grace_period_ms as f64 / 1000.0,
                 reason: k.reason.clone(),
             });
         }
     }
-    for id in st.unacked.get(executor).into_iter().flatten() {
+    for job in st.unacked_for(executor) {
         if out.leases.len() >= max_leases {
             break;
         }
-        let Some(job) = st.jobs.get(id) else { continue };
         let Some(run) = job.record.active_run() else { continue };
         if !held.contains(&run.run_id) {
-            out.leases.push((*id, run.run_id, job.record.clone()));
+            out.leases.push((job.record.id, run.run_id, job.record.clone()));
         }
     }
     // Runs the agent holds that are not (or no longer) this executor's live runs.
@@ -133,12 +132,8 @@ fn pending_for(
         if h.state.is_terminal() {
             continue;
         }
-        let known = st
-            .runs
-            .get(&h.run_id)
-            .and_then(|j| st.jobs.get(j))
-            .and_then(|j| j.record.active_run())
-            .is_some_and(|r| &r.executor == executor);
+        let known =
+            st.job_of_run(h.run_id).and_then(|j| j.record.active_run()).is_some_and(|r| &r.executor == executor);
         if !known {
             out.kills.push(KillOrder {
                 run_id: h.run_id,
@@ -182,7 +177,7 @@ async fn register_nodes(app: &Control, executor: &ExecutorName, req: &LeaseReque
     require_serving(app)?;
     app.liveness.touch(executor);
     let nodes = nodes_of(executor, &req.nodes);
-    let changed = app.state().executors.get(executor).is_none_or(|e| e.nodes != nodes);
+    let changed = app.state().executor(executor).is_none_or(|e| e.nodes != nodes);
     if changed {
         app.write(Command::UpsertExecutor {
             executor: executor.clone(),

@@ -22,8 +22,7 @@ use std::sync::Arc;
 /// The queue, for an owner check; 404 if it does not exist.
 pub(crate) fn queue_of(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
     app.state()
-        .queues
-        .get(name)
+        .queue(name)
         .map(|q| q.queue.clone())
         .ok_or_else(|| ServiceError::field(ErrorKind::NotFound, "queue", format!("queue {name} does not exist")))
 }
@@ -93,11 +92,11 @@ pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Re
 /// `reject_jobs_larger_than_any_node` is off), and whether every node runs processes.
 fn node_facts(app: &Control) -> (Resources, Option<Arc<BTreeSet<ResourceName>>>, bool) {
     let state = app.state();
-    let process_only = state.process_nodes_only;
-    if !app.config.server.reject_jobs_larger_than_any_node || state.node_resource_names.is_empty() {
+    let process_only = state.process_nodes_only();
+    if !app.config.server.reject_jobs_larger_than_any_node || state.node_resource_names().is_empty() {
         return (Resources::new(), None, process_only);
     }
-    (state.largest_node.clone(), Some(state.node_resource_names.clone()), process_only)
+    (state.largest_node().clone(), Some(state.node_resource_names().clone()), process_only)
 }
 
 /// The cancellation path of every API: the caller's right to the queue, the states asked for,

@@ -111,13 +111,14 @@ fn counter(r: &mut Registry, name: &str, help: &str, total: u64) {
 /// Families computed from the replicated state.
 fn state_metrics(r: &mut Registry, st: &crate::state::State) {
     let jobs = family(r, "convoy_jobs", "Live jobs by queue and state.", IntGauges::default());
-    for (name, q) in &st.queues {
+    for q in st.queues() {
+        let name = &q.queue.name;
         for (state, n) in &q.counts {
             jobs.get_or_create(&vec![("queue", name.to_string()), ("state", state.to_string())]).set(*n as i64);
         }
     }
-    int_gauge(r, "convoy_executors", "Known executors.", st.executors.len() as u64);
-    let nodes: usize = st.executors.values().map(|e| e.nodes.len()).sum();
+    int_gauge(r, "convoy_executors", "Known executors.", st.executors().len() as u64);
+    let nodes: usize = st.executors().map(|e| e.nodes.len()).sum();
     int_gauge(r, "convoy_nodes", "Known nodes.", nodes as u64);
 }
 
@@ -126,16 +127,16 @@ fn state_metrics(r: &mut Registry, st: &crate::state::State) {
 /// executor reports counts under its executor with `pool=""`.
 fn quarantine_metrics(r: &mut Registry, st: &crate::state::State, cfg: &crate::scheduler::QuarantineConfig, now: i64) {
     let quarantined = |e: &crate::model::ExecutorName, n: &crate::model::NodeName| {
-        cfg.enabled() && st.node_health.get(&(e.clone(), n.clone())).is_some_and(|h| h.quarantined_at(now).is_some())
+        cfg.enabled() && st.health_of(e, n).is_some_and(|h| h.quarantined_at(now).is_some())
     };
     let mut counts: std::collections::BTreeMap<(&str, &str), u64> = std::collections::BTreeMap::new();
-    for e in st.executors.values() {
+    for e in st.executors() {
         for n in &e.nodes {
             *counts.entry((e.name.as_str(), n.pool.as_str())).or_default() += u64::from(quarantined(&e.name, &n.name));
         }
     }
-    for (e, n) in st.node_health.keys() {
-        let reported = st.executors.get(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
+    for ((e, n), _) in st.node_health() {
+        let reported = st.executor(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
         if !reported && quarantined(e, n) {
             *counts.entry((e.as_str(), "")).or_default() += 1;
         }

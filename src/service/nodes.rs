@@ -16,16 +16,13 @@ use std::collections::BTreeMap;
 /// quarantine or failures: the scheduler ignores them then.
 pub fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeView> {
     let mut jobs: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    for ids in st.by_executor.values() {
-        for id in ids {
-            if let Some(run) = st.jobs.get(id).and_then(|j| j.record.active_run()) {
-                *jobs.entry((run.executor.as_str(), run.node.as_str())).or_default() += 1;
-            }
+    for job in st.jobs_with_active_runs() {
+        if let Some(run) = job.record.active_run() {
+            *jobs.entry((run.executor.as_str(), run.node.as_str())).or_default() += 1;
         }
     }
     let health = |e: &ExecutorName, n: &NodeName| {
-        let key = (e.clone(), n.clone());
-        let h = st.node_health.get(&key).filter(|_| cfg.enabled());
+        let h = st.health_of(e, n).filter(|_| cfg.enabled());
         let recent = h.map_or(0, |h| h.failures_within(now_ms, cfg.policy().window_ms) as u32);
         let quarantine = h.and_then(|h| h.quarantined_at(now_ms)).map(|q| QuarantineView {
             since: rfc3339(q.since_ms),
@@ -35,7 +32,7 @@ pub fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeVi
         (recent, quarantine)
     };
     let mut out = Vec::new();
-    for e in st.executors.values() {
+    for e in st.executors() {
         for n in &e.nodes {
             let (recent_failures, quarantine) = health(&e.name, &n.name);
             out.push(NodeView {
@@ -51,8 +48,8 @@ pub fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeVi
             });
         }
     }
-    for (e, n) in st.node_health.keys() {
-        let reported = st.executors.get(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
+    for ((e, n), _) in st.node_health() {
+        let reported = st.executor(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
         if reported {
             continue;
         }

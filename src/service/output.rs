@@ -68,7 +68,7 @@ pub(crate) async fn job_output(app: &Control, id: JobId, q: &OutputParams) -> Re
         let from = Some(q.from.unwrap_or(0));
         let bound = deadline.max(tokio::time::Instant::now() + FINISHED_ASK);
         // An executor that is gone (lost, or removed) is not waited for.
-        let known = app.state().executors.contains_key(&run.executor);
+        let known = app.state().executor(&run.executor).is_some();
         if known
             && app.cluster.is_leader()
             && let Some(p) = from_agent(app, run, stream, from, bound).await

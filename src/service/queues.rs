@@ -27,12 +27,12 @@ pub fn queue_name(s: &str) -> Result<QueueName, ServiceError> {
 
 /// Every queue.
 pub fn list(app: &Control) -> Vec<Queue> {
-    app.state().queues.values().map(|q| q.queue.clone()).collect()
+    app.state().queues().map(|q| q.queue.clone()).collect()
 }
 
 /// One queue.
 pub fn get(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
-    let q = app.state().queues.get(name).map(|q| q.queue.clone());
+    let q = app.state().queue(name).map(|q| q.queue.clone());
     q.ok_or_else(|| ServiceError::not_found(format!("queue {name} does not exist")))
 }
 
@@ -65,12 +65,12 @@ pub fn report(app: &Control, name: QueueName) -> Result<QueueReport, ServiceErro
     let halftime = app.config.scheduler.queue_usage_halftime;
     let (queue, jobs, usage) = {
         let st = app.state();
-        let q = st.queues.get(&name).ok_or_else(|| ServiceError::not_found(format!("queue {name} does not exist")))?;
+        let q = st.queue(&name).ok_or_else(|| ServiceError::not_found(format!("queue {name} does not exist")))?;
         let now = now_ms();
         let usage: BTreeMap<PoolName, f64> = if halftime.is_zero() {
             BTreeMap::new()
         } else {
-            let recorded = &st.queue_usage;
+            let recorded = st.queue_usage();
             recorded.pools.keys().filter_map(|p| Some((p.clone(), recorded.at(p, &name, now, halftime)?))).collect()
         };
         (q.queue.clone(), q.counts.clone(), usage)
@@ -108,8 +108,7 @@ pub const MAX_IDS_PER_COMMAND: usize = 1000;
 
 fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
     app.state()
-        .queues
-        .get(name)
+        .queue(name)
         .map(|q| q.queue.clone())
         .ok_or_else(|| ServiceError::field(ErrorKind::NotFound, "queue", format!("queue {name} does not exist")))
 }

@@ -3,6 +3,7 @@
 use super::changes::Change;
 use super::command::{NewJob, RejectKind, Response};
 use super::machine::{Applied, State, reject};
+use super::transition::move_job;
 use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, Namespace, QueueName};
 
 impl State {
@@ -154,7 +155,7 @@ impl State {
         };
         self.event(out, &record, at_ms, requested, None, Some(reason.to_string()));
         self.update_job(out, id, at_ms, |r| {
-            r.state = to;
+            move_job(r, to);
             r.state_reason = Some(reason.to_string());
             let grace = r.termination_grace_period_ms;
             if let Some(run) = r.active_run_mut() {

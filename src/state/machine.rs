@@ -124,55 +124,55 @@ impl StateSettings {
 #[derive(Debug, Clone)]
 pub struct State {
     /// Settings from this server's configuration.
-    pub settings: StateSettings,
+    pub(super) settings: StateSettings,
     /// Every queue, by name.
-    pub queues: BTreeMap<QueueName, QueueState>,
+    pub(super) queues: BTreeMap<QueueName, QueueState>,
     /// Boxed so that growing the map moves pointers, not records: a burst of submissions
     /// doubles it many times, and at half load an inline record would waste its size per job.
-    pub jobs: HashMap<JobId, Box<LiveJob>>,
+    pub(super) jobs: HashMap<JobId, Box<LiveJob>>,
     /// Active runs.
-    pub runs: HashMap<RunId, JobId>,
+    pub(super) runs: HashMap<RunId, JobId>,
     /// Jobs with an active run, per executor.
-    pub by_executor: HashMap<ExecutorName, BTreeSet<JobId>>,
+    pub(super) by_executor: HashMap<ExecutorName, BTreeSet<JobId>>,
     /// Jobs whose run is leased and not yet reported by its executor (sent on every poll until
     /// then), per executor.
-    pub unacked: HashMap<ExecutorName, BTreeSet<JobId>>,
+    pub(super) unacked: HashMap<ExecutorName, BTreeSet<JobId>>,
     /// Jobs whose run must be stopped, per executor.
-    pub killing: HashMap<ExecutorName, BTreeSet<JobId>>,
+    pub(super) killing: HashMap<ExecutorName, BTreeSet<JobId>>,
     /// Live jobs per job set.
-    pub job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
+    pub(super) job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
-    pub gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
+    pub(super) gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
     /// The job each client id names, per queue. A resubmission answers the same job for as long
     /// as the job is stored: the client id goes when the job is purged (`job_retention`), so
     /// that is the window within which resubmitting is idempotent.
-    pub client_ids: HashMap<(QueueName, String), JobId>,
+    pub(super) client_ids: HashMap<(QueueName, String), JobId>,
     /// Last event sequence number per job set.
-    pub event_seqs: HashMap<(QueueName, JobSetName), u64>,
+    pub(super) event_seqs: HashMap<(QueueName, JobSetName), u64>,
     /// Jobs stored per job set, live or finished: once purges take the last one, the job set is
     /// forgotten (its event counter too).
-    pub set_jobs: HashMap<(QueueName, JobSetName), u64>,
+    pub(super) set_jobs: HashMap<(QueueName, JobSetName), u64>,
     /// Purges applied so far (see `Command::PurgeFinished`).
-    pub purges: u64,
+    pub(super) purges: u64,
     /// Known executors with their nodes, as last reported; a lost executor is removed.
-    pub executors: BTreeMap<ExecutorName, Executor>,
+    pub(super) executors: BTreeMap<ExecutorName, Executor>,
     /// Failures counted against nodes and their quarantines, by executor and node (kept when
     /// the executor goes away: a node that comes back is still quarantined).
-    pub node_health: BTreeMap<(ExecutorName, NodeName), NodeHealth>,
+    pub(super) node_health: BTreeMap<(ExecutorName, NodeName), NodeHealth>,
     /// Largest amount of each resource on any known node (allocatable minus used by others).
-    pub largest_node: Resources,
+    pub(super) largest_node: Resources,
     /// The resources any known node has (with any amount); shared, as every submission reads it.
-    pub node_resource_names: Arc<BTreeSet<ResourceName>>,
+    pub(super) node_resource_names: Arc<BTreeSet<ResourceName>>,
     /// Nodes are known and all run jobs as processes ([`crate::model::node::runs_processes`]).
-    pub process_nodes_only: bool,
+    pub(super) process_nodes_only: bool,
     /// Submission sequence number the next submitted job gets.
-    pub next_seq: u64,
+    pub(super) next_seq: u64,
     /// The largest job id ever submitted: a new leader's ids start above it, whatever its clock
     /// says (ids are ULIDs, and another leader's clock may have been ahead).
-    pub max_job_id: Option<JobId>,
+    pub(super) max_job_id: Option<JobId>,
     /// The queues' usage as the leader last recorded it (`queue_usage_halftime`; see
     /// [`crate::scheduler::usage`]).
-    pub queue_usage: QueueUsage,
+    pub(super) queue_usage: QueueUsage,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
     /// Number of requirement sets in `interned`.

@@ -3,6 +3,7 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
+use super::transition::{move_job, move_run};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
@@ -50,7 +51,7 @@ impl State {
                 pod: None,
             };
             self.update_job(out, l.job_id, at_ms, |r| {
-                r.state = JobState::Leased;
+                move_job(r, JobState::Leased);
                 r.state_reason = None;
                 r.runs.push(run);
             });
@@ -80,7 +81,7 @@ impl State {
             }
             let record = job.record.clone();
             self.update_job(out, f.job_id, at_ms, |r| {
-                r.state = JobState::Failed;
+                move_job(r, JobState::Failed);
                 r.state_reason = Some(f.reason.clone());
             });
             self.event(out, &record, at_ms, EventKind::Failed, None, Some(f.reason));
@@ -147,11 +148,11 @@ impl State {
                     }
                     self.update_job(out, id, at_ms, |r| {
                         if let Some(run) = r.active_run_mut() {
-                            run.state = RunState::Pending;
+                            move_run(run, RunState::Pending);
                             run.pending_at_ms = Some(at_ms);
                         }
                         if r.state == JobState::Leased {
-                            r.state = JobState::Pending;
+                            move_job(r, JobState::Pending);
                         }
                     });
                     self.event(out, &record, at_ms, EventKind::Pending, Some(run_id), ev.message.clone());
@@ -162,12 +163,12 @@ impl State {
                     }
                     self.update_job(out, id, at_ms, |r| {
                         if let Some(run) = r.active_run_mut() {
-                            run.state = RunState::Running;
+                            move_run(run, RunState::Running);
                             run.pending_at_ms.get_or_insert(at_ms);
                             run.running_at_ms = Some(at_ms);
                         }
                         if matches!(r.state, JobState::Leased | JobState::Pending) {
-                            r.state = JobState::Running;
+                            move_job(r, JobState::Running);
                         }
                     });
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
@@ -179,12 +180,7 @@ impl State {
                     self.update_job(out, id, at_ms, |r| {
                         let stopped_as = r.state;
                         if let Some(run) = r.active_run_mut() {
-                            run.state = match (killing, stopped_as, succeeded) {
-                                (true, JobState::Preempted, _) => RunState::Preempted,
-                                (true, JobState::Cancelled, _) => RunState::Cancelled,
-                                (_, _, true) => RunState::Succeeded,
-                                _ => RunState::Failed,
-                            };
+                            move_run(run, ended_run_state(killing, stopped_as, succeeded));
                             run.finished_at_ms = Some(at_ms);
                             run.exit_code = ev.exit_code;
                             run.reason = ev.reason.clone();
@@ -192,7 +188,7 @@ impl State {
                             run.log_tail = tail;
                         }
                         if !r.state.is_terminal() {
-                            r.state = if succeeded { JobState::Succeeded } else { JobState::Failed };
+                            move_job(r, if succeeded { JobState::Succeeded } else { JobState::Failed });
                             if !succeeded {
                                 r.state_reason = Some(failure_reason(&ev));
                             }
@@ -246,16 +242,16 @@ impl State {
         let mut outcome = record.state;
         self.update_job(out, id, at_ms, |r| {
             if let Some(run) = r.active_run_mut() {
-                run.state = RunState::Lost;
+                move_run(run, RunState::Lost);
                 run.finished_at_ms = Some(at_ms);
                 run.reason = Some(reason.to_string());
             }
             if !r.state.is_terminal() {
                 if let Some(why) = give_up.clone() {
-                    r.state = JobState::Failed;
+                    move_job(r, JobState::Failed);
                     r.state_reason = Some(why);
                 } else {
-                    r.state = JobState::Queued;
+                    move_job(r, JobState::Queued);
                     r.state_reason = None;
                 }
             }
@@ -321,4 +317,15 @@ pub fn last_bytes(s: &str, limit: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+/// How a run its executor reported over ends: as its job's stop if it was being stopped, else as
+/// it exited.
+fn ended_run_state(killing: bool, stopped_as: JobState, succeeded: bool) -> RunState {
+    match (killing, stopped_as, succeeded) {
+        (true, JobState::Preempted, _) => RunState::Preempted,
+        (true, JobState::Cancelled, _) => RunState::Cancelled,
+        (_, _, true) => RunState::Succeeded,
+        _ => RunState::Failed,
+    }
 }

@@ -6,7 +6,7 @@ use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
 use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord};
-use crate::state::{Executor, QueueState, State, StateSettings};
+use crate::state::{Executor, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
 
@@ -16,16 +16,13 @@ impl Store {
         let tx = self.read()?;
         let mut state = State::new(settings);
         let meta = tx.open_table(META)?;
-        if let Some(b) = meta_bytes::<8>(&meta, SUBMIT_SEQ)? {
-            state.next_seq = u64::from_be_bytes(b);
-        }
-        if let Some(b) = meta_bytes::<8>(&meta, PURGES)? {
-            state.purges = u64::from_be_bytes(b);
-        }
+        let next_seq = meta_bytes::<8>(&meta, SUBMIT_SEQ)?.map_or(0, u64::from_be_bytes);
+        let purges = meta_bytes::<8>(&meta, PURGES)?.map_or(0, u64::from_be_bytes);
+        state.restore_counters(next_seq, purges);
         let purged_max = meta_bytes::<16>(&meta, MAX_JOB_ID)?.map(|b| JobId::from_u128(u128::from_be_bytes(b)));
         if let Some(v) = meta.get(QUEUE_USAGE)? {
             let usage: QueueUsageRecord = decode_row(v.value(), || "meta.queue_usage".to_string())?;
-            state.queue_usage = usage.into();
+            state.restore_queue_usage(usage.into());
         }
         let mut trees = match meta.get(QUEUE_TREE)? {
             Some(v) => decode_row::<QueueTreesRecord>(v.value(), || "meta.queue_tree".to_string())?.queues,
@@ -38,15 +35,12 @@ impl Store {
             if let Some(tree) = trees.remove(&q.name) {
                 tree.apply_to(&mut q);
             }
-            state.queues.insert(
-                q.name.clone(),
-                QueueState { queue: q, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
-            );
+            state.restore_queue(q);
         }
         for row in tx.open_table(EXECUTORS)?.iter()? {
             let (k, v) = row?;
             let e: ExecutorRecord = decode_row(v.value(), || format!("executor {}", k.value()))?;
-            state.executors.insert(e.name.clone(), Executor::from(e));
+            state.restore_executor(Executor::from(e));
         }
         state.refresh_largest_node();
         for row in tx.open_table(NODE_HEALTH)?.iter()? {
@@ -59,7 +53,7 @@ impl Store {
             if let Some((q, s)) = split_pair(k.value())
                 && let (Some(q), Some(s)) = (name::<QueueName>(q), name::<JobSetName>(s))
             {
-                state.event_seqs.insert((q, s), v.value());
+                state.restore_event_seq(q, s, v.value());
             }
         }
         for row in tx.open_table(CLIENT_IDS)?.iter()? {
@@ -67,18 +61,18 @@ impl Store {
             if let Some((q, c)) = split_pair(k.value())
                 && let (Some(q), Ok(c)) = (name::<QueueName>(q), std::str::from_utf8(c))
             {
-                state.client_ids.insert((q, c.to_string()), job_from_key(v.value()));
+                state.restore_client_id(q, c.to_string(), job_from_key(v.value()));
             }
         }
-        state.set_jobs = set_sizes(&tx.open_table(JOB_SETS)?)?;
+        state.restore_stored_jobs_per_set(set_sizes(&tx.open_table(JOB_SETS)?)?);
         let live = tx.open_table(LIVE_JOBS)?;
         let jobs = tx.open_table(JOBS)?;
         // Keys are big-endian ids, so the last is the largest (of the jobs purges left).
         if let Some(last) = jobs.last()? {
-            state.max_job_id = Some(job_from_key(last.0.value()));
+            state.restore_max_job_id(Some(job_from_key(last.0.value())));
         }
-        state.max_job_id = state.max_job_id.max(purged_max);
-        state.jobs.reserve(live.len()? as usize);
+        state.restore_max_job_id(purged_max);
+        state.reserve_jobs(live.len()? as usize);
         for row in live.iter()? {
             let (k, _) = row?;
             let key = k.value();

@@ -81,9 +81,9 @@ fn a_stream_round_trips_into_another_store() {
     let stats = b.import_stream(&mut MemoryFrames::new(frames.clone()), &raft_meta(7), 1000).unwrap();
     assert_eq!(stats, ImportStats { rows: frames.len() as u64 - 1, transactions: 1 });
     let loaded = b.load_state(settings()).unwrap();
-    assert_eq!(loaded.jobs.len(), state.jobs.len());
-    assert_eq!(loaded.next_seq, state.next_seq);
-    assert!(!loaded.queues.contains_key(&QueueName::new("stale").unwrap()), "the old state is gone");
+    assert_eq!(loaded.live_jobs(), state.live_jobs());
+    assert_eq!(loaded.next_seq(), state.next_seq());
+    assert!(loaded.queue(&QueueName::new("stale").unwrap()).is_none(), "the old state is gone");
     assert_eq!(export(&b), frames, "the imported state exports the same stream");
     assert_eq!(b.digest().unwrap(), a.digest().unwrap());
     assert_eq!(b.digest().unwrap().applied_index(), 7);
@@ -164,7 +164,7 @@ fn a_crash_in_the_middle_of_an_import_is_undone_at_open() {
     let b = Store::open(&path).unwrap();
     assert!(staging_tables(&b).is_empty(), "opening the database drops them");
     assert_eq!(b.digest().unwrap(), before);
-    assert_eq!(b.load_state(settings()).unwrap().queues.len(), 1);
+    assert_eq!(b.load_state(settings()).unwrap().queues().len(), 1);
 }
 
 #[test]
@@ -249,11 +249,11 @@ fn an_inline_snapshot_of_state_schema_2_converts_to_a_stream() {
     let store = Store::open(&dir.path().join("a.redb")).unwrap();
     store.import_stream(&mut MemoryFrames::new(frames.clone()), &[], 10).unwrap();
     let state = store.load_state(settings()).unwrap();
-    assert_eq!(state.queues.len(), 1);
-    assert_eq!(state.jobs.len(), 2, "both jobs of the old snapshot are live");
-    assert_eq!(state.client_ids.len(), 1);
-    assert_eq!(state.executors.len(), 1);
-    assert_eq!(state.next_seq, 2);
+    assert_eq!(state.queues().len(), 1);
+    assert_eq!(state.live_jobs(), 2, "both jobs of the old snapshot are live");
+    assert_eq!(state.client_ids().count(), 1);
+    assert_eq!(state.executors().len(), 1);
+    assert_eq!(state.next_seq(), 2);
     // Exporting the imported state writes the same stream the conversion wrote.
     assert_eq!(export(&store), frames);
     // Anything else is refused for what it is.
@@ -335,19 +335,19 @@ fn the_queues_usage_survives_a_restart_and_a_snapshot() {
         let stale =
             state.apply(Command::RecordUsage { term: 1, usage: usage.clone().into() }, ApplyContext { term: 2 });
         assert!(matches!(stale.response, Some(Response::Rejected(_))) && stale.changes.is_empty());
-        assert_eq!(state.queue_usage, QueueUsage::default());
+        assert_eq!(*state.queue_usage(), QueueUsage::default());
         apply_all(&a, &mut state, vec![record]);
-        assert_eq!(state.queue_usage, usage);
+        assert_eq!(*state.queue_usage(), usage);
         assert_eq!(state.scheduling_snapshot(0, Default::default()).usage, usage, "the scheduler reads it");
     }
     // Restart: the record is loaded back from the database.
     let a = Store::open(&path).unwrap();
-    assert_eq!(a.load_state(settings()).unwrap().queue_usage, usage);
+    assert_eq!(*a.load_state(settings()).unwrap().queue_usage(), usage);
     // Snapshot: another member that installs it has the same record and digest.
     set_meta(&a, &raft_meta(4));
     let frames = export(&a);
     let b = Store::open(&dir.path().join("b.redb")).unwrap();
     b.import_stream(&mut MemoryFrames::new(frames), &raft_meta(4), 1000).unwrap();
-    assert_eq!(b.load_state(settings()).unwrap().queue_usage, usage);
+    assert_eq!(*b.load_state(settings()).unwrap().queue_usage(), usage);
     assert_eq!(b.digest().unwrap(), a.digest().unwrap());
 }

@@ -26,7 +26,7 @@ pub struct PriorityForm {
 
 /// True if `p` may cancel and reprioritize jobs of `queue` (its owners, their groups, admins).
 pub fn may_act_on(app: &Control, p: &Principal, queue: &QueueName) -> bool {
-    app.state().queues.get(queue).is_some_and(|q| p.require_queue(&q.queue).is_ok())
+    app.state().queue(queue).is_some_and(|q| p.require_queue(&q.queue).is_ok())
 }
 
 /// True if `p` may cordon queues.

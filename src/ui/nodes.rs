@@ -23,16 +23,12 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
     let st = app.state();
     // What the jobs with a live run hold, per (executor, node).
     let mut allocated: BTreeMap<(String, String), Resources> = BTreeMap::new();
-    for ids in st.by_executor.values() {
-        for id in ids {
-            if let Some(j) = st.jobs.get(id)
-                && let Some(run) = j.record.active_run()
-            {
-                allocated
-                    .entry((run.executor.as_str().to_string(), run.node.as_str().to_string()))
-                    .or_default()
-                    .add(&j.info.requirements.requests);
-            }
+    for j in st.jobs_with_active_runs() {
+        if let Some(run) = j.record.active_run() {
+            allocated
+                .entry((run.executor.as_str().to_string(), run.node.as_str().to_string()))
+                .or_default()
+                .add(&j.info.requirements.requests);
         }
     }
     let health: BTreeMap<(String, String), _> = node_views(&st, &app.config.scheduler.quarantine, now)
@@ -40,14 +36,14 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
         .map(|v| ((v.executor.as_str().to_string(), v.name.as_str().to_string()), v))
         .collect();
     body.push_str("<div id=\"nodes\" data-live=\"\">");
-    if st.executors.is_empty() {
+    if st.executors().next().is_none() {
         body.push_str("<p>No executor has reported nodes yet.</p>");
     }
     body.push_str(
         "<p class=\"legend\"><span class=\"key cpu\"></span> CPU <span class=\"key mem\"></span> memory \
          (allocated, of what the node offers)</p>",
     );
-    for e in st.executors.values() {
+    for e in st.executors() {
         let age = (now - e.updated_at_ms).max(0) as f64 / 1000.0;
         let _ = write!(
             body,

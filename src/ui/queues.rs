@@ -54,7 +54,7 @@ pub async fn queue_handler(
     let mut body = String::new();
     {
         let st = app.state();
-        let Some(q) = st.queues.get(&name) else {
+        let Some(q) = st.queue(&name) else {
             let body = format!("<p class=\"error\" role=\"alert\">queue {} does not exist</p>", escape(name.as_str()));
             return (StatusCode::NOT_FOUND, Html(page("Queue", &body))).into_response();
         };
@@ -94,8 +94,8 @@ pub async fn queue_handler(
 
 /// The queue's job sets, by name: live jobs by state, and jobs stored (live or finished).
 fn job_sets(st: &crate::state::State, queue: &QueueName) -> String {
-    let mut sets: Vec<_> = st.set_jobs.iter().filter(|((q, _), _)| q == queue).collect();
-    sets.sort_by(|a, b| a.0.1.cmp(&b.0.1));
+    let mut sets: Vec<_> = st.stored_job_sets(queue).collect();
+    sets.sort_by(|a, b| a.0.cmp(b.0));
     let mut out = String::from("<h2>Job sets</h2>");
     if sets.is_empty() {
         out.push_str("<p>No job sets: no jobs are stored for this queue.</p>");
@@ -106,22 +106,19 @@ fn job_sets(st: &crate::state::State, queue: &QueueName) -> String {
         let _ = write!(out, "<th>{s}</th>");
     }
     out.push_str("<th>Ended</th><th>Stored</th></tr></thead><tbody>");
-    for ((q, set), stored) in sets {
-        let mut counts = [0u64; STATES.len()];
-        let live = st.job_sets.get(&(q.clone(), set.clone()));
-        for id in live.into_iter().flatten() {
-            if let Some(j) = st.jobs.get(id)
-                && let Some(i) = STATES.iter().position(|(s, _)| *s == j.record.state)
-            {
+    for (set, stored) in sets {
+        let (mut counts, mut live_n) = ([0u64; STATES.len()], 0u64);
+        for j in st.job_set_jobs(queue, set) {
+            live_n += 1;
+            if let Some(i) = STATES.iter().position(|(s, _)| *s == j.record.state) {
                 counts[i] += 1;
             }
         }
-        let live_n = live.map_or(0, |l| l.len() as u64);
         let _ = write!(
             out,
             "<tr data-job-set=\"{n}\"><td><a href=\"/ui/jobs?queue={qe}&amp;job_set={se}\">{n}</a></td>",
             n = escape(set.as_str()),
-            qe = super::html::encode(q.as_str()),
+            qe = super::html::encode(queue.as_str()),
             se = super::html::encode(set.as_str()),
         );
         for c in counts {
@@ -146,7 +143,8 @@ fn queue_table(app: &Control, cordon: bool) -> String {
         out.push_str("<th>Actions</th>");
     }
     out.push_str("</tr></thead><tbody>");
-    for (name, q) in &st.queues {
+    for q in st.queues() {
+        let name = &q.queue.name;
         let factor = q.queue.priority_factor;
         let _ = write!(
             out,

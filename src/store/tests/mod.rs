@@ -104,18 +104,21 @@ fn state_loads_back_as_it_was() {
     let store = Store::open(&dir.path().join("db.redb")).unwrap();
     let state = sample(&store);
     let loaded = store.load_state(settings()).unwrap();
-    assert_eq!(loaded.next_seq, state.next_seq);
-    assert_eq!(loaded.jobs.len(), 2);
-    let mut a: Vec<_> = state.jobs.values().map(|j| j.record.clone()).collect();
-    let mut b: Vec<_> = loaded.jobs.values().map(|j| j.record.clone()).collect();
+    assert_eq!(loaded.next_seq(), state.next_seq());
+    assert_eq!(loaded.live_jobs(), 2);
+    let mut a: Vec<_> = state.jobs().map(|j| j.record.clone()).collect();
+    let mut b: Vec<_> = loaded.jobs().map(|j| j.record.clone()).collect();
     a.sort_by_key(|r| r.id);
     b.sort_by_key(|r| r.id);
     assert_eq!(a, b);
-    assert_eq!(loaded.queues[&QueueName::new("A").unwrap()].queued.len(), 1);
-    assert_eq!(loaded.runs.len(), 1);
-    assert_eq!(loaded.executors.len(), 1);
-    assert_eq!(loaded.client_ids.len(), 1);
-    assert_eq!(loaded.event_seqs, state.event_seqs);
+    assert_eq!(loaded.queue(&QueueName::new("A").unwrap()).unwrap().queued.len(), 1);
+    assert_eq!(loaded.active_run_count(), 1);
+    assert_eq!(loaded.executors().len(), 1);
+    assert_eq!(loaded.client_ids().count(), 1);
+    assert_eq!(
+        loaded.event_seqs().collect::<std::collections::HashMap<_, _>>(),
+        state.event_seqs().collect::<std::collections::HashMap<_, _>>()
+    );
     // The cancelled job is on disk but not in memory.
     assert_eq!(store.job(JobId::from_u128(3)).unwrap().map(|r| r.state), Some(JobState::Cancelled));
 }
@@ -233,13 +236,13 @@ fn a_schema_6_database_is_migrated_with_its_runs_indexed_and_jobs_unchanged() {
         let digest = store.digest().unwrap();
         as_schema_6(&store, 6);
         assert!(store.jobs_of_runs(&[jobs.iter().flat_map(|j| &j.runs).next().unwrap().run_id]).is_err());
-        (jobs, (state.jobs.len(), state.next_seq, digest.sha256))
+        (jobs, (state.live_jobs(), state.next_seq(), digest.sha256))
     };
     let store = Store::open(&path).unwrap();
     assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
     let state = store.load_state(settings()).unwrap();
     // The same rows as before (the index rebuilt is the one written with the runs).
-    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
+    assert_eq!((state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256), before);
     let runs: Vec<_> = jobs.iter().flat_map(|j| j.runs.iter().map(move |r| (r.run_id, j.id))).collect();
     let found = store.jobs_of_runs(&runs.iter().map(|(r, _)| *r).collect::<Vec<_>>()).unwrap();
     assert_eq!(
@@ -259,14 +262,14 @@ fn a_schema_4_database_opens_at_schema_5_as_it_was_without_a_usage_record() {
         // Make it a version 4 database: schema 5 only added the `queue_usage` row, absent here.
         let digest = store.digest().unwrap().sha256;
         as_schema_6(&store, 4);
-        (state.jobs.len(), state.next_seq, digest)
+        (state.live_jobs(), state.next_seq(), digest)
     };
     let store = Store::open(&path).unwrap();
     // Migrated on to the latest schema (6 converts nothing either).
     assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
     let state = store.load_state(settings()).unwrap();
-    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
-    assert_eq!(state.queue_usage, crate::scheduler::QueueUsage::default());
+    assert_eq!((state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256), before);
+    assert_eq!(*state.queue_usage(), crate::scheduler::QueueUsage::default());
 }
 
 #[test]
@@ -280,13 +283,13 @@ fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree(
         // Make it a version 5 database: schema 6 only added the `queue_tree` row, absent here.
         let digest = store.digest().unwrap().sha256;
         as_schema_6(&store, 5);
-        (state.jobs.len(), state.next_seq, digest)
+        (state.live_jobs(), state.next_seq(), digest)
     };
     let store = Store::open(&path).unwrap();
     assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
     let mut state = store.load_state(settings()).unwrap();
-    assert_eq!((state.jobs.len(), state.next_seq, store.digest().unwrap().sha256), before);
-    assert!(state.queues.values().all(|q| q.queue.is_flat()));
+    assert_eq!((state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256), before);
+    assert!(state.queues().all(|q| q.queue.is_flat()));
     // A tree written now is read back.
     let parent = QueueName::new("P").unwrap();
     let child = Queue {
@@ -301,8 +304,8 @@ fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree(
         vec![Command::create_queue(Queue::new(parent.clone(), 1.0)), Command::create_queue(child.clone())],
     );
     let again = store.load_state(settings()).unwrap();
-    assert_eq!(again.queues[&child.name].queue, child);
-    assert_eq!(again.queues[&parent].queue.parent, None);
+    assert_eq!(again.queue(&child.name).unwrap().queue, child);
+    assert_eq!(again.queue(&parent).unwrap().queue.parent, None);
 }
 
 #[test]
@@ -374,7 +377,7 @@ fn events_resume_from_any_sequence_number_across_chunks() {
     assert_eq!(page, vec![255, 256, 257, 258], "a page may span two chunks");
     // A job's events, looked up by sequence number in several chunks.
     let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
-    let job = sample(&other).jobs.values().next().unwrap().full_record();
+    let job = sample(&other).jobs().next().unwrap().full_record();
     let record =
         crate::model::Job { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
     let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();
@@ -473,8 +476,8 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     write_changes(&tx, &a.changes).unwrap();
     tx.commit().unwrap();
     let mut loaded = store.load_state(settings()).unwrap();
-    assert_eq!(loaded.client_ids.get(&(q.clone(), "c1".to_string())), Some(&JobId::from_u128(3)));
-    assert_eq!(loaded.client_ids.get(&(other.clone(), "c1".to_string())), Some(&JobId::from_u128(2)));
+    assert_eq!(loaded.job_of_client_id(&q, "c1"), Some(JobId::from_u128(3)));
+    assert_eq!(loaded.job_of_client_id(&other, "c1"), Some(JobId::from_u128(2)));
     let again = loaded.apply(submit(&other, 4), ApplyContext { term: 1 });
     assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
 }

@@ -57,9 +57,9 @@ fn node_health_loads_back_and_travels_in_snapshots() {
     };
     let state = quarantined_sample(&a);
     let key = (e1(), NodeName::new("n1").unwrap());
-    assert_eq!(state.node_health[&key].quarantined_at(10).map(|q| q.until_ms), Some(1010));
+    assert_eq!(state.health_of(&key.0, &key.1).unwrap().quarantined_at(10).map(|q| q.until_ms), Some(1010));
     let loaded = a.load_state(settings()).unwrap();
-    assert_eq!(loaded.node_health, state.node_health);
+    assert_eq!(loaded.node_health().collect::<Vec<_>>(), state.node_health().collect::<Vec<_>>());
     assert_ne!(a.digest().unwrap().sha256, before.sha256, "node health is part of the digest");
 
     // A snapshot carries the row; installed elsewhere, it loads to the same quarantine.
@@ -77,7 +77,10 @@ fn node_health_loads_back_and_travels_in_snapshots() {
     assert_eq!(health, vec![b"e1\0n1".to_vec()]);
     let b = Store::open(&dir.path().join("b.redb")).unwrap();
     b.import_stream(&mut MemoryFrames::new(frames), &[], 100).unwrap();
-    assert_eq!(b.load_state(settings()).unwrap().node_health, state.node_health);
+    assert_eq!(
+        b.load_state(settings()).unwrap().node_health().collect::<Vec<_>>(),
+        state.node_health().collect::<Vec<_>>()
+    );
     assert_eq!(b.digest().unwrap(), a.digest().unwrap());
 }
 
@@ -91,10 +94,10 @@ fn a_lifted_quarantine_leaves_no_row() {
         &mut state,
         vec![Command::LiftQuarantine { executor: e1(), node: NodeName::new("n1").unwrap(), at_ms: 20 }],
     );
-    assert!(state.node_health.is_empty());
+    assert!(state.node_health().next().is_none());
     let tx = store.read().unwrap();
     assert_eq!(redb::ReadableTableMetadata::len(&tx.open_table(NODE_HEALTH).unwrap()).unwrap(), 0);
-    assert!(store.load_state(settings()).unwrap().node_health.is_empty());
+    assert!(store.load_state(settings()).unwrap().node_health().next().is_none());
 }
 
 #[test]
@@ -116,5 +119,5 @@ fn migration_4_adds_an_empty_node_health_table_to_a_schema_3_database() {
     assert_eq!(redb::ReadableTableMetadata::len(&tx.open_table(NODE_HEALTH).unwrap()).unwrap(), 0);
     drop(tx);
     assert_eq!(super::super::migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
-    assert!(store.load_state(settings()).unwrap().node_health.is_empty());
+    assert!(store.load_state(settings()).unwrap().node_health().next().is_none());
 }

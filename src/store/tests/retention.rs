@@ -173,13 +173,25 @@ fn finished_rows(store: &Store) -> Vec<(i64, u128)> {
 /// Checks that memory matches what loading the store gives (as after a restart).
 fn assert_reloads_as_in_memory(store: &Store, state: &State) {
     let loaded = store.load_state(settings()).unwrap();
-    assert_eq!(loaded.client_ids, state.client_ids, "client ids");
-    assert_eq!(loaded.event_seqs, state.event_seqs, "event counters");
-    assert_eq!(loaded.set_jobs, state.set_jobs, "jobs per job set");
-    assert_eq!(loaded.purges, state.purges, "purges");
-    assert_eq!(loaded.max_job_id, state.max_job_id, "largest job id");
-    assert_eq!(loaded.next_seq, state.next_seq, "submit sequence");
-    let live = |s: &State| s.jobs.values().map(|j| (j.record.id, j.full_record())).collect::<BTreeMap<JobId, Job>>();
+    assert_eq!(
+        loaded.client_ids().collect::<std::collections::HashMap<_, _>>(),
+        state.client_ids().collect::<std::collections::HashMap<_, _>>(),
+        "client ids"
+    );
+    assert_eq!(
+        loaded.event_seqs().collect::<std::collections::HashMap<_, _>>(),
+        state.event_seqs().collect::<std::collections::HashMap<_, _>>(),
+        "event counters"
+    );
+    assert_eq!(
+        loaded.stored_jobs_per_set().collect::<std::collections::HashMap<_, _>>(),
+        state.stored_jobs_per_set().collect::<std::collections::HashMap<_, _>>(),
+        "jobs per job set"
+    );
+    assert_eq!(loaded.purges(), state.purges(), "purges");
+    assert_eq!(loaded.max_job_id(), state.max_job_id(), "largest job id");
+    assert_eq!(loaded.next_seq(), state.next_seq(), "submit sequence");
+    let live = |s: &State| s.jobs().map(|j| (j.record.id, j.full_record())).collect::<BTreeMap<JobId, Job>>();
     assert_eq!(live(&loaded), live(state), "live jobs");
 }
 
@@ -247,10 +259,10 @@ fn a_purge_deletes_every_row_of_its_jobs_and_leaves_the_others_whole() {
     // The stream of `s` lost the purged jobs' events, not its numbering.
     let stream = store.events(&q(), &js("s"), 1, 1000).unwrap();
     assert!(stream.iter().all(|e| e.job_id == id(3)), "{stream:?}");
-    assert_eq!(state.event_seqs[&(q(), js("s"))], 11, "the stream keeps its numbering");
+    assert_eq!(state.event_seq(&q(), &js("s")), Some(11), "the stream keeps its numbering");
     // `solo` held only job 4: it is forgotten, counter and all.
     assert!(store.events(&q(), &js("solo"), 1, 1000).unwrap().is_empty());
-    assert!(!state.event_seqs.contains_key(&(q(), js("solo"))));
+    assert!(state.event_seq(&q(), &js("solo")).is_none());
     assert!(
         store
             .read()
@@ -289,8 +301,8 @@ fn a_restart_keeps_the_largest_job_id_after_its_job_is_purged() {
     cancel(&store, &mut state, "s", &[1, 7], 20);
     assert_eq!(purge(&store, &mut state, 21, 10), vec![1, 7]);
     assert_eq!(store.read().unwrap().open_table(JOBS).unwrap().iter().unwrap().count(), 0);
-    assert_eq!(store.load_state(settings()).unwrap().max_job_id, Some(id(7)));
-    assert_eq!(store.load_state(settings()).unwrap().purges, 1);
+    assert_eq!(store.load_state(settings()).unwrap().max_job_id(), Some(id(7)));
+    assert_eq!(store.load_state(settings()).unwrap().purges(), 1);
 }
 
 #[test]
@@ -341,8 +353,11 @@ fn the_finished_jobs_of_a_schema_2_data_dir_are_indexed_at_their_last_event() {
     assert_eq!(last.kind, crate::model::EventKind::Succeeded);
     assert_eq!(finished_rows(&store), vec![(last.at_ms, c1.as_u128())]);
     let state = store.load_state(settings()).unwrap();
-    assert_eq!(state.set_jobs.get(&(QueueName::new("physics").unwrap(), js("run-1"))), Some(&3));
-    assert_eq!(state.purges, 0);
+    assert_eq!(
+        state.stored_job_sets(&QueueName::new("physics").unwrap()).find(|(s, _)| **s == js("run-1")).map(|(_, n)| n),
+        Some(3)
+    );
+    assert_eq!(state.purges(), 0);
 }
 
 #[test]
@@ -408,7 +423,7 @@ proptest! {
                     }
                 }
                 Step::Cancel { n } => {
-                    if let Some((j, set)) = current.get(&n).cloned() && state.jobs.contains_key(&id(j)) {
+                    if let Some((j, set)) = current.get(&n).cloned() && state.job(id(j)).is_some() {
                         cancel(&store, &mut state, &set, &[j], now);
                         if store.job(id(j)).unwrap().is_some_and(|r| r.state.is_terminal()) {
                             finished.entry(id(j)).or_insert(now);
@@ -417,7 +432,7 @@ proptest! {
                 }
                 Step::Succeed { n } => {
                     if let Some((j, _)) = current.get(&n).cloned()
-                        && state.jobs.get(&id(j)).is_some_and(|l| l.record.state == JobState::Queued)
+                        && state.job(id(j)).is_some_and(|l| l.record.state == JobState::Queued)
                     {
                         run_to_success(&store, &mut state, j, now);
                         finished.entry(id(j)).or_insert(now);
@@ -447,7 +462,7 @@ proptest! {
                     prop_assert_eq!(&gone, &due.iter().map(|(_, j)| *j).collect::<BTreeSet<_>>(), "purged at {}", before_ms);
                     for j in &gone {
                         let (record, _) = &stored[j];
-                        prop_assert!(record.state.is_terminal() && !state.jobs.contains_key(j), "{j} was not finished");
+                        prop_assert!(record.state.is_terminal() && state.job(*j).is_none(), "{j} was not finished");
                     }
                     for (j, (record, events)) in &stored {
                         if gone.contains(j) {
@@ -469,7 +484,7 @@ proptest! {
         let refs = references(&store);
         let empty = BTreeSet::new();
         let stored = refs.get("jobs").unwrap_or(&empty);
-        let live: BTreeSet<JobId> = state.jobs.keys().copied().collect();
+        let live: BTreeSet<JobId> = state.jobs().map(|j| j.record.id).collect();
         let indexed = refs.get("finished").cloned().unwrap_or_default();
         prop_assert_eq!(&indexed, &stored.difference(&live).copied().collect::<BTreeSet<_>>());
         // Jobs per job set in memory are the job-set index's.
@@ -478,7 +493,7 @@ proptest! {
             let (k, _) = row.unwrap();
             *per_set.entry(k.value()[..k.value().len() - 17].to_vec()).or_default() += 1;
         }
-        let in_memory: BTreeMap<Vec<u8>, u64> = state.set_jobs.iter().map(|((q, s), n)| (set_prefix(q, s), *n)).collect();
+        let in_memory: BTreeMap<Vec<u8>, u64> = state.stored_jobs_per_set().map(|((q, s), n)| (set_prefix(q, s), n)).collect();
         prop_assert_eq!(per_set, in_memory);
         assert_reloads_as_in_memory(&store, &state);
     }

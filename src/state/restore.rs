@@ -1,0 +1,59 @@
+//! Rebuilding the state from storage (start-up, snapshot install): the narrow writes the store's
+//! loader makes, each putting back what applying commands once built. Nothing else writes the
+//! indexes from outside the state module.
+
+use super::machine::{Executor, QueueState, State};
+use crate::model::{JobId, JobSetName, Queue, QueueName};
+use crate::scheduler::QueueUsage;
+use std::collections::{BTreeMap, HashMap};
+
+impl State {
+    /// Puts back the submission sequence number and the number of purges.
+    pub fn restore_counters(&mut self, next_seq: u64, purges: u64) {
+        self.next_seq = next_seq;
+        self.purges = purges;
+    }
+
+    /// Puts back the queues' usage as last recorded.
+    pub fn restore_queue_usage(&mut self, usage: QueueUsage) {
+        self.queue_usage = usage;
+    }
+
+    /// Puts back a queue, with no jobs yet (they come with [`State::restore_job`]).
+    pub fn restore_queue(&mut self, queue: Queue) {
+        self.queues.insert(
+            queue.name.clone(),
+            QueueState { queue, queued: BTreeMap::new(), demand: Default::default(), counts: BTreeMap::new() },
+        );
+    }
+
+    /// Puts back an executor (call [`State::refresh_largest_node`] once all are back).
+    pub fn restore_executor(&mut self, executor: Executor) {
+        self.executors.insert(executor.name.clone(), executor);
+    }
+
+    /// Puts back a job set's last event sequence number.
+    pub fn restore_event_seq(&mut self, queue: QueueName, job_set: JobSetName, seq: u64) {
+        self.event_seqs.insert((queue, job_set), seq);
+    }
+
+    /// Puts back the job a client id names in a queue.
+    pub fn restore_client_id(&mut self, queue: QueueName, client_id: String, job: JobId) {
+        self.client_ids.insert((queue, client_id), job);
+    }
+
+    /// Puts back the number of jobs stored per job set.
+    pub fn restore_stored_jobs_per_set(&mut self, sizes: HashMap<(QueueName, JobSetName), u64>) {
+        self.set_jobs = sizes;
+    }
+
+    /// Raises the largest job id ever submitted to `id` (if larger).
+    pub fn restore_max_job_id(&mut self, id: Option<JobId>) {
+        self.max_job_id = self.max_job_id.max(id);
+    }
+
+    /// Makes room for `n` live jobs about to be restored.
+    pub fn reserve_jobs(&mut self, n: usize) {
+        self.jobs.reserve(n);
+    }
+}
