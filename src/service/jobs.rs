@@ -4,7 +4,7 @@
 
 use super::access::Principal;
 use super::error::{ErrorKind, ServiceError};
-use super::queues::queue_name;
+use super::queues::{ids_of, queue_name, stored_queue};
 use super::validate::{SubmitContext, check_submission};
 use crate::control::ids;
 use crate::control::{Control, now_ms, rfc3339};
@@ -12,33 +12,18 @@ use crate::model::api::{
     CancelRequest, EventView, JobList, JobView, PreemptRequest, ReprioritizeRequest, RunView, SubmitRequest,
 };
 use crate::model::duration::format_duration;
-use crate::model::{Event, Job, JobId, JobSetName, JobState, Queue, QueueName, ResourceName, Resources, Run, RunId};
-use crate::state::{Command, NamespacedJob, NewJob, Response};
+use crate::model::{Event, Job, JobId, JobSetName, JobState, QueueName, ResourceName, Resources, Run, RunId};
+use crate::state::{Command, NamespacedJob, NewJob};
 use crate::store::JobFilter;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// The queue, for an owner check; 404 if it does not exist.
-pub(crate) fn queue_of(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
-    app.state()
-        .queue(name)
-        .map(|q| q.queue.clone())
-        .ok_or_else(|| ServiceError::field(ErrorKind::NotFound, "queue", format!("queue {name} does not exist")))
-}
-
-fn ids_of(r: Response) -> Result<Vec<JobId>, ServiceError> {
-    match r {
-        Response::JobIds(ids) => Ok(ids),
-        other => Err(ServiceError::internal(format!("unexpected response {other:?}"))),
-    }
-}
-
 /// The submission path of every API: the caller's right to the queue, the checks of
 /// [`check_submission`] (all or nothing), then one `Submit` command. Answers one id per job, in
 /// order.
 pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ServiceError> {
-    let queue = queue_of(app, &req.queue)?;
+    let queue = stored_queue(app, &req.queue)?;
     p.require_queue(&queue)?;
     if app.state().is_parent(&queue.name) {
         return Err(ServiceError::field(
@@ -102,7 +87,7 @@ fn node_facts(app: &Control) -> (Resources, Option<Arc<BTreeSet<ResourceName>>>,
 /// The cancellation path of every API: the caller's right to the queue, the states asked for,
 /// then one `Cancel` command. Answers the jobs cancelled.
 pub async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Result<Vec<JobId>, ServiceError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
+    p.require_queue(&stored_queue(app, &req.queue)?)?;
     if let Some(states) = &req.states
         && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
     {
@@ -132,7 +117,7 @@ pub async fn reprioritize_jobs(
     p: &Principal,
     req: ReprioritizeRequest,
 ) -> Result<Vec<JobId>, ServiceError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
+    p.require_queue(&stored_queue(app, &req.queue)?)?;
     let r = app
         .write(Command::Reprioritize {
             queue: req.queue,
@@ -148,7 +133,7 @@ pub async fn reprioritize_jobs(
 /// The preemption path of every API: the caller's right to the queue, at least one job, then
 /// one `Preempt` command. Answers the jobs preempted (those that held a node).
 pub async fn preempt_jobs(app: &Control, p: &Principal, req: PreemptRequest) -> Result<Vec<JobId>, ServiceError> {
-    p.require_queue(&queue_of(app, &req.queue)?)?;
+    p.require_queue(&stored_queue(app, &req.queue)?)?;
     if req.job_ids.is_empty() {
         return Err(ServiceError::invalid("job_ids", "name at least one job to preempt"));
     }
@@ -308,7 +293,7 @@ pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, 
     let queue = q.queue.as_deref().map(queue_name).transpose()?;
     if let Some(name) = &queue {
         // An empty page would read as "no jobs" for a misspelt queue.
-        queue_of(app, name)?;
+        stored_queue(app, name)?;
     }
     let job_set = q
         .job_set

@@ -106,7 +106,8 @@ pub fn report(app: &Control, name: QueueName) -> Result<QueueReport, ServiceErro
 /// Most job ids one `Cancel` or `Preempt` command of a queue-wide operation carries.
 pub const MAX_IDS_PER_COMMAND: usize = 1000;
 
-fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
+/// The queue as stored; NotFound naming the field `queue` if there is none.
+pub(crate) fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
     app.state()
         .queue(name)
         .map(|q| q.queue.clone())
@@ -140,7 +141,8 @@ fn check_classes(app: &Control, classes: &[PriorityClassName]) -> Result<(), Ser
     Ok(())
 }
 
-fn ids_of(r: Response) -> Result<Vec<JobId>, ServiceError> {
+/// The job ids a job command answers.
+pub(super) fn ids_of(r: Response) -> Result<Vec<JobId>, ServiceError> {
     match r {
         Response::JobIds(ids) => Ok(ids),
         other => Err(ServiceError::internal(format!("unexpected response {other:?}"))),
