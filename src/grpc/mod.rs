@@ -74,7 +74,7 @@ pub fn status(e: ServiceError) -> Status {
         ErrorKind::Forbidden => Code::PermissionDenied,
         ErrorKind::NotFound => Code::NotFound,
         ErrorKind::Conflict => Code::FailedPrecondition,
-        ErrorKind::TooLarge | ErrorKind::InsufficientStorage => Code::ResourceExhausted,
+        ErrorKind::InsufficientStorage => Code::ResourceExhausted,
         ErrorKind::Unavailable => Code::Unavailable,
         ErrorKind::Internal => Code::Internal,
     };

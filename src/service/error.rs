@@ -18,8 +18,6 @@ pub enum ErrorKind {
     NotFound,
     /// The request conflicts with the state (a queue that exists, jobs that are not finished).
     Conflict,
-    /// The request is larger than the server takes.
-    TooLarge,
     /// The cluster cannot serve it now (no leader, no majority, a write cut short): retry.
     Unavailable,
     /// The data directory is below its reserve: writes wait for space.
@@ -38,7 +36,6 @@ impl ErrorKind {
             ErrorKind::Forbidden => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::Conflict => 409,
-            ErrorKind::TooLarge => 413,
             ErrorKind::Unavailable => 503,
             ErrorKind::InsufficientStorage => 507,
             ErrorKind::Internal => 500,
@@ -89,10 +86,6 @@ impl ServiceError {
     /// No valid credentials.
     pub fn unauthenticated(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unauthenticated, detail)
-    }
-    /// The request conflicts with the state.
-    pub fn conflict(detail: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Conflict, detail)
     }
 }
 
