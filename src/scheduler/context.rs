@@ -9,11 +9,12 @@
 
 use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJob, GangIndex, JobFacts, Origin, Status, Undo};
+use super::job::{CycleJob, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
 use super::nodedb::NodeDb;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
+use super::queue_order::CycleOrderKey;
 use super::queue_order::QueueOrderKey;
 use super::resvec::ResVec;
 use super::return_walk::ReturnWalk;
@@ -35,7 +36,8 @@ pub(super) struct PoolCycle<'a> {
     pub jobs: Vec<CycleJob<'a>>,
     /// The pool's queues, in name order.
     pub queues: Vec<CycleQueue<'a>>,
-    /// The record of the cycle's changes: undo log, allocation log, cached verdicts.
+    /// What the cycle changed: each job's fate, the undo log, the allocation log, cached
+    /// verdicts, the round's tallies.
     pub ledger: Ledger,
     /// The gangs' members, running and offered in this cycle.
     pub gangs: GangIndex<'a>,
@@ -45,14 +47,8 @@ pub(super) struct PoolCycle<'a> {
     pub rebalances: usize,
     /// Jobs `0..running_count` are the ones running at the start.
     pub running_count: usize,
-    /// Gang members failed in this cycle.
-    pub failed: Vec<u32>,
     /// Why no more jobs start in this cycle, once the global rate limit ran dry.
     pub global_rate_stopped: Option<Arc<Reason>>,
-    /// Jobs evicted for fair share in this cycle (for the report).
-    pub evicted_count: usize,
-    /// Placements attempted in this cycle (for the report).
-    pub jobs_tried: usize,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
     pub returns: ReturnWalk,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
@@ -80,14 +76,8 @@ impl<'a> PoolCycle<'a> {
             class_priority: p.priority,
             priority_class: pc,
             origin,
-            status: if origin == Origin::Queued { Status::Waiting } else { Status::Running },
-            displaced_by: None,
-            reason: None,
-            node: match origin {
-                Origin::Running { node } => Some(node),
-                Origin::Queued => None,
-            },
         });
+        self.ledger.add_job(Fate::at_start(origin));
         (self.jobs.len() - 1) as u32
     }
 
@@ -113,20 +103,11 @@ impl<'a> PoolCycle<'a> {
 
     /// Marks `j` as tried and not scheduled.
     pub(super) fn set_reason(&mut self, j: u32, reason: Arc<Reason>) {
-        self.remember_status(j);
-        self.jobs[j as usize].reason = Some(reason);
+        self.ledger.change(j, |f| f.reason = Some(reason));
     }
 
-    /// While a trial is being recorded, remembers `j`'s status, reason and node so that undoing
-    /// the trial restores them.
-    pub(super) fn remember_status(&mut self, j: u32) {
-        let job = &self.jobs[j as usize];
-        self.ledger.record(|| Undo::Status {
-            job: j,
-            status: job.status,
-            displaced_by: job.displaced_by,
-            reason: job.reason.clone(),
-            node: job.node,
-        });
+    /// Job `j`'s place in its queue's order, evicted jobs first.
+    pub(super) fn order_key(&self, j: u32) -> CycleOrderKey {
+        self.jobs[j as usize].order_key(self.ledger.fate(j))
     }
 }

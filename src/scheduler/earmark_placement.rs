@@ -126,18 +126,15 @@ impl PoolCycle<'_> {
             return;
         }
         let lost: Vec<u32> = (0..self.running_count as u32)
-            .filter(|&j| {
-                let job = &self.jobs[j as usize];
-                job.status == Status::Evicted && job.origin != Origin::Queued
-            })
+            .filter(|&j| self.ledger.status(j) == Status::Evicted && self.jobs[j as usize].origin != Origin::Queued)
             .collect();
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
         for j in self.running_count as u32..self.jobs.len() as u32 {
-            let job = &self.jobs[j as usize];
-            let waits_for_room = job.status == Status::Waiting
+            let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
+            let waits_for_room = fate.status == Status::Waiting
                 && matches!(
-                    job.reason.as_deref(),
+                    fate.reason.as_deref(),
                     Some(Reason::NoCapacity { .. } | Reason::ReservedNodes { .. } | Reason::Gang { .. })
                 );
             if !waits_for_room || job.info.gang.as_ref().is_some_and(|g| !seen_gangs.insert((job.queue, g.id.clone())))
@@ -150,11 +147,11 @@ impl PoolCycle<'_> {
             return;
         }
         for j in lost {
-            if let Some(n) = self.jobs[j as usize].node() {
+            if let Some(n) = self.ledger.held_node(j) {
                 self.db.remove(n, j);
             }
             // Preempted, as it would have been; who displaced it stays recorded for the outcome.
-            self.jobs[j as usize].status = Status::Preempted;
+            self.ledger.change(j, |f| f.status = Status::Preempted);
         }
         self.ledger.forget_verdicts();
         for (q, list) in self.queues.iter_mut().zip(retry) {
@@ -173,16 +170,16 @@ impl PoolCycle<'_> {
         if !self.view.earmarks.active() {
             return None;
         }
-        let job = &self.jobs[j as usize];
-        let n = job.node?;
-        let guest = self.view.earmarks.is_guest(n, job.queue);
-        let placed_here =
-            |x: &&super::job::CycleJob<'_>| matches!(x.status, Status::Placed | Status::Returned) && x.node == Some(n);
+        let n = self.ledger.fate(j).node?;
+        let guest = self.view.earmarks.is_guest(n, self.jobs[j as usize].queue);
+        let placed_here = |x: u32| {
+            let fate = self.ledger.fate(x);
+            matches!(fate.status, Status::Placed | Status::Returned) && fate.node == Some(n)
+        };
         let latest = |home: bool| {
-            (0..self.jobs.len() as u32).rev().find(|&x| {
-                placed_here(&&self.jobs[x as usize])
-                    && (!home || self.view.earmarks.is_home(n, self.jobs[x as usize].queue))
-            })
+            (0..self.jobs.len() as u32)
+                .rev()
+                .find(|&x| placed_here(x) && (!home || self.view.earmarks.is_home(n, self.jobs[x as usize].queue)))
         };
         if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
     }
@@ -194,8 +191,8 @@ impl PoolCycle<'_> {
             return Vec::new();
         }
         let mut out = vec![(self.view.layout.zero(), self.view.layout.zero()); self.queues.len()];
-        for (j, job) in self.jobs.iter().enumerate() {
-            let Some(n) = job.node.filter(|_| job.scheduled()) else { continue };
+        for (j, (job, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
+            let Some(n) = fate.node.filter(|_| fate.scheduled()) else { continue };
             let q = job.queue;
             if self.view.earmarks.is_home(n, q) {
                 add_to(&mut out[q as usize].0, &self.req(j as u32));

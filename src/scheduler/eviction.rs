@@ -56,12 +56,9 @@ impl PoolCycle<'_> {
     /// count as demand.
     fn adjusted_shares_now(&self) -> Vec<f64> {
         let mut demand: Vec<super::resvec::ResVec> = self.queues.iter().map(|q| q.demand.clone()).collect();
-        let gone = self.jobs[..self.running_count]
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| matches!(j.status, Status::Evicted | Status::Preempted))
-            .map(|(i, _)| i as u32)
-            .chain(self.failed.iter().copied().filter(|&j| self.jobs[j as usize].status == Status::Failed));
+        let gone = (0..self.running_count as u32)
+            .filter(|&j| matches!(self.ledger.status(j), Status::Evicted | Status::Preempted))
+            .chain(self.ledger.failed().iter().copied().filter(|&j| self.ledger.status(j) == Status::Failed));
         for j in gone {
             let q = self.jobs[j as usize].queue as usize;
             sub_from(&mut demand[q], &self.req(j));
@@ -104,7 +101,7 @@ impl PoolCycle<'_> {
                         self.gang_members(job.queue, g.id.as_str())
                             .iter()
                             .copied()
-                            .filter(|&m| self.jobs[m as usize].node().is_some()),
+                            .filter(|&m| self.ledger.held_node(m).is_some()),
                     );
                 }
             }
@@ -114,20 +111,21 @@ impl PoolCycle<'_> {
         }
         let mut per_queue: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         for &j in &chosen {
-            let job = &self.jobs[j as usize];
-            if job.node().is_none() {
+            if self.ledger.held_node(j).is_none() {
                 continue;
             }
             let req = self.req(j);
+            let job = &self.jobs[j as usize];
             let (q, pc) = (job.queue, job.priority_class);
-            self.jobs[j as usize].status = Status::Evicted;
+            self.ledger.change(j, |f| f.status = Status::Evicted);
             sub_from(&mut self.queues[q as usize].alloc, &req);
             sub_from(&mut self.queues[q as usize].alloc_by_priority_class[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
-        self.evicted_count += chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();
+        let evicted = chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();
+        self.ledger.count_evicted(evicted);
         for list in &mut per_queue {
-            list.sort_by_key(|&j| (self.jobs[j as usize].order_key(), j));
+            list.sort_by_key(|&j| (self.order_key(j), j));
         }
         self.leave_evicted(&per_queue, &chosen);
         for (q, mut list) in per_queue.into_iter().enumerate() {
@@ -159,10 +157,10 @@ impl PoolCycle<'_> {
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
         for j in self.running_count as u32..self.jobs.len() as u32 {
-            let job = &self.jobs[j as usize];
-            let waiting = job.status == Status::Waiting
+            let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
+            let waiting = fate.status == Status::Waiting
                 && matches!(
-                    job.reason.as_deref(),
+                    fate.reason.as_deref(),
                     Some(
                         Reason::NoCapacity { .. }
                             | Reason::ReservedNodes { .. }

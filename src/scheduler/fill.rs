@@ -88,13 +88,13 @@ impl<'a> PoolCycle<'a> {
     /// that room in this cycle, and preempting them would help no one.
     fn reclaim(&mut self) {
         let mut evicted: Vec<u32> =
-            (0..self.jobs.len() as u32).filter(|&j| self.jobs[j as usize].status == Status::Evicted).collect();
-        evicted.sort_by_key(|&j| (self.jobs[j as usize].queue, self.jobs[j as usize].order_key(), j));
+            (0..self.jobs.len() as u32).filter(|&j| self.ledger.status(j) == Status::Evicted).collect();
+        evicted.sort_by_key(|&j| (self.jobs[j as usize].queue, self.order_key(j), j));
         for j in evicted {
-            let job = &self.jobs[j as usize];
-            if job.status != Status::Evicted {
+            if self.ledger.status(j) != Status::Evicted {
                 continue;
             }
+            let job = &self.jobs[j as usize];
             match job.info.gang.clone() {
                 None => {
                     self.return_evicted(j);
@@ -103,7 +103,7 @@ impl<'a> PoolCycle<'a> {
                     let members: SmallVec<[u32; 1]> = self
                         .gang_members(job.queue, g.id.as_str())
                         .into_iter()
-                        .filter(|&m| self.jobs[m as usize].status == Status::Evicted)
+                        .filter(|&m| self.ledger.status(m) == Status::Evicted)
                         .collect();
                     let req = self.view.layout.zero();
                     let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
@@ -177,8 +177,8 @@ impl<'a> PoolCycle<'a> {
             let next_evicted = qc.evicted.get(qc.evicted_pos).copied();
             let next_retry = qc.retry.get(qc.retry_pos).copied();
             let heads: [Option<Head>; 3] = [
-                next_evicted.map(|e| (self.jobs[e as usize].order_key(), Stream::Evicted, e)),
-                next_retry.map(|r| (self.jobs[r as usize].order_key(), Stream::Retry, r)),
+                next_evicted.map(|e| (self.order_key(e), Stream::Evicted, e)),
+                next_retry.map(|r| (self.order_key(r), Stream::Retry, r)),
                 next_queued
                     .map(|pos| (self.queued_key(&qc.facts[pos as usize]).with_evicted(false), Stream::Queued, pos)),
             ];
@@ -226,16 +226,14 @@ impl<'a> PoolCycle<'a> {
     /// `expected`; none if it no longer has (it went with its gang's first member, or was dealt
     /// with since it was listed).
     fn members_still(&self, q: u32, first: u32, expected: Status) -> SmallVec<[u32; 1]> {
-        let job = &self.jobs[first as usize];
-        if job.status != expected {
+        if self.ledger.status(first) != expected {
             return SmallVec::new();
         }
+        let job = &self.jobs[first as usize];
         match &job.info.gang {
-            Some(g) => self
-                .gang_members(q, g.id.as_str())
-                .into_iter()
-                .filter(|&m| self.jobs[m as usize].status == expected)
-                .collect(),
+            Some(g) => {
+                self.gang_members(q, g.id.as_str()).into_iter().filter(|&m| self.ledger.status(m) == expected).collect()
+            }
             None => smallvec::smallvec![first],
         }
     }

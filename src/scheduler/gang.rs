@@ -96,10 +96,12 @@ impl PoolCycle<'_> {
         // Members beyond what fit fail for good.
         let reason = Arc::new(gang_reason(trial.placed as u32, None));
         for &m in &members {
-            if self.jobs[m as usize].status == Status::Waiting {
-                self.set_status(m, Status::Failed, None);
-                self.failed.push(m);
-                self.jobs[m as usize].reason = Some(reason.clone());
+            if self.ledger.status(m) == Status::Waiting {
+                self.ledger.change(m, |f| {
+                    f.status = Status::Failed;
+                    f.reason = Some(reason.clone());
+                });
+                self.ledger.note_failed(m);
             }
         }
         trial.placed

@@ -1,6 +1,7 @@
-//! The jobs taking part in one pool's cycle: where each started, what has happened to it so far,
-//! its interned requirements, and the undo records of gang trials. Data only: the steps that
-//! change it operate on the cycle ([`super::context`]).
+//! The jobs taking part in one pool's cycle: what each is and where it started (`CycleJob`,
+//! fixed once the job joins the cycle), what has happened to it so far (`Fate`, kept by the
+//! cycle's [`super::ledger`]), its interned requirements, and the undo records of gang trials.
+//! Data only: the steps that change it operate on the cycle ([`super::context`]).
 
 use super::decisions::Reason;
 use super::nodedb::Occupant;
@@ -38,7 +39,8 @@ pub(super) enum Status {
     Failed,
 }
 
-/// A job taking part in the cycle.
+/// A job taking part in the cycle: what it is, fixed once it joins (what happens to it is its
+/// [`Fate`]).
 #[derive(Debug, Clone)]
 pub(super) struct CycleJob<'a> {
     pub info: &'a Arc<JobInfo>,
@@ -53,16 +55,41 @@ pub(super) struct CycleJob<'a> {
     pub class_priority: i32,
     pub priority_class: u16,
     pub origin: Origin,
+}
+
+impl CycleJob<'_> {
+    /// The job's place in its queue's order, evicted jobs first.
+    pub(super) fn order_key(&self, fate: &Fate) -> CycleOrderKey {
+        QueueOrderKey::new(self.class_priority, self.priority, self.seq).with_evicted(fate.status == Status::Evicted)
+    }
+}
+
+/// What has happened to a job so far in the cycle. Only the ledger changes it, recording the
+/// old fate while a trial is recorded ([`super::ledger::Ledger::change`]).
+#[derive(Debug, Clone)]
+pub(super) struct Fate {
     pub status: Status,
+    /// The job that took its place, when one did.
     pub displaced_by: Option<u32>,
+    /// Why it was not (or not again) scheduled, when it was tried.
     pub reason: Option<Arc<Reason>>,
     /// The node the job is on (or, evicted, still occupies or came from).
     pub node: Option<u32>,
 }
 
-impl CycleJob<'_> {
+impl Fate {
+    /// The fate of a job as it joins the cycle.
+    pub(super) fn at_start(origin: Origin) -> Self {
+        match origin {
+            Origin::Queued => Fate { status: Status::Waiting, displaced_by: None, reason: None, node: None },
+            Origin::Running { node } => {
+                Fate { status: Status::Running, displaced_by: None, reason: None, node: Some(node) }
+            }
+        }
+    }
+
     /// The node the job holds resources on, if any.
-    pub(super) fn node(&self) -> Option<u32> {
+    pub(super) fn held_node(&self) -> Option<u32> {
         match self.status {
             Status::Placed | Status::Running | Status::Evicted | Status::Returned => self.node,
             Status::Waiting | Status::Preempted | Status::Failed => None,
@@ -72,11 +99,6 @@ impl CycleJob<'_> {
     /// True if the job holds a place at the end of the cycle.
     pub(super) fn scheduled(&self) -> bool {
         matches!(self.status, Status::Placed | Status::Returned | Status::Running)
-    }
-
-    /// The job's place in its queue's order, evicted jobs first.
-    pub(super) fn order_key(&self) -> CycleOrderKey {
-        QueueOrderKey::new(self.class_priority, self.priority, self.seq).with_evicted(self.status == Status::Evicted)
     }
 }
 
@@ -124,7 +146,7 @@ pub(super) struct Constraint<'a> {
 pub(super) enum Undo {
     Added { node: u32, job: u32 },
     Removed { node: u32, occ: Occupant },
-    Status { job: u32, status: Status, displaced_by: Option<u32>, reason: Option<Arc<Reason>>, node: Option<u32> },
+    Fate { job: u32, fate: Fate },
     Alloc { queue: u32, priority_class: u16, req: ResVec, added: bool },
 }
 

@@ -1,18 +1,21 @@
-//! What a cycle has changed that it may have to take back or re-examine: the undo log of the
-//! trial being recorded (gang placement tries every domain and rolls back), the queues whose
-//! allocation changed since the queue tree's last pick, the cached verdicts of classes and gang
-//! shapes that fit nowhere, and whether waiting jobs must be offered again because a
-//! displacement freed room. The changes themselves (statuses, nodes, allocations) live in the
-//! cycle's jobs, queues and node db ([`super::context::PoolCycle`]); the ledger keeps the record.
+//! What a cycle has changed, and what it may have to take back or re-examine: each job's fate
+//! (status, node, who displaced it, why it waits), the undo log of the trial being recorded
+//! (gang placement tries every domain and rolls back), the queues whose allocation changed since
+//! the queue tree's last pick, the cached verdicts of classes and gang shapes that fit nowhere,
+//! whether waiting jobs must be offered again because a displacement freed room, and the round's
+//! tallies. The allocations themselves live in the cycle's queues and node db
+//! ([`super::context::PoolCycle`]), which record their undo here.
 
 use super::decisions::Reason;
-use super::job::{GangShape, Undo};
+use super::job::{Fate, GangShape, Status, Undo};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// The cycle's record of its changes.
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
+    /// Each job's fate, by the job's index in the cycle.
+    fates: Vec<Fate>,
     /// Changes of the trials being recorded, the latest last.
     undo: Vec<Undo>,
     /// True while some trial is being recorded.
@@ -29,9 +32,93 @@ pub(super) struct Ledger {
     /// may come after jobs the guest could have displaced nobody for elsewhere): waiting jobs are
     /// offered again ([`super::earmark`]).
     reoffer: bool,
+    /// Gang members failed in this cycle.
+    failed: Vec<u32>,
+    /// Jobs evicted for fair share in this cycle (for the report).
+    evicted_count: usize,
+    /// Placements attempted in this cycle (for the report).
+    jobs_tried: usize,
 }
 
 impl Ledger {
+    /// Starts the fate of the next job to join the cycle (its index is the count so far).
+    pub(super) fn add_job(&mut self, fate: Fate) {
+        self.fates.push(fate);
+    }
+
+    /// What has happened to job `j` so far.
+    #[inline]
+    pub(super) fn fate(&self, j: u32) -> &Fate {
+        &self.fates[j as usize]
+    }
+
+    /// Job `j`'s status.
+    #[inline]
+    pub(super) fn status(&self, j: u32) -> Status {
+        self.fates[j as usize].status
+    }
+
+    /// The node job `j` holds resources on, if any.
+    #[inline]
+    pub(super) fn held_node(&self, j: u32) -> Option<u32> {
+        self.fates[j as usize].held_node()
+    }
+
+    /// True if job `j` holds a place at the end of the cycle.
+    #[inline]
+    pub(super) fn scheduled(&self, j: u32) -> bool {
+        self.fates[j as usize].scheduled()
+    }
+
+    /// Every job's fate, by index.
+    pub(super) fn fates(&self) -> &[Fate] {
+        &self.fates
+    }
+
+    /// Changes job `j`'s fate; while a trial is recorded, the old fate goes on the undo log
+    /// first, so that no change escapes a rollback.
+    pub(super) fn change(&mut self, j: u32, f: impl FnOnce(&mut Fate)) {
+        if self.recording {
+            self.undo.push(Undo::Fate { job: j, fate: self.fates[j as usize].clone() });
+        }
+        f(&mut self.fates[j as usize]);
+    }
+
+    /// Puts back a fate taken off the undo log.
+    pub(super) fn restore(&mut self, j: u32, fate: Fate) {
+        self.fates[j as usize] = fate;
+    }
+
+    /// Notes that gang member `j` failed for good in this cycle.
+    pub(super) fn note_failed(&mut self, j: u32) {
+        self.failed.push(j);
+    }
+
+    /// The gang members failed in this cycle.
+    pub(super) fn failed(&self) -> &[u32] {
+        &self.failed
+    }
+
+    /// Counts running jobs evicted for fair share.
+    pub(super) fn count_evicted(&mut self, n: usize) {
+        self.evicted_count += n;
+    }
+
+    /// Running jobs evicted for fair share in this cycle.
+    pub(super) fn evicted_count(&self) -> usize {
+        self.evicted_count
+    }
+
+    /// Counts placement attempts.
+    pub(super) fn count_tried(&mut self, n: usize) {
+        self.jobs_tried += n;
+    }
+
+    /// Placements attempted in this cycle.
+    pub(super) fn jobs_tried(&self) -> usize {
+        self.jobs_tried
+    }
+
     /// True while a trial is being recorded.
     #[inline]
     pub(super) fn recording(&self) -> bool {

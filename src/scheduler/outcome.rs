@@ -19,11 +19,11 @@ use std::sync::Arc;
 impl PoolCycle<'_> {
     /// Turns the cycle's outcome into decisions.
     pub(super) fn finish(self, out: &mut Decisions, done: &mut HashSet<crate::model::JobId>) {
-        for (ji, j) in self.jobs.iter().enumerate() {
+        for (ji, (j, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
             let new = j.origin == Origin::Queued;
-            match j.status {
+            match fate.status {
                 Status::Placed | Status::Returned if new => {
-                    let Some(n) = j.node.map(|n| self.view.nodes[n as usize]) else { continue };
+                    let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
                     done.insert(j.id);
                     out.leases.push(Lease {
                         job_id: j.id,
@@ -34,7 +34,7 @@ impl PoolCycle<'_> {
                     });
                 }
                 Status::Evicted | Status::Preempted if !new => {
-                    let Some(n) = j.node.map(|n| self.view.nodes[n as usize]) else { continue };
+                    let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
@@ -48,14 +48,14 @@ impl PoolCycle<'_> {
                     out.failures.push(Failure {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
-                        reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoPool),
+                        reason: fate.reason.as_deref().cloned().unwrap_or(Reason::NoPool),
                     });
                 }
                 // Placed earlier in the cycle, then evicted again and not back: stays queued.
                 Status::Evicted | Status::Waiting | Status::Preempted => {
-                    let reason = match (j.displaced_by, &j.reason) {
-                        (Some(by), _) if j.status != Status::Waiting => Some(Arc::new(Reason::Displaced {
-                            by: self.jobs[self.final_holder(by, j.node) as usize].id,
+                    let reason = match (fate.displaced_by, &fate.reason) {
+                        (Some(by), _) if fate.status != Status::Waiting => Some(Arc::new(Reason::Displaced {
+                            by: self.jobs[self.final_holder(by, fate.node) as usize].id,
                         })),
                         (_, r) => r.clone(),
                     };
@@ -78,9 +78,9 @@ impl PoolCycle<'_> {
     /// displacer that was itself displaced, or moved elsewhere, passes the place on).
     fn final_holder(&self, mut x: u32, node: Option<u32>) -> u32 {
         for _ in 0..self.jobs.len() {
-            let j = &self.jobs[x as usize];
-            let holds = j.scheduled() && (node.is_none() || j.node == node);
-            match (holds, j.displaced_by) {
+            let fate = self.ledger.fate(x);
+            let holds = fate.scheduled() && (node.is_none() || fate.node == node);
+            match (holds, fate.displaced_by) {
                 (false, Some(y)) => x = y,
                 _ => break,
             }
@@ -90,16 +90,16 @@ impl PoolCycle<'_> {
 
     /// Who holds the place job `x` lost, if anyone still does.
     fn place_holder(&self, x: u32) -> Option<u32> {
-        let m = &self.jobs[x as usize];
+        let m = self.ledger.fate(x);
         let by = self.final_holder(m.displaced_by?, m.node);
-        let b = &self.jobs[by as usize];
+        let b = self.ledger.fate(by);
         (b.scheduled() && b.node == m.node).then_some(by)
     }
 
     /// Why running job `ji`, evicted and not back or preempted, lost its place.
     fn preemption_reason(&self, ji: u32) -> PreemptionReason {
-        let j = &self.jobs[ji as usize];
-        let cascaded = matches!(j.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
+        let (j, fate) = (&self.jobs[ji as usize], self.ledger.fate(ji));
+        let cascaded = matches!(fate.reason.as_deref(), Some(Reason::GangMemberLost { .. }));
         let own = if cascaded { None } else { self.place_holder(ji).or_else(|| self.earmark_taker(ji)) };
         // A gang member that kept its place went because another member lost one.
         let via_gang = match (&own, &j.info.gang) {
@@ -107,14 +107,14 @@ impl PoolCycle<'_> {
                 .gang_members(j.queue, g.id.as_str())
                 .into_iter()
                 .find_map(|x| self.place_holder(x))
-                .or_else(|| j.displaced_by.map(|by| self.final_holder(by, None)))
+                .or_else(|| fate.displaced_by.map(|by| self.final_holder(by, None)))
                 .map(|by| (g.id.clone(), by)),
             _ => None,
         };
         let reason = match (own, via_gang) {
             (Some(by), _) => {
                 let b = &self.jobs[by as usize];
-                let home = j
+                let home = fate
                     .node
                     .filter(|&n| self.view.earmarks.is_guest(n, j.queue) && self.view.earmarks.is_home(n, b.queue));
                 if let Some(n) = home {
@@ -137,7 +137,7 @@ impl PoolCycle<'_> {
                 PreemptionReason::GangMember { gang, by: b.id, by_queue: b.info.queue.clone() }
             }
             (None, None) => PreemptionReason::NotRescheduled {
-                reason: j.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
+                reason: fate.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
                     pool: self.view.pool.clone(),
                     missing: "its resources".to_string(),
                 }),
@@ -189,8 +189,8 @@ impl PoolCycle<'_> {
                     }
                 })
                 .collect(),
-            evicted: self.evicted_count,
-            jobs_tried: self.jobs_tried,
+            evicted: self.ledger.evicted_count(),
+            jobs_tried: self.ledger.jobs_tried(),
             queue_priority: self.tree.as_ref().map(|t| t.first_priorities().clone()).unwrap_or_default(),
         }
     }

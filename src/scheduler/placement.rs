@@ -20,7 +20,7 @@ const DISPLACE_CANDIDATES: usize = 8;
 impl PoolCycle<'_> {
     /// Tries the queue's candidate.
     pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
-        self.jobs_tried += cand.jobs.len();
+        self.ledger.count_tried(cand.jobs.len());
         if cand.evicted {
             let back =
                 if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
@@ -35,15 +35,15 @@ impl PoolCycle<'_> {
                         .gang_members(q, g.id.as_str())
                         .into_iter()
                         .filter(|&m| {
-                            matches!(self.jobs[m as usize].status, Status::Evicted | Status::Failed | Status::Waiting)
+                            matches!(self.ledger.status(m), Status::Evicted | Status::Failed | Status::Waiting)
                         })
                         .collect(),
                     None => cand.jobs.clone(),
                 };
                 let mut req = self.view.layout.zero();
                 for &j in &members {
-                    if self.jobs[j as usize].status == Status::Evicted
-                        && let Some(node) = self.jobs[j as usize].node()
+                    if self.ledger.status(j) == Status::Evicted
+                        && let Some(node) = self.ledger.held_node(j)
                     {
                         self.db.remove(node, j);
                     }
@@ -302,18 +302,20 @@ impl PoolCycle<'_> {
             return_rank: 0,
             req: req.clone(),
         };
-        let status = if job.status == Status::Evicted { Status::Returned } else { Status::Placed };
+        let status = if self.ledger.status(j) == Status::Evicted { Status::Returned } else { Status::Placed };
         let (q, pc) = (job.queue, job.priority_class);
         self.db.add(n, occ);
         self.ledger.record(|| Undo::Added { node: n, job: j });
-        self.set_status(j, status, None);
-        self.jobs[j as usize].node = Some(n);
+        self.ledger.change(j, |f| {
+            f.status = status;
+            f.node = Some(n);
+        });
         self.alloc(q, pc, req, true);
     }
 
     /// Takes `v` off its node for `by`.
     fn displace(&mut self, v: u32, by: u32, by_req: &ResVec) {
-        let Some(node) = self.jobs[v as usize].node() else { return };
+        let Some(node) = self.ledger.held_node(v) else { return };
         let Some(occ) = self.db.remove(node, v) else { return };
         // A victim larger than the job that displaced it frees room a cached verdict did not see.
         if !fits(&occ.req, by_req) {
@@ -321,7 +323,7 @@ impl PoolCycle<'_> {
             self.ledger.mark_reoffer();
         }
         let victim = &self.jobs[v as usize];
-        let (q, pc, status) = (victim.queue, victim.priority_class, victim.status);
+        let (q, pc, status) = (victim.queue, victim.priority_class, self.ledger.status(v));
         let req = occ.req.clone();
         self.ledger.record(|| Undo::Removed { node, occ });
         let new = victim.origin == Origin::Queued;
@@ -332,8 +334,12 @@ impl PoolCycle<'_> {
                 if self.view.earmarks.is_guest(node, q) {
                     self.ledger.mark_reoffer();
                 }
-                self.set_status(v, Status::Waiting, Some(by));
-                self.jobs[v as usize].reason = Some(Arc::new(Reason::Displaced { by: self.jobs[by as usize].id }));
+                let reason = Arc::new(Reason::Displaced { by: self.jobs[by as usize].id });
+                self.ledger.change(v, |f| {
+                    f.status = Status::Waiting;
+                    f.displaced_by = Some(by);
+                    f.reason = Some(reason);
+                });
                 self.alloc(q, pc, &req, false);
             }
             Status::Placed | Status::Running | Status::Returned => {
@@ -359,20 +365,25 @@ impl PoolCycle<'_> {
                 continue;
             }
             let job = &self.jobs[m as usize];
-            let (status, new, pc) = (job.status, job.origin == Origin::Queued, job.priority_class);
+            let (status, new, pc) = (self.ledger.status(m), job.origin == Origin::Queued, job.priority_class);
             match status {
                 Status::Placed | Status::Returned | Status::Running => {
-                    let Some(node) = job.node() else { continue };
+                    let Some(node) = self.ledger.held_node(m) else { continue };
                     let Some(occ) = self.db.remove(node, m) else { continue };
                     let req = occ.req.clone();
                     self.ledger.record(|| Undo::Removed { node, occ });
-                    self.set_status(m, if new { Status::Waiting } else { Status::Preempted }, Some(by));
-                    self.jobs[m as usize].reason = Some(lost.clone());
+                    self.ledger.change(m, |f| {
+                        f.status = if new { Status::Waiting } else { Status::Preempted };
+                        f.displaced_by = Some(by);
+                        f.reason = Some(lost.clone());
+                    });
                     self.alloc(q, pc, &req, false);
                 }
                 Status::Failed => {
-                    self.set_status(m, Status::Waiting, None);
-                    self.jobs[m as usize].reason = Some(lost.clone());
+                    self.ledger.change(m, |f| {
+                        f.status = Status::Waiting;
+                        f.reason = Some(lost.clone());
+                    });
                 }
                 Status::Waiting | Status::Evicted | Status::Preempted => {}
             }
@@ -381,14 +392,14 @@ impl PoolCycle<'_> {
         self.ledger.mark_reoffer();
     }
 
-    /// Changes a job's status (and who displaced it), recording the old one.
+    /// Changes a job's status (and who displaced it, when given), recording the old fate.
     pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
-        self.remember_status(j);
-        let job = &mut self.jobs[j as usize];
-        job.status = status;
-        if displaced_by.is_some() {
-            job.displaced_by = displaced_by;
-        }
+        self.ledger.change(j, |f| {
+            f.status = status;
+            if displaced_by.is_some() {
+                f.displaced_by = displaced_by;
+            }
+        });
     }
 
     pub(super) fn alloc(&mut self, q: u32, pc: u16, req: &ResVec, added: bool) {
@@ -422,13 +433,7 @@ impl PoolCycle<'_> {
                     self.db.remove(node, job);
                 }
                 Undo::Removed { node, occ } => self.db.add(node, occ),
-                Undo::Status { job, status, displaced_by, reason, node } => {
-                    let j = &mut self.jobs[job as usize];
-                    j.status = status;
-                    j.displaced_by = displaced_by;
-                    j.reason = reason;
-                    j.node = node;
-                }
+                Undo::Fate { job, fate } => self.ledger.restore(job, fate),
                 Undo::Alloc { queue, priority_class: pc, req, added } => {
                     let qc = &mut self.queues[queue as usize];
                     if added {
@@ -446,7 +451,7 @@ impl PoolCycle<'_> {
 
     /// Puts an evicted job back on its own node if there is room.
     pub(super) fn return_evicted(&mut self, e: u32) -> bool {
-        let Some(node) = self.jobs[e as usize].node else { return false };
+        let Some(node) = self.ledger.fate(e).node else { return false };
         let req = self.req(e);
         let had = self.db.remove(node, e);
         if let Some(occ) = &had {
@@ -479,7 +484,7 @@ impl PoolCycle<'_> {
                 let gang = cand.gang.as_ref().map(|g| g.id.clone()).unwrap_or_default();
                 let reason = Arc::new(Reason::GangMemberLost { gang });
                 for &m in &cand.jobs {
-                    self.jobs[m as usize].reason = Some(reason.clone());
+                    self.ledger.change(m, |f| f.reason = Some(reason.clone()));
                 }
                 return false;
             }

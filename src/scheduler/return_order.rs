@@ -96,8 +96,7 @@ impl PoolCycle<'_> {
         let order = self.return_order_of(lists);
         let base = self.returns.ranks_below(order.len());
         for (i, &j) in order.iter().enumerate() {
-            let job = &self.jobs[j as usize];
-            let Some(node) = job.node else { continue };
+            let Some(node) = self.ledger.fate(j).node else { continue };
             let freed_at = self.freed_at(j, node, true);
             let Some(mut occ) = self.db.remove(node, j) else { continue };
             occ.freed_at = freed_at;
@@ -105,13 +104,13 @@ impl PoolCycle<'_> {
             occ.return_rank = base + i as u32;
             self.db.add(node, occ);
         }
-        self.returns.restart(&self.db, &self.jobs, chosen, &order);
+        self.returns.restart(&self.db, self.ledger.fates(), chosen, &order);
     }
 
     /// The node where a job needing `req` on nodes of `types` takes the places of the evicted
     /// jobs freed at eviction level `level` that would return last ([`super::return_walk::ReturnWalk::fair_share_node`]).
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
         debug_assert!(self.view.levels.is_eviction_level(level));
-        self.returns.fair_share_node(&self.db, &self.jobs, self.ledger.recording(), level, types, req)
+        self.returns.fair_share_node(&self.db, self.ledger.fates(), self.ledger.recording(), level, types, req)
     }
 }

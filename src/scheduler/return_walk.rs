@@ -3,7 +3,7 @@
 //! places of the evicted jobs that would return last. Reads only the node db and the jobs, so the
 //! cycle can lend it those while it updates its own list.
 
-use super::job::{CycleJob, Status};
+use super::job::{Fate, Status};
 use super::nodedb::{NodeDb, Occupant};
 use super::resvec::{ResVec, add_to, fits};
 use rustc_hash::FxHashMap as HashMap;
@@ -31,12 +31,12 @@ impl Default for ReturnWalk {
 }
 
 /// Job `j`'s node and occupancy if it is evicted and still holds its place there.
-pub(super) fn evicted_occupant<'d>(db: &'d NodeDb, jobs: &[CycleJob<'_>], j: u32) -> Option<(u32, &'d Occupant)> {
-    let job = &jobs[j as usize];
-    if job.status != Status::Evicted {
+pub(super) fn evicted_occupant<'d>(db: &'d NodeDb, fates: &[Fate], j: u32) -> Option<(u32, &'d Occupant)> {
+    let fate = &fates[j as usize];
+    if fate.status != Status::Evicted {
         return None;
     }
-    let n = job.node?;
+    let n = fate.node?;
     db.nodes[n as usize].occupants.iter().find(|o| o.job == j && o.evicted).map(|o| (n, o))
 }
 
@@ -50,11 +50,11 @@ impl ReturnWalk {
     /// After an eviction: the jobs still evicted from earlier rounds (but not `chosen` again)
     /// keep their order, and the jobs just evicted (`order`, first to return first) follow, last
     /// to return first.
-    pub(super) fn restart(&mut self, db: &NodeDb, jobs: &[CycleJob<'_>], chosen: &BTreeSet<u32>, order: &[u32]) {
+    pub(super) fn restart(&mut self, db: &NodeDb, fates: &[Fate], chosen: &BTreeSet<u32>, order: &[u32]) {
         let mut walk: Vec<u32> = self.order[self.head..]
             .iter()
             .copied()
-            .filter(|&j| j != GONE && !chosen.contains(&j) && evicted_occupant(db, jobs, j).is_some())
+            .filter(|&j| j != GONE && !chosen.contains(&j) && evicted_occupant(db, fates, j).is_some())
             .collect();
         walk.extend(order.iter().rev());
         self.order = walk;
@@ -74,7 +74,7 @@ impl ReturnWalk {
     pub(super) fn fair_share_node(
         &mut self,
         db: &NodeDb,
-        jobs: &[CycleJob<'_>],
+        fates: &[Fate],
         recording: bool,
         level: u8,
         types: &[u32],
@@ -93,7 +93,7 @@ impl ReturnWalk {
                 continue;
             }
             visited += 1;
-            let Some((n, occ)) = evicted_occupant(db, jobs, j) else {
+            let Some((n, occ)) = evicted_occupant(db, fates, j) else {
                 // Returned or displaced: gone for good, unless it happened in a trial that may
                 // still be rolled back.
                 if !recording {

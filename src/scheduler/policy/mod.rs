@@ -170,10 +170,11 @@ impl<'a> PoolCycle<'a> {
                     .filter(|o| !o.evicted)
                     .filter_map(|o| {
                         let v = &self.jobs[o.job as usize];
-                        let eligible = matches!(v.status, Status::Running | Status::Placed | Status::Returned)
-                            && v.priority > prio
-                            && self.view.priority_classes[v.priority_class as usize].preemptible
-                            && self.in_gpu_line(o.job) == line;
+                        let eligible =
+                            matches!(self.ledger.status(o.job), Status::Running | Status::Placed | Status::Returned)
+                                && v.priority > prio
+                                && self.view.priority_classes[v.priority_class as usize].preemptible
+                                && self.in_gpu_line(o.job) == line;
                         eligible.then(|| (v.priority, self.started_ms(o.job), v.seq, o.job))
                     })
                     .collect();
@@ -228,11 +229,11 @@ impl<'a> PoolCycle<'a> {
             all.extend(self.gang_members(q, g.id.as_str()).into_iter().filter(|&m| m != v));
         }
         for m in all {
-            let job = &self.jobs[m as usize];
-            if !matches!(job.status, Status::Running | Status::Returned) {
+            if !matches!(self.ledger.status(m), Status::Running | Status::Returned) {
                 continue;
             }
-            let Some(node) = job.node() else { continue };
+            let Some(node) = self.ledger.held_node(m) else { continue };
+            let job = &self.jobs[m as usize];
             let (q, pc) = (job.queue, job.priority_class);
             let Some(occ) = self.db.remove(node, m) else { continue };
             self.set_status(m, Status::Preempted, None);

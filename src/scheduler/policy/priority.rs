@@ -75,10 +75,10 @@ impl PoolCycle<'_> {
                 add_to(&mut req, &self.req(m));
             }
             self.attempt(q, Candidate { jobs: members.clone(), evicted: false, gang, req }, rate);
-            if members.iter().any(|&m| self.jobs[m as usize].scheduled()) || blocked[line].is_some() {
+            if members.iter().any(|&m| self.ledger.scheduled(m)) || blocked[line].is_some() {
                 continue;
             }
-            let waits = self.jobs[first as usize].reason.as_deref().is_some_and(Self::waits_for_room);
+            let waits = self.ledger.fate(first).reason.as_deref().is_some_and(Self::waits_for_room);
             if waits && self.could_ever_fit(&members) {
                 blocked[line] = Some((prio, self.behind(first)));
             }

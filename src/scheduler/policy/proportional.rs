@@ -207,7 +207,7 @@ impl PoolCycle<'_> {
                 .filter(|&j| {
                     let job = &self.jobs[j as usize];
                     job.queue as usize == q
-                        && job.status == Status::Running
+                        && self.ledger.status(j) == Status::Running
                         && self.view.priority_classes[job.priority_class as usize].preemptible
                         && self.req(j)[s] > 0
                 })
@@ -220,7 +220,7 @@ impl PoolCycle<'_> {
                 if self.queues[q].alloc[s] <= target {
                     break;
                 }
-                if self.jobs[v as usize].status != Status::Running {
+                if self.ledger.status(v) != Status::Running {
                     continue;
                 }
                 let reason = PreemptionReason::ProportionalTarget {
