@@ -10,14 +10,12 @@ use super::context::PoolCycle;
 use super::earmark::Earmarks;
 use super::fairness::{CostModel, adjusted_fair_shares, fair_shares};
 use super::hierarchy::Hierarchy;
-use super::job::{Class, Constraint, GangIndex, JobFacts, Origin};
-use super::ledger::Ledger;
+use super::job::{Class, Constraint, JobFacts, Origin};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
 use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
-use super::return_walk::ReturnWalk;
 use super::snapshot::{JobInfo, QueueSnapshot, Snapshot};
 use super::usage::{QueueUsage, decay};
 use super::view::{PoolView, PriorityClassInfo};
@@ -73,23 +71,9 @@ impl<'a> PoolCycle<'a> {
             total,
             earmarks,
         };
-        let mut cycle = PoolCycle {
-            view,
-            matching_types: vec![],
-            db: NodeDb::new(vec![], &[], 0, &[], 1),
-            jobs: vec![],
-            queues,
-            ledger: Ledger::default(),
-            gangs: GangIndex::default(),
-            eviction_nodes: vec![],
-            rebalances: 0,
-            running_count: 0,
-            global_rate_stopped: None,
-            returns: ReturnWalk::default(),
-            tree: None,
-            policy: None,
-        };
-        cycle.tree = Hierarchy::build(&cycle.queues, cycle.view.default_priority(), cycle.view.layout.zero(), false);
+        let mut cycle = PoolCycle::empty(view, queues);
+        cycle.tree =
+            Hierarchy::build(&cycle.queues, cycle.view().default_priority(), cycle.view().layout.zero(), false);
         let mut interner = Interner::default();
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
@@ -103,6 +87,7 @@ impl<'a> PoolCycle<'a> {
         cycle.running_count = cycle.jobs.len();
         cycle.compute_shares();
         cycle.compute_limits();
+        cycle.view_is_built();
         cycle
     }
 
@@ -152,7 +137,7 @@ impl<'a> PoolCycle<'a> {
             let mut any = false;
             let mut prev: Option<QueueOrderKey> = None;
             let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
-            let mut demand = self.view.layout.zero();
+            let mut demand = self.view().layout.zero();
             for (i, j) in queued.iter().enumerate() {
                 if !eligible(j) {
                     facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
@@ -169,7 +154,7 @@ impl<'a> PoolCycle<'a> {
                 prev = Some(k);
                 facts.push(sj);
                 if qs.queued_demand.is_none()
-                    && let Ok(v) = &self.view.classes[c as usize].dense
+                    && let Ok(v) = &self.view().classes[c as usize].dense
                 {
                     add_to(&mut demand, v);
                 }
@@ -181,7 +166,7 @@ impl<'a> PoolCycle<'a> {
                 }
             }
             if let Some(d) = qs.queued_demand.as_ref().filter(|_| !qs.queue.cordoned) {
-                demand = self.view.layout.dense_lossy(d);
+                demand = self.view().layout.dense_lossy(d);
             }
             let order = (!sorted).then(|| {
                 let key = |i: u32| self.queued_key(&facts[i as usize]);
@@ -213,7 +198,7 @@ impl<'a> PoolCycle<'a> {
         quarantined: &HashSet<(&str, &str)>,
     ) {
         let mut spec = LabelSpec::default();
-        for c in &self.view.constraints {
+        for c in &self.view().constraints {
             spec.add_constraints(c.reqs);
         }
         for j in &self.jobs {
@@ -232,19 +217,19 @@ impl<'a> PoolCycle<'a> {
         let in_quarantine: Vec<bool> = if quarantined.is_empty() {
             Vec::new()
         } else {
-            self.view.nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
+            self.view().nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        self.matching_types = vec![None; self.view.constraints.len()];
-        self.view.types = NodeTypes::build(&self.view.nodes, &spec, &in_quarantine);
-        self.view.earmarks.set_types(&self.view.types);
+        self.matching_types = vec![None; self.view().constraints.len()];
+        let types = NodeTypes::build(&self.view().nodes, &spec, &in_quarantine);
+        self.view_while_building().set_node_types(types);
         let key_slots: Vec<Option<usize>> =
-            self.view.cfg.indexed_resources.iter().map(|r| self.view.layout.slot(r.as_str())).collect();
+            self.view().cfg.indexed_resources.iter().map(|r| self.view().layout.slot(r.as_str())).collect();
         self.db = NodeDb::new(
             capacities,
-            &self.view.types.type_of,
-            self.view.types.types.len(),
+            &self.view().types.type_of,
+            self.view().types.types.len(),
             &key_slots,
-            self.view.levels.count(),
+            self.view().levels.count(),
         );
     }
 
@@ -252,10 +237,10 @@ impl<'a> PoolCycle<'a> {
     fn place_running(&mut self, running: Vec<(u32, u32)>) {
         for (j, node) in running {
             let job = &self.jobs[j as usize];
-            let req = self.view.classes[job.class as usize]
+            let req = self.view().classes[job.class as usize]
                 .dense
                 .clone()
-                .unwrap_or_else(|_| self.view.layout.dense_lossy(&job.info.requirements.requests));
+                .unwrap_or_else(|_| self.view().layout.dense_lossy(&job.info.requirements.requests));
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
@@ -280,7 +265,7 @@ impl<'a> PoolCycle<'a> {
         }
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.view.cost.share(&self.queues[i].demand)).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.view().cost.share(&self.queues[i].demand)).collect();
         let plain = fair_shares(&weights);
         let adjusted = adjusted_fair_shares(&weights, &demands);
         for (k, &i) in active.iter().enumerate() {
@@ -288,8 +273,9 @@ impl<'a> PoolCycle<'a> {
             q.fair_share = plain[k];
             q.adjusted_fair_share = adjusted[k];
         }
-        for q in &mut self.queues {
-            q.actual_share = self.view.cost.share(&q.alloc);
+        let (view, queues) = self.view_and_queues();
+        for q in queues {
+            q.actual_share = view.cost.share(&q.alloc);
             q.overshare = q.actual_share - q.adjusted_fair_share;
             q.usage = q.actual_share;
         }
@@ -314,14 +300,15 @@ impl<'a> PoolCycle<'a> {
             }
             Some(v)
         };
-        for q in &mut self.queues {
-            q.limit = caps(&q.snap.queue.resource_limits, &self.view.layout, &self.view.total);
-            for (i, pc) in self.view.cfg.priority_classes.iter().enumerate() {
+        let (view, queues) = self.view_and_queues();
+        for q in queues {
+            q.limit = caps(&q.snap.queue.resource_limits, &view.layout, &view.total);
+            for (i, pc) in view.cfg.priority_classes.iter().enumerate() {
                 let mut f = pc.max_resource_fraction_per_queue.clone();
                 if let Some(over) = q.snap.queue.resource_limits_by_priority_class.get(&pc.name) {
                     f.extend(over.iter().map(|(k, v)| (k.clone(), *v)));
                 }
-                q.priority_class_limits[i] = caps(&f, &self.view.layout, &self.view.total);
+                q.priority_class_limits[i] = caps(&f, &view.layout, &view.total);
             }
         }
     }
@@ -334,7 +321,7 @@ impl<'a> PoolCycle<'a> {
         }
         let fp = info.requirements.fingerprint();
         if let Some(cands) = interner.classes.get(&fp)
-            && let Some(&c) = cands.iter().find(|&&c| *self.view.classes[c as usize].reqs == *reqs)
+            && let Some(&c) = cands.iter().find(|&&c| *self.view().classes[c as usize].reqs == *reqs)
         {
             interner.by_ptr.insert(ptr, c);
             return c;
@@ -343,18 +330,17 @@ impl<'a> PoolCycle<'a> {
         let constraint = match interner
             .constraints
             .get(&cfp)
-            .and_then(|v| v.iter().find(|&&c| same_constraints(self.view.constraints[c as usize].reqs, reqs)))
+            .and_then(|v| v.iter().find(|&&c| same_constraints(self.view().constraints[c as usize].reqs, reqs)))
         {
             Some(&c) => c,
             None => {
-                self.view.constraints.push(Constraint { reqs });
-                let c = (self.view.constraints.len() - 1) as u32;
+                let c = self.view_while_building().add_constraint(Constraint { reqs });
                 interner.constraints.entry(cfp).or_default().push(c);
                 c
             }
         };
-        self.view.classes.push(Class { reqs, dense: self.view.layout.dense(&reqs.requests), constraint });
-        let c = (self.view.classes.len() - 1) as u32;
+        let class = Class { reqs, dense: self.view().layout.dense(&reqs.requests), constraint };
+        let c = self.view_while_building().add_class(class);
         interner.classes.entry(fp).or_default().push(c);
         interner.by_ptr.insert(ptr, c);
         c
@@ -363,12 +349,12 @@ impl<'a> PoolCycle<'a> {
     /// Index of the job's priority class (unknown names get the default class).
     pub(super) fn priority_class_of(&self, info: &JobInfo) -> u16 {
         let name = info.priority_class.as_str();
-        self.view
+        self.view()
             .priority_classes
             .iter()
             .position(|p| p.name.as_str() == name)
             .map(|p| p as u16)
-            .unwrap_or(self.view.default_priority_class)
+            .unwrap_or(self.view().default_priority_class)
     }
 
     /// Like [`Self::priority_class_of`], memoised by the address of the class name (no string reads when
@@ -459,11 +445,11 @@ impl PoolCycle<'_> {
     /// or (with no half-time, or no record for the queue yet) its current share. Its cost in
     /// progressive filling is then that plus what the cycle adds to its share.
     pub(super) fn start_usage(&mut self, recorded: &QueueUsage, now_ms: i64) {
-        let h = self.view.cfg.queue_usage_halftime;
+        let h = self.view().cfg.queue_usage_halftime;
         if h.is_zero() {
             return;
         }
-        let pool = recorded.pools.get(&self.view.pool);
+        let pool = recorded.pools.get(&self.view().pool);
         for q in &mut self.queues {
             q.usage = match pool.and_then(|p| p.get(&q.name)) {
                 Some(s) => decay(s.usage, s.current, now_ms - recorded.at_ms, h),

@@ -1,5 +1,5 @@
 //! The per-cycle context: one pool's cycle (`PoolCycle`). It holds the pool as the cycle sees it
-//! ([`super::view::PoolView`], read-only once built), what has happened so far (the jobs taking
+//! ([`super::view::PoolView`], private to this file and read-only once built), what has happened so far (the jobs taking
 //! part, [`super::job`]; the queues, [`super::queue`]; the node db; the queue tree, the policy's
 //! state) and the ledger of changes to undo or re-examine ([`super::ledger`]).
 //!
@@ -26,8 +26,11 @@ use std::sync::Arc;
 /// read-only afterwards) and what the cycle has done so far.
 pub(super) struct PoolCycle<'a> {
     /// The pool: config, nodes, layout, levels, priority classes, node types, interned
-    /// requirements, cost model, totals, earmarks.
-    pub view: PoolView<'a>,
+    /// requirements, cost model, totals, earmarks. Private to this file: steps read it through
+    /// [`Self::view`]; only [`super::build`] changes it, before [`Self::view_is_built`].
+    view: PoolView<'a>,
+    /// Set once [`super::build`] is done with the view.
+    view_built: bool,
     /// Node types each constraint may use, computed the first time it is asked for.
     pub matching_types: Vec<Option<Vec<u32>>>,
     /// Who occupies each node at which priority level, and what is free there.
@@ -60,10 +63,58 @@ pub(super) struct PoolCycle<'a> {
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.
 impl<'a> PoolCycle<'a> {
+    /// A cycle over `view` and its queues, before any job joins ([`super::build`] fills it).
+    pub(super) fn empty(view: PoolView<'a>, queues: Vec<CycleQueue<'a>>) -> Self {
+        PoolCycle {
+            view,
+            view_built: false,
+            matching_types: vec![],
+            db: NodeDb::new(vec![], &[], 0, &[], 1),
+            jobs: vec![],
+            queues,
+            ledger: Ledger::default(),
+            gangs: GangIndex::default(),
+            eviction_nodes: vec![],
+            rebalances: 0,
+            running_count: 0,
+            global_rate_stopped: None,
+            returns: ReturnWalk::default(),
+            tree: None,
+            policy: None,
+        }
+    }
+
+    /// The pool as the cycle sees it.
+    #[inline]
+    pub(super) fn view(&self) -> &PoolView<'a> {
+        &self.view
+    }
+
+    /// The view beside the cycle's queues, to set the queues from what the view says.
+    pub(super) fn view_and_queues(&mut self) -> (&PoolView<'a>, &mut [CycleQueue<'a>]) {
+        (&self.view, &mut self.queues)
+    }
+
+    /// The view beside the cache of node types per constraint, to fill the cache from it.
+    pub(super) fn view_and_type_cache(&mut self) -> (&PoolView<'a>, &mut [Option<Vec<u32>>]) {
+        (&self.view, &mut self.matching_types)
+    }
+
+    /// The pool's view, to finish while the cycle is built (node types, interned requirements).
+    pub(super) fn view_while_building(&mut self) -> &mut PoolView<'a> {
+        debug_assert!(!self.view_built, "the pool's view is read-only once the cycle is built");
+        &mut self.view
+    }
+
+    /// Marks the view as built: from here on the steps only read it.
+    pub(super) fn view_is_built(&mut self) {
+        self.view_built = true;
+    }
+
     /// Adds a job to the cycle and returns its index.
     pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
         let (class, pc) = (src.class, src.priority_class);
-        let p = &self.view.priority_classes[pc as usize];
+        let p = &self.view().priority_classes[pc as usize];
         self.jobs.push(CycleJob {
             info,
             id: src.id,
@@ -83,16 +134,16 @@ impl<'a> PoolCycle<'a> {
 
     /// Place of a queued job in its queue's order.
     pub(super) fn queued_key(&self, src: &JobFacts) -> QueueOrderKey {
-        QueueOrderKey::new(self.view.priority_classes[src.priority_class as usize].priority, src.priority, src.seq)
+        QueueOrderKey::new(self.view().priority_classes[src.priority_class as usize].priority, src.priority, src.seq)
     }
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the
     /// known part).
     pub(super) fn req(&self, j: u32) -> ResVec {
         let job = &self.jobs[j as usize];
-        match &self.view.classes[job.class as usize].dense {
+        match &self.view().classes[job.class as usize].dense {
             Ok(v) => v.clone(),
-            Err(_) => self.view.layout.dense_lossy(&job.info.requirements.requests),
+            Err(_) => self.view().layout.dense_lossy(&job.info.requirements.requests),
         }
     }
 

@@ -13,7 +13,7 @@ use super::resvec::{ResVec, add_to};
 impl PoolCycle<'_> {
     /// True if job `j` is preemptible.
     fn preemptible(&self, j: u32) -> bool {
-        self.view.priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
+        self.view().priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
     }
 
     /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
@@ -21,15 +21,15 @@ impl PoolCycle<'_> {
     #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
         let job = &self.jobs[j as usize];
-        if let Some(g) = self.view.levels.guest_level()
-            && self.view.earmarks.is_guest(n, job.queue)
+        if let Some(g) = self.view().levels.guest_level()
+            && self.view().earmarks.is_guest(n, job.queue)
         {
             return g;
         }
         if evicted {
-            self.view.levels.evicted_freed_at(job.priority_level as usize)
+            self.view().levels.evicted_freed_at(job.priority_level as usize)
         } else {
-            self.view.levels.running_freed_at(job.priority_level as usize)
+            self.view().levels.running_freed_at(job.priority_level as usize)
         }
     }
 
@@ -37,16 +37,16 @@ impl PoolCycle<'_> {
     /// it may use none.
     #[inline]
     pub(super) fn allowed_types(&self, j: u32, types: Vec<u32>) -> Result<Vec<u32>, Reason> {
-        if !self.view.earmarks.active() {
+        if !self.view().earmarks.active() {
             return Ok(types);
         }
         let (q, preemptible) = (self.jobs[j as usize].queue, self.preemptible(j));
         let (allowed, barred): (Vec<u32>, Vec<u32>) =
-            types.iter().partition(|&&t| self.view.earmarks.access_type(t, q, preemptible) != Access::Barred);
+            types.iter().partition(|&&t| self.view().earmarks.access_type(t, q, preemptible) != Access::Barred);
         if allowed.is_empty() && !barred.is_empty() {
             return Err(Reason::ReservedNodes {
-                pool: self.view.pool.clone(),
-                queues: self.view.earmarks.names_of(&barred),
+                pool: self.view().pool.clone(),
+                queues: self.view().earmarks.names_of(&barred),
             });
         }
         Ok(allowed)
@@ -58,11 +58,11 @@ impl PoolCycle<'_> {
     /// on home and open nodes.
     pub(super) fn try_place_earmarked(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.view.levels.max_search_level(job.priority_level as usize));
+        let (q, max) = (job.queue, self.view().levels.max_search_level(job.priority_level as usize));
         let preemptible = self.preemptible(j);
         let (mut home, mut open, mut guest) = (Vec::new(), Vec::new(), Vec::new());
         for &t in types {
-            match self.view.earmarks.access_type(t, q, preemptible) {
+            match self.view().earmarks.access_type(t, q, preemptible) {
                 Access::Home => home.push(t),
                 Access::Open => open.push(t),
                 Access::Guest => guest.push(t),
@@ -77,7 +77,7 @@ impl PoolCycle<'_> {
                 return Some(0);
             }
         }
-        let guest_level = self.view.levels.guest_level();
+        let guest_level = self.view().levels.guest_level();
         let mut displacing = home.clone();
         displacing.extend(open);
         for l in 1..=max {
@@ -99,21 +99,21 @@ impl PoolCycle<'_> {
     /// Why `j` (with dense requests `req`) waits if the reason is an earmark: it is barred from
     /// earmarked nodes where it would fit without moving anyone.
     pub(super) fn earmark_reason(&mut self, j: u32, req: &ResVec) -> Option<Reason> {
-        if !self.view.earmarks.active() || self.preemptible(j) {
+        if !self.view().earmarks.active() || self.preemptible(j) {
             return None;
         }
         let q = self.jobs[j as usize].queue;
-        let constraint = self.view.classes[self.jobs[j as usize].class as usize].constraint;
+        let constraint = self.view().classes[self.jobs[j as usize].class as usize].constraint;
         let barred: Vec<u32> = self
             .matching_types(constraint)
             .into_iter()
-            .filter(|&t| self.view.earmarks.access_type(t, q, false) == Access::Barred)
+            .filter(|&t| self.view().earmarks.access_type(t, q, false) == Access::Barred)
             .filter(|&t| self.db.type_nodes[t as usize].iter().any(|&n| self.db.fits_at(n, 0, req)))
             .collect();
         if barred.is_empty() {
             return None;
         }
-        Some(Reason::ReservedNodes { pool: self.view.pool.clone(), queues: self.view.earmarks.names_of(&barred) })
+        Some(Reason::ReservedNodes { pool: self.view().pool.clone(), queues: self.view().earmarks.names_of(&barred) })
     }
 
     /// After filling, in a pool with earmarked nodes: running jobs still evicted could not return
@@ -122,7 +122,7 @@ impl PoolCycle<'_> {
     /// this it would get that room only in the next cycle. Releases that room and, if jobs wait
     /// for room, fills once more.
     pub(super) fn refill_earmarked(&mut self, rate: &mut RateLimits) {
-        if !self.view.earmarks.active() {
+        if !self.view().earmarks.active() {
             return;
         }
         let lost: Vec<u32> = (0..self.running_count as u32)
@@ -167,11 +167,11 @@ impl PoolCycle<'_> {
     /// anyone, by jobs placed on its node — on an earmarked node, for a guest, by jobs at home
     /// there first. The latest such job, jobs at home preferred.
     pub(super) fn earmark_taker(&self, j: u32) -> Option<u32> {
-        if !self.view.earmarks.active() {
+        if !self.view().earmarks.active() {
             return None;
         }
         let n = self.ledger.fate(j).node?;
-        let guest = self.view.earmarks.is_guest(n, self.jobs[j as usize].queue);
+        let guest = self.view().earmarks.is_guest(n, self.jobs[j as usize].queue);
         let placed_here = |x: u32| {
             let fate = self.ledger.fate(x);
             matches!(fate.status, Status::Placed | Status::Returned) && fate.node == Some(n)
@@ -179,7 +179,7 @@ impl PoolCycle<'_> {
         let latest = |home: bool| {
             (0..self.jobs.len() as u32)
                 .rev()
-                .find(|&x| placed_here(x) && (!home || self.view.earmarks.is_home(n, self.jobs[x as usize].queue)))
+                .find(|&x| placed_here(x) && (!home || self.view().earmarks.is_home(n, self.jobs[x as usize].queue)))
         };
         if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
     }
@@ -187,16 +187,16 @@ impl PoolCycle<'_> {
     /// Per queue, what its jobs hold at the end of the cycle on nodes earmarked for it (home) and
     /// on nodes earmarked for others (guest). Empty when the pool has no earmarked nodes.
     pub(super) fn earmarked_allocation(&self) -> Vec<(ResVec, ResVec)> {
-        if !self.view.earmarks.active() {
+        if !self.view().earmarks.active() {
             return Vec::new();
         }
-        let mut out = vec![(self.view.layout.zero(), self.view.layout.zero()); self.queues.len()];
+        let mut out = vec![(self.view().layout.zero(), self.view().layout.zero()); self.queues.len()];
         for (j, (job, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
             let Some(n) = fate.node.filter(|_| fate.scheduled()) else { continue };
             let q = job.queue;
-            if self.view.earmarks.is_home(n, q) {
+            if self.view().earmarks.is_home(n, q) {
                 add_to(&mut out[q as usize].0, &self.req(j as u32));
-            } else if self.view.earmarks.is_guest(n, q) {
+            } else if self.view().earmarks.is_guest(n, q) {
                 add_to(&mut out[q as usize].1, &self.req(j as u32));
             }
         }

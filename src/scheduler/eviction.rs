@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 impl PoolCycle<'_> {
     /// Draws the nodes eligible for eviction and evicts the queues above their protected share.
     pub(super) fn evict(&mut self, rng: &mut rand_pcg::Pcg64) {
-        let p = self.view.cfg.node_eviction_probability;
+        let p = self.view().cfg.node_eviction_probability;
         self.eviction_nodes = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && draw(rng) < p)).collect();
         let shares: Vec<f64> = self.queues.iter().map(|q| q.adjusted_fair_share).collect();
         let over = self.over_share(&shares);
@@ -36,13 +36,13 @@ impl PoolCycle<'_> {
     /// Queues above their protected share now, given their adjusted fair shares; the others
     /// keep their `protected` mark.
     fn over_share(&mut self, adjusted: &[f64]) -> Vec<bool> {
-        let frac = self.view.cfg.protected_fraction_of_fair_share;
+        let frac = self.view().cfg.protected_fraction_of_fair_share;
         let over: Vec<bool> = self
             .queues
             .iter()
             .zip(adjusted)
             // A small tolerance keeps a queue exactly at its share from flapping on rounding.
-            .map(|(q, a)| self.view.cost.share(&q.alloc) > frac * q.fair_share.max(*a) + 1e-9)
+            .map(|(q, a)| self.view().cost.share(&q.alloc) > frac * q.fair_share.max(*a) + 1e-9)
             .collect();
         for (q, &o) in self.queues.iter_mut().zip(&over) {
             if o {
@@ -68,7 +68,7 @@ impl PoolCycle<'_> {
         }
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.view.cost.share(&demand[i])).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.view().cost.share(&demand[i])).collect();
         let adjusted = super::fairness::adjusted_fair_shares(&weights, &demands);
         let mut out = vec![0.0; self.queues.len()];
         for (k, &i) in active.iter().enumerate() {
@@ -79,7 +79,7 @@ impl PoolCycle<'_> {
 
     /// Evicts the preemptible jobs of `queues` on eviction nodes; true if any was evicted.
     fn evict_queues(&mut self, queues: &[bool]) -> bool {
-        if self.view.cfg.node_eviction_probability <= 0.0 || !queues.iter().any(|q| *q) {
+        if self.view().cfg.node_eviction_probability <= 0.0 || !queues.iter().any(|q| *q) {
             return false;
         }
         let mut chosen: BTreeSet<u32> = BTreeSet::new();
@@ -91,7 +91,7 @@ impl PoolCycle<'_> {
                 let job = &self.jobs[o.job as usize];
                 if o.evicted
                     || !queues[job.queue as usize]
-                    || !self.view.priority_classes[job.priority_class as usize].preemptible
+                    || !self.view().priority_classes[job.priority_class as usize].preemptible
                 {
                     continue;
                 }
@@ -188,7 +188,7 @@ impl PoolCycle<'_> {
         // broken gang) left room that jobs tried before it, guests among them (which may not
         // displace anyone), may take; and a guest whose new place a job at home took may find
         // another: offer the waiting jobs once more too.
-        let reoffer = self.view.earmarks.active() && self.ledger.take_reoffer();
+        let reoffer = self.view().earmarks.active() && self.ledger.take_reoffer();
         if !self.evict_queues(&over) && !reoffer {
             return false;
         }

@@ -105,7 +105,7 @@ impl<'a> PoolCycle<'a> {
                         .into_iter()
                         .filter(|&m| self.ledger.status(m) == Status::Evicted)
                         .collect();
-                    let req = self.view.layout.zero();
+                    let req = self.view().layout.zero();
                     let cand = Candidate { jobs: members, evicted: true, gang: Some(g), req };
                     self.return_evicted_gang(&cand);
                 }
@@ -154,7 +154,7 @@ impl<'a> PoolCycle<'a> {
             Some(r) => r.clone(),
             None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
                 queue: self.queues[q as usize].name.clone(),
-                limit: self.view.cfg.max_queue_lookback,
+                limit: self.view().cfg.max_queue_lookback,
             }),
             None => return Some(pos),
         };
@@ -170,7 +170,7 @@ impl<'a> PoolCycle<'a> {
             self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
         let lookback =
-            if self.view.cfg.max_queue_lookback == 0 { usize::MAX } else { self.view.cfg.max_queue_lookback };
+            if self.view().cfg.max_queue_lookback == 0 { usize::MAX } else { self.view().cfg.max_queue_lookback };
         loop {
             let next_queued = self.next_queued(q, lookback);
             let qc = &self.queues[q as usize];
@@ -201,7 +201,7 @@ impl<'a> PoolCycle<'a> {
             let req = if members.len() == 1 {
                 self.req(first)
             } else {
-                let mut req = self.view.layout.zero();
+                let mut req = self.view().layout.zero();
                 for &m in &members {
                     add_to(&mut req, &self.req(m));
                 }
@@ -209,7 +209,7 @@ impl<'a> PoolCycle<'a> {
             };
             let urgency = self.jobs[first as usize].class_priority;
             let qc = &self.queues[q as usize];
-            let cost_after = (self.view.cost.share_with(&qc.alloc, &req) + qc.usage_offset) * qc.priority_factor;
+            let cost_after = (self.view().cost.share_with(&qc.alloc, &req) + qc.usage_offset) * qc.priority_factor;
             let gang = if members.len() > 1 || self.jobs[first as usize].gang {
                 self.jobs[first as usize].info.gang.clone()
             } else {

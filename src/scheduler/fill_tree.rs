@@ -16,7 +16,7 @@ impl<'a> PoolCycle<'a> {
     /// the flat one does), and recomputes the shares through it.
     #[cfg(test)]
     pub(super) fn force_tree(&mut self) {
-        self.tree = Hierarchy::build(&self.queues, self.view.default_priority(), self.view.layout.zero(), true);
+        self.tree = Hierarchy::build(&self.queues, self.view().default_priority(), self.view().layout.zero(), true);
         self.tree_shares();
     }
 
@@ -25,7 +25,7 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn tree_shares(&mut self) {
         let Some(tree) = self.tree.take() else { return };
         let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-        let demands: Vec<f64> = self.queues.iter().map(|q| self.view.cost.share(&q.demand)).collect();
+        let demands: Vec<f64> = self.queues.iter().map(|q| self.view().cost.share(&q.demand)).collect();
         let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
         let (plain, adjusted) = tree.shares(&weights, &demands, &active);
         for (i, q) in self.queues.iter_mut().enumerate() {
@@ -40,7 +40,7 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn tree_adjusted_shares(&self, demand: &[ResVec]) -> Option<Vec<f64>> {
         let tree = self.tree.as_deref()?;
         let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-        let demands: Vec<f64> = demand.iter().map(|d| self.view.cost.share(d)).collect();
+        let demands: Vec<f64> = demand.iter().map(|d| self.view().cost.share(d)).collect();
         let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
         Some(tree.shares(&weights, &demands, &active).1)
     }
@@ -55,7 +55,7 @@ impl<'a> PoolCycle<'a> {
         // recomputing, with their ancestors.
         tree.start_picks();
         self.ledger.start_alloc_log();
-        while let Some(q) = tree.pick(&self.queues, &self.view.cost, &turns) {
+        while let Some(q) = tree.pick(&self.queues, &self.view().cost, &turns) {
             tree.record_first_offers(&self.queues);
             self.offer_and_advance(q, &mut turns, rate);
             tree.mark_stale(q);
@@ -115,14 +115,14 @@ impl PoolCycle<'_> {
                     weight: 1.0 / q.priority_factor,
                     fair_share: q.fair_share,
                     adjusted_fair_share: q.adjusted_fair_share,
-                    actual_share: self.view.cost.share(&start[i]),
-                    share_after: self.view.cost.share(&alloc[i]),
+                    actual_share: self.view().cost.share(&start[i]),
+                    share_after: self.view().cost.share(&alloc[i]),
                     protected: q.protected,
-                    allocated: self.view.layout.named(&alloc[i]),
-                    demand: self.view.layout.named(&demand[i]),
+                    allocated: self.view().layout.named(&alloc[i]),
+                    demand: self.view().layout.named(&demand[i]),
                     home_allocated: Default::default(),
                     guest_allocated: Default::default(),
-                    usage: self.view.cost.share(&start[i]),
+                    usage: self.view().cost.share(&start[i]),
                     parent: self.tree_parent_name(i as u32),
                     is_parent: true,
                     proportional_target: None,

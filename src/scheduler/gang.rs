@@ -56,7 +56,7 @@ impl PoolCycle<'_> {
             let detail = label
                 .map(|l| format!("no matching node has label {l}"))
                 .unwrap_or_else(|| "no matching node".to_string());
-            let no_node = Reason::NoMatchingNode { pool: self.view.pool.clone(), detail };
+            let no_node = Reason::NoMatchingNode { pool: self.view().pool.clone(), detail };
             self.fail_members(&members, gang_reason(0, Some(Arc::new(no_node))));
             return 0;
         }
@@ -72,7 +72,7 @@ impl PoolCycle<'_> {
             }
             return 0;
         }
-        let max_level = self.view.levels.max_search_level(first.priority_level as usize);
+        let max_level = self.view().levels.max_search_level(first.priority_level as usize);
         // Pool policies other than fair_share preempt by their own rules, which the levels do not
         // count: every domain gets a trial there.
         let domains = if same_class && self.policy.is_none() {
@@ -132,9 +132,9 @@ impl PoolCycle<'_> {
         all_types.sort_unstable();
         all_types.dedup();
         for t in all_types {
-            let exec = self.view.types.types[t as usize].executor;
+            let exec = self.view().types.types[t as usize].executor;
             let value = match label {
-                Some(l) => match self.view.types.label(&self.view.nodes, t, l) {
+                Some(l) => match self.view().types.label(&self.view().nodes, t, l) {
                     Some(v) => Some(v),
                     None => continue,
                 },
@@ -154,10 +154,10 @@ impl PoolCycle<'_> {
             members: present,
             min_cardinality: gang.min_cardinality,
             uniformity_label: gang.node_uniformity_label.clone(),
-            profile: if self.view.earmarks.active() {
-                self.view
+            profile: if self.view().earmarks.active() {
+                self.view()
                     .earmarks
-                    .profile(first.queue, self.view.priority_classes[first.priority_class as usize].preemptible)
+                    .profile(first.queue, self.view().priority_classes[first.priority_class as usize].preemptible)
             } else {
                 0
             },
@@ -181,7 +181,7 @@ impl PoolCycle<'_> {
         let totals: Vec<ResVec> = domains
             .iter()
             .map(|dom| {
-                let mut total = self.view.layout.zero();
+                let mut total = self.view().layout.zero();
                 for &t in dom {
                     add_to(&mut total, self.db.type_free(max_level, t));
                 }
@@ -245,8 +245,8 @@ impl PoolCycle<'_> {
         // Tightest fit: least free left in the domain, indexed resources in order.
         for &t in dom {
             let free = self.db.type_free(0, t);
-            for (k, r) in self.view.cfg.indexed_resources.iter().enumerate().take(4) {
-                if let Some(s) = self.view.layout.slot(r.as_str()) {
+            for (k, r) in self.view().cfg.indexed_resources.iter().enumerate().take(4) {
+                if let Some(s) = self.view().layout.slot(r.as_str()) {
                     trial.leftover[k] += free[s];
                 }
             }

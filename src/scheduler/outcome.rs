@@ -23,18 +23,18 @@ impl PoolCycle<'_> {
             let new = j.origin == Origin::Queued;
             match fate.status {
                 Status::Placed | Status::Returned if new => {
-                    let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
+                    let Some(n) = fate.node.map(|n| self.view().nodes[n as usize]) else { continue };
                     done.insert(j.id);
                     out.leases.push(Lease {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
-                        pool: self.view.pool.clone(),
+                        pool: self.view().pool.clone(),
                         executor: n.executor.clone(),
                         node: n.name.clone(),
                     });
                 }
                 Status::Evicted | Status::Preempted if !new => {
-                    let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
+                    let Some(n) = fate.node.map(|n| self.view().nodes[n as usize]) else { continue };
                     out.preemptions.push(Preemption {
                         job_id: j.id,
                         queue: j.info.queue.clone(),
@@ -116,17 +116,17 @@ impl PoolCycle<'_> {
                 let b = &self.jobs[by as usize];
                 let home = fate
                     .node
-                    .filter(|&n| self.view.earmarks.is_guest(n, j.queue) && self.view.earmarks.is_home(n, b.queue));
+                    .filter(|&n| self.view().earmarks.is_guest(n, j.queue) && self.view().earmarks.is_home(n, b.queue));
                 if let Some(n) = home {
                     PreemptionReason::Reserved {
                         by: b.id,
                         by_queue: b.info.queue.clone(),
-                        node: self.view.nodes[n as usize].name.clone(),
+                        node: self.view().nodes[n as usize].name.clone(),
                     }
                 } else if b.class_priority > j.class_priority {
                     PreemptionReason::Urgency {
                         by: b.id,
-                        by_priority_class: self.view.priority_classes[b.priority_class as usize].name.clone(),
+                        by_priority_class: self.view().priority_classes[b.priority_class as usize].name.clone(),
                     }
                 } else {
                     PreemptionReason::FairShare { by: b.id, by_queue: b.info.queue.clone() }
@@ -138,7 +138,7 @@ impl PoolCycle<'_> {
             }
             (None, None) => PreemptionReason::NotRescheduled {
                 reason: fate.reason.as_deref().cloned().unwrap_or(Reason::NoCapacity {
-                    pool: self.view.pool.clone(),
+                    pool: self.view().pool.clone(),
                     missing: "its resources".to_string(),
                 }),
             },
@@ -153,10 +153,10 @@ impl PoolCycle<'_> {
         let parents = self.parent_reports();
         let targets = self.policy.as_ref().and_then(|p| p.targets.as_ref());
         PoolReport {
-            pool: self.view.pool.clone(),
+            pool: self.view().pool.clone(),
             policy: self.policy.as_ref().map(|p| p.policy).unwrap_or_default(),
-            total: self.view.layout.named(&self.view.total),
-            nodes: self.view.nodes.len(),
+            total: self.view().layout.named(&self.view().total),
+            nodes: self.view().nodes.len(),
             queues: self
                 .queues
                 .iter()
@@ -172,18 +172,18 @@ impl PoolCycle<'_> {
                         fair_share: q.fair_share,
                         adjusted_fair_share: q.adjusted_fair_share,
                         actual_share: q.actual_share,
-                        share_after: self.view.cost.share(&q.alloc),
+                        share_after: self.view().cost.share(&q.alloc),
                         protected: q.protected,
-                        allocated: self.view.layout.named(&q.alloc),
-                        demand: self.view.layout.named(&q.demand),
-                        home_allocated: earmarked.get(i).map(|a| self.view.layout.named(&a.0)).unwrap_or_default(),
-                        guest_allocated: earmarked.get(i).map(|a| self.view.layout.named(&a.1)).unwrap_or_default(),
+                        allocated: self.view().layout.named(&q.alloc),
+                        demand: self.view().layout.named(&q.demand),
+                        home_allocated: earmarked.get(i).map(|a| self.view().layout.named(&a.0)).unwrap_or_default(),
+                        guest_allocated: earmarked.get(i).map(|a| self.view().layout.named(&a.1)).unwrap_or_default(),
                         usage: q.usage,
                         parent: self.tree_parent_name(i as u32),
                         is_parent: false,
                         proportional_target: targets.map(|(s, t)| {
                             let mut r = crate::model::Resources::new();
-                            r.set(self.view.layout.name(*s).clone(), t[i]);
+                            r.set(self.view().layout.name(*s).clone(), t[i]);
                             r
                         }),
                     }
@@ -202,7 +202,7 @@ impl PoolCycle<'_> {
     pub(super) fn usage_record(&self) -> BTreeMap<QueueName, UsageSample> {
         self.queues
             .iter()
-            .map(|q| (q.name.clone(), UsageSample { usage: q.usage, current: self.view.cost.share(&q.alloc) }))
+            .map(|q| (q.name.clone(), UsageSample { usage: q.usage, current: self.view().cost.share(&q.alloc) }))
             .filter(|(_, s)| s.usage >= FORGOTTEN || s.current > 0.0)
             .collect()
     }

@@ -40,7 +40,7 @@ impl PoolCycle<'_> {
                         .collect(),
                     None => cand.jobs.clone(),
                 };
-                let mut req = self.view.layout.zero();
+                let mut req = self.view().layout.zero();
                 for &j in &members {
                     if self.ledger.status(j) == Status::Evicted
                         && let Some(node) = self.ledger.held_node(j)
@@ -102,7 +102,7 @@ impl PoolCycle<'_> {
                 if cand.req[s] > 0 && qc.alloc[s] + cand.req[s] > limit[s] {
                     return Some(Reason::QueueLimit {
                         queue: qc.name.clone(),
-                        resource: self.view.layout.name(s).clone(),
+                        resource: self.view().layout.name(s).clone(),
                     });
                 }
             }
@@ -122,8 +122,8 @@ impl PoolCycle<'_> {
                     if req[s] > 0 && qc.alloc_by_priority_class[pc as usize][s] + req[s] > limit[s] {
                         return Some(Reason::PriorityClassLimit {
                             queue: qc.name.clone(),
-                            priority_class: self.view.priority_classes[pc as usize].name.clone(),
-                            resource: self.view.layout.name(s).clone(),
+                            priority_class: self.view().priority_classes[pc as usize].name.clone(),
+                            resource: self.view().layout.name(s).clone(),
                         });
                     }
                 }
@@ -135,10 +135,11 @@ impl PoolCycle<'_> {
     /// Types of node a constraint class may use (computed once per cycle).
     #[inline]
     pub(super) fn matching_types(&mut self, constraint: u32) -> Vec<u32> {
-        let cached = &mut self.matching_types[constraint as usize];
+        let (view, cache) = self.view_and_type_cache();
+        let cached = &mut cache[constraint as usize];
         if cached.is_none() {
-            let reqs = self.view.constraints[constraint as usize].reqs;
-            *cached = Some(self.view.types.matching(&self.view.nodes, reqs));
+            let reqs = view.constraints[constraint as usize].reqs;
+            *cached = Some(view.types.matching(&view.nodes, reqs));
         }
         cached.clone().unwrap_or_default()
     }
@@ -146,16 +147,18 @@ impl PoolCycle<'_> {
     /// The job's dense requests and the node types it may use, or why it cannot be placed at all.
     pub(super) fn job_targets(&mut self, j: u32) -> Result<(ResVec, Vec<u32>), Reason> {
         let class = self.jobs[j as usize].class as usize;
-        let req = match &self.view.classes[class].dense {
+        let req = match &self.view().classes[class].dense {
             Ok(v) => v.clone(),
-            Err(r) => return Err(Reason::UnknownResource { pool: self.view.pool.clone(), resource: r.clone() }),
+            Err(r) => return Err(Reason::UnknownResource { pool: self.view().pool.clone(), resource: r.clone() }),
         };
-        let constraint = self.view.classes[class].constraint;
+        let constraint = self.view().classes[class].constraint;
         let types = self.matching_types(constraint);
         if types.is_empty() {
-            let detail =
-                self.view.types.describe_mismatch(&self.view.nodes, self.view.constraints[constraint as usize].reqs);
-            return Err(Reason::NoMatchingNode { pool: self.view.pool.clone(), detail });
+            let detail = self
+                .view()
+                .types
+                .describe_mismatch(&self.view().nodes, self.view().constraints[constraint as usize].reqs);
+            return Err(Reason::NoMatchingNode { pool: self.view().pool.clone(), detail });
         }
         let types = self.allowed_types(j, types)?;
         Ok((req, types))
@@ -164,8 +167,10 @@ impl PoolCycle<'_> {
     /// Places a single queued job; records why not if it cannot.
     fn place_single(&mut self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
-        let profile = if self.view.earmarks.active() {
-            self.view.earmarks.profile(job.queue, self.view.priority_classes[job.priority_class as usize].preemptible)
+        let profile = if self.view().earmarks.active() {
+            self.view()
+                .earmarks
+                .profile(job.queue, self.view().priority_classes[job.priority_class as usize].preemptible)
         } else {
             0
         };
@@ -203,18 +208,18 @@ impl PoolCycle<'_> {
         if self.policy.is_some() {
             return self.try_place_policy(j, types, req);
         }
-        if self.view.earmarks.active() {
+        if self.view().earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
         let job = &self.jobs[j as usize];
-        let (q, max) = (job.queue, self.view.levels.max_search_level(job.priority_level as usize));
+        let (q, max) = (job.queue, self.view().levels.max_search_level(job.priority_level as usize));
         for l in 0..=max {
             if self.db.level_is_redundant(l) {
                 continue;
             }
             let found = if l == 0 {
                 self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
-            } else if self.view.levels.is_eviction_level(l) {
+            } else if self.view().levels.is_eviction_level(l) {
                 match self.fair_share_node(l, types, req) {
                     Some(n) => {
                         let queues = &self.queues;
@@ -331,7 +336,7 @@ impl PoolCycle<'_> {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
             Status::Placed | Status::Returned if new => {
-                if self.view.earmarks.is_guest(node, q) {
+                if self.view().earmarks.is_guest(node, q) {
                     self.ledger.mark_reoffer();
                 }
                 let reason = Arc::new(Reason::Displaced { by: self.jobs[by as usize].id });
@@ -457,9 +462,9 @@ impl PoolCycle<'_> {
         if let Some(occ) = &had {
             self.ledger.record(|| Undo::Removed { node, occ: occ.clone() });
         }
-        let max = self.view.levels.max_search_level(self.jobs[e as usize].priority_level as usize);
+        let max = self.view().levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
-        let max = if self.view.earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
+        let max = if self.view().earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
                 self.place(e, node, l, &req);
@@ -470,7 +475,7 @@ impl PoolCycle<'_> {
             self.db.add(node, occ);
             self.ledger.record(|| Undo::Added { node, job: e });
         }
-        let reason = Arc::new(Reason::NoRoomOnNode { node: self.view.nodes[node as usize].name.clone() });
+        let reason = Arc::new(Reason::NoRoomOnNode { node: self.view().nodes[node as usize].name.clone() });
         self.set_reason(e, reason);
         false
     }
@@ -496,10 +501,11 @@ impl PoolCycle<'_> {
     /// Why a job fits on no node of `types`, even counting what it may preempt.
     pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
         // Pool policies other than fair_share place at level 0 (what is free now).
-        let level = if self.policy.is_some() { 0 } else { self.view.levels.max_search_level(priority_level as usize) };
-        let max = self.db.max_free(level, types, self.view.layout.len());
+        let level =
+            if self.policy.is_some() { 0 } else { self.view().levels.max_search_level(priority_level as usize) };
+        let max = self.db.max_free(level, types, self.view().layout.len());
         let amount = |s: usize| {
-            let name = self.view.layout.name(s);
+            let name = self.view().layout.name(s);
             format!("{} {}", format_quantity(req[s], Unit::for_resource(name.as_str())), name)
         };
         let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
@@ -511,6 +517,6 @@ impl PoolCycle<'_> {
         } else {
             short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")
         };
-        Reason::NoCapacity { pool: self.view.pool.clone(), missing }
+        Reason::NoCapacity { pool: self.view().pool.clone(), missing }
     }
 }

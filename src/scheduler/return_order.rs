@@ -59,7 +59,7 @@ impl PoolCycle<'_> {
                     add_to(&mut req, &self.req(m));
                 }
                 let qc = &self.queues[q];
-                let cost_after = self.view.cost.share_with(alloc, &req) * qc.priority_factor;
+                let cost_after = self.view().cost.share_with(alloc, &req) * qc.priority_factor;
                 let turn = Turn { urgency: job.class_priority, cost_after, queue: q as u32 };
                 return Some((members, req, turn));
             }
@@ -110,7 +110,7 @@ impl PoolCycle<'_> {
     /// The node where a job needing `req` on nodes of `types` takes the places of the evicted
     /// jobs freed at eviction level `level` that would return last ([`super::return_walk::ReturnWalk::fair_share_node`]).
     pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
-        debug_assert!(self.view.levels.is_eviction_level(level));
+        debug_assert!(self.view().levels.is_eviction_level(level));
         self.returns.fair_share_node(&self.db, self.ledger.fates(), self.ledger.recording(), level, types, req)
     }
 }

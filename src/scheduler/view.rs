@@ -55,7 +55,25 @@ pub(super) struct PoolView<'a> {
     pub earmarks: Earmarks,
 }
 
-impl PoolView<'_> {
+impl<'a> PoolView<'a> {
+    /// Sets the node types (while the cycle is built), and the earmarks' view of them.
+    pub(super) fn set_node_types(&mut self, types: NodeTypes) {
+        self.types = types;
+        self.earmarks.set_types(&self.types);
+    }
+
+    /// Adds an interned constraint (while the cycle is built) and returns its number.
+    pub(super) fn add_constraint(&mut self, constraint: Constraint<'a>) -> u32 {
+        self.constraints.push(constraint);
+        (self.constraints.len() - 1) as u32
+    }
+
+    /// Adds an interned requirements class (while the cycle is built) and returns its number.
+    pub(super) fn add_class(&mut self, class: Class<'a>) -> u32 {
+        self.classes.push(class);
+        (self.classes.len() - 1) as u32
+    }
+
     /// Priority of the pool's default priority class (0 if it has none).
     pub(super) fn default_priority(&self) -> i32 {
         self.priority_classes.get(self.default_priority_class as usize).map_or(0, |p| p.priority)

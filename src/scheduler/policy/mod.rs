@@ -47,14 +47,14 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn start_policy(&mut self, policy: PoolPolicy, preemption: bool, snapshot: &Snapshot) {
         debug_assert!(policy != PoolPolicy::FairShare);
         let gpu = gpu();
-        let gpu_class = self.view.classes.iter().map(|c| c.reqs.requests.get(gpu.as_str()) > 0).collect();
+        let gpu_class = self.view().classes.iter().map(|c| c.reqs.requests.get(gpu.as_str()) > 0).collect();
         let capacity = self
-            .view
+            .view()
             .nodes
             .iter()
             .map(|n| {
-                let mut c = self.view.layout.dense_lossy(&n.allocatable);
-                sub_from(&mut c, &self.view.layout.dense_lossy(&n.unallocatable));
+                let mut c = self.view().layout.dense_lossy(&n.allocatable);
+                sub_from(&mut c, &self.view().layout.dense_lossy(&n.unallocatable));
                 c
             })
             .collect();
@@ -86,7 +86,7 @@ impl<'a> PoolCycle<'a> {
         let stop = match &self.global_rate_stopped {
             Some(r) => r.clone(),
             None if qc.taken >= lookback => {
-                Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.view.cfg.max_queue_lookback })
+                Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.view().cfg.max_queue_lookback })
             }
             None => return false,
         };
@@ -173,7 +173,7 @@ impl<'a> PoolCycle<'a> {
                         let eligible =
                             matches!(self.ledger.status(o.job), Status::Running | Status::Placed | Status::Returned)
                                 && v.priority > prio
-                                && self.view.priority_classes[v.priority_class as usize].preemptible
+                                && self.view().priority_classes[v.priority_class as usize].preemptible
                                 && self.in_gpu_line(o.job) == line;
                         eligible.then(|| (v.priority, self.started_ms(o.job), v.seq, o.job))
                     })
@@ -270,7 +270,7 @@ impl<'a> PoolCycle<'a> {
         };
         let mut per_executor: SmallVec<[(u32, u64); 4]> = SmallVec::new();
         for &t in &types {
-            let exec = self.view.types.types[t as usize].executor;
+            let exec = self.view().types.types[t as usize].executor;
             for &n in &self.db.type_nodes[t as usize] {
                 let cap = &st.capacity[n as usize];
                 // How many such members the empty node holds.
@@ -293,6 +293,6 @@ impl<'a> PoolCycle<'a> {
     /// The reason to give a job that waits behind `blocker`.
     pub(super) fn behind(&self, blocker: u32) -> Arc<Reason> {
         let b = &self.jobs[blocker as usize];
-        Arc::new(Reason::BehindHigherPriority { pool: self.view.pool.clone(), job: b.id, priority: b.priority })
+        Arc::new(Reason::BehindHigherPriority { pool: self.view().pool.clone(), job: b.id, priority: b.priority })
     }
 }

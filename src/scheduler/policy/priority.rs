@@ -35,7 +35,7 @@ impl PoolCycle<'_> {
         }
         order.sort_unstable();
         let lookback =
-            if self.view.cfg.max_queue_lookback == 0 { usize::MAX } else { self.view.cfg.max_queue_lookback };
+            if self.view().cfg.max_queue_lookback == 0 { usize::MAX } else { self.view().cfg.max_queue_lookback };
         // Per line (zero-slot, GPU): the first job that waits for room, its priority, and the
         // reason of the jobs behind it (one for all of them).
         let mut blocked: [Option<(u32, Arc<Reason>)>; 2] = [None, None];
@@ -70,7 +70,7 @@ impl PoolCycle<'_> {
             } else {
                 None
             };
-            let mut req = self.view.layout.zero();
+            let mut req = self.view().layout.zero();
             for &m in &members {
                 add_to(&mut req, &self.req(m));
             }

@@ -101,19 +101,19 @@ impl PoolCycle<'_> {
     /// The slot divided and its unit (see the module docs), or none if the pool offers nothing
     /// that could be.
     fn divided_slot(&self) -> Option<(usize, i64)> {
-        if let Some(s) = self.view.layout.slot(super::gpu().as_str())
-            && self.view.total[s] > 0
+        if let Some(s) = self.view().layout.slot(super::gpu().as_str())
+            && self.view().total[s] > 0
         {
             return Some((s, 1000));
         }
         let mut best: Option<(f64, usize)> = None;
-        for r in &self.view.cfg.dominant_resource_fairness_resources {
-            let Some(s) = self.view.layout.slot(r.as_str()) else { continue };
-            if self.view.total[s] <= 0 {
+        for r in &self.view().cfg.dominant_resource_fairness_resources {
+            let Some(s) = self.view().layout.slot(r.as_str()) else { continue };
+            if self.view().total[s] <= 0 {
                 continue;
             }
             let demand: i64 = self.queues.iter().map(|q| q.demand[s]).sum();
-            let ratio = demand as f64 / self.view.total[s] as f64;
+            let ratio = demand as f64 / self.view().total[s] as f64;
             if best.is_none_or(|(b, _)| ratio > b) {
                 best = Some((ratio, s));
             }
@@ -127,7 +127,10 @@ impl PoolCycle<'_> {
         let targets: Option<Vec<i64>> = divided.map(|(s, unit)| {
             let demands: Vec<i64> = self.queues.iter().map(|q| (q.demand[s].max(0) + unit - 1) / unit).collect();
             let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-            proportional_targets(self.view.total[s] / unit, &demands, &weights).into_iter().map(|t| t * unit).collect()
+            proportional_targets(self.view().total[s] / unit, &demands, &weights)
+                .into_iter()
+                .map(|t| t * unit)
+                .collect()
         });
         if let (Some((s, _)), Some(t)) = (divided, &targets)
             && let Some(st) = self.policy.as_mut()
@@ -140,7 +143,7 @@ impl PoolCycle<'_> {
         }
 
         let lookback =
-            if self.view.cfg.max_queue_lookback == 0 { usize::MAX } else { self.view.cfg.max_queue_lookback };
+            if self.view().cfg.max_queue_lookback == 0 { usize::MAX } else { self.view().cfg.max_queue_lookback };
         let ratio = |cycle: &Self, q: usize| -> u64 {
             let (Some((s, _)), Some(t)) = (divided, &targets) else { return 0 };
             let r = if t[q] > 0 { cycle.queues[q].alloc[s].max(0) as f64 / t[q] as f64 } else { 0.0 };
@@ -165,7 +168,7 @@ impl PoolCycle<'_> {
                 } else {
                     None
                 };
-                let mut req = self.view.layout.zero();
+                let mut req = self.view().layout.zero();
                 for &m in &members {
                     add_to(&mut req, &self.req(m));
                 }
@@ -208,14 +211,14 @@ impl PoolCycle<'_> {
                     let job = &self.jobs[j as usize];
                     job.queue as usize == q
                         && self.ledger.status(j) == Status::Running
-                        && self.view.priority_classes[job.priority_class as usize].preemptible
+                        && self.view().priority_classes[job.priority_class as usize].preemptible
                         && self.req(j)[s] > 0
                 })
                 .map(|j| (self.started_ms(j), self.jobs[j as usize].seq, j))
                 .collect();
             // Latest started first, then newest submitted.
             victims.sort_unstable_by(|a, b| b.cmp(a));
-            let unit = Unit::for_resource(self.view.layout.name(s).as_str());
+            let unit = Unit::for_resource(self.view().layout.name(s).as_str());
             for (_, _, v) in victims {
                 if self.queues[q].alloc[s] <= target {
                     break;
@@ -225,8 +228,8 @@ impl PoolCycle<'_> {
                 }
                 let reason = PreemptionReason::ProportionalTarget {
                     queue: self.queues[q].name.clone(),
-                    pool: self.view.pool.clone(),
-                    resource: self.view.layout.name(s).clone(),
+                    pool: self.view().pool.clone(),
+                    resource: self.view().layout.name(s).clone(),
                     target: format_quantity(target, unit),
                 };
                 self.preempt_for_policy(v, reason);
@@ -235,11 +238,11 @@ impl PoolCycle<'_> {
     }
 
     fn at_target_reason(&self, q: u32, s: usize, target: i64) -> Arc<Reason> {
-        let unit = Unit::for_resource(self.view.layout.name(s).as_str());
+        let unit = Unit::for_resource(self.view().layout.name(s).as_str());
         Arc::new(Reason::ProportionalTarget {
             queue: self.queues[q as usize].name.clone(),
-            pool: self.view.pool.clone(),
-            resource: self.view.layout.name(s).clone(),
+            pool: self.view().pool.clone(),
+            resource: self.view().layout.name(s).clone(),
             target: format_quantity(target, unit),
             allocated: format_quantity(self.queues[q as usize].alloc[s], unit),
         })
