@@ -1,7 +1,7 @@
 //! The per-cycle context: one pool's cycle (`PoolCycle`). It holds the pool as the cycle sees it
-//! ([`super::view::PoolView`], private to this file and read-only once built), what has happened so far (the jobs taking
-//! part, [`super::job`]; the queues, [`super::queue`]; the node db; the queue tree, the policy's
-//! state) and the ledger of changes to undo or re-examine ([`super::ledger`]).
+//! ([`super::view::PoolView`], private to this file and read-only once built), what has happened
+//! so far (the jobs taking part, [`super::job`]; the queues, [`super::queue`]; the node db; the
+//! queue tree, the policy's state) and the ledger of what the cycle changed ([`super::ledger`]).
 //!
 //! The data it holds lives below it; the steps that operate on it sit above it
 //! ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
