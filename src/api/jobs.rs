@@ -1,5 +1,5 @@
 //! Job endpoints: submit, cancel, reprioritize, preempt, get, list, logs, over
-//! [`crate::service::jobs`].
+//! [`crate::service::jobs`]; why a job waits, over [`crate::service::why`].
 
 use super::auth::Principal;
 use super::problem::{ApiError, ApiJson, json};
@@ -12,6 +12,7 @@ use crate::model::api::{JobList, JobView};
 use crate::service::jobs::{
     ListParams, cancel_jobs, job_details, job_id, list_jobs, no_such_job, preempt_jobs, reprioritize_jobs, submit_jobs,
 };
+use crate::service::why::{WhyView, why};
 use axum::extract::{Path, Query, State};
 use axum::response::Response as HttpResponse;
 use std::sync::Arc;
@@ -191,6 +192,37 @@ pub async fn list(
     Query(q): Query<ListParams>,
 ) -> Result<HttpResponse, ApiError> {
     Ok(json(list_jobs(&app, &q).await?))
+}
+
+/// Why a job waits, and what would start it
+///
+/// For a queued job: its place in its queue, conditions under which the scheduler places it (each
+/// checked by running the scheduler on the current state with the condition met), and an
+/// estimated start where the running jobs' deadlines or recorded runtimes allow one. For any
+/// other job: its state and reason.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/why",
+    operation_id = "whyJob",
+    tag = "jobs",
+    security(("bearer" = [])),
+    params(("id" = JobId, Path, description = "Job id")),
+    responses(
+        (status = 200, description = "Why it waits", body = WhyView),
+        (status = 400, description = "The id is not a ULID", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn why_handler(
+    State(app): State<Arc<Control>>,
+    _p: Principal,
+    Path(id): Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = job_id(&id)?;
+    let answer: WhyView = why(&app, id).await?;
+    Ok(json(answer))
 }
 
 /// A job's output

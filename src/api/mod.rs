@@ -41,6 +41,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(jobs::preempt))
         .routes(routes!(jobs::get))
         .routes(routes!(jobs::logs))
+        .routes(routes!(jobs::why_handler))
         .routes(routes!(output::job_output_handler))
         .routes(routes!(runs::get))
         .routes(routes!(executors::lease))

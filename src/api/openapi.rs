@@ -276,6 +276,7 @@ mod tests {
             ("/v1/jobs/{id}", "GET"),
             ("/v1/jobs/{id}/logs", "GET"),
             ("/v1/jobs/{id}/output", "GET"),
+            ("/v1/jobs/{id}/why", "GET"),
             ("/v1/runs/{run_id}", "GET"),
             ("/v1/executors/{executor}/lease", "POST"),
             ("/v1/executors/{executor}/events", "POST"),
@@ -332,7 +333,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 33);
+        assert_eq!(ids.len(), 34);
     }
 
     #[test]

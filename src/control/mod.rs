@@ -173,6 +173,9 @@ pub struct SchedulingView {
     pub cycles: u64,
     /// How long the latest cycle took to decide, in ms.
     pub last_cycle_ms: f64,
+    /// The rate limiter's buckets as the latest cycle left them (what a why question starts
+    /// from).
+    pub rate_limits: crate::scheduler::RateLimiterState,
 }
 
 /// When each executor last polled (leader-local).

@@ -71,6 +71,7 @@ pub(crate) mod return_walk;
 pub mod snapshot;
 pub mod usage;
 pub(crate) mod view;
+pub mod why;
 
 pub use config::{FairnessModel, SchedulerConfig};
 pub use cycle::schedule;

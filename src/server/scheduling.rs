@@ -144,6 +144,7 @@ fn record(app: &Control, d: &Decisions, took: Duration) {
     view.pools = d.pools.clone();
     view.cycles += 1;
     view.last_cycle_ms = took.as_secs_f64() * 1000.0;
+    view.rate_limits = d.rate_limits.clone();
     drop(view);
     crate::metrics::global().scheduling_cycle.observe(took.as_secs_f64());
 }

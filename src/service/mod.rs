@@ -17,5 +17,6 @@ pub mod nodes;
 pub mod output;
 pub mod queues;
 pub mod validate;
+pub mod why;
 
 pub use error::{ErrorKind, ServiceError, error_chain};

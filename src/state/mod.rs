@@ -40,6 +40,7 @@ pub use command::{
     UsageRunReport,
 };
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
+pub use queries::QueuePlace;
 pub use queue_select::QueueJobFilter;
 pub use runs::{MAX_LOG_TAIL, last_bytes};
 

@@ -10,7 +10,38 @@ use crate::scheduler::{NodeHealth, QueueUsage};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+/// Where a queued job stands in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuePlace {
+    /// 1-based, among the queue's queued jobs in the order the scheduler tries them.
+    pub position: u64,
+    /// Queued jobs of the queue before it that may run in a pool it may run in.
+    pub ahead_in_its_pools: u64,
+}
+
 impl State {
+    /// Where queued job `id` stands in its queue (none if it is not queued). Walks the queue up
+    /// to the job.
+    pub fn queue_place(&self, id: JobId) -> Option<QueuePlace> {
+        let job = self.jobs.get(&id)?;
+        let q = self.queues.get(&job.record.queue)?;
+        let pools = &job.info.pools;
+        let shares_a_pool = |other: &LiveJob| {
+            pools.is_empty() || other.info.pools.is_empty() || other.info.pools.iter().any(|p| pools.contains(p))
+        };
+        let mut place = QueuePlace { position: 0, ahead_in_its_pools: 0 };
+        for other in q.queued.values() {
+            place.position += 1;
+            if *other == id {
+                return Some(place);
+            }
+            if self.jobs.get(other).is_some_and(|o| shares_a_pool(o)) {
+                place.ahead_in_its_pools += 1;
+            }
+        }
+        None
+    }
+
     /// A queue, with its queued jobs and counts.
     pub fn queue(&self, name: &QueueName) -> Option<&QueueState> {
         self.queues.get(name)

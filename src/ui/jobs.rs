@@ -6,11 +6,12 @@ use super::html::{encode, escape, page, page_for, status_of};
 use super::session::{Viewer, signed_in_line};
 use crate::api::problem::ApiError;
 use crate::control::Control;
-use crate::model::JobId;
 use crate::model::api::JobView;
 use crate::model::human;
+use crate::model::{JobId, JobState};
 use crate::service::jobs::{ListParams, job_details, list_jobs};
 use crate::service::output::{OutputParams, job_output, split_tail};
+use crate::service::why::{WhyView, why};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -286,6 +287,48 @@ fn output_section(j: &JobView, tail: Option<&str>, stream: &str) -> String {
     out
 }
 
+/// A queued job's place in its queue, what would start it and when ([`why`]).
+fn what_would_start_it(a: &WhyView) -> String {
+    let mut out = String::from("<section class=\"would-start\"><h2>What would start it</h2>");
+    if let Some(p) = a.queue_position {
+        let _ = write!(
+            out,
+            "<p class=\"place\">Place in queue {}: <strong>{p}</strong>, {} ahead of it in its pools</p>",
+            escape(a.queue.as_str()),
+            a.jobs_ahead.unwrap_or(0)
+        );
+    }
+    if a.would_start_if.is_empty() {
+        out.push_str("<p class=\"note\">No single change the scheduler could confirm.</p>");
+    } else {
+        out.push_str(
+            "<p>Any one of these, each checked by running the scheduler with it met:</p><ul class=\"conditions\">",
+        );
+        for c in &a.would_start_if {
+            let kind =
+                serde_json::to_value(c.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            let _ = write!(out, "<li data-kind=\"{}\">{}</li>", escape(&kind), escape(&c.detail));
+        }
+        out.push_str("</ul>");
+    }
+    match &a.estimated_start {
+        Some(e) => {
+            let _ = write!(
+                out,
+                "<p class=\"estimate\">Estimated start: <time>{}</time> ({})</p>",
+                escape(&e.at),
+                escape(&e.method)
+            );
+        }
+        None => out.push_str(
+            "<p class=\"estimate note\">Estimated start: unknown (no deadline or recorded runtime of the running jobs \
+             gets there).</p>",
+        ),
+    }
+    out.push_str("</section>");
+    out
+}
+
 /// `GET /ui/jobs/{id}`.
 pub async fn job_handler(
     State(app): State<Arc<Control>>,
@@ -332,6 +375,11 @@ pub async fn job_handler(
         qe = escape(&encode(j.queue.as_str())),
         se = escape(&encode(j.job_set.as_str())),
     );
+    if j.state == JobState::Queued
+        && let Ok(answer) = why(&app, j.id).await
+    {
+        body.push_str(&what_would_start_it(&answer));
+    }
     if super::actions::may_act_on(&app, &principal, &j.queue) {
         body.push_str(&job_actions(&j));
     }

@@ -37,3 +37,4 @@ mod server_process;
 mod simulate_cli;
 mod tls;
 mod web_ui;
+mod why;
