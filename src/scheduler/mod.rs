@@ -29,6 +29,9 @@
 //!   (`earmark.rs`), the queue tree (`hierarchy.rs`) and a policy's per-cycle state
 //!   (`policy_state.rs`).
 //!
+//! Above the cycle, [`why`] asks the scheduler what would start a waiting job: it runs
+//! `schedule` on changed copies of a snapshot and keeps the conditions that place the job.
+//!
 //! Nodes under [`quarantine`] at `now_ms` take no new placements, like cordoned ones.
 //!
 //! Queues may form a tree (`hierarchy.rs`, filled by `fill_tree.rs`): hierarchical fair shares,

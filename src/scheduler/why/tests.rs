@@ -298,3 +298,59 @@ fn an_unknown_or_running_job_gets_an_empty_answer() {
     let e = ask(&s, &SchedulerConfig::default(), 1, &[]);
     assert!(e.would_start_if.is_empty() && e.estimated_start.is_none() && e.reason.is_none());
 }
+
+#[test]
+fn a_priority_class_limit_lifted() {
+    let mut cfg = SchedulerConfig::default();
+    let cpu = ResourceName::new("cpu").unwrap();
+    for class in &mut cfg.priority_classes {
+        class.max_resource_fraction_per_queue.insert(cpu.clone(), 0.25);
+    }
+    let s = full_node("2", 0);
+    assert!(!starts(&s, &cfg, 100));
+    let e = ask(&s, &cfg, 100, &[]);
+    assert_eq!(kinds(&e), vec![ConditionKind::PriorityClassLimit]);
+    assert_eq!(
+        e.would_start_if[0].detail,
+        "queue A's limit on cpu within priority class default lifted, or its running jobs of that class end"
+    );
+    let mut met = cfg.clone();
+    for class in &mut met.priority_classes {
+        class.max_resource_fraction_per_queue.clear();
+    }
+    assert!(starts(&s, &met, 100));
+}
+
+#[test]
+fn conditions_that_start_the_job_only_together_are_reported_together() {
+    let cfg = SchedulerConfig::default();
+    // A holds the 4-cpu node with non-preemptible jobs while B waits for 4 cpus; job 100 of A
+    // needs 3. Neither A's jobs ending (B takes the room) nor a new node (B takes it first) is
+    // enough alone.
+    let s = Snapshot {
+        nodes: vec![node("n1", "4", &[])],
+        queues: vec![
+            queued(Queue::new(queue("A"), 1.0), vec![job("A", 100, "3", "default")]),
+            queued(Queue::new(queue("B"), 1.0), (200..204).map(|s| job("B", s, "1", "default")).collect()),
+        ],
+        running: (1..=4).map(|s| running(job("A", s, "1", "default"), "n1", s as i64)).collect(),
+        ..Default::default()
+    };
+    assert!(!starts(&s, &cfg, 100));
+    let e = ask(&s, &cfg, 100, &[]);
+    assert_eq!(kinds(&e), vec![ConditionKind::AllOf], "{:?}", e.would_start_if);
+    let parts: Vec<ConditionKind> = e.would_start_if[0].parts.iter().map(|c| c.kind).collect();
+    assert_eq!(parts, vec![ConditionKind::FairShare, ConditionKind::Capacity]);
+    // Met by hand: A's jobs end and a second 4-cpu node joins.
+    let mut met = s.clone();
+    met.running.clear();
+    met.nodes.push(node("n2", "4", &[]));
+    assert!(starts(&met, &cfg, 100));
+    // Either alone is not enough.
+    let mut only_ended = s.clone();
+    only_ended.running.clear();
+    assert!(!starts(&only_ended, &cfg, 100));
+    let mut only_node = s.clone();
+    only_node.nodes.push(node("n2", "4", &[]));
+    assert!(!starts(&only_node, &cfg, 100));
+}
