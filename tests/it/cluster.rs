@@ -136,6 +136,17 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
         }
         assert_eq!(jobs.len(), 6, "node {id}");
     }
+    // Why a job waits, asked of every member: each runs the scheduler on its own copy of the
+    // state and finds the same condition (no agent: a node must join the pool).
+    let mut answers = Vec::new();
+    for id in [1u64, 2, 3] {
+        let (s, why) = trio.api(id).get(&format!("/v1/jobs/{}/why", acked[1])).await;
+        assert_eq!(s, 200, "node {id}: {why}");
+        assert_eq!(why["queue_position"], 2, "node {id}: {why}");
+        answers.push(why["would_start_if"].clone());
+        assert_eq!(why["would_start_if"][0]["kind"], "matching_node", "node {id}: {why}");
+    }
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
     // Ids increase across the writes, whichever member took them.
     let mut sorted = acked.clone();
     sorted.sort();

@@ -21,6 +21,24 @@ const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub(crate) struct Change {
     pub condition: Condition,
     edit: Edit,
+    /// A larger change of the same kind, to try if this one does not start the job: room for
+    /// the jobs of its queue that go first, as well as for it.
+    pub wider: Option<Box<Change>>,
+}
+
+impl Change {
+    fn new(condition: Condition, edit: Edit) -> Self {
+        Change { condition, edit, wider: None }
+    }
+
+    /// The widest change of its ladder.
+    pub(crate) fn widest(&self) -> &Change {
+        let mut c = self;
+        while let Some(w) = &c.wider {
+            c = w;
+        }
+        c
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -47,11 +65,13 @@ pub(crate) fn candidates(
     let Some(reason) = reason else { return out };
     match reason {
         Reason::QueueCordoned { queue } => out.push(Change {
+            wider: None,
             condition: Condition::new(ConditionKind::QueueUncordoned, format!("queue {queue} uncordoned")),
             edit: Edit::Uncordon(queue.clone()),
         }),
         Reason::QueueLimit { queue, resource } => out.push(queue_limit(s, queue, resource)),
         Reason::PriorityClassLimit { queue, priority_class, resource } => out.push(Change {
+            wider: None,
             condition: Condition::new(
                 ConditionKind::PriorityClassLimit,
                 format!(
@@ -62,6 +82,7 @@ pub(crate) fn candidates(
             edit: Edit::LiftClassLimit(queue.clone(), priority_class.clone(), resource.clone()),
         }),
         Reason::RateLimited { scope } => out.push(Change {
+            wider: None,
             condition: Condition::new(
                 ConditionKind::RateLimit,
                 format!(
@@ -75,6 +96,7 @@ pub(crate) fn candidates(
             edit: Edit::FillRateBuckets,
         }),
         Reason::LookbackLimit { queue, limit } => out.push(Change {
+            wider: None,
             condition: Condition::new(
                 ConditionKind::Lookback,
                 format!(
@@ -154,6 +176,7 @@ fn queue_limit(s: &Snapshot, queue: &QueueName, resource: &ResourceName) -> Chan
         .and_then(|qs| qs.queue.resource_limits.get(resource).copied());
     let limit = fraction.map(|f| format!(" ({f} of the pool)")).unwrap_or_default();
     Change {
+        wider: None,
         condition: Condition::new(
             ConditionKind::QueueLimit,
             format!("queue {queue}'s limit on {resource}{limit} lifted, or enough of its running jobs end"),
@@ -182,6 +205,7 @@ fn gang_complete(s: &Snapshot, job: &JobInfo, gang: &str, queued: u32, cardinali
         })
         .collect();
     Change {
+        wider: None,
         condition: Condition::new(
             ConditionKind::GangComplete,
             format!(
@@ -226,6 +250,7 @@ fn fair_share(s: &Snapshot, cfg: &SchedulerConfig, base: &Decisions, job: &JobIn
         ended.insert(r.job.id);
     }
     (!ended.is_empty()).then(|| Change {
+        wider: None,
         condition: Condition::new(
             ConditionKind::FairShare,
             format!(
@@ -267,11 +292,15 @@ fn quantities(r: &Resources, names: &[&ResourceName]) -> String {
     names.iter().map(|n| format!("{} {n}", r.quantity_string(n.as_str()))).collect::<Vec<_>>().join(", ")
 }
 
-/// A new, empty node like `template`, named `what-if-N`, with room for at least `requests`.
+/// A new, empty node like `template` (labels, taints, the resources the job does not ask
+/// for), named `what-if-N`, offering exactly `requests` of what the job asks for: the condition
+/// says how much room, and the check must not find more.
 fn like(template: &Node, n: usize, requests: &Resources) -> Node {
     let name = NodeName::new(&format!("what-if-{n}")).unwrap_or_else(|_| template.name.clone());
     let mut allocatable = template.allocatable.clone();
-    allocatable.max_with(requests);
+    for (r, v) in requests.iter().filter(|(_, v)| *v > 0) {
+        allocatable.set(r.clone(), v);
+    }
     let mut labels = template.labels.clone();
     if labels.contains_key(HOSTNAME_LABEL) {
         labels.insert(HOSTNAME_LABEL.to_string(), name.to_string());
@@ -314,18 +343,21 @@ fn capacity(s: &Snapshot, job: &JobInfo, reason: &Reason) -> Option<Change> {
     match &job.gang {
         None => {
             let (template, free) = roomiest(&nodes)?;
-            Some(Change {
-                condition: Condition::new(
-                    ConditionKind::Capacity,
-                    format!(
-                        "{} free on one node of pool {} (the most free now is {})",
-                        quantities(requests, &names),
-                        template.pool,
-                        quantities(&free, &names)
+            let room = |needed: &Resources, also: &str| {
+                Change::new(
+                    Condition::new(
+                        ConditionKind::Capacity,
+                        format!(
+                            "{} free on one node of pool {}{also} (the most free now is {})",
+                            quantities(needed, &names),
+                            template.pool,
+                            quantities(&free, &names)
+                        ),
                     ),
-                ),
-                edit: Edit::AddNodes(vec![like(&template, 1, requests)]),
-            })
+                    Edit::AddNodes(vec![like(&template, 1, needed)]),
+                )
+            };
+            Some(with_jobs_ahead(s, job, room))
         }
         Some(gang) => {
             let fit = match reason {
@@ -359,7 +391,7 @@ fn capacity(s: &Snapshot, job: &JobInfo, reason: &Reason) -> Option<Change> {
                     quantities(requests, &names)
                 ),
             };
-            Some(Change { condition: Condition::new(ConditionKind::GangCapacity, detail), edit: Edit::AddNodes(added) })
+            Some(Change::new(Condition::new(ConditionKind::GangCapacity, detail), Edit::AddNodes(added)))
         }
     }
 }
@@ -398,17 +430,8 @@ fn matching_node(s: &Snapshot, job: &JobInfo, pool: Option<&PoolName>, lead: &st
         None => ExecutorName::new("what-if").ok()?,
     };
     let labels = labels_for(job);
+    let name = NodeName::new("what-if-1").ok()?;
     let requests = &job.requirements.requests;
-    let node = Node {
-        name: NodeName::new("what-if-1").ok()?,
-        executor,
-        pool: pool.clone(),
-        labels: labels.clone(),
-        taints: Vec::new(),
-        allocatable: requests.clone(),
-        unallocatable: Resources::new(),
-        unschedulable: false,
-    };
     let names: Vec<&ResourceName> = requests.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n).collect();
     let with = if labels.is_empty() {
         String::new()
@@ -416,13 +439,54 @@ fn matching_node(s: &Snapshot, job: &JobInfo, pool: Option<&PoolName>, lead: &st
         let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(" with labels {}", l.join(", "))
     };
-    Some(Change {
-        condition: Condition::new(
-            ConditionKind::MatchingNode,
-            format!("{lead} pool {pool}{with}, untainted, with {} free", quantities(requests, &names)),
-        ),
-        edit: Edit::AddNodes(vec![node]),
-    })
+    let room = |needed: &Resources, also: &str| {
+        let node = Node {
+            name: name.clone(),
+            executor: executor.clone(),
+            pool: pool.clone(),
+            labels: labels.clone(),
+            taints: Vec::new(),
+            allocatable: needed.clone(),
+            unallocatable: Resources::new(),
+            unschedulable: false,
+        };
+        Change::new(
+            Condition::new(
+                ConditionKind::MatchingNode,
+                format!("{lead} pool {pool}{with}, untainted, with {} free{also}", quantities(needed, &names)),
+            ),
+            Edit::AddNodes(vec![node]),
+        )
+    };
+    Some(with_jobs_ahead(s, job, room))
+}
+
+/// `room(requests, "")` for the job alone, and, as its wider rung when jobs of its queue go
+/// before it in a pool it may use, `room(their requests and its, " for it and the N jobs …")`.
+fn with_jobs_ahead(s: &Snapshot, job: &JobInfo, room: impl Fn(&Resources, &str) -> Change) -> Change {
+    let requests = &job.requirements.requests;
+    let mut change = room(requests, "");
+    let shares_a_pool = |other: &JobInfo| {
+        job.pools.is_empty() || other.pools.is_empty() || other.pools.iter().any(|p| job.pools.contains(p))
+    };
+    let ahead: Vec<&Arc<JobInfo>> = s
+        .queues
+        .iter()
+        .filter(|q| q.queue.name == job.queue)
+        .flat_map(|q| q.queued.iter().take_while(|j| j.id != job.id))
+        .filter(|j| shares_a_pool(j))
+        .collect();
+    if !ahead.is_empty() {
+        let mut needed = requests.clone();
+        for j in &ahead {
+            needed.add(&j.requirements.requests);
+        }
+        let n = ahead.len();
+        let also =
+            format!(", for it and the {n} job{} of queue {} ahead of it", if n == 1 { "" } else { "s" }, job.queue);
+        change.wider = Some(Box::new(room(&needed, &also)));
+    }
+    change
 }
 
 /// A node of the pool that offers the resource the job requests.
@@ -431,6 +495,7 @@ fn resource_node(s: &Snapshot, job: &JobInfo, pool: &PoolName, resource: &Resour
     let template = matching_nodes(s, job).into_iter().find(|n| &n.pool == pool)?;
     let node = like(template, 1, requests);
     Some(Change {
+        wider: None,
         condition: Condition::new(
             ConditionKind::Resource,
             format!(

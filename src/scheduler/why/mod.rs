@@ -134,20 +134,26 @@ pub fn explain(q: &WhyQuestion<'_>) -> Explanation {
     let reason = reason_of(&base, &info);
     let changes = conditions::candidates(snapshot, q.cfg, &base, &info, reason.as_deref());
     let mut met = Vec::new();
+    // Each change, or failing it its wider rungs, until one starts the job.
     for change in &changes {
-        if runner.exhausted() {
-            break;
-        }
-        let (s, c) = conditions::apply(snapshot, q.cfg, &[change]);
-        if starts(&runner.run(&s, &c), q.job) {
-            met.push(change.condition.clone());
+        let mut rung = Some(change);
+        while let Some(c) = rung {
+            if runner.exhausted() {
+                break;
+            }
+            let (s, cfg) = conditions::apply(snapshot, q.cfg, &[c]);
+            if starts(&runner.run(&s, &cfg), q.job) {
+                met.push(c.condition.clone());
+                break;
+            }
+            rung = c.wider.as_deref();
         }
     }
     if met.is_empty() && changes.len() > 1 && !runner.exhausted() {
-        let all: Vec<&conditions::Change> = changes.iter().collect();
+        let all: Vec<&conditions::Change> = changes.iter().map(conditions::Change::widest).collect();
         let (s, c) = conditions::apply(snapshot, q.cfg, &all);
         if starts(&runner.run(&s, &c), q.job) {
-            let parts: Vec<Condition> = changes.iter().map(|c| c.condition.clone()).collect();
+            let parts: Vec<Condition> = all.iter().map(|c| c.condition.clone()).collect();
             let detail = parts.iter().map(|p| p.detail.as_str()).collect::<Vec<_>>().join("; and ");
             met.push(Condition { kind: ConditionKind::AllOf, detail, parts });
         }

@@ -123,7 +123,8 @@ fn a_queue_over_its_fair_share_is_told_so_and_how_many_of_its_jobs_must_end() {
     };
     assert!(!starts(&s, &cfg, 100));
     let e = ask(&s, &cfg, 100, &[]);
-    assert_eq!(kinds(&e), vec![ConditionKind::FairShare, ConditionKind::Capacity]);
+    // A 1-cpu node alone would go to B, further below its share: only A's own jobs ending helps.
+    assert_eq!(kinds(&e), vec![ConditionKind::FairShare]);
     assert_eq!(
         e.would_start_if[0].detail,
         "queue A below its fair share in pool default (it holds 1.00 of the pool, its share is 0.50): 3 of its \
@@ -353,4 +354,38 @@ fn conditions_that_start_the_job_only_together_are_reported_together() {
     let mut only_node = s.clone();
     only_node.nodes.push(node("n2", "4", &[]));
     assert!(!starts(&only_node, &cfg, 100));
+}
+
+#[test]
+fn with_no_node_at_all_a_node_joining_the_pool_is_the_condition() {
+    let cfg = SchedulerConfig::default();
+    let mut s = full_node("1", 0);
+    s.nodes.clear();
+    let e = ask(&s, &cfg, 100, &[]);
+    assert_eq!(kinds(&e), vec![ConditionKind::MatchingNode], "{e:?}");
+    assert_eq!(e.would_start_if[0].detail, "a node joins pool default, untainted, with 1 cpu, 1Gi memory free");
+    s.nodes.push(node("n1", "1", &[]));
+    assert!(starts(&s, &cfg, 100));
+}
+
+#[test]
+fn room_for_the_jobs_of_its_queue_ahead_of_it_when_room_for_it_alone_would_go_to_them() {
+    let cfg = SchedulerConfig::default();
+    // The node is full; job 99 of A comes before job 100, and would take a node sized for 100.
+    let mut s = full_node("2", 4);
+    s.queues[0].queued =
+        vec![job("A", 99, "2", "default"), job("A", 100, "2", "default")].into_iter().map(Arc::new).collect();
+    let e = ask(&s, &cfg, 100, &[]);
+    assert_eq!(kinds(&e), vec![ConditionKind::Capacity]);
+    assert_eq!(
+        e.would_start_if[0].detail,
+        "4 cpu, 2Gi memory free on one node of pool default, for it and the 1 job of queue A ahead of it (the most \
+         free now is 0 cpu, 60Gi memory)"
+    );
+    let mut met = s.clone();
+    met.nodes.push(node("n2", "4", &[]));
+    assert!(starts(&met, &cfg, 100));
+    let mut too_small = s.clone();
+    too_small.nodes.push(node("n2", "2", &[]));
+    assert!(!starts(&too_small, &cfg, 100), "room for it alone goes to the job ahead of it");
 }
