@@ -286,6 +286,7 @@ mod tests {
             ("/v1/cluster/members/{id}", "DELETE"),
             ("/v1/cluster/nodes", "GET"),
             ("/v1/cluster/nodes/{executor}/{node}/quarantine", "DELETE"),
+            ("/v1/scenario", "GET"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),
@@ -332,7 +333,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 33);
+        assert_eq!(ids.len(), 34);
     }
 
     #[test]
