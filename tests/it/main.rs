@@ -35,5 +35,6 @@ mod server_executor;
 mod server_metrics;
 mod server_process;
 mod simulate_cli;
+mod simulate_export;
 mod tls;
 mod web_ui;
