@@ -76,7 +76,7 @@ fn main() -> std::process::ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(args) => cli::server::run(args),
-        Command::Simulate(args) => cli::simulate::run(args),
+        Command::Simulate(args) => cli::simulate::run(args, cli.client),
         Command::Bench { which } => cli::bench::run(which),
         Command::Agent(args) => cli::agent::run(args),
         Command::AgentSupervise(args) => cli::supervise::run(args),

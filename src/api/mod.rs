@@ -16,6 +16,7 @@ pub mod problem;
 pub mod queue_ops;
 pub mod queues;
 pub mod runs;
+pub mod scenario;
 
 use crate::control::Control;
 use std::sync::Arc;
@@ -53,6 +54,7 @@ pub fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(cluster::digest))
         .routes(routes!(nodes::list))
         .routes(routes!(nodes::lift_quarantine))
+        .routes(routes!(scenario::export))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

@@ -287,6 +287,7 @@ mod tests {
             ("/v1/cluster/members/{id}", "DELETE"),
             ("/v1/cluster/nodes", "GET"),
             ("/v1/cluster/nodes/{executor}/{node}/quarantine", "DELETE"),
+            ("/v1/scenario", "GET"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),

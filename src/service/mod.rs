@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod output;
 pub mod queues;
+pub mod scenario;
 pub mod validate;
 pub mod why;
 

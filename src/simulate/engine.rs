@@ -93,7 +93,7 @@ impl Simulation {
                     labels,
                     taints: spec.taints.clone(),
                     allocatable: spec.allocatable.clone(),
-                    unallocatable: Default::default(),
+                    unallocatable: spec.unallocatable.clone(),
                     unschedulable: spec.unschedulable,
                 });
             }
@@ -107,7 +107,8 @@ impl Simulation {
             .iter()
             .map(|n| if clash { format!("{}/{}", n.executor, n.name) } else { n.name.to_string() })
             .collect();
-        Simulation {
+        let running = scenario.running.clone();
+        let mut sim = Simulation {
             scenario,
             health: vec![NodeHealth::default(); nodes.len()],
             nodes,
@@ -118,6 +119,29 @@ impl Simulation {
             rate_limits: RateLimiterState::default(),
             usage: QueueUsage::default(),
             round: 0,
+        };
+        sim.start_running(&running);
+        sim
+    }
+
+    /// Adds the scenario's `running` jobs, each on its node, before any round.
+    fn start_running(&mut self, entries: &[super::scenario::SubmitSpec]) {
+        // Without an executor an entry names a node whose name is unique (the scenario checked).
+        let by_name: HashMap<String, usize> =
+            self.nodes.iter().enumerate().map(|(i, n)| (n.name.to_string(), i)).collect();
+        for entry in entries {
+            let first = self.jobs.len();
+            self.submit(std::slice::from_ref(entry));
+            let node = entry.node.as_ref().and_then(|name| match &entry.executor {
+                Some(e) => self.node_index.get(&(e.to_string(), name.clone())).copied(),
+                None => by_name.get(name).copied(),
+            });
+            let started_ms = (entry.started_at_seconds.unwrap_or(0.0) * 1000.0).round() as i64;
+            for job in &mut self.jobs[first..] {
+                job.state = SimState::Running;
+                job.node = node;
+                job.leased_at_ms = started_ms;
+            }
         }
     }
 
@@ -357,5 +381,73 @@ impl Simulation {
             d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
         out.decisions = Some(d.clone());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::simulate::run_text;
+
+    /// Two 4-cpu nodes; A runs 4 jobs of 1 cpu on n1 from the start (preemptible), B submits.
+    const RUNNING: &str = "
+nodes:
+  - {name: n, count: 2, allocatable: {cpu: '4'}}
+queues: [{name: A}, {name: B}]
+running:
+  - {id: a, queue: A, count: 4, priority_class: preemptible, requests: {cpu: '1'}, node: n-1, started_at_seconds: -60}
+  - {id: x, queue: A, priority_class: preemptible, requests: {cpu: '2'}, node: n-2}
+rounds:
+";
+
+    #[test]
+    fn running_jobs_hold_their_nodes_before_round_0() {
+        let out = run_text(&format!("{RUNNING}  - submit: [{{id: b, queue: B, count: 3, requests: {{cpu: '1'}}}}]\n"))
+            .expect("valid");
+        let r0 = &out.rounds[0];
+        for a in ["a-1", "a-2", "a-3", "a-4"] {
+            assert_eq!((r0.jobs[a].state, r0.jobs[a].node.as_deref()), ("running", Some("n-1")), "{a}");
+        }
+        // n-1 is full; n-2 has 2 cpus free and x's 2: B's third job (of the default class, more
+        // urgent than preemptible) takes x's place.
+        assert_eq!((r0.scheduled.get("B").copied(), r0.preempted.get("A").copied()), (Some(3), Some(1)), "{r0:?}");
+        assert_eq!(r0.jobs["x"].state, "preempted");
+        assert!(r0.jobs["x"].reason.as_deref().is_some_and(|r| r.starts_with("preempted by more urgent job")));
+        assert_eq!(r0.nodes["n-2"].get("B").copied(), Some(3));
+        assert_eq!(r0.nodes["n-1"].get("A").copied(), Some(4));
+    }
+
+    #[test]
+    fn running_jobs_finish_and_are_preempted_like_others() {
+        let out = run_text(&format!(
+            "{RUNNING}  - finish: [x]\n  - submit: [{{id: b, queue: B, count: 4, priority_class: preemptible, requests: {{cpu: '1'}}}}]\n"
+        ))
+        .expect("valid");
+        assert_eq!(out.rounds[0].jobs["x"].state, "succeeded");
+        assert_eq!(out.rounds[0].running.get("A").copied(), Some(4));
+        // Round 1: B's fair share is half of 8 cpus: n-2's 4 free cpus take all its jobs, A keeps
+        // its own.
+        let r1 = &out.rounds[1];
+        assert_eq!((r1.running.get("A").copied(), r1.running.get("B").copied()), (Some(4), Some(4)), "{r1:?}");
+        let out = run_text(
+            "nodes: [{name: n, allocatable: {cpu: '4'}}]\nqueues: [{name: A}, {name: B}]\n\
+             running: [{id: a, queue: A, count: 4, priority_class: preemptible, requests: {cpu: '1'}, node: n}]\n\
+             rounds: [{submit: [{id: b, queue: B, count: 2, priority_class: preemptible, requests: {cpu: '1'}}]}]",
+        )
+        .expect("valid");
+        // A holds the whole node above its fair share: two of its running jobs are preempted for B.
+        let r0 = &out.rounds[0];
+        assert_eq!((r0.preempted.get("A").copied(), r0.scheduled.get("B").copied()), (Some(2), Some(2)), "{r0:?}");
+    }
+
+    #[test]
+    fn running_jobs_name_their_executor_when_node_names_repeat() {
+        let text = "nodes: [{name: n, executor: e1, allocatable: {cpu: '2'}}, {name: n, executor: e2, allocatable: {cpu: '2'}}]\n\
+                    queues: [{name: A}]\n\
+                    running: [{id: a, queue: A, requests: {cpu: '2'}, node: n, executor: e2}]\n\
+                    rounds: [{submit: [{id: b, queue: A, requests: {cpu: '2'}}]}]";
+        let out = run_text(text).expect("valid");
+        let r0 = &out.rounds[0];
+        assert_eq!(r0.jobs["a"].node.as_deref(), Some("e2/n"));
+        assert_eq!(r0.jobs["b"].node.as_deref(), Some("e1/n"));
     }
 }

@@ -7,7 +7,7 @@ use crate::model::{
     Toleration,
 };
 use crate::scheduler::SchedulerConfig;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A scenario was refused.
@@ -30,8 +30,9 @@ fn default_interval() -> f64 {
     1.0
 }
 
-/// A whole scenario.
-#[derive(Debug, Clone, Deserialize)]
+/// A whole scenario. It serializes (for `convoy simulate --from-server`) with keys at their
+/// defaults left out, and reads back as the same scenario.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Seed of the scheduler's random draws (default 0); each round mixes in its index.
@@ -52,20 +53,27 @@ pub struct Scenario {
     /// The queues; names are unique. Each may give `weight` instead of `priority_factor`
     /// (weight = 1 / priority_factor), and `parent`, `priority_offset`, `priority_policy`,
     /// `sort_priority` for the queue tree.
-    #[serde(default, deserialize_with = "queues_with_weight")]
+    #[serde(default, deserialize_with = "queues_with_weight", serialize_with = "queues_without_defaults")]
     pub queues: Vec<Queue>,
+    /// Jobs already running when the scenario starts, each on its `node` (and `executor`, when
+    /// the node's name is not unique): they hold their nodes before round 0's cycle, and may be
+    /// preempted, finished, cancelled or failed like jobs placed by a round. The entries are
+    /// submit entries plus `node`, `executor` and `started_at_seconds`. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<SubmitSpec>,
     /// The rounds, run in order, one scheduling cycle each.
     #[serde(default)]
     pub rounds: Vec<Round>,
 }
 
 /// One node entry (expanded to `count` nodes).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     /// Node name; with a `count` above 1 the nodes are `<name>-1` to `<name>-<count>`.
     pub name: String,
     /// Number of identical nodes (default 1, at most 10,000,000).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// Executor of the nodes (default `default`).
     #[serde(default = "ExecutorName::default_executor")]
@@ -74,52 +82,56 @@ pub struct NodeSpec {
     #[serde(default = "PoolName::default_pool")]
     pub pool: PoolName,
     /// Node labels; `kubernetes.io/hostname` is the node's name unless set here.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
     /// Node taints.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<Taint>,
     /// What each node offers.
     pub allocatable: Resources,
+    /// What each node has in use by things the scenario's jobs are not (other workloads, jobs
+    /// being stopped): the scheduler places on allocatable minus this (default none).
+    #[serde(default, skip_serializing_if = "Resources::is_zero")]
+    pub unallocatable: Resources,
     /// Cordoned: no jobs are placed on these nodes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unschedulable: bool,
     /// Earmarked for these queues (declared in `queues`): their jobs are at home on the nodes;
     /// other queues' jobs may use them only as preemptible guests. The same as the node label
     /// `convoy.io/reserved-for`, which this sets (default: not earmarked).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reserved_for: Vec<QueueName>,
 }
 
 /// One round.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Round {
     /// Jobs submitted before this round's cycle (after its `finish` and `cancel`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub submit: Vec<SubmitSpec>,
     /// Running jobs that succeed before this round's cycle.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub finish: Vec<String>,
     /// Jobs cancelled before this round's cycle.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cancel: Vec<String>,
     /// Running jobs that fail before this round's cycle (with `finish` and `cancel`): a job name,
     /// or `{id, node_fault: true}` for a failure its node is to blame for, which counts toward the
     /// node's quarantine (`config.quarantine`) at the round's time.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fail: Vec<FailSpec>,
     /// Queues cordoned before this round's cycle: their queued jobs are not scheduled, their
     /// running jobs keep running.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cordon: Vec<QueueName>,
     /// Queues uncordoned before this round's cycle.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uncordon: Vec<QueueName>,
 }
 
 /// One entry of a round's `fail`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum FailSpec {
     /// A job name: the job's own failure.
@@ -129,7 +141,7 @@ pub enum FailSpec {
         /// The job name.
         id: String,
         /// True: the failure counts against the job's node (default false).
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         node_fault: bool,
     },
 }
@@ -148,8 +160,8 @@ impl FailSpec {
     }
 }
 
-/// One submit entry (expanded to `count` jobs).
-#[derive(Debug, Clone, Deserialize)]
+/// One submit entry (expanded to `count` jobs), or one entry of the scenario's `running`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitSpec {
     /// Job name, unique in the scenario; with a `count` above 1 the jobs are `<id>-1` to
@@ -158,35 +170,58 @@ pub struct SubmitSpec {
     /// Queue of the jobs; it must be declared in `queues`.
     pub queue: QueueName,
     /// Job set of the jobs (default `default`); it does not affect scheduling.
-    #[serde(default = "JobSetName::default_set")]
+    #[serde(default = "JobSetName::default_set", skip_serializing_if = "is_default_set")]
     pub job_set: JobSetName,
     /// Number of identical jobs (default 1, at most 10,000,000).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
     /// Priority class, one of the configuration's (default: its default class).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority_class: Option<PriorityClassName>,
     /// Lower runs first among the queue's jobs of the same priority class (default 0).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub priority: u32,
     /// What each job requests.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Resources::is_zero")]
     pub requests: Resources,
     /// Labels a node must carry.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub node_selector: Labels,
     /// Taints the jobs tolerate.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// Required node affinity, as in Kubernetes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_affinity: Option<NodeAffinity>,
     /// Annotations; only the gang ones (`convoy.io/gang-*`, or Armada's
     /// `armadaproject.io/gangId`, `gangCardinality`, `gangMinimumCardinality`,
     /// `gangNodeUniformityLabel`) affect scheduling.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Pools the jobs may use (extension; default any).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolName>,
+    /// In a `running` entry (required there, refused in a round's `submit`): the node the jobs
+    /// run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// In a `running` entry: the executor of `node`, needed only when several executors have a
+    /// node of that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorName>,
+    /// In a `running` entry: when the jobs started, in seconds of simulated time, where round 0
+    /// runs at 0 (so `-600` is ten minutes before it; default 0). Pool policies preempt the latest
+    /// started first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at_seconds: Option<f64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_default_set(set: &JobSetName) -> bool {
+    set.as_str() == JobSetName::default_set().as_str()
 }
 
 /// Most nodes or jobs one entry may expand to.
@@ -242,6 +277,22 @@ fn queues_with_weight<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Queu
     Ok(Vec::<QueueEntry>::deserialize(d)?.into_iter().map(|e| e.0).collect())
 }
 
+/// Queues as the queue API writes them, less the keys at their defaults (`{name: A}` for a plain
+/// queue), so an exported scenario reads easily.
+fn queues_without_defaults<S: serde::Serializer>(queues: &[Queue], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::Error;
+    let mut out = Vec::with_capacity(queues.len());
+    for q in queues {
+        let defaults = serde_json::to_value(Queue::new(q.name.clone(), 1.0)).map_err(S::Error::custom)?;
+        let serde_json::Value::Object(mut fields) = serde_json::to_value(q).map_err(S::Error::custom)? else {
+            return Err(S::Error::custom("a queue serializes as a map"));
+        };
+        fields.retain(|k, v| k == "name" || defaults.get(k) != Some(v));
+        out.push(fields);
+    }
+    out.serialize(s)
+}
+
 impl Scenario {
     /// Parses YAML (or JSON, which is YAML) and checks it.
     pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
@@ -253,6 +304,13 @@ impl Scenario {
         })?;
         scenario.validate()?;
         Ok(scenario)
+    }
+
+    /// The scenario as YAML, after `header` (lines of text, written as comments).
+    pub fn to_yaml(&self, header: &str) -> Result<String, serde_yaml_ng::Error> {
+        let body = serde_yaml_ng::to_string(self)?;
+        let comments: String = header.lines().map(|l| format!("# {l}\n")).collect();
+        Ok(format!("{comments}{body}"))
     }
 
     /// The queue tree's rules: every parent is declared, and no queue is its own ancestor.
@@ -288,6 +346,19 @@ impl Scenario {
         if !(self.round_interval_seconds.is_finite() && self.round_interval_seconds >= 0.0) {
             return Err(ScenarioError::new("round_interval_seconds", "must be a number >= 0"));
         }
+        let nodes = self.validate_nodes()?;
+        let queues = self.validate_queues()?;
+        let mut jobs: HashSet<String> = HashSet::new();
+        self.validate_running(&nodes, &queues, &mut jobs)?;
+        for (r, round) in self.rounds.iter().enumerate() {
+            self.validate_round(r, round, &queues, &mut jobs)?;
+        }
+        Ok(())
+    }
+
+    /// Node names unique per executor, counts in range, earmarks given once; the executors of
+    /// each node name.
+    fn validate_nodes(&self) -> Result<HashMap<String, Vec<ExecutorName>>, ScenarioError> {
         let mut node_names = HashSet::new();
         for (i, n) in self.nodes.iter().enumerate() {
             let f = format!("nodes[{i}]");
@@ -311,6 +382,15 @@ impl Scenario {
                 }
             }
         }
+        let mut executors: HashMap<String, Vec<ExecutorName>> = HashMap::new();
+        for (executor, name) in node_names {
+            executors.entry(name).or_default().push(executor);
+        }
+        Ok(executors)
+    }
+
+    /// Queue names unique, the tree sound, earmarks naming declared queues; the declared names.
+    fn validate_queues(&self) -> Result<HashSet<QueueName>, ScenarioError> {
         let mut queues = HashSet::new();
         for (i, q) in self.queues.iter().enumerate() {
             q.validate().map_err(|e| ScenarioError::new(format!("queues[{i}].{}", e.field), e.message))?;
@@ -337,88 +417,170 @@ impl Scenario {
                 ));
             }
         }
-        let mut jobs: HashSet<String> = HashSet::new();
-        for (r, round) in self.rounds.iter().enumerate() {
-            // Gang id → (declared cardinality, members in this round, first field).
-            let mut gangs: HashMap<(QueueName, String), (GangSpec, u32, String)> = HashMap::new();
-            for (s, sub) in round.submit.iter().enumerate() {
-                let f = format!("rounds[{r}].submit[{s}]");
-                if !queues.contains(&sub.queue) {
+        Ok(queues)
+    }
+
+    /// One submit or running entry `f`: its queue, class, count, name, affinity and gang
+    /// annotations; its job names are added to `jobs` (an error if one is there already).
+    fn validate_entry(
+        &self,
+        f: &str,
+        sub: &SubmitSpec,
+        queues: &HashSet<QueueName>,
+        jobs: &mut HashSet<String>,
+    ) -> Result<Option<GangSpec>, ScenarioError> {
+        if !queues.contains(&sub.queue) {
+            return Err(ScenarioError::new(
+                format!("{f}.queue"),
+                format!("queue {} is not declared in queues", sub.queue),
+            ));
+        }
+        if self.queues.iter().any(|q| q.parent.as_ref() == Some(&sub.queue)) {
+            return Err(ScenarioError::new(
+                format!("{f}.queue"),
+                format!("queue {} is a parent queue: jobs are submitted to leaf queues only", sub.queue),
+            ));
+        }
+        if let Some(pc) = &sub.priority_class
+            && self.config.priority_class(pc.as_str()).is_none()
+        {
+            return Err(ScenarioError::new(
+                format!("{f}.priority_class"),
+                format!("priority class {pc} is not configured"),
+            ));
+        }
+        if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
+            return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
+        }
+        if sub.id.is_empty() {
+            return Err(ScenarioError::new(format!("{f}.id"), "must not be empty"));
+        }
+        if let Some(a) = &sub.node_affinity {
+            a.validate().map_err(|m| ScenarioError::new(format!("{f}.node_affinity"), m))?;
+        }
+        let gang = GangSpec::from_annotations(&sub.annotations)
+            .map_err(|e| ScenarioError::new(format!("{f}.{}", e.field), e.message))?;
+        for name in sub.names() {
+            if !jobs.insert(name.clone()) {
+                return Err(ScenarioError::new(format!("{f}.id"), format!("job {name} is submitted twice")));
+            }
+        }
+        Ok(gang)
+    }
+
+    /// The `running` entries: entries like a submit's, each on a declared node. Gangs must agree
+    /// on their annotations, but not all members need be running (some may have ended).
+    fn validate_running(
+        &self,
+        nodes: &HashMap<String, Vec<ExecutorName>>,
+        queues: &HashSet<QueueName>,
+        jobs: &mut HashSet<String>,
+    ) -> Result<(), ScenarioError> {
+        let mut gangs: HashMap<(QueueName, String), (GangSpec, String)> = HashMap::new();
+        for (i, entry) in self.running.iter().enumerate() {
+            let f = format!("running[{i}]");
+            let gang = self.validate_entry(&f, entry, queues, jobs)?;
+            let Some(node) = &entry.node else {
+                return Err(ScenarioError::new(format!("{f}.node"), "a running entry needs the node it runs on"));
+            };
+            let on: Vec<&ExecutorName> = nodes
+                .get(node)
+                .into_iter()
+                .flatten()
+                .filter(|e| entry.executor.as_ref().is_none_or(|x| x == *e))
+                .collect();
+            let executor = entry.executor.as_ref().map(|e| format!(" of executor {e}")).unwrap_or_default();
+            match on.as_slice() {
+                [] => {
                     return Err(ScenarioError::new(
-                        format!("{f}.queue"),
-                        format!("queue {} is not declared in queues", sub.queue),
+                        format!("{f}.node"),
+                        format!("node {node}{executor} is not declared in nodes"),
                     ));
                 }
-                if self.queues.iter().any(|q| q.parent.as_ref() == Some(&sub.queue)) {
+                [_] => {}
+                _ => {
                     return Err(ScenarioError::new(
-                        format!("{f}.queue"),
-                        format!("queue {} is a parent queue: jobs are submitted to leaf queues only", sub.queue),
+                        format!("{f}.executor"),
+                        format!("several executors have a node {node}: say which with executor"),
                     ));
-                }
-                if let Some(pc) = &sub.priority_class
-                    && self.config.priority_class(pc.as_str()).is_none()
-                {
-                    return Err(ScenarioError::new(
-                        format!("{f}.priority_class"),
-                        format!("priority class {pc} is not configured"),
-                    ));
-                }
-                if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
-                    return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
-                }
-                if sub.id.is_empty() {
-                    return Err(ScenarioError::new(format!("{f}.id"), "must not be empty"));
-                }
-                if let Some(a) = &sub.node_affinity {
-                    a.validate().map_err(|m| ScenarioError::new(format!("{f}.node_affinity"), m))?;
-                }
-                let gang = GangSpec::from_annotations(&sub.annotations)
-                    .map_err(|e| ScenarioError::new(format!("{f}.{}", e.field), e.message))?;
-                for name in sub.names() {
-                    if !jobs.insert(name.clone()) {
-                        return Err(ScenarioError::new(format!("{f}.id"), format!("job {name} is submitted twice")));
-                    }
-                }
-                if let Some(g) = gang {
-                    let n = sub.names().len() as u32;
-                    let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));
-                    if e.0 != g {
-                        return Err(ScenarioError::new(
-                            format!("{f}.annotations"),
-                            format!("gang {} is annotated differently in {}", g.id, e.2),
-                        ));
-                    }
-                    e.1 += n;
                 }
             }
-            for ((_, id), (g, n, f)) in &gangs {
-                if *n != g.cardinality {
+            if entry.started_at_seconds.is_some_and(|t| !t.is_finite()) {
+                return Err(ScenarioError::new(format!("{f}.started_at_seconds"), "must be a number"));
+            }
+            if let Some(g) = gang {
+                let e = gangs.entry((entry.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), f.clone()));
+                if e.0 != g {
                     return Err(ScenarioError::new(
                         format!("{f}.annotations"),
-                        format!(
-                            "gang {id} has cardinality {} but {n} members are submitted in this round",
-                            g.cardinality
-                        ),
+                        format!("gang {} is annotated differently in {}", g.id, e.1),
                     ));
                 }
             }
-            for (key, list) in [("cordon", &round.cordon), ("uncordon", &round.uncordon)] {
-                if let Some((i, q)) = list.iter().enumerate().find(|(_, q)| !queues.contains(*q)) {
+        }
+        Ok(())
+    }
+
+    /// Round `r`: its submit entries (gangs whole), and the queues and jobs it names.
+    fn validate_round(
+        &self,
+        r: usize,
+        round: &Round,
+        queues: &HashSet<QueueName>,
+        jobs: &mut HashSet<String>,
+    ) -> Result<(), ScenarioError> {
+        // Gang id → (declared cardinality, members in this round, first field).
+        let mut gangs: HashMap<(QueueName, String), (GangSpec, u32, String)> = HashMap::new();
+        for (s, sub) in round.submit.iter().enumerate() {
+            let f = format!("rounds[{r}].submit[{s}]");
+            for (key, given) in [
+                ("node", sub.node.is_some()),
+                ("executor", sub.executor.is_some()),
+                ("started_at_seconds", sub.started_at_seconds.is_some()),
+            ] {
+                if given {
+                    return Err(ScenarioError::new(
+                        format!("{f}.{key}"),
+                        "only an entry of the scenario's running list has a node; a submitted job is placed by the \
+                         scheduler",
+                    ));
+                }
+            }
+            let Some(g) = self.validate_entry(&f, sub, queues, jobs)? else { continue };
+            let n = sub.names().len() as u32;
+            let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));
+            if e.0 != g {
+                return Err(ScenarioError::new(
+                    format!("{f}.annotations"),
+                    format!("gang {} is annotated differently in {}", g.id, e.2),
+                ));
+            }
+            e.1 += n;
+        }
+        for ((_, id), (g, n, f)) in &gangs {
+            if *n != g.cardinality {
+                return Err(ScenarioError::new(
+                    format!("{f}.annotations"),
+                    format!("gang {id} has cardinality {} but {n} members are submitted in this round", g.cardinality),
+                ));
+            }
+        }
+        for (key, list) in [("cordon", &round.cordon), ("uncordon", &round.uncordon)] {
+            if let Some((i, q)) = list.iter().enumerate().find(|(_, q)| !queues.contains(*q)) {
+                return Err(ScenarioError::new(
+                    format!("rounds[{r}].{key}[{i}]"),
+                    format!("queue {q} is not declared in queues"),
+                ));
+            }
+        }
+        let failed: Vec<String> = round.fail.iter().map(|f| f.id().to_string()).collect();
+        for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel), ("fail", &failed)] {
+            for (i, name) in list.iter().enumerate() {
+                if !jobs.contains(name) {
                     return Err(ScenarioError::new(
                         format!("rounds[{r}].{key}[{i}]"),
-                        format!("queue {q} is not declared in queues"),
+                        format!("job {name} has not been submitted"),
                     ));
-                }
-            }
-            let failed: Vec<String> = round.fail.iter().map(|f| f.id().to_string()).collect();
-            for (key, list) in [("finish", &round.finish), ("cancel", &round.cancel), ("fail", &failed)] {
-                for (i, name) in list.iter().enumerate() {
-                    if !jobs.contains(name) {
-                        return Err(ScenarioError::new(
-                            format!("rounds[{r}].{key}[{i}]"),
-                            format!("job {name} has not been submitted"),
-                        ));
-                    }
                 }
             }
         }
@@ -500,6 +662,62 @@ mod tests {
         assert_eq!(e.field, "queues[0].name");
         // Without quarantine the name is free.
         Scenario::parse("queues: [{name: quarantined}]").unwrap();
+    }
+
+    #[test]
+    fn running_entries_are_checked() {
+        let base = "nodes: [{name: n, allocatable: {cpu: '4'}}, {name: m, executor: e2, allocatable: {cpu: '4'}}, \
+                    {name: m, allocatable: {cpu: '4'}}]\nqueues: [{name: A}]\n";
+        for (rest, field, message) in [
+            ("running: [{id: a, queue: A}]", "running[0].node", "a running entry needs the node it runs on"),
+            ("running: [{id: a, queue: A, node: z}]", "running[0].node", "node z is not declared in nodes"),
+            ("running: [{id: a, queue: A, node: n, executor: e2}]", "running[0].node", "node n of executor e2"),
+            ("running: [{id: a, queue: A, node: m}]", "running[0].executor", "several executors have a node m"),
+            ("running: [{id: a, queue: B, node: n}]", "running[0].queue", "queue B is not declared"),
+            (
+                "running: [{id: a, queue: A, node: n}]\nrounds: [{submit: [{id: a, queue: A}]}]",
+                "rounds[0].submit[0].id",
+                "job a is submitted twice",
+            ),
+            ("rounds: [{submit: [{id: a, queue: A, node: n}]}]", "rounds[0].submit[0].node", "only an entry of"),
+            (
+                "rounds: [{submit: [{id: a, queue: A, started_at_seconds: -5}]}]",
+                "rounds[0].submit[0].started_at_seconds",
+                "only an entry of",
+            ),
+            ("running: [{id: a, queue: A, node: n, nod: n}]", "running[0]", "nod"),
+        ] {
+            let e = Scenario::parse(&format!("{base}{rest}")).unwrap_err();
+            assert!(e.field.starts_with(field) && e.to_string().contains(message), "{rest}: {e}");
+        }
+        let s = Scenario::parse(&format!(
+            "{base}running: [{{id: a, queue: A, node: m, executor: e2, started_at_seconds: -30}}]\n\
+             rounds: [{{finish: [a]}}]"
+        ))
+        .unwrap();
+        assert_eq!(s.running[0].started_at_seconds, Some(-30.0));
+        // A running gang need not be whole (members may have ended).
+        Scenario::parse(&format!(
+            "{base}running: [{{id: g, queue: A, node: n, annotations: {{convoy.io/gang-id: g1, convoy.io/gang-cardinality: '4'}}}}]"
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_scenario_serializes_to_what_parses_back_the_same() {
+        let text = include_str!("../../tests/scenarios/contract_example.yaml");
+        let s = Scenario::parse(text).unwrap();
+        let yaml = serde_yaml_ng::to_string(&s).unwrap();
+        let back = Scenario::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(serde_yaml_ng::to_string(&back).unwrap(), yaml);
+        assert_eq!(back.config, s.config);
+        assert_eq!(back.queues, s.queues);
+        // Keys at their defaults are left out.
+        let plain = Scenario::parse("queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: A}]}]").unwrap();
+        let yaml = serde_yaml_ng::to_string(&plain).unwrap();
+        assert!(yaml.contains("queues:\n- name: A\n"), "{yaml}");
+        assert!(yaml.contains("submit:\n  - id: a\n    queue: A\n"), "{yaml}");
+        assert!(!yaml.contains("running"), "{yaml}");
     }
 
     #[test]

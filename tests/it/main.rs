@@ -35,6 +35,7 @@ mod server_executor;
 mod server_metrics;
 mod server_process;
 mod simulate_cli;
+mod simulate_export;
 mod tls;
 mod web_ui;
 mod why;

@@ -13,6 +13,7 @@ mod output;
 mod queue;
 mod reprioritize;
 mod run;
+pub(crate) mod scenario;
 mod submit;
 mod watch;
 mod why;
