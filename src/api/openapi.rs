@@ -334,7 +334,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 34);
+        assert_eq!(ids.len(), 35);
     }
 
     #[test]
