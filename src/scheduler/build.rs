@@ -81,6 +81,7 @@ impl<'a> PoolCycle<'a> {
         let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
         let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
         cycle.jobs.reserve(expected);
+        cycle.ledger.reserve(expected);
 
         cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
         cycle.place_running(running);

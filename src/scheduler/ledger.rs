@@ -41,6 +41,11 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
+    /// Room for `n` more jobs' fates.
+    pub(super) fn reserve(&mut self, n: usize) {
+        self.fates.reserve(n);
+    }
+
     /// Starts the fate of the next job to join the cycle (its index is the count so far).
     pub(super) fn add_job(&mut self, fate: Fate) {
         self.fates.push(fate);
