@@ -6,7 +6,7 @@ pub mod certs;
 pub mod chaos;
 pub mod config;
 pub mod config_file;
-pub mod control;
+mod control;
 pub mod disk_space;
 #[cfg(feature = "grpc")]
 pub mod grpc;

@@ -3,20 +3,20 @@
 //! signals. It lives below both the `api` (which reads and writes through it) and the `server`
 //! (which builds it, mounts the API and runs the loops), and knows nothing of the API's routes.
 
-pub mod disk;
-pub mod ids;
-pub mod output;
-pub mod relay;
-pub mod writer;
+pub(crate) mod disk;
+pub(crate) mod ids;
+pub(crate) mod output;
+pub(crate) mod relay;
+pub(crate) mod writer;
 
-pub use writer::{Replicate, WriteError, Writer};
+pub(crate) use writer::{Replicate, WriteError, Writer};
 
 use crate::config::Config;
 use crate::model::api::ClusterStatus;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
-pub use crate::raft::Leadership;
-pub use crate::raft::leadership::{heard_again as leader_heard_again, moved_on as leadership_moved_on};
-pub use crate::raft::membership::{Addition, MembershipError};
+pub(crate) use crate::raft::Leadership;
+pub(crate) use crate::raft::leadership::{heard_again as leader_heard_again, moved_on as leadership_moved_on};
+pub(crate) use crate::raft::membership::{Addition, MembershipError};
 use crate::raft::stats::Histogram;
 use crate::scheduler::{PoolReport, Reason};
 use crate::state::{Command, Effects, Response, State};
@@ -279,12 +279,12 @@ impl Control {
 }
 
 /// Milliseconds since the Unix epoch (the leader's clock chooses timestamps).
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// RFC 3339 text for a millisecond timestamp.
-pub fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
 }

@@ -15,15 +15,15 @@ use tokio::sync::Notify;
 
 /// Shortest time between two asks for the same run's output: a followed run makes its agent poll
 /// about twice a second.
-pub const ASK_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const ASK_EVERY: Duration = Duration::from_millis(500);
 /// A run's output is asked for while someone asked within this long.
-pub const WANTED_FOR: Duration = Duration::from_secs(15);
+pub(crate) const WANTED_FOR: Duration = Duration::from_secs(15);
 /// Output kept this long after the last follower's request.
-pub const KEEP_FOR: Duration = Duration::from_secs(60);
+pub(crate) const KEEP_FOR: Duration = Duration::from_secs(60);
 /// A piece at least this large is asked on from at once, not after [`ASK_EVERY`].
-pub const FAST_ASK_BYTES: usize = 64 * 1024;
+pub(crate) const FAST_ASK_BYTES: usize = 64 * 1024;
 /// Text kept per followed stream; older pieces are dropped first.
-pub const KEPT_BYTES: usize = 1024 * 1024;
+pub(crate) const KEPT_BYTES: usize = 1024 * 1024;
 
 /// What followers get back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
