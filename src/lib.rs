@@ -18,7 +18,7 @@ pub mod raft;
 pub mod record;
 pub mod scheduler;
 pub mod server;
-pub mod service;
+mod service;
 pub mod simulate;
 pub mod state;
 pub mod store;

@@ -126,7 +126,7 @@ pub(crate) const CREDENTIALS_REQUIRED: &str =
 /// The caller named by an `Authorization` value (`Bearer <token>` or `Basic <name:password>`),
 /// checked against `[auth]`; everyone is an admin when auth is off. The REST API and the gRPC API
 /// (its `authorization` metadata) both authenticate here.
-pub fn authenticate(app: &Control, authorization: Option<&str>) -> Result<Principal, ServiceError> {
+pub(crate) fn authenticate(app: &Control, authorization: Option<&str>) -> Result<Principal, ServiceError> {
     let auth = &app.config.auth;
     if !auth.enabled {
         return Ok(Principal { name: "anonymous".into(), groups: vec![], roles: vec![Role::Admin] });

@@ -107,7 +107,7 @@ impl From<FieldError> for ServiceError {
 }
 
 /// An error and its causes on one line (`a: b: c`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut next = e.source();
     while let Some(s) = next {
