@@ -22,4 +22,4 @@ mod service;
 pub mod simulate;
 pub mod state;
 pub mod store;
-pub mod ui;
+mod ui;
