@@ -5,14 +5,14 @@ pub mod api;
 pub mod certs;
 pub mod chaos;
 pub mod config;
-pub mod config_file;
+mod config_file;
 mod control;
 pub mod disk_space;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 #[cfg(test)]
 mod layers;
-pub mod metrics;
+mod metrics;
 pub mod model;
 pub mod raft;
 pub mod record;
