@@ -41,7 +41,7 @@ use std::sync::Arc;
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn submit(
+pub(super) async fn submit(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<SubmitRequest>,
@@ -70,7 +70,7 @@ pub async fn submit(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cancel(
+pub(super) async fn cancel(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<CancelRequest>,
@@ -99,7 +99,7 @@ pub async fn cancel(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn reprioritize(
+pub(super) async fn reprioritize(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<ReprioritizeRequest>,
@@ -128,7 +128,7 @@ pub async fn reprioritize(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn preempt(
+pub(super) async fn preempt(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<PreemptRequest>,
@@ -154,7 +154,7 @@ pub async fn preempt(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(
+pub(super) async fn get(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,
@@ -185,7 +185,7 @@ pub async fn get(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(
+pub(super) async fn list(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Query(q): Query<ListParams>,
@@ -212,7 +212,7 @@ pub async fn list(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn logs(
+pub(super) async fn logs(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,

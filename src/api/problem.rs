@@ -127,17 +127,17 @@ impl IntoResponse for ApiError {
 
 /// The request id of a request: the `x-request-id` header that the request-id layer set, or
 /// that the client sent.
-pub fn request_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
     headers.get(&REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_string)
 }
 
 /// The header carrying request ids.
-pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Middleware: puts the request's id into every problem answer made from an [`ApiError`],
 /// wherever it was made (handler, extractor rejection, fallback). It must run inside the layer
 /// that assigns request ids. Only error answers are touched, and they are small.
-pub async fn fill_request_id(req: Request, next: Next) -> Response {
+pub(crate) async fn fill_request_id(req: Request, next: Next) -> Response {
     let id = request_id(req.headers());
     let resp = next.run(req).await;
     let Some(id) = id else { return resp };
@@ -154,7 +154,7 @@ pub async fn fill_request_id(req: Request, next: Next) -> Response {
 }
 
 /// A JSON body whose deserialization errors are 400s naming the field (`jobs[3].pod_spec`).
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -180,7 +180,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 }
 
 /// A 200 JSON answer.
-pub fn json<T: serde::Serialize>(v: T) -> Response {
+pub(crate) fn json<T: serde::Serialize>(v: T) -> Response {
     axum::Json(v).into_response()
 }
 

@@ -267,7 +267,7 @@ pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, Ser
 /// Query of `GET /v1/jobs`.
 #[derive(Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     /// Only jobs of this queue.
     #[param(value_type = Option<QueueName>)]
     pub(crate) queue: Option<String>,
