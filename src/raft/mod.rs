@@ -15,36 +15,39 @@
 //! purged gets the snapshot file in chunks of [`RaftSettings::snapshot_chunk_size`] bytes.
 
 pub(crate) mod acked;
-pub mod bootstrap;
-pub mod failover;
-pub mod identity;
+mod bootstrap;
+mod failover;
+mod identity;
 pub(crate) mod io;
-pub mod leadership;
-pub mod log_store;
-pub mod membership;
-pub mod network;
-pub mod pre_vote;
-pub mod snapshot_data;
-pub mod snapshot_file;
-pub mod snapshot_store;
-pub mod state_machine;
-pub mod stats;
-pub mod types;
+pub(crate) mod leadership;
+mod log_store;
+pub(crate) mod membership;
+mod network;
+mod pre_vote;
+mod snapshot_data;
+pub(crate) mod snapshot_file;
+mod snapshot_store;
+mod state_machine;
+pub(crate) mod stats;
+mod types;
 
 #[cfg(test)]
 mod tests;
 
 pub use bootstrap::Bootstrap;
-pub use identity::Identity;
-pub use leadership::Leadership;
-pub use log_store::LogStore;
-pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
-pub use snapshot_store::SnapshotFile;
-pub use state_machine::{ApplyItem, ApplyPayload, ExportRows, ReplicatedState, StateExport, StateMachine};
-pub use types::{
-    Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig, Vote,
-};
+pub use network::{PROTOCOL_HEADER, PROTOCOL_VERSION};
+pub use snapshot_file::{SnapshotReader, SnapshotWriter};
+pub use types::{LogId, Node, NodeId, SnapshotMeta};
+
+pub(crate) use identity::Identity;
+pub(crate) use leadership::Leadership;
+pub(crate) use log_store::LogStore;
+/// The server's unit tests check its chunk size against the peer RPC's body limit.
+#[cfg(test)]
+pub(crate) use network::MAX_RPC_BODY;
+pub(crate) use network::{NetworkFactory, NetworkSetupError, raft_router};
+pub(crate) use state_machine::{ApplyItem, ApplyPayload, ReplicatedState, StateExport, StateMachine};
+pub(crate) use types::{Raft, RaftMetrics, StoredMembership};
 
 use crate::state::{Command, Response};
 use openraft::error::{
