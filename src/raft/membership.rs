@@ -36,7 +36,12 @@ impl RaftNode {
     /// Adds node `id` at `addr`: as a learner first, promoted to voter once it has caught up with
     /// the log. Waits up to `wait` for the promotion; the change goes on in the background after
     /// that. Adding a member that is already a voter at the same address changes nothing.
-    pub async fn add_member(&self, id: NodeId, addr: String, wait: Duration) -> Result<Addition, MembershipError> {
+    pub(crate) async fn add_member(
+        &self,
+        id: NodeId,
+        addr: String,
+        wait: Duration,
+    ) -> Result<Addition, MembershipError> {
         let m = self.metrics().borrow().membership_config.clone();
         if let Some(known) = m.membership().get_node(&id) {
             if known.addr != addr {
@@ -74,7 +79,7 @@ impl RaftNode {
     }
 
     /// Removes node `id` from the cluster (voter or learner). Refuses to remove the last voter.
-    pub async fn remove_member(&self, id: NodeId) -> Result<(), MembershipError> {
+    pub(crate) async fn remove_member(&self, id: NodeId) -> Result<(), MembershipError> {
         let m = self.metrics().borrow().membership_config.clone();
         if m.membership().get_node(&id).is_none() {
             return Err(MembershipError::NotFound(id));

@@ -35,7 +35,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What a committed log entry asks the state to do.
 #[derive(Debug, Clone)]
-pub enum ApplyPayload {
+pub(crate) enum ApplyPayload {
     /// An empty entry a new leader writes at the start of its term. Only the applied log id moves.
     Blank,
     /// A state change.
@@ -46,7 +46,7 @@ pub enum ApplyPayload {
 
 /// One committed log entry to apply.
 #[derive(Debug, Clone)]
-pub struct ApplyItem {
+pub(crate) struct ApplyItem {
     /// The entry's log id; its `leader_id.term` is the term the entry was proposed in.
     pub log_id: LogId,
     /// What to apply.
@@ -55,7 +55,7 @@ pub struct ApplyItem {
 
 /// A consistent view of the whole state, pinned by [`ReplicatedState::export`], to be written
 /// out as snapshot frames.
-pub struct StateExport {
+pub(crate) struct StateExport {
     /// The last log id the view includes.
     pub last_applied: Option<LogId>,
     /// The membership the view includes.
@@ -83,7 +83,7 @@ pub(super) type ExportRows = Box<dyn FnOnce(&mut dyn FrameSink) -> io::Result<()
 /// state does not cover and re-applies them at start-up. It only drops log entries covered by a
 /// snapshot, so before it builds one the adapter calls [`make_durable`](Self::make_durable), and it
 /// calls it again after [`import`](Self::import).
-pub trait ReplicatedState: Send + Sync + 'static {
+pub(crate) trait ReplicatedState: Send + Sync + 'static {
     /// Applies committed entries in order, returning one response per item (`Blank` and
     /// `Membership` items answer [`Response::Ok`]). The changes of the whole batch, the last
     /// applied log id and the membership are persisted together (one redb write transaction).

@@ -6,7 +6,7 @@ openraft::declare_raft_types!(
     /// [`crate::state::Response`], nodes are `u64` ids addressed by their base URL
     /// ([`openraft::BasicNode::addr`], e.g. `http://127.0.0.1:8080`), and snapshots are files
     /// ([`SnapshotFile`](crate::raft::SnapshotFile)), streamed to peers in chunks.
-    pub TypeConfig:
+    pub(crate) TypeConfig:
         D = crate::state::Command,
         R = crate::state::Response,
         NodeId = u64,
