@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 /// This member's view of the leadership at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     /// The leader this member knows of.
     pub leader: Option<NodeId>,
     /// The current term.
@@ -30,7 +30,7 @@ pub struct Leadership {
 impl Leadership {
     /// True if `self` names another leader or term than `seen`, or the leader has gone silent
     /// since, or Raft stopped: a request sent to the leader of `seen` may never be answered.
-    pub fn moved_on_from(&self, seen: &Leadership) -> bool {
+    pub(crate) fn moved_on_from(&self, seen: &Leadership) -> bool {
         self.leader != seen.leader
             || self.term != seen.term
             || (self.leader_silent && !seen.leader_silent)

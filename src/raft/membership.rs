@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Why a membership change was refused or did not happen.
 #[derive(Debug, thiserror::Error)]
-pub enum MembershipError {
+pub(crate) enum MembershipError {
     /// The change makes no sense for this cluster (the detail says why).
     #[error("{0}")]
     Invalid(String),
@@ -25,7 +25,7 @@ pub enum MembershipError {
 
 /// How far a member addition got within the time allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Addition {
+pub(crate) enum Addition {
     /// It votes.
     Voter,
     /// It is a learner still catching up; the leader promotes it once it has.

@@ -13,7 +13,7 @@ pub(crate) const LATENCY_BUCKETS: [f64; 12] =
 
 /// A latency histogram: counts per bucket (not cumulative), count, sum.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Observations at or below each of [`LATENCY_BUCKETS`], then above the last.
     pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
     /// Observations.
@@ -31,7 +31,8 @@ impl Histogram {
     }
 
     /// Observations at or below each bound, the last being all of them (Prometheus' `le`).
-    pub fn cumulative(&self) -> Vec<u64> {
+    #[cfg(test)]
+    pub(crate) fn cumulative(&self) -> Vec<u64> {
         self.buckets
             .iter()
             .scan(0, |acc, n| {

@@ -9,7 +9,7 @@ use crate::model::Queue;
 
 /// Who is calling.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// The principal's name as configured (matched against queue owners).
     pub name: String,
     /// Its groups (matched against queue groups).
@@ -29,7 +29,7 @@ fn role_name(role: Role) -> &'static str {
 
 impl Principal {
     /// Refuses unless the principal has `role` (admins have every role).
-    pub fn require(&self, role: Role) -> Result<(), ServiceError> {
+    pub(crate) fn require(&self, role: Role) -> Result<(), ServiceError> {
         if self.roles.contains(&Role::Admin) || self.roles.contains(&role) {
             Ok(())
         } else {
@@ -39,7 +39,7 @@ impl Principal {
     }
 
     /// Refuses unless the principal may submit to and cancel in `queue`.
-    pub fn require_queue(&self, queue: &Queue) -> Result<(), ServiceError> {
+    pub(crate) fn require_queue(&self, queue: &Queue) -> Result<(), ServiceError> {
         if self.roles.contains(&Role::Admin) {
             return Ok(());
         }
