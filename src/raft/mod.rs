@@ -175,7 +175,7 @@ pub enum RaftError {
 
 /// Why a write (or a linearizable read check, or a membership change) did not go through.
 #[derive(Debug, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     /// This node is not the leader; send the request to `addr` (the leader's base URL).
     #[error("not the leader; the leader is node {leader_id} at {addr}")]
     ForwardToLeader {

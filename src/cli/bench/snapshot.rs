@@ -17,7 +17,7 @@ use convoy::record::encode;
 use convoy::record::raft::LogIdRecord;
 use convoy::scheduler::SchedulerConfig;
 use convoy::state::StateSettings;
-use convoy::store::tables::RAFT_APPLIED;
+use convoy::store::RAFT_APPLIED;
 use convoy::store::{IMPORT_ROWS_PER_TX, Store};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
