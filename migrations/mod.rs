@@ -5,18 +5,18 @@
 //! A migration never uses today's row types or table definitions: it keeps its own frozen copies
 //! of what it reads and writes, so that later format changes cannot change what it does.
 
-pub mod v0001_initial;
-pub mod v0002_event_chunks;
-pub mod v0003_finished_index;
-pub mod v0004_node_health;
-pub mod v0005_queue_usage;
-pub mod v0006_queue_tree;
-pub mod v0007_run_index;
-pub mod v0008_job_owners;
-pub mod v0009_run_usage;
+pub(crate) mod v0001_initial;
+pub(crate) mod v0002_event_chunks;
+pub(crate) mod v0003_finished_index;
+pub(crate) mod v0004_node_health;
+pub(crate) mod v0005_queue_usage;
+pub(crate) mod v0006_queue_tree;
+pub(crate) mod v0007_run_index;
+pub(crate) mod v0008_job_owners;
+pub(crate) mod v0009_run_usage;
 
 /// A migration step.
-pub struct Migration {
+pub(crate) struct Migration {
     /// The version the database has after this step.
     pub version: u32,
     /// What the step changes, for the log.
@@ -26,7 +26,7 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const ALL: &[Migration] = &[
+pub(crate) const ALL: &[Migration] = &[
     Migration { version: 1, name: "initial schema", run: v0001_initial::run },
     Migration { version: 2, name: "events in chunks", run: v0002_event_chunks::run },
     Migration { version: 3, name: "finished jobs indexed by finish time", run: v0003_finished_index::run },

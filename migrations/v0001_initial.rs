@@ -15,16 +15,16 @@ const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("payloa
 const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
 const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
 /// Version 1's events, one row per event: `queue 0 job_set 0 seq(u64 BE)` → one event record.
-pub const EVENTS_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
+pub(crate) const EVENTS_V1: TableDefinition<&[u8], &[u8]> = TableDefinition::new("events");
 const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
 const CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("client_ids");
 const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
 
 /// The prototype's job table.
-pub const JOBS_JSON_V0: TableDefinition<&str, &str> = TableDefinition::new("jobs_json");
+pub(crate) const JOBS_JSON_V0: TableDefinition<&str, &str> = TableDefinition::new("jobs_json");
 
 /// Creates the version 1 tables.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     if tx.list_tables()?.any(|t| t.name() == JOBS_JSON_V0.name()) {
         return Err(StoreError::Unsupported {
             reason: "it is a database of the pre-release prototype (jobs stored as JSON, no schema version); \

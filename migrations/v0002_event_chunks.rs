@@ -42,7 +42,7 @@ fn corrupt(what: String) -> impl FnOnce(crate::record::CodecError) -> StoreError
 }
 
 /// Regroups version 1's event rows into chunks.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     let mut chunks = tx.open_table(EVENT_CHUNKS)?;
     if !tx.list_tables()?.any(|t| t.name() == EVENTS_V1.name()) {
         return Ok(());

@@ -142,7 +142,7 @@ fn chunk_key(prefix: &[u8], seq: u64) -> Vec<u8> {
 }
 
 /// Version 3's `finished` key.
-pub fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
+pub(crate) fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
     let mut k = [0u8; 24];
     k[..8].copy_from_slice(&((at_ms as u64) ^ (1 << 63)).to_be_bytes());
     k[8..].copy_from_slice(&id.as_u128().to_be_bytes());
@@ -158,11 +158,11 @@ fn record_time(job: &Job) -> i64 {
 }
 
 /// An event chunk's key and bytes.
-pub type Chunk = (Vec<u8>, Vec<u8>);
+pub(crate) type Chunk = (Vec<u8>, Vec<u8>);
 
 /// Event chunks of a version 2 state, wherever they are: the chunk of a job set (`prefix`) that
 /// would hold `seq` (the last one starting at or before it), as its key and bytes.
-pub trait ChunkSource {
+pub(crate) trait ChunkSource {
     /// The chunk's key and bytes, if the job set has one at or before `seq`.
     fn chunk_holding(&self, prefix: &[u8], seq: u64) -> Result<Option<Chunk>, StoreError>;
 }
@@ -177,7 +177,7 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> ChunkSource for T {
 }
 
 /// Event chunks in memory, by key (an inline snapshot's rows).
-pub struct ChunksInMemory<'a>(pub BTreeMap<&'a [u8], &'a [u8]>);
+pub(crate) struct ChunksInMemory<'a>(pub BTreeMap<&'a [u8], &'a [u8]>);
 
 impl ChunkSource for ChunksInMemory<'_> {
     fn chunk_holding(&self, prefix: &[u8], seq: u64) -> Result<Option<Chunk>, StoreError> {
@@ -188,14 +188,14 @@ impl ChunkSource for ChunksInMemory<'_> {
 
 /// Reads event chunks, keeping the last one decoded: a job's neighbours by id were mostly
 /// submitted, and ended, in the same transactions, so their last events share chunks.
-pub struct Events<'a, C> {
+pub(crate) struct Events<'a, C> {
     chunks: &'a C,
     cached: Option<(Vec<u8>, Vec<Event>)>,
 }
 
 impl<'a, C: ChunkSource> Events<'a, C> {
     /// Reads `chunks`.
-    pub fn new(chunks: &'a C) -> Self {
+    pub(crate) fn new(chunks: &'a C) -> Self {
         Events { chunks, cached: None }
     }
 
@@ -213,7 +213,7 @@ impl<'a, C: ChunkSource> Events<'a, C> {
 
 /// The `finished` key of a version 2 job record that is out of memory (the caller checks it is
 /// not in `live_jobs`): None if the job is not over.
-pub fn finished_key_of(
+pub(crate) fn finished_key_of(
     record: &[u8],
     events: &mut Events<'_, impl ChunkSource>,
 ) -> Result<Option<[u8; 24]>, StoreError> {
@@ -233,7 +233,7 @@ pub fn finished_key_of(
 }
 
 /// Creates the `finished` index and fills it with the jobs that are over and out of memory.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     let mut index = tx.open_table(FINISHED)?;
     let jobs = tx.open_table(JOBS)?;
     let live = tx.open_table(LIVE_JOBS)?;

@@ -9,7 +9,7 @@ use redb::TableDefinition;
 const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("node_health");
 
 /// Creates the table.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     tx.open_table(NODE_HEALTH)?;
     Ok(())
 }

@@ -8,6 +8,6 @@
 use crate::store::StoreError;
 
 /// Nothing to convert.
-pub fn run(_tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(_tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }

@@ -136,7 +136,7 @@ struct Pod {
 }
 
 /// A version 6 job record in version 7's format, and the keys (run id, BE) of its runs.
-pub fn convert_job(bytes: &[u8]) -> Result<(Vec<u8>, Vec<[u8; 16]>), StoreError> {
+pub(crate) fn convert_job(bytes: &[u8]) -> Result<(Vec<u8>, Vec<[u8; 16]>), StoreError> {
     let old: Job<Run> = decode(bytes).map_err(|source| StoreError::Corrupt { what: "version 6 job".into(), source })?;
     let runs: Vec<[u8; 16]> = old.runs.iter().map(|r| r.run_id.as_u128().to_be_bytes()).collect();
     let Job {
@@ -187,7 +187,7 @@ pub fn convert_job(bytes: &[u8]) -> Result<(Vec<u8>, Vec<[u8; 16]>), StoreError>
 /// A version 7 job record as versions 2 to 6 wrote it (namespace and pods dropped): tests make
 /// older databases with it.
 #[cfg(test)]
-pub fn to_version_6(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn to_version_6(bytes: &[u8]) -> Vec<u8> {
     let new: JobV7 = decode(bytes).expect("a version 7 job");
     let Job {
         id,
@@ -233,7 +233,7 @@ pub fn to_version_6(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Rewrites every job in version 7's format and indexes its runs.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     let mut jobs = tx.open_table(JOBS)?;
     let mut index = tx.open_table(RUN_JOBS)?;
     let (mut converted, mut indexed) = (0u64, 0u64);

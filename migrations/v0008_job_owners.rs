@@ -9,7 +9,7 @@ use redb::TableDefinition;
 const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
 
 /// Creates the table.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     tx.open_table(JOB_OWNERS)?;
     Ok(())
 }

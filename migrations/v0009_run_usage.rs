@@ -9,7 +9,7 @@ use redb::TableDefinition;
 const RUN_USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_usage");
 
 /// Creates the table.
-pub fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
+pub(crate) fn run(tx: &redb::WriteTransaction) -> Result<(), StoreError> {
     tx.open_table(RUN_USAGE)?;
     Ok(())
 }

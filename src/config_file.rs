@@ -45,13 +45,13 @@ impl ConfigFileError {
 }
 
 /// The text of the file at `path`.
-pub fn read(path: &Path) -> Result<String, ConfigFileError> {
+pub(crate) fn read(path: &Path) -> Result<String, ConfigFileError> {
     std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read { path: path.to_path_buf(), source })
 }
 
 /// Deserializes TOML `text` from `origin`. A key serde refuses is named by its path in the text,
 /// after `prefix` when the text is a section of a larger file (`agent`: `agent.servers[0]`).
-pub fn deserialize<T: DeserializeOwned>(text: &str, origin: &str, prefix: &str) -> Result<T, ConfigFileError> {
+pub(crate) fn deserialize<T: DeserializeOwned>(text: &str, origin: &str, prefix: &str) -> Result<T, ConfigFileError> {
     let de = toml::Deserializer::parse(text).map_err(|e| ConfigFileError::syntax(origin, e))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

@@ -5,21 +5,21 @@ pub mod api;
 pub mod certs;
 pub mod chaos;
 pub mod config;
-pub mod config_file;
-pub mod control;
+mod config_file;
+mod control;
 pub mod disk_space;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 #[cfg(test)]
 mod layers;
-pub mod metrics;
+mod metrics;
 pub mod model;
 pub mod raft;
 pub mod record;
 pub mod scheduler;
 pub mod server;
-pub mod service;
+mod service;
 pub mod simulate;
 pub mod state;
 pub mod store;
-pub mod ui;
+mod ui;

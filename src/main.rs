@@ -17,7 +17,7 @@ static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         convoy::record::STATE_SCHEMA_VERSION,
         convoy::record::LOG_FORMAT_VERSION,
         convoy::record::SNAPSHOT_FORMAT_VERSION,
-        convoy::raft::network::PROTOCOL_VERSION,
+        convoy::raft::PROTOCOL_VERSION,
     )
 });
 

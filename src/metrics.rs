@@ -23,14 +23,14 @@ use std::time::Duration;
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 /// The process-wide instruments.
-pub fn global() -> &'static Metrics {
+pub(crate) fn global() -> &'static Metrics {
     &METRICS
 }
 
 /// Labels of an API request: the matched route template (`/v1/jobs/{id}`, never the raw path),
 /// the method and the status class (`2xx`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
+pub(crate) struct RouteLabels {
     /// The route template the request matched.
     pub route: String,
     /// The HTTP method.
@@ -42,7 +42,7 @@ pub struct RouteLabels {
 /// HTTP methods, as a closed set (an unusual method counts as `other`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(missing_docs, clippy::upper_case_acronyms)]
-pub enum Method {
+pub(crate) enum Method {
     GET,
     POST,
     PUT,
@@ -71,7 +71,7 @@ impl From<&http::Method> for Method {
 /// The class of an HTTP status: `1xx` … `5xx`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 #[allow(missing_docs)]
-pub enum StatusClass {
+pub(crate) enum StatusClass {
     Informational,
     Success,
     Redirection,
@@ -107,7 +107,7 @@ impl From<http::StatusCode> for StatusClass {
 /// Labels of a scheduling decision: the job's queue and why (the reason's kind, e.g.
 /// `fair_share`; `scheduled` for a placement).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
+pub(crate) struct DecisionLabels {
     /// The job's queue.
     pub queue: String,
     /// The pool, where the decision names one (placements); empty otherwise.
@@ -118,7 +118,7 @@ pub struct DecisionLabels {
 
 /// The process-wide instruments.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// Time a scheduling cycle took to decide.
     pub scheduling_cycle: Histogram,
@@ -143,7 +143,7 @@ pub struct Metrics {
 }
 
 /// Now, in seconds since the Unix epoch.
-pub fn unix_seconds() -> f64 {
+pub(crate) fn unix_seconds() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
@@ -228,19 +228,19 @@ impl Metrics {
     }
 
     /// The registry of these instruments, for rendering.
-    pub fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
     /// Records an answered API request.
-    pub fn observe_request(&self, route: &str, method: &http::Method, status: http::StatusCode, took: Duration) {
+    pub(crate) fn observe_request(&self, route: &str, method: &http::Method, status: http::StatusCode, took: Duration) {
         let labels = RouteLabels { route: route.to_string(), method: method.into(), status: status.into() };
         self.api_request.get_or_create(&labels).observe(took.as_secs_f64());
     }
 }
 
 /// The kind of a scheduler reason (its `kind` tag, e.g. `no_capacity`), a bounded label value.
-pub fn reason_kind(reason: &impl serde::Serialize) -> String {
+pub(crate) fn reason_kind(reason: &impl serde::Serialize) -> String {
     match serde_json::to_value(reason) {
         Ok(serde_json::Value::Object(m)) => m.get("kind").and_then(|k| k.as_str()).unwrap_or("other").to_string(),
         _ => "other".to_string(),
@@ -248,7 +248,7 @@ pub fn reason_kind(reason: &impl serde::Serialize) -> String {
 }
 
 /// Counts the committed decisions of one scheduling cycle.
-pub fn count_decisions(m: &Metrics, d: &crate::scheduler::Decisions) {
+pub(crate) fn count_decisions(m: &Metrics, d: &crate::scheduler::Decisions) {
     for l in &d.leases {
         let labels =
             DecisionLabels { queue: l.queue.to_string(), pool: l.pool.to_string(), reason: "scheduled".into() };
@@ -266,7 +266,7 @@ pub fn count_decisions(m: &Metrics, d: &crate::scheduler::Decisions) {
 
 /// Records an API request's latency under its matched route template. Requests that matched
 /// no route are not recorded (their paths are unbounded); added with `route_layer`.
-pub async fn track_requests(
+pub(crate) async fn track_requests(
     matched: Option<axum::extract::MatchedPath>,
     req: axum::extract::Request,
     next: axum::middleware::Next,

@@ -4,7 +4,7 @@
 use super::problem::ApiError;
 use crate::config::Role;
 use crate::control::Control;
-pub use crate::service::access::Principal;
+pub(super) use crate::service::access::Principal;
 use crate::service::access::{CREDENTIALS_REQUIRED, authenticate};
 use axum::extract::FromRequestParts;
 use axum::http::header;
@@ -29,20 +29,20 @@ impl FromRequestParts<Arc<Control>> for Principal {
 }
 
 /// A role that [`Authorized`] demands.
-pub trait RequiredRole {
+pub(super) trait RequiredRole {
     /// The role.
     const ROLE: Role;
 }
 
 /// [`RequiredRole`]: the executor role.
-pub struct ExecutorRole;
+pub(super) struct ExecutorRole;
 
 impl RequiredRole for ExecutorRole {
     const ROLE: Role = Role::Executor;
 }
 
 /// [`RequiredRole`]: the admin role.
-pub struct AdminRole;
+pub(super) struct AdminRole;
 
 impl RequiredRole for AdminRole {
     const ROLE: Role = Role::Admin;
@@ -51,7 +51,7 @@ impl RequiredRole for AdminRole {
 /// A principal with the role `R` (admins have every role). The check runs while the request's
 /// parts are extracted, so before a body extractor: a caller without the role gets 403 whatever
 /// the body, and learns nothing about the shape of an API it may not use.
-pub struct Authorized<R: RequiredRole> {
+pub(super) struct Authorized<R: RequiredRole> {
     /// The caller.
     pub principal: Principal,
     _role: PhantomData<R>,

@@ -19,7 +19,7 @@ const MAX_ADD_WAIT: Duration = Duration::from_secs(30);
 /// Query of `POST /v1/cluster/members`.
 #[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct AddQuery {
+pub(super) struct AddQuery {
     /// Seconds to wait for the new server to catch up and vote (default 20, at most 30). The
     /// change goes on after that; the answer then says `catching_up`.
     pub wait_seconds: Option<f64>,
@@ -51,7 +51,7 @@ impl From<MembershipError> for ApiError {
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn status(State(app): State<Arc<Control>>, _p: Principal) -> Response {
+pub(super) async fn status(State(app): State<Arc<Control>>, _p: Principal) -> Response {
     json(app.cluster.status())
 }
 
@@ -77,7 +77,7 @@ pub async fn status(State(app): State<Arc<Control>>, _p: Principal) -> Response 
         (status = 503, description = "No leader, or the change could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn add(
+pub(super) async fn add(
     State(app): State<Arc<Control>>,
     _caller: Authorized<AdminRole>,
     Query(q): Query<AddQuery>,
@@ -125,7 +125,7 @@ pub async fn add(
         (status = 503, description = "No leader, or the change could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn remove(
+pub(super) async fn remove(
     State(app): State<Arc<Control>>,
     _caller: Authorized<AdminRole>,
     Path(id): Path<String>,
@@ -154,7 +154,10 @@ pub async fn remove(
         (status = 500, description = "The state could not be read", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn digest(State(app): State<Arc<Control>>, _admin: Authorized<AdminRole>) -> Result<Response, ApiError> {
+pub(super) async fn digest(
+    State(app): State<Arc<Control>>,
+    _admin: Authorized<AdminRole>,
+) -> Result<Response, ApiError> {
     let store = app.store.clone();
     let d =
         tokio::task::spawn_blocking(move || store.digest()).await.map_err(|e| ApiError::internal(e.to_string()))??;

@@ -22,7 +22,7 @@ use std::time::Duration;
 /// Query of the event stream.
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct StreamParams {
+pub(super) struct StreamParams {
     /// First sequence number to send (default 1, or one past `Last-Event-ID`); wins over `Last-Event-ID`.
     #[param(minimum = 0)]
     from: Option<u64>,
@@ -67,7 +67,7 @@ fn yes() -> bool {
         (status = 404, description = "The queue does not exist", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn stream(
+pub(super) async fn stream(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path((queue, job_set)): Path<(String, String)>,

@@ -35,7 +35,7 @@ use std::sync::Arc;
         (status = 503, description = "No leader to relay to (an election is under way), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn lease(
+pub(super) async fn lease(
     State(app): State<Arc<Control>>,
     // Before the body: a caller without the role gets 403 whatever it sent.
     _caller: Authorized<ExecutorRole>,
@@ -68,7 +68,7 @@ pub async fn lease(
         (status = 503, description = "This server does not lead, and there is no leader to relay to", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn output(
+pub(super) async fn output(
     State(app): State<Arc<Control>>,
     _caller: Authorized<ExecutorRole>,
     Path(executor): Path<String>,
@@ -100,7 +100,7 @@ pub async fn output(
         (status = 503, description = "No leader to relay to (an election is under way), or the write could not be committed", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn events(
+pub(super) async fn events(
     State(app): State<Arc<Control>>,
     // Before the body: a caller without the role gets 403 whatever it sent.
     _caller: Authorized<ExecutorRole>,

@@ -91,7 +91,7 @@ pub(crate) fn relay_bound(app: &Control, path: &str) -> Duration {
 
 /// Middleware: relays writes to the leader, serves them on the leader once it may act on them,
 /// and makes `consistent=true` reads linearizable.
-pub async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) -> Response {
+pub(crate) async fn route(State(app): State<Arc<Control>>, req: Request, next: Next) -> Response {
     if !needs_leader(req.method(), req.uri().path()) {
         if req.method() == Method::GET && wants_consistent(req.uri().query()) {
             let timeout = app.config.relay_timeout();

@@ -42,7 +42,7 @@ use std::sync::Arc;
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn submit(
+pub(super) async fn submit(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<SubmitRequest>,
@@ -71,7 +71,7 @@ pub async fn submit(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cancel(
+pub(super) async fn cancel(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<CancelRequest>,
@@ -100,7 +100,7 @@ pub async fn cancel(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn reprioritize(
+pub(super) async fn reprioritize(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<ReprioritizeRequest>,
@@ -129,7 +129,7 @@ pub async fn reprioritize(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn preempt(
+pub(super) async fn preempt(
     State(app): State<Arc<Control>>,
     p: Principal,
     ApiJson(req): ApiJson<PreemptRequest>,
@@ -155,7 +155,7 @@ pub async fn preempt(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(
+pub(super) async fn get(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,
@@ -186,7 +186,7 @@ pub async fn get(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(
+pub(super) async fn list(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Query(q): Query<ListParams>,
@@ -215,7 +215,7 @@ pub async fn list(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn why_handler(
+pub(super) async fn why_handler(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,
@@ -244,7 +244,7 @@ pub async fn why_handler(
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn logs(
+pub(super) async fn logs(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,

@@ -2,21 +2,24 @@
 //! over the service layer ([`crate::service`]). Every error is `application/problem+json`. The
 //! server ([`crate::server::http`]) puts these routes together with the web UI and gRPC.
 
-pub mod auth;
-pub mod cluster;
-pub mod events;
-pub mod executors;
-pub mod forward;
-pub mod jobs;
-pub mod nodes;
-pub mod openapi;
-pub mod ops;
-pub mod output;
-pub mod problem;
-pub mod queue_ops;
-pub mod queues;
-pub mod runs;
-pub mod scenario;
+mod auth;
+mod cluster;
+mod events;
+mod executors;
+pub(crate) mod forward;
+mod jobs;
+mod nodes;
+mod openapi;
+mod ops;
+mod output;
+pub(crate) mod problem;
+mod queue_ops;
+mod queues;
+mod runs;
+mod scenario;
+
+/// The API's one public item: the integration tests check answers against the OpenAPI document.
+pub use openapi::check_value;
 
 use crate::control::Control;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use utoipa_axum::routes;
 /// Every route of the API with its OpenAPI description. Each handler carries a `#[utoipa::path]`
 /// annotation that gives its method and path; `routes!` registers it with the router and its
 /// operation with the document, so the two cannot disagree. Add routes here, and only this way.
-pub fn routes() -> OpenApiRouter<Arc<Control>> {
+pub(crate) fn routes() -> OpenApiRouter<Arc<Control>> {
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(queues::create, queues::list))
         .routes(routes!(queues::get, queues::update, queues::delete))

@@ -27,7 +27,7 @@ use std::sync::Arc;
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(AppState(app): AppState<Arc<Control>>, _p: Principal) -> Response {
+pub(super) async fn list(AppState(app): AppState<Arc<Control>>, _p: Principal) -> Response {
     let nodes = node_views(&app.state(), &app.config.scheduler.quarantine, now_ms());
     json(NodeList { nodes })
 }
@@ -55,7 +55,7 @@ pub async fn list(AppState(app): AppState<Arc<Control>>, _p: Principal) -> Respo
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn lift_quarantine(
+pub(super) async fn lift_quarantine(
     AppState(app): AppState<Arc<Control>>,
     admin: Authorized<AdminRole>,
     Path((executor, node)): Path<(String, String)>,

@@ -17,7 +17,7 @@ use utoipa::openapi::tag::TagBuilder;
 use utoipa::openapi::{ComponentsBuilder, InfoBuilder, License, OpenApi, OpenApiBuilder};
 
 /// Name of the security scheme of operations that need a token (`security(("bearer" = []))`).
-pub const BEARER: &str = "bearer";
+pub(super) const BEARER: &str = "bearer";
 
 /// The tags operations are grouped by, with their descriptions.
 const TAGS: [(&str, &str); 5] = [
@@ -29,7 +29,7 @@ const TAGS: [(&str, &str); 5] = [
 ];
 
 /// The document before any path is added: info, tags and the security scheme.
-pub fn base() -> OpenApi {
+pub(super) fn base() -> OpenApi {
     let info = InfoBuilder::new()
         .title("Convoy")
         .version(env!("CARGO_PKG_VERSION"))
@@ -64,7 +64,7 @@ pub fn base() -> OpenApi {
 }
 
 /// The whole document, as the router's handlers describe it.
-pub fn openapi() -> OpenApi {
+pub(super) fn openapi() -> OpenApi {
     super::routes().into_openapi()
 }
 
@@ -86,7 +86,7 @@ fn document_json() -> Result<&'static str, ApiError> {
     tag = "operations",
     responses((status = 200, description = "The OpenAPI 3.1 document", body = Object, content_type = "application/json"))
 )]
-pub async fn document() -> Response {
+pub(super) async fn document() -> Response {
     match document_json() {
         Ok(json) => ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response(),
         Err(e) => e.into_response(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 /// Answer of `GET /healthz`.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Health {
+pub(super) struct Health {
     /// Always `ok`.
     #[schema(examples("ok"))]
     pub status: String,
@@ -19,7 +19,7 @@ pub struct Health {
 
 /// Answer of `GET /readyz` (fields in the order `serde_json::json!` wrote them).
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Readiness {
+pub(super) struct Readiness {
     /// Address of the leader.
     pub leader: Option<String>,
     /// Always `ready`.
@@ -37,7 +37,7 @@ pub struct Readiness {
     tag = "operations",
     responses((status = 200, description = "The server is up", body = Health))
 )]
-pub async fn healthz() -> Response {
+pub(super) async fn healthz() -> Response {
     json(Health { status: "ok".into() })
 }
 
@@ -54,7 +54,7 @@ pub async fn healthz() -> Response {
         (status = 503, description = "Not ready yet", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
+pub(super) async fn readyz(State(app): State<Arc<Control>>) -> Response {
     if !app.started.load(std::sync::atomic::Ordering::Acquire) {
         return ApiError::unavailable("not ready: the server is still being set up").into_response();
     }
@@ -86,7 +86,7 @@ pub async fn readyz(State(app): State<Arc<Control>>) -> Response {
     tag = "operations",
     responses((status = 200, description = "Metrics in the OpenMetrics text format, version 1.0.0 (also read by Prometheus' text parser)", body = String, content_type = "text/plain"))
 )]
-pub async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::HeaderMap) -> Response {
+pub(super) async fn metrics(State(app): State<Arc<Control>>, headers: axum::http::HeaderMap) -> Response {
     let openmetrics = headers
         .get(axum::http::header::ACCEPT)
         .and_then(|a| a.to_str().ok())

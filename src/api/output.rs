@@ -35,7 +35,7 @@ use std::sync::Arc;
         (status = 503, description = "This server does not lead, and there is no leader to relay to", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn job_output_handler(
+pub(super) async fn job_output_handler(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(id): Path<String>,

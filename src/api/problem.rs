@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 /// An API error.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// The HTTP status (a 4xx for the client's mistakes, 5xx for the server's).
     pub status: StatusCode,
     /// What went wrong, for people.
@@ -25,35 +25,31 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with `status` about no field in particular.
-    pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, detail: impl Into<String>) -> Self {
         ApiError { status, detail: detail.into(), field: None }
     }
     /// An error with `status` about `field`.
-    pub fn field(status: StatusCode, field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn field(status: StatusCode, field: impl Into<String>, detail: impl Into<String>) -> Self {
         ApiError { status, detail: detail.into(), field: Some(field.into()) }
     }
     /// 400: `field` breaks a rule.
-    pub fn bad_request(field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::field(StatusCode::BAD_REQUEST, field, detail)
     }
     /// 404.
-    pub fn not_found(detail: impl Into<String>) -> Self {
+    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, detail)
     }
     /// 503: this server cannot serve it now (not the leader, no quorum); retry.
-    pub fn unavailable(detail: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, detail)
     }
     /// 500: the server failed.
-    pub fn internal(detail: impl Into<String>) -> Self {
+    pub(crate) fn internal(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, detail)
     }
-    /// 403: the principal may not do this.
-    pub fn forbidden(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, detail)
-    }
     /// 401: no valid token.
-    pub fn unauthorized(detail: impl Into<String>) -> Self {
+    pub(crate) fn unauthorized(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, detail)
     }
 }
@@ -92,7 +88,7 @@ impl From<crate::state::Rejection> for ApiError {
 
 impl ApiError {
     /// The problem body; `request_id` is left for [`fill_request_id`] (or the caller) to set.
-    pub fn problem(&self) -> Problem {
+    pub(crate) fn problem(&self) -> Problem {
         Problem {
             kind: format!("https://convoy.dev/problems/{}", self.status.as_u16()),
             title: self.status.canonical_reason().unwrap_or("Error").to_string(),
@@ -127,17 +123,17 @@ impl IntoResponse for ApiError {
 
 /// The request id of a request: the `x-request-id` header that the request-id layer set, or
 /// that the client sent.
-pub fn request_id(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
     headers.get(&REQUEST_ID_HEADER).and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).map(str::to_string)
 }
 
 /// The header carrying request ids.
-pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Middleware: puts the request's id into every problem answer made from an [`ApiError`],
 /// wherever it was made (handler, extractor rejection, fallback). It must run inside the layer
 /// that assigns request ids. Only error answers are touched, and they are small.
-pub async fn fill_request_id(req: Request, next: Next) -> Response {
+pub(crate) async fn fill_request_id(req: Request, next: Next) -> Response {
     let id = request_id(req.headers());
     let resp = next.run(req).await;
     let Some(id) = id else { return resp };
@@ -154,7 +150,7 @@ pub async fn fill_request_id(req: Request, next: Next) -> Response {
 }
 
 /// A JSON body whose deserialization errors are 400s naming the field (`jobs[3].pod_spec`).
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -180,7 +176,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 }
 
 /// A 200 JSON answer.
-pub fn json<T: serde::Serialize>(v: T) -> Response {
+pub(crate) fn json<T: serde::Serialize>(v: T) -> Response {
     axum::Json(v).into_response()
 }
 

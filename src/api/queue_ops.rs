@@ -31,7 +31,7 @@ use std::sync::Arc;
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cordon(
+pub(super) async fn cordon(
     State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
@@ -58,7 +58,7 @@ pub async fn cordon(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn uncordon(
+pub(super) async fn uncordon(
     State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
@@ -90,7 +90,7 @@ pub async fn uncordon(
         (status = 503, description = "No leader, or a write could not be committed; retry (jobs already cancelled stay cancelled)", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn cancel(
+pub(super) async fn cancel(
     State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
@@ -124,7 +124,7 @@ pub async fn cancel(
         (status = 503, description = "No leader, or a write could not be committed; retry (jobs already preempted stay preempted)", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn preempt(
+pub(super) async fn preempt(
     State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,

@@ -34,7 +34,7 @@ use std::sync::Arc;
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn create(
+pub(super) async fn create(
     State(app): State<Arc<Control>>,
     admin: Authorized<AdminRole>,
     ApiJson(queue): ApiJson<Queue>,
@@ -55,7 +55,7 @@ pub async fn create(
         (status = 401, description = "No valid bearer token", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list(State(app): State<Arc<Control>>, _p: Principal) -> Response {
+pub(super) async fn list(State(app): State<Arc<Control>>, _p: Principal) -> Response {
     json(queues::list(&app))
 }
 
@@ -74,7 +74,7 @@ pub async fn list(State(app): State<Arc<Control>>, _p: Principal) -> Response {
         (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(
+pub(super) async fn get(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(name): Path<String>,
@@ -104,7 +104,7 @@ pub async fn get(
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn update(
+pub(super) async fn update(
     State(app): State<Arc<Control>>,
     admin: Authorized<AdminRole>,
     Path(name): Path<String>,
@@ -124,7 +124,7 @@ pub async fn update(
 /// Query of `DELETE /v1/queues/{queue}`.
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct DeleteParams {
+pub(super) struct DeleteParams {
     /// Delete even if the queue has jobs that are not finished.
     #[serde(default)]
     #[param(default = false)]
@@ -154,7 +154,7 @@ pub struct DeleteParams {
         (status = 503, description = "No leader, or the write could not be committed; retry", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn delete(
+pub(super) async fn delete(
     State(app): State<Arc<Control>>,
     p: Principal,
     Path(name): Path<String>,
@@ -185,7 +185,7 @@ pub async fn delete(
         (status = 404, description = "No such queue", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn report(
+pub(super) async fn report(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(name): Path<String>,

@@ -29,7 +29,7 @@ use std::sync::Arc;
         (status = 500, description = "Storage error", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn get(
+pub(super) async fn get(
     State(app): State<Arc<Control>>,
     _p: Principal,
     Path(run_id): Path<String>,

@@ -27,6 +27,9 @@ use std::sync::Arc;
         (status = 403, description = "The caller is not an admin", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn export(State(app): State<Arc<Control>>, admin: Authorized<AdminRole>) -> Result<Response, ApiError> {
+pub(super) async fn export(
+    State(app): State<Arc<Control>>,
+    admin: Authorized<AdminRole>,
+) -> Result<Response, ApiError> {
     Ok(json(scenario::export(&app, &admin.principal)?))
 }

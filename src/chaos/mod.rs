@@ -3,7 +3,7 @@
 //! ([`check`]). The processes, networks and clients that produce a history are the bench's
 //! (`convoy bench chaos`, docs/reliability.md).
 
-pub mod check;
+mod check;
 pub mod history;
 
 pub use check::{Figures, Verdict, check, figures};

@@ -4,7 +4,7 @@
 use super::logging::init_logging;
 use super::runtime::{runtime, shutdown_signal};
 use convoy::config::Config;
-use convoy::server::tls::ServerTls;
+use convoy::server::ServerTls;
 use std::io::Write;
 use std::path::PathBuf;
 

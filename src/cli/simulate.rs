@@ -3,7 +3,7 @@
 
 use super::client::ClientArgs;
 use anyhow::Context;
-use convoy::service::scenario::from_data_dir;
+use convoy::server::scenario_from_data_dir;
 use convoy::simulate::Scenario;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,7 @@ pub(crate) fn run(args: SimulateArgs, client: ClientArgs) -> anyhow::Result<()> 
             Some(path) => convoy::config::Config::load(Some(path))?.scheduler,
             None => Default::default(),
         };
-        let scenario = from_data_dir(dir, &scheduler, convoy::control::now_ms())
+        let scenario = scenario_from_data_dir(dir, &scheduler, now_ms())
             .with_context(|| format!("reading the data directory {}", dir.display()))?;
         return write_scenario(&scenario, &format!("the data directory {}", dir.display()), args.out.as_deref());
     }
@@ -64,6 +64,12 @@ pub(crate) fn run(args: SimulateArgs, client: ClientArgs) -> anyhow::Result<()> 
     let json = if args.compact { serde_json::to_string(&output)? } else { serde_json::to_string_pretty(&output)? };
     println!("{json}");
     Ok(())
+}
+
+/// Now, in ms since the epoch.
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Writes `scenario` as YAML to `out` (standard output if none), headed by where it came from.
@@ -81,7 +87,7 @@ fn write_scenario(scenario: &Scenario, source: &str, out: Option<&Path>) -> anyh
          Running jobs are in `running`, each on its node; queued jobs in round 0's `submit`, in\n\
          submission order; both named by their job ids. Round 0 replays the next scheduling cycle:\n\
          change weights, nodes or rounds, then run `convoy simulate FILE`.",
-        convoy::control::rfc3339(convoy::control::now_ms()),
+        humantime::format_rfc3339_millis(std::time::SystemTime::now()),
     );
     let yaml = scenario.to_yaml(&header).context("writing the scenario as YAML")?;
     match out {

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 /// How much room the data directory has left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiskState {
+pub(crate) enum DiskState {
     /// At least the reserve is free: every write is taken.
     Ample,
     /// Less than the reserve: writes that add data are refused.
@@ -36,7 +36,7 @@ pub enum DiskState {
     bytes(*.reserve),
     .what
 )]
-pub struct DiskFull {
+pub(crate) struct DiskFull {
     /// The data directory.
     pub dir: PathBuf,
     /// Bytes free when it was refused.
@@ -63,7 +63,7 @@ fn bytes(n: u64) -> String {
 const FRESH_MS: u64 = 100;
 
 /// Watches the free space of one directory's file system.
-pub struct DiskGuard {
+pub(crate) struct DiskGuard {
     dir: PathBuf,
     reserve: u64,
     start: Instant,
@@ -78,7 +78,7 @@ pub struct DiskGuard {
 
 impl DiskGuard {
     /// A guard of `dir`'s file system keeping `reserve` bytes free.
-    pub fn new(dir: &Path, reserve: u64) -> Self {
+    pub(crate) fn new(dir: &Path, reserve: u64) -> Self {
         DiskGuard {
             dir: dir.to_path_buf(),
             reserve,
@@ -90,17 +90,17 @@ impl DiskGuard {
     }
 
     /// The directory watched.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The reserve kept free, in bytes.
-    pub fn reserve(&self) -> u64 {
+    pub(crate) fn reserve(&self) -> u64 {
         self.reserve
     }
 
     /// Bytes free, as read at most [`FRESH_MS`] ago.
-    pub fn free(&self) -> u64 {
+    pub(crate) fn free(&self) -> u64 {
         let now = self.start.elapsed().as_millis() as u64 + 1;
         let at = self.read_at.load(Ordering::Relaxed);
         if at != 0 && now.saturating_sub(at) < FRESH_MS {
@@ -111,7 +111,7 @@ impl DiskGuard {
 
     /// Reads the free space now (of the file system that holds the directory, or will hold it
     /// once made).
-    pub fn refresh(&self) -> u64 {
+    pub(crate) fn refresh(&self) -> u64 {
         let existing = self.dir.ancestors().find(|p| p.exists()).unwrap_or(Path::new("/"));
         let free = free_bytes(existing).unwrap_or(u64::MAX);
         self.free.store(free, Ordering::Relaxed);
@@ -120,7 +120,7 @@ impl DiskGuard {
     }
 
     /// The state for `free` bytes free.
-    pub fn state_at(&self, free: u64) -> DiskState {
+    pub(crate) fn state_at(&self, free: u64) -> DiskState {
         if free >= self.reserve {
             DiskState::Ample
         } else if free >= self.reserve / 4 {
@@ -131,17 +131,18 @@ impl DiskGuard {
     }
 
     /// The state now.
-    pub fn state(&self) -> DiskState {
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> DiskState {
         self.state_at(self.free())
     }
 
     /// Says whether this server leads others that could take its writes (see the module).
-    pub fn set_hand_over(&self, on: bool) {
+    pub(crate) fn set_hand_over(&self, on: bool) {
         self.hand_over.store(on, Ordering::Relaxed);
     }
 
     /// Whether `cmd` may be proposed with the space left.
-    pub fn admit(&self, cmd: &Command) -> Result<(), DiskFull> {
+    pub(crate) fn admit(&self, cmd: &Command) -> Result<(), DiskFull> {
         let free = self.free();
         let refused = match self.state_at(free) {
             DiskState::Ample => return Ok(()),

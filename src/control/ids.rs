@@ -23,7 +23,7 @@ fn next() -> ulid::Ulid {
 }
 
 /// Makes every later id larger than `id` (called with the largest applied job id).
-pub fn observe(id: JobId) {
+pub(crate) fn observe(id: JobId) {
     let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
     if last.is_none_or(|l| l < id.0) {
         *last = Some(id.0);
@@ -31,12 +31,12 @@ pub fn observe(id: JobId) {
 }
 
 /// A new job id.
-pub fn job_id() -> JobId {
+pub(crate) fn job_id() -> JobId {
     JobId(next())
 }
 
 /// A new run id.
-pub fn run_id() -> RunId {
+pub(crate) fn run_id() -> RunId {
     RunId(next())
 }
 

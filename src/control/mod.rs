@@ -3,20 +3,20 @@
 //! signals. It lives below both the `api` (which reads and writes through it) and the `server`
 //! (which builds it, mounts the API and runs the loops), and knows nothing of the API's routes.
 
-pub mod disk;
-pub mod ids;
-pub mod output;
-pub mod relay;
-pub mod writer;
+pub(crate) mod disk;
+pub(crate) mod ids;
+pub(crate) mod output;
+pub(crate) mod relay;
+pub(crate) mod writer;
 
-pub use writer::{Replicate, WriteError, Writer};
+pub(crate) use writer::{Replicate, WriteError, Writer};
 
 use crate::config::Config;
 use crate::model::api::ClusterStatus;
 use crate::model::{ExecutorName, JobId, JobSetName, QueueName};
-pub use crate::raft::Leadership;
-pub use crate::raft::leadership::{heard_again as leader_heard_again, moved_on as leadership_moved_on};
-pub use crate::raft::membership::{Addition, MembershipError};
+pub(crate) use crate::raft::Leadership;
+pub(crate) use crate::raft::leadership::{heard_again as leader_heard_again, moved_on as leadership_moved_on};
+pub(crate) use crate::raft::membership::{Addition, MembershipError};
 use crate::raft::stats::Histogram;
 use crate::scheduler::{PoolReport, Reason};
 use crate::state::{Command, Effects, Response, State};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, broadcast};
 
 /// Leadership and cluster status, as the Raft layer sees it.
-pub trait ClusterView: Send + Sync + 'static {
+pub(crate) trait ClusterView: Send + Sync + 'static {
     /// True if this server believes it leads the cluster (it may have lost its majority; see
     /// [`serving`](Self::serving)).
     fn is_leader(&self) -> bool;
@@ -88,7 +88,7 @@ pub trait ClusterView: Send + Sync + 'static {
 
 /// Peer RPC figures: latency histograms and failure counts per (peer, RPC kind).
 #[derive(Debug, Clone, Default)]
-pub struct PeerRpcFigures {
+pub(crate) struct PeerRpcFigures {
     /// Latency of answered RPCs.
     pub latency: Vec<((u64, &'static str), Histogram)>,
     /// RPCs that got no answer.
@@ -97,7 +97,7 @@ pub struct PeerRpcFigures {
 
 /// Why a relayed request got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RelayError {
+pub(crate) enum RelayError {
     /// It never reached the other server (no connection): nothing happened there.
     #[error("could not reach {addr}: {message}")]
     NotSent {
@@ -117,7 +117,7 @@ pub enum RelayError {
 }
 
 /// Wake-up signals.
-pub struct Notifier {
+pub(crate) struct Notifier {
     executors: Mutex<HashMap<ExecutorName, Arc<Notify>>>,
     job_sets: broadcast::Sender<(QueueName, JobSetName)>,
     /// Something the scheduler cares about changed.
@@ -136,18 +136,18 @@ impl Default for Notifier {
 
 impl Notifier {
     /// The signal of one executor (created on first use).
-    pub fn executor(&self, e: &ExecutorName) -> Arc<Notify> {
+    pub(crate) fn executor(&self, e: &ExecutorName) -> Arc<Notify> {
         let mut m = self.executors.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(e.clone()).or_insert_with(|| Arc::new(Notify::new())).clone()
     }
 
     /// Job-set event notifications.
-    pub fn subscribe_job_sets(&self) -> broadcast::Receiver<(QueueName, JobSetName)> {
+    pub(crate) fn subscribe_job_sets(&self) -> broadcast::Receiver<(QueueName, JobSetName)> {
         self.job_sets.subscribe()
     }
 
     /// Wakes whoever the effects concern.
-    pub fn effects(&self, e: &Effects) {
+    pub(crate) fn effects(&self, e: &Effects) {
         for ex in &e.executors {
             self.executor(ex).notify_waiters();
         }
@@ -162,7 +162,7 @@ impl Notifier {
 
 /// What the leader's latest scheduling cycle said (not replicated).
 #[derive(Default)]
-pub struct SchedulingView {
+pub(crate) struct SchedulingView {
     /// Why each tried-but-unscheduled job waits.
     pub reasons: HashMap<JobId, Arc<Reason>>,
     /// Why a queue's untried jobs wait.
@@ -180,29 +180,29 @@ pub struct SchedulingView {
 
 /// When each executor last polled (leader-local).
 #[derive(Default)]
-pub struct Liveness {
+pub(crate) struct Liveness {
     seen: Mutex<HashMap<ExecutorName, Instant>>,
 }
 
 impl Liveness {
     /// Records that `e` polled or reported just now.
-    pub fn touch(&self, e: &ExecutorName) {
+    pub(crate) fn touch(&self, e: &ExecutorName) {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(e.clone(), Instant::now());
     }
 
     /// When `e` last polled; executors never seen by this server count as seen at `default`.
-    pub fn last_seen(&self, e: &ExecutorName, default: Instant) -> Instant {
+    pub(crate) fn last_seen(&self, e: &ExecutorName, default: Instant) -> Instant {
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()).entry(e.clone()).or_insert(default)
     }
 
     /// Forgets every executor (on becoming leader everyone gets a fresh timeout).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
 /// The control plane's shared handle.
-pub struct Control {
+pub(crate) struct Control {
     /// The server's configuration.
     pub config: Config,
     /// The local database, which the API reads jobs, payloads and events from.
@@ -232,13 +232,13 @@ pub struct Control {
 
 impl Control {
     /// Reads the state.
-    pub fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+    pub(crate) fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Commits a command and returns what applying it answered; a refusal by the state machine
     /// is an error too ([`WriteError::Rejected`]).
-    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+    pub(crate) async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
         match self.propose(cmd).await? {
             Response::Rejected(r) => Err(WriteError::Rejected(r)),
             r => Ok(r),
@@ -251,7 +251,7 @@ impl Control {
     /// - only a leader that a majority follows proposes: others answer at once;
     /// - a write under way when this server loses its leadership or its majority ends then, as
     ///   [`WriteError::Interrupted`], instead of waiting out the write timeout.
-    pub async fn propose(&self, cmd: Command) -> Result<Response, WriteError> {
+    pub(crate) async fn propose(&self, cmd: Command) -> Result<Response, WriteError> {
         self.disk.admit(&cmd)?;
         let mut watch = self.cluster.leadership();
         watch.borrow_and_update();
@@ -282,12 +282,12 @@ impl Control {
 }
 
 /// Milliseconds since the Unix epoch (the leader's clock chooses timestamps).
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// RFC 3339 text for a millisecond timestamp.
-pub fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
 }

@@ -15,19 +15,19 @@ use tokio::sync::Notify;
 
 /// Shortest time between two asks for the same run's output: a followed run makes its agent poll
 /// about twice a second.
-pub const ASK_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const ASK_EVERY: Duration = Duration::from_millis(500);
 /// A run's output is asked for while someone asked within this long.
-pub const WANTED_FOR: Duration = Duration::from_secs(15);
+pub(crate) const WANTED_FOR: Duration = Duration::from_secs(15);
 /// Output kept this long after the last follower's request.
-pub const KEEP_FOR: Duration = Duration::from_secs(60);
+pub(crate) const KEEP_FOR: Duration = Duration::from_secs(60);
 /// A piece at least this large is asked on from at once, not after [`ASK_EVERY`].
-pub const FAST_ASK_BYTES: usize = 64 * 1024;
+pub(crate) const FAST_ASK_BYTES: usize = 64 * 1024;
 /// Text kept per followed stream; older pieces are dropped first.
-pub const KEPT_BYTES: usize = 1024 * 1024;
+pub(crate) const KEPT_BYTES: usize = 1024 * 1024;
 
 /// What followers get back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Piece {
+pub(crate) struct Piece {
     /// Offset of the first byte of `data`.
     pub from: u64,
     /// Offset after the last byte.
@@ -84,7 +84,7 @@ impl Followed {
 
 /// The output being followed, by run and stream.
 #[derive(Default)]
-pub struct LiveOutput {
+pub(crate) struct LiveOutput {
     runs: Mutex<HashMap<(RunId, OutputStream), Followed>>,
 }
 
@@ -95,7 +95,7 @@ impl LiveOutput {
 
     /// A follower wants the stream of `run` (on `executor`) from `from` (None: its last lines):
     /// what is already there, or the signal that fires when more arrives.
-    pub fn want(
+    pub(crate) fn want(
         &self,
         run: RunId,
         stream: OutputStream,
@@ -148,14 +148,9 @@ impl LiveOutput {
         Err(f.notify.clone())
     }
 
-    /// What is kept of a stream from `from`, without asking the agent for more.
-    pub fn peek(&self, run: RunId, stream: OutputStream, from: Option<u64>) -> Option<Piece> {
-        self.lock().get(&(run, stream)).and_then(|f| f.read(from))
-    }
-
     /// Whether a lease poll of `executor` should be answered soon because output of its runs is
     /// wanted: the time at which an ask is due, if any.
-    pub fn next_ask(&self, executor: &ExecutorName, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_ask(&self, executor: &ExecutorName, now: Instant) -> Option<Instant> {
         self.lock()
             .values()
             .filter(|f| &f.executor == executor && f.wanted_until > now && !f.done && f.unavailable.is_none())
@@ -164,7 +159,7 @@ impl LiveOutput {
     }
 
     /// The asks due for `executor`'s runs now; each is recorded as asked.
-    pub fn asks_for(&self, executor: &ExecutorName, now: Instant) -> Vec<OutputWanted> {
+    pub(crate) fn asks_for(&self, executor: &ExecutorName, now: Instant) -> Vec<OutputWanted> {
         let mut out = Vec::new();
         for ((run_id, stream), f) in self.lock().iter_mut() {
             let due = f.answered || f.asked_at.is_none_or(|a| a + ASK_EVERY <= now);
@@ -180,7 +175,7 @@ impl LiveOutput {
 
     /// Takes what `executor`'s agent sent; pieces of runs nobody follows, of another executor,
     /// or that do not continue what is kept are dropped. Returns how many were taken.
-    pub fn receive(&self, executor: &ExecutorName, chunks: Vec<OutputChunk>) -> usize {
+    pub(crate) fn receive(&self, executor: &ExecutorName, chunks: Vec<OutputChunk>) -> usize {
         let mut taken = 0;
         let mut runs = self.lock();
         for c in chunks {

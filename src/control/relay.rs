@@ -15,9 +15,9 @@ use bytes::Bytes;
 use std::time::Duration;
 
 /// Set on a request relayed to the leader: the id of the server that relayed it.
-pub static FORWARDED_HEADER: HeaderName = HeaderName::from_static("x-convoy-forwarded-by");
+pub(crate) static FORWARDED_HEADER: HeaderName = HeaderName::from_static("x-convoy-forwarded-by");
 /// Set by the leader on the answer to a write: the log index it had applied.
-pub static APPLIED_HEADER: HeaderName = HeaderName::from_static("x-convoy-applied-index");
+pub(crate) static APPLIED_HEADER: HeaderName = HeaderName::from_static("x-convoy-applied-index");
 
 /// How often a leader that has not yet heard from a majority looks again, and how long it waits
 /// in all before answering 503 (a newly elected leader needs one heartbeat round).
@@ -25,7 +25,7 @@ const SERVING_POLL: Duration = Duration::from_millis(20);
 
 /// Waits a little for a leader to be allowed to act: just elected, it needs its first entry
 /// applied and one round of acknowledgements.
-pub async fn await_serving(app: &Control) -> bool {
+pub(crate) async fn await_serving(app: &Control) -> bool {
     let patience = app.config.cluster.election_timeout;
     let deadline = tokio::time::Instant::now() + patience;
     loop {
@@ -40,7 +40,7 @@ pub async fn await_serving(app: &Control) -> bool {
 }
 
 /// Why a request could not be made ready to relay.
-pub enum Unrelayable {
+pub(crate) enum Unrelayable {
     /// The body is larger than `max_request_bytes` (or could not be read).
     TooLarge(String),
     /// The request could not be rebuilt.
@@ -48,7 +48,7 @@ pub enum Unrelayable {
 }
 
 /// The request's head and its body read whole (at most `max_request_bytes`).
-pub async fn read_whole(app: &Control, req: Request) -> Result<(http::request::Parts, Bytes), Unrelayable> {
+pub(crate) async fn read_whole(app: &Control, req: Request) -> Result<(http::request::Parts, Bytes), Unrelayable> {
     let (parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, app.config.server.max_request_bytes).await.map_err(|e| {
         Unrelayable::TooLarge(format!("reading the request body: {e} (the limit is max_request_bytes)"))
@@ -58,7 +58,7 @@ pub async fn read_whole(app: &Control, req: Request) -> Result<(http::request::P
 
 /// The request as it is relayed to the leader: its headers, path and query kept, marked with
 /// [`FORWARDED_HEADER`].
-pub fn outgoing(
+pub(crate) fn outgoing(
     app: &Control,
     parts: &http::request::Parts,
     body: &Bytes,
@@ -76,7 +76,7 @@ pub fn outgoing(
 
 /// Waits (at most `write_timeout`) until this server has applied the index the leader's answer
 /// names in [`APPLIED_HEADER`], so a client reads its own writes from the server it wrote through.
-pub async fn catch_up(app: &Control, answer: &axum::http::HeaderMap) {
+pub(crate) async fn catch_up(app: &Control, answer: &axum::http::HeaderMap) {
     let applied = answer.get(&APPLIED_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if let Some(index) = applied
         && !app.cluster.wait_applied(index, app.config.server.write_timeout).await
@@ -86,7 +86,7 @@ pub async fn catch_up(app: &Control, answer: &axum::http::HeaderMap) {
 }
 
 /// Where a request that needs the leader ended, on a server that did not lead when it came.
-pub enum Relayed<B> {
+pub(crate) enum Relayed<B> {
     /// The leader's answer (the caller waits until this server applied what the leader had).
     Answer(http::Response<B>),
     /// This server leads now: the caller serves the request here.
@@ -114,7 +114,7 @@ fn outcome(maybe_delivered: bool) -> &'static str {
 /// - when the leader answers 503 to a request that is `resend_safe`, it tries the next leader if
 ///   one is elected within two election timeouts, and otherwise passes the 503 on;
 /// - when this server becomes the leader, it says so ([`Relayed::Here`]).
-pub async fn follow_leader<B, F, Fut>(
+pub(crate) async fn follow_leader<B, F, Fut>(
     app: &Control,
     request: http::Request<Bytes>,
     resend_safe: &(dyn Fn() -> bool + Sync),

@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 /// Why a write did not happen, or may not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WriteError {
+pub(crate) enum WriteError {
     /// This server does not lead the cluster: nothing was proposed.
     #[error("this server is not the leader{}", .leader.as_ref().map(|l| format!("; the leader is {l}")).unwrap_or_default())]
     NotLeader {
@@ -56,7 +56,7 @@ pub enum WriteError {
 }
 
 /// Something that commits a command through the replicated log and returns its response.
-pub trait Replicate: Send + Sync + 'static {
+pub(crate) trait Replicate: Send + Sync + 'static {
     /// Proposes `cmd` and resolves to what applying it answered, once it is committed and applied.
     fn replicate(&self, cmd: Command) -> BoxFuture<'static, Result<Response, WriteError>>;
 
@@ -73,7 +73,7 @@ struct Pending {
 
 /// Handle for proposing commands.
 #[derive(Clone)]
-pub struct Writer {
+pub(crate) struct Writer {
     tx: mpsc::Sender<Pending>,
     timeout: std::time::Duration,
 }
@@ -85,7 +85,7 @@ const IN_FLIGHT: usize = 2;
 
 impl Writer {
     /// Starts the batching task over `log`.
-    pub fn start(log: Arc<dyn Replicate>, timeout: std::time::Duration) -> Writer {
+    pub(crate) fn start(log: Arc<dyn Replicate>, timeout: std::time::Duration) -> Writer {
         let (tx, mut rx) = mpsc::channel::<Pending>(16 * 1024);
         let flushed = log.log_flushed();
         tokio::spawn(async move {
@@ -130,7 +130,7 @@ impl Writer {
     }
 
     /// Commits a command and returns its response.
-    pub async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
+    pub(crate) async fn write(&self, cmd: Command) -> Result<Response, WriteError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Pending { cmd, reply })

@@ -17,13 +17,13 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// The `api.Event` service.
-pub struct EventService(pub Arc<Control>);
+pub(super) struct EventService(pub Arc<Control>);
 
 /// Events read from the store at a time.
 const BATCH: usize = 1000;
 
 /// The stream of GetJobSetEvents.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::EventStreamMessage, Status>> + Send>>;
+pub(super) type EventStream = Pin<Box<dyn Stream<Item = Result<pb::EventStreamMessage, Status>> + Send>>;
 
 /// What a message needs besides the event: the job's queue and job set, and the run's place.
 struct Context<'a> {

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// The `api.Jobs` service.
-pub struct JobsService(pub Arc<Control>);
+pub(super) struct JobsService(pub Arc<Control>);
 
 /// Most job ids one GetJobStatus may ask about.
 const MAX_IDS: usize = 10_000;
 
 /// Armada's state of a Convoy job state.
-pub fn armada_state(s: JobState) -> pb::JobState {
+pub(super) fn armada_state(s: JobState) -> pb::JobState {
     match s {
         JobState::Queued => pb::JobState::Queued,
         JobState::Leased => pb::JobState::Leased,
@@ -35,7 +35,7 @@ pub fn armada_state(s: JobState) -> pb::JobState {
 }
 
 /// Armada's run state of a Convoy run state; a lost run went back to the queue (lease returned).
-pub fn armada_run_state(s: RunState) -> pb::JobRunState {
+pub(super) fn armada_run_state(s: RunState) -> pb::JobRunState {
     match s {
         RunState::Leased => pb::JobRunState::RunStateLeased,
         RunState::Pending => pb::JobRunState::RunStatePending,

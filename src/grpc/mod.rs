@@ -4,15 +4,15 @@
 //! authentication, validation, commands and event log as REST), so the two APIs cannot disagree.
 //! docs/armada-grpc.md says what is served and how Armada's messages map onto Convoy's.
 
-pub mod active_queues;
-pub mod events;
+mod active_queues;
+mod events;
 mod fields;
 pub mod ingress;
-pub mod jobs;
+mod jobs;
 pub mod k8s;
-pub mod queues;
+mod queues;
 mod relay;
-pub mod submit;
+mod submit;
 
 use crate::control::Control;
 use crate::service::access::{Principal, authenticate};
@@ -30,7 +30,7 @@ pub mod pb {
 
 /// The gRPC services, each routed by its path prefix. Merge it into the API router (whose
 /// fallback answers gRPC requests for other services with UNIMPLEMENTED, see [`unimplemented`]).
-pub fn router(app: Arc<Control>) -> Router {
+pub(crate) fn router(app: Arc<Control>) -> Router {
     use pb::submit_server::SubmitServer;
     use pb::{event_server::EventServer, jobs_server::JobsServer, queue_service_server::QueueServiceServer};
     let limit = app.config.server.max_request_bytes;
@@ -50,7 +50,7 @@ pub fn router(app: Arc<Control>) -> Router {
 }
 
 /// Whether a request is a gRPC call (`content-type: application/grpc...`).
-pub fn is_grpc(headers: &axum::http::HeaderMap) -> bool {
+pub(crate) fn is_grpc(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -59,7 +59,7 @@ pub fn is_grpc(headers: &axum::http::HeaderMap) -> bool {
 
 /// The answer to a gRPC call of a service this server does not serve: grpc-status UNIMPLEMENTED
 /// in a trailers-only answer (HTTP 200, as gRPC requires), not a problem+json 404.
-pub fn unimplemented(path: &str) -> Response {
+pub(crate) fn unimplemented(path: &str) -> Response {
     // tonic percent-encodes the message into grpc-message.
     Status::unimplemented(format!("convoy does not serve {path} (see docs/armada-grpc.md)")).into_http()
 }
@@ -67,7 +67,7 @@ pub fn unimplemented(path: &str) -> Response {
 /// The one place a service error becomes a gRPC status: the same refusal as REST's under gRPC's
 /// codes. The message names the field first, as Armada's do
 /// (`job_request_items[0].pod_specs[0].containers: ...`).
-pub fn status(e: ServiceError) -> Status {
+fn status(e: ServiceError) -> Status {
     let code = match e.kind {
         ErrorKind::Invalid => Code::InvalidArgument,
         ErrorKind::Unauthenticated => Code::Unauthenticated,
@@ -85,7 +85,7 @@ pub fn status(e: ServiceError) -> Status {
 }
 
 /// The caller of a gRPC request, from its `authorization` metadata (Bearer or Basic).
-pub fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal, Status> {
+fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal, Status> {
     let value = match req.metadata().get("authorization") {
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| {
@@ -98,7 +98,7 @@ pub fn principal<T>(app: &Control, req: &tonic::Request<T>) -> Result<Principal,
 /// Refuses a write unless this server leads and may act (a new leader waits for its first
 /// heartbeat round). A follower that knows the leader relays writes before they get here
 /// ([`relay`]), so what reaches this on a follower found no leader to relay to.
-pub async fn leading(app: &Control) -> Result<(), Status> {
+async fn leading(app: &Control) -> Result<(), Status> {
     if app.cluster.is_leader() && crate::control::relay::await_serving(app).await {
         return Ok(());
     }
@@ -113,6 +113,6 @@ pub async fn leading(app: &Control) -> Result<(), Status> {
 }
 
 /// A required text field of a request: INVALID_ARGUMENT naming it when empty.
-pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     if value.is_empty() { Err(Status::invalid_argument(format!("{field}: is required"))) } else { Ok(value) }
 }

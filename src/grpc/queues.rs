@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tonic::{Code, Request, Response, Status};
 
 /// The `api.QueueService` service.
-pub struct QueueService(pub Arc<Control>);
+pub(super) struct QueueService(pub Arc<Control>);
 
 /// An Armada queue as Convoy's, starting from `base` (the stored queue on an update, so the
 /// settings Armada's message does not carry, such as resource limits, are kept).
@@ -255,7 +255,7 @@ pub(super) async fn preempt_on(
 }
 
 /// The stream of GetQueues.
-pub type QueueStream = Pin<Box<dyn futures::Stream<Item = Result<pb::StreamingQueueMessage, Status>> + Send>>;
+pub(super) type QueueStream = Pin<Box<dyn futures::Stream<Item = Result<pb::StreamingQueueMessage, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl queue_service_server::QueueService for QueueService {

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// Armada's annotation for a job's URI in another system, set from `external_job_uri`.
-pub const EXTERNAL_JOB_URI_ANNOTATION: &str = "armadaproject.io/externalJobUri";
+pub(super) const EXTERNAL_JOB_URI_ANNOTATION: &str = "armadaproject.io/externalJobUri";
 
 /// The `api.Submit` service.
-pub struct SubmitService(pub Arc<Control>);
+pub(super) struct SubmitService(pub Arc<Control>);
 
 /// Armada's float priority as Convoy's: rounded to the nearest whole number and clamped to
 /// 0..=u32::MAX, as Armada does; lower runs first in both.

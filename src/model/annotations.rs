@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 /// One setting and its two spellings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Setting {
+pub(crate) struct Setting {
     /// Convoy's key.
     pub convoy: &'static str,
     /// Armada's key.
@@ -19,22 +19,22 @@ pub struct Setting {
 }
 
 /// Gang id: jobs of a queue with the same value form one gang.
-pub const GANG_ID: Setting = Setting { convoy: "convoy.io/gang-id", armada: "armadaproject.io/gangId" };
+pub(crate) const GANG_ID: Setting = Setting { convoy: "convoy.io/gang-id", armada: "armadaproject.io/gangId" };
 /// Number of members of the gang.
-pub const GANG_CARDINALITY: Setting =
+pub(crate) const GANG_CARDINALITY: Setting =
     Setting { convoy: "convoy.io/gang-cardinality", armada: "armadaproject.io/gangCardinality" };
 /// Fewest members that may be placed (the rest fail).
-pub const GANG_MINIMUM_CARDINALITY: Setting =
+pub(crate) const GANG_MINIMUM_CARDINALITY: Setting =
     Setting { convoy: "convoy.io/gang-minimum-cardinality", armada: "armadaproject.io/gangMinimumCardinality" };
 /// Label whose value must be the same on the nodes of all members.
-pub const GANG_NODE_UNIFORMITY_LABEL: Setting =
+pub(crate) const GANG_NODE_UNIFORMITY_LABEL: Setting =
     Setting { convoy: "convoy.io/gang-node-uniformity-label", armada: "armadaproject.io/gangNodeUniformityLabel" };
 /// `true`: a run that is lost (it never started on its node, or its node went away) fails the
 /// job instead of sending it back to the queue.
-pub const FAIL_FAST: Setting = Setting { convoy: "convoy.io/fail-fast", armada: "armadaproject.io/failFast" };
+pub(crate) const FAIL_FAST: Setting = Setting { convoy: "convoy.io/fail-fast", armada: "armadaproject.io/failFast" };
 
 /// Every setting Convoy reads from annotations.
-pub const ALL: [Setting; 5] =
+pub(crate) const ALL: [Setting; 5] =
     [GANG_ID, GANG_CARDINALITY, GANG_MINIMUM_CARDINALITY, GANG_NODE_UNIFORMITY_LABEL, FAIL_FAST];
 
 /// A key with case, `-` and `_` ignored: how near misses are recognised.
@@ -44,7 +44,7 @@ fn folded(key: &str) -> String {
 
 /// Refuses keys that spell one of [`ALL`] differently (case, dashes, underscores), naming the
 /// right spelling. Runs in time linear in the number of annotations.
-pub fn check_spellings(ann: &BTreeMap<String, String>) -> Result<(), FieldError> {
+pub(crate) fn check_spellings(ann: &BTreeMap<String, String>) -> Result<(), FieldError> {
     for key in ann.keys() {
         // Only the two prefixes can hold a near miss; skip everything else cheaply.
         if !(key.starts_with("convoy.io/") || key.starts_with("armadaproject.io/")) {
@@ -67,7 +67,7 @@ pub fn check_spellings(ann: &BTreeMap<String, String>) -> Result<(), FieldError>
 
 /// The value of `setting`, with the key it was read from (Convoy's if both are set). Both
 /// spellings set to different values is an error naming Armada's key.
-pub fn lookup(ann: &BTreeMap<String, String>, s: Setting) -> Result<Option<(&'static str, &str)>, FieldError> {
+pub(crate) fn lookup(ann: &BTreeMap<String, String>, s: Setting) -> Result<Option<(&'static str, &str)>, FieldError> {
     match (ann.get(s.convoy), ann.get(s.armada)) {
         (None, None) => Ok(None),
         (Some(v), None) => Ok(Some((s.convoy, v))),
@@ -82,7 +82,7 @@ pub fn lookup(ann: &BTreeMap<String, String>, s: Setting) -> Result<Option<(&'st
 
 /// Whether a job fails at once when a run is lost ([`FAIL_FAST`]): `true` or `false` (any case;
 /// absent means false).
-pub fn fail_fast(ann: &BTreeMap<String, String>) -> Result<bool, FieldError> {
+pub(crate) fn fail_fast(ann: &BTreeMap<String, String>) -> Result<bool, FieldError> {
     let Some((key, v)) = lookup(ann, FAIL_FAST)? else { return Ok(false) };
     match v.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
@@ -93,7 +93,7 @@ pub fn fail_fast(ann: &BTreeMap<String, String>) -> Result<bool, FieldError> {
 
 /// [`fail_fast`] on annotations that were validated at submission: a value that does not read
 /// as `true` is false (as Armada reads it).
-pub fn is_fail_fast(ann: &BTreeMap<String, String>) -> bool {
+pub(crate) fn is_fail_fast(ann: &BTreeMap<String, String>) -> bool {
     fail_fast(ann).unwrap_or(false)
 }
 

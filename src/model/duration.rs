@@ -4,7 +4,7 @@ use serde::{Deserialize, Deserializer, Serializer};
 use std::time::Duration;
 
 /// Parses `"100ms"`, `"1m 30s"`, `"3d"` or a plain number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<f64>() {
         return Duration::try_from_secs_f64(secs)
@@ -14,21 +14,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Formats a duration as humantime text.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
 /// Serde adapter: `#[serde(with = "crate::model::duration::serde_text")]`.
-pub mod serde_text {
+pub(crate) mod serde_text {
     use super::*;
 
     /// Writes the duration as humantime text, e.g. `1m 30s`.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format_duration(*d))
     }
 
     /// Reads humantime text or a non-negative number of seconds.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
@@ -46,11 +46,11 @@ pub mod serde_text {
 
 /// Serde adapter for an optional duration: `#[serde(with = "crate::model::duration::serde_text_opt")]`
 /// (absent or text, as [`serde_text`]).
-pub mod serde_text_opt {
+pub(crate) mod serde_text_opt {
     use super::*;
 
     /// Writes the duration as humantime text (the field is skipped when `None`).
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
             Some(d) => super::serde_text::serialize(d, s),
             None => s.serialize_none(),
@@ -58,7 +58,7 @@ pub mod serde_text_opt {
     }
 
     /// Reads what [`serde_text`] reads.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         super::serde_text::deserialize(d).map(Some)
     }
 }

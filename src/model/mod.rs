@@ -1,24 +1,24 @@
 //! Domain types shared by every role: resources, queues, priority classes, jobs, nodes.
 
-pub mod annotations;
+pub(crate) mod annotations;
 pub mod api;
-pub mod duration;
-pub mod gang;
+pub(crate) mod duration;
+mod gang;
 pub mod human;
-pub mod job;
-pub mod names;
-pub mod namespace;
-pub mod node;
-pub mod placeholder;
-pub mod placement;
-pub mod pool_policy;
-pub mod priority;
-pub mod quantity;
-pub mod queue;
-pub mod requirements;
-pub mod resources;
-pub mod spelling;
-pub mod strict_json;
+mod job;
+pub(crate) mod names;
+mod namespace;
+pub(crate) mod node;
+pub(crate) mod placeholder;
+pub(crate) mod placement;
+mod pool_policy;
+mod priority;
+pub(crate) mod quantity;
+mod queue;
+mod requirements;
+mod resources;
+pub(crate) mod spelling;
+pub(crate) mod strict_json;
 
 pub use gang::GangSpec;
 pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};

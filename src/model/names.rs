@@ -148,7 +148,7 @@ name_type!(
     QueueName, "queue name", 63, "._-", "1-63 characters of letters, digits, '.', '_' or '-', starting with a letter or digit"
 );
 /// Longest job set name, in bytes (Armada's limit).
-pub const MAX_JOB_SET_NAME_BYTES: usize = 1024;
+pub(crate) const MAX_JOB_SET_NAME_BYTES: usize = 1024;
 
 name_type!(
     @with

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// Longest namespace Kubernetes accepts (a DNS-1123 label).
-pub const MAX_NAMESPACE_LEN: usize = 63;
+pub(super) const MAX_NAMESPACE_LEN: usize = 63;
 
 /// Why a namespace was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -88,11 +88,11 @@ pub const RESERVED_FOR_LABEL: &str = "convoy.io/reserved-for";
 
 /// Node label naming the runtime that runs the node's jobs: `process` for the process runtime
 /// (which runs `containers[0].command` and nothing else of a pod spec).
-pub const RUNTIME_LABEL: &str = "convoy.io/runtime";
+pub(crate) const RUNTIME_LABEL: &str = "convoy.io/runtime";
 
 /// Whether a node with these labels runs jobs as processes: its runtime label says so, or (agents
 /// from before the runtime label) it has the confinement label only process nodes carry.
-pub fn runs_processes(labels: &Labels) -> bool {
+pub(crate) fn runs_processes(labels: &Labels) -> bool {
     labels.get(RUNTIME_LABEL).is_some_and(|r| r == "process") || labels.contains_key("convoy.io/confinement")
 }
 

@@ -4,11 +4,11 @@
 use super::FieldError;
 
 /// What the shipped example configurations put where a secret goes.
-pub const PLACEHOLDER_PREFIX: &str = "replace-with-";
+pub(crate) const PLACEHOLDER_PREFIX: &str = "replace-with-";
 
 /// Refuses a secret still set to an example's placeholder: a cluster started from the examples
 /// as shipped would share its secrets with everyone who read them.
-pub fn refuse(key: &str, value: &str) -> Result<(), FieldError> {
+pub(crate) fn refuse(key: &str, value: &str) -> Result<(), FieldError> {
     if value.trim().to_ascii_lowercase().starts_with(PLACEHOLDER_PREFIX) {
         return Err(FieldError::new(
             key,

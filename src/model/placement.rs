@@ -82,7 +82,7 @@ impl Toleration {
 }
 
 /// The first taint with a scheduling effect that none of `tolerations` tolerates.
-pub fn untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+pub(crate) fn untolerated_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
     taints
         .iter()
         .filter(|t| t.effect != TaintEffect::PreferNoSchedule)

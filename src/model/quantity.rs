@@ -32,7 +32,7 @@ pub enum QuantityError {
 
 /// The integer unit a resource is stored in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     /// Stored in thousandths (cpu in millicores, GPUs and other devices in milli-units).
     Milli,
     /// Stored in whole units (memory and storage in bytes).
@@ -41,7 +41,7 @@ pub enum Unit {
 
 impl Unit {
     /// The unit for a resource name: bytes for memory-like resources, milli-units otherwise.
-    pub fn for_resource(name: &str) -> Unit {
+    pub(crate) fn for_resource(name: &str) -> Unit {
         if name == "memory" || name == "ephemeral-storage" || name == "storage" || name.starts_with("hugepages-") {
             Unit::Whole
         } else {
@@ -58,7 +58,7 @@ impl Unit {
 }
 
 /// Parses a Kubernetes quantity into an integer count of `unit`, rounding up.
-pub fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
+pub(crate) fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
     let orig = s;
     let s = s.trim();
     if s.is_empty() {
@@ -139,7 +139,7 @@ pub fn parse_quantity(s: &str, unit: Unit) -> Result<i64, QuantityError> {
 }
 
 /// Formats an integer amount of `unit` as the shortest exact Kubernetes quantity.
-pub fn format_quantity(value: i64, unit: Unit) -> String {
+pub(crate) fn format_quantity(value: i64, unit: Unit) -> String {
     struct Q(i64, Unit);
     impl fmt::Display for Q {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,17 +172,17 @@ pub fn format_quantity(value: i64, unit: Unit) -> String {
 
 /// Serde adapter for a number of bytes written as a plain integer or a quantity (`256Mi`, `1Gi`):
 /// `#[serde(with = "crate::model::quantity::serde_bytes")]`.
-pub mod serde_bytes {
+pub(crate) mod serde_bytes {
     use super::{Unit, format_quantity, parse_quantity};
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// Writes the size as a quantity (`256Mi`).
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format_quantity(i64::try_from(*v).unwrap_or(i64::MAX), Unit::Whole))
     }
 
     /// Reads an integer number of bytes or a quantity.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {

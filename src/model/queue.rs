@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Maximum fraction of a pool's resources, per resource name.
-pub type ResourceFractions = BTreeMap<ResourceName, f64>;
+pub(super) type ResourceFractions = BTreeMap<ResourceName, f64>;
 
 /// A queue. Weight is `1 / priority_factor`: a queue with factor 2 gets half the share of a queue
 /// with factor 1.
@@ -156,7 +156,7 @@ impl Queue {
 }
 
 /// Checks that every fraction is within [0, 1].
-pub fn validate_fractions(field: &str, f: &ResourceFractions) -> Result<(), FieldError> {
+pub(super) fn validate_fractions(field: &str, f: &ResourceFractions) -> Result<(), FieldError> {
     for (r, v) in f {
         if !(v.is_finite() && (0.0..=1.0).contains(v)) {
             return Err(FieldError::new(

@@ -2,7 +2,7 @@
 
 /// The candidate closest to `word` by edit distance, if close enough to be a likely misspelling:
 /// at most a third of the word's length (and at least 2) edits, ignoring case and `-`/`_`.
-pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let norm = |s: &str| s.to_ascii_lowercase().replace(['-', '_'], "");
     let w = norm(word);
     let limit = (w.chars().count() / 3).max(2);
@@ -15,7 +15,7 @@ pub fn nearest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// `; did you mean "x"?`, or nothing.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     nearest(word, candidates).map(|c| format!("; did you mean {c:?}?")).unwrap_or_default()
 }
 

@@ -13,7 +13,7 @@ use std::cell::Cell;
 
 /// One step of a path into a document.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// A field or map key.
     Key(String),
     /// An array index.
@@ -21,7 +21,7 @@ pub enum Step {
 }
 
 /// `containers[0].comand`, from the document's top.
-pub fn path_text(path: &[Step]) -> String {
+pub(crate) fn path_text(path: &[Step]) -> String {
     let mut out = String::new();
     for s in path {
         match s {
@@ -38,11 +38,11 @@ pub fn path_text(path: &[Step]) -> String {
 
 /// Why a document was refused: the path of the field (`.` for the whole document) and the
 /// problem.
-pub type Refusal = (String, String);
+pub(crate) type Refusal = (String, String);
 
 /// Decodes `text` as `T`, refusing unknown fields; decode errors are left to `fallback` (which
 /// reads the document again to name the failing field).
-pub fn parse_strict<T: DeserializeOwned>(
+pub(crate) fn parse_strict<T: DeserializeOwned>(
     text: &[u8],
     fallback: impl FnOnce(&[u8]) -> Result<T, Refusal>,
 ) -> Result<T, Refusal> {
@@ -101,7 +101,7 @@ fn steps(p: &serde_ignored::Path<'_>) -> Vec<Step> {
 }
 
 /// The field names `T` declares for the struct at `path` inside it, if a struct is there.
-pub fn known_fields<T: DeserializeOwned>(path: &[Step]) -> Option<&'static [&'static str]> {
+pub(crate) fn known_fields<T: DeserializeOwned>(path: &[Step]) -> Option<&'static [&'static str]> {
     let found = Cell::new(None);
     // The probe always ends in an error, once it found the struct or could not go on.
     let _ = T::deserialize(Probe { path, found: &found });
@@ -219,7 +219,7 @@ impl<'de, 'a> SeqAccess<'de> for OneElement<'a> {
 /// Parses JSON; on failure returns the path of the offending field (`.` for the whole text)
 /// and the message. The path is only tracked when parsing fails, so good input costs nothing
 /// extra.
-pub fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String)> {
+pub(crate) fn parse_json<T: DeserializeOwned>(text: &[u8]) -> Result<T, (String, String)> {
     match serde_json::from_slice(text) {
         Ok(v) => Ok(v),
         Err(_) => {

@@ -15,15 +15,15 @@ use std::io;
 use std::sync::{Arc, RwLock};
 
 /// Header naming the node a peer RPC is meant for.
-pub const TARGET_HEADER: &str = "x-convoy-target-node";
+pub(super) const TARGET_HEADER: &str = "x-convoy-target-node";
 /// Header carrying the sender's cluster id.
-pub const CLUSTER_HEADER: &str = "x-convoy-cluster-id";
+pub(super) const CLUSTER_HEADER: &str = "x-convoy-cluster-id";
 
 const KEY_CLUSTER_ID: &str = "cluster_id";
 
 /// This member's node id and cluster id. Cheap to clone; clones share the cluster id.
 #[derive(Clone)]
-pub struct Identity {
+pub(crate) struct Identity {
     node_id: NodeId,
     cluster_id: Arc<RwLock<Option<String>>>,
     db: Arc<Database>,
@@ -31,7 +31,7 @@ pub struct Identity {
 
 /// A peer RPC refused for whom it is meant or where it comes from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IdentityMismatch {
+pub(crate) enum IdentityMismatch {
     /// The request names another node: the sender's peer list points at the wrong server.
     #[error("this server is node {this}, not node {wanted}: check the sender's cluster.peers")]
     WrongNode {
@@ -53,7 +53,7 @@ pub enum IdentityMismatch {
 impl Identity {
     /// The identity of member `node_id`, with the cluster id stored in `db` (the log's database),
     /// if any.
-    pub fn load(node_id: NodeId, db: Arc<Database>) -> io::Result<Self> {
+    pub(crate) fn load(node_id: NodeId, db: Arc<Database>) -> io::Result<Self> {
         let tx = db.begin_read().map_err(io_err)?;
         let stored = match tx.open_table(META) {
             Ok(t) => t.get(KEY_CLUSTER_ID).map_err(io_err)?.map(|v| String::from_utf8_lossy(v.value()).into_owned()),
@@ -64,17 +64,17 @@ impl Identity {
     }
 
     /// This member's node id.
-    pub fn node_id(&self) -> NodeId {
+    pub(crate) fn node_id(&self) -> NodeId {
         self.node_id
     }
 
     /// The cluster this member belongs to, once it knows.
-    pub fn cluster_id(&self) -> Option<String> {
+    pub(crate) fn cluster_id(&self) -> Option<String> {
         self.cluster_id.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Records `id` as this member's cluster, durably. Refuses to change a known one.
-    pub fn adopt(&self, id: &str) -> Result<(), AdoptError> {
+    pub(crate) fn adopt(&self, id: &str) -> Result<(), AdoptError> {
         let mut current = self.cluster_id.write().unwrap_or_else(|p| p.into_inner());
         match current.as_deref() {
             Some(c) if c == id => return Ok(()),
@@ -96,7 +96,7 @@ impl Identity {
 
     /// Checks an incoming peer RPC's headers: it must be meant for this node, and come from this
     /// node's cluster (a member that does not know its cluster yet takes the sender's).
-    pub fn check(&self, target: Option<NodeId>, cluster: Option<&str>) -> Result<(), AdoptError> {
+    pub(crate) fn check(&self, target: Option<NodeId>, cluster: Option<&str>) -> Result<(), AdoptError> {
         if let Some(wanted) = target
             && wanted != self.node_id
         {
@@ -111,7 +111,7 @@ impl Identity {
 
 /// Why a cluster id could not be recorded.
 #[derive(Debug, thiserror::Error)]
-pub enum AdoptError {
+pub(crate) enum AdoptError {
     /// This member belongs elsewhere.
     #[error(transparent)]
     Mismatch(IdentityMismatch),
@@ -121,7 +121,7 @@ pub enum AdoptError {
 }
 
 /// A new cluster id: a ULID, unique across clusters formed anywhere.
-pub fn new_cluster_id() -> String {
+pub(super) fn new_cluster_id() -> String {
     ulid::Ulid::generate().to_string()
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 /// This member's view of the leadership at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     /// The leader this member knows of.
     pub leader: Option<NodeId>,
     /// The current term.
@@ -30,7 +30,7 @@ pub struct Leadership {
 impl Leadership {
     /// True if `self` names another leader or term than `seen`, or the leader has gone silent
     /// since, or Raft stopped: a request sent to the leader of `seen` may never be answered.
-    pub fn moved_on_from(&self, seen: &Leadership) -> bool {
+    pub(crate) fn moved_on_from(&self, seen: &Leadership) -> bool {
         self.leader != seen.leader
             || self.term != seen.term
             || (self.leader_silent && !seen.leader_silent)
@@ -109,14 +109,14 @@ pub(super) async fn publish(
 
 /// Waits until the view in `rx` has moved on from `seen` (see [`Leadership::moved_on_from`]);
 /// true if it did within `within`.
-pub async fn moved_on(rx: &mut watch::Receiver<Leadership>, seen: &Leadership, within: Duration) -> bool {
+pub(crate) async fn moved_on(rx: &mut watch::Receiver<Leadership>, seen: &Leadership, within: Duration) -> bool {
     matches!(tokio::time::timeout(within, rx.wait_for(|now| now.moved_on_from(seen))).await, Ok(Ok(_)))
 }
 
 /// Waits until the leader of `seen`, silent then, is heard from again (or the leadership moved
 /// on); true if that happened within `within`. A server that was itself stopped (SIGSTOP, a
 /// frozen VM) finds its leader silent when it wakes, until the next heartbeat arrives.
-pub async fn heard_again(rx: &mut watch::Receiver<Leadership>, seen: &Leadership, within: Duration) -> bool {
+pub(crate) async fn heard_again(rx: &mut watch::Receiver<Leadership>, seen: &Leadership, within: Duration) -> bool {
     let again = |now: &Leadership| !now.leader_silent || now.leader != seen.leader || now.term != seen.term;
     matches!(tokio::time::timeout(within, rx.wait_for(again)).await, Ok(Ok(_)))
 }

@@ -108,7 +108,7 @@ fn check_format(tx: &redb::WriteTransaction) -> io::Result<()> {
 
 /// The Raft log storage. Cheap to clone: clones share the database and serve as log readers.
 #[derive(Clone)]
-pub struct LogStore {
+pub(crate) struct LogStore {
     db: Arc<Database>,
     /// The latest committed log id, not yet written: it rides along with the next append
     /// instead of costing a transaction of its own. Losing it in a crash only means applying
@@ -129,7 +129,7 @@ const RECENT_MAX: usize = 256;
 impl LogStore {
     /// Opens the log in `db`, creating its tables if they do not exist yet (so that read
     /// transactions never meet a missing table). Refuses a log of a newer format.
-    pub fn open(db: Arc<Database>) -> io::Result<Self> {
+    pub(crate) fn open(db: Arc<Database>) -> io::Result<Self> {
         let tx = db.begin_write().map_err(io_err)?;
         {
             tx.open_table(LOG).map_err(io_err)?;
@@ -145,7 +145,7 @@ impl LogStore {
     }
 
     /// Ticks once per append made durable (the value is a count; only its changes matter).
-    pub fn flushed(&self) -> watch::Receiver<u64> {
+    pub(crate) fn flushed(&self) -> watch::Receiver<u64> {
         self.flushed.subscribe()
     }
 
@@ -172,7 +172,7 @@ impl LogStore {
 
     /// The id of the last entry in the log, or the last purged one when the log is empty: what a
     /// member compares when it is asked whether a candidate's log is at least as up to date.
-    pub fn last_log_id(&self) -> io::Result<Option<LogId>> {
+    pub(crate) fn last_log_id(&self) -> io::Result<Option<LogId>> {
         Ok(self.log_state()?.last_log_id)
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Why a membership change was refused or did not happen.
 #[derive(Debug, thiserror::Error)]
-pub enum MembershipError {
+pub(crate) enum MembershipError {
     /// The change makes no sense for this cluster (the detail says why).
     #[error("{0}")]
     Invalid(String),
@@ -25,7 +25,7 @@ pub enum MembershipError {
 
 /// How far a member addition got within the time allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Addition {
+pub(crate) enum Addition {
     /// It votes.
     Voter,
     /// It is a learner still catching up; the leader promotes it once it has.
@@ -36,7 +36,12 @@ impl RaftNode {
     /// Adds node `id` at `addr`: as a learner first, promoted to voter once it has caught up with
     /// the log. Waits up to `wait` for the promotion; the change goes on in the background after
     /// that. Adding a member that is already a voter at the same address changes nothing.
-    pub async fn add_member(&self, id: NodeId, addr: String, wait: Duration) -> Result<Addition, MembershipError> {
+    pub(crate) async fn add_member(
+        &self,
+        id: NodeId,
+        addr: String,
+        wait: Duration,
+    ) -> Result<Addition, MembershipError> {
         let m = self.metrics().borrow().membership_config.clone();
         if let Some(known) = m.membership().get_node(&id) {
             if known.addr != addr {
@@ -74,7 +79,7 @@ impl RaftNode {
     }
 
     /// Removes node `id` from the cluster (voter or learner). Refuses to remove the last voter.
-    pub async fn remove_member(&self, id: NodeId) -> Result<(), MembershipError> {
+    pub(crate) async fn remove_member(&self, id: NodeId) -> Result<(), MembershipError> {
         let m = self.metrics().borrow().membership_config.clone();
         if m.membership().get_node(&id).is_none() {
             return Err(MembershipError::NotFound(id));

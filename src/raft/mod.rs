@@ -15,36 +15,39 @@
 //! purged gets the snapshot file in chunks of [`RaftSettings::snapshot_chunk_size`] bytes.
 
 pub(crate) mod acked;
-pub mod bootstrap;
-pub mod failover;
-pub mod identity;
+mod bootstrap;
+mod failover;
+mod identity;
 pub(crate) mod io;
-pub mod leadership;
-pub mod log_store;
-pub mod membership;
-pub mod network;
-pub mod pre_vote;
-pub mod snapshot_data;
-pub mod snapshot_file;
-pub mod snapshot_store;
-pub mod state_machine;
-pub mod stats;
-pub mod types;
+pub(crate) mod leadership;
+mod log_store;
+pub(crate) mod membership;
+mod network;
+mod pre_vote;
+mod snapshot_data;
+pub(crate) mod snapshot_file;
+mod snapshot_store;
+mod state_machine;
+pub(crate) mod stats;
+mod types;
 
 #[cfg(test)]
 mod tests;
 
 pub use bootstrap::Bootstrap;
-pub use identity::Identity;
-pub use leadership::Leadership;
-pub use log_store::LogStore;
-pub use network::{MAX_RPC_BODY, NetworkFactory, NetworkSetupError, SECRET_HEADER, raft_router};
-pub use snapshot_store::SnapshotFile;
-pub use state_machine::{ApplyItem, ApplyPayload, ExportRows, ReplicatedState, StateExport, StateMachine};
-pub use types::{
-    Entry, LogId, Membership, Node, NodeId, Raft, RaftMetrics, Snapshot, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig, Vote,
-};
+pub use network::{PROTOCOL_HEADER, PROTOCOL_VERSION};
+pub use snapshot_file::{SnapshotReader, SnapshotWriter};
+pub use types::{LogId, Node, NodeId, SnapshotMeta};
+
+pub(crate) use identity::Identity;
+pub(crate) use leadership::Leadership;
+pub(crate) use log_store::LogStore;
+/// The server's unit tests check its chunk size against the peer RPC's body limit.
+#[cfg(test)]
+pub(crate) use network::MAX_RPC_BODY;
+pub(crate) use network::{NetworkFactory, NetworkSetupError, raft_router};
+pub(crate) use state_machine::{ApplyItem, ApplyPayload, ReplicatedState, StateExport, StateMachine};
+pub(crate) use types::{EntryPayload, Raft, RaftMetrics, StoredMembership};
 
 use crate::state::{Command, Response};
 use openraft::error::{
@@ -172,7 +175,7 @@ pub enum RaftError {
 
 /// Why a write (or a linearizable read check, or a membership change) did not go through.
 #[derive(Debug, thiserror::Error)]
-pub enum RequestError {
+pub(crate) enum RequestError {
     /// This node is not the leader; send the request to `addr` (the leader's base URL).
     #[error("not the leader; the leader is node {leader_id} at {addr}")]
     ForwardToLeader {
@@ -238,7 +241,7 @@ impl From<openraft::error::RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>> 
 
 /// A running Raft member of the Convoy cluster. Clones are cheap and share the member.
 #[derive(Clone)]
-pub struct RaftNode {
+pub(crate) struct RaftNode {
     id: NodeId,
     addr: String,
     raft: Raft,
@@ -311,7 +314,7 @@ impl RaftNode {
     ///
     /// Needs a process-wide rustls crypto provider (see [`NetworkFactory::new`]). Serve
     /// [`RaftNode::router`] on `addr` for peers to reach this node.
-    pub async fn start<S: ReplicatedState>(
+    pub(crate) async fn start<S: ReplicatedState>(
         node_id: NodeId,
         addr: impl Into<String>,
         db: Arc<redb::Database>,
@@ -407,7 +410,7 @@ impl RaftNode {
 
     /// Makes `members` (including this node) the cluster's first membership. Does nothing if the
     /// node already has a log or a vote, so it is safe to call on every start.
-    pub async fn initialize(&self, members: BTreeMap<NodeId, Node>) -> Result<(), RaftError> {
+    pub(crate) async fn initialize(&self, members: BTreeMap<NodeId, Node>) -> Result<(), RaftError> {
         match self.raft.initialize(members.clone()).await {
             Ok(()) => {
                 tracing::info!(node_id = self.id, members = ?members.keys().collect::<Vec<_>>(), "raft cluster initialized");
@@ -422,51 +425,42 @@ impl RaftNode {
         }
     }
 
-    /// This node's id.
-    pub fn id(&self) -> NodeId {
-        self.id
-    }
-
-    /// This node's base URL, as peers reach it.
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// The underlying openraft handle, for what the façade does not cover.
-    pub fn raft(&self) -> &Raft {
+    #[cfg(test)]
+    pub(crate) fn raft(&self) -> &Raft {
         &self.raft
     }
 
     /// The peer RPC routes for this node, guarded by the configured cluster secret.
-    pub fn router(&self) -> axum::Router {
+    pub(crate) fn router(&self) -> axum::Router {
         raft_router(self.raft.clone(), self.identity.clone(), self.elections.clone(), self.secret.clone())
     }
 
     /// Peer RPC latency and failures, and leader changes.
-    pub fn stats(&self) -> Arc<stats::PeerStats> {
+    pub(crate) fn stats(&self) -> Arc<stats::PeerStats> {
         self.network.stats()
     }
 
     /// The HTTP client of peer RPCs.
-    pub fn http_client(&self) -> reqwest::Client {
+    pub(crate) fn http_client(&self) -> reqwest::Client {
         self.network.http_client().clone()
     }
 
     /// The HTTP/2-only client of relayed gRPC calls.
-    pub fn h2_client(&self) -> reqwest::Client {
+    pub(crate) fn h2_client(&self) -> reqwest::Client {
         self.network.h2_client().clone()
     }
 
     /// Whether this node currently believes it is the leader. A hint for routing requests; use
     /// [`ensure_linearizable`](Self::ensure_linearizable) before a read that must be current.
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
     /// The leader this node knows of, with its address.
-    pub fn leader(&self) -> Option<(NodeId, Node)> {
+    pub(crate) fn leader(&self) -> Option<(NodeId, Node)> {
         let m = self.raft.metrics();
         let m = m.borrow();
         let id = m.current_leader?;
@@ -478,7 +472,7 @@ impl RaftNode {
     /// within the (minimum) election timeout. openraft 0.9 does not make a leader cut off from the others
     /// step down, so a leader that only believes it leads must not hand out leases, accept run
     /// events, schedule or judge executors: a new leader is being elected on the other side.
-    pub fn serving(&self) -> bool {
+    pub(crate) fn serving(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
         if m.state != ServerState::Leader || m.current_leader != Some(self.id) {
@@ -498,12 +492,12 @@ impl RaftNode {
     }
 
     /// The index of the last log entry applied to the state (0 before any).
-    pub fn applied_index(&self) -> u64 {
+    pub(crate) fn applied_index(&self) -> u64 {
         self.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)
     }
 
     /// Waits until the state has applied log entry `index`; false if `timeout` passed first.
-    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+    pub(crate) async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
         self.raft.wait(Some(timeout)).applied_index_at_least(Some(index), "read your writes").await.is_ok()
     }
 
@@ -515,7 +509,7 @@ impl RaftNode {
     /// It waits at most `within`, and less when the answer is known sooner: a leader without a
     /// majority gives up after two election timeouts, and a follower whose leader is replaced
     /// asks the new one instead of waiting on the old.
-    pub async fn linearize(&self, within: Duration) -> Result<(), RequestError> {
+    pub(crate) async fn linearize(&self, within: Duration) -> Result<(), RequestError> {
         let deadline = tokio::time::Instant::now() + within;
         let mut watch = self.leadership.clone();
         loop {
@@ -585,18 +579,18 @@ impl RaftNode {
     }
 
     /// This member's view of the leadership, kept current.
-    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+    pub(crate) fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.clone()
     }
 
     /// How long a request waits for a leader to be elected before it gives up.
-    pub fn leader_wait(&self) -> Duration {
+    pub(crate) fn leader_wait(&self) -> Duration {
         self.leader_wait
     }
 
     /// This member's view of the leadership computed now (the published one may be a few tens
     /// of milliseconds old).
-    pub fn leadership_now(&self) -> Leadership {
+    pub(crate) fn leadership_now(&self) -> Leadership {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
         let ack = *self.quorum_ack.lock().unwrap_or_else(|p| p.into_inner());
@@ -607,30 +601,30 @@ impl RaftNode {
     /// stops its heartbeats so that the others elect another leader once its lease is over (it
     /// must also stop proposing: an append is a heartbeat too). openraft 0.9 has no transfer
     /// of leadership; this is how a leader whose disk is nearly full steps aside.
-    pub fn set_may_lead(&self, yes: bool) {
+    pub(crate) fn set_may_lead(&self, yes: bool) {
         self.elections.set_may_stand(yes);
         self.raft.runtime_config().heartbeat(yes);
     }
 
     /// The number of voting members.
-    pub fn voters(&self) -> usize {
+    pub(crate) fn voters(&self) -> usize {
         self.raft.metrics().borrow().membership_config.membership().voter_ids().count()
     }
 
     /// How many snapshots this member installed since it started: each time it caught up with a
     /// leader whose log no longer held the entries it lacked.
-    pub fn snapshots_installed(&self) -> u64 {
+    pub(crate) fn snapshots_installed(&self) -> u64 {
         self.installed.load(Ordering::Relaxed)
     }
 
     /// The current Raft term as this node knows it.
-    pub fn current_term(&self) -> u64 {
+    pub(crate) fn current_term(&self) -> u64 {
         self.raft.metrics().borrow().current_term
     }
 
     /// Ticks each time a log append is durable: a proposer that batches can wait for it to send
     /// its next batch while the log is free.
-    pub fn log_flushed(&self) -> watch::Receiver<u64> {
+    pub(crate) fn log_flushed(&self) -> watch::Receiver<u64> {
         self.flushed.clone()
     }
 
@@ -638,38 +632,46 @@ impl RaftNode {
     /// answered. Only the leader accepts writes: others answer [`RequestError::ForwardToLeader`].
     /// A write that fails with `ForwardToLeader` or `NoLeader` after this node proposed it may
     /// still commit under the next leader, so retried commands must be idempotent.
-    pub async fn write(&self, cmd: Command) -> Result<Response, RequestError> {
+    pub(crate) async fn write(&self, cmd: Command) -> Result<Response, RequestError> {
         Ok(self.raft.client_write(cmd).await?.data)
     }
 
     /// Returns once this node's state includes every write committed before the call (a
     /// linearizable read may follow). Only the leader can answer; others say where it is.
-    pub async fn ensure_linearizable(&self) -> Result<(), RequestError> {
+    #[cfg(test)]
+    pub(crate) async fn ensure_linearizable(&self) -> Result<(), RequestError> {
         self.raft.ensure_linearizable().await?;
         Ok(())
     }
 
     /// Adds node `id` at `addr` as a learner (it replicates but does not vote). With `blocking`,
     /// waits until it has caught up with the leader's log.
-    pub async fn add_learner(&self, id: NodeId, addr: impl Into<String>, blocking: bool) -> Result<(), RequestError> {
+    #[cfg(test)]
+    pub(crate) async fn add_learner(
+        &self,
+        id: NodeId,
+        addr: impl Into<String>,
+        blocking: bool,
+    ) -> Result<(), RequestError> {
         self.raft.add_learner(id, BasicNode { addr: addr.into() }, blocking).await?;
         Ok(())
     }
 
     /// Makes `voters` the voting members (they must be members or learners already). With
     /// `retain`, removed voters stay as learners.
-    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), RequestError> {
+    #[cfg(test)]
+    pub(crate) async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), RequestError> {
         self.raft.change_membership(voters, retain).await?;
         Ok(())
     }
 
     /// Raft metrics (role, term, leader, log and applied indexes, membership), updated live.
-    pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
+    pub(crate) fn metrics(&self) -> watch::Receiver<RaftMetrics> {
         self.raft.metrics()
     }
 
     /// Stops the Raft tasks. Requests still in flight fail with [`RequestError::Fatal`].
-    pub async fn shutdown(&self) -> Result<(), RaftError> {
+    pub(crate) async fn shutdown(&self) -> Result<(), RaftError> {
         if let Some(task) = self.forming.lock().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();
         }

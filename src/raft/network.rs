@@ -41,11 +41,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Header carrying the cluster secret on peer RPCs.
-pub const SECRET_HEADER: &str = "x-convoy-cluster-secret";
+pub(super) const SECRET_HEADER: &str = "x-convoy-cluster-secret";
 
 /// Header naming the node that sends a peer RPC (for logs, and for fault-injecting proxies in
 /// tests).
-pub const SENDER_HEADER: &str = "x-convoy-sender-node";
+pub(super) const SENDER_HEADER: &str = "x-convoy-sender-node";
 
 /// Header carrying the peer protocol version on peer RPCs.
 pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
@@ -77,7 +77,7 @@ pub const PROTOCOL_VERSION: u32 = 9;
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a
 /// snapshot of any size costs each side one chunk of memory) and append batches by
 /// `max_payload_entries`; a batch above this gets 413 and the sender retries with fewer entries.
-pub const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_RPC_BODY: usize = 64 * 1024 * 1024;
 
 /// How long a client waits for a TCP connection to a peer. Short: a peer that does not accept
 /// quickly is treated as unreachable and retried with back-off.
@@ -119,7 +119,7 @@ enum PeerHttpError {
 
 /// Creates one [`PeerClient`] per target; all share one pooled HTTP client.
 #[derive(Clone)]
-pub struct NetworkFactory {
+pub(crate) struct NetworkFactory {
     identity: Identity,
     client: reqwest::Client,
     h2_client: reqwest::Client,
@@ -133,7 +133,7 @@ impl NetworkFactory {
     /// With `ca` (a PEM file), `https://` peers must present a certificate it signed; without it,
     /// one the operating system trusts. Requires a process-wide rustls crypto provider (only used
     /// if a peer address is `https://`, but the HTTP client is built with TLS support).
-    pub fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
+    pub(crate) fn new(identity: Identity, secret: Option<&str>, ca: Option<&Path>) -> Result<Self, NetworkSetupError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             return Err(NetworkSetupError::NoCryptoProvider);
         }
@@ -167,24 +167,24 @@ impl NetworkFactory {
     }
 
     /// Forgets what member `id` acknowledged: it left the cluster, and may come back afresh.
-    pub fn forget_acknowledged(&self, id: NodeId) {
+    pub(crate) fn forget_acknowledged(&self, id: NodeId) {
         self.acked.forget(id);
     }
 
     /// Latency and failures of this server's peer RPCs.
-    pub fn stats(&self) -> Arc<PeerStats> {
+    pub(crate) fn stats(&self) -> Arc<PeerStats> {
         self.stats.clone()
     }
 
     /// The HTTP client of peer RPCs (its TLS trust is the peers'), for requests a follower
     /// relays to the leader.
-    pub fn http_client(&self) -> &reqwest::Client {
+    pub(crate) fn http_client(&self) -> &reqwest::Client {
         &self.client
     }
 
     /// The same client speaking only HTTP/2 (prior knowledge over plain TCP, ALPN `h2` over
     /// TLS), for the gRPC calls a follower relays: gRPC answers end in trailers.
-    pub fn h2_client(&self) -> &reqwest::Client {
+    pub(crate) fn h2_client(&self) -> &reqwest::Client {
         &self.h2_client
     }
 
@@ -208,20 +208,20 @@ impl NetworkFactory {
     }
 
     /// Asks peer `target` at `addr` whether it is part of a cluster yet.
-    pub async fn peer_status(&self, target: NodeId, addr: &str) -> Result<PeerStatus, PeerCallError> {
+    pub(crate) async fn peer_status(&self, target: NodeId, addr: &str) -> Result<PeerStatus, PeerCallError> {
         self.call_json(reqwest::Method::GET, addr, "/raft/status", target).await
     }
 
     /// Asks the leader `target` at `addr` for a read index: it confirms it still leads and answers
     /// the index of the last entry it had applied, which includes every committed write.
-    pub async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
+    pub(crate) async fn read_index(&self, target: NodeId, addr: &str) -> Result<u64, PeerCallError> {
         let answer: ReadIndex = self.call_json(reqwest::Method::POST, addr, "/raft/read-index", target).await?;
         Ok(answer.index)
     }
 
     /// Asks voter `target` at `addr` whether it would vote for this member now (see
     /// [`super::failover`]); `timeout` bounds the call.
-    pub async fn pre_vote(
+    pub(crate) async fn pre_vote(
         &self,
         target: NodeId,
         addr: &str,
@@ -244,7 +244,12 @@ impl NetworkFactory {
     }
 
     /// Gives peer `target` at `addr` the id of the cluster it is about to be a founding member of.
-    pub async fn give_cluster_id(&self, target: NodeId, addr: &str, cluster_id: &str) -> Result<(), PeerCallError> {
+    pub(crate) async fn give_cluster_id(
+        &self,
+        target: NodeId,
+        addr: &str,
+        cluster_id: &str,
+    ) -> Result<(), PeerCallError> {
         let response = self
             .request(reqwest::Method::POST, addr, "/raft/cluster-id", target)
             .timeout(PEER_CALL_TIMEOUT)
@@ -296,7 +301,7 @@ fn text_of(body: &[u8]) -> String {
 
 /// A peer's answer to `GET /raft/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct PeerStatus {
+pub(crate) struct PeerStatus {
     /// The peer's node id.
     pub node_id: NodeId,
     /// True once it is a member of a cluster (it has a log or a vote).
@@ -319,7 +324,7 @@ struct ClusterIdRequest {
 
 /// A status or cluster-id call to a peer that did not go through.
 #[derive(Debug, thiserror::Error)]
-pub enum PeerCallError {
+pub(crate) enum PeerCallError {
     /// The peer could not be reached, or did not answer in time (the message carries the causes,
     /// such as a certificate the CA did not sign).
     #[error("peer unreachable: {}", error_chain(.0))]
@@ -343,7 +348,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 }
 
 /// Sends Raft RPCs to one peer.
-pub struct PeerClient {
+pub(crate) struct PeerClient {
     factory: NetworkFactory,
     target: NodeId,
     node: Node,
@@ -512,7 +517,7 @@ struct ServerState {
 /// `/raft/read-index`, and for forming a cluster `/raft/status` and `/raft/cluster-id`. With `secret`, requests without the matching
 /// `x-convoy-cluster-secret` header get 401 before their body is read; requests of another
 /// protocol version get 400, and requests meant for another node or from another cluster 409.
-pub fn raft_router(raft: Raft, identity: Identity, elections: Elections, secret: Option<String>) -> Router {
+pub(crate) fn raft_router(raft: Raft, identity: Identity, elections: Elections, secret: Option<String>) -> Router {
     let routes = Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))

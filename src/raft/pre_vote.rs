@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 /// When this member last received an append or snapshot chunk from a leader it accepted.
 #[derive(Clone, Default)]
-pub struct LeaderContact(Arc<Mutex<Option<Instant>>>);
+pub(super) struct LeaderContact(Arc<Mutex<Option<Instant>>>);
 
 impl LeaderContact {
     /// Records an append received now.
-    pub fn heard(&self) {
+    pub(super) fn heard(&self) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
     }
 
@@ -25,11 +25,11 @@ impl LeaderContact {
 }
 
 /// When a majority last acknowledged this member as leader (kept by the metrics watch).
-pub type QuorumAck = Arc<Mutex<Option<Instant>>>;
+pub(super) type QuorumAck = Arc<Mutex<Option<Instant>>>;
 
 /// Body of `POST /raft/pre-vote`: would the receiver vote for `candidate`?
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreVoteRequest {
+pub(crate) struct PreVoteRequest {
     /// The member that wants to start an election.
     pub candidate: NodeId,
     /// The id of its last log entry.
@@ -38,7 +38,7 @@ pub struct PreVoteRequest {
 
 /// Answer to a [`PreVoteRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PreVoteAnswer {
+pub(crate) struct PreVoteAnswer {
     /// True if the receiver would grant its vote now.
     pub granted: bool,
     /// Why not, for the candidate's log.
@@ -47,7 +47,7 @@ pub struct PreVoteAnswer {
 
 /// Why a voter would not vote for a candidate now.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// The receiver leads, and a majority acknowledged it recently.
     #[error("it leads, acknowledged by a majority {0} ms ago")]
     Leading(u64),
@@ -96,7 +96,7 @@ pub(super) fn judge(view: &VoterView, req: &PreVoteRequest, lease: Duration) -> 
 
 /// This member's side of elections: what it heard from leaders and how it answers pre-votes.
 #[derive(Clone)]
-pub struct Elections {
+pub(crate) struct Elections {
     pub(super) contact: LeaderContact,
     /// False while this member must not stand for election (its disk is nearly full).
     may_stand: Arc<std::sync::atomic::AtomicBool>,
@@ -130,7 +130,7 @@ impl Elections {
     }
 
     /// Records word from the leader (an append or snapshot chunk it accepted) received now.
-    pub fn heard(&self) {
+    pub(crate) fn heard(&self) {
         self.contact.heard();
     }
 

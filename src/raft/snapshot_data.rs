@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 /// writes received chunks into. A file being received is removed when its handle is dropped
 /// before it is installed (e.g. the leader gave up and will start another).
 #[derive(Debug)]
-pub struct SnapshotFile {
+pub(crate) struct SnapshotFile {
     file: tokio::fs::File,
     path: PathBuf,
     remove_on_drop: bool,
@@ -31,7 +31,7 @@ impl SnapshotFile {
     }
 
     /// Where the file is.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

@@ -29,11 +29,11 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The first bytes of every snapshot file.
-pub const MAGIC: [u8; 8] = *b"CVYSNAP\0";
+pub(crate) const MAGIC: [u8; 8] = *b"CVYSNAP\0";
 
 /// Largest frame written or accepted: far above any row (a job's payload is bounded by the
 /// request size), and small enough that a corrupt length is refused before anything is read.
-pub const MAX_FRAME: u32 = 256 << 20;
+pub(crate) const MAX_FRAME: u32 = 256 << 20;
 
 /// Buffer of the file reader and writer.
 const BUFFER: usize = 1 << 20;

@@ -17,7 +17,7 @@
 //! handed to the state to convert (see `StateMachine::new`) and then dropped.
 
 use super::io::{corrupt, encode_err, io_err};
-pub use super::snapshot_data::SnapshotFile;
+pub(super) use super::snapshot_data::SnapshotFile;
 use super::snapshot_file::{SnapshotFileError, SnapshotReader};
 use super::types::{LogId, SnapshotMeta};
 use crate::record::raft::{SnapshotFileRecord, SnapshotMetaRecord};

@@ -35,7 +35,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What a committed log entry asks the state to do.
 #[derive(Debug, Clone)]
-pub enum ApplyPayload {
+pub(crate) enum ApplyPayload {
     /// An empty entry a new leader writes at the start of its term. Only the applied log id moves.
     Blank,
     /// A state change.
@@ -46,7 +46,7 @@ pub enum ApplyPayload {
 
 /// One committed log entry to apply.
 #[derive(Debug, Clone)]
-pub struct ApplyItem {
+pub(crate) struct ApplyItem {
     /// The entry's log id; its `leader_id.term` is the term the entry was proposed in.
     pub log_id: LogId,
     /// What to apply.
@@ -55,7 +55,7 @@ pub struct ApplyItem {
 
 /// A consistent view of the whole state, pinned by [`ReplicatedState::export`], to be written
 /// out as snapshot frames.
-pub struct StateExport {
+pub(crate) struct StateExport {
     /// The last log id the view includes.
     pub last_applied: Option<LogId>,
     /// The membership the view includes.
@@ -72,7 +72,7 @@ impl std::fmt::Debug for StateExport {
 }
 
 /// Writes a pinned state's snapshot frames (see [`StateExport::rows`]).
-pub type ExportRows = Box<dyn FnOnce(&mut dyn FrameSink) -> io::Result<()> + Send>;
+pub(super) type ExportRows = Box<dyn FnOnce(&mut dyn FrameSink) -> io::Result<()> + Send>;
 
 /// The replicated state as the Raft adapter sees it: a synchronous, deterministic state machine
 /// on redb. The server implements it; the adapter calls it from blocking threads, one call at a
@@ -83,7 +83,7 @@ pub type ExportRows = Box<dyn FnOnce(&mut dyn FrameSink) -> io::Result<()> + Sen
 /// state does not cover and re-applies them at start-up. It only drops log entries covered by a
 /// snapshot, so before it builds one the adapter calls [`make_durable`](Self::make_durable), and it
 /// calls it again after [`import`](Self::import).
-pub trait ReplicatedState: Send + Sync + 'static {
+pub(crate) trait ReplicatedState: Send + Sync + 'static {
     /// Applies committed entries in order, returning one response per item (`Blank` and
     /// `Membership` items answer [`Response::Ok`]). The changes of the whole batch, the last
     /// applied log id and the membership are persisted together (one redb write transaction).
@@ -131,12 +131,12 @@ pub trait ReplicatedState: Send + Sync + 'static {
 }
 
 /// openraft's state machine over a [`ReplicatedState`].
-pub struct StateMachine<S: ReplicatedState> {
+pub(crate) struct StateMachine<S: ReplicatedState> {
     shared: Shared<S>,
 }
 
 /// Builds snapshots for openraft in a task of their own; shares the state with the state machine.
-pub struct SnapshotBuilder<S: ReplicatedState> {
+pub(crate) struct SnapshotBuilder<S: ReplicatedState> {
     shared: Shared<S>,
 }
 
@@ -163,7 +163,7 @@ impl<S: ReplicatedState> StateMachine<S> {
     /// Wraps `state`, with its snapshot files in `snapshot_dir` and the table naming the current
     /// one in `db` (the server's log database). Converts a snapshot an older release kept inline
     /// in `db`, and cleans up after snapshot writes a crash interrupted.
-    pub fn new(db: Arc<Database>, snapshot_dir: PathBuf, mut state: S) -> io::Result<Self> {
+    pub(crate) fn new(db: Arc<Database>, snapshot_dir: PathBuf, mut state: S) -> io::Result<Self> {
         let snapshots = SnapshotDir::open(db, snapshot_dir)?;
         convert_legacy(&snapshots, &state)?;
         let (applied, _) = state.applied_state()?;
@@ -182,13 +182,13 @@ impl<S: ReplicatedState> StateMachine<S> {
     /// Snapshots are built only while they would leave `bytes` free on the disk (estimated from
     /// the size of the last one); a build that finds no room is skipped, and the log is kept
     /// until there is.
-    pub fn keeping_free(mut self, bytes: u64) -> Self {
+    pub(crate) fn keeping_free(mut self, bytes: u64) -> Self {
         self.shared.keep_free = bytes;
         self
     }
 
     /// Counts the snapshots this member installed since it started (it caught up by snapshot).
-    pub fn installed_counter(&self) -> Arc<AtomicU64> {
+    pub(crate) fn installed_counter(&self) -> Arc<AtomicU64> {
         self.shared.installed.clone()
     }
 }

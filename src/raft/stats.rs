@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds (seconds) of the latency histogram's buckets; the last bucket is unbounded.
-pub const LATENCY_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+pub(crate) const LATENCY_BUCKETS: [f64; 12] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 /// A latency histogram: counts per bucket (not cumulative), count, sum.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Observations at or below each of [`LATENCY_BUCKETS`], then above the last.
     pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
     /// Observations.
@@ -30,7 +31,8 @@ impl Histogram {
     }
 
     /// Observations at or below each bound, the last being all of them (Prometheus' `le`).
-    pub fn cumulative(&self) -> Vec<u64> {
+    #[cfg(test)]
+    pub(crate) fn cumulative(&self) -> Vec<u64> {
         self.buckets
             .iter()
             .scan(0, |acc, n| {
@@ -43,7 +45,7 @@ impl Histogram {
 
 /// Peer RPC figures of one server, shared by its network clients.
 #[derive(Debug, Default)]
-pub struct PeerStats {
+pub(crate) struct PeerStats {
     latency: Mutex<BTreeMap<(NodeId, &'static str), Histogram>>,
     failures: Mutex<BTreeMap<(NodeId, &'static str), u64>>,
     leader_changes: AtomicU64,
@@ -51,33 +53,33 @@ pub struct PeerStats {
 
 impl PeerStats {
     /// Records an RPC of `kind` to `peer` that got an answer after `took`.
-    pub fn answered(&self, peer: NodeId, kind: &'static str, took: Duration) {
+    pub(crate) fn answered(&self, peer: NodeId, kind: &'static str, took: Duration) {
         let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
         l.entry((peer, kind)).or_default().observe(took.as_secs_f64());
     }
 
     /// Records an RPC of `kind` to `peer` that got no answer (unreachable, timeout, HTTP error).
-    pub fn failed(&self, peer: NodeId, kind: &'static str) {
+    pub(crate) fn failed(&self, peer: NodeId, kind: &'static str) {
         *self.failures.lock().unwrap_or_else(|p| p.into_inner()).entry((peer, kind)).or_default() += 1;
     }
 
     /// Records that the leader this server knows changed.
-    pub fn leader_changed(&self) {
+    pub(crate) fn leader_changed(&self) {
         self.leader_changes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Latency per peer and kind.
-    pub fn latency(&self) -> BTreeMap<(NodeId, &'static str), Histogram> {
+    pub(crate) fn latency(&self) -> BTreeMap<(NodeId, &'static str), Histogram> {
         self.latency.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Failed RPCs per peer and kind.
-    pub fn failures(&self) -> BTreeMap<(NodeId, &'static str), u64> {
+    pub(crate) fn failures(&self) -> BTreeMap<(NodeId, &'static str), u64> {
         self.failures.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Leader changes seen since this server started.
-    pub fn leader_changes(&self) -> u64 {
+    pub(crate) fn leader_changes(&self) -> u64 {
         self.leader_changes.load(Ordering::Relaxed)
     }
 }

@@ -58,7 +58,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 
 /// Decodes the value at the start of `bytes`, ignoring what follows: for the version number a
 /// record carries first, read before deciding how to read the rest.
-pub fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+pub(crate) fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     let what = std::any::type_name::<T>();
     bincode::serde::decode_from_slice(bytes, config())
         .map(|(v, _)| v)

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Resource amounts by name (cpu in millicores, memory in bytes, others in milli-units).
-pub type QuantitiesRecord = BTreeMap<ResourceName, i64>;
+pub(super) type QuantitiesRecord = BTreeMap<ResourceName, i64>;
 
 /// What a job needs from a node. Format: state schema 2, log format 1.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

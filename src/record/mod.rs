@@ -33,17 +33,17 @@
 //!   command is a variant at the end of [`CommandRecord`]; [`Command`] takes its shape, and the
 //!   form before it is converted on reading.
 
-pub mod codec;
-pub mod command;
-pub mod event;
-pub mod executor;
-pub mod frames;
-pub mod job;
-pub mod placement;
-pub mod queue;
+pub(crate) mod codec;
+pub(crate) mod command;
+mod event;
+mod executor;
+mod frames;
+mod job;
+mod placement;
+pub(crate) mod queue;
 pub mod raft;
-pub mod snapshot;
-pub mod usage;
+mod snapshot;
+mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{

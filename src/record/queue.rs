@@ -163,7 +163,7 @@ impl QueueTreeRecord {
 }
 
 /// A queue with its tree settings, from the two records a command carries.
-pub fn queue_in_tree(queue: QueueRecord, tree: QueueTreeRecord) -> Queue {
+pub(crate) fn queue_in_tree(queue: QueueRecord, tree: QueueTreeRecord) -> Queue {
     let mut q = Queue::from(queue);
     tree.apply_to(&mut q);
     q

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Proposing through the Raft node.
-pub struct RaftReplicate(pub RaftNode);
+pub(super) struct RaftReplicate(pub RaftNode);
 
 impl Replicate for RaftReplicate {
     fn replicate(&self, cmd: Command) -> BoxFuture<'static, Result<Response, WriteError>> {
@@ -34,7 +34,7 @@ impl Replicate for RaftReplicate {
 }
 
 /// Leadership as the API sees it.
-pub struct RaftView {
+pub(super) struct RaftView {
     /// The Raft node.
     pub node: RaftNode,
     /// The state machine's last applied index (see [`crate::server::machine::ServerMachine::applied_counter`]).

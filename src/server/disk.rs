@@ -16,7 +16,7 @@ const EVERY: Duration = Duration::from_millis(250);
 const HAND_OVER_ELECTIONS: u32 = 3;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<Control>, raft: RaftNode, mut shutdown: watch::Receiver<bool>) {
+pub(super) async fn run(app: Arc<Control>, raft: RaftNode, mut shutdown: watch::Receiver<bool>) {
     let mut last = DiskState::Ample;
     let mut handing_over = false;
     // When this server began to hand over, and whether it gave up for this low spell.

@@ -26,7 +26,7 @@ impl MakeRequestId for Ulids {
 }
 
 /// The whole HTTP API: [`api::routes()`] and the web UI, problem+json fallbacks, body limit, request ids and tracing.
-pub fn router(app: Arc<Control>) -> Router {
+pub(super) fn router(app: Arc<Control>) -> Router {
     let limit = app.config.server.max_request_bytes;
     let (routes, _) = api::routes().split_for_parts();
     let routes = routes

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
+pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let timeout = app.config.server.executor_timeout;
     let tick = (timeout / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
     // The term this server last served in: a new term means polls went elsewhere meanwhile.

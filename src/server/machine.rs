@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Longest stretch of applied entries that may be lost in a crash (and replayed from the log).
-pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 /// `meta` key of the last applied log id (`Option<LogIdRecord>`).
 const APPLIED: &str = RAFT_APPLIED;
@@ -56,7 +56,7 @@ fn decode_membership(stored: Option<Vec<u8>>) -> io::Result<StoredMembership> {
 }
 
 /// Applies commands and keeps memory and disk in step.
-pub struct ServerMachine {
+pub(crate) struct ServerMachine {
     store: Store,
     state: Arc<RwLock<State>>,
     notify: Arc<Notifier>,
@@ -70,7 +70,7 @@ pub struct ServerMachine {
 
 impl ServerMachine {
     /// A state machine over `store` and its loaded `state`, waking `notify` after each apply.
-    pub fn new(store: Store, state: Arc<RwLock<State>>, notify: Arc<Notifier>, settings: StateSettings) -> Self {
+    pub(crate) fn new(store: Store, state: Arc<RwLock<State>>, notify: Arc<Notifier>, settings: StateSettings) -> Self {
         ServerMachine {
             store,
             state,
@@ -82,7 +82,7 @@ impl ServerMachine {
     }
 
     /// The index of the last applied entry, as it changes.
-    pub fn applied_counter(&self) -> Arc<AtomicU64> {
+    pub(crate) fn applied_counter(&self) -> Arc<AtomicU64> {
         self.applied.clone()
     }
 

@@ -1,14 +1,20 @@
 //! The `convoy server` process: storage, Raft, the HTTP API, the scheduling loop, executor
 //! liveness and retention, wired together.
 
-pub mod cluster;
-pub mod disk;
-pub mod http;
-pub mod liveness;
-pub mod machine;
-pub mod retention;
-pub mod scheduling;
-pub mod tls;
+mod cluster;
+mod disk;
+mod http;
+mod liveness;
+pub(crate) mod machine;
+mod retention;
+mod scheduling;
+mod tls;
+
+/// A server's data directory, read from a copy, as a `convoy simulate` scenario (the CLI's
+/// `simulate --from-data-dir`).
+pub use crate::service::scenario::from_data_dir as scenario_from_data_dir;
+pub use retention::PURGE_BATCH;
+pub use tls::ServerTls;
 
 use crate::config::Config;
 use crate::control::{Control, Liveness, Notifier, SchedulingView, Writer};
@@ -70,17 +76,17 @@ pub enum ServerError {
 }
 
 /// The database file inside the data directory.
-pub fn database_path(config: &Config) -> PathBuf {
+fn database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("convoy.redb")
 }
 
 /// The Raft log's own database file, beside the state's.
-pub fn log_database_path(config: &Config) -> PathBuf {
+fn log_database_path(config: &Config) -> PathBuf {
     config.server.data_dir.join("raft.redb")
 }
 
 /// The directory of Raft snapshot files, beside the databases.
-pub fn snapshot_dir(config: &Config) -> PathBuf {
+fn snapshot_dir(config: &Config) -> PathBuf {
     config.server.data_dir.join("snapshots")
 }
 

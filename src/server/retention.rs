@@ -27,7 +27,7 @@ const PAUSE_MIN: Duration = Duration::from_millis(100);
 const STALE_PLANS_MAX: u32 = 3;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
+pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let retention = app.config.server.job_retention;
     // A short retention (tests, demos) is looked at more often, or jobs would stay up to a minute
     // longer than asked.

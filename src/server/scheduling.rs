@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Runs until `shutdown` turns true.
-pub async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
+pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let cfg = app.config.scheduler.clone();
     let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
     let mut rate = RateLimiterState::default();

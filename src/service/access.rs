@@ -9,7 +9,7 @@ use crate::model::Queue;
 
 /// Who is calling.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub(crate) struct Principal {
     /// The principal's name as configured (matched against queue owners).
     pub name: String,
     /// Its groups (matched against queue groups).
@@ -29,7 +29,7 @@ fn role_name(role: Role) -> &'static str {
 
 impl Principal {
     /// Refuses unless the principal has `role` (admins have every role).
-    pub fn require(&self, role: Role) -> Result<(), ServiceError> {
+    pub(crate) fn require(&self, role: Role) -> Result<(), ServiceError> {
         if self.roles.contains(&Role::Admin) || self.roles.contains(&role) {
             Ok(())
         } else {
@@ -39,7 +39,7 @@ impl Principal {
     }
 
     /// Refuses unless the principal may submit to and cancel in `queue`.
-    pub fn require_queue(&self, queue: &Queue) -> Result<(), ServiceError> {
+    pub(crate) fn require_queue(&self, queue: &Queue) -> Result<(), ServiceError> {
         if self.roles.contains(&Role::Admin) {
             return Ok(());
         }
@@ -126,7 +126,7 @@ pub(crate) const CREDENTIALS_REQUIRED: &str =
 /// The caller named by an `Authorization` value (`Bearer <token>` or `Basic <name:password>`),
 /// checked against `[auth]`; everyone is an admin when auth is off. The REST API and the gRPC API
 /// (its `authorization` metadata) both authenticate here.
-pub fn authenticate(app: &Control, authorization: Option<&str>) -> Result<Principal, ServiceError> {
+pub(crate) fn authenticate(app: &Control, authorization: Option<&str>) -> Result<Principal, ServiceError> {
     let auth = &app.config.auth;
     if !auth.enabled {
         return Ok(Principal { name: "anonymous".into(), groups: vec![], roles: vec![Role::Admin] });

@@ -7,7 +7,7 @@ use crate::model::FieldError;
 
 /// What kind of refusal or failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The request breaks a rule (a field's value, a combination of fields).
     Invalid,
     /// No valid credentials.
@@ -29,7 +29,7 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// The HTTP status of this kind, for the transports that speak HTTP (the REST API and the web
     /// UI): the one table of it.
-    pub fn http_status(self) -> u16 {
+    pub(crate) fn http_status(self) -> u16 {
         match self {
             ErrorKind::Invalid => 400,
             ErrorKind::Unauthenticated => 401,
@@ -45,7 +45,7 @@ impl ErrorKind {
 
 /// A refusal or failure of a service operation.
 #[derive(Debug, Clone)]
-pub struct ServiceError {
+pub(crate) struct ServiceError {
     /// What kind.
     pub kind: ErrorKind,
     /// What went wrong, for people.
@@ -56,35 +56,35 @@ pub struct ServiceError {
 
 impl ServiceError {
     /// An error about no field in particular.
-    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, detail: impl Into<String>) -> Self {
         ServiceError { kind, detail: detail.into(), field: None }
     }
     /// An error about `field`.
-    pub fn field(kind: ErrorKind, field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn field(kind: ErrorKind, field: impl Into<String>, detail: impl Into<String>) -> Self {
         ServiceError { kind, detail: detail.into(), field: Some(field.into()) }
     }
     /// `field` breaks a rule.
-    pub fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::field(ErrorKind::Invalid, field, detail)
     }
     /// What the request names does not exist.
-    pub fn not_found(detail: impl Into<String>) -> Self {
+    pub(crate) fn not_found(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, detail)
     }
     /// The cluster cannot serve the request now.
-    pub fn unavailable(detail: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, detail)
     }
     /// The server failed.
-    pub fn internal(detail: impl Into<String>) -> Self {
+    pub(crate) fn internal(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, detail)
     }
     /// The caller may not do this.
-    pub fn forbidden(detail: impl Into<String>) -> Self {
+    pub(crate) fn forbidden(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Forbidden, detail)
     }
     /// No valid credentials.
-    pub fn unauthenticated(detail: impl Into<String>) -> Self {
+    pub(crate) fn unauthenticated(detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unauthenticated, detail)
     }
 }
@@ -107,7 +107,7 @@ impl From<FieldError> for ServiceError {
 }
 
 /// An error and its causes on one line (`a: b: c`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut next = e.source();
     while let Some(s) = next {

@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, watch};
 const RECHECK: Duration = Duration::from_secs(5);
 
 /// Where a follower stands in a job set's events.
-pub struct JobSetCursor {
+pub(crate) struct JobSetCursor {
     /// The queue of the job set.
     pub queue: QueueName,
     /// The job set.
@@ -31,7 +31,7 @@ pub struct JobSetCursor {
 
 impl JobSetCursor {
     /// A cursor at sequence number `from` of a job set, subscribed to the server's news.
-    pub fn new(app: &Control, queue: QueueName, job_set: JobSetName, from: u64, follow: bool) -> Self {
+    pub(crate) fn new(app: &Control, queue: QueueName, job_set: JobSetName, from: u64, follow: bool) -> Self {
         JobSetCursor {
             queue,
             job_set,
@@ -45,7 +45,7 @@ impl JobSetCursor {
 
 /// The stored events could not be read from `next` on: the follower's last item.
 #[derive(Debug)]
-pub struct ReadFailed<E> {
+pub(crate) struct ReadFailed<E> {
     /// The sequence number the read started at (a client resumes there).
     pub next: u64,
     /// Why.
@@ -64,7 +64,7 @@ struct Follower<F, T> {
 /// empty batch means nothing more is stored. A failed read ends the stream with
 /// [`ReadFailed`] rather than as if complete, so a client not following does not take it for
 /// the whole.
-pub fn follow<F, Fut, T, E>(cursor: JobSetCursor, fetch: F) -> impl Stream<Item = Result<T, ReadFailed<E>>>
+pub(crate) fn follow<F, Fut, T, E>(cursor: JobSetCursor, fetch: F) -> impl Stream<Item = Result<T, ReadFailed<E>>>
 where
     F: Fn(QueueName, JobSetName, u64) -> Fut,
     Fut: Future<Output = Result<Vec<(u64, T)>, E>>,

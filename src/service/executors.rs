@@ -20,7 +20,7 @@ use std::time::Duration;
 const ORPHAN_GRACE_SECONDS: f64 = 5.0;
 
 /// An executor name of a request path; `field` "executor" when it is not one.
-pub fn executor_name(s: &str) -> Result<ExecutorName, ServiceError> {
+pub(crate) fn executor_name(s: &str) -> Result<ExecutorName, ServiceError> {
     ExecutorName::new(s).map_err(|e| ServiceError::invalid("executor", e.to_string()))
 }
 
@@ -149,7 +149,11 @@ fn pending_for(
 /// Answers a lease poll of `executor`: records its nodes if they changed, then waits (up to the
 /// poll's `wait_seconds`, at most `max_lease_wait`) for runs to start or kill, or for output
 /// someone follows, and answers with them.
-pub async fn lease(app: &Control, executor: ExecutorName, req: LeaseRequest) -> Result<LeaseResponse, ServiceError> {
+pub(crate) async fn lease(
+    app: &Control,
+    executor: ExecutorName,
+    req: LeaseRequest,
+) -> Result<LeaseResponse, ServiceError> {
     check_lease_request(&req)?;
     register_nodes(app, &executor, &req).await?;
     let pending = wait_for_work(app, &executor, &req).await?;
@@ -283,7 +287,11 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
 
 /// Takes the output the agent of `executor` sends for those following it (kept on the leader,
 /// not stored).
-pub fn report_output(app: &Control, executor: ExecutorName, req: OutputReport) -> Result<EventsResponse, ServiceError> {
+pub(crate) fn report_output(
+    app: &Control,
+    executor: ExecutorName,
+    req: OutputReport,
+) -> Result<EventsResponse, ServiceError> {
     require_serving(app)?;
     app.liveness.touch(&executor);
     for (i, c) in req.chunks.iter().enumerate() {
@@ -296,7 +304,7 @@ pub fn report_output(app: &Control, executor: ExecutorName, req: OutputReport) -
 }
 
 /// Applies the run events the agent of `executor` reports, as one command.
-pub async fn report_events(
+pub(crate) async fn report_events(
     app: &Control,
     executor: ExecutorName,
     req: EventsRequest,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 /// The submission path of every API: the caller's right to the queue, the checks of
 /// [`check_submission`] (all or nothing), then one `Submit` command. Answers one id per job, in
 /// order.
-pub async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ServiceError> {
+pub(crate) async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest) -> Result<Vec<JobId>, ServiceError> {
     let queue = stored_queue(app, &req.queue)?;
     p.require_queue(&queue)?;
     if app.state().is_parent(&queue.name) {
@@ -86,7 +86,7 @@ fn node_facts(app: &Control) -> (Resources, Option<Arc<BTreeSet<ResourceName>>>,
 
 /// The cancellation path of every API: the caller's right to the queue, the states asked for,
 /// then one `Cancel` command. Answers the jobs cancelled.
-pub async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Result<Vec<JobId>, ServiceError> {
+pub(crate) async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Result<Vec<JobId>, ServiceError> {
     p.require_queue(&stored_queue(app, &req.queue)?)?;
     if let Some(states) = &req.states
         && let Some((i, s)) = states.iter().enumerate().find(|(_, s)| s.is_terminal())
@@ -112,7 +112,7 @@ pub async fn cancel_jobs(app: &Control, p: &Principal, req: CancelRequest) -> Re
 
 /// The reprioritization path of every API: the caller's right to the queue, then one
 /// `Reprioritize` command. Answers the jobs whose priority changed.
-pub async fn reprioritize_jobs(
+pub(crate) async fn reprioritize_jobs(
     app: &Control,
     p: &Principal,
     req: ReprioritizeRequest,
@@ -132,7 +132,11 @@ pub async fn reprioritize_jobs(
 
 /// The preemption path of every API: the caller's right to the queue, at least one job, then
 /// one `Preempt` command. Answers the jobs preempted (those that held a node).
-pub async fn preempt_jobs(app: &Control, p: &Principal, req: PreemptRequest) -> Result<Vec<JobId>, ServiceError> {
+pub(crate) async fn preempt_jobs(
+    app: &Control,
+    p: &Principal,
+    req: PreemptRequest,
+) -> Result<Vec<JobId>, ServiceError> {
     p.require_queue(&stored_queue(app, &req.queue)?)?;
     if req.job_ids.is_empty() {
         return Err(ServiceError::invalid("job_ids", "name at least one job to preempt"));
@@ -263,7 +267,7 @@ pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, Ser
 /// Query of `GET /v1/jobs`.
 #[derive(Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     /// Only jobs of this queue.
     #[param(value_type = Option<QueueName>)]
     pub(crate) queue: Option<String>,

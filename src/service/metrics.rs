@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 
 /// Every family of this server as one exposition: `(content type, text)`, in OpenMetrics when
 /// `openmetrics`, else in Prometheus' text format.
-pub fn scrape(app: &Control, openmetrics: bool) -> Result<(&'static str, String), std::fmt::Error> {
+pub(crate) fn scrape(app: &Control, openmetrics: bool) -> Result<(&'static str, String), std::fmt::Error> {
     let mut scrape = Registry::default();
     {
         let st = app.state();

@@ -7,17 +7,17 @@
 //! An operation checks the request, writes one command through [`crate::control::Control`] (the
 //! state machine decides the rest), and answers in the API's types ([`crate::model::api`]).
 
-pub mod access;
+pub(crate) mod access;
 mod error;
-pub mod events;
-pub mod executors;
-pub mod jobs;
-pub mod metrics;
-pub mod nodes;
-pub mod output;
-pub mod queues;
-pub mod scenario;
-pub mod validate;
-pub mod why;
+pub(crate) mod events;
+pub(crate) mod executors;
+pub(crate) mod jobs;
+pub(crate) mod metrics;
+pub(crate) mod nodes;
+pub(crate) mod output;
+pub(crate) mod queues;
+pub(crate) mod scenario;
+pub(crate) mod validate;
+pub(crate) mod why;
 
-pub use error::{ErrorKind, ServiceError, error_chain};
+pub(crate) use error::{ErrorKind, ServiceError, error_chain};

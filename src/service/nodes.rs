@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 /// Every node of the known executors, then the quarantined nodes no executor reports, by
 /// executor and name, as of `now_ms`. With quarantine off (`max_failures = 0`) no node shows a
 /// quarantine or failures: the scheduler ignores them then.
-pub fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeView> {
+pub(crate) fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeView> {
     let mut jobs: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for job in st.jobs_with_active_runs() {
         if let Some(run) = job.record.active_run() {
@@ -75,7 +75,7 @@ pub fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec<NodeVi
 
 /// Lifts a node's quarantine (admins only): the node takes new jobs again at once, and the
 /// failures counted against it are forgotten. Answers the node as it is now.
-pub async fn lift_quarantine(
+pub(crate) async fn lift_quarantine(
     app: &Control,
     p: &Principal,
     executor: ExecutorName,

@@ -14,7 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 /// Query of `GET /v1/jobs/{id}/output`.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct OutputParams {
+pub(crate) struct OutputParams {
     /// `stdout` (default; a pod's log) or `stderr`.
     pub stream: Option<String>,
     /// Byte offset to read from (the `next` of the previous answer); absent: the last lines.

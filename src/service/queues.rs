@@ -21,23 +21,23 @@ use crate::state::{Command, QueueJobFilter, Response};
 use std::collections::BTreeMap;
 
 /// A queue name of a request; `field` "queue" when it is not one.
-pub fn queue_name(s: &str) -> Result<QueueName, ServiceError> {
+pub(crate) fn queue_name(s: &str) -> Result<QueueName, ServiceError> {
     QueueName::new(s).map_err(|e| ServiceError::invalid("queue", e.to_string()))
 }
 
 /// Every queue.
-pub fn list(app: &Control) -> Vec<Queue> {
+pub(crate) fn list(app: &Control) -> Vec<Queue> {
     app.state().queues().map(|q| q.queue.clone()).collect()
 }
 
 /// One queue.
-pub fn get(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
+pub(crate) fn get(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
     let q = app.state().queue(name).map(|q| q.queue.clone());
     q.ok_or_else(|| ServiceError::not_found(format!("queue {name} does not exist")))
 }
 
 /// Creates a queue (admins only); a queue of that name must not exist.
-pub async fn create(app: &Control, p: &Principal, queue: Queue) -> Result<(), ServiceError> {
+pub(crate) async fn create(app: &Control, p: &Principal, queue: Queue) -> Result<(), ServiceError> {
     p.require(Role::Admin)?;
     queue.validate()?;
     app.write(Command::create_queue(queue)).await?;
@@ -45,7 +45,7 @@ pub async fn create(app: &Control, p: &Principal, queue: Queue) -> Result<(), Se
 }
 
 /// Replaces a queue's settings (admins only); the queue must exist.
-pub async fn update(app: &Control, p: &Principal, queue: Queue) -> Result<(), ServiceError> {
+pub(crate) async fn update(app: &Control, p: &Principal, queue: Queue) -> Result<(), ServiceError> {
     p.require(Role::Admin)?;
     queue.validate()?;
     app.write(Command::update_queue(queue)).await?;
@@ -53,7 +53,7 @@ pub async fn update(app: &Control, p: &Principal, queue: Queue) -> Result<(), Se
 }
 
 /// Deletes a queue (admins only); with jobs not finished only when `force`d.
-pub async fn delete(app: &Control, p: &Principal, name: QueueName, force: bool) -> Result<(), ServiceError> {
+pub(crate) async fn delete(app: &Control, p: &Principal, name: QueueName, force: bool) -> Result<(), ServiceError> {
     p.require(Role::Admin)?;
     app.write(Command::DeleteQueue { name, force, at_ms: now_ms() }).await?;
     Ok(())
@@ -61,7 +61,7 @@ pub async fn delete(app: &Control, p: &Principal, name: QueueName, force: bool) 
 
 /// A queue's weight, its jobs by state, its decayed usage, and its place in each pool as the
 /// last scheduling cycle saw it.
-pub fn report(app: &Control, name: QueueName) -> Result<QueueReport, ServiceError> {
+pub(crate) fn report(app: &Control, name: QueueName) -> Result<QueueReport, ServiceError> {
     let halftime = app.config.scheduler.queue_usage_halftime;
     let (queue, jobs, usage) = {
         let st = app.state();
@@ -104,7 +104,7 @@ pub fn report(app: &Control, name: QueueName) -> Result<QueueReport, ServiceErro
 }
 
 /// Most job ids one `Cancel` or `Preempt` command of a queue-wide operation carries.
-pub const MAX_IDS_PER_COMMAND: usize = 1000;
+pub(crate) const MAX_IDS_PER_COMMAND: usize = 1000;
 
 /// The queue as stored; NotFound naming the field `queue` if there is none.
 pub(crate) fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, ServiceError> {
@@ -116,7 +116,12 @@ pub(crate) fn stored_queue(app: &Control, name: &QueueName) -> Result<Queue, Ser
 
 /// Cordons (`true`) or uncordons a queue; answers the queue as stored. Admins only. Setting the
 /// state it already has changes nothing and is not an error.
-pub async fn set_cordon(app: &Control, p: &Principal, name: &QueueName, cordoned: bool) -> Result<Queue, ServiceError> {
+pub(crate) async fn set_cordon(
+    app: &Control,
+    p: &Principal,
+    name: &QueueName,
+    cordoned: bool,
+) -> Result<Queue, ServiceError> {
     p.require(Role::Admin)?;
     let mut queue = stored_queue(app, name)?;
     if queue.cordoned == cordoned {
@@ -151,7 +156,7 @@ pub(super) fn ids_of(r: Response) -> Result<Vec<JobId>, ServiceError> {
 
 /// Cancels the queue's live jobs the request's filters reach, in every job set; answers the
 /// jobs cancelled (in job set order).
-pub async fn cancel_on_queue(
+pub(crate) async fn cancel_on_queue(
     app: &Control,
     p: &Principal,
     name: &QueueName,
@@ -190,7 +195,7 @@ pub async fn cancel_on_queue(
 
 /// Preempts the queue's jobs that hold a node (leased, pending or running) and that the
 /// request's filters reach, in every job set; answers the jobs preempted.
-pub async fn preempt_on_queue(
+pub(crate) async fn preempt_on_queue(
     app: &Control,
     p: &Principal,
     name: &QueueName,

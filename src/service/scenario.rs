@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The scenario of the state now, under this server's `[scheduler]` configuration (admins only).
-pub fn export(app: &Control, p: &Principal) -> Result<Scenario, ServiceError> {
+pub(crate) fn export(app: &Control, p: &Principal) -> Result<Scenario, ServiceError> {
     p.require(Role::Admin)?;
     // The lock is held while pointers are copied; the scenario is built after.
     let capture = Capture::of(&app.state());
@@ -33,14 +33,14 @@ pub fn export(app: &Control, p: &Principal) -> Result<Scenario, ServiceError> {
 /// What an export reads of the state, taken under its lock: the scheduler's whole view (every
 /// queued job) and the job set of each job in it. Pointers are copied, not jobs, so the lock is
 /// held briefly; turning it into a scenario happens after.
-pub struct Capture {
+pub(crate) struct Capture {
     snapshot: Snapshot,
     job_sets: HashMap<JobId, JobSetName>,
 }
 
 impl Capture {
     /// Reads `state`.
-    pub fn of(state: &State) -> Capture {
+    pub(crate) fn of(state: &State) -> Capture {
         let snapshot = state.scheduling_snapshot(0, RateLimiterState::default());
         let jobs = snapshot.running.iter().map(|r| &r.job).chain(snapshot.queues.iter().flat_map(|q| &q.queued));
         let job_sets = jobs.filter_map(|j| Some((j.id, state.job(j.id)?.record.job_set.clone()))).collect();
@@ -50,7 +50,7 @@ impl Capture {
     /// The scenario: `config` as its `config`, one round whose cycle is the next one. `now_ms`
     /// (ms since the epoch) is round 0's time: running jobs' `started_at_seconds` count back
     /// from it.
-    pub fn into_scenario(self, config: &SchedulerConfig, now_ms: i64) -> Scenario {
+    pub(crate) fn into_scenario(self, config: &SchedulerConfig, now_ms: i64) -> Scenario {
         let queues: Vec<_> = self.snapshot.queues.iter().map(|q| q.queue.clone()).collect();
         let declared: HashSet<&QueueName> = queues.iter().map(|q| &q.name).collect();
         let nodes = self.snapshot.nodes.iter().map(|n| node_spec(n, &declared)).collect();
@@ -186,7 +186,7 @@ fn gang_annotations(gang: Option<&GangSpec>, members: Option<u32>) -> BTreeMap<S
 }
 
 /// The scenario of `state` under `config` at `now_ms`.
-pub fn scenario_of(state: &State, config: &SchedulerConfig, now_ms: i64) -> Scenario {
+pub(crate) fn scenario_of(state: &State, config: &SchedulerConfig, now_ms: i64) -> Scenario {
     Capture::of(state).into_scenario(config, now_ms)
 }
 
@@ -315,7 +315,7 @@ pub fn from_data_dir(dir: &Path, config: &SchedulerConfig, now_ms: i64) -> Resul
 /// commits all it appends.
 fn replay_log(store: &Store, mut state: State, log: &Path) -> std::io::Result<State> {
     use crate::raft::LogStore;
-    use crate::raft::types::{EntryPayload, LogId};
+    use crate::raft::{EntryPayload, LogId};
     use crate::record::raft::LogIdRecord;
     use openraft::RaftLogReader;
     let applied = store

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a submission is checked against.
-pub struct SubmitContext<'a> {
+pub(crate) struct SubmitContext<'a> {
     /// Limits and defaults of the server (grace periods, deadlines, jobs per request).
     pub server: &'a ServerConfig,
     /// The priority classes and their defaults.
@@ -34,7 +34,7 @@ pub struct SubmitContext<'a> {
 
 /// A checked job, ready to get its id.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckedJob {
+pub(crate) struct CheckedJob {
     /// Idempotency key within the queue, as submitted.
     pub client_id: Option<String>,
     /// Priority within the queue (lower first).
@@ -64,7 +64,7 @@ const MAX_META_KEY: usize = 253;
 const MAX_META_VALUE: usize = 64 * 1024;
 
 /// Checks a whole submission.
-pub fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<Vec<CheckedJob>, FieldError> {
+pub(crate) fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> Result<Vec<CheckedJob>, FieldError> {
     if req.jobs.is_empty() {
         return Err(FieldError::new("jobs", "at least one job is needed"));
     }
@@ -293,7 +293,7 @@ fn container_requests(c: &Container, list: &str, i: usize) -> Result<Resources, 
 
 /// The pod's effective requests: the sum over containers, at least the largest init container,
 /// plus overhead (as Kubernetes computes them).
-pub fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
+pub(crate) fn effective_requests(spec: &PodSpec) -> Result<Resources, FieldError> {
     let mut sum = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
         sum.add(&container_requests(c, "containers", i)?);

@@ -29,7 +29,7 @@ const MAX_JOB_SETS: usize = 32;
 
 /// Why a job waits and what would start it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct WhyView {
+pub(crate) struct WhyView {
     /// The job.
     #[schema(value_type = String)]
     pub job_id: JobId,
@@ -56,7 +56,7 @@ pub struct WhyView {
 
 /// An estimated start.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct EstimateView {
+pub(crate) struct EstimateView {
     /// When (RFC 3339).
     pub at: String,
     /// How the estimate was made.
@@ -73,7 +73,7 @@ struct Running {
 }
 
 /// Answers why job `id` waits.
-pub async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, ServiceError> {
+pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, ServiceError> {
     let cfg = app.config.scheduler.clone();
     let rate = app.scheduling.read().unwrap_or_else(|p| p.into_inner()).rate_limits.clone();
     let gathered = {

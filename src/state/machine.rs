@@ -17,7 +17,7 @@ use std::sync::Arc;
 const MIN_TRIM_INTERNED_AT: usize = 1024;
 
 /// Order of queued jobs within a queue: the scheduler's queue order.
-pub type QueueKey = QueueOrderKey;
+pub(super) type QueueKey = QueueOrderKey;
 
 /// A queue with its queued jobs in scheduling order.
 #[derive(Debug, Clone)]

@@ -19,10 +19,10 @@
 //! (and its run's) state changes only through `transition.rs`, which holds the one table of
 //! legal moves.
 
-pub mod changes;
-pub mod command;
+mod changes;
+mod command;
 mod jobs;
-pub mod machine;
+mod machine;
 mod quarantine;
 mod queries;
 mod queue_select;

@@ -7,13 +7,13 @@ use redb::{Database, ReadableDatabase, TableHandle};
 
 /// The migrations, from the top-level `migrations/` directory.
 #[path = "../../migrations/mod.rs"]
-pub mod steps;
+pub(crate) mod steps;
 
 /// The schema version this binary reads and writes.
-pub const CURRENT_VERSION: u32 = crate::record::STATE_SCHEMA_VERSION;
+pub(crate) const CURRENT_VERSION: u32 = crate::record::STATE_SCHEMA_VERSION;
 
 /// The database's schema version (0 if it has none).
-pub fn version(db: &Database) -> Result<u32, StoreError> {
+pub(crate) fn version(db: &Database) -> Result<u32, StoreError> {
     let tx = db.begin_read()?;
     let has_meta = tx.list_tables()?.any(|t| t.name() == META.name());
     if !has_meta {
@@ -29,7 +29,7 @@ pub fn version(db: &Database) -> Result<u32, StoreError> {
 }
 
 /// Brings the database up to [`CURRENT_VERSION`].
-pub fn run(db: &Database, path: &str) -> Result<(), StoreError> {
+pub(crate) fn run(db: &Database, path: &str) -> Result<(), StoreError> {
     let found = version(db)?;
     if found > CURRENT_VERSION {
         return Err(StoreError::TooNew { path: path.to_string(), found, supported: CURRENT_VERSION });

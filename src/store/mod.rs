@@ -3,13 +3,13 @@
 //! and in, the state digest and schema migrations.
 
 mod codec;
-pub mod digest;
+mod digest;
 mod load;
-pub mod migrate;
+pub(crate) mod migrate;
 mod queries;
 mod retention;
-pub mod snapshot_stream;
-pub mod tables;
+pub(crate) mod snapshot_stream;
+pub(crate) mod tables;
 mod writes;
 
 pub use queries::{JobFilter, JobPage, TEXT_SCAN};
@@ -18,6 +18,7 @@ pub use retention::PurgePlan;
 use crate::record::CodecError;
 pub use digest::StateDigest;
 pub use snapshot_stream::{ExportView, IMPORT_ROWS_PER_TX, ImportStats};
+pub use tables::RAFT_APPLIED;
 pub use writes::write_changes;
 
 use redb::{Database, ReadableDatabase};

@@ -326,7 +326,7 @@ fn schema_in(first: Option<&[u8]>) -> Result<u32, StoreError> {
 }
 
 /// The state schema version of the rows of the stream `frames` (its first frame is read).
-pub fn schema_of(frames: &mut dyn FrameSource) -> Result<u32, StoreError> {
+pub(crate) fn schema_of(frames: &mut dyn FrameSource) -> Result<u32, StoreError> {
     schema_in(frames.next_frame().map_err(StoreError::Stream)?)
 }
 
@@ -425,7 +425,7 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
 /// installed into has been migrated too), no `node_health` rows (migration 4 starts that
 /// table empty), and jobs converted and their runs indexed as migration 7 does. Holds the old
 /// record in memory, as the old release did.
-pub fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, StoreError> {
+pub(crate) fn convert_legacy(data: &[u8], out: &mut dyn FrameSink) -> Result<u64, StoreError> {
     use super::migrate::steps::v0003_finished_index::{ChunksInMemory, Events, finished_key_of};
     let found = SnapshotRecord::schema_version_of(data)
         .map_err(|source| StoreError::Corrupt { what: "inline snapshot".into(), source })?;

@@ -6,91 +6,91 @@ use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
 /// `queue_usage` (bincode `QueueUsageRecord`), `queue_tree` (bincode `QueueTreesRecord`).
-pub const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
-pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
+pub(crate) const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
 /// Job records (bincode `JobRecord`, without the pod spec).
-pub const JOBS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("jobs");
+pub(crate) const JOBS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("jobs");
 /// Pod specs, services and ingresses (bincode `PayloadRecord`).
-pub const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("payloads");
+pub(crate) const PAYLOADS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("payloads");
 /// Ids of jobs that are not over (loaded into memory at start-up).
-pub const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
+pub(crate) const LIVE_JOBS: TableDefinition<&[u8; 16], ()> = TableDefinition::new("live_jobs");
 /// Job-set membership: `queue 0 job_set 0 job_id`.
-pub const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
+pub(crate) const JOB_SETS: TableDefinition<&[u8], ()> = TableDefinition::new("job_sets");
 /// Events in chunks: `queue 0 job_set 0 first_seq(u64 BE)` → bincode `Vec<EventRecord>` with the
 /// consecutive sequence numbers from `first_seq`. One chunk holds a job set's events from one
 /// write transaction (at most [`EVENT_CHUNK_MAX`]), so a batch of submissions costs a few rows,
 /// not two per job. Chunks of a job set never overlap: a chunk covers the sequence numbers from
 /// its key to the next chunk's. Purging a job takes its events out of their chunks (an emptied
 /// chunk goes) without changing keys, so a chunk may have gaps and start after its key.
-pub const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("event_chunks");
+pub(crate) const EVENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("event_chunks");
 
 /// Most events in one chunk: reading one job's events decodes at most this many.
-pub const EVENT_CHUNK_MAX: usize = 256;
+pub(crate) const EVENT_CHUNK_MAX: usize = 256;
 /// Last event sequence number per job set: `queue 0 job_set` → u64.
-pub const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
+pub(crate) const EVENT_SEQS: TableDefinition<&[u8], u64> = TableDefinition::new("event_seqs");
 /// Idempotency keys: `queue 0 client_id` → job id.
-pub const CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("client_ids");
+pub(crate) const CLIENT_IDS: TableDefinition<&[u8], &[u8; 16]> = TableDefinition::new("client_ids");
 /// Executors and their nodes (bincode `ExecutorRecord`).
-pub const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
+pub(crate) const EXECUTORS: TableDefinition<&str, &[u8]> = TableDefinition::new("executors");
 /// Jobs that left memory (terminal, no run left to stop), by when they did: [`finished_key`].
 /// Retention reads it from the oldest on (schema 3).
-pub const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finished");
+pub(crate) const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finished");
 /// Failures counted against nodes and their quarantines: [`node_key`] → bincode
 /// `NodeHealthRecord` (schema 4).
-pub const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("node_health");
+pub(crate) const NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("node_health");
 /// The job of every stored run: [`run_key`] → [`job_key`], written when the run is leased and
 /// deleted with the job (schema 7).
-pub const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("run_jobs");
+pub(crate) const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("run_jobs");
 /// Who submitted each job: [`job_key`] → the principal's name, written at submission and
 /// deleted with the job (schema 8; jobs submitted before have none).
-pub const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
+pub(crate) const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
 /// What each ended run used: [`run_key`] → an encoded [`crate::record::RunUsageRecord`],
 /// written with the run's final event and deleted with the job (schema 9; runs that ended
 /// before have none).
-pub const RUN_USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_usage");
+pub(crate) const RUN_USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("run_usage");
 
 /// Meta key of the schema version.
-pub const SCHEMA_VERSION: &str = "schema_version";
+pub(crate) const SCHEMA_VERSION: &str = "schema_version";
 /// Meta key of the next submit sequence number.
-pub const SUBMIT_SEQ: &str = "submit_seq";
+pub(crate) const SUBMIT_SEQ: &str = "submit_seq";
 /// Meta key of the number of purges applied.
-pub const PURGES: &str = "purges";
+pub(crate) const PURGES: &str = "purges";
 /// Meta key of the largest job id ever submitted (written by purges, which may delete that job).
-pub const MAX_JOB_ID: &str = "max_job_id";
+pub(crate) const MAX_JOB_ID: &str = "max_job_id";
 /// Meta key of the queues' usage (bincode `QueueUsageRecord`; schema 5).
-pub const QUEUE_USAGE: &str = "queue_usage";
+pub(crate) const QUEUE_USAGE: &str = "queue_usage";
 /// Meta key of the queue tree (bincode `QueueTreesRecord`; schema 6).
-pub const QUEUE_TREE: &str = "queue_tree";
+pub(crate) const QUEUE_TREE: &str = "queue_tree";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
 /// Meta key of the last applied Raft membership (`StoredMembershipRecord`).
-pub const RAFT_MEMBERSHIP: &str = "raft_membership";
+pub(crate) const RAFT_MEMBERSHIP: &str = "raft_membership";
 
 /// True for the `meta` keys that belong to this node's database rather than to the replicated
 /// state: they never go into a snapshot or the state digest, and an import keeps them.
-pub fn is_node_local(meta_key: &str) -> bool {
+pub(crate) fn is_node_local(meta_key: &str) -> bool {
     meta_key == SCHEMA_VERSION
 }
 
 /// Big-endian job id key.
-pub fn job_key(id: JobId) -> [u8; 16] {
+pub(crate) fn job_key(id: JobId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
 }
 
 /// Key of a run: its 128-bit id, big-endian.
-pub fn run_key(id: crate::model::RunId) -> [u8; 16] {
+pub(crate) fn run_key(id: crate::model::RunId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
 }
 
 /// Job id from its key.
-pub fn job_from_key(k: &[u8; 16]) -> JobId {
+pub(crate) fn job_from_key(k: &[u8; 16]) -> JobId {
     JobId::from_u128(u128::from_be_bytes(*k))
 }
 
 /// `finish time 8 bytes, job id 16 bytes`, both big-endian, the time's sign bit flipped so that
 /// negative times sort first: the `finished` index in time order, ties by id.
-pub fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
+pub(crate) fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
     let mut k = [0u8; 24];
     k[..8].copy_from_slice(&((at_ms as u64) ^ (1 << 63)).to_be_bytes());
     k[8..].copy_from_slice(&job_key(id));
@@ -98,7 +98,7 @@ pub fn finished_key(at_ms: i64, id: JobId) -> [u8; 24] {
 }
 
 /// Finish time and job id from a [`finished_key`].
-pub fn finished_from_key(k: &[u8; 24]) -> (i64, JobId) {
+pub(crate) fn finished_from_key(k: &[u8; 24]) -> (i64, JobId) {
     let mut t = [0u8; 8];
     t.copy_from_slice(&k[..8]);
     let mut id = [0u8; 16];
@@ -107,7 +107,7 @@ pub fn finished_from_key(k: &[u8; 24]) -> (i64, JobId) {
 }
 
 /// `queue 0 job_set` — the prefix of a job set's keys.
-pub fn set_prefix(queue: &QueueName, job_set: &JobSetName) -> Vec<u8> {
+pub(crate) fn set_prefix(queue: &QueueName, job_set: &JobSetName) -> Vec<u8> {
     let mut k = Vec::with_capacity(queue.as_str().len() + job_set.as_str().len() + 2);
     k.extend_from_slice(queue.as_str().as_bytes());
     k.push(0);
@@ -116,7 +116,7 @@ pub fn set_prefix(queue: &QueueName, job_set: &JobSetName) -> Vec<u8> {
 }
 
 /// `queue 0 job_set 0 job_id`.
-pub fn job_set_key(queue: &QueueName, job_set: &JobSetName, id: JobId) -> Vec<u8> {
+pub(crate) fn job_set_key(queue: &QueueName, job_set: &JobSetName, id: JobId) -> Vec<u8> {
     let mut k = set_prefix(queue, job_set);
     k.push(0);
     k.extend_from_slice(&job_key(id));
@@ -124,7 +124,7 @@ pub fn job_set_key(queue: &QueueName, job_set: &JobSetName, id: JobId) -> Vec<u8
 }
 
 /// `queue 0 job_set 0 seq`, from the job set's [`set_prefix`].
-pub fn event_key(prefix: &[u8], seq: u64) -> Vec<u8> {
+pub(crate) fn event_key(prefix: &[u8], seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(prefix.len() + 9);
     k.extend_from_slice(prefix);
     k.push(0);
@@ -133,7 +133,7 @@ pub fn event_key(prefix: &[u8], seq: u64) -> Vec<u8> {
 }
 
 /// `queue 0 client_id`.
-pub fn client_id_key(queue: &QueueName, client_id: &str) -> Vec<u8> {
+pub(crate) fn client_id_key(queue: &QueueName, client_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(queue.as_str().len() + client_id.len() + 1);
     k.extend_from_slice(queue.as_str().as_bytes());
     k.push(0);
@@ -142,7 +142,7 @@ pub fn client_id_key(queue: &QueueName, client_id: &str) -> Vec<u8> {
 }
 
 /// `executor 0 node`.
-pub fn node_key(executor: &ExecutorName, node: &NodeName) -> Vec<u8> {
+pub(crate) fn node_key(executor: &ExecutorName, node: &NodeName) -> Vec<u8> {
     let mut k = Vec::with_capacity(executor.as_str().len() + node.as_str().len() + 1);
     k.extend_from_slice(executor.as_str().as_bytes());
     k.push(0);
@@ -151,13 +151,13 @@ pub fn node_key(executor: &ExecutorName, node: &NodeName) -> Vec<u8> {
 }
 
 /// Splits `a 0 b` at the first zero byte.
-pub fn split_pair(k: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn split_pair(k: &[u8]) -> Option<(&[u8], &[u8])> {
     let i = k.iter().position(|b| *b == 0)?;
     Some((&k[..i], &k[i + 1..]))
 }
 
 /// Smallest key greater than every key starting with `prefix 0`.
-pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut k = prefix.to_vec();
     k.push(1);
     k

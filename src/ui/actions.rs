@@ -20,17 +20,17 @@ use std::sync::Arc;
 
 /// The priority form.
 #[derive(serde::Deserialize)]
-pub struct PriorityForm {
+pub(crate) struct PriorityForm {
     priority: String,
 }
 
 /// True if `p` may cancel and reprioritize jobs of `queue` (its owners, their groups, admins).
-pub fn may_act_on(app: &Control, p: &Principal, queue: &QueueName) -> bool {
+pub(crate) fn may_act_on(app: &Control, p: &Principal, queue: &QueueName) -> bool {
     app.state().queue(queue).is_some_and(|q| p.require_queue(&q.queue).is_ok())
 }
 
 /// True if `p` may cordon queues.
-pub fn may_cordon(p: &Principal) -> bool {
+pub(crate) fn may_cordon(p: &Principal) -> bool {
     p.require(Role::Admin).is_ok()
 }
 
@@ -59,7 +59,7 @@ fn outcome(result: Result<String, ServiceError>, to: &str) -> Response {
 }
 
 /// `POST /ui/jobs/{id}/cancel`.
-pub async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
+pub(crate) async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
     let to = format!("/ui/jobs/{}", super::html::encode(&id));
     let result = async {
         let (id, queue, job_set) = job_place(&app, &id)?;
@@ -73,7 +73,7 @@ pub async fn cancel_job(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path
 
 /// `POST /ui/jobs/cancel`: the jobs ticked on the jobs page (`job=<id>` fields), each job set's
 /// through one cancel; back to the jobs page with how many were cancelled.
-pub async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer, body: String) -> Response {
+pub(crate) async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer, body: String) -> Response {
     let result = async {
         let mut by_set: std::collections::BTreeMap<(QueueName, JobSetName), Vec<JobId>> = Default::default();
         for (key, value) in body.split('&').filter_map(|kv| kv.split_once('=')) {
@@ -97,7 +97,7 @@ pub async fn cancel_selected(State(app): State<Arc<Control>>, Viewer(p): Viewer,
 }
 
 /// `POST /ui/jobs/{id}/cancel-set`: every job of the job's job set.
-pub async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
+pub(crate) async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path(id): Path<String>) -> Response {
     let to = format!("/ui/jobs/{}", super::html::encode(&id));
     let result = async {
         let (_, queue, job_set) = job_place(&app, &id)?;
@@ -110,7 +110,7 @@ pub async fn cancel_set(State(app): State<Arc<Control>>, Viewer(p): Viewer, Path
 }
 
 /// `POST /ui/jobs/{id}/priority`.
-pub async fn reprioritize(
+pub(crate) async fn reprioritize(
     State(app): State<Arc<Control>>,
     Viewer(p): Viewer,
     Path(id): Path<String>,
@@ -133,7 +133,7 @@ pub async fn reprioritize(
 }
 
 /// `POST /ui/queues/{name}/cordon` and `/uncordon`.
-pub async fn cordon(
+pub(crate) async fn cordon(
     State(app): State<Arc<Control>>,
     Viewer(p): Viewer,
     Path((name, verb)): Path<(String, String)>,

@@ -4,13 +4,13 @@
 use super::html::escape;
 
 /// Width in pixels of a bar at a share of 1 (the whole pool).
-pub const FULL_WIDTH: u32 = 300;
+pub(crate) const FULL_WIDTH: u32 = 300;
 /// Height of one bar, and the gap under it.
 const BAR_HEIGHT: u32 = 14;
 const GAP: u32 = 4;
 
 /// One bar: its label, its share of the pool, its CSS class (which gives its colour).
-pub struct Bar<'a> {
+pub(crate) struct Bar<'a> {
     /// What the bar shows, for the tooltip.
     pub label: &'a str,
     /// Share of the pool, 0 to 1 (clamped).
@@ -20,13 +20,13 @@ pub struct Bar<'a> {
 }
 
 /// The filled length in pixels of a bar at `share` (clamped to 0–1; not a number counts as 0).
-pub fn length(share: f64) -> u32 {
+pub(crate) fn length(share: f64) -> u32 {
     let s = if share.is_finite() { share.clamp(0.0, 1.0) } else { 0.0 };
     (s * f64::from(FULL_WIDTH)).round() as u32
 }
 
 /// An SVG with `bars` one under the other, each on a light track of the full width.
-pub fn svg(bars: &[Bar<'_>]) -> String {
+pub(crate) fn svg(bars: &[Bar<'_>]) -> String {
     let height = bars.len() as u32 * (BAR_HEIGHT + GAP);
     let mut out = format!(
         "<svg class=\"bars\" width=\"{FULL_WIDTH}\" height=\"{height}\" viewBox=\"0 0 {FULL_WIDTH} {height}\" role=\"img\">"

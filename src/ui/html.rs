@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 /// `text` with the five characters that mean something in HTML escaped, for element content
 /// and quoted attribute values alike.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -23,12 +23,12 @@ pub fn escape(text: &str) -> String {
 
 /// A whole page: `title` (escaped here) and `body` (HTML, escaped by whoever made it), with
 /// nothing on the navigation bar's right.
-pub fn page(title: &str, body: &str) -> String {
+pub(crate) fn page(title: &str, body: &str) -> String {
     page_for(title, "", body)
 }
 
 /// A whole page whose navigation bar ends with `user` (HTML: who is signed in, and signing out).
-pub fn page_for(title: &str, user: &str, body: &str) -> String {
+pub(crate) fn page_for(title: &str, user: &str, body: &str) -> String {
     let title = escape(title);
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -41,12 +41,12 @@ pub fn page_for(title: &str, user: &str, body: &str) -> String {
 }
 
 /// The HTTP status of a page that shows `e`: the service's one table of them.
-pub fn status_of(e: &ServiceError) -> StatusCode {
+pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
     StatusCode::from_u16(e.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// Percent-encodes a query value.
-pub fn encode(v: &str) -> String {
+pub(crate) fn encode(v: &str) -> String {
     let mut out = String::new();
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b',') {

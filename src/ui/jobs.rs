@@ -24,7 +24,7 @@ const PAGE: usize = 50;
 
 /// How the jobs table is laid out (beside the API's filters).
 #[derive(serde::Deserialize, Default)]
-pub struct TableView {
+pub(crate) struct TableView {
     /// `job_set`: rows grouped under their job set.
     group: Option<String>,
     /// The outcome of an action, shown above the table.
@@ -32,7 +32,7 @@ pub struct TableView {
 }
 
 /// `GET /ui/jobs?queue=&job_set=&state=&after=&group=`.
-pub async fn list_handler(
+pub(crate) async fn list_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Query(mut q): Query<ListParams>,
@@ -217,7 +217,7 @@ fn table(
 
 /// The outcome of an action, shown on the page it returns to.
 #[derive(serde::Deserialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     notice: Option<String>,
 }
 
@@ -228,12 +228,12 @@ pub(crate) fn notice_line(n: &Notice) -> String {
 
 /// Which output stream the job's page shows.
 #[derive(serde::Deserialize)]
-pub struct StreamChoice {
+pub(crate) struct StreamChoice {
     stream: Option<String>,
 }
 
 /// `GET /ui/jobs/{id}/output`: the API's output page (JSON), for the job page's script.
-pub async fn output_handler(
+pub(crate) async fn output_handler(
     State(app): State<Arc<Control>>,
     Viewer(_): Viewer,
     Path(id): Path<String>,
@@ -330,7 +330,7 @@ fn what_would_start_it(a: &WhyView) -> String {
 }
 
 /// `GET /ui/jobs/{id}`.
-pub async fn job_handler(
+pub(crate) async fn job_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Path(id): Path<String>,

@@ -20,7 +20,7 @@ const RESHOW: Duration = Duration::from_secs(15);
 
 /// What the page shows: changes of other queues and job sets do not wake it.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct LiveFilter {
+pub(crate) struct LiveFilter {
     queue: Option<String>,
     job_set: Option<String>,
 }
@@ -34,7 +34,7 @@ impl LiveFilter {
 
 /// `GET /ui/live?queue=&job_set=`: `changed` events (data: this server's applied index) when a
 /// job of the queue and job set (any, when not given) changes, at most once a second.
-pub async fn stream(
+pub(crate) async fn stream(
     State(app): State<Arc<Control>>,
     Viewer(_): Viewer,
     Query(filter): Query<LiveFilter>,

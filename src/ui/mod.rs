@@ -1,14 +1,14 @@
 //! The web UI, served by the binary itself at `/` and `/ui/`: server-rendered HTML over the same
 //! state and auth as the API. See `docs/web-ui.md`.
 
-pub mod actions;
-pub mod bars;
-pub mod html;
-pub mod jobs;
-pub mod live;
-pub mod nodes;
-pub mod queues;
-pub mod session;
+pub(crate) mod actions;
+pub(crate) mod bars;
+pub(crate) mod html;
+pub(crate) mod jobs;
+pub(crate) mod live;
+pub(crate) mod nodes;
+pub(crate) mod queues;
+pub(crate) mod session;
 
 use crate::control::Control;
 use axum::Router;
@@ -18,7 +18,7 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 
 /// The UI's routes.
-pub fn router() -> Router<Arc<Control>> {
+pub(crate) fn router() -> Router<Arc<Control>> {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/queues") }))
         .route("/ui", get(|| async { Redirect::to("/ui/queues") }))

@@ -16,7 +16,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 /// `GET /ui/nodes`.
-pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
+pub(crate) async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let now = crate::control::now_ms();
     let user = signed_in_line(&app, &principal);
     let mut body = String::new();
@@ -105,7 +105,7 @@ pub async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(principal): V
 }
 
 /// `GET /ui/cluster`.
-pub async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
+pub(crate) async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
     let s = app.cluster.status();
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "—".into());
     let user = signed_in_line(&app, &principal);

@@ -24,7 +24,7 @@ const STATES: [(JobState, &str); 4] = [
 ];
 
 /// `GET /ui/queues`.
-pub async fn page_handler(
+pub(crate) async fn page_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Query(notice): Query<super::jobs::Notice>,
@@ -41,7 +41,7 @@ pub async fn page_handler(
 
 /// `GET /ui/queues/{name}`: the queue's settings, its live jobs by state, its shares in each pool
 /// and its job sets (with live jobs by state and how many are stored in all).
-pub async fn queue_handler(
+pub(crate) async fn queue_handler(
     State(app): State<Arc<Control>>,
     Viewer(principal): Viewer,
     Path(name): Path<String>,

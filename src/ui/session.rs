@@ -13,11 +13,11 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use std::sync::Arc;
 
 /// The cookie that holds the token.
-pub const COOKIE: &str = "convoy_token";
+pub(crate) const COOKIE: &str = "convoy_token";
 
 /// The principal a page is for, from the request's cookie; a request without a valid one is
 /// answered with the login page.
-pub struct Viewer(pub Principal);
+pub(crate) struct Viewer(pub Principal);
 
 impl FromRequestParts<Arc<Control>> for Viewer {
     type Rejection = Redirect;
@@ -38,7 +38,7 @@ fn viewer(app: &Control, headers: &HeaderMap) -> Result<Principal, Redirect> {
 }
 
 /// Who is signed in, and the sign-out button; nothing with auth off.
-pub fn signed_in_line(app: &Control, principal: &Principal) -> String {
+pub(crate) fn signed_in_line(app: &Control, principal: &Principal) -> String {
     if !app.config.auth.enabled {
         return String::new();
     }
@@ -61,12 +61,12 @@ fn cookie_token(headers: &HeaderMap) -> Option<&str> {
 
 /// The login form.
 #[derive(serde::Deserialize)]
-pub struct Login {
+pub(crate) struct Login {
     token: String,
 }
 
 /// `GET /ui/login`.
-pub async fn form() -> Html<String> {
+pub(crate) async fn form() -> Html<String> {
     Html(login_page(None))
 }
 
@@ -85,7 +85,7 @@ fn login_page(error: Option<&str>) -> String {
 }
 
 /// `POST /ui/login`: checks the token, then keeps it in the session cookie.
-pub async fn login(State(app): State<Arc<Control>>, Form(form): Form<Login>) -> Response {
+pub(crate) async fn login(State(app): State<Arc<Control>>, Form(form): Form<Login>) -> Response {
     let token = form.token.trim();
     // A cookie value may hold visible ASCII but for these.
     if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic() && !matches!(c, ';' | ',' | '"' | '\\')) {
@@ -105,7 +105,7 @@ pub async fn login(State(app): State<Arc<Control>>, Form(form): Form<Login>) -> 
 }
 
 /// `POST /ui/logout`: forgets the token.
-pub async fn logout() -> Response {
+pub(crate) async fn logout() -> Response {
     let mut r = Redirect::to("/ui/login").into_response();
     r.headers_mut().insert(
         header::SET_COOKIE,

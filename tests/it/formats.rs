@@ -353,7 +353,7 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     // The same state is still served, and the snapshot is a whole file of the new format.
     assert_eq!(server.job("01M83SZBRQEV3E1YK9CW9XG4ZR").await["state"], "running");
     let file = data.join("snapshots/1-1-6-1763900000000.snap");
-    let reader = convoy::raft::snapshot_file::SnapshotReader::open(&file).expect("a snapshot file");
+    let reader = convoy::raft::SnapshotReader::open(&file).expect("a snapshot file");
     assert_eq!(reader.meta().last_log_id.map(|l| l.index), Some(6));
     assert!(reader.verify().expect("whole") > 10, "it holds the rows");
     // Usable: installed into an empty store, it is the state the old release snapshotted, in
@@ -361,7 +361,7 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     // state database did (the digests cover the `finished` index).
     let check = tempfile::tempdir().unwrap();
     let store = convoy::store::Store::open(&check.path().join("convoy.redb")).unwrap();
-    let mut frames = convoy::raft::snapshot_file::SnapshotReader::open(&file).unwrap();
+    let mut frames = convoy::raft::SnapshotReader::open(&file).unwrap();
     store.import_stream(&mut frames, &[], 1000).unwrap();
     let (s, digest) = server.get("/v1/cluster/digest").await;
     assert_eq!(s, 200, "{digest}");

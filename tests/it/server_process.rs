@@ -177,7 +177,7 @@ fn the_long_version_lists_what_the_binary_stores_and_speaks() {
             convoy::record::STATE_SCHEMA_VERSION,
             convoy::record::LOG_FORMAT_VERSION,
             convoy::record::SNAPSHOT_FORMAT_VERSION,
-            convoy::raft::network::PROTOCOL_VERSION,
+            convoy::raft::PROTOCOL_VERSION,
         )
     );
     assert_eq!(run("-V"), format!("convoy {}\n", env!("CARGO_PKG_VERSION")));

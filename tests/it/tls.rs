@@ -263,7 +263,7 @@ async fn three_servers_form_a_cluster_over_tls() {
         .get(format!("{}/raft/status", follower.url))
         .header("x-convoy-cluster-secret", SECRET)
         // A request without it would be taken for a peer of protocol 1 and refused (400).
-        .header(convoy::raft::network::PROTOCOL_HEADER, convoy::raft::network::PROTOCOL_VERSION)
+        .header(convoy::raft::PROTOCOL_HEADER, convoy::raft::PROTOCOL_VERSION)
         .send()
         .await
         .expect("request");

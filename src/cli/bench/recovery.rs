@@ -11,7 +11,7 @@ use convoy::model::{
 };
 use convoy::record::{FrameSink, NodeRecord};
 use convoy::scheduler::SchedulerConfig;
-use convoy::server::retention::PURGE_BATCH;
+use convoy::server::PURGE_BATCH;
 use convoy::state::{
     ApplyContext, Command, FaultedRunReport, NamespacedJob, NewJob, NewLease, PodRunReport, QuarantinePolicyRecord,
     Response, RunReport, RunReportKind, State, StateSettings, UsageRunReport,

@@ -5,7 +5,8 @@
 use super::test_state::QueueNames;
 use super::{install_crypto_provider, open_db, snapshots};
 use crate::model::{ExecutorName, Queue, QueueName};
-use crate::raft::{Entry, LogId, LogStore, RaftNode, RaftSettings, StateMachine, StorageError, TypeConfig};
+use crate::raft::types::{Entry, StorageError, TypeConfig};
+use crate::raft::{LogId, LogStore, RaftNode, RaftSettings, StateMachine};
 use crate::state::{Command, Response};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
@@ -243,7 +244,11 @@ async fn machine_with(path: &std::path::Path, names: &[&str]) -> (Arc<Database>,
 
 /// Sends `bytes` to `sm` as openraft's chunked transport does: a receiving file from
 /// `begin_receiving_snapshot`, written chunk by chunk.
-async fn receive(sm: &mut StateMachine<QueueNames>, bytes: &[u8], chunk: usize) -> Box<crate::raft::SnapshotFile> {
+async fn receive(
+    sm: &mut StateMachine<QueueNames>,
+    bytes: &[u8],
+    chunk: usize,
+) -> Box<crate::raft::snapshot_store::SnapshotFile> {
     use tokio::io::AsyncWriteExt;
     let mut data = sm.begin_receiving_snapshot().await.unwrap();
     for c in bytes.chunks(chunk) {

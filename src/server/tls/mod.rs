@@ -15,11 +15,12 @@ use crate::config::TlsConfig;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
-pub use crate::certs::{TlsError, TlsProblem, load_ca};
+pub(super) use crate::certs::TlsError;
 
 /// Checks that every file of `[tls]` loads: the certificate chain, its key (and that they
 /// match), and the CA.
-pub fn check(config: &TlsConfig) -> Result<(), TlsError> {
+#[cfg(test)]
+fn check(config: &TlsConfig) -> Result<(), TlsError> {
     crate::certs::check_server_files(&config.cert, &config.key, config.ca.as_deref())
 }
 

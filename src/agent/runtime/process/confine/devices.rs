@@ -38,7 +38,7 @@ impl Assignment {
 
 /// The node's devices and who holds them.
 #[derive(Debug, Default)]
-pub struct DevicePool<K> {
+pub(crate) struct DevicePool<K> {
     gpus: Vec<String>,
     cpus: Vec<u32>,
     held: HashMap<K, Assignment>,
@@ -47,7 +47,7 @@ pub struct DevicePool<K> {
 /// Not enough free devices for a run.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("{wanted} {what} wanted, {free} free of {total}")]
-pub struct Shortage {
+pub(crate) struct Shortage {
     /// `GPUs` or `cores`.
     pub what: &'static str,
     /// How many the job asked for.
@@ -60,17 +60,17 @@ pub struct Shortage {
 
 impl<K: std::hash::Hash + Eq + Clone> DevicePool<K> {
     /// A pool of `gpus` and (for pinning) `cpus`, nothing held.
-    pub fn new(gpus: Vec<String>, cpus: Vec<u32>) -> Self {
+    pub(crate) fn new(gpus: Vec<String>, cpus: Vec<u32>) -> Self {
         Self { gpus, cpus, held: HashMap::new() }
     }
 
     /// The node's GPUs.
-    pub fn gpus(&self) -> &[String] {
+    pub(crate) fn gpus(&self) -> &[String] {
         &self.gpus
     }
 
     /// Takes `gpus` GPUs and `cpus` cores for `key` (the lowest free ones), or says what is short.
-    pub fn take(&mut self, key: K, gpus: usize, cpus: usize) -> Result<Assignment, Shortage> {
+    pub(crate) fn take(&mut self, key: K, gpus: usize, cpus: usize) -> Result<Assignment, Shortage> {
         let used_g: BTreeSet<&String> = self.held.values().flat_map(|a| a.gpus.iter()).collect();
         let used_c: BTreeSet<u32> = self.held.values().flat_map(|a| a.cpus.iter().copied()).collect();
         let free_g: Vec<String> = self.gpus.iter().filter(|g| !used_g.contains(g)).cloned().collect();
@@ -89,20 +89,20 @@ impl<K: std::hash::Hash + Eq + Clone> DevicePool<K> {
     }
 
     /// Records what a run found at recovery holds.
-    pub fn hold(&mut self, key: K, a: Assignment) {
+    pub(crate) fn hold(&mut self, key: K, a: Assignment) {
         if !a.is_empty() {
             self.held.insert(key, a);
         }
     }
 
     /// Frees what `key` held.
-    pub fn release(&mut self, key: &K) {
+    pub(crate) fn release(&mut self, key: &K) {
         self.held.remove(key);
     }
 }
 
 /// The GPUs `nvidia-smi` lists (their indices), or none when it is absent or fails.
-pub fn detect_gpus() -> Vec<String> {
+pub(crate) fn detect_gpus() -> Vec<String> {
     let out = std::process::Command::new("nvidia-smi")
         .args(["--query-gpu=index", "--format=csv,noheader"])
         .stderr(std::process::Stdio::null())

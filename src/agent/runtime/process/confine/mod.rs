@@ -8,9 +8,9 @@
 //! ([`Prepared::apply_in_child`]).
 
 pub mod cgroup;
-pub mod devices;
+pub(super) mod devices;
 pub mod slots;
-pub mod user;
+pub(super) mod user;
 
 use crate::model::{QueueName, ResourceName, Resources, RunId};
 use cgroup::{CgroupJoin, CgroupPlan, CgroupTree, JobLimits};

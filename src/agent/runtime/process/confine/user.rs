@@ -114,7 +114,7 @@ impl UnixUser {
 }
 
 /// Gives `path` to the user (its run directory and logs), without following symlinks.
-pub fn chown(path: &std::path::Path, user: &UnixUser) -> io::Result<()> {
+pub(crate) fn chown(path: &std::path::Path, user: &UnixUser) -> io::Result<()> {
     std::os::unix::fs::lchown(path, Some(user.uid), Some(user.gid))
 }
 
