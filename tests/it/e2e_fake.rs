@@ -5,7 +5,6 @@
 use crate::common::Server;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NODES: u32 = 1000;
@@ -54,25 +53,7 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
     let (_, live) = holding(&s).await;
     assert_eq!(live, JOBS as u64);
 
-    let dir = s.dir.clone();
-    let cfg = dir.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "executor = \"fake\"\nservers = [\"{}\"]\ndata_dir = \"{}\"\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = {NODES}\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"{CPUS_PER_NODE}\", memory = \"64Gi\" }}\n",
-            s.url,
-            dir.join("agent").display()
-        ),
-    )
-    .expect("agent config");
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.join("agent.log")).expect("agent log")))
-        .spawn()
-        .expect("convoy agent starts");
+    let mut agent = s.fake_agent(NODES, &CPUS_PER_NODE.to_string(), "64Gi");
     let t = Instant::now();
 
     // Sample the cluster while it is full: every queue has the same demand and weight, so each
@@ -89,7 +70,7 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
         assert!(
             Instant::now() < deadline,
             "the cluster never filled up ({total} of {slots} slots); agent log:\n{}",
-            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
+            std::fs::read_to_string(s.dir.join("agent.log")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -117,7 +98,7 @@ async fn hundred_thousand_jobs_on_a_thousand_fake_nodes() {
         assert!(
             Instant::now() < deadline,
             "{live} jobs still live; agent log tail:\n{}",
-            std::fs::read_to_string(dir.join("agent.log"))
+            std::fs::read_to_string(s.dir.join("agent.log"))
                 .unwrap_or_default()
                 .lines()
                 .rev()

@@ -11,7 +11,7 @@ use convoy::grpc::pb::{
 };
 use serde_json::json;
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -42,28 +42,6 @@ fn item(cpu: &str, seconds: u32) -> pb::JobSubmitRequestItem {
 
 fn submit_req(queue: &str, job_set: &str, items: Vec<pb::JobSubmitRequestItem>) -> pb::JobSubmitRequest {
     pb::JobSubmitRequest { queue: queue.into(), job_set_id: job_set.into(), job_request_items: items }
-}
-
-/// A `convoy agent` on the fake runtime with one 8-CPU node.
-fn fake_agent(s: &Server) -> Child {
-    let cfg = s.dir.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "executor = \"fake\"\nservers = [\"{}\"]\ndata_dir = \"{}\"\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"8\", memory = \"64Gi\" }}\n",
-            s.url,
-            s.dir.join("agent").display()
-        ),
-    )
-    .expect("agent config");
-    Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(s.dir.join("agent.log")).expect("agent log")))
-        .spawn()
-        .expect("convoy agent starts")
 }
 
 struct Killed(Child);
@@ -157,7 +135,7 @@ async fn armada_clients_submit_watch_and_cancel_over_grpc() {
     let answer = submit.submit_jobs(submit_req("A", "set-1", vec![item("1", 1), item("1", 1)])).await.expect("submit");
     let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
     assert_eq!(ids.len(), 2);
-    let agent = Killed(fake_agent(&s));
+    let agent = Killed(s.fake_agent(1, "8", "64Gi"));
     let set = |from: &str| pb::JobSetRequest {
         id: "set-1".into(),
         queue: "A".into(),
@@ -496,7 +474,7 @@ async fn armada_clients_reprioritize_preempt_and_read_job_details_over_grpc() {
         submit.submit_jobs(submit_req("A", "set-1", vec![item("1", 600), failing, waiting])).await.expect("submit");
     let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
     let (long, failed, queued) = (ids[0].clone(), ids[1].clone(), ids[2].clone());
-    let _agent = Killed(fake_agent(&s));
+    let _agent = Killed(s.fake_agent(1, "8", "64Gi"));
     wait_state(&mut jobs, &s, &long, pb::JobState::Running).await;
     wait_state(&mut jobs, &s, &failed, pb::JobState::Failed).await;
 
@@ -887,7 +865,7 @@ async fn namespaces_round_trip_and_runs_are_read_by_id() {
     none.namespace = String::new();
     let answer = submit.submit_jobs(submit_req("A", "set-ns", vec![ml, none])).await.expect("submit");
     let ids: Vec<String> = answer.into_inner().job_response_items.into_iter().map(|i| i.job_id).collect();
-    let _agent = Killed(fake_agent(&s));
+    let _agent = Killed(s.fake_agent(1, "8", "64Gi"));
     for id in &ids {
         wait_state(&mut jobs, &s, id, pb::JobState::Succeeded).await;
     }

@@ -5,30 +5,7 @@
 use crate::cli_client::ok;
 use crate::common::Server;
 use serde_json::{Value, json};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-/// A fake agent with one 4-cpu node.
-fn fake_agent(s: &Server) -> Child {
-    let cfg = s.dir.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "executor = \"fake\"\nservers = [\"{}\"]\ndata_dir = \"{}\"\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = 1\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"4\", memory = \"16Gi\" }}\n",
-            s.url,
-            s.dir.join("agent").display()
-        ),
-    )
-    .expect("agent config");
-    Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["agent", "--config"])
-        .arg(&cfg)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(s.dir.join("agent.log")).expect("agent log")))
-        .spawn()
-        .expect("convoy agent starts")
-}
 
 /// A job of `cpu` cpus that runs for an hour on the fake node, with a 10-minute deadline.
 fn job(cpu: &str) -> Value {
@@ -51,7 +28,7 @@ async fn a_waiting_job_is_told_what_would_start_it_and_when() {
     s.ready().await;
     s.create_queue("A").await;
     s.create_queue("B").await;
-    let mut agent = fake_agent(&s);
+    let mut agent = s.fake_agent(1, "4", "16Gi");
     // Three 1-cpu jobs fill three of the node's four cpus.
     let running = submit(&s, "A", vec![job("1"), job("1"), job("1")]).await;
     for id in &running {

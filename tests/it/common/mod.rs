@@ -112,6 +112,30 @@ impl Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// A `convoy agent` (executor `fake`) on the fake runtime, polling this server, with `count`
+    /// nodes `fake-1`.. offering `cpu` and `memory` each; its log is `agent.log` in the
+    /// server's directory.
+    pub(crate) fn fake_agent(&self, count: u32, cpu: &str, memory: &str) -> Child {
+        let cfg = self.dir.join("agent.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "executor = \"fake\"\nservers = [\"{}\"]\ndata_dir = \"{}\"\nruntime = \"fake\"\n[[fake.node_groups]]\ncount = {count}\nname_prefix = \"fake\"\nallocatable = {{ cpu = \"{cpu}\", memory = \"{memory}\" }}\n",
+                self.url,
+                self.dir.join("agent").display()
+            ),
+        )
+        .expect("agent config");
+        Command::new(env!("CARGO_BIN_EXE_convoy"))
+            .args(["agent", "--config"])
+            .arg(&cfg)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::from(std::fs::File::create(self.dir.join("agent.log")).expect("agent log")))
+            .spawn()
+            .expect("convoy agent starts")
+    }
 }
 
 impl Drop for Server {
