@@ -133,29 +133,15 @@ pub fn explain(q: &WhyQuestion<'_>) -> Explanation {
     }
     let reason = reason_of(&base, &info);
     let changes = conditions::candidates(snapshot, q.cfg, &base, &info, reason.as_deref());
-    let mut met = Vec::new();
-    // Each change, or failing it its wider rungs, until one starts the job.
-    for change in &changes {
-        let mut rung = Some(change);
-        while let Some(c) = rung {
-            if runner.exhausted() {
-                break;
-            }
-            let (s, cfg) = conditions::apply(snapshot, q.cfg, &[c]);
-            if starts(&runner.run(&s, &cfg), q.job) {
-                met.push(c.condition.clone());
-                break;
-            }
-            rung = c.wider.as_deref();
-        }
+    let mut met = each_alone(&mut runner, snapshot, q.cfg, &changes);
+    if met.is_empty() {
+        met.extend(behind_a_gate(&mut runner, snapshot, q.cfg, &info, &changes, reason.as_deref()));
     }
     if met.is_empty() && changes.len() > 1 && !runner.exhausted() {
         let all: Vec<&conditions::Change> = changes.iter().map(conditions::Change::widest).collect();
         let (s, c) = conditions::apply(snapshot, q.cfg, &all);
         if starts(&runner.run(&s, &c), q.job) {
-            let parts: Vec<Condition> = all.iter().map(|c| c.condition.clone()).collect();
-            let detail = parts.iter().map(|p| p.detail.as_str()).collect::<Vec<_>>().join("; and ");
-            met.push(Condition { kind: ConditionKind::AllOf, detail, parts });
+            met.push(all_of(all.iter().map(|c| c.condition.clone()).collect()));
         }
     }
     out.reason = reason;
@@ -163,6 +149,66 @@ pub fn explain(q: &WhyQuestion<'_>) -> Explanation {
     out.estimated_start = estimate::earliest(&mut runner, snapshot, q.ends);
     out.runs = runner.runs;
     out
+}
+
+/// The changes that start the job on their own: each, or failing it its wider rungs.
+fn each_alone(
+    runner: &mut Runner<'_, '_>,
+    snapshot: &Snapshot,
+    cfg: &SchedulerConfig,
+    changes: &[conditions::Change],
+) -> Vec<Condition> {
+    let mut met = Vec::new();
+    for change in changes {
+        let mut rung = Some(change);
+        while let Some(c) = rung {
+            if runner.exhausted() {
+                return met;
+            }
+            let (s, cfg) = conditions::apply(snapshot, cfg, &[c]);
+            if starts(&runner.run(&s, &cfg), runner.job()) {
+                met.push(c.condition.clone());
+                break;
+            }
+            rung = c.wider.as_deref();
+        }
+    }
+    met
+}
+
+/// A condition that opens a gate (a cordon, a limit, the rate limit, the lookback) may only
+/// show the next reason the job waits: with the gate open, the conditions of that reason. The
+/// first pair that starts the job, as one `all_of`.
+fn behind_a_gate(
+    runner: &mut Runner<'_, '_>,
+    snapshot: &Snapshot,
+    cfg: &SchedulerConfig,
+    info: &JobInfo,
+    changes: &[conditions::Change],
+    reason: Option<&Reason>,
+) -> Option<Condition> {
+    for gate in changes.iter().map(conditions::Change::widest) {
+        if runner.exhausted() {
+            return None;
+        }
+        let (s, c) = conditions::apply(snapshot, cfg, &[gate]);
+        let opened = runner.run(&s, &c);
+        let next = reason_of(&opened, info);
+        if next.is_none() || next.as_deref() == reason {
+            continue;
+        }
+        let behind = conditions::candidates(&s, &c, &opened, info, next.as_deref());
+        if let Some(then) = each_alone(runner, &s, &c, &behind).into_iter().next() {
+            return Some(all_of(vec![gate.condition.clone(), then]));
+        }
+    }
+    None
+}
+
+/// Conditions that start the job together.
+fn all_of(parts: Vec<Condition>) -> Condition {
+    let detail = parts.iter().map(|p| p.detail.as_str()).collect::<Vec<_>>().join("; and ");
+    Condition { kind: ConditionKind::AllOf, detail, parts }
 }
 
 /// Runs the scheduler for one question, counting the runs.

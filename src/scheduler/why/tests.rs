@@ -389,3 +389,23 @@ fn room_for_the_jobs_of_its_queue_ahead_of_it_when_room_for_it_alone_would_go_to
     too_small.nodes.push(node("n2", "2", &[]));
     assert!(!starts(&too_small, &cfg, 100), "room for it alone goes to the job ahead of it");
 }
+
+#[test]
+fn behind_a_cordon_the_next_reason_is_found_and_both_are_named() {
+    let cfg = SchedulerConfig::default();
+    // A is cordoned, and the node has no room for its 2-cpu job either.
+    let mut s = full_node("2", 3);
+    s.queues[0].queue.cordoned = true;
+    let e = ask(&s, &cfg, 100, &[]);
+    assert_eq!(kinds(&e), vec![ConditionKind::AllOf], "{:?}", e.would_start_if);
+    assert_eq!(
+        e.would_start_if[0].detail,
+        "queue A uncordoned; and 2 cpu, 1Gi memory free on one node of pool default (the most free now is 1 cpu, \
+         61Gi memory)"
+    );
+    // Met by hand: uncordoned alone is not enough; uncordoned with a 2-cpu node is.
+    s.queues[0].queue.cordoned = false;
+    assert!(!starts(&s, &cfg, 100));
+    s.nodes.push(node("n2", "2", &[]));
+    assert!(starts(&s, &cfg, 100));
+}
