@@ -50,6 +50,10 @@ pub(crate) struct ScheduleArgs {
     /// With --policy proportional: no preemption of queues above their targets.
     #[arg(long)]
     no_preemption: bool,
+    /// After the cycle, ask why (`GET /v1/jobs/{id}/why`'s analysis) for this many of the jobs it
+    /// left waiting, spread over them; the running jobs end an hour apart from one another.
+    #[arg(long, default_value_t = 0)]
+    why: usize,
 }
 
 /// Hangs the snapshot's queues (the leaves) under `depth - 1` levels of parent queues, each
@@ -356,6 +360,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         }
     }
     let Some((cycle_ms, snapshot_ms, d)) = best else { anyhow::bail!("no cycle ran") };
+    let why = ask_why(&snap, &cfg, &d, args.why, args.seed);
     let scheduled = d.leases.len();
     let tried: usize = d.pools.iter().map(|p| p.jobs_tried).sum();
     let evicted: usize = d.pools.iter().map(|p| p.evicted).sum();
@@ -377,6 +382,56 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "build_ms": build_ms.round(),
         "peak_rss_mb": peak_rss_mb().round(),
     });
+    let out = match (out, why) {
+        (serde_json::Value::Object(mut o), Some(serde_json::Value::Object(w))) => {
+            o.extend(w);
+            serde_json::Value::Object(o)
+        }
+        (out, _) => out,
+    };
     println!("{out}");
     Ok(())
+}
+
+/// Asks why for `count` of the jobs the cycle left waiting: the time each answer took (p50 and
+/// the slowest), the most scheduler runs one took, and how many found a condition and an
+/// estimate.
+fn ask_why(
+    snap: &Snapshot,
+    cfg: &SchedulerConfig,
+    d: &convoy::scheduler::Decisions,
+    count: usize,
+    seed: u64,
+) -> Option<serde_json::Value> {
+    use convoy::scheduler::why::{EndBasis, RunEnd, WhyQuestion, explain};
+    if count == 0 || d.unscheduled.is_empty() {
+        return None;
+    }
+    let ends: Vec<RunEnd> = snap
+        .running
+        .iter()
+        .enumerate()
+        .map(|(i, r)| RunEnd { job: r.job.id, at_ms: 3_600_000 * (i as i64 + 1), basis: EndBasis::Deadline })
+        .collect();
+    let step = (d.unscheduled.len() / count).max(1);
+    let mut took = Vec::new();
+    let (mut runs, mut with_condition, mut with_estimate) = (0, 0, 0);
+    for u in d.unscheduled.iter().step_by(step).take(count) {
+        let t = Instant::now();
+        let e = explain(&WhyQuestion { snapshot: snap, cfg, seed, now_ms: 0, job: u.job_id, ends: &ends });
+        took.push(t.elapsed().as_secs_f64() * 1000.0);
+        runs = runs.max(e.runs);
+        with_condition += usize::from(!e.would_start_if.is_empty());
+        with_estimate += usize::from(e.estimated_start.is_some());
+    }
+    took.sort_by(f64::total_cmp);
+    let round = |ms: f64| (ms * 10.0).round() / 10.0;
+    Some(serde_json::json!({
+        "why_asked": took.len(),
+        "why_ms_p50": round(took[took.len() / 2]),
+        "why_ms_max": round(took[took.len() - 1]),
+        "why_runs_max": runs,
+        "why_with_condition": with_condition,
+        "why_with_estimate": with_estimate,
+    }))
 }
