@@ -497,6 +497,33 @@ pub struct LeaseOrder {
     pub output_tail_bytes: Option<u64>,
 }
 
+#[cfg(test)]
+impl LeaseOrder {
+    /// A lease of `pod_spec` for unit tests: run (1, 1) of job (1, 2), queue `q`, job set `s`,
+    /// node `n`, class `default`, a 1 s grace period, nothing else.
+    pub(crate) fn sample(pod_spec: serde_json::Value) -> LeaseOrder {
+        use crate::model::{JobId, JobSetName, NodeName, PriorityClassName, QueueName, RunId};
+        LeaseOrder {
+            run_id: RunId::from_parts(1, 1),
+            job_id: JobId::from_parts(1, 2),
+            queue: QueueName::new("q").expect("name"),
+            job_set: JobSetName::new("s").expect("name"),
+            node: NodeName::new("n").expect("name"),
+            priority_class: PriorityClassName::new("default").expect("name"),
+            pod_spec,
+            services: vec![],
+            ingresses: vec![],
+            annotations: Default::default(),
+            labels: Default::default(),
+            termination_grace_period_seconds: 1.0,
+            active_deadline_seconds: 0,
+            namespace: None,
+            owner: None,
+            output_tail_bytes: None,
+        }
+    }
+}
+
 /// A run to stop: SIGTERM (or pod delete) with the grace period, then SIGKILL (forced delete).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KillOrder {

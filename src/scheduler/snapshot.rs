@@ -33,6 +33,13 @@ pub struct JobInfo {
     pub pools: Vec<PoolName>,
 }
 
+impl JobInfo {
+    /// True if this job and `other` may run in a common pool (no pools named: any).
+    pub fn shares_a_pool_with(&self, other: &JobInfo) -> bool {
+        self.pools.is_empty() || other.pools.is_empty() || other.pools.iter().any(|p| self.pools.contains(p))
+    }
+}
+
 /// A job holding resources on a node (leased, pending or running).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunningJob {

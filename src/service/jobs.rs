@@ -165,9 +165,10 @@ pub(crate) fn event_view(e: &Event) -> EventView {
     }
 }
 
-/// A job for the API; `reason` is the scheduler's latest for queued jobs, the end reason else.
-fn job_view(app: &Control, r: &Job) -> JobView {
-    let reason = if r.state == JobState::Queued {
+/// Why a job is where it is: the scheduler's latest reason for a queued job, the end reason
+/// else.
+pub(crate) fn job_reason(app: &Control, r: &Job) -> Option<String> {
+    if r.state == JobState::Queued {
         let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
         sched
             .reasons
@@ -177,7 +178,12 @@ fn job_view(app: &Control, r: &Job) -> JobView {
             .or_else(|| r.runs.last().and_then(|run| run.reason.clone()).map(|x| format!("requeued: {x}")))
     } else {
         r.state_reason.clone()
-    };
+    }
+}
+
+/// A job for the API; `reason` as [`job_reason`] says.
+fn job_view(app: &Control, r: &Job) -> JobView {
+    let reason = job_reason(app, r);
     JobView {
         id: r.id,
         queue: r.queue.clone(),

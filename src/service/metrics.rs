@@ -482,6 +482,37 @@ mod tests {
         assert!(!out.contains("lag_entries{peer=\"1\"}"));
     }
 
+    /// Node 1 leading term 2, with `index` entries applied and these members.
+    fn leader_status(index: u64, members: Vec<crate::model::api::ClusterMember>) -> ClusterStatus {
+        ClusterStatus {
+            id: 1,
+            state: "Leader".into(),
+            serving: true,
+            term: 2,
+            leader: Some(1),
+            leader_addr: None,
+            last_log_index: Some(index),
+            last_applied: Some(index),
+            snapshot_index: None,
+            purged_index: None,
+            millis_since_quorum_ack: Some(5),
+            leader_changes: 1,
+            snapshots_installed: 0,
+            members,
+        }
+    }
+
+    /// Peer 2 answered one append (2 ms) and failed one vote.
+    fn peer_rpcs() -> PeerRpcFigures {
+        let stats = crate::raft::stats::PeerStats::default();
+        stats.answered(2, "append", Duration::from_millis(2));
+        stats.failed(2, "vote");
+        PeerRpcFigures {
+            latency: stats.latency().into_iter().collect(),
+            failures: stats.failures().into_iter().collect(),
+        }
+    }
+
     #[test]
     fn the_whole_answer_passes_promtool() {
         let view = SchedulingView {
@@ -490,29 +521,8 @@ mod tests {
             pools: vec![pool(PoolName::default_pool(), vec![share("a", 0.5, 0.25), share("b", 0.5, 0.75)])],
             ..Default::default()
         };
-        let status = ClusterStatus {
-            id: 1,
-            state: "Leader".into(),
-            serving: true,
-            term: 2,
-            leader: Some(1),
-            leader_addr: None,
-            last_log_index: Some(9),
-            last_applied: Some(9),
-            snapshot_index: None,
-            purged_index: None,
-            millis_since_quorum_ack: Some(5),
-            leader_changes: 1,
-            snapshots_installed: 0,
-            members: vec![],
-        };
-        let stats = crate::raft::stats::PeerStats::default();
-        stats.answered(2, "append", Duration::from_millis(2));
-        stats.failed(2, "vote");
-        let rpcs = PeerRpcFigures {
-            latency: stats.latency().into_iter().collect(),
-            failures: stats.failures().into_iter().collect(),
-        };
+        let status = leader_status(9, vec![]);
+        let rpcs = peer_rpcs();
         let global = crate::metrics::global();
         global.observe_request("/v1/jobs", &http::Method::POST, http::StatusCode::OK, Duration::from_millis(4));
         global.scheduling_cycle.observe(0.002);
@@ -554,29 +564,8 @@ mod tests {
             matched_index: Some(5),
             lag: Some(lag),
         };
-        let status = ClusterStatus {
-            id: 1,
-            state: "Leader".into(),
-            serving: true,
-            term: 2,
-            leader: Some(1),
-            leader_addr: None,
-            last_log_index: Some(5),
-            last_applied: Some(5),
-            snapshot_index: None,
-            purged_index: None,
-            millis_since_quorum_ack: Some(5),
-            leader_changes: 1,
-            snapshots_installed: 0,
-            members: vec![member(2, 0)],
-        };
-        let stats = crate::raft::stats::PeerStats::default();
-        stats.answered(2, "append", Duration::from_millis(2));
-        stats.failed(2, "vote");
-        let rpcs = PeerRpcFigures {
-            latency: stats.latency().into_iter().collect(),
-            failures: stats.failures().into_iter().collect(),
-        };
+        let status = leader_status(5, vec![member(2, 0)]);
+        let rpcs = peer_rpcs();
         // The process instruments' labelled families appear once they have a sample.
         let global = crate::metrics::global();
         global.observe_request("/v1/jobs", &http::Method::POST, http::StatusCode::OK, Duration::from_millis(4));

@@ -7,7 +7,7 @@
 //! the typical runtime of their job sets' finished jobs.
 
 use super::ServiceError;
-use super::jobs::{job_details, no_such_job};
+use super::jobs::{job_reason, no_such_job};
 use crate::control::{Control, now_ms, rfc3339};
 use crate::model::{JobId, JobSetName, JobState, QueueName};
 use crate::scheduler::why::{Condition, EndBasis, RunEnd, WhyQuestion, explain};
@@ -78,29 +78,30 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
     let rate = app.scheduling.read().unwrap_or_else(|p| p.into_inner()).rate_limits.clone();
     let gathered = {
         let st = app.state();
-        if st.job(id).is_none_or(|j| j.record.state != JobState::Queued) {
-            None
-        } else {
-            let running: Vec<Running> = st
-                .jobs_with_active_runs()
-                .filter_map(|j| {
-                    let run = j.record.active_run()?;
-                    let started_ms = run.running_at_ms.or(run.pending_at_ms).unwrap_or(run.leased_at_ms);
-                    let secs = i64::try_from(j.record.active_deadline_seconds).unwrap_or(i64::MAX / 1000);
-                    Some(Running {
-                        job: j.record.id,
-                        queue: j.record.queue.clone(),
-                        job_set: j.record.job_set.clone(),
-                        started_ms,
-                        deadline_ms: (secs > 0).then(|| started_ms.saturating_add(secs.saturating_mul(1000))),
+        match st.job(id).filter(|j| j.record.state == JobState::Queued) {
+            None => None,
+            Some(job) => {
+                let record = job.record.clone();
+                let running: Vec<Running> = st
+                    .jobs_with_active_runs()
+                    .filter_map(|j| {
+                        let run = j.record.active_run()?;
+                        let started_ms = run.running_at_ms.or(run.pending_at_ms).unwrap_or(run.leased_at_ms);
+                        let secs = i64::try_from(j.record.active_deadline_seconds).unwrap_or(i64::MAX / 1000);
+                        Some(Running {
+                            job: j.record.id,
+                            queue: j.record.queue.clone(),
+                            job_set: j.record.job_set.clone(),
+                            started_ms,
+                            deadline_ms: (secs > 0).then(|| started_ms.saturating_add(secs.saturating_mul(1000))),
+                        })
                     })
-                })
-                .collect();
-            Some((st.scheduling_snapshot(0, rate), st.queue_place(id), running))
+                    .collect();
+                Some((record, st.scheduling_snapshot(0, rate), st.queue_place(id), running))
+            }
         }
     };
-    let Some((snapshot, place, running)) = gathered else { return not_queued(app, id).await };
-    let view = job_details(app, id).await?;
+    let Some((record, snapshot, place, running)) = gathered else { return not_queued(app, id).await };
     let now = now_ms();
     let runtimes = typical_runtimes(app, &running).await?;
     let ends = expected_ends(&running, &runtimes, now);
@@ -112,9 +113,9 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
     .map_err(|e| ServiceError::internal(e.to_string()))?;
     Ok(WhyView {
         job_id: id,
-        queue: view.queue,
-        state: view.state,
-        reason: view.reason.or_else(|| answer.reason.as_ref().map(|r| r.to_string())),
+        reason: job_reason(app, &record).or_else(|| answer.reason.as_ref().map(|r| r.to_string())),
+        queue: record.queue,
+        state: record.state,
         queue_position: place.map(|p| p.position),
         jobs_ahead: place.map(|p| p.ahead_in_its_pools),
         would_start_if: answer.would_start_if,
@@ -125,12 +126,16 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
 
 /// A job that is not queued: its state and reason, nothing to start.
 async fn not_queued(app: &Arc<Control>, id: JobId) -> Result<WhyView, ServiceError> {
-    let view = job_details(app, id).await.map_err(|_| no_such_job(app, id))?;
+    let store = app.store.clone();
+    let found = tokio::task::spawn_blocking(move || store.job(id))
+        .await
+        .map_err(|e| ServiceError::internal(e.to_string()))??;
+    let Some(record) = found else { return Err(no_such_job(app, id)) };
     Ok(WhyView {
         job_id: id,
-        queue: view.queue,
-        state: view.state,
-        reason: view.reason,
+        reason: job_reason(app, &record),
+        queue: record.queue,
+        state: record.state,
         queue_position: None,
         jobs_ahead: None,
         would_start_if: Vec::new(),

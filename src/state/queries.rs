@@ -25,17 +25,13 @@ impl State {
     pub fn queue_place(&self, id: JobId) -> Option<QueuePlace> {
         let job = self.jobs.get(&id)?;
         let q = self.queues.get(&job.record.queue)?;
-        let pools = &job.info.pools;
-        let shares_a_pool = |other: &LiveJob| {
-            pools.is_empty() || other.info.pools.is_empty() || other.info.pools.iter().any(|p| pools.contains(p))
-        };
         let mut place = QueuePlace { position: 0, ahead_in_its_pools: 0 };
         for other in q.queued.values() {
             place.position += 1;
             if *other == id {
                 return Some(place);
             }
-            if self.jobs.get(other).is_some_and(|o| shares_a_pool(o)) {
+            if self.jobs.get(other).is_some_and(|o| job.info.shares_a_pool_with(&o.info)) {
                 place.ahead_in_its_pools += 1;
             }
         }

@@ -10,6 +10,7 @@ use crate::model::placement::SelectorOperator;
 use crate::model::{
     ExecutorName, JobId, Labels, Node, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, Resources,
 };
+use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -267,12 +268,21 @@ fn fair_share(s: &Snapshot, cfg: &SchedulerConfig, base: &Decisions, job: &JobIn
     })
 }
 
+/// What runs on each node, by (executor, node): one pass over the running jobs.
+fn held_by_node(s: &Snapshot) -> HashMap<(&str, &str), Resources> {
+    let mut held: HashMap<(&str, &str), Resources> = HashMap::default();
+    for r in &s.running {
+        held.entry((r.executor.as_str(), r.node.as_str())).or_default().add(&r.job.requirements.requests);
+    }
+    held
+}
+
 /// What is free on a node now: allocatable, less what is not allocatable and what runs there.
-fn free_on(s: &Snapshot, node: &Node) -> Resources {
+fn free_on(node: &Node, held: &HashMap<(&str, &str), Resources>) -> Resources {
     let mut free = node.allocatable.clone();
     free.sub(&node.unallocatable);
-    for r in s.running.iter().filter(|r| r.executor == node.executor && r.node == node.name) {
-        free.sub(&r.job.requirements.requests);
+    if let Some(h) = held.get(&(node.executor.as_str(), node.name.as_str())) {
+        free.sub(h);
     }
     free
 }
@@ -322,13 +332,14 @@ fn capacity(s: &Snapshot, job: &JobInfo, reason: &Reason) -> Option<Change> {
     let requests = &job.requirements.requests;
     let names: Vec<&ResourceName> = requests.iter().filter(|(_, v)| *v > 0).map(|(n, _)| n).collect();
     let nodes = matching_nodes(s, job);
+    let held = held_by_node(s);
     // The most room for the job's largest request, relative to the request.
     let roomiest = |nodes: &[&'_ Node]| -> Option<(Node, Resources)> {
         // Reversed, so that of equally roomy nodes the first wins.
         nodes
             .iter()
             .rev()
-            .map(|n| (*n, free_on(s, n)))
+            .map(|n| (*n, free_on(n, &held)))
             .max_by(|(_, a), (_, b)| {
                 let rel = |f: &Resources| {
                     names
@@ -466,15 +477,12 @@ fn matching_node(s: &Snapshot, job: &JobInfo, pool: Option<&PoolName>, lead: &st
 fn with_jobs_ahead(s: &Snapshot, job: &JobInfo, room: impl Fn(&Resources, &str) -> Change) -> Change {
     let requests = &job.requirements.requests;
     let mut change = room(requests, "");
-    let shares_a_pool = |other: &JobInfo| {
-        job.pools.is_empty() || other.pools.is_empty() || other.pools.iter().any(|p| job.pools.contains(p))
-    };
     let ahead: Vec<&Arc<JobInfo>> = s
         .queues
         .iter()
         .filter(|q| q.queue.name == job.queue)
         .flat_map(|q| q.queued.iter().take_while(|j| j.id != job.id))
-        .filter(|j| shares_a_pool(j))
+        .filter(|j| job.shares_a_pool_with(j))
         .collect();
     if !ahead.is_empty() {
         let mut needed = requests.clone();

@@ -330,25 +330,7 @@ mod tests {
     use super::*;
 
     fn lease(services: Vec<serde_json::Value>, ingresses: Vec<serde_json::Value>) -> LeaseOrder {
-        use crate::model::{JobId, JobSetName, PriorityClassName, QueueName, RunId};
-        LeaseOrder {
-            run_id: RunId::from_parts(1, 1),
-            job_id: JobId::from_parts(1, 2),
-            queue: QueueName::new("q").expect("name"),
-            job_set: JobSetName::new("s").expect("name"),
-            node: NodeName::new("n").expect("name"),
-            priority_class: PriorityClassName::new("default").expect("name"),
-            pod_spec: serde_json::json!({"containers": [{"name": "main"}]}),
-            services,
-            ingresses,
-            annotations: Default::default(),
-            labels: Default::default(),
-            termination_grace_period_seconds: 1.0,
-            active_deadline_seconds: 0,
-            namespace: None,
-            owner: None,
-            output_tail_bytes: None,
-        }
+        LeaseOrder { services, ingresses, ..LeaseOrder::sample(serde_json::json!({"containers": [{"name": "main"}]})) }
     }
 
     #[test]

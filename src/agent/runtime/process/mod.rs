@@ -736,27 +736,9 @@ fn plan_error(e: PlanError) -> RuntimeError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{JobSetName, NodeName, PriorityClassName, QueueName};
 
     fn lease(spec: serde_json::Value) -> LeaseOrder {
-        LeaseOrder {
-            run_id: RunId::from_parts(1, 1),
-            job_id: JobId::from_parts(1, 2),
-            queue: QueueName::new("q").expect("name"),
-            job_set: JobSetName::new("s").expect("name"),
-            node: NodeName::new("n").expect("name"),
-            priority_class: PriorityClassName::new("default").expect("name"),
-            pod_spec: spec,
-            services: vec![],
-            ingresses: vec![],
-            annotations: Default::default(),
-            labels: Default::default(),
-            termination_grace_period_seconds: 1.0,
-            active_deadline_seconds: 0,
-            namespace: None,
-            owner: None,
-            output_tail_bytes: None,
-        }
+        LeaseOrder::sample(spec)
     }
 
     #[test]
