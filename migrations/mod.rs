@@ -14,6 +14,7 @@ pub(crate) mod v0006_queue_tree;
 pub(crate) mod v0007_run_index;
 pub(crate) mod v0008_job_owners;
 pub(crate) mod v0009_run_usage;
+pub(crate) mod v0010_replay_inputs;
 
 /// A migration step.
 pub(crate) struct Migration {
@@ -36,4 +37,9 @@ pub(crate) const ALL: &[Migration] = &[
     Migration { version: 7, name: "namespaces of jobs, pods of runs, runs indexed", run: v0007_run_index::run },
     Migration { version: 8, name: "owners of jobs", run: v0008_job_owners::run },
     Migration { version: 9, name: "what runs used", run: v0009_run_usage::run },
+    Migration {
+        version: 10,
+        name: "scheduler configuration and cycle number meta rows",
+        run: v0010_replay_inputs::run,
+    },
 ];

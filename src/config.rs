@@ -164,6 +164,13 @@ pub struct ClusterConfig {
     /// snapshot` prints it).
     #[serde(with = "serde_text")]
     pub snapshot_install_timeout: Duration,
+    /// How far back `convoy replay` can reach: the log is kept this long behind the present, with
+    /// older snapshot files kept (under `snapshots/replay/`) as the states replay starts from.
+    /// `"off"` (the default): the log is purged `log_entries_kept` entries behind each snapshot,
+    /// and replay reaches the cycles after the latest snapshot. docs/operations.md gives the disk
+    /// cost; when the disk runs low the log is purged as with `"off"`.
+    #[serde(with = "crate::model::duration::serde_text_or_off")]
+    pub replay_retention: Option<Duration>,
 }
 
 impl Default for ClusterConfig {
@@ -176,6 +183,7 @@ impl Default for ClusterConfig {
             log_entries_kept: 1_000,
             // See `RaftSettings::install_snapshot_timeout`: 1M jobs install in ~7 s on 2 cores.
             snapshot_install_timeout: Duration::from_secs(120),
+            replay_retention: None,
         }
     }
 }

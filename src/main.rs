@@ -42,6 +42,10 @@ enum Command {
     Server(cli::server::ServerArgs),
     /// Run the scheduler over a scenario file (YAML or JSON) and print each round's decisions.
     Simulate(cli::simulate::SimulateArgs),
+    /// Run recorded scheduling cycles again from a server's data directory, and say per cycle
+    /// whether the scheduler decides the same (exit 0 only if every cycle is identical); with
+    /// --job, explain that job's fate.
+    Replay(cli::replay::ReplayArgs),
     /// Benchmarks that print one JSON line of figures.
     Bench {
         #[command(subcommand)]
@@ -77,6 +81,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(args) => cli::server::run(args),
         Command::Simulate(args) => cli::simulate::run(args, cli.client),
+        Command::Replay(args) => cli::replay::run(args),
         Command::Bench { which } => cli::bench::run(which),
         Command::Agent(args) => cli::agent::run(args),
         Command::AgentSupervise(args) => cli::supervise::run(args),

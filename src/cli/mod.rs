@@ -6,6 +6,7 @@ pub(crate) mod allocator;
 pub(crate) mod bench;
 pub(crate) mod client;
 pub(crate) mod logging;
+pub(crate) mod replay;
 pub(crate) mod runtime;
 pub(crate) mod server;
 pub(crate) mod simulate;

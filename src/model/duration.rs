@@ -63,6 +63,39 @@ pub(crate) mod serde_text_opt {
     }
 }
 
+/// Serde adapter for a duration that may be turned off: `"off"` is `None`, anything else reads as
+/// [`serde_text`] (`#[serde(with = "crate::model::duration::serde_text_or_off")]`).
+pub(crate) mod serde_text_or_off {
+    use super::*;
+
+    /// Writes `off` or the duration as humantime text.
+    pub(crate) fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::serde_text::serialize(d, s),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    /// Reads `off`, humantime text or a number of seconds.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(t) if t.trim() == "off" => Ok(None),
+            Raw::Num(n) => Duration::try_from_secs_f64(n).map(Some).map_err(|_| {
+                serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))
+            }),
+            Raw::Text(t) => parse_duration(&t)
+                .map(Some)
+                .map_err(|e| serde::de::Error::custom(format!("{e} (a duration such as \"1h\", or \"off\")"))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,6 +234,20 @@ impl LogStore {
         }
     }
 
+    /// The entries of `range` (for a reader of a copied log: replay).
+    pub(crate) fn read_entries(&self, range: std::ops::RangeInclusive<u64>) -> io::Result<Vec<Entry>> {
+        self.read_range(range)
+    }
+
+    /// The indexes of the first and the last entry the log holds, if it holds any.
+    pub(crate) fn held_range(&self) -> io::Result<Option<(u64, u64)>> {
+        let tx = self.db.begin_read().map_err(io_err)?;
+        let log = tx.open_table(LOG).map_err(io_err)?;
+        let first = log.first().map_err(io_err)?.map(|(k, _)| k.value());
+        let last = log.last().map_err(io_err)?.map(|(k, _)| k.value());
+        Ok(first.zip(last))
+    }
+
     fn read_range<RB: RangeBounds<u64>>(&self, range: RB) -> io::Result<Vec<Entry>> {
         if let Some(entries) = self.take_recent(&range) {
             return Ok(entries);

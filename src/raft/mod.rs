@@ -27,6 +27,7 @@ mod pre_vote;
 mod snapshot_data;
 pub(crate) mod snapshot_file;
 mod snapshot_store;
+pub(crate) use snapshot_store::REPLAY_BASES;
 mod state_machine;
 pub(crate) mod stats;
 mod types;
@@ -100,6 +101,10 @@ pub struct RaftSettings {
     pub tls_ca: Option<PathBuf>,
     /// Bytes a snapshot build must leave free on the disk; with less room it is put off.
     pub keep_free: u64,
+    /// Keep each replaced snapshot file as a base for replay (`snapshots/replay/`), and leave the
+    /// log's purging to the server's replay retention ([`RaftNode::purge_log`]) rather than to
+    /// openraft's policy.
+    pub keep_replay_bases: bool,
 }
 
 impl Default for RaftSettings {
@@ -122,6 +127,7 @@ impl Default for RaftSettings {
             bootstrap: Bootstrap::Join,
             tls_ca: None,
             keep_free: 0,
+            keep_replay_bases: false,
         }
     }
 }
@@ -137,7 +143,12 @@ impl RaftSettings {
             election_timeout_max: ms(self.election_timeout_max),
             install_snapshot_timeout: ms(self.install_snapshot_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_every_logs),
-            max_in_snapshot_log_to_keep: self.max_in_snapshot_log_to_keep,
+            // With replay bases kept, the server purges (`RaftNode::purge_log`), never the policy.
+            max_in_snapshot_log_to_keep: if self.keep_replay_bases {
+                u64::MAX
+            } else {
+                self.max_in_snapshot_log_to_keep
+            },
             purge_batch_size: self.purge_batch_size,
             max_payload_entries: self.max_payload_entries,
             snapshot_max_chunk_size: self.snapshot_chunk_size,
@@ -330,7 +341,9 @@ impl RaftNode {
             NetworkFactory::new(identity.clone(), settings.cluster_secret.as_deref(), settings.tls_ca.as_deref())?;
         let flushed = log_store.flushed();
         let log_reader = log_store.clone();
-        let state_machine = StateMachine::new(db, snapshot_dir, state)?.keeping_free(settings.keep_free);
+        let state_machine = StateMachine::new(db, snapshot_dir, state)?
+            .keeping_free(settings.keep_free)
+            .keeping_replay_bases(settings.keep_replay_bases)?;
         let installed = state_machine.installed_counter();
         let runtime = Arc::new(RaftRuntime::new()?);
         let handle = runtime.handle().ok_or_else(|| RaftError::Shutdown("the raft runtime is gone".into()))?;
@@ -662,6 +675,13 @@ impl RaftNode {
     #[cfg(test)]
     pub(crate) async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), RequestError> {
         self.raft.change_membership(voters, retain).await?;
+        Ok(())
+    }
+
+    /// Purges the log up to and including `upto` (at most up to the latest snapshot; on a leader,
+    /// once every follower has the entries). For the server's replay retention.
+    pub(crate) async fn purge_log(&self, upto: u64) -> Result<(), RequestError> {
+        self.raft.trigger().purge_log(upto).await?;
         Ok(())
     }
 

@@ -71,7 +71,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   `job_owners` table).
 /// - 9: log format 9 (run events with what a run used) and snapshots of state schema 9 (the
 ///   `run_usage` table).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// - 10: log format 10 (scheduling cycles with their inputs, the recorded scheduler
+///   configuration) and snapshots of state schema 10 (its meta rows).
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -34,6 +34,9 @@ const KEY_META: &str = "meta";
 const KEY_FILE: &str = "file";
 const KEY_DATA: &str = "data";
 
+/// The directory, inside the snapshot directory, of the snapshot files kept for replay.
+pub(crate) const REPLAY_BASES: &str = "replay";
+
 /// Suffix of a finished snapshot file.
 const SNAP: &str = "snap";
 /// Suffix of a snapshot file being written or received.
@@ -55,6 +58,11 @@ pub(crate) struct Current {
 pub(crate) struct SnapshotDir {
     dir: PathBuf,
     db: Arc<Database>,
+    /// Where replaced snapshot files go instead of being deleted (`replay/` inside `dir`), when
+    /// replay retention keeps them as the states `convoy replay` starts from. Start-up recovery
+    /// leaves that directory alone; the server's replay retention deletes what it no longer
+    /// needs.
+    bases: Option<PathBuf>,
 }
 
 impl SnapshotDir {
@@ -64,7 +72,15 @@ impl SnapshotDir {
         let tx = db.begin_write().map_err(io_err)?;
         tx.open_table(SNAPSHOT).map_err(io_err)?;
         tx.commit().map_err(io_err)?;
-        Ok(Self { dir, db })
+        Ok(Self { dir, db, bases: None })
+    }
+
+    /// Keeps replaced snapshot files in [`REPLAY_BASES`] from now on.
+    pub(crate) fn keep_bases(&mut self) -> io::Result<()> {
+        let bases = self.dir.join(REPLAY_BASES);
+        std::fs::create_dir_all(&bases)?;
+        self.bases = Some(bases);
+        Ok(())
     }
 
     /// The directory.
@@ -138,7 +154,16 @@ impl SnapshotDir {
         }
         tx.commit().map_err(io_err)?;
         if let Some(p) = previous.filter(|p| p.name != name) {
-            self.remove(&p.name);
+            match &self.bases {
+                Some(bases) => {
+                    // Kept for replay; a failed move only loses a base (logged), never the new file.
+                    if let Err(e) = std::fs::rename(self.path(&p.name), bases.join(&p.name)) {
+                        tracing::warn!(file = %p.name, error = %e, "cannot keep the replaced snapshot file for replay");
+                        self.remove(&p.name);
+                    }
+                }
+                None => self.remove(&p.name),
+            }
         }
         Ok(())
     }

@@ -187,6 +187,15 @@ impl<S: ReplicatedState> StateMachine<S> {
         self
     }
 
+    /// With `on`, each snapshot file a newer one replaces is kept as a replay base (see
+    /// [`SnapshotDir::keep_bases`]).
+    pub(crate) fn keeping_replay_bases(mut self, on: bool) -> io::Result<Self> {
+        if on {
+            self.shared.snapshots.keep_bases()?;
+        }
+        Ok(self)
+    }
+
     /// Counts the snapshots this member installed since it started (it caught up by snapshot).
     pub(crate) fn installed_counter(&self) -> Arc<AtomicU64> {
         self.shared.installed.clone()

@@ -18,6 +18,7 @@ pub use wire::CommandRecord;
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
 use super::queue::{QueueRecord, QueueTreeRecord};
+use super::schedule::{ScheduleInputsRecord, SchedulerConfigRecord};
 use super::usage::QueueUsageRecord;
 use crate::model::{
     ExecutorName, JobId, JobSetName, Namespace, NodeName, PoolName, PriorityClassName, QueueName, RunId,
@@ -134,6 +135,10 @@ pub enum Command {
         preemptions: Vec<JobVerdict>,
         /// Queued jobs failed (e.g. a gang's remainder below its minimum).
         failures: Vec<JobVerdict>,
+        /// What the cycle ran on beyond the state, for replay (log format 10; `None` in entries
+        /// of older logs). Written as [`CommandRecord::ScheduleWithInputs`], or without inputs as
+        /// the older [`CommandRecord::Schedule`].
+        inputs: Option<ScheduleInputsRecord>,
     },
     /// An executor's node inventory changed (or the executor is new).
     UpsertExecutor {
@@ -205,6 +210,16 @@ pub enum Command {
         term: u64,
         /// The usage.
         usage: QueueUsageRecord,
+    },
+    /// Records the scheduler configuration the leader runs its cycles with (before its first
+    /// cycle, and whenever it differs from the recorded one), so that replay finds the
+    /// configuration each cycle's hash names. Refused unless `term` is the entry's term, like
+    /// [`Command::Schedule`]. Log format 10.
+    RecordSchedulerConfig {
+        /// The term of the leader that records it.
+        term: u64,
+        /// The configuration.
+        config: SchedulerConfigRecord,
     },
 }
 

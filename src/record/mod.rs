@@ -42,6 +42,7 @@ mod job;
 mod placement;
 pub(crate) mod queue;
 pub mod raft;
+mod schedule;
 mod snapshot;
 mod usage;
 
@@ -58,6 +59,10 @@ pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
 pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
+pub use schedule::{
+    ConfigRecordError, RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord, TokenBucketRecord, config_hash,
+    short_hex,
+};
 pub use snapshot::{SnapshotRecord, SnapshotRowRecord, SnapshotRowRef};
 pub use usage::{QueueUsageRecord, UsageSampleRecord};
 
@@ -99,7 +104,12 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// the jobs (deleted with a job's purge) so that no `jobs` row changes; snapshots carry it
 /// ([`SnapshotRowRecord::RunUsage`]). Migration 9 makes the table, empty: runs that ended before
 /// have no recorded usage.
-pub const STATE_SCHEMA_VERSION: u32 = 9;
+///
+/// 10 adds the `scheduler_config` meta row (a [`SchedulerConfigRecord`]: the configuration the
+/// last recorded cycles ran with) and the `schedule_cycles` meta row (the last recorded cycle's
+/// number, u64 BE), which snapshots carry as meta rows, so a replay from a snapshot knows both.
+/// Every older row is unchanged; migration 10 converts nothing.
+pub const STATE_SCHEMA_VERSION: u32 = 10;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -129,7 +139,12 @@ pub const STATE_SCHEMA_VERSION: u32 = 9;
 ///   end of the commands in the same way (peer protocol 8).
 /// - 9: [`CommandRecord::RunEventsWithUsage`] (run events with what a run used), added at the end of
 ///   the commands in the same way (peer protocol 9).
-pub const LOG_FORMAT_VERSION: u32 = 9;
+/// - 10: [`CommandRecord::ScheduleWithInputs`] (a cycle's decisions with what it ran on beyond the
+///   state: seed, applied index, configuration hash, rate-limit buckets, [`ScheduleInputsRecord`])
+///   and [`CommandRecord::RecordSchedulerConfig`] (the configuration itself), added at the end of
+///   the commands in the same way (peer protocol 10). Older `Schedule` entries read as cycles
+///   without inputs, which replay lists but cannot run again.
+pub const LOG_FORMAT_VERSION: u32 = 10;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

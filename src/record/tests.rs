@@ -10,6 +10,7 @@ use super::job::*;
 use super::placement::*;
 use super::queue::*;
 use super::raft::*;
+use super::schedule::*;
 use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
 use super::usage::QueueUsageRecord;
 use crate::model::*;
@@ -996,6 +997,82 @@ fn state_schema_9_rows() {
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v9/row-run-usage.bin"));
 }
 
+fn schedule_inputs(rate_limited: bool) -> ScheduleInputsRecord {
+    let bucket = |milli_tokens, updated_ms| TokenBucketRecord { milli_tokens, updated_ms };
+    ScheduleInputsRecord {
+        cycle: 1_234,
+        seed: 0x0000_0300_0000_04d1,
+        snapshot_index: 56_831,
+        config_hash: (0u8..32).collect(),
+        scheduler_version: 1,
+        rate_limits: rate_limited.then(|| RateLimiterRecord {
+            global: bucket(2_500, Some(1_760_000_900_000)),
+            queues: [(qn("physics"), bucket(0, Some(1_760_000_899_900))), (qn("biology"), bucket(4_000, None))]
+                .into_iter()
+                .collect(),
+        }),
+    }
+}
+
+fn scheduler_config_record() -> SchedulerConfigRecord {
+    SchedulerConfigRecord {
+        hash: (32u8..64).collect(),
+        scheduler_version: 1,
+        binary_version: "0.1.0".into(),
+        json: r#"{"max_queue_lookback":1000,"node_eviction_probability":0.5}"#.into(),
+    }
+}
+
+fn format_10_commands() -> Vec<(&'static str, CommandRecord)> {
+    let schedule = |inputs| CommandRecord::ScheduleWithInputs {
+        term: 3,
+        at_ms: 1_760_000_900_000,
+        leases: vec![NewLease {
+            job_id: jid(1),
+            run_id: rid(9),
+            executor: ex("cluster-a"),
+            node: nn("node-7"),
+            pool: pool("default"),
+        }],
+        preemptions: vec![JobVerdict { job_id: jid(2), reason: "preempted by 01M… of queue physics".into() }],
+        failures: vec![],
+        inputs,
+    };
+    vec![
+        ("command-schedule-with-inputs", schedule(schedule_inputs(false))),
+        ("command-schedule-with-inputs-rate-limited", schedule(schedule_inputs(true))),
+        (
+            "command-record-scheduler-config",
+            CommandRecord::RecordSchedulerConfig { term: 3, config: scheduler_config_record() },
+        ),
+    ]
+}
+
+#[test]
+fn log_format_10_commands() {
+    // Format 10 only added these commands, at the end: every older command is format 10's byte
+    // for byte, and an older `Schedule` reads as a cycle without inputs.
+    for (name, cmd) in format_10_commands() {
+        golden(&format!("log-v10/{name}.bin"), &cmd);
+    }
+    let old: Command = decode(&fixture("log-v1/command-schedule.bin")).unwrap();
+    assert!(matches!(old, Command::Schedule { inputs: None, .. }));
+}
+
+#[test]
+fn state_schema_10_rows() {
+    // Schema 10 only added two meta rows, carried by snapshots as meta rows.
+    golden("state-v10/meta-scheduler-config.bin", &scheduler_config_record());
+    let row = SnapshotRowRecord::Meta {
+        key: "scheduler_config".into(),
+        value: fixture("state-v10/meta-scheduler-config.bin"),
+    };
+    golden("state-v10/row-meta-scheduler-config.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v10/row-meta-scheduler-config.bin"));
+    let cycles = SnapshotRowRecord::Meta { key: "schedule_cycles".into(), value: 1_234u64.to_be_bytes().to_vec() };
+    golden("state-v10/row-meta-schedule-cycles.bin", &cycles);
+}
+
 // -----------------------------------------------------------------------------------------------
 // What every command fixture means today: the command the rest of Convoy sees when it decodes
 // one (`Command`, read through `CommandRecord`), and the bytes that command writes.
@@ -1012,6 +1089,7 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
     all.extend(format_7_commands().into_iter().map(in_dir("log-v7")));
     all.extend(format_8_commands().into_iter().map(in_dir("log-v8")));
     all.extend(format_9_commands().into_iter().map(in_dir("log-v9")));
+    all.extend(format_10_commands().into_iter().map(in_dir("log-v10")));
     all
 }
 
@@ -1038,8 +1116,11 @@ fn newest(cmd: Command) -> CommandRecord {
         Command::Preempt { queue, job_set, job_ids, reason, at_ms } => {
             CommandRecord::Preempt { queue, job_set, job_ids, reason, at_ms }
         }
-        Command::Schedule { term, at_ms, leases, preemptions, failures } => {
+        Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: None } => {
             CommandRecord::Schedule { term, at_ms, leases, preemptions, failures }
+        }
+        Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: Some(inputs) } => {
+            CommandRecord::ScheduleWithInputs { term, at_ms, leases, preemptions, failures, inputs }
         }
         Command::UpsertExecutor { executor, nodes, at_ms } => CommandRecord::UpsertExecutor { executor, nodes, at_ms },
         Command::RunEvents { executor, at_ms, events, max_attempted_runs, quarantine } => {
@@ -1051,6 +1132,7 @@ fn newest(cmd: Command) -> CommandRecord {
         Command::PurgeFinished { purges, before_ms, jobs } => CommandRecord::PurgeFinished { purges, before_ms, jobs },
         Command::LiftQuarantine { executor, node, at_ms } => CommandRecord::LiftQuarantine { executor, node, at_ms },
         Command::RecordUsage { term, usage } => CommandRecord::RecordUsage { term, usage },
+        Command::RecordSchedulerConfig { term, config } => CommandRecord::RecordSchedulerConfig { term, config },
     }
 }
 

@@ -77,6 +77,12 @@ pub(crate) mod view;
 pub mod why;
 
 pub use config::{FairnessModel, SchedulerConfig};
+
+/// The version of the scheduling algorithm, recorded with every cycle (`convoy replay`): raise it
+/// when the same snapshot, configuration, seed and time may give other decisions, so that a
+/// replay by another binary says why it differs. `tests/scenarios/` pin the decisions of this
+/// version (`simulate` tests).
+pub const SCHEDULER_VERSION: u32 = 1;
 pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,

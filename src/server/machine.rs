@@ -119,6 +119,9 @@ impl ServerMachine {
             if let Some(max) = state.max_job_id() {
                 crate::control::ids::observe(max);
             }
+            if let Some(l) = last {
+                state.set_applied_index(l.index);
+            }
         }
         let mut raft_meta = vec![(APPLIED, encode_applied(last)?)];
         if let Some(m) = &membership {

@@ -6,10 +6,16 @@ mod disk;
 mod http;
 mod liveness;
 pub(crate) mod machine;
+mod replay_retention;
 mod retention;
 mod scheduling;
 mod tls;
 
+pub use crate::service::DataDirError;
+/// Replay of recorded scheduling cycles from a data directory (`convoy replay`).
+pub use crate::service::replay::{
+    CycleReport, CycleSelector, JobFate, ReplayError, ReplayReport, ReplayRequest, Verdict as ReplayVerdict, replay,
+};
 /// A server's data directory, read from a copy, as a `convoy simulate` scenario (the CLI's
 /// `simulate --from-data-dir`).
 pub use crate::service::scenario::from_data_dir as scenario_from_data_dir;
@@ -123,6 +129,7 @@ fn raft_settings(config: &Config) -> RaftSettings {
         install_snapshot_timeout: c.snapshot_install_timeout,
         // What the disk guard keeps for writes under way when it refuses every other.
         keep_free: config.server.disk_reserve / 4,
+        keep_replay_bases: c.replay_retention.is_some(),
         ..RaftSettings::default()
     }
 }
@@ -261,6 +268,10 @@ pub async fn start_with(config: Config, options: StartOptions) -> Result<Running
     let live = tokio::spawn(liveness::run(control.clone(), stop_rx.clone()));
     let purge = tokio::spawn(retention::run(control.clone(), stop_rx.clone()));
     let space = tokio::spawn(disk::run(control.clone(), raft.clone(), stop_rx.clone()));
+    if let Some(window) = config.cluster.replay_retention {
+        let bases = snapshot_dir(&config).join(crate::raft::REPLAY_BASES);
+        tokio::spawn(replay_retention::run(control.clone(), raft.clone(), window, bases, stop_rx.clone()));
+    }
     let (failed_tx, failed) = tokio::sync::watch::channel(None);
     tokio::spawn(watch_fatal(raft.clone(), stop_rx.clone(), failed_tx));
     let mut serve_stop = stop_rx.clone();

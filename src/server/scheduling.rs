@@ -7,10 +7,16 @@
 //! whether or not anything waits), and a cycle that finds a queue's share changed since the last
 //! record proposes the new record of the queues' usage with its decisions
 //! (`scheduler::usage`).
+//!
+//! Each recorded cycle carries what it ran on beyond the replicated state (seed, the applied
+//! index its snapshot was read at, the configuration's hash, the rate limiter's starting
+//! buckets), and a leader records its configuration before its first cycle, so that
+//! `convoy replay` can run any recorded cycle again from the log.
 
 use crate::control::ids;
 use crate::control::{Control, now_ms};
-use crate::scheduler::{Decisions, RateLimiterState, schedule};
+use crate::record::{RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord};
+use crate::scheduler::{Decisions, RateLimiterState, SCHEDULER_VERSION, schedule};
 use crate::state::{Command, JobVerdict, NewLease};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +25,9 @@ use tokio::sync::watch;
 /// Runs until `shutdown` turns true.
 pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) {
     let cfg = app.config.scheduler.clone();
+    let config_record = SchedulerConfigRecord::of(&cfg);
+    // The buckets are recorded only when a rate applies: otherwise the scheduler ignores them.
+    let rate_limited = cfg.maximum_scheduling_rate > 0.0 || cfg.maximum_per_queue_scheduling_rate > 0.0;
     let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
     let mut rate = RateLimiterState::default();
     let mut last = Instant::now().checked_sub(min).unwrap_or_else(Instant::now);
@@ -62,8 +71,28 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             leading = true;
         }
         let term = app.cluster.term();
-        let snapshot = app.state().scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
+        // Replay finds each cycle's configuration in the state: record it before the first cycle
+        // it governs (a new leader's, or a changed one's).
+        if app.state().scheduler_config().map(|c| &c.hash) != Some(&config_record.hash) {
+            let cmd = Command::RecordSchedulerConfig { term, config: config_record.clone() };
+            if let Err(e) = app.write(cmd).await {
+                tracing::warn!(error = %e, "the scheduler configuration was not recorded; no cycle runs until it is");
+                continue;
+            }
+        }
+        let (snapshot, snapshot_index, cycles) = {
+            let st = app.state();
+            (st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone()), st.applied_index(), st.cycles())
+        };
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
+        let inputs = ScheduleInputsRecord {
+            cycle: cycles + 1,
+            seed,
+            snapshot_index,
+            config_hash: config_record.hash.clone(),
+            scheduler_version: SCHEDULER_VERSION,
+            rate_limits: rate_limited.then(|| RateLimiterRecord::from(&rate)),
+        };
         let started = Instant::now();
         let decisions = match tokio::task::spawn_blocking(move || schedule(&snapshot, &c, seed, now)).await {
             Ok(d) => d,
@@ -90,7 +119,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             continue;
         }
         tracing::info!(
-            cycle,
+            cycle = inputs.cycle,
             term,
             leases = decisions.leases.len(),
             preemptions = decisions.preemptions.len(),
@@ -122,6 +151,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
                 .iter()
                 .map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() })
                 .collect(),
+            inputs: Some(inputs),
         };
         // The usage record goes in the same log entry as the decisions it follows from.
         let cmd = match usage {

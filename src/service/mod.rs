@@ -8,6 +8,7 @@
 //! state machine decides the rest), and answers in the API's types ([`crate::model::api`]).
 
 pub(crate) mod access;
+pub(crate) mod data_dir;
 mod error;
 pub(crate) mod events;
 pub(crate) mod executors;
@@ -16,8 +17,10 @@ pub(crate) mod metrics;
 pub(crate) mod nodes;
 pub(crate) mod output;
 pub(crate) mod queues;
+pub(crate) mod replay;
 pub(crate) mod scenario;
 pub(crate) mod validate;
 pub(crate) mod why;
 
+pub use data_dir::DataDirError;
 pub(crate) use error::{ErrorKind, ServiceError, error_chain};

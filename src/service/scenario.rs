@@ -10,6 +10,7 @@
 //! running on a node no executor reports any more, which a cycle does not count either.
 
 use super::access::Principal;
+use super::data_dir::{DataDirError, TempDir, check_data_dir, copy_steady};
 use super::error::ServiceError;
 use crate::config::Role;
 use crate::control::{Control, now_ms};
@@ -17,9 +18,9 @@ use crate::model::{GangSpec, JobId, JobSetName, Node, QueueName, RESERVED_FOR_LA
 use crate::scheduler::{JobInfo, RateLimiterState, SchedulerConfig, Snapshot};
 use crate::simulate::scenario::{NodeSpec, Round, Scenario, SubmitSpec};
 use crate::state::{ApplyContext, State, StateSettings};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The scenario of the state now, under this server's `[scheduler]` configuration (admins only).
@@ -190,105 +191,15 @@ pub(crate) fn scenario_of(state: &State, config: &SchedulerConfig, now_ms: i64) 
     Capture::of(state).into_scenario(config, now_ms)
 }
 
-/// Why a data directory could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum DataDirError {
-    /// The directory does not exist.
-    #[error("{0} does not exist")]
-    NotFound(PathBuf),
-    /// The path is not a directory.
-    #[error("{0} is not a directory")]
-    NotADirectory(PathBuf),
-    /// The directory has no state database.
-    #[error("{0} does not exist: is the directory a convoy server's data directory (server.data_dir)?")]
-    NoDatabase(PathBuf),
-    /// A database could not be copied (no permission, I/O error, no room in the temporary
-    /// directory).
-    #[error("cannot copy {from} to {to}")]
-    Copy {
-        /// The database.
-        from: PathBuf,
-        /// Where the copy was going.
-        to: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The database changed during every copy (a busy server).
-    #[error("{0} changed while it was being copied, {COPY_ATTEMPTS} times: try again, or stop the server")]
-    Busy(PathBuf),
-    /// The copy of the state could not be opened or read.
-    #[error("reading the copy of {path}")]
-    Store {
-        /// The database.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: StoreError,
-    },
-    /// The copy of the Raft log could not be read, or its entries not applied.
-    #[error("replaying the copy of the raft log {path}")]
-    Log {
-        /// The log's database.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Copies of a live database tried before giving up.
-const COPY_ATTEMPTS: u32 = 5;
-
-/// A temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Copies the file `from` to `to`, again while the file changes during the copy.
-fn copy_steady(from: &Path, to: &Path) -> Result<(), DataDirError> {
-    let copy_err = |source| DataDirError::Copy { from: from.to_path_buf(), to: to.to_path_buf(), source };
-    let stamp = |p: &Path| std::fs::metadata(p).map(|m| (m.len(), m.modified().ok()));
-    for attempt in 1..=COPY_ATTEMPTS {
-        let before = stamp(from).map_err(copy_err)?;
-        std::fs::copy(from, to).map_err(copy_err)?;
-        if stamp(from).map_err(copy_err)? == before {
-            return Ok(());
-        }
-        if attempt < COPY_ATTEMPTS {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
-    Err(DataDirError::Busy(from.to_path_buf()))
-}
-
 /// The scenario of the state in a server's data directory `dir`: its state database
 /// (`convoy.redb`) as the server last committed it durably, with the entries of its Raft log
 /// (`raft.redb`) after that applied as the server applies them when it starts. Both files are
 /// copied to a temporary directory and read there, so the server may be running (its lock and
 /// its files are left alone). `config` is the server's `[scheduler]` section.
 pub fn from_data_dir(dir: &Path, config: &SchedulerConfig, now_ms: i64) -> Result<Scenario, DataDirError> {
-    if !dir.exists() {
-        return Err(DataDirError::NotFound(dir.to_path_buf()));
-    }
-    if !dir.is_dir() {
-        return Err(DataDirError::NotADirectory(dir.to_path_buf()));
-    }
     let db = dir.join("convoy.redb");
-    if !db.is_file() {
-        return Err(DataDirError::NoDatabase(db));
-    }
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let tmp = TempDir(std::env::temp_dir().join(format!("convoy-scenario-{}-{nanos}", std::process::id())));
-    std::fs::create_dir_all(&tmp.0).map_err(|source| DataDirError::Copy {
-        from: db.clone(),
-        to: tmp.0.clone(),
-        source,
-    })?;
+    check_data_dir(dir, &db)?;
+    let tmp = TempDir::new("scenario", &db)?;
     // The state first: the log copied after it holds every entry the state lacks.
     let state_copy = tmp.0.join("convoy.redb");
     copy_steady(&db, &state_copy)?;
@@ -423,7 +334,10 @@ mod tests {
             pool: PoolName::default_pool(),
         };
         let leases = vec![lease(1, "n1"), lease(3, "n1"), lease(2, "n2")];
-        s.apply(Command::Schedule { term: 0, at_ms: 20_000, leases, preemptions: vec![], failures: vec![] }, ctx());
+        s.apply(
+            Command::Schedule { term: 0, at_ms: 20_000, leases, preemptions: vec![], failures: vec![], inputs: None },
+            ctx(),
+        );
         s
     }
 

@@ -5,7 +5,7 @@
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName, RunId};
 use crate::record::{
     EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueueRecord, QueueTreesRecord,
-    QueueUsageRecord,
+    QueueUsageRecord, SchedulerConfigRecord,
 };
 use std::collections::BTreeSet;
 
@@ -112,6 +112,10 @@ pub enum Change {
     PutQueueUsage(QueueUsageRecord),
     /// The tree settings of every queue that has any, replacing the record before.
     PutQueueTrees(QueueTreesRecord),
+    /// The scheduler configuration the leader recorded, replacing the record before.
+    PutSchedulerConfig(Box<SchedulerConfigRecord>),
+    /// The number of the last scheduling cycle recorded with its inputs.
+    PutScheduleCycles(u64),
     /// Records who submitted a job (deleted with its purge).
     PutOwner {
         /// The job.

@@ -45,7 +45,7 @@ impl Command {
             Command::RunEvents { events, .. } => events.len(),
             Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
-            Command::RecordUsage { .. } => 1,
+            Command::RecordUsage { .. } | Command::RecordSchedulerConfig { .. } => 1,
             Command::DeleteQueue { .. }
             | Command::Cancel { job_ids: None, .. }
             | Command::Reprioritize { job_ids: None, .. }

@@ -8,7 +8,7 @@ use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeName, PriorityClassName, Queue, QueueName,
     Requirements, ResourceName, Resources, RunId, SchedulingRequirements,
 };
-use crate::record::{EventRecord, ExecutorRecord, JobRecord};
+use crate::record::{EventRecord, ExecutorRecord, JobRecord, SchedulerConfigRecord};
 use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ pub struct Applied {
 }
 
 /// Settings that shape local indexes but are not replicated (they come from configuration).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StateSettings {
     /// Priority of each configured priority class.
     pub class_priority: HashMap<PriorityClassName, i32>,
@@ -173,6 +173,14 @@ pub struct State {
     /// The queues' usage as the leader last recorded it (`queue_usage_halftime`; see
     /// [`crate::scheduler::usage`]).
     pub(super) queue_usage: QueueUsage,
+    /// The scheduler configuration the leader last recorded (`Command::RecordSchedulerConfig`):
+    /// the one the cycles recorded after it ran with, for replay.
+    pub(super) scheduler_config: Option<SchedulerConfigRecord>,
+    /// The number of the last scheduling cycle recorded with its inputs.
+    pub(super) cycles: u64,
+    /// The index of the last log entry applied (not replicated: the Raft adapter sets it inside
+    /// the same write lock as the apply, so a reader sees the state and its index together).
+    pub(super) applied_index: u64,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
     interned: HashMap<u64, Vec<Requirements>>,
     /// Number of requirement sets in `interned`.
@@ -208,6 +216,9 @@ impl State {
             next_seq: 0,
             max_job_id: None,
             queue_usage: QueueUsage::default(),
+            scheduler_config: None,
+            cycles: 0,
+            applied_index: 0,
             interned: HashMap::new(),
             interned_len: 0,
             trim_interned_at: MIN_TRIM_INTERNED_AT,
@@ -263,13 +274,19 @@ impl State {
             Command::Preempt { queue, job_set, job_ids, reason, at_ms } => {
                 self.preempt(&queue, &job_set, &job_ids, &reason, at_ms, out)
             }
-            Command::Schedule { term, at_ms, leases, preemptions, failures } => {
+            Command::Schedule { term, at_ms, leases, preemptions, failures, inputs } => {
                 if term != ctx.term {
                     return reject(
                         RejectKind::Conflict,
                         None,
                         format!("scheduling decisions of term {term} arrived in term {}: the leader changed", ctx.term),
                     );
+                }
+                if let Some(inputs) = inputs
+                    && inputs.cycle > self.cycles
+                {
+                    self.cycles = inputs.cycle;
+                    out.changes.push(Change::PutScheduleCycles(inputs.cycle));
                 }
                 self.schedule(at_ms, leases, preemptions, failures, out)
             }
@@ -293,6 +310,21 @@ impl State {
                 }
                 self.queue_usage = QueueUsage::from(usage.clone());
                 out.changes.push(Change::PutQueueUsage(usage));
+                Response::Ok
+            }
+            Command::RecordSchedulerConfig { term, config } => {
+                if term != ctx.term {
+                    return reject(
+                        RejectKind::Conflict,
+                        None,
+                        format!(
+                            "a scheduler configuration of term {term} arrived in term {}: the leader changed",
+                            ctx.term
+                        ),
+                    );
+                }
+                self.scheduler_config = Some(config.clone());
+                out.changes.push(Change::PutSchedulerConfig(Box::new(config)));
                 Response::Ok
             }
         }

@@ -6,6 +6,7 @@
 
 use super::machine::{Executor, LiveJob, QueueState, State};
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName, ResourceName, Resources, RunId};
+use crate::record::SchedulerConfigRecord;
 use crate::scheduler::{NodeHealth, QueueUsage};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -168,6 +169,21 @@ impl State {
     /// The queues' usage as the leader last recorded it.
     pub fn queue_usage(&self) -> &QueueUsage {
         &self.queue_usage
+    }
+
+    /// The scheduler configuration the leader last recorded, if any.
+    pub fn scheduler_config(&self) -> Option<&SchedulerConfigRecord> {
+        self.scheduler_config.as_ref()
+    }
+
+    /// The number of the last scheduling cycle recorded with its inputs.
+    pub fn cycles(&self) -> u64 {
+        self.cycles
+    }
+
+    /// The index of the last log entry applied to this state.
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
     }
 
     /// The largest job id ever submitted.

@@ -4,6 +4,7 @@
 
 use super::machine::{Executor, QueueState, State};
 use crate::model::{JobId, JobSetName, Queue, QueueName};
+use crate::record::SchedulerConfigRecord;
 use crate::scheduler::QueueUsage;
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,6 +13,37 @@ impl State {
     pub fn restore_counters(&mut self, next_seq: u64, purges: u64) {
         self.next_seq = next_seq;
         self.purges = purges;
+    }
+
+    /// Puts back the recorded scheduler configuration and the last recorded cycle's number.
+    pub fn restore_scheduling_record(&mut self, config: Option<SchedulerConfigRecord>, cycles: u64) {
+        self.scheduler_config = config;
+        self.cycles = cycles;
+    }
+
+    /// The settings the state was built with.
+    pub fn settings(&self) -> &super::StateSettings {
+        &self.settings
+    }
+
+    /// Changes the settings and orders every queue's queued jobs by them again (replay: a
+    /// recorded configuration whose priority classes differ from the ones the state was loaded
+    /// with).
+    pub fn change_settings(&mut self, settings: super::StateSettings) {
+        self.settings = settings;
+        let mut queues = std::mem::take(&mut self.queues);
+        for qs in queues.values_mut() {
+            let ids: Vec<JobId> = qs.queued.values().copied().collect();
+            qs.queued =
+                ids.into_iter().filter_map(|id| Some((self.queue_key(&self.jobs.get(&id)?.record), id))).collect();
+        }
+        self.queues = queues;
+    }
+
+    /// Sets the index of the last log entry applied: by the Raft adapter after each apply, under
+    /// the same lock, and by the loader from the stored bookkeeping.
+    pub fn set_applied_index(&mut self, index: u64) {
+        self.applied_index = index;
     }
 
     /// Puts back the queues' usage as last recorded.

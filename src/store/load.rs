@@ -5,7 +5,9 @@ use super::codec::decode_row;
 use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
-use crate::record::{ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord};
+use crate::record::{
+    ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
+};
 use crate::state::{Executor, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +25,17 @@ impl Store {
         if let Some(v) = meta.get(QUEUE_USAGE)? {
             let usage: QueueUsageRecord = decode_row(v.value(), || "meta.queue_usage".to_string())?;
             state.restore_queue_usage(usage.into());
+        }
+        let config = match meta.get(SCHEDULER_CONFIG)? {
+            Some(v) => Some(decode_row::<SchedulerConfigRecord>(v.value(), || "meta.scheduler_config".to_string())?),
+            None => None,
+        };
+        let cycles = meta_bytes::<8>(&meta, SCHEDULE_CYCLES)?.map_or(0, u64::from_be_bytes);
+        state.restore_scheduling_record(config, cycles);
+        if let Some(v) = meta.get(RAFT_APPLIED)? {
+            let applied: Option<crate::record::raft::LogIdRecord> =
+                decode_row(v.value(), || "meta.raft_applied".to_string())?;
+            state.set_applied_index(applied.map_or(0, |id| id.index));
         }
         let mut trees = match meta.get(QUEUE_TREE)? {
             Some(v) => decode_row::<QueueTreesRecord>(v.value(), || "meta.queue_tree".to_string())?.queues,

@@ -351,3 +351,58 @@ fn the_queues_usage_survives_a_restart_and_a_snapshot() {
     assert_eq!(*b.load_state(settings()).unwrap().queue_usage(), usage);
     assert_eq!(b.digest().unwrap(), a.digest().unwrap());
 }
+
+#[test]
+fn the_recorded_scheduler_config_and_cycle_number_survive_restart_and_snapshot() {
+    use crate::record::{ScheduleInputsRecord, SchedulerConfigRecord};
+    use crate::state::{ApplyContext, Response};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.redb");
+    let config = SchedulerConfigRecord::of(&crate::scheduler::SchedulerConfig::default());
+    let inputs = ScheduleInputsRecord {
+        cycle: 7,
+        seed: 3,
+        snapshot_index: 2,
+        config_hash: config.hash.clone(),
+        scheduler_version: crate::scheduler::SCHEDULER_VERSION,
+        rate_limits: None,
+    };
+    let schedule = |term| Command::Schedule {
+        term,
+        at_ms: 5,
+        leases: vec![],
+        preemptions: vec![],
+        failures: vec![],
+        inputs: Some(inputs.clone()),
+    };
+    {
+        let a = Store::open(&path).unwrap();
+        let mut state = sample(&a);
+        // A deposed leader's record and cycle are refused and change nothing.
+        let stale =
+            state.apply(Command::RecordSchedulerConfig { term: 0, config: config.clone() }, ApplyContext { term: 2 });
+        assert!(matches!(stale.response, Some(Response::Rejected(_))) && stale.changes.is_empty());
+        let stale = state.apply(schedule(0), ApplyContext { term: 2 });
+        assert!(matches!(stale.response, Some(Response::Rejected(_))));
+        assert_eq!((state.scheduler_config(), state.cycles()), (None, 0));
+        apply_all(
+            &a,
+            &mut state,
+            vec![Command::RecordSchedulerConfig { term: 1, config: config.clone() }, schedule(1)],
+        );
+        assert_eq!((state.scheduler_config(), state.cycles()), (Some(&config), 7));
+    }
+    // Restart: both are loaded back from the database.
+    let a = Store::open(&path).unwrap();
+    let loaded = a.load_state(settings()).unwrap();
+    assert_eq!((loaded.scheduler_config(), loaded.cycles()), (Some(&config), 7));
+    // Snapshot: another member that installs it has the same record, cycle number and digest,
+    // and knows the index it was taken at.
+    set_meta(&a, &raft_meta(4));
+    let b = Store::open(&dir.path().join("b.redb")).unwrap();
+    b.import_stream(&mut MemoryFrames::new(export(&a)), &raft_meta(4), 1000).unwrap();
+    let installed = b.load_state(settings()).unwrap();
+    assert_eq!((installed.scheduler_config(), installed.cycles()), (Some(&config), 7));
+    assert_eq!(installed.applied_index(), 4);
+    assert_eq!(b.digest().unwrap(), a.digest().unwrap());
+}

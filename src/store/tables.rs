@@ -5,7 +5,8 @@ use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
-/// `queue_usage` (bincode `QueueUsageRecord`), `queue_tree` (bincode `QueueTreesRecord`).
+/// `queue_usage` (bincode `QueueUsageRecord`), `queue_tree` (bincode `QueueTreesRecord`),
+/// `scheduler_config` (bincode `SchedulerConfigRecord`), `schedule_cycles` (u64 BE).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
 pub(crate) const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
@@ -62,6 +63,12 @@ pub(crate) const MAX_JOB_ID: &str = "max_job_id";
 pub(crate) const QUEUE_USAGE: &str = "queue_usage";
 /// Meta key of the queue tree (bincode `QueueTreesRecord`; schema 6).
 pub(crate) const QUEUE_TREE: &str = "queue_tree";
+/// Meta key of the scheduler configuration the leader last recorded (bincode
+/// `SchedulerConfigRecord`; schema 10).
+pub(crate) const SCHEDULER_CONFIG: &str = "scheduler_config";
+/// Meta key of the number of the last scheduling cycle recorded with its inputs (u64 BE; schema
+/// 10).
+pub(crate) const SCHEDULE_CYCLES: &str = "schedule_cycles";
 /// Meta key of the last applied Raft log id (`Option<LogIdRecord>`), written with every apply.
 pub const RAFT_APPLIED: &str = "raft_applied";
 /// Meta key of the last applied Raft membership (`StoredMembershipRecord`).

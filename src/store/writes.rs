@@ -158,6 +158,13 @@ fn write_change<'t, 'c>(
         Change::PutQueueTrees(trees) => {
             open(&mut t.meta, tx, META)?.insert(QUEUE_TREE, encode_row("queue tree", trees)?.as_slice())?;
         }
+        Change::PutSchedulerConfig(config) => {
+            let row = encode_row("scheduler config", config.as_ref())?;
+            open(&mut t.meta, tx, META)?.insert(SCHEDULER_CONFIG, row.as_slice())?;
+        }
+        Change::PutScheduleCycles(n) => {
+            open(&mut t.meta, tx, META)?.insert(SCHEDULE_CYCLES, n.to_be_bytes().as_slice())?;
+        }
         Change::IndexRun { run, job } => {
             open(&mut t.run_jobs, tx, RUN_JOBS)?.insert(&run_key(*run), &job_key(*job))?;
         }

@@ -27,6 +27,7 @@ mod quarantine;
 mod queue_ops;
 mod queue_tree;
 mod queue_usage;
+mod replay;
 mod retention;
 mod server_api;
 mod server_auth;

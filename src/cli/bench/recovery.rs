@@ -96,7 +96,7 @@ fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
     };
     let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
     vec![
-        Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![] },
+        Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![], inputs: None },
         Command::RunEvents {
             executor: executor(),
             at_ms: at_ms + 1,

@@ -9,7 +9,7 @@
 
 use super::{
     Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
-    QuarantinePolicyRecord, RunReport, UsageRunReport,
+    QuarantinePolicyRecord, RunReport, ScheduleInputsRecord, SchedulerConfigRecord, UsageRunReport,
 };
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use crate::record::executor::NodeRecord;
@@ -19,7 +19,7 @@ use crate::record::usage::QueueUsageRecord;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// Every command of every log format, in its position: the frozen byte format of [`Command`].
-/// Format: log format 9 (the variant order is the format; log format 1 is the same list without
+/// Format: log format 10 (the variant order is the format; log format 1 is the same list without
 /// [`CommandRecord::PurgeFinished`] (format 3), format 3 without
 /// [`CommandRecord::RunEventsWithFaults`] and [`CommandRecord::LiftQuarantine`] (format 4),
 /// format 4 without [`CommandRecord::RecordUsage`] (format 5), format 5 without
@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize, Serializer};
 /// format 6 without [`CommandRecord::SubmitInNamespaces`] and
 /// [`CommandRecord::RunEventsWithPods`] (format 7), format 7 without
 /// [`CommandRecord::SubmitByOwner`] (format 8), format 8 without
-/// [`CommandRecord::RunEventsWithUsage`] (format 9), so every older command decodes, and encodes
-/// back, unchanged).
+/// [`CommandRecord::RunEventsWithUsage`] (format 9), format 9 without
+/// [`CommandRecord::ScheduleWithInputs`] and [`CommandRecord::RecordSchedulerConfig`] (format 10),
+/// so every older command decodes, and encodes back, unchanged).
 ///
 /// The rest of Convoy builds and applies [`Command`], which reads through it
 /// (`From<CommandRecord> for Command`); only the golden tests, and tests applying an older log's
@@ -291,6 +292,30 @@ pub enum CommandRecord {
         /// When failures of a node quarantine it, and for how long.
         quarantine: QuarantinePolicyRecord,
     },
+    /// A cycle's decisions as [`CommandRecord::Schedule`], with what the cycle ran on beyond the
+    /// state. Log format 10: the leader proposes this instead; older entries read as cycles
+    /// without inputs.
+    ScheduleWithInputs {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// When (ms since the epoch): the `now` the scheduler was given.
+        at_ms: i64,
+        /// Jobs placed on nodes.
+        leases: Vec<NewLease>,
+        /// Running jobs preempted.
+        preemptions: Vec<JobVerdict>,
+        /// Queued jobs failed.
+        failures: Vec<JobVerdict>,
+        /// Seed, applied index, configuration hash, scheduler version, rate-limit buckets.
+        inputs: ScheduleInputsRecord,
+    },
+    /// The scheduler configuration a leader runs its cycles with. Log format 10.
+    RecordSchedulerConfig {
+        /// The term of the leader that records it.
+        term: u64,
+        /// The configuration.
+        config: SchedulerConfigRecord,
+    },
 }
 
 /// The quarantine policy of run events from logs older than format 4, which carried none: off,
@@ -341,7 +366,10 @@ impl From<CommandRecord> for Command {
                 Command::Preempt { queue, job_set, job_ids, reason, at_ms }
             }
             CommandRecord::Schedule { term, at_ms, leases, preemptions, failures } => {
-                Command::Schedule { term, at_ms, leases, preemptions, failures }
+                Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: None }
+            }
+            CommandRecord::ScheduleWithInputs { term, at_ms, leases, preemptions, failures, inputs } => {
+                Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: Some(inputs) }
             }
             CommandRecord::UpsertExecutor { executor, nodes, at_ms } => {
                 Command::UpsertExecutor { executor, nodes, at_ms }
@@ -374,6 +402,7 @@ impl From<CommandRecord> for Command {
                 Command::LiftQuarantine { executor, node, at_ms }
             }
             CommandRecord::RecordUsage { term, usage } => Command::RecordUsage { term, usage },
+            CommandRecord::RecordSchedulerConfig { term, config } => Command::RecordSchedulerConfig { term, config },
         }
     }
 }
@@ -484,6 +513,18 @@ enum CommandRef<'a> {
         max_attempted_runs: u32,
         quarantine: &'a QuarantinePolicyRecord,
     },
+    ScheduleWithInputs {
+        term: u64,
+        at_ms: i64,
+        leases: &'a [NewLease],
+        preemptions: &'a [JobVerdict],
+        failures: &'a [JobVerdict],
+        inputs: &'a ScheduleInputsRecord,
+    },
+    RecordSchedulerConfig {
+        term: u64,
+        config: &'a SchedulerConfigRecord,
+    },
 }
 
 impl<'a> From<&'a Command> for CommandRef<'a> {
@@ -510,8 +551,11 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
             Command::Preempt { queue, job_set, job_ids, reason, at_ms } => {
                 CommandRef::Preempt { queue, job_set, job_ids, reason, at_ms: *at_ms }
             }
-            Command::Schedule { term, at_ms, leases, preemptions, failures } => {
+            Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: None } => {
                 CommandRef::Schedule { term: *term, at_ms: *at_ms, leases, preemptions, failures }
+            }
+            Command::Schedule { term, at_ms, leases, preemptions, failures, inputs: Some(inputs) } => {
+                CommandRef::ScheduleWithInputs { term: *term, at_ms: *at_ms, leases, preemptions, failures, inputs }
             }
             Command::UpsertExecutor { executor, nodes, at_ms } => {
                 CommandRef::UpsertExecutor { executor, nodes, at_ms: *at_ms }
@@ -535,6 +579,9 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
                 CommandRef::LiftQuarantine { executor, node, at_ms: *at_ms }
             }
             Command::RecordUsage { term, usage } => CommandRef::RecordUsage { term: *term, usage },
+            Command::RecordSchedulerConfig { term, config } => {
+                CommandRef::RecordSchedulerConfig { term: *term, config }
+            }
         }
     }
 }

@@ -269,7 +269,7 @@ fn fair_share(s: &Snapshot, cfg: &SchedulerConfig, base: &Decisions, job: &JobIn
 }
 
 /// What runs on each node, by (executor, node): one pass over the running jobs.
-fn held_by_node(s: &Snapshot) -> HashMap<(&str, &str), Resources> {
+pub(super) fn held_by_node(s: &Snapshot) -> HashMap<(&str, &str), Resources> {
     let mut held: HashMap<(&str, &str), Resources> = HashMap::default();
     for r in &s.running {
         held.entry((r.executor.as_str(), r.node.as_str())).or_default().add(&r.job.requirements.requests);
@@ -278,7 +278,7 @@ fn held_by_node(s: &Snapshot) -> HashMap<(&str, &str), Resources> {
 }
 
 /// What is free on a node now: allocatable, less what is not allocatable and what runs there.
-fn free_on(node: &Node, held: &HashMap<(&str, &str), Resources>) -> Resources {
+pub(super) fn free_on(node: &Node, held: &HashMap<(&str, &str), Resources>) -> Resources {
     let mut free = node.allocatable.clone();
     free.sub(&node.unallocatable);
     if let Some(h) = held.get(&(node.executor.as_str(), node.name.as_str())) {

@@ -13,6 +13,7 @@
 
 mod conditions;
 mod estimate;
+mod nodes;
 #[cfg(test)]
 mod tests;
 
@@ -25,6 +26,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 pub use estimate::{EndBasis, Estimate, RunEnd};
+pub use nodes::{NodeVerdict, Verdict, node_verdicts};
 
 /// Scheduler runs one question may cost at most (the conditions, their union, the estimate's
 /// bisection), so that a why stays cheap beside a cycle.

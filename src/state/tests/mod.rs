@@ -79,6 +79,7 @@ fn lease(s: &mut State, job: u128, run: u128, term: u64, ctx_term: u64) -> Appli
             }],
             preemptions: vec![],
             failures: vec![],
+            inputs: None,
         },
         ApplyContext { term: ctx_term },
     )
@@ -634,4 +635,23 @@ fn a_final_event_keeps_what_the_run_used_and_others_do_not() {
     // An end without usage (a runtime that cannot tell) is an end all the same.
     let a = with_usage(&mut s, 200, 2, RunEventKind::Failed, None);
     assert_eq!((events(&a), usage_of(&a)), (vec![EventKind::Failed], vec![]));
+}
+
+#[test]
+fn other_priority_classes_reorder_the_queued_jobs() {
+    // Replay may run a cycle under a recorded configuration whose classes rank otherwise than the
+    // ones the state was built with: the queue's order follows the new ranks.
+    let mut s = state();
+    let mut low = new_job(1, None, "1");
+    low.priority_class = PriorityClassName::new("preemptible").unwrap();
+    submit(&mut s, vec![low, new_job(2, None, "1")]);
+    let order = |s: &State| s.queues[&q("A")].queued.values().map(|id| id.as_u128()).collect::<Vec<_>>();
+    assert_eq!(order(&s), vec![2, 1], "default (30000) before preemptible (20000)");
+    let mut cfg = SchedulerConfig::default();
+    for pc in &mut cfg.priority_classes {
+        pc.priority = if pc.name.as_str() == "preemptible" { 40_000 } else { 10_000 };
+    }
+    s.change_settings(StateSettings::from_config(&cfg));
+    assert_eq!(order(&s), vec![1, 2]);
+    assert_eq!(*s.settings(), StateSettings::from_config(&cfg));
 }

@@ -80,6 +80,7 @@ fn a_job_is_indexed_once_when_it_leaves_memory_at_the_time_of_that_command() {
             leases: vec![],
             preemptions: vec![],
             failures: vec![JobVerdict { job_id: JobId::from_u128(4), reason: "gang".into() }],
+            inputs: None,
         },
         ApplyContext::default(),
     );

@@ -84,6 +84,7 @@ pub(super) fn sample(store: &Store) -> State {
                 }],
                 preemptions: vec![],
                 failures: vec![],
+                inputs: None,
             },
             Command::Cancel {
                 queue: q,

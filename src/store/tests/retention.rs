@@ -83,7 +83,8 @@ fn run_to_success(store: &Store, state: &mut State, n: u128, at_ms: i64) {
         node: NodeName::new("n1").unwrap(),
         pool: PoolName::default_pool(),
     };
-    let schedule = Command::Schedule { term: 1, at_ms, leases: vec![lease], preemptions: vec![], failures: vec![] };
+    let schedule =
+        Command::Schedule { term: 1, at_ms, leases: vec![lease], preemptions: vec![], failures: vec![], inputs: None };
     apply(store, state, schedule);
     let report = |kind| RunReport {
         run_id: RunId::from_u128(n),
