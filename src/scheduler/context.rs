@@ -9,8 +9,9 @@
 
 use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJob, Fate, GangIndex, JobFacts, Origin};
+use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
+use super::node_types::NodeTypes;
 use super::nodedb::NodeDb;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
@@ -32,11 +33,11 @@ pub(super) struct PoolCycle<'a> {
     /// Set once [`super::build`] is done with the view.
     view_built: bool,
     /// Node types each constraint may use, computed the first time it is asked for.
-    pub matching_types: Vec<Option<Vec<u32>>>,
+    matching_types: Vec<Option<Vec<u32>>>,
     /// Who occupies each node at which priority level, and what is free there.
     pub db: NodeDb,
     /// The jobs taking part: the running ones first, then queued ones as they are offered.
-    pub jobs: Vec<CycleJob<'a>>,
+    pub jobs: CycleJobs<'a>,
     /// The pool's queues, in name order.
     pub queues: Vec<CycleQueue<'a>>,
     /// What the cycle changed: each job's fate, the undo log, the allocation log, cached
@@ -48,10 +49,6 @@ pub(super) struct PoolCycle<'a> {
     pub eviction_nodes: Vec<bool>,
     /// Evict-and-refill rounds after the first fill.
     pub rebalances: usize,
-    /// Jobs `0..running_count` are the ones running at the start.
-    pub running_count: usize,
-    /// Why no more jobs start in this cycle, once the global rate limit ran dry.
-    pub global_rate_stopped: Option<Arc<Reason>>,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
     pub returns: ReturnWalk,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
@@ -70,14 +67,12 @@ impl<'a> PoolCycle<'a> {
             view_built: false,
             matching_types: vec![],
             db: NodeDb::new(vec![], &[], 0, &[], 1),
-            jobs: vec![],
+            jobs: CycleJobs::default(),
             queues,
             ledger: Ledger::default(),
             gangs: GangIndex::default(),
             eviction_nodes: vec![],
             rebalances: 0,
-            running_count: 0,
-            global_rate_stopped: None,
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
@@ -106,6 +101,13 @@ impl<'a> PoolCycle<'a> {
         &mut self.view
     }
 
+    /// Sets the pool's node types (while the cycle is built); no constraint's matching types are
+    /// known yet.
+    pub(super) fn set_node_types(&mut self, types: NodeTypes) {
+        self.matching_types = vec![None; self.view.constraints.len()];
+        self.view_while_building().set_node_types(types);
+    }
+
     /// Marks the view as built: from here on the steps only read it.
     pub(super) fn view_is_built(&mut self) {
         self.view_built = true;
@@ -115,7 +117,7 @@ impl<'a> PoolCycle<'a> {
     pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
         let (class, pc) = (src.class, src.priority_class);
         let p = &self.view().priority_classes[pc as usize];
-        self.jobs.push(CycleJob {
+        let j = self.jobs.push(CycleJob {
             info,
             id: src.id,
             priority: src.priority,
@@ -129,7 +131,13 @@ impl<'a> PoolCycle<'a> {
             origin,
         });
         self.ledger.add_job(Fate::at_start(origin));
-        (self.jobs.len() - 1) as u32
+        j
+    }
+
+    /// Room for `n` more jobs and their fates.
+    pub(super) fn reserve_jobs(&mut self, n: usize) {
+        self.jobs.reserve(n);
+        self.ledger.reserve(n);
     }
 
     /// Place of a queued job in its queue's order.

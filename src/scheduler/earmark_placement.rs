@@ -125,12 +125,14 @@ impl PoolCycle<'_> {
         if !self.view().earmarks.active() {
             return;
         }
-        let lost: Vec<u32> = (0..self.running_count as u32)
+        let lost: Vec<u32> = self
+            .jobs
+            .running()
             .filter(|&j| self.ledger.status(j) == Status::Evicted && self.jobs[j as usize].origin != Origin::Queued)
             .collect();
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
-        for j in self.running_count as u32..self.jobs.len() as u32 {
+        for j in self.jobs.queued() {
             let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
             let waits_for_room = fate.status == Status::Waiting
                 && matches!(

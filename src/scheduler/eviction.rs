@@ -56,7 +56,9 @@ impl PoolCycle<'_> {
     /// count as demand.
     fn adjusted_shares_now(&self) -> Vec<f64> {
         let mut demand: Vec<super::resvec::ResVec> = self.queues.iter().map(|q| q.demand.clone()).collect();
-        let gone = (0..self.running_count as u32)
+        let gone = self
+            .jobs
+            .running()
             .filter(|&j| matches!(self.ledger.status(j), Status::Evicted | Status::Preempted))
             .chain(self.ledger.failed().iter().copied().filter(|&j| self.ledger.status(j) == Status::Failed));
         for j in gone {
@@ -156,7 +158,7 @@ impl PoolCycle<'_> {
         self.rebalances += 1;
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
-        for j in self.running_count as u32..self.jobs.len() as u32 {
+        for j in self.jobs.queued() {
             let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
             let waiting = fate.status == Status::Waiting
                 && matches!(

@@ -150,7 +150,7 @@ impl<'a> PoolCycle<'a> {
             return None;
         }
         let pos = self.peek_queued(q)?;
-        let stop = match &self.global_rate_stopped {
+        let stop = match self.ledger.rate_stop() {
             Some(r) => r.clone(),
             None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
                 queue: self.queues[q as usize].name.clone(),
@@ -166,8 +166,8 @@ impl<'a> PoolCycle<'a> {
 
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
     pub(super) fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
-        if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
+        if self.ledger.rate_stop().is_none() && rate.global_exhausted() {
+            self.ledger.stop_for_rate(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
         let lookback =
             if self.view().cfg.max_queue_lookback == 0 { usize::MAX } else { self.view().cfg.max_queue_lookback };

@@ -75,7 +75,7 @@ impl PoolCycle<'_> {
             qc.queued_stopped = true;
             qc.note = Some(reason.clone());
             if scope == super::rate_limit::RateScope::Global {
-                self.global_rate_stopped = Some(reason);
+                self.ledger.stop_for_rate(reason);
             }
             return;
         }
