@@ -13,6 +13,7 @@ use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
 use super::node_types::NodeTypes;
 use super::nodedb::NodeDb;
+use super::outcome::Outcome;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
 use super::queue_order::CycleOrderKey;
@@ -113,6 +114,19 @@ impl<'a> PoolCycle<'a> {
         self.view_built = true;
     }
 
+    /// The finished cycle, read by the outcome step.
+    pub(super) fn outcome(&self) -> Outcome<'_, 'a> {
+        Outcome {
+            view: &self.view,
+            jobs: &self.jobs,
+            ledger: &self.ledger,
+            queues: &self.queues,
+            gangs: &self.gangs,
+            tree: self.tree.as_deref(),
+            policy: self.policy.as_deref(),
+        }
+    }
+
     /// Adds a job to the cycle and returns its index.
     pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
         let (class, pc) = (src.class, src.priority_class);
@@ -147,12 +161,9 @@ impl<'a> PoolCycle<'a> {
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the
     /// known part).
+    #[inline]
     pub(super) fn req(&self, j: u32) -> ResVec {
-        let job = &self.jobs[j as usize];
-        match &self.view().classes[job.class as usize].dense {
-            Ok(v) => v.clone(),
-            Err(_) => self.view().layout.dense_lossy(&job.info.requirements.requests),
-        }
+        self.view.job_req(&self.jobs[j as usize])
     }
 
     /// Every member (running or offered this cycle) of a gang.

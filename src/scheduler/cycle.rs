@@ -62,9 +62,9 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
             }
         }
         if let Some(u) = usage.as_mut() {
-            u.pools.insert(pool.clone(), cycle.usage_record());
+            u.pools.insert(pool.clone(), cycle.outcome().usage_record());
         }
-        cycle.finish(&mut decisions, &mut done);
+        cycle.outcome().finish(&mut decisions, &mut done);
     }
     // Queued jobs no pool could take at all.
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();

@@ -1,14 +1,15 @@
 //! The cycle's steps on earmarked nodes ([`super::earmark`] holds the rules and the pool's
 //! earmarks): the level at which a guest is freed, the node types a job may use, placement (home
 //! nodes, then open ones, then others' as a guest), the reason a job barred from earmarked nodes
-//! waits, the refill after filling, and who took the room of a job that could not return.
+//! waits, and the refill after filling. Who took the room of a job that could not return, and
+//! what each queue holds at home and as a guest, are the outcome's ([`super::outcome`]).
 
 use super::context::PoolCycle;
 use super::decisions::Reason;
 use super::earmark::Access;
 use super::job::{Origin, Status};
 use super::rate_limit::RateLimits;
-use super::resvec::{ResVec, add_to};
+use super::resvec::ResVec;
 
 impl PoolCycle<'_> {
     /// True if job `j` is preemptible.
@@ -161,47 +162,5 @@ impl PoolCycle<'_> {
             q.retry_pos = 0;
         }
         self.fill(rate);
-    }
-
-    /// In a pool with earmarked nodes, who took the room of running job `j`, evicted and unable to
-    /// return, when no chain of displacements says: room it held was given up in the cycle (by
-    /// the withdrawn placement of a job that had displaced it) and then taken, without displacing
-    /// anyone, by jobs placed on its node — on an earmarked node, for a guest, by jobs at home
-    /// there first. The latest such job, jobs at home preferred.
-    pub(super) fn earmark_taker(&self, j: u32) -> Option<u32> {
-        if !self.view().earmarks.active() {
-            return None;
-        }
-        let n = self.ledger.fate(j).node?;
-        let guest = self.view().earmarks.is_guest(n, self.jobs[j as usize].queue);
-        let placed_here = |x: u32| {
-            let fate = self.ledger.fate(x);
-            matches!(fate.status, Status::Placed | Status::Returned) && fate.node == Some(n)
-        };
-        let latest = |home: bool| {
-            (0..self.jobs.len() as u32)
-                .rev()
-                .find(|&x| placed_here(x) && (!home || self.view().earmarks.is_home(n, self.jobs[x as usize].queue)))
-        };
-        if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
-    }
-
-    /// Per queue, what its jobs hold at the end of the cycle on nodes earmarked for it (home) and
-    /// on nodes earmarked for others (guest). Empty when the pool has no earmarked nodes.
-    pub(super) fn earmarked_allocation(&self) -> Vec<(ResVec, ResVec)> {
-        if !self.view().earmarks.active() {
-            return Vec::new();
-        }
-        let mut out = vec![(self.view().layout.zero(), self.view().layout.zero()); self.queues.len()];
-        for (j, (job, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
-            let Some(n) = fate.node.filter(|_| fate.scheduled()) else { continue };
-            let q = job.queue;
-            if self.view().earmarks.is_home(n, q) {
-                add_to(&mut out[q as usize].0, &self.req(j as u32));
-            } else if self.view().earmarks.is_guest(n, q) {
-                add_to(&mut out[q as usize].1, &self.req(j as u32));
-            }
-        }
-        out
     }
 }

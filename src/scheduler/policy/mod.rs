@@ -130,24 +130,6 @@ impl<'a> PoolCycle<'a> {
         Some(1)
     }
 
-    /// Why the pool's policy preempted job `j`, if it did: in a `priority` pool, for `by`, the
-    /// job that finally took its place (judged at the end of the cycle, so trials of a gang that
-    /// were rolled back leave no trace); in a `proportional` pool, its queue's target.
-    pub(super) fn policy_preemption(&self, j: u32, by: Option<u32>) -> Option<PreemptionReason> {
-        let st = self.policy.as_ref()?;
-        match st.policy {
-            PoolPolicy::Priority => by.map(|b| {
-                let b = &self.jobs[b as usize];
-                PreemptionReason::JobPriority {
-                    by: b.id,
-                    by_priority: b.priority,
-                    priority: self.jobs[j as usize].priority,
-                }
-            }),
-            _ => st.preempted.get(&j).cloned(),
-        }
-    }
-
     /// `priority` with preemption: the node where job `j` fits after preempting running jobs of
     /// its line with a strictly higher priority number whose class is preemptible, and those
     /// victims. On each node victims go lowest priority first, then latest started, then newest
