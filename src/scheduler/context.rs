@@ -8,6 +8,7 @@
 //! [`super::gang`], [`super::outcome`], ...), so each step can be read on its own.
 
 use super::decisions::Reason;
+use super::eviction::{Eviction, EvictionRounds};
 use super::hierarchy::Hierarchy;
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
@@ -46,12 +47,10 @@ pub(super) struct PoolCycle<'a> {
     pub ledger: Ledger,
     /// The gangs' members, running and offered in this cycle.
     pub gangs: GangIndex<'a>,
-    /// Nodes drawn for fair-share eviction this cycle.
-    pub eviction_nodes: Vec<bool>,
-    /// Evict-and-refill rounds after the first fill.
-    pub rebalances: usize,
+    /// What fair-share eviction keeps from one round to the next.
+    eviction: EvictionRounds,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
-    pub returns: ReturnWalk,
+    returns: ReturnWalk,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<Hierarchy>>,
@@ -72,8 +71,7 @@ impl<'a> PoolCycle<'a> {
             queues,
             ledger: Ledger::default(),
             gangs: GangIndex::default(),
-            eviction_nodes: vec![],
-            rebalances: 0,
+            eviction: EvictionRounds::default(),
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
@@ -125,6 +123,30 @@ impl<'a> PoolCycle<'a> {
             tree: self.tree.as_deref(),
             policy: self.policy.as_deref(),
         }
+    }
+
+    /// The cycle lent to fair-share eviction: it reads the pool, the jobs, their gangs and the
+    /// queue tree, and changes the queues, the node db, the return order and the ledger.
+    pub(super) fn eviction(&mut self) -> Eviction<'_, 'a> {
+        Eviction {
+            view: &self.view,
+            jobs: &self.jobs,
+            gangs: &self.gangs,
+            tree: self.tree.as_deref(),
+            queues: &mut self.queues,
+            db: &mut self.db,
+            returns: &mut self.returns,
+            ledger: &mut self.ledger,
+            rounds: &mut self.eviction,
+        }
+    }
+
+    /// The node where a job needing `req` on nodes of `types` takes the places of the evicted
+    /// jobs freed at eviction level `level` that would return last
+    /// ([`super::return_walk::ReturnWalk::fair_share_node`]).
+    pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
+        debug_assert!(self.view.levels.is_eviction_level(level));
+        self.returns.fair_share_node(&self.db, self.ledger.fates(), self.ledger.recording(), level, types, req)
     }
 
     /// Adds a job to the cycle and returns its index.

@@ -48,7 +48,7 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
         let policy = cfg.pools.get(pool);
         match policy.map(|p| p.policy).unwrap_or_default() {
             PoolPolicy::FairShare => {
-                cycle.evict(&mut rng);
+                cycle.eviction().evict(&mut rng);
                 cycle.fill(&mut rate);
                 cycle.refill_earmarked(&mut rate);
             }

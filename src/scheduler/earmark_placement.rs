@@ -17,21 +17,10 @@ impl PoolCycle<'_> {
         self.view().priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
     }
 
-    /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
-    /// class; anyone else's as its priority (and eviction) says.
+    /// The level at which job `j` is freed on node `n` ([`super::view::PoolView::freed_at`]).
     #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
-        let job = &self.jobs[j as usize];
-        if let Some(g) = self.view().levels.guest_level()
-            && self.view().earmarks.is_guest(n, job.queue)
-        {
-            return g;
-        }
-        if evicted {
-            self.view().levels.evicted_freed_at(job.priority_level as usize)
-        } else {
-            self.view().levels.running_freed_at(job.priority_level as usize)
-        }
+        self.view().freed_at(&self.jobs[j as usize], n, evicted)
     }
 
     /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why

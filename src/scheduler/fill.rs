@@ -56,7 +56,7 @@ impl<'a> PoolCycle<'a> {
         loop {
             if self.tree.is_some() {
                 self.fill_tree(rate);
-                if !self.rebalance() {
+                if !self.eviction().rebalance() {
                     break;
                 }
                 continue;
@@ -76,7 +76,7 @@ impl<'a> PoolCycle<'a> {
                     heap.push(t);
                 }
             }
-            if !self.rebalance() {
+            if !self.eviction().rebalance() {
                 break;
             }
         }

@@ -7,7 +7,6 @@ use super::context::PoolCycle;
 use super::hierarchy::{FULL_PICKS, Hierarchy};
 use super::queue::Turn;
 use super::rate_limit::RateLimits;
-use super::resvec::ResVec;
 
 impl<'a> PoolCycle<'a> {
     /// Builds the queue tree even for flat queues (tests: the tree's path must then decide as
@@ -32,15 +31,6 @@ impl<'a> PoolCycle<'a> {
             q.overshare = q.actual_share - q.adjusted_fair_share;
         }
         self.tree = Some(tree);
-    }
-
-    /// Adjusted fair shares through the tree for the given demand of each queue.
-    pub(super) fn tree_adjusted_shares(&self, demand: &[ResVec]) -> Option<Vec<f64>> {
-        let tree = self.tree.as_deref()?;
-        let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
-        let demands: Vec<f64> = demand.iter().map(|d| self.view().cost.share(d)).collect();
-        let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        Some(tree.shares(&weights, &demands, &active).1)
     }
 
     /// Progressive filling through the tree: pick a leaf level by level, attempt its candidate,

@@ -84,6 +84,22 @@ impl<'a> PoolView<'a> {
         }
     }
 
+    /// The level at which `job` is freed on node `n`: a guest's at the guest level, whatever its
+    /// class; anyone else's as its priority (and eviction) says.
+    #[inline]
+    pub(super) fn freed_at(&self, job: &CycleJob<'_>, n: u32, evicted: bool) -> u8 {
+        if let Some(g) = self.levels.guest_level()
+            && self.earmarks.is_guest(n, job.queue)
+        {
+            return g;
+        }
+        if evicted {
+            self.levels.evicted_freed_at(job.priority_level as usize)
+        } else {
+            self.levels.running_freed_at(job.priority_level as usize)
+        }
+    }
+
     /// Priority of the pool's default priority class (0 if it has none).
     pub(super) fn default_priority(&self) -> i32 {
         self.priority_classes.get(self.default_priority_class as usize).map_or(0, |p| p.priority)
