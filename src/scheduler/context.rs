@@ -9,6 +9,7 @@
 
 use super::decisions::Reason;
 use super::eviction::{Eviction, EvictionRounds};
+use super::gang_domains::GangDomains;
 use super::hierarchy::Hierarchy;
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
@@ -139,6 +140,12 @@ impl<'a> PoolCycle<'a> {
             ledger: &mut self.ledger,
             rounds: &mut self.eviction,
         }
+    }
+
+    /// The pool as a gang's placement reads it, to choose and rank domains.
+    #[inline]
+    pub(super) fn gang_domains(&self) -> GangDomains<'_, 'a> {
+        GangDomains { view: &self.view, jobs: &self.jobs, db: &self.db }
     }
 
     /// The node where a job needing `req` on nodes of `types` takes the places of the evicted

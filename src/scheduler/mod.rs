@@ -55,6 +55,7 @@ pub mod fairness;
 pub(crate) mod fill;
 pub(crate) mod fill_tree;
 pub(crate) mod gang;
+pub(crate) mod gang_domains;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
 pub(crate) mod ledger;
