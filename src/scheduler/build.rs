@@ -107,7 +107,7 @@ impl<'a> PoolCycle<'a> {
             let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
-                self.gangs.add_running(q, g.id.as_str(), j);
+                self.add_running_member(q, g.id.as_str(), j);
             }
             running.push((j, node));
         }

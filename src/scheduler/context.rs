@@ -3,9 +3,11 @@
 //! so far (the jobs taking part, [`super::job`]; the queues, [`super::queue`]; the node db; the
 //! queue tree, the policy's state) and the ledger of what the cycle changed ([`super::ledger`]).
 //!
-//! The data it holds lives below it; the steps that operate on it sit above it
-//! ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
-//! [`super::gang`], [`super::outcome`], ...), so each step can be read on its own.
+//! Steps that use only some of it are objects below it, which borrow just those parts: the cycle
+//! lends them by split borrows ([`PoolCycle::eviction`], [`PoolCycle::outcome`],
+//! [`PoolCycle::gang_domains`]). The steps that place jobs, and so touch nearly all of it, sit
+//! above it as `impl PoolCycle` blocks ([`super::build`], [`super::fill`],
+//! [`super::placement`], [`super::gang`], ...), so each step can be read on its own.
 
 use super::decisions::Reason;
 use super::eviction::{Eviction, EvictionRounds};
@@ -47,7 +49,7 @@ pub(super) struct PoolCycle<'a> {
     /// verdicts, the round's tallies.
     pub ledger: Ledger,
     /// The gangs' members, running and offered in this cycle.
-    pub gangs: GangIndex<'a>,
+    gangs: GangIndex<'a>,
     /// What fair-share eviction keeps from one round to the next.
     eviction: EvictionRounds,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
@@ -193,6 +195,16 @@ impl<'a> PoolCycle<'a> {
     #[inline]
     pub(super) fn req(&self, j: u32) -> ResVec {
         self.view.job_req(&self.jobs[j as usize])
+    }
+
+    /// Records running job `j` as a member of gang `id` of queue `q`.
+    pub(super) fn add_running_member(&mut self, q: u32, id: &'a str, j: u32) {
+        self.gangs.add_running(q, id, j);
+    }
+
+    /// Records the members of queued gang `id` of queue `q` offered in this cycle.
+    pub(super) fn set_offered_gang(&mut self, q: u32, id: &'a str, members: Vec<u32>) {
+        self.gangs.set_offered(q, id, members);
     }
 
     /// Every member (running or offered this cycle) of a gang.

@@ -265,7 +265,7 @@ impl<'a> PoolCycle<'a> {
             })
             .collect();
         if let Some(g) = gang {
-            self.gangs.set_offered(q, g.id.as_str(), members.to_vec());
+            self.set_offered_gang(q, g.id.as_str(), members.to_vec());
         }
         members
     }
