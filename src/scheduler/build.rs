@@ -80,12 +80,11 @@ impl<'a> PoolCycle<'a> {
 
         let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
         let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
-        cycle.jobs.reserve(expected);
-        cycle.ledger.reserve(expected);
+        cycle.reserve_jobs(expected);
 
         cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
         cycle.place_running(running);
-        cycle.running_count = cycle.jobs.len();
+        cycle.jobs.running_added();
         cycle.compute_shares();
         cycle.compute_limits();
         cycle.view_is_built();
@@ -108,7 +107,7 @@ impl<'a> PoolCycle<'a> {
             let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if let Some(g) = &r.job.gang {
-                self.gangs.add_running(q, g.id.as_str(), j);
+                self.add_running_member(q, g.id.as_str(), j);
             }
             running.push((j, node));
         }
@@ -202,7 +201,7 @@ impl<'a> PoolCycle<'a> {
         for c in &self.view().constraints {
             spec.add_constraints(c.reqs);
         }
-        for j in &self.jobs {
+        for j in self.jobs.iter() {
             if let Some(l) = j.info.gang.as_ref().and_then(|g| g.node_uniformity_label.as_deref()) {
                 spec.add_full(l);
             }
@@ -220,9 +219,8 @@ impl<'a> PoolCycle<'a> {
         } else {
             self.view().nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        self.matching_types = vec![None; self.view().constraints.len()];
         let types = NodeTypes::build(&self.view().nodes, &spec, &in_quarantine);
-        self.view_while_building().set_node_types(types);
+        self.set_node_types(types);
         let key_slots: Vec<Option<usize>> =
             self.view().cfg.indexed_resources.iter().map(|r| self.view().layout.slot(r.as_str())).collect();
         self.db = NodeDb::new(

@@ -3,15 +3,21 @@
 //! so far (the jobs taking part, [`super::job`]; the queues, [`super::queue`]; the node db; the
 //! queue tree, the policy's state) and the ledger of what the cycle changed ([`super::ledger`]).
 //!
-//! The data it holds lives below it; the steps that operate on it sit above it
-//! ([`super::build`], [`super::eviction`], [`super::fill`], [`super::placement`],
-//! [`super::gang`], [`super::outcome`], ...), so each step can be read on its own.
+//! Steps that use only some of it are objects below it, which borrow just those parts: the cycle
+//! lends them by split borrows ([`PoolCycle::eviction`], [`PoolCycle::outcome`],
+//! [`PoolCycle::gang_domains`]). The steps that place jobs, and so touch nearly all of it, sit
+//! above it as `impl PoolCycle` blocks ([`super::build`], [`super::fill`],
+//! [`super::placement`], [`super::gang`], ...), so each step can be read on its own.
 
 use super::decisions::Reason;
+use super::eviction::{Eviction, EvictionRounds};
+use super::gang_domains::GangDomains;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJob, Fate, GangIndex, JobFacts, Origin};
+use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
+use super::node_types::NodeTypes;
 use super::nodedb::NodeDb;
+use super::outcome::Outcome;
 use super::policy_state::PolicyState;
 use super::queue::CycleQueue;
 use super::queue_order::CycleOrderKey;
@@ -32,28 +38,22 @@ pub(super) struct PoolCycle<'a> {
     /// Set once [`super::build`] is done with the view.
     view_built: bool,
     /// Node types each constraint may use, computed the first time it is asked for.
-    pub matching_types: Vec<Option<Vec<u32>>>,
+    matching_types: Vec<Option<Vec<u32>>>,
     /// Who occupies each node at which priority level, and what is free there.
     pub db: NodeDb,
     /// The jobs taking part: the running ones first, then queued ones as they are offered.
-    pub jobs: Vec<CycleJob<'a>>,
+    pub jobs: CycleJobs<'a>,
     /// The pool's queues, in name order.
     pub queues: Vec<CycleQueue<'a>>,
     /// What the cycle changed: each job's fate, the undo log, the allocation log, cached
     /// verdicts, the round's tallies.
     pub ledger: Ledger,
     /// The gangs' members, running and offered in this cycle.
-    pub gangs: GangIndex<'a>,
-    /// Nodes drawn for fair-share eviction this cycle.
-    pub eviction_nodes: Vec<bool>,
-    /// Evict-and-refill rounds after the first fill.
-    pub rebalances: usize,
-    /// Jobs `0..running_count` are the ones running at the start.
-    pub running_count: usize,
-    /// Why no more jobs start in this cycle, once the global rate limit ran dry.
-    pub global_rate_stopped: Option<Arc<Reason>>,
+    gangs: GangIndex<'a>,
+    /// What fair-share eviction keeps from one round to the next.
+    eviction: EvictionRounds,
     /// The evicted jobs, last to return first ([`super::return_order`], [`super::return_walk`]).
-    pub returns: ReturnWalk,
+    returns: ReturnWalk,
     /// The queue tree, when some queue of the snapshot uses one (none: flat queues, Armada's
     /// path).
     pub tree: Option<Box<Hierarchy>>,
@@ -70,14 +70,11 @@ impl<'a> PoolCycle<'a> {
             view_built: false,
             matching_types: vec![],
             db: NodeDb::new(vec![], &[], 0, &[], 1),
-            jobs: vec![],
+            jobs: CycleJobs::default(),
             queues,
             ledger: Ledger::default(),
             gangs: GangIndex::default(),
-            eviction_nodes: vec![],
-            rebalances: 0,
-            running_count: 0,
-            global_rate_stopped: None,
+            eviction: EvictionRounds::default(),
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
@@ -106,16 +103,66 @@ impl<'a> PoolCycle<'a> {
         &mut self.view
     }
 
+    /// Sets the pool's node types (while the cycle is built); no constraint's matching types are
+    /// known yet.
+    pub(super) fn set_node_types(&mut self, types: NodeTypes) {
+        self.matching_types = vec![None; self.view.constraints.len()];
+        self.view_while_building().set_node_types(types);
+    }
+
     /// Marks the view as built: from here on the steps only read it.
     pub(super) fn view_is_built(&mut self) {
         self.view_built = true;
+    }
+
+    /// The finished cycle, read by the outcome step.
+    pub(super) fn outcome(&self) -> Outcome<'_, 'a> {
+        Outcome {
+            view: &self.view,
+            jobs: &self.jobs,
+            ledger: &self.ledger,
+            queues: &self.queues,
+            gangs: &self.gangs,
+            tree: self.tree.as_deref(),
+            policy: self.policy.as_deref(),
+        }
+    }
+
+    /// The cycle lent to fair-share eviction: it reads the pool, the jobs, their gangs and the
+    /// queue tree, and changes the queues, the node db, the return order and the ledger.
+    pub(super) fn eviction(&mut self) -> Eviction<'_, 'a> {
+        Eviction {
+            view: &self.view,
+            jobs: &self.jobs,
+            gangs: &self.gangs,
+            tree: self.tree.as_deref(),
+            queues: &mut self.queues,
+            db: &mut self.db,
+            returns: &mut self.returns,
+            ledger: &mut self.ledger,
+            rounds: &mut self.eviction,
+        }
+    }
+
+    /// The pool as a gang's placement reads it, to choose and rank domains.
+    #[inline]
+    pub(super) fn gang_domains(&self) -> GangDomains<'_, 'a> {
+        GangDomains { view: &self.view, jobs: &self.jobs, db: &self.db }
+    }
+
+    /// The node where a job needing `req` on nodes of `types` takes the places of the evicted
+    /// jobs freed at eviction level `level` that would return last
+    /// ([`super::return_walk::ReturnWalk::fair_share_node`]).
+    pub(super) fn fair_share_node(&mut self, level: u8, types: &[u32], req: &ResVec) -> Option<u32> {
+        debug_assert!(self.view.levels.is_eviction_level(level));
+        self.returns.fair_share_node(&self.db, self.ledger.fates(), self.ledger.recording(), level, types, req)
     }
 
     /// Adds a job to the cycle and returns its index.
     pub(super) fn new_job(&mut self, src: &JobFacts, info: &'a Arc<JobInfo>, queue: u32, origin: Origin) -> u32 {
         let (class, pc) = (src.class, src.priority_class);
         let p = &self.view().priority_classes[pc as usize];
-        self.jobs.push(CycleJob {
+        let j = self.jobs.push(CycleJob {
             info,
             id: src.id,
             priority: src.priority,
@@ -129,7 +176,13 @@ impl<'a> PoolCycle<'a> {
             origin,
         });
         self.ledger.add_job(Fate::at_start(origin));
-        (self.jobs.len() - 1) as u32
+        j
+    }
+
+    /// Room for `n` more jobs and their fates.
+    pub(super) fn reserve_jobs(&mut self, n: usize) {
+        self.jobs.reserve(n);
+        self.ledger.reserve(n);
     }
 
     /// Place of a queued job in its queue's order.
@@ -139,12 +192,19 @@ impl<'a> PoolCycle<'a> {
 
     /// Dense requests of a job (running jobs with resources the pool no longer knows keep the
     /// known part).
+    #[inline]
     pub(super) fn req(&self, j: u32) -> ResVec {
-        let job = &self.jobs[j as usize];
-        match &self.view().classes[job.class as usize].dense {
-            Ok(v) => v.clone(),
-            Err(_) => self.view().layout.dense_lossy(&job.info.requirements.requests),
-        }
+        self.view.job_req(&self.jobs[j as usize])
+    }
+
+    /// Records running job `j` as a member of gang `id` of queue `q`.
+    pub(super) fn add_running_member(&mut self, q: u32, id: &'a str, j: u32) {
+        self.gangs.add_running(q, id, j);
+    }
+
+    /// Records the members of queued gang `id` of queue `q` offered in this cycle.
+    pub(super) fn set_offered_gang(&mut self, q: u32, id: &'a str, members: Vec<u32>) {
+        self.gangs.set_offered(q, id, members);
     }
 
     /// Every member (running or offered this cycle) of a gang.

@@ -48,7 +48,7 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
         let policy = cfg.pools.get(pool);
         match policy.map(|p| p.policy).unwrap_or_default() {
             PoolPolicy::FairShare => {
-                cycle.evict(&mut rng);
+                cycle.eviction().evict(&mut rng);
                 cycle.fill(&mut rate);
                 cycle.refill_earmarked(&mut rate);
             }
@@ -62,9 +62,9 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
             }
         }
         if let Some(u) = usage.as_mut() {
-            u.pools.insert(pool.clone(), cycle.usage_record());
+            u.pools.insert(pool.clone(), cycle.outcome().usage_record());
         }
-        cycle.finish(&mut decisions, &mut done);
+        cycle.outcome().finish(&mut decisions, &mut done);
     }
     // Queued jobs no pool could take at all.
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();

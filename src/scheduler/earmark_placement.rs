@@ -1,14 +1,15 @@
 //! The cycle's steps on earmarked nodes ([`super::earmark`] holds the rules and the pool's
 //! earmarks): the level at which a guest is freed, the node types a job may use, placement (home
 //! nodes, then open ones, then others' as a guest), the reason a job barred from earmarked nodes
-//! waits, the refill after filling, and who took the room of a job that could not return.
+//! waits, and the refill after filling. Who took the room of a job that could not return, and
+//! what each queue holds at home and as a guest, are the outcome's ([`super::outcome`]).
 
 use super::context::PoolCycle;
 use super::decisions::Reason;
 use super::earmark::Access;
 use super::job::{Origin, Status};
 use super::rate_limit::RateLimits;
-use super::resvec::{ResVec, add_to};
+use super::resvec::ResVec;
 
 impl PoolCycle<'_> {
     /// True if job `j` is preemptible.
@@ -16,21 +17,10 @@ impl PoolCycle<'_> {
         self.view().priority_classes[self.jobs[j as usize].priority_class as usize].preemptible
     }
 
-    /// The level at which job `j` is freed on node `n`: a guest's at the guest level, whatever its
-    /// class; anyone else's as its priority (and eviction) says.
+    /// The level at which job `j` is freed on node `n` ([`super::view::PoolView::freed_at`]).
     #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
-        let job = &self.jobs[j as usize];
-        if let Some(g) = self.view().levels.guest_level()
-            && self.view().earmarks.is_guest(n, job.queue)
-        {
-            return g;
-        }
-        if evicted {
-            self.view().levels.evicted_freed_at(job.priority_level as usize)
-        } else {
-            self.view().levels.running_freed_at(job.priority_level as usize)
-        }
+        self.view().freed_at(&self.jobs[j as usize], n, evicted)
     }
 
     /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why
@@ -125,12 +115,14 @@ impl PoolCycle<'_> {
         if !self.view().earmarks.active() {
             return;
         }
-        let lost: Vec<u32> = (0..self.running_count as u32)
+        let lost: Vec<u32> = self
+            .jobs
+            .running()
             .filter(|&j| self.ledger.status(j) == Status::Evicted && self.jobs[j as usize].origin != Origin::Queued)
             .collect();
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
-        for j in self.running_count as u32..self.jobs.len() as u32 {
+        for j in self.jobs.queued() {
             let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
             let waits_for_room = fate.status == Status::Waiting
                 && matches!(
@@ -159,47 +151,5 @@ impl PoolCycle<'_> {
             q.retry_pos = 0;
         }
         self.fill(rate);
-    }
-
-    /// In a pool with earmarked nodes, who took the room of running job `j`, evicted and unable to
-    /// return, when no chain of displacements says: room it held was given up in the cycle (by
-    /// the withdrawn placement of a job that had displaced it) and then taken, without displacing
-    /// anyone, by jobs placed on its node — on an earmarked node, for a guest, by jobs at home
-    /// there first. The latest such job, jobs at home preferred.
-    pub(super) fn earmark_taker(&self, j: u32) -> Option<u32> {
-        if !self.view().earmarks.active() {
-            return None;
-        }
-        let n = self.ledger.fate(j).node?;
-        let guest = self.view().earmarks.is_guest(n, self.jobs[j as usize].queue);
-        let placed_here = |x: u32| {
-            let fate = self.ledger.fate(x);
-            matches!(fate.status, Status::Placed | Status::Returned) && fate.node == Some(n)
-        };
-        let latest = |home: bool| {
-            (0..self.jobs.len() as u32)
-                .rev()
-                .find(|&x| placed_here(x) && (!home || self.view().earmarks.is_home(n, self.jobs[x as usize].queue)))
-        };
-        if guest { latest(true).or_else(|| latest(false)) } else { latest(false) }
-    }
-
-    /// Per queue, what its jobs hold at the end of the cycle on nodes earmarked for it (home) and
-    /// on nodes earmarked for others (guest). Empty when the pool has no earmarked nodes.
-    pub(super) fn earmarked_allocation(&self) -> Vec<(ResVec, ResVec)> {
-        if !self.view().earmarks.active() {
-            return Vec::new();
-        }
-        let mut out = vec![(self.view().layout.zero(), self.view().layout.zero()); self.queues.len()];
-        for (j, (job, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
-            let Some(n) = fate.node.filter(|_| fate.scheduled()) else { continue };
-            let q = job.queue;
-            if self.view().earmarks.is_home(n, q) {
-                add_to(&mut out[q as usize].0, &self.req(j as u32));
-            } else if self.view().earmarks.is_guest(n, q) {
-                add_to(&mut out[q as usize].1, &self.req(j as u32));
-            }
-        }
-        out
     }
 }

@@ -12,22 +12,64 @@
 //!
 //! Protection is judged first on the shares at the start of the cycle and then again after
 //! filling: a queue that this cycle's placements pushed above its protected share is evicted and
-//! the queues' waiting jobs are offered once more ([`PoolCycle::rebalance`]). Without that second
+//! the queues' waiting jobs are offered once more ([`Eviction::rebalance`]). Without that second
 //! look the rebalancing would only happen in the next cycle, so a cycle with nothing new would
 //! still preempt.
+//!
+//! [`Eviction`] borrows what eviction reads (the pool, the jobs, their gangs, the queue tree) and
+//! what it changes (the queues' allocations and protection, the node db's evicted occupants, the
+//! return order, the ledger, its own rounds); the cycle lends them (`PoolCycle::eviction`).
 
-use super::context::PoolCycle;
 use super::decisions::Reason;
-use super::job::{Origin, Status};
-use super::resvec::sub_from;
+use super::hierarchy::Hierarchy;
+use super::job::{CycleJobs, GangIndex, Origin, Status};
+use super::ledger::Ledger;
+use super::nodedb::NodeDb;
+use super::queue::CycleQueue;
+use super::queue_order::CycleOrderKey;
+use super::resvec::{ResVec, sub_from};
+use super::return_order::return_order;
+use super::return_walk::ReturnWalk;
+use super::view::PoolView;
 use rand_core::Rng;
 use std::collections::BTreeSet;
 
-impl PoolCycle<'_> {
+/// What eviction keeps from one round to the next in a cycle.
+#[derive(Debug, Default)]
+pub(super) struct EvictionRounds {
+    /// Nodes drawn for fair-share eviction this cycle.
+    drawn: Vec<bool>,
+    /// Evict-and-refill rounds after the first fill.
+    rebalances: usize,
+}
+
+/// Fair-share eviction over the parts of the cycle it reads and changes.
+pub(super) struct Eviction<'c, 'a> {
+    /// The pool.
+    pub view: &'c PoolView<'a>,
+    /// The jobs taking part.
+    pub jobs: &'c CycleJobs<'a>,
+    /// The gangs' members (gangs are evicted whole).
+    pub gangs: &'c GangIndex<'a>,
+    /// The queue tree, if the pool has one (its fair shares).
+    pub tree: Option<&'c Hierarchy>,
+    /// The queues: their allocations, protection, evicted and retried jobs.
+    pub queues: &'c mut [CycleQueue<'a>],
+    /// The node db, where evicted jobs stay as evicted occupants.
+    pub db: &'c mut NodeDb,
+    /// The evicted jobs, last to return first.
+    pub returns: &'c mut ReturnWalk,
+    /// The jobs' fates and the cycle's tallies.
+    pub ledger: &'c mut Ledger,
+    /// The nodes drawn and the rounds done.
+    pub rounds: &'c mut EvictionRounds,
+}
+
+impl Eviction<'_, '_> {
     /// Draws the nodes eligible for eviction and evicts the queues above their protected share.
     pub(super) fn evict(&mut self, rng: &mut rand_pcg::Pcg64) {
-        let p = self.view().cfg.node_eviction_probability;
-        self.eviction_nodes = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && draw(rng) < p)).collect();
+        let p = self.view.cfg.node_eviction_probability;
+        self.rounds.drawn = (0..self.db.nodes.len()).map(|_| p >= 1.0 || (p > 0.0 && draw(rng) < p)).collect();
         let shares: Vec<f64> = self.queues.iter().map(|q| q.adjusted_fair_share).collect();
         let over = self.over_share(&shares);
         self.evict_queues(&over);
@@ -36,13 +78,13 @@ impl PoolCycle<'_> {
     /// Queues above their protected share now, given their adjusted fair shares; the others
     /// keep their `protected` mark.
     fn over_share(&mut self, adjusted: &[f64]) -> Vec<bool> {
-        let frac = self.view().cfg.protected_fraction_of_fair_share;
+        let frac = self.view.cfg.protected_fraction_of_fair_share;
         let over: Vec<bool> = self
             .queues
             .iter()
             .zip(adjusted)
             // A small tolerance keeps a queue exactly at its share from flapping on rounding.
-            .map(|(q, a)| self.view().cost.share(&q.alloc) > frac * q.fair_share.max(*a) + 1e-9)
+            .map(|(q, a)| self.view.cost.share(&q.alloc) > frac * q.fair_share.max(*a) + 1e-9)
             .collect();
         for (q, &o) in self.queues.iter_mut().zip(&over) {
             if o {
@@ -55,8 +97,10 @@ impl PoolCycle<'_> {
     /// Adjusted fair shares as the next cycle will see them: preempted and failed jobs no longer
     /// count as demand.
     fn adjusted_shares_now(&self) -> Vec<f64> {
-        let mut demand: Vec<super::resvec::ResVec> = self.queues.iter().map(|q| q.demand.clone()).collect();
-        let gone = (0..self.running_count as u32)
+        let mut demand: Vec<ResVec> = self.queues.iter().map(|q| q.demand.clone()).collect();
+        let gone = self
+            .jobs
+            .running()
             .filter(|&j| matches!(self.ledger.status(j), Status::Evicted | Status::Preempted))
             .chain(self.ledger.failed().iter().copied().filter(|&j| self.ledger.status(j) == Status::Failed));
         for j in gone {
@@ -68,7 +112,7 @@ impl PoolCycle<'_> {
         }
         let active: Vec<usize> = (0..self.queues.len()).filter(|&i| self.queues[i].active).collect();
         let weights: Vec<f64> = active.iter().map(|&i| 1.0 / self.queues[i].priority_factor).collect();
-        let demands: Vec<f64> = active.iter().map(|&i| self.view().cost.share(&demand[i])).collect();
+        let demands: Vec<f64> = active.iter().map(|&i| self.view.cost.share(&demand[i])).collect();
         let adjusted = super::fairness::adjusted_fair_shares(&weights, &demands);
         let mut out = vec![0.0; self.queues.len()];
         for (k, &i) in active.iter().enumerate() {
@@ -79,26 +123,27 @@ impl PoolCycle<'_> {
 
     /// Evicts the preemptible jobs of `queues` on eviction nodes; true if any was evicted.
     fn evict_queues(&mut self, queues: &[bool]) -> bool {
-        if self.view().cfg.node_eviction_probability <= 0.0 || !queues.iter().any(|q| *q) {
+        if self.view.cfg.node_eviction_probability <= 0.0 || !queues.iter().any(|q| *q) {
             return false;
         }
         let mut chosen: BTreeSet<u32> = BTreeSet::new();
         for n in 0..self.db.nodes.len() {
-            if !self.eviction_nodes[n] {
+            if !self.rounds.drawn[n] {
                 continue;
             }
             for o in &self.db.nodes[n].occupants {
                 let job = &self.jobs[o.job as usize];
                 if o.evicted
                     || !queues[job.queue as usize]
-                    || !self.view().priority_classes[job.priority_class as usize].preemptible
+                    || !self.view.priority_classes[job.priority_class as usize].preemptible
                 {
                     continue;
                 }
                 chosen.insert(o.job);
                 if let Some(g) = &job.info.gang {
                     chosen.extend(
-                        self.gang_members(job.queue, g.id.as_str())
+                        self.gangs
+                            .members(job.queue, g.id.as_str())
                             .iter()
                             .copied()
                             .filter(|&m| self.ledger.held_node(m).is_some()),
@@ -150,13 +195,13 @@ impl PoolCycle<'_> {
     /// take back places a waiting job could have had), evicts those queues again and offers the
     /// waiting jobs once more. True if there is anything to fill again.
     pub(super) fn rebalance(&mut self) -> bool {
-        if self.rebalances >= MAX_REBALANCES {
+        if self.rounds.rebalances >= MAX_REBALANCES {
             return false;
         }
-        self.rebalances += 1;
+        self.rounds.rebalances += 1;
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();
-        for j in self.running_count as u32..self.jobs.len() as u32 {
+        for j in self.jobs.queued() {
             let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
             let waiting = fate.status == Status::Waiting
                 && matches!(
@@ -188,7 +233,7 @@ impl PoolCycle<'_> {
         // broken gang) left room that jobs tried before it, guests among them (which may not
         // displace anyone), may take; and a guest whose new place a job at home took may find
         // another: offer the waiting jobs once more too.
-        let reoffer = self.view().earmarks.active() && self.ledger.take_reoffer();
+        let reoffer = self.view.earmarks.active() && self.ledger.take_reoffer();
         if !self.evict_queues(&over) && !reoffer {
             return false;
         }
@@ -198,6 +243,46 @@ impl PoolCycle<'_> {
             q.retry_pos = 0;
         }
         true
+    }
+
+    /// Leaves the jobs just evicted (`lists`, each queue's in queue order, gang members included;
+    /// `chosen`, the same jobs as a set) on their nodes as evicted occupants, ranked by when they
+    /// would return ([`return_order`]): below every job still evicted from an earlier round, so
+    /// that those give their places up first.
+    fn leave_evicted(&mut self, lists: &[Vec<u32>], chosen: &BTreeSet<u32>) {
+        let order = return_order(self.view, self.jobs, self.queues, lists);
+        let base = self.returns.ranks_below(order.len());
+        for (i, &j) in order.iter().enumerate() {
+            let Some(node) = self.ledger.fate(j).node else { continue };
+            let freed_at = self.view.freed_at(&self.jobs[j as usize], node, true);
+            let Some(mut occ) = self.db.remove(node, j) else { continue };
+            occ.freed_at = freed_at;
+            occ.evicted = true;
+            occ.return_rank = base + i as u32;
+            self.db.add(node, occ);
+        }
+        self.returns.restart(self.db, self.ledger.fates(), chosen, &order);
+    }
+
+    /// Adjusted fair shares through the tree for the given demand of each queue.
+    fn tree_adjusted_shares(&self, demand: &[ResVec]) -> Option<Vec<f64>> {
+        let tree = self.tree?;
+        let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
+        let demands: Vec<f64> = demand.iter().map(|d| self.view.cost.share(d)).collect();
+        let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
+        Some(tree.shares(&weights, &demands, &active).1)
+    }
+
+    /// Job `j`'s dense requests.
+    #[inline]
+    fn req(&self, j: u32) -> ResVec {
+        self.view.job_req(&self.jobs[j as usize])
+    }
+
+    /// Job `j`'s place in its queue's order, evicted jobs first.
+    #[inline]
+    fn order_key(&self, j: u32) -> CycleOrderKey {
+        self.jobs[j as usize].order_key(self.ledger.fate(j))
     }
 }
 

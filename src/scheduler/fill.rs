@@ -56,7 +56,7 @@ impl<'a> PoolCycle<'a> {
         loop {
             if self.tree.is_some() {
                 self.fill_tree(rate);
-                if !self.rebalance() {
+                if !self.eviction().rebalance() {
                     break;
                 }
                 continue;
@@ -76,7 +76,7 @@ impl<'a> PoolCycle<'a> {
                     heap.push(t);
                 }
             }
-            if !self.rebalance() {
+            if !self.eviction().rebalance() {
                 break;
             }
         }
@@ -150,7 +150,7 @@ impl<'a> PoolCycle<'a> {
             return None;
         }
         let pos = self.peek_queued(q)?;
-        let stop = match &self.global_rate_stopped {
+        let stop = match self.ledger.rate_stop() {
             Some(r) => r.clone(),
             None if self.queues[q as usize].taken >= lookback => Arc::new(Reason::LookbackLimit {
                 queue: self.queues[q as usize].name.clone(),
@@ -166,8 +166,8 @@ impl<'a> PoolCycle<'a> {
 
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
     pub(super) fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
-        if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
+        if self.ledger.rate_stop().is_none() && rate.global_exhausted() {
+            self.ledger.stop_for_rate(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
         let lookback =
             if self.view().cfg.max_queue_lookback == 0 { usize::MAX } else { self.view().cfg.max_queue_lookback };
@@ -265,7 +265,7 @@ impl<'a> PoolCycle<'a> {
             })
             .collect();
         if let Some(g) = gang {
-            self.gangs.set_offered(q, g.id.as_str(), members.to_vec());
+            self.set_offered_gang(q, g.id.as_str(), members.to_vec());
         }
         members
     }

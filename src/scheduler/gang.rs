@@ -4,14 +4,18 @@
 //! Every candidate domain (executor, label value) is tried inside a transaction and rolled back;
 //! the best one — most members placed, then least preemption, then the tightest fit — is then
 //! placed for real. A gang that does not fit changes nothing.
+//!
+//! The domains themselves, and how a trial's fit is measured, only read the pool
+//! ([`super::gang_domains`]). The trial stays a step of the whole cycle (`impl PoolCycle`): each
+//! member is placed as any job is ([`super::placement`]), which may displace running jobs and
+//! break their gangs, and so touches the queues, the node db, the ledger, the jobs, the gangs,
+//! the return order and the pool policy's state; a narrower borrow would list every one of them.
 
 use super::context::PoolCycle;
 use super::decisions::Reason;
-use super::job::{GangShape, Status};
+use super::job::Status;
 use super::queue::Candidate;
-use super::resvec::{ResVec, add_to, fits};
-use crate::model::GangSpec;
-use std::collections::BTreeMap;
+use super::resvec::ResVec;
 use std::sync::Arc;
 
 /// Outcome of trying a gang in one domain.
@@ -51,7 +55,7 @@ impl PoolCycle<'_> {
             }
         };
         let label = gang.node_uniformity_label.as_deref();
-        let domains = self.gang_domains(&targets, label);
+        let domains = self.gang_domains().of(&targets, label);
         if domains.is_empty() {
             let detail = label
                 .map(|l| format!("no matching node has label {l}"))
@@ -64,7 +68,7 @@ impl PoolCycle<'_> {
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class.then(|| self.gang_shape(members[0], present, &gang));
+        let cache_key = same_class.then(|| self.gang_domains().shape(members[0], present, &gang));
         if let Some(r) = cache_key.as_ref().and_then(|k| self.ledger.gang_verdict(k)) {
             let r = r.clone();
             for &m in &members {
@@ -76,7 +80,7 @@ impl PoolCycle<'_> {
         // Pool policies other than fair_share preempt by their own rules, which the levels do not
         // count: every domain gets a trial there.
         let domains = if same_class && self.policy.is_none() {
-            self.viable_domains(domains, &targets[0].0, gang.min_cardinality, max_level)
+            self.gang_domains().viable(domains, &targets[0].0, gang.min_cardinality, max_level)
         } else {
             domains
         };
@@ -124,80 +128,6 @@ impl PoolCycle<'_> {
         Ok(targets)
     }
 
-    /// The domains a gang may take (node types grouped by executor, plus the uniformity label's
-    /// value if there is one), in (executor, value) order.
-    fn gang_domains(&self, targets: &[(ResVec, Vec<u32>)], label: Option<&str>) -> Vec<Vec<u32>> {
-        let mut domains: BTreeMap<(u32, Option<&str>), Vec<u32>> = BTreeMap::new();
-        let mut all_types: Vec<u32> = targets.iter().flat_map(|(_, t)| t.iter().copied()).collect();
-        all_types.sort_unstable();
-        all_types.dedup();
-        for t in all_types {
-            let exec = self.view().types.types[t as usize].executor;
-            let value = match label {
-                Some(l) => match self.view().types.label(&self.view().nodes, t, l) {
-                    Some(v) => Some(v),
-                    None => continue,
-                },
-                None => None,
-            };
-            domains.entry((exec, value)).or_default().push(t);
-        }
-        domains.into_values().collect()
-    }
-
-    /// The shape of a gang of identical members like `first`, its verdict's cache key.
-    fn gang_shape(&self, first: u32, present: u32, gang: &GangSpec) -> GangShape {
-        let first = &self.jobs[first as usize];
-        GangShape {
-            class: first.class,
-            priority_level: first.priority_level,
-            members: present,
-            min_cardinality: gang.min_cardinality,
-            uniformity_label: gang.node_uniformity_label.clone(),
-            profile: if self.view().earmarks.active() {
-                self.view()
-                    .earmarks
-                    .profile(first.queue, self.view().priority_classes[first.priority_class as usize].preemptible)
-            } else {
-                0
-            },
-        }
-    }
-
-    /// For identical members requesting `req` each: the domains with room in total for the
-    /// minimum cardinality at `max_level`; if none, the roomiest alone, whose one trial says how
-    /// close the gang came.
-    fn viable_domains(
-        &self,
-        domains: Vec<Vec<u32>>,
-        req: &ResVec,
-        min_cardinality: u32,
-        max_level: u8,
-    ) -> Vec<Vec<u32>> {
-        let mut need = req.clone();
-        for v in need.iter_mut() {
-            *v *= i64::from(min_cardinality);
-        }
-        let totals: Vec<ResVec> = domains
-            .iter()
-            .map(|dom| {
-                let mut total = self.view().layout.zero();
-                for &t in dom {
-                    add_to(&mut total, self.db.type_free(max_level, t));
-                }
-                total
-            })
-            .collect();
-        let viable: Vec<Vec<u32>> =
-            domains.iter().zip(&totals).filter(|(_, total)| fits(&need, total)).map(|(d, _)| d.clone()).collect();
-        if viable.is_empty() {
-            let roomiest = (0..domains.len()).max_by_key(|&d| (totals[d].clone(), std::cmp::Reverse(d))).unwrap_or(0);
-            vec![domains[roomiest].clone()]
-        } else {
-            viable
-        }
-    }
-
     /// The domain to place the gang in: each is tried inside a transaction and rolled back; the
     /// best places most members, then preempts least, then fits tightest.
     fn best_domain(&mut self, members: &[u32], targets: &[(ResVec, Vec<u32>)], domains: &[Vec<u32>]) -> usize {
@@ -242,15 +172,7 @@ impl PoolCycle<'_> {
                 }
             }
         }
-        // Tightest fit: least free left in the domain, indexed resources in order.
-        for &t in dom {
-            let free = self.db.type_free(0, t);
-            for (k, r) in self.view().cfg.indexed_resources.iter().enumerate().take(4) {
-                if let Some(s) = self.view().layout.slot(r.as_str()) {
-                    trial.leftover[k] += free[s];
-                }
-            }
-        }
+        trial.leftover = self.gang_domains().leftover(dom);
         trial
     }
 }

@@ -57,6 +57,52 @@ pub(super) struct CycleJob<'a> {
     pub origin: Origin,
 }
 
+/// The jobs taking part in a cycle, by index: those running at the start first, then queued
+/// ones as they are offered. Read as a slice; only the cycle adds to it.
+#[derive(Debug, Default)]
+pub(super) struct CycleJobs<'a> {
+    all: Vec<CycleJob<'a>>,
+    /// Jobs `0..running` are the ones running at the start.
+    running: usize,
+}
+
+impl<'a> CycleJobs<'a> {
+    /// Room for `n` more jobs.
+    pub(super) fn reserve(&mut self, n: usize) {
+        self.all.reserve(n);
+    }
+
+    /// Adds a job and returns its index.
+    pub(super) fn push(&mut self, job: CycleJob<'a>) -> u32 {
+        self.all.push(job);
+        (self.all.len() - 1) as u32
+    }
+
+    /// Marks every job added so far as running at the start (the build adds those first).
+    pub(super) fn running_added(&mut self) {
+        self.running = self.all.len();
+    }
+
+    /// Indexes of the jobs running at the start.
+    pub(super) fn running(&self) -> std::ops::Range<u32> {
+        0..self.running as u32
+    }
+
+    /// Indexes of the jobs that joined queued.
+    pub(super) fn queued(&self) -> std::ops::Range<u32> {
+        self.running as u32..self.all.len() as u32
+    }
+}
+
+impl<'a> std::ops::Deref for CycleJobs<'a> {
+    type Target = [CycleJob<'a>];
+
+    #[inline]
+    fn deref(&self) -> &[CycleJob<'a>] {
+        &self.all
+    }
+}
+
 impl CycleJob<'_> {
     /// The job's place in its queue's order, evicted jobs first.
     pub(super) fn order_key(&self, fate: &Fate) -> CycleOrderKey {

@@ -2,8 +2,8 @@
 //! (status, node, who displaced it, why it waits), the undo log of the trial being recorded
 //! (gang placement tries every domain and rolls back), the queues whose allocation changed since
 //! the queue tree's last pick, the cached verdicts of classes and gang shapes that fit nowhere,
-//! whether waiting jobs must be offered again because a displacement freed room, and the round's
-//! tallies. The allocations themselves live in the cycle's queues and node db
+//! whether waiting jobs must be offered again because a displacement freed room, whether the
+//! global rate limit stopped new starts, and the round's tallies. The allocations themselves live in the cycle's queues and node db
 //! ([`super::context::PoolCycle`]), which record their undo here.
 
 use super::decisions::Reason;
@@ -38,6 +38,8 @@ pub(super) struct Ledger {
     evicted_count: usize,
     /// Placements attempted in this cycle (for the report).
     jobs_tried: usize,
+    /// Why no more jobs start in this cycle, once the global rate limit ran dry.
+    rate_stop: Option<Arc<Reason>>,
 }
 
 impl Ledger {
@@ -181,6 +183,16 @@ impl Ledger {
     /// The queues whose allocation changed since the last call, emptying the log.
     pub(super) fn drain_alloc_log(&mut self) -> impl Iterator<Item = u32> + '_ {
         self.alloc_log.iter_mut().flat_map(|log| log.drain(..))
+    }
+
+    /// Why no more jobs start in this cycle, if the global rate limit ran dry.
+    pub(super) fn rate_stop(&self) -> Option<&Arc<Reason>> {
+        self.rate_stop.as_ref()
+    }
+
+    /// No more jobs start in this cycle, for `reason` (the global rate limit ran dry).
+    pub(super) fn stop_for_rate(&mut self, reason: Arc<Reason>) {
+        self.rate_stop = Some(reason);
     }
 
     /// Why nothing fits jobs of this (class, level and profile), if known.

@@ -9,25 +9,33 @@
 //! 3. `fill.rs`: progressive filling — the most urgent next gang first, then the queue whose cost
 //!    ([`fairness`]: fair shares, water filling) after scheduling it is lowest — with
 //!    `queue_order.rs` inside each queue; `fill_tree.rs` when the queues form a tree;
-//! 4. `placement.rs` and `gang.rs`: node choice through the node db (`nodedb.rs`: priority levels,
-//!    tiers, best fit), the places of the evicted jobs that would return last
-//!    (`return_order.rs` ranks them, `return_walk.rs` walks them), urgency preemption, limits and [`rate_limit`]s; gangs all or nothing
-//!    through the ledger's undo log;
+//! 4. `placement.rs`, `gang.rs` and `gang_domains.rs`: node choice through the node db
+//!    (`nodedb.rs`: priority levels, tiers, best fit), the places of the evicted jobs that would
+//!    return last (`return_order.rs` ranks them, `return_walk.rs` walks them), urgency
+//!    preemption, limits and [`rate_limit`]s; gangs all or nothing through the ledger's undo log;
 //! 5. `outcome.rs`: the [`decisions`] — leases, preemptions, failures and a reason for every job
 //!    that waits — and the queues' usage record.
 //!
-//! The files fall in three floors, each importing only the ones below it:
-//! - the steps above (each an `impl PoolCycle` block), `earmark_placement.rs`, `fill_tree.rs`
-//!   and the other policies in `policy/`;
-//! - the cycle (`context.rs`): `PoolCycle`, the pool's read-only view (`view.rs`) beside what the
-//!   cycle changes: its jobs (`job.rs`), queues (`queue.rs`), the node db, the evicted jobs'
+//! The files fall in four floors, each importing only the ones below it:
+//! - the steps that take the whole cycle (`impl PoolCycle` blocks): `build.rs`, `fill.rs`,
+//!   `fill_tree.rs`, `placement.rs`, `gang.rs`, `earmark_placement.rs` and the other policies in
+//!   `policy/`. Each of them places jobs, and one placement may displace jobs, break gangs and
+//!   give room away, so it reads and changes nearly all the cycle holds (`placement.rs` says
+//!   what); the build fills the cycle in;
+//! - the cycle (`context.rs`): `PoolCycle` owns the pool's read-only view (`view.rs`) beside what
+//!   the cycle changes: its jobs (`job.rs`), queues (`queue.rs`), the node db, the evicted jobs'
 //!   return order (`return_walk.rs`), and the ledger of changes to undo or re-examine
-//!   (`ledger.rs`);
+//!   (`ledger.rs`). It lends the step objects below only the parts they use, by split borrows;
+//! - the step objects with narrow borrows, which know nothing of the cycle: `Eviction`
+//!   (`eviction.rs`: reads the view, jobs, gangs and queue tree; changes the queues, node db,
+//!   return order, ledger and its own rounds), `Outcome` (`outcome.rs`: reads the finished
+//!   cycle), `GangDomains` (`gang_domains.rs`: reads the view, jobs and node db) and the return
+//!   order (`return_order.rs`, a function of the view, jobs and queues);
 //! - plain data and pure algorithms, which know nothing of the cycle: inputs and outputs
-//!   (`config.rs`, `snapshot.rs`, `decisions.rs`), resource vectors (`resvec.rs`), node types,
-//!   the node db, fairness, queue order, rate limits, quarantine, usage decay, earmarks
-//!   (`earmark.rs`), the queue tree (`hierarchy.rs`) and a policy's per-cycle state
-//!   (`policy_state.rs`).
+//!   (`config.rs`, `snapshot.rs`, `decisions.rs`), resource vectors (`resvec.rs`), the pool's
+//!   view, the jobs, queues and ledger, node types, the node db, fairness, queue order, rate
+//!   limits, quarantine, usage decay, earmarks (`earmark.rs`), the queue tree (`hierarchy.rs`)
+//!   and a policy's per-cycle state (`policy_state.rs`).
 //!
 //! Above the cycle, [`why`] asks the scheduler what would start a waiting job: it runs
 //! `schedule` on changed copies of a snapshot and keeps the conditions that place the job.
@@ -55,6 +63,7 @@ pub mod fairness;
 pub(crate) mod fill;
 pub(crate) mod fill_tree;
 pub(crate) mod gang;
+pub(crate) mod gang_domains;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
 pub(crate) mod ledger;

@@ -1,6 +1,11 @@
 //! Placing one candidate: limits and rate checks, node selection across priority levels,
 //! displacement of victims, putting evicted jobs back, and the undo log that makes gang
 //! placement all-or-nothing.
+//!
+//! A step of the whole cycle (`impl PoolCycle`) rather than an object with a narrow borrow: one
+//! placement may displace running and evicted jobs, break their gangs and give their room away,
+//! so it reads and changes the queues, the node db, the ledger, the jobs, the gangs, the return
+//! order, the type cache and the pool policy's state, which is nearly all the cycle holds.
 
 use super::context::PoolCycle;
 use super::decisions::Reason;
@@ -75,7 +80,7 @@ impl PoolCycle<'_> {
             qc.queued_stopped = true;
             qc.note = Some(reason.clone());
             if scope == super::rate_limit::RateScope::Global {
-                self.global_rate_stopped = Some(reason);
+                self.ledger.stop_for_rate(reason);
             }
             return;
         }

@@ -6,7 +6,7 @@
 use super::config::SchedulerConfig;
 use super::earmark::Earmarks;
 use super::fairness::CostModel;
-use super::job::{Class, Constraint};
+use super::job::{Class, Constraint, CycleJob};
 use super::node_types::NodeTypes;
 use super::nodedb::Levels;
 use super::resvec::{Layout, ResVec};
@@ -72,6 +72,32 @@ impl<'a> PoolView<'a> {
     pub(super) fn add_class(&mut self, class: Class<'a>) -> u32 {
         self.classes.push(class);
         (self.classes.len() - 1) as u32
+    }
+
+    /// Dense requests of a job (running jobs with resources the pool no longer knows keep the
+    /// known part).
+    #[inline]
+    pub(super) fn job_req(&self, job: &CycleJob<'_>) -> ResVec {
+        match &self.classes[job.class as usize].dense {
+            Ok(v) => v.clone(),
+            Err(_) => self.layout.dense_lossy(&job.info.requirements.requests),
+        }
+    }
+
+    /// The level at which `job` is freed on node `n`: a guest's at the guest level, whatever its
+    /// class; anyone else's as its priority (and eviction) says.
+    #[inline]
+    pub(super) fn freed_at(&self, job: &CycleJob<'_>, n: u32, evicted: bool) -> u8 {
+        if let Some(g) = self.levels.guest_level()
+            && self.earmarks.is_guest(n, job.queue)
+        {
+            return g;
+        }
+        if evicted {
+            self.levels.evicted_freed_at(job.priority_level as usize)
+        } else {
+            self.levels.running_freed_at(job.priority_level as usize)
+        }
     }
 
     /// Priority of the pool's default priority class (0 if it has none).

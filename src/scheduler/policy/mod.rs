@@ -58,7 +58,7 @@ impl<'a> PoolCycle<'a> {
                 c
             })
             .collect();
-        let running: std::collections::HashSet<JobId> = self.jobs[..self.running_count].iter().map(|j| j.id).collect();
+        let running: std::collections::HashSet<JobId> = self.jobs.running().map(|j| self.jobs[j as usize].id).collect();
         let started = snapshot
             .running
             .iter()
@@ -79,11 +79,11 @@ impl<'a> PoolCycle<'a> {
     /// Stops taking queue `q`'s queued jobs when the global rate limit is spent or the queue has
     /// had `lookback` tries, noting why on the queue; true if it stopped.
     pub(super) fn stop_queued(&mut self, q: u32, lookback: usize, rate: &RateLimits) -> bool {
-        if self.global_rate_stopped.is_none() && rate.global_exhausted() {
-            self.global_rate_stopped = Some(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
+        if self.ledger.rate_stop().is_none() && rate.global_exhausted() {
+            self.ledger.stop_for_rate(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
         let qc = &self.queues[q as usize];
-        let stop = match &self.global_rate_stopped {
+        let stop = match self.ledger.rate_stop() {
             Some(r) => r.clone(),
             None if qc.taken >= lookback => {
                 Arc::new(Reason::LookbackLimit { queue: qc.name.clone(), limit: self.view().cfg.max_queue_lookback })
@@ -128,24 +128,6 @@ impl<'a> PoolCycle<'a> {
         let (n, victims) = self.priority_victims(j, types, req)?;
         self.place_displacing(j, n, req, victims);
         Some(1)
-    }
-
-    /// Why the pool's policy preempted job `j`, if it did: in a `priority` pool, for `by`, the
-    /// job that finally took its place (judged at the end of the cycle, so trials of a gang that
-    /// were rolled back leave no trace); in a `proportional` pool, its queue's target.
-    pub(super) fn policy_preemption(&self, j: u32, by: Option<u32>) -> Option<PreemptionReason> {
-        let st = self.policy.as_ref()?;
-        match st.policy {
-            PoolPolicy::Priority => by.map(|b| {
-                let b = &self.jobs[b as usize];
-                PreemptionReason::JobPriority {
-                    by: b.id,
-                    by_priority: b.priority,
-                    priority: self.jobs[j as usize].priority,
-                }
-            }),
-            _ => st.preempted.get(&j).cloned(),
-        }
     }
 
     /// `priority` with preemption: the node where job `j` fits after preempting running jobs of

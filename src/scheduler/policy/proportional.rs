@@ -206,7 +206,9 @@ impl PoolCycle<'_> {
             if self.queues[q].alloc[s] <= target {
                 continue;
             }
-            let mut victims: Vec<(i64, u64, u32)> = (0..self.running_count as u32)
+            let mut victims: Vec<(i64, u64, u32)> = self
+                .jobs
+                .running()
                 .filter(|&j| {
                     let job = &self.jobs[j as usize];
                     job.queue as usize == q
