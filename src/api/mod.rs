@@ -15,6 +15,7 @@ mod output;
 pub(crate) mod problem;
 mod queue_ops;
 mod queues;
+mod replay;
 mod runs;
 mod scenario;
 
@@ -58,6 +59,7 @@ pub(crate) fn routes() -> OpenApiRouter<Arc<Control>> {
         .routes(routes!(nodes::list))
         .routes(routes!(nodes::lift_quarantine))
         .routes(routes!(scenario::export))
+        .routes(routes!(replay::replay_handler))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

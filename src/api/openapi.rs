@@ -288,6 +288,7 @@ mod tests {
             ("/v1/cluster/nodes", "GET"),
             ("/v1/cluster/nodes/{executor}/{node}/quarantine", "DELETE"),
             ("/v1/scenario", "GET"),
+            ("/v1/replay", "GET"),
             ("/healthz", "GET"),
             ("/readyz", "GET"),
             ("/metrics", "GET"),
@@ -334,7 +335,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ids.len(), 35);
+        assert_eq!(ids.len(), 36);
     }
 
     #[test]

@@ -407,7 +407,16 @@ pub(crate) async fn job_handler(
             escape(&[r.reason.as_deref(), r.message.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ")),
         );
     }
-    body.push_str("</tbody></table><h2>Events</h2><ol class=\"events\">");
+    body.push_str("</tbody></table>");
+    if !j.runs.is_empty() {
+        let _ = write!(
+            body,
+            "<p class=\"replay\"><a href=\"/ui/jobs/{}/replay\">Its scheduling decisions, run again from the log</a> \
+             (admins)</p>",
+            j.id
+        );
+    }
+    body.push_str("<h2>Events</h2><ol class=\"events\">");
     for e in j.events.as_deref().unwrap_or(&[]) {
         let kind = serde_json::to_value(e.kind).map(|v| v.to_string()).unwrap_or_default();
         let _ = write!(body, "<li><time>{}</time> <code>{}</code></li>", escape(&e.at), escape(&kind));

@@ -8,6 +8,7 @@ pub(crate) mod jobs;
 pub(crate) mod live;
 pub(crate) mod nodes;
 pub(crate) mod queues;
+pub(crate) mod replay;
 pub(crate) mod session;
 
 use crate::control::Control;
@@ -28,6 +29,7 @@ pub(crate) fn router() -> Router<Arc<Control>> {
         .route("/ui/jobs", get(jobs::list_handler))
         .route("/ui/jobs/{id}", get(jobs::job_handler))
         .route("/ui/jobs/{id}/output", get(jobs::output_handler))
+        .route("/ui/jobs/{id}/replay", get(replay::replay_handler))
         .route("/ui/jobs/cancel", post(actions::cancel_selected))
         .route("/ui/jobs/{id}/cancel", post(actions::cancel_job))
         .route("/ui/jobs/{id}/cancel-set", post(actions::cancel_set))

@@ -281,6 +281,33 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(trio.leader().await, leader, "the cluster kept its leader");
+
+    // A node joins and the leader's scheduler leases jobs: the cycles it recorded replay
+    // identically from the data directory of the leader and of a follower (`convoy replay`).
+    let nodes = vec![crate::common::node("n1", "8")];
+    trio.api(leader).poll("e1", &nodes, &[], 0.0).await;
+    let v = trio.api(leader).poll("e1", &nodes, &[], 10.0).await;
+    assert!(v["leases"].as_array().is_some_and(|l| !l.is_empty()), "{v}");
+    for id in [leader, followers[0]] {
+        let data = trio.member(id).dir.join("data").display().to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))
+                .args(["replay", "--data-dir", &data])
+                .output()
+                .expect("convoy replay runs");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let cycles: Vec<&str> = text.lines().filter(|l| l.starts_with("cycle ")).collect();
+            // Cycles that read a state older than a snapshot the log was purged behind are named so.
+            let replayed =
+                cycles.iter().all(|l| l.ends_with(": identical") || l.contains("older than the oldest snapshot"));
+            if replayed && cycles.iter().any(|l| l.ends_with(": identical")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id}: {text}{}", String::from_utf8_lossy(&out.stderr));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     assert!(!trio.api(leader).log().contains("panicked"), "{}", trio.api(leader).log());
 }
 

@@ -106,6 +106,28 @@ async fn a_run_with_preemption_and_a_gang_replays_identically() {
     assert!(out.contains(&format!("  job {preempted}: queued, position ")), "{out}");
     assert!(out.contains("    fake/fake-0 (pool default): "), "{out}");
 
+    // The API and the web UI answer the same from the server's own log.
+    let (st, v) = s.get(&format!("/v1/replay?job={preempted}")).await;
+    assert_eq!(st, 200, "{v}");
+    let cycles = v["cycles"].as_array().expect("cycles");
+    assert!(!cycles.is_empty() && cycles.iter().all(|c| c["verdict"] == "identical"), "{v:#}");
+    assert!(cycles.iter().any(|c| c["job"]["outcome"].as_str().is_some_and(|o| o.starts_with("preempted"))), "{v:#}");
+    assert_eq!(v["differ"], 0, "{v:#}");
+    let (_, doc) = s.get("/openapi.json").await;
+    let schema = &doc["paths"]["/v1/replay"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+    if let Err(e) = convoy::api::check_value(&doc, schema, &v) {
+        panic!("the answer does not match the OpenAPI document: {e}\n{v:#}");
+    }
+    for (query, field) in [("cycle=1&index=2", "cycle"), ("at=yesterday", "at"), ("job=nope", "job")] {
+        let (st, v) = s.get(&format!("/v1/replay?{query}")).await;
+        assert_eq!((st, &v["field"]), (400, &json!(field)), "{query}: {v}");
+    }
+    let (st, html) = s.text(&format!("/ui/jobs/{preempted}/replay")).await;
+    assert_eq!(st, 200, "{html}");
+    assert!(html.contains("data-verdict=\"identical\"") && html.contains("<dd class=\"outcome\">preempted"), "{html}");
+    let (_, job_page) = s.text(&format!("/ui/jobs/{preempted}")).await;
+    assert!(job_page.contains(&format!("href=\"/ui/jobs/{preempted}/replay\"")), "{job_page}");
+
     // Another configuration decides otherwise, and replay says where.
     let other = dir.join("other.toml");
     std::fs::write(&other, config(dir, "").replace("[scheduler]", "[scheduler]\nnode_eviction_probability = 0.0"))

@@ -95,8 +95,17 @@ fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
             .collect()
     };
     let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
+    let inputs = convoy::record::ScheduleInputsRecord {
+        cycle: 1,
+        seed: 1,
+        snapshot_index: 1,
+        config_hash: convoy::record::config_hash(&Default::default()),
+        scheduler_version: convoy::scheduler::SCHEDULER_VERSION,
+        rate_limits: None,
+    };
     vec![
-        Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![], inputs: None },
+        // As a leader records a cycle: with what it ran on, for replay.
+        Command::Schedule { term: 0, at_ms, leases, preemptions: vec![], failures: vec![], inputs: Some(inputs) },
         Command::RunEvents {
             executor: executor(),
             at_ms: at_ms + 1,

@@ -10,6 +10,7 @@
 //! Exact only with the same scheduler version (`SCHEDULER_VERSION`, recorded per cycle) on the
 //! same architecture: the fair-share arithmetic is floating point.
 
+pub(crate) mod api;
 mod compare;
 mod log;
 
