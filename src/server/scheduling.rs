@@ -127,32 +127,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             cycle_ms = took.as_secs_f64() * 1000.0,
             "scheduling decisions"
         );
-        let cmd = Command::Schedule {
-            term,
-            at_ms: now,
-            leases: decisions
-                .leases
-                .iter()
-                .map(|l| NewLease {
-                    job_id: l.job_id,
-                    run_id: ids::run_id(),
-                    executor: l.executor.clone(),
-                    node: l.node.clone(),
-                    pool: l.pool.clone(),
-                })
-                .collect(),
-            preemptions: decisions
-                .preemptions
-                .iter()
-                .map(|p| JobVerdict { job_id: p.job_id, reason: p.reason.to_string() })
-                .collect(),
-            failures: decisions
-                .failures
-                .iter()
-                .map(|f| JobVerdict { job_id: f.job_id, reason: f.reason.to_string() })
-                .collect(),
-            inputs: Some(inputs),
-        };
+        let cmd = decisions_command(&decisions, term, now, inputs);
         // The usage record goes in the same log entry as the decisions it follows from.
         let cmd = match usage {
             Some(u) => Command::Batch(vec![cmd, u]),
@@ -163,6 +138,29 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             Ok(_) => crate::metrics::count_decisions(crate::metrics::global(), &decisions),
             Err(e) => tracing::warn!(error = %e, "scheduling decisions were not committed"),
         }
+    }
+}
+
+/// The command that records a cycle's decisions, with a fresh run id per lease.
+fn decisions_command(decisions: &Decisions, term: u64, now: i64, inputs: ScheduleInputsRecord) -> Command {
+    let verdict = |job_id, reason: String| JobVerdict { job_id, reason };
+    Command::Schedule {
+        term,
+        at_ms: now,
+        leases: decisions
+            .leases
+            .iter()
+            .map(|l| NewLease {
+                job_id: l.job_id,
+                run_id: ids::run_id(),
+                executor: l.executor.clone(),
+                node: l.node.clone(),
+                pool: l.pool.clone(),
+            })
+            .collect(),
+        preemptions: decisions.preemptions.iter().map(|p| verdict(p.job_id, p.reason.to_string())).collect(),
+        failures: decisions.failures.iter().map(|f| verdict(f.job_id, f.reason.to_string())).collect(),
+        inputs: Some(inputs),
     }
 }
 

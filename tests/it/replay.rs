@@ -91,7 +91,8 @@ async fn a_run_with_preemption_and_a_gang_replays_identically() {
     let (ok, out) = replay(&data, &[]);
     assert!(ok, "{out}");
     let lines = cycle_lines(&out);
-    assert!(lines.len() >= 3, "{out}");
+    // At least the cycle that leased A's jobs and the one that preempted some for B and C.
+    assert!(lines.len() >= 2, "{out}");
     assert!(lines.iter().all(|l| l.ends_with(": identical")), "{out}");
     assert!(out.contains("from the empty state before the log's first entry"), "{out}");
 
