@@ -74,22 +74,8 @@ fn now_ms() -> i64 {
 
 /// Writes `scenario` as YAML to `out` (standard output if none), headed by where it came from.
 fn write_scenario(scenario: &Scenario, source: &str, out: Option<&Path>) -> anyhow::Result<()> {
-    let queued: usize = scenario.rounds.iter().flat_map(|r| &r.submit).map(|s| s.names().len()).sum();
-    let counts = format!(
-        "nodes: {}, queues: {}, running jobs: {}, queued jobs: {queued}",
-        scenario.nodes.len(),
-        scenario.queues.len(),
-        scenario.running.len(),
-    );
-    let header = format!(
-        "The state of {source} at {}\n\
-         as a convoy simulate scenario (docs/simulate.md). {counts}.\n\
-         Running jobs are in `running`, each on its node; queued jobs in round 0's `submit`, in\n\
-         submission order; both named by their job ids. Round 0 replays the next scheduling cycle:\n\
-         change weights, nodes or rounds, then run `convoy simulate FILE`.",
-        humantime::format_rfc3339_millis(std::time::SystemTime::now()),
-    );
-    let yaml = scenario.to_yaml(&header).context("writing the scenario as YAML")?;
+    let counts = scenario.counts();
+    let yaml = scenario.to_export_yaml(source, std::time::SystemTime::now()).context("writing the scenario as YAML")?;
     match out {
         None => print!("{yaml}"),
         Some(path) => {

@@ -306,6 +306,32 @@ impl Scenario {
         Ok(scenario)
     }
 
+    /// The scenario exported from `source` (a server, a data directory) at `at`, as YAML headed by
+    /// what it holds and how to use it (`convoy simulate --from-…`, the web UI's download).
+    pub fn to_export_yaml(&self, source: &str, at: std::time::SystemTime) -> Result<String, serde_yaml_ng::Error> {
+        let header = format!(
+            "The state of {source} at {}\n\
+             as a convoy simulate scenario (docs/simulate.md). {}.\n\
+             Running jobs are in `running`, each on its node; queued jobs in round 0's `submit`, in\n\
+             submission order; both named by their job ids. Round 0 replays the next scheduling cycle:\n\
+             change weights, nodes or rounds, then run `convoy simulate FILE`.",
+            humantime::format_rfc3339_millis(at),
+            self.counts(),
+        );
+        self.to_yaml(&header)
+    }
+
+    /// What an exported scenario holds, in words.
+    pub fn counts(&self) -> String {
+        let queued: usize = self.rounds.iter().flat_map(|r| &r.submit).map(|s| s.names().len()).sum();
+        format!(
+            "nodes: {}, queues: {}, running jobs: {}, queued jobs: {queued}",
+            self.nodes.len(),
+            self.queues.len(),
+            self.running.len(),
+        )
+    }
+
     /// The scenario as YAML, after `header` (lines of text, written as comments).
     pub fn to_yaml(&self, header: &str) -> Result<String, serde_yaml_ng::Error> {
         let body = serde_yaml_ng::to_string(self)?;

@@ -38,6 +38,7 @@ pub(crate) fn router() -> Router<Arc<Control>> {
         .route("/ui/live", get(live::stream))
         .route("/ui/nodes", get(nodes::nodes_handler))
         .route("/ui/cluster", get(nodes::cluster_handler))
+        .route("/ui/scenario.yaml", get(nodes::scenario_handler))
         .route("/ui/login", get(session::form).post(session::login))
         .route("/ui/logout", post(session::logout))
         .route(

@@ -142,5 +142,33 @@ pub(crate) async fn cluster_handler(State(app): State<Arc<Control>>, Viewer(prin
         );
     }
     body.push_str("</tbody></table><p class=\"note\">Matched index and lag are known on the leader.</p>");
+    body.push_str(
+        "<p class=\"scenario\"><a href=\"/ui/scenario.yaml\" download>The state as a simulate scenario</a> (YAML, \
+         admins): run the next cycle offline with <code>convoy simulate FILE</code>, after changing weights, nodes or \
+         jobs to ask what if.</p>",
+    );
     Html(page_for("Cluster", &user, &body)).into_response()
+}
+
+/// `GET /ui/scenario.yaml`: this server's state as a `convoy simulate` scenario, to download
+/// (admins), as `convoy simulate --from-server` writes it.
+pub(crate) async fn scenario_handler(State(app): State<Arc<Control>>, Viewer(principal): Viewer) -> Response {
+    let yaml = crate::service::scenario::export(&app, &principal).and_then(|s| {
+        s.to_export_yaml("the convoy server", std::time::SystemTime::now())
+            .map_err(|e| crate::service::ServiceError::internal(e.to_string()))
+    });
+    match yaml {
+        Ok(text) => (
+            [
+                (axum::http::header::CONTENT_TYPE, "application/yaml"),
+                (axum::http::header::CONTENT_DISPOSITION, "attachment; filename=\"convoy-scenario.yaml\""),
+            ],
+            text,
+        )
+            .into_response(),
+        Err(e) => {
+            let body = format!("<p class=\"error\" role=\"alert\">{}</p>", escape(&e.detail));
+            (super::html::status_of(&e), Html(page_for("Scenario", "", &body))).into_response()
+        }
+    }
 }

@@ -107,6 +107,18 @@ async fn the_live_state_replays_and_answers_what_if() {
     let out = convoy(&["simulate", "--from-data-dir", &data, "--config", &config]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(comparable(&String::from_utf8_lossy(&out.stdout)), v);
+
+    // The web UI offers the same scenario to download, from the cluster page.
+    let (st, page) = s.text("/ui/cluster").await;
+    assert_eq!(st, 200, "{page}");
+    assert!(page.contains("href=\"/ui/scenario.yaml\""), "{page}");
+    let r = s.client.get(format!("{}/ui/scenario.yaml", s.url)).send().await.expect("download");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/yaml");
+    assert!(r.headers()["content-disposition"].to_str().is_ok_and(|d| d.contains("convoy-scenario.yaml")));
+    let downloaded = r.text().await.expect("YAML");
+    assert!(downloaded.starts_with("# The state of the convoy server at "), "{downloaded}");
+    assert_eq!(comparable(&downloaded), v);
 }
 
 #[tokio::test]
@@ -118,6 +130,11 @@ async fn only_admins_export_the_state() {
     assert_eq!(st, 401);
     let (st, v) = s.call(M::GET, "/v1/scenario", Some(ALICE), None).await;
     assert_eq!(st, 403, "{v}");
+    // Replay reads every queue's decisions: admins only as well.
+    let (st, v) = s.call(M::GET, "/v1/replay", Some(ALICE), None).await;
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = s.call(M::GET, "/v1/replay", Some(ADMIN), None).await;
+    assert_eq!((st, &v["cycles"]), (200, &json!([])), "{v}");
     let (st, v) = s.call(M::GET, "/v1/scenario", Some(ADMIN), None).await;
     assert_eq!(st, 200, "{v}");
     assert!(v["rounds"].is_array() && v["config"]["priority_classes"].is_array(), "{v}");
