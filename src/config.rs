@@ -774,4 +774,17 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
         let e = Config::parse(&format!("{off}[agent]\nmax_backoff = \"later\"\n"), "f").unwrap_err().to_string();
         assert!(e.starts_with("f: agent.max_backoff: duration"), "{e}");
     }
+
+    #[test]
+    fn replay_retention_is_off_or_a_duration() {
+        let off = "[auth]\nenabled = false\n";
+        assert_eq!(Config::parse(off, "f").unwrap().cluster.replay_retention, None);
+        let c = Config::parse(&format!("{off}[cluster]\nreplay_retention = \"1h\"\n"), "f").unwrap();
+        assert_eq!(c.cluster.replay_retention, Some(Duration::from_secs(3600)));
+        let c = Config::parse(&format!("{off}[cluster]\nreplay_retention = \"off\"\n"), "f").unwrap();
+        assert_eq!(c.cluster.replay_retention, None);
+        let e =
+            Config::parse(&format!("{off}[cluster]\nreplay_retention = \"a while\"\n"), "f").unwrap_err().to_string();
+        assert!(e.contains("cluster.replay_retention") && e.contains("or \"off\""), "{e}");
+    }
 }

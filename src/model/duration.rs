@@ -29,17 +29,24 @@ pub(crate) mod serde_text {
 
     /// Reads humantime text or a non-negative number of seconds.
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Num(f64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Num(n) => Duration::try_from_secs_f64(n).map_err(|_| {
-                serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))
-            }),
-            Raw::Text(t) => parse_duration(&t).map_err(serde::de::Error::custom),
+        Raw::deserialize(d)?.duration().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration as written: a number of seconds or text.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Raw {
+    Num(f64),
+    Text(String),
+}
+
+impl Raw {
+    fn duration(self) -> Result<Duration, String> {
+        match self {
+            Raw::Num(n) => Duration::try_from_secs_f64(n)
+                .map_err(|_| format!("duration {n} must be a non-negative number of seconds")),
+            Raw::Text(t) => parse_duration(&t),
         }
     }
 }
@@ -78,18 +85,10 @@ pub(crate) mod serde_text_or_off {
 
     /// Reads `off`, humantime text or a number of seconds.
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Num(f64),
-            Text(String),
-        }
         match Raw::deserialize(d)? {
             Raw::Text(t) if t.trim() == "off" => Ok(None),
-            Raw::Num(n) => Duration::try_from_secs_f64(n).map(Some).map_err(|_| {
-                serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))
-            }),
-            Raw::Text(t) => parse_duration(&t)
+            raw => raw
+                .duration()
                 .map(Some)
                 .map_err(|e| serde::de::Error::custom(format!("{e} (a duration such as \"1h\", or \"off\")"))),
         }
