@@ -139,6 +139,11 @@ impl Levels {
     pub(crate) fn running_freed_at(&self, priority_level: usize) -> u8 {
         (self.base as usize + 1 + 2 * priority_level) as u8
     }
+    /// The level of jobs no search reaches: running jobs of the top priority, and running
+    /// non-preemptible jobs of any priority.
+    pub(crate) fn never_freed(&self) -> u8 {
+        (self.count() - 1) as u8
+    }
     /// Highest level a job of this priority may search.
     pub(crate) fn max_search_level(&self, priority_level: usize) -> u8 {
         (self.base as usize + 2 * priority_level) as u8

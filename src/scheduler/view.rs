@@ -85,7 +85,8 @@ impl<'a> PoolView<'a> {
     }
 
     /// The level at which `job` is freed on node `n`: a guest's at the guest level, whatever its
-    /// class; anyone else's as its priority (and eviction) says.
+    /// class; a running non-preemptible job's never (as in Armada, no more urgent job may take
+    /// its room); anyone else's as its priority (and eviction) says.
     #[inline]
     pub(super) fn freed_at(&self, job: &CycleJob<'_>, n: u32, evicted: bool) -> u8 {
         if let Some(g) = self.levels.guest_level()
@@ -95,6 +96,8 @@ impl<'a> PoolView<'a> {
         }
         if evicted {
             self.levels.evicted_freed_at(job.priority_level as usize)
+        } else if !self.priority_classes[job.priority_class as usize].preemptible {
+            self.levels.never_freed()
         } else {
             self.levels.running_freed_at(job.priority_level as usize)
         }

@@ -310,6 +310,19 @@ fn urgency_preemption_takes_from_the_queue_furthest_above_its_share() {
 }
 
 #[test]
+fn urgency_never_takes_a_non_preemptible_jobs_room() {
+    // Armada's NonPreemptibleOverPack: non-preemptible jobs hold their room at every priority.
+    let out = run("non_preemptible_over_pack.yaml");
+    for (round, job) in [(1, "u"), (2, "p")] {
+        let r = &out.rounds[round];
+        assert_eq!(state(r, job), "queued", "round {round}");
+        assert!(reason(r, job).contains("no node with"), "round {round}: {}", reason(r, job));
+        assert!(r.preempted.is_empty(), "round {round}: {:?}", r.preempted);
+        assert_eq!(on_node(r, "node"), map(&[("A", 5)]), "round {round}");
+    }
+}
+
+#[test]
 fn queue_resource_limit() {
     let out = run("queue_limit.yaml");
     let r0 = &out.rounds[0];
