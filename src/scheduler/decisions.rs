@@ -85,6 +85,16 @@ pub enum Reason {
         /// The bucket that ran dry.
         scope: RateScope,
     },
+    /// A gang needs more tokens at once than a full bucket holds: no cycle can schedule it while
+    /// that burst is in force.
+    GangBeyondBurst {
+        /// The gang's members offered together.
+        size: u64,
+        /// The bucket whose burst is smaller.
+        scope: RateScope,
+        /// That bucket's burst.
+        burst: u64,
+    },
     /// A lease made earlier in the same cycle was withdrawn for a more urgent job.
     Displaced {
         /// The more urgent job that took the place.
@@ -170,6 +180,13 @@ impl fmt::Display for Reason {
             }
             Reason::RateLimited { scope: RateScope::Global } => write!(f, "rate limited (global scheduling rate)"),
             Reason::RateLimited { scope: RateScope::Queue } => write!(f, "rate limited (queue scheduling rate)"),
+            Reason::GangBeyondBurst { size, scope, burst } => {
+                let which = if *scope == RateScope::Global { "global" } else { "queue" };
+                write!(
+                    f,
+                    "a gang of {size} needs more than the {which} scheduling burst of {burst}: it cannot be scheduled at this rate limit"
+                )
+            }
             Reason::Displaced { by } => write!(f, "lease withdrawn in the same cycle for more urgent job {by}"),
             Reason::GangMemberLost { gang } => write!(f, "gang {gang}: a member could not return to its node"),
             Reason::NoRoomOnNode { node } => write!(f, "no room left on its node {node}"),

@@ -71,16 +71,27 @@ impl PoolCycle<'_> {
             }
             return;
         }
-        if let Err(scope) = rate.check(&self.queues[q as usize].name, cand.jobs.len() as u64) {
-            let reason = Arc::new(Reason::RateLimited { scope });
+        let size = cand.jobs.len() as u64;
+        if let Err(scope) = rate.check(&self.queues[q as usize].name, size) {
+            let reason = match rate.burst_below(size) {
+                Some((scope, burst)) => Reason::GangBeyondBurst { size, scope, burst },
+                None => Reason::RateLimited { scope },
+            };
+            let reason = Arc::new(reason);
             for &j in &cand.jobs {
                 self.set_reason(j, reason.clone());
             }
-            let qc = &mut self.queues[q as usize];
-            qc.queued_stopped = true;
-            qc.note = Some(reason.clone());
-            if scope == super::rate_limit::RateScope::Global {
-                self.ledger.stop_for_rate(reason);
+            // As in Armada, only fewer than one token left ends the queue's turn (or, for the
+            // global bucket, the round): a gang that needs more than remain is skipped, and
+            // smaller candidates go on.
+            if let Err(scope) = rate.check(&self.queues[q as usize].name, 1) {
+                let reason = Arc::new(Reason::RateLimited { scope });
+                let qc = &mut self.queues[q as usize];
+                qc.queued_stopped = true;
+                qc.note = Some(reason.clone());
+                if scope == super::rate_limit::RateScope::Global {
+                    self.ledger.stop_for_rate(reason);
+                }
             }
             return;
         }

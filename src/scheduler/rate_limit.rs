@@ -58,6 +58,8 @@ pub struct RateLimiterState {
 /// The buckets during a cycle.
 pub(crate) struct RateLimits {
     global: Option<TokenBucket>,
+    /// The global bucket's burst (with a global rate).
+    global_burst: u64,
     per_queue: Option<(f64, u64)>,
     queues: BTreeMap<QueueName, TokenBucket>,
     now_ms: i64,
@@ -81,7 +83,7 @@ impl RateLimits {
                 queues.insert(q.clone(), b);
             }
         }
-        Self { global, per_queue, queues, now_ms }
+        Self { global, global_burst: cfg.maximum_scheduling_burst, per_queue, queues, now_ms }
     }
 
     fn queue_bucket(&mut self, q: &QueueName) -> Option<&mut TokenBucket> {
@@ -108,6 +110,18 @@ impl RateLimits {
             return Err(RateScope::Queue);
         }
         Ok(())
+    }
+
+    /// The bucket, with its burst, that could not give `n` tokens even full: a gang of `n` can
+    /// never be scheduled while it is in force.
+    pub(crate) fn burst_below(&self, n: u64) -> Option<(RateScope, u64)> {
+        if self.global.is_some() && self.global_burst < n {
+            return Some((RateScope::Global, self.global_burst));
+        }
+        match self.per_queue {
+            Some((_, burst)) if burst < n => Some((RateScope::Queue, burst)),
+            _ => None,
+        }
     }
 
     /// True if the global bucket cannot give even one token.

@@ -339,6 +339,23 @@ fn global_rate_limit() {
 }
 
 #[test]
+fn a_gang_short_of_tokens_is_skipped_and_scheduling_goes_on() {
+    // Armada's rule: only fewer than one token left ends a queue's turn or the round.
+    let out = run("gang_rate_limit.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.scheduled), map(&[("A", 1), ("B", 3)]));
+    assert_eq!(
+        reason(r0, "big-1"),
+        "a gang of 6 needs more than the global scheduling burst of 4: it cannot be scheduled at this rate limit"
+    );
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("B", 4)]));
+    assert_eq!((state(r1, "h-1"), state(r1, "c")), ("running", "running"));
+    assert_eq!((state(r1, "g-1"), reason(r1, "g-1")), ("queued", "rate limited (global scheduling rate)"));
+    assert_eq!(state(r1, "big-1"), "queued");
+}
+
+#[test]
 fn lookback_limit() {
     let out = run("lookback.yaml");
     let r0 = &out.rounds[0];

@@ -110,6 +110,8 @@ pub(crate) fn candidates(
         Reason::GangIncomplete { gang, queued, cardinality } => {
             out.push(gang_complete(s, job, gang, *queued, *cardinality));
         }
+        // Only a larger burst in the configuration starts it: no change of the state does.
+        Reason::GangBeyondBurst { .. } => {}
         Reason::NoPool => out.extend(matching_node(s, job, None, "a node joins")),
         Reason::NoMatchingNode { pool, .. } => out.extend(matching_node(s, job, Some(pool), "a node")),
         Reason::UnknownResource { pool, resource } => out.extend(resource_node(s, job, pool, resource)),
