@@ -114,7 +114,7 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// Position in `queued` of the queue's next queued job to offer, skipping jobs not for this
-    /// pool and members of gangs already offered.
+    /// pool, members of gangs already offered, and gang members before their gang's last.
     pub(super) fn peek_queued(&mut self, q: u32) -> Option<u32> {
         let qc = &mut self.queues[q as usize];
         loop {
@@ -132,9 +132,12 @@ impl<'a> PoolCycle<'a> {
                 qc.queued_pos += 1;
                 continue;
             }
+            // A gang is offered where its last queued member stands in queue order, as in Armada:
+            // a job of the queue that came between its members goes first.
             if sj.gang
                 && let Some(g) = &qc.queued[pos as usize].gang
-                && qc.gangs_done.contains(g.id.as_str())
+                && (qc.gangs_done.contains(g.id.as_str())
+                    || qc.queued_gangs.get(g.id.as_str()).and_then(|m| m.last()).is_some_and(|last| *last != pos))
             {
                 qc.queued_pos += 1;
                 continue;

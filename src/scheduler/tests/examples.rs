@@ -356,6 +356,15 @@ fn a_gang_short_of_tokens_is_skipped_and_scheduling_goes_on() {
 }
 
 #[test]
+fn a_gang_takes_its_turn_at_its_last_member() {
+    // Armada's non-consecutive gang: a job submitted between a gang's members goes first.
+    let r = &run("non_consecutive_gang.yaml").rounds[0];
+    assert_eq!(state(r, "x"), "running");
+    assert_eq!((state(r, "g1"), state(r, "g2")), ("queued", "queued"));
+    assert!(reason(r, "g1").starts_with("gang g: 1 of 2 members fit"), "{}", reason(r, "g1"));
+}
+
+#[test]
 fn lookback_limit() {
     let out = run("lookback.yaml");
     let r0 = &out.rounds[0];
