@@ -308,6 +308,13 @@ async fn three_servers_form_one_cluster_and_serve_writes_and_consistent_reads_on
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // What if: every member writes its state as a simulate scenario, with the node and queue.
+    for id in [leader, followers[0]] {
+        let (st, v) = trio.api(id).get("/v1/scenario").await;
+        assert_eq!(st, 200, "node {id}: {v}");
+        assert_eq!(v["nodes"][0]["name"], "n1", "node {id}: {v}");
+        assert!(v["queues"].as_array().is_some_and(|q| q.iter().any(|q| q["name"] == "A")), "node {id}: {v}");
+    }
     assert!(!trio.api(leader).log().contains("panicked"), "{}", trio.api(leader).log());
 }
 
