@@ -130,8 +130,7 @@ impl DiskGuard {
         }
     }
 
-    /// The state now.
-    #[cfg(test)]
+    /// The state now (free space read at most [`FRESH_MS`] ago).
     pub(crate) fn state(&self) -> DiskState {
         self.state_at(self.free())
     }

@@ -64,7 +64,7 @@ pub(super) async fn run(
             (m.snapshot.map(|l| l.index), m.purged.map(|l| l.index))
         };
         let Some(snapshot) = snapshot else { continue };
-        let low = app.disk.state_at(app.disk.free()) != DiskState::Ample;
+        let low = app.disk.state() != DiskState::Ample;
         if low != low_disk {
             low_disk = low;
             if low {

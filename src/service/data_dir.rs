@@ -3,8 +3,11 @@
 //! may be running (its lock and its files are left alone). Used by `convoy simulate
 //! --from-data-dir` ([`super::scenario`]) and `convoy replay` ([`super::replay`]).
 
+use crate::raft::{EntryPayload, LogStore};
+use crate::state::Command;
 use crate::store::StoreError;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Why a data directory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -108,4 +111,51 @@ pub(super) fn check_data_dir(dir: &Path, file: &Path) -> Result<(), DataDirError
         return Err(DataDirError::NoDatabase(file.to_path_buf()));
     }
     Ok(())
+}
+
+/// A copy of a data directory's Raft log (`raft.redb`), opened for reading.
+pub(super) struct LogCopy {
+    log: LogStore,
+}
+
+/// Entries read from a copied log at a time.
+const CHUNK: u64 = 1000;
+
+impl LogCopy {
+    /// Copies the log at `path` into `scratch` and opens the copy (a log of a newer format is
+    /// refused).
+    pub(super) fn take(path: &Path, scratch: &TempDir) -> Result<LogCopy, DataDirError> {
+        let copy = scratch.0.join("raft.redb");
+        copy_steady(path, &copy)?;
+        let log_err = |source| DataDirError::Log { path: path.to_path_buf(), source };
+        let db = redb::Database::create(&copy).map_err(|e| log_err(std::io::Error::other(e)))?;
+        let log = LogStore::open(Arc::new(db)).map_err(log_err)?;
+        Ok(LogCopy { log })
+    }
+
+    /// The indexes of the first and last entries the log holds, if any.
+    pub(super) fn held(&self) -> std::io::Result<Option<(u64, u64)>> {
+        self.log.held_range()
+    }
+
+    /// Calls `each` with every command of the entries in `from..=to` (a batch as one command),
+    /// with the entry's index and term, in log order, reading a chunk of entries at a time.
+    pub(super) fn each_command(
+        &self,
+        from: u64,
+        to: u64,
+        mut each: impl FnMut(u64, u64, Command),
+    ) -> std::io::Result<()> {
+        let mut at = from;
+        while at <= to {
+            let end = to.min(at.saturating_add(CHUNK - 1));
+            for entry in self.log.read_entries(at..=end)? {
+                if let EntryPayload::Normal(cmd) = entry.payload {
+                    each(entry.log_id.index, entry.log_id.leader_id.term, cmd);
+                }
+            }
+            at = end + 1;
+        }
+        Ok(())
+    }
 }

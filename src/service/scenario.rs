@@ -10,7 +10,7 @@
 //! running on a node no executor reports any more, which a cycle does not count either.
 
 use super::access::Principal;
-use super::data_dir::{DataDirError, TempDir, check_data_dir, copy_steady};
+use super::data_dir::{DataDirError, LogCopy, TempDir, check_data_dir, copy_steady};
 use super::error::ServiceError;
 use crate::config::Role;
 use crate::control::{Control, now_ms};
@@ -204,18 +204,13 @@ pub fn from_data_dir(dir: &Path, config: &SchedulerConfig, now_ms: i64) -> Resul
     let state_copy = tmp.0.join("convoy.redb");
     copy_steady(&db, &state_copy)?;
     let log = dir.join("raft.redb");
-    let log_copy = tmp.0.join("raft.redb");
-    let has_log = log.is_file();
-    if has_log {
-        copy_steady(&log, &log_copy)?;
-    }
+    let log_copy = if log.is_file() { Some(LogCopy::take(&log, &tmp)?) } else { None };
     let store_err = |source| DataDirError::Store { path: db.clone(), source };
     let store = Store::open_with_cache(&state_copy, 64 << 20).map_err(store_err)?;
     let state = store.load_state(StateSettings::from_config(config)).map_err(store_err)?;
-    let state = if has_log {
-        replay_log(&store, state, &log_copy).map_err(|source| DataDirError::Log { path: log, source })?
-    } else {
-        state
+    let state = match &log_copy {
+        Some(copy) => replay_log(&store, state, copy).map_err(|source| DataDirError::Log { path: log, source })?,
+        None => state,
     };
     Ok(scenario_of(&state, config, now_ms))
 }
@@ -224,11 +219,9 @@ pub fn from_data_dir(dir: &Path, config: &SchedulerConfig, now_ms: i64) -> Resul
 /// state machine applies them (each command with its entry's term), and answers the state after
 /// them. Entries not known to be committed yet (on a follower) are applied too: a server alone
 /// commits all it appends.
-fn replay_log(store: &Store, mut state: State, log: &Path) -> std::io::Result<State> {
-    use crate::raft::LogStore;
-    use crate::raft::{EntryPayload, LogId};
+fn replay_log(store: &Store, mut state: State, log: &LogCopy) -> std::io::Result<State> {
+    use crate::raft::LogId;
     use crate::record::raft::LogIdRecord;
-    use openraft::RaftLogReader;
     let applied = store
         .pin_export()
         .and_then(|view| view.raft_meta(crate::store::tables::RAFT_APPLIED))
@@ -239,16 +232,11 @@ fn replay_log(store: &Store, mut state: State, log: &Path) -> std::io::Result<St
         }
         None => None,
     };
-    let db = redb::Database::create(log).map_err(std::io::Error::other)?;
-    let mut reader = LogStore::open(Arc::new(db))?;
+    let Some((_, last)) = log.held()? else { return Ok(state) };
     let from = applied.map_or(0, |id| id.index + 1);
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    let entries = runtime.block_on(reader.try_get_log_entries(from..)).map_err(std::io::Error::other)?;
-    for entry in entries {
-        if let EntryPayload::Normal(cmd) = entry.payload {
-            state.apply(cmd, ApplyContext { term: entry.log_id.leader_id.term });
-        }
-    }
+    log.each_command(from, last, |_, term, cmd| {
+        state.apply(cmd, ApplyContext { term });
+    })?;
     Ok(state)
 }
 #[cfg(test)]

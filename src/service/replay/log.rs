@@ -4,20 +4,16 @@
 
 use super::ReplayError;
 use super::compare::Recorded;
-use crate::raft::{EntryPayload, LogStore, SnapshotReader};
+use crate::raft::SnapshotReader;
 use crate::record::{ScheduleInputsRecord, SchedulerConfigRecord};
-use crate::service::data_dir::{TempDir, check_data_dir, copy_steady};
+use crate::service::data_dir::{LogCopy, TempDir, check_data_dir};
 use crate::state::{Command, State, StateSettings};
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Recorded scheduler configurations by their hash.
 pub(crate) type Configs = BTreeMap<Vec<u8>, SchedulerConfigRecord>;
-
-/// Entries read from the log at a time.
-const CHUNK: u64 = 1000;
 
 /// Rows imported per write transaction when a snapshot file becomes a base state.
 const IMPORT_ROWS_PER_TX: usize = 10_000;
@@ -52,7 +48,7 @@ pub(crate) struct Base {
 /// A data directory's log and snapshot files, copied.
 pub(crate) struct Copied {
     /// The copied log.
-    pub log: LogStore,
+    pub log: LogCopy,
     /// The first and last entries it holds.
     pub held: Option<(u64, u64)>,
     /// The states replay may start from, oldest first.
@@ -90,11 +86,8 @@ impl Copied {
                 }
             }
         }
-        let log_copy = scratch.0.join("raft.redb");
-        copy_steady(&log_path, &log_copy)?;
-        let db = redb::Database::create(&log_copy).map_err(|e| ReplayError::Log(std::io::Error::other(e)))?;
-        let log = LogStore::open(Arc::new(db)).map_err(ReplayError::Log)?;
-        let held = log.held_range().map_err(ReplayError::Log)?;
+        let log = LogCopy::take(&log_path, &scratch)?;
+        let held = log.held().map_err(ReplayError::Log)?;
         if held.is_some_and(|(first, _)| first == 0) {
             bases.push(Base { index: None, file: None });
         }
@@ -103,25 +96,15 @@ impl Copied {
         Ok(Copied { log, held, bases, scratch })
     }
 
-    /// Calls `each` with every command of every entry in `from..=to` (a batch's commands one by
-    /// one), with the entry's index and term, in log order.
+    /// Calls `each` with every command of the entries in `from..=to`, with the entry's index and
+    /// term, in log order.
     pub(crate) fn each_command(
         &self,
         from: u64,
         to: u64,
-        mut each: impl FnMut(u64, u64, Command) -> Result<(), ReplayError>,
+        each: impl FnMut(u64, u64, Command),
     ) -> Result<(), ReplayError> {
-        let mut at = from;
-        while at <= to {
-            let end = to.min(at.saturating_add(CHUNK - 1));
-            for entry in self.log.read_entries(at..=end).map_err(ReplayError::Log)? {
-                if let EntryPayload::Normal(cmd) = entry.payload {
-                    each(entry.log_id.index, entry.log_id.leader_id.term, cmd)?;
-                }
-            }
-            at = end + 1;
-        }
-        Ok(())
+        self.log.each_command(from, to, each).map_err(ReplayError::Log)
     }
 
     /// The cycles recorded in the log and every configuration recorded in it, by hash.
@@ -130,7 +113,6 @@ impl Copied {
         let Some((first, last)) = self.held else { return Ok((cycles, configs)) };
         self.each_command(first, last, |index, entry_term, cmd| {
             collect(index, entry_term, cmd, &mut cycles, &mut configs);
-            Ok(())
         })?;
         Ok((cycles, configs))
     }

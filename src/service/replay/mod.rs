@@ -207,7 +207,6 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayReport, ReplayError> {
             }
             state.apply(cmd, ApplyContext { term });
             state.set_applied_index(index);
-            Ok(())
         })?;
         while next <= end {
             run(&mut state, next, &mut report);
