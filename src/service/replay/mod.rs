@@ -179,6 +179,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayReport, ReplayError> {
     if let Some(c) = state.scheduler_config() {
         configs.insert(c.hash.clone(), c.clone());
     }
+    let book = ConfigBook::new(&configs, req.config.as_ref());
     if let Some(b) = base.index {
         let early: Vec<u64> = pending.range(..b).map(|(k, _)| *k).collect();
         for c in early.into_iter().flat_map(|k| pending.remove(&k).unwrap_or_default()) {
@@ -190,7 +191,7 @@ pub fn replay(req: &ReplayRequest) -> Result<ReplayReport, ReplayError> {
     let held_from_start = copied.held.is_some_and(|(f, _)| f <= start);
     let mut run = |state: &mut State, at: u64, report: &mut ReplayReport| {
         for c in pending.remove(&at).unwrap_or_default() {
-            report.cycles.push(run_cycle(state, c, &configs, req));
+            report.cycles.push(run_cycle(state, c, &book, req.job));
         }
     };
     if let Some(b) = base.index {
@@ -263,30 +264,53 @@ fn not_replayable(c: &LoggedCycle, why: &str) -> CycleReport {
     }
 }
 
+/// The configurations cycles ran with, read (and their state settings made) once each; or the one
+/// given instead of them.
+struct ConfigBook {
+    recorded: BTreeMap<Vec<u8>, Result<(SchedulerConfig, StateSettings), String>>,
+    instead: Option<(SchedulerConfig, StateSettings)>,
+}
+
+impl ConfigBook {
+    fn new(records: &log::Configs, instead: Option<&SchedulerConfig>) -> ConfigBook {
+        let with_settings = |c: SchedulerConfig| {
+            let settings = StateSettings::from_config(&c);
+            (c, settings)
+        };
+        ConfigBook {
+            recorded: records
+                .iter()
+                .map(|(hash, r)| (hash.clone(), r.config().map(with_settings).map_err(|e| e.to_string())))
+                .collect(),
+            instead: instead.cloned().map(with_settings),
+        }
+    }
+
+    /// The configuration of a cycle recorded with `hash`, or why there is none.
+    fn get(&self, hash: &[u8]) -> Result<&(SchedulerConfig, StateSettings), String> {
+        if let Some(c) = &self.instead {
+            return Ok(c);
+        }
+        match self.recorded.get(hash) {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!(
+                "its configuration {} is neither in the log nor in the snapshot it starts from",
+                short_hex(hash, 8)
+            )),
+        }
+    }
+}
+
 /// Runs one cycle on `state` (as of the cycle's applied index) and compares.
-fn run_cycle(state: &mut State, c: &LoggedCycle, configs: &log::Configs, req: &ReplayRequest) -> CycleReport {
+fn run_cycle(state: &mut State, c: &LoggedCycle, book: &ConfigBook, job: Option<JobId>) -> CycleReport {
     let Some(inputs) = &c.inputs else { return not_replayable(c, "no inputs") };
-    let recorded_cfg;
-    let cfg = match &req.config {
-        Some(cfg) => cfg,
-        None => match configs.get(&inputs.config_hash).map(SchedulerConfigRecord::config) {
-            Some(Ok(cfg)) => {
-                recorded_cfg = cfg;
-                &recorded_cfg
-            }
-            Some(Err(e)) => return not_replayable(c, &e.to_string()),
-            None => {
-                let why = format!(
-                    "its configuration {} is neither in the log nor in the snapshot it starts from",
-                    short_hex(&inputs.config_hash, 8)
-                );
-                return not_replayable(c, &why);
-            }
-        },
+    let (cfg, settings) = match book.get(&inputs.config_hash) {
+        Ok(c) => c,
+        Err(why) => return not_replayable(c, &why),
     };
-    let settings = StateSettings::from_config(cfg);
-    if *state.settings() != settings {
-        state.change_settings(settings);
+    if state.settings() != settings {
+        state.change_settings(settings.clone());
     }
     let rate = inputs.rate_limits.as_ref().map(RateLimiterState::from).unwrap_or_default();
     let snapshot = state.scheduling_snapshot(cfg.max_queue_lookback, rate);
@@ -303,7 +327,7 @@ fn run_cycle(state: &mut State, c: &LoggedCycle, configs: &log::Configs, req: &R
             inputs.scheduler_version
         ));
     }
-    let fate = req.job.map(|job| fate(state, &snapshot, cfg, &decisions, job, c.at_ms));
+    let fate = job.map(|job| fate(state, &snapshot, cfg, &decisions, job, c.at_ms));
     CycleReport {
         index: c.index,
         term: c.term,
