@@ -15,6 +15,7 @@ use super::gang_domains::GangDomains;
 use super::hierarchy::Hierarchy;
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
+use super::min_runtime::MinRuntime;
 use super::node_types::NodeTypes;
 use super::nodedb::NodeDb;
 use super::outcome::Outcome;
@@ -59,6 +60,8 @@ pub(super) struct PoolCycle<'a> {
     pub tree: Option<Box<Hierarchy>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<PolicyState>>,
+    /// How long each running job is spared preemption, and whom eviction spared.
+    pub min_runtime: MinRuntime,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.
@@ -78,6 +81,7 @@ impl<'a> PoolCycle<'a> {
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
+            min_runtime: MinRuntime::default(),
         }
     }
 
@@ -125,6 +129,7 @@ impl<'a> PoolCycle<'a> {
             gangs: &self.gangs,
             tree: self.tree.as_deref(),
             policy: self.policy.as_deref(),
+            spared: self.min_runtime.spared_count(),
         }
     }
 
@@ -141,6 +146,7 @@ impl<'a> PoolCycle<'a> {
             returns: &mut self.returns,
             ledger: &mut self.ledger,
             rounds: &mut self.eviction,
+            min_runtime: &mut self.min_runtime,
         }
     }
 

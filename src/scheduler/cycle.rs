@@ -39,7 +39,7 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
     let quarantined = snapshot.quarantined_at(cfg, now_ms);
     let mut usage = (!cfg.queue_usage_halftime.is_zero()).then(|| QueueUsage { at_ms: now_ms, ..Default::default() });
     for pool in pools {
-        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
+        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined, now_ms);
         #[cfg(test)]
         if force_tree && cycle.tree.is_none() {
             cycle.force_tree();

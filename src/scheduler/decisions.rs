@@ -135,6 +135,32 @@ pub enum Reason {
         /// Its job priority.
         priority: u32,
     },
+    /// The pool has too little left of a floating resource (counted per pool, not per node).
+    FloatingResource {
+        /// The pool tried.
+        pool: PoolName,
+        /// The floating resource.
+        resource: ResourceName,
+        /// What the pool has left of it, as a quantity.
+        left: String,
+        /// The pool's amount of it, as a quantity.
+        capacity: String,
+        /// What the job (or gang) requests of it, as a quantity.
+        requested: String,
+    },
+    /// Nodes match but none has room, and fair-share eviction spared running jobs of queues
+    /// above their share because they have run less than their minimum runtime before
+    /// preemption (`min_runtime_before_preemption`).
+    MinRuntime {
+        /// The pool tried.
+        pool: PoolName,
+        /// What the job needs that no node has free, as quantities (`8 cpu`).
+        missing: String,
+        /// Running jobs spared in this cycle.
+        spared: usize,
+        /// Seconds until the first of them may be evicted.
+        ready_in_seconds: u64,
+    },
     /// In a `proportional` pool: the job would take its queue above its target.
     ProportionalTarget {
         /// The job's queue.
@@ -207,6 +233,16 @@ impl fmt::Display for Reason {
             Reason::BehindHigherPriority { pool, job, priority } => {
                 write!(f, "behind higher-priority pending job {job} (priority {priority}) in pool {pool}")
             }
+            Reason::FloatingResource { pool, resource, left, capacity, requested } => write!(
+                f,
+                "pool {pool} has {left} of {capacity} {resource} left (floating resource); the job needs {requested}"
+            ),
+            Reason::MinRuntime { pool, missing, spared, ready_in_seconds } => write!(
+                f,
+                "no node with {missing} free in pool {pool}; fair-share eviction spared {spared} running job{} that \
+                 ran less than min_runtime_before_preemption (the first may be evicted in {ready_in_seconds}s)",
+                if *spared == 1 { "" } else { "s" }
+            ),
             Reason::ProportionalTarget { queue, pool, resource, target, allocated } => write!(
                 f,
                 "queue {queue} at its proportional target in pool {pool}: holds {allocated} of {target} {resource}, \
@@ -404,6 +440,17 @@ pub struct QueueShare {
     pub proportional_target: Option<Resources>,
 }
 
+/// One floating resource of a pool after a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FloatingUse {
+    /// The floating resource.
+    pub resource: ResourceName,
+    /// The pool's amount (milli-units, as resources are stored).
+    pub capacity: i64,
+    /// What the pool's leased and running jobs hold, with this cycle's placements.
+    pub allocated: i64,
+}
+
 /// What a cycle saw and did in one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolReport {
@@ -421,6 +468,11 @@ pub struct PoolReport {
     pub evicted: usize,
     /// Jobs the cycle tried to place.
     pub jobs_tried: usize,
+    /// Running jobs fair-share eviction spared this cycle because they had run less than their
+    /// minimum runtime before preemption.
+    pub evictions_spared_min_runtime: usize,
+    /// The pool's floating resources: its amount of each and what its jobs hold after the cycle.
+    pub floating: Vec<FloatingUse>,
     /// With a queue tree: the effective priority each queue with something to offer showed its
     /// parent (for a top-level queue, the priority the top level compared) at the cycle's first
     /// pick. Empty for flat queues.

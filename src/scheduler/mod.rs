@@ -62,11 +62,14 @@ pub(crate) mod eviction;
 pub mod fairness;
 pub(crate) mod fill;
 pub(crate) mod fill_tree;
+pub mod floating;
+pub(crate) mod floating_placement;
 pub(crate) mod gang;
 pub(crate) mod gang_domains;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
 pub(crate) mod ledger;
+pub(crate) mod min_runtime;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
@@ -94,7 +97,7 @@ pub use config::{FairnessModel, SchedulerConfig};
 pub const SCHEDULER_VERSION: u32 = 1;
 pub use cycle::schedule;
 pub use decisions::{
-    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+    Decisions, Failure, FloatingUse, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
 pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};

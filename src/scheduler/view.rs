@@ -53,6 +53,8 @@ pub(super) struct PoolView<'a> {
     pub total: ResVec,
     /// Nodes earmarked for some queues.
     pub earmarks: Earmarks,
+    /// The pool's floating resources: (slot, amount in the pool); empty when it has none.
+    pub floating: Vec<(usize, i64)>,
 }
 
 impl<'a> PoolView<'a> {

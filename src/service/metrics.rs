@@ -389,6 +389,8 @@ mod tests {
             queues,
             evicted: 0,
             jobs_tried: 0,
+            evictions_spared_min_runtime: 0,
+            floating: Vec::new(),
             queue_priority: Default::default(),
         }
     }
