@@ -88,7 +88,7 @@ pub mod usage;
 pub(crate) mod view;
 pub mod why;
 
-pub use config::{FairnessModel, SchedulerConfig};
+pub use config::{FairnessModel, FloatingResourceConfig, SchedulerConfig};
 
 /// The version of the scheduling algorithm, recorded with every cycle (`convoy replay`): raise it
 /// when the same snapshot, configuration, seed and time may give other decisions, so that a

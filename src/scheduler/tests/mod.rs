@@ -4,4 +4,5 @@ mod cordon;
 mod examples;
 mod hierarchy;
 mod max_min;
+mod pool_policies;
 mod properties;
