@@ -227,6 +227,29 @@ fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
             capacity.get_or_create(&vec![("pool", p.pool.to_string()), ("resource", resource.to_string())]).set(amount);
         }
     }
+    policy_metrics(r, s);
+}
+
+/// Families of the minimum runtime before preemption and of floating resources, from the last
+/// cycle: jobs eviction spared per pool, and each pool's floating resources.
+fn policy_metrics(r: &mut Registry, s: &SchedulingView) {
+    let help = "Running jobs fair-share eviction spared in the last cycle because they had run less than \
+                min_runtime_before_preemption, per pool.";
+    let spared = family(r, "convoy_evictions_spared_min_runtime", help, IntGauges::default());
+    for p in &s.pools {
+        spared.get_or_create(&vec![("pool", p.pool.to_string())]).set(p.evictions_spared_min_runtime as i64);
+    }
+    let help = "A pool's amount of a floating resource (counted per pool, not per node), per pool and resource.";
+    let capacity = family(r, "convoy_floating_resource_capacity", help, IntGauges::default());
+    let help = "What a pool's leased and running jobs hold of a floating resource after the last cycle.";
+    let allocated = family(r, "convoy_floating_resource_allocated", help, IntGauges::default());
+    for p in &s.pools {
+        for f in &p.floating {
+            let labels = vec![("pool", p.pool.to_string()), ("resource", f.resource.to_string())];
+            capacity.get_or_create(&labels).set(f.capacity);
+            allocated.get_or_create(&labels).set(f.allocated);
+        }
+    }
 }
 
 /// On the leader: the highest index a majority of voters holds (the leader counts with its last
@@ -424,6 +447,23 @@ mod tests {
     }
 
     #[test]
+    fn spared_evictions_and_floating_resources_per_pool() {
+        let mut p = pool(PoolName::default_pool(), vec![]);
+        p.evictions_spared_min_runtime = 8;
+        p.floating = vec![crate::scheduler::FloatingUse {
+            resource: "licence/matlab".parse().unwrap(),
+            capacity: 3000,
+            allocated: 2000,
+        }];
+        let view = SchedulingView { pools: vec![p], ..Default::default() };
+        let out = encoded(|r| scheduling_metrics(r, &view));
+        assert!(out.contains("\nconvoy_evictions_spared_min_runtime{pool=\"default\"} 8\n"), "{out}");
+        let labels = "{pool=\"default\",resource=\"licence/matlab\"}";
+        assert!(out.contains(&format!("\nconvoy_floating_resource_capacity{labels} 3000\n")), "{out}");
+        assert!(out.contains(&format!("\nconvoy_floating_resource_allocated{labels} 2000\n")), "{out}");
+    }
+
+    #[test]
     fn raft_families_are_blocks_and_histograms_are_cumulative() {
         use crate::model::api::ClusterMember;
         let member = |id, lag: Option<u64>| ClusterMember {
@@ -558,6 +598,11 @@ mod tests {
         held.demand = held.allocated.clone();
         let mut p = pool(PoolName::default_pool(), vec![held]);
         p.total = [(crate::model::ResourceName::new("cpu").unwrap(), 8)].into_iter().collect();
+        p.floating = vec![crate::scheduler::FloatingUse {
+            resource: crate::model::ResourceName::new("licence/matlab").unwrap(),
+            capacity: 3000,
+            allocated: 0,
+        }];
         let view = SchedulingView { cycles: 1, last_cycle_ms: 1.0, pools: vec![p], ..Default::default() };
         let member = |id, lag| crate::model::api::ClusterMember {
             id,
