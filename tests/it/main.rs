@@ -16,6 +16,7 @@ mod config_files;
 mod confine;
 mod e2e_fake;
 mod e2e_process;
+mod eviction_and_floating;
 mod first_hour;
 mod formats;
 mod full_disk;
