@@ -115,9 +115,11 @@ pub(crate) fn candidates(
         Reason::NoPool => out.extend(matching_node(s, job, None, "a node joins")),
         Reason::NoMatchingNode { pool, .. } => out.extend(matching_node(s, job, Some(pool), "a node")),
         Reason::UnknownResource { pool, resource } => out.extend(resource_node(s, job, pool, resource)),
+        // Only jobs holding the floating resource ending (or a larger amount in the
+        // configuration) starts it: no node added helps.
+        Reason::FloatingResource { .. } => out.extend(fair_share(s, cfg, base, job)),
         Reason::NoCapacity { .. }
         | Reason::MinRuntime { .. }
-        | Reason::FloatingResource { .. }
         | Reason::Displaced { .. }
         | Reason::NoRoomOnNode { .. }
         | Reason::ReservedNodes { .. }
