@@ -110,6 +110,14 @@ async fn licences_are_counted_per_pool_and_unknown_resources_are_refused() {
         let j = s.wait_job(id, Duration::from_secs(20), "waiting for a licence", |j| j["reason"] == why).await;
         assert_eq!(j["state"], "queued", "{j:#}");
     }
+    // The agent's pod spec does not ask Kubernetes for the licence (no node has it).
+    let v = s.poll("e1", &[node("n1", "32")], &[], 5.0).await;
+    let lease = &v["leases"][0];
+    assert_eq!(
+        lease["pod_spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "1", "memory": "64Mi"}),
+        "{v}"
+    );
     let m = metrics(&s).await;
     let labels = "{pool=\"default\",resource=\"licence/matlab\"}";
     assert!(m.contains(&format!("convoy_floating_resource_capacity{labels} 3000")), "{m}");
