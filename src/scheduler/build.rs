@@ -35,6 +35,18 @@ impl<'a> PoolCycle<'a> {
         done: &HashSet<crate::model::JobId>,
         quarantined: &HashSet<(&str, &str)>,
     ) -> Self {
+        Self::new_reserving(snap, cfg, pool, done, quarantined, None)
+    }
+
+    /// [`Self::new`] with nodes reserved ([`super::reservation`]: a reservation's second pass).
+    pub(super) fn new_reserving(
+        snap: &'a Snapshot,
+        cfg: &'a SchedulerConfig,
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+        quarantined: &HashSet<(&str, &str)>,
+        reservations: Option<super::reservation::PoolReservations<'a>>,
+    ) -> Self {
         let (nodes, node_index) = pool_nodes(snap, pool);
         let layout = resource_layout(cfg, &nodes);
         let earmarked = super::earmark::any_earmarked(&nodes);
@@ -70,6 +82,7 @@ impl<'a> PoolCycle<'a> {
             cost,
             total,
             earmarks,
+            reservations: reservations.map(Box::new),
         };
         let mut cycle = PoolCycle::empty(view, queues);
         cycle.tree =
@@ -219,7 +232,11 @@ impl<'a> PoolCycle<'a> {
         } else {
             self.view().nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        let types = NodeTypes::build(&self.view().nodes, &spec, &in_quarantine);
+        // Reserved nodes get types of their own, one set per reservation.
+        let types = match self.view().reservations.as_ref() {
+            Some(r) => NodeTypes::build_reserving(&self.view().nodes, &spec, &in_quarantine, r.node_marks()),
+            None => NodeTypes::build(&self.view().nodes, &spec, &in_quarantine),
+        };
         self.set_node_types(types);
         let key_slots: Vec<Option<usize>> =
             self.view().cfg.indexed_resources.iter().map(|r| self.view().layout.slot(r.as_str())).collect();
@@ -414,7 +431,7 @@ fn cycle_priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<Priorit
 }
 
 /// What each node offers in all (allocatable minus unallocatable), and the pool's total.
-fn node_capacities(nodes: &[&Node], layout: &Layout) -> (Vec<ResVec>, ResVec) {
+pub(super) fn node_capacities(nodes: &[&Node], layout: &Layout) -> (Vec<ResVec>, ResVec) {
     let capacities: Vec<ResVec> = nodes
         .iter()
         .map(|n| {

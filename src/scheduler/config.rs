@@ -73,6 +73,20 @@ pub struct SchedulerConfig {
     /// `fair_share` (see [`super::policy`] and docs/pool-policies.md).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<PoolName, PoolPolicyConfig>,
+    /// A gang or job that waited this long at the head of its queue's order without fitting gets
+    /// the nodes that free up for it soonest reserved ([`super::reservation`]); zero (or `"off"`,
+    /// the default) turns reservations off. Also read as `gang_reservation_after_seconds` (the
+    /// `convoy simulate` spelling). Left out of the serialized form while off, so that a
+    /// configuration without it records (and hashes) as before.
+    #[serde(
+        with = "super::reservation::serde_after",
+        alias = "gang_reservation_after_seconds",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub gang_reservation_after: Duration,
+    /// Most reservations held at once in one pool (default 1).
+    #[serde(skip_serializing_if = "super::reservation::is_default_max")]
+    pub max_reservations_per_pool: u32,
 }
 
 /// Most resources that may order nodes for best fit.
@@ -109,6 +123,8 @@ impl Default for SchedulerConfig {
             quarantine: QuarantineConfig::default(),
             queue_usage_halftime: Duration::ZERO,
             pools: BTreeMap::new(),
+            gang_reservation_after: Duration::ZERO,
+            max_reservations_per_pool: super::reservation::DEFAULT_MAX_PER_POOL,
         }
     }
 }
@@ -189,6 +205,12 @@ impl SchedulerConfig {
         self.quarantine.validate()?;
         for (pool, p) in &self.pools {
             p.validate().map_err(|e| e.within(&format!("pools.{pool}")))?;
+        }
+        if self.max_reservations_per_pool == 0 {
+            return Err(FieldError::new(
+                "max_reservations_per_pool",
+                "must be >= 1 (turn reservations off with gang_reservation_after = \"off\")",
+            ));
         }
         Ok(())
     }
