@@ -451,23 +451,26 @@ impl<'a> PoolCycle<'a> {
     /// Why waiting job `j` did not start, if it waits for room and a reserved node it may not
     /// use has that room free.
     fn kept_off(&mut self, j: u32, res: &PoolReservations<'_>) -> Option<Arc<Reason>> {
-        let fate = self.ledger.fate(j);
-        match fate.reason.as_deref() {
-            Some(Reason::KeptOffReservation { .. }) => return fate.reason.clone(),
-            r if !waits_for_room(r) => return None,
-            _ => {}
+        let reason = self.ledger.fate(j).reason.as_deref();
+        // Kept off every node it matches when it was tried (even if others filled them since).
+        if matches!(reason, Some(Reason::KeptOffReservation { .. })) {
+            return self.ledger.fate(j).reason.clone();
         }
-        let id = self.jobs[j as usize].id;
-        let class = self.jobs[j as usize].class as usize;
+        if !waits_for_room(reason) {
+            return None;
+        }
+        let job = &self.jobs[j as usize];
+        let (id, class) = (job.id, job.class as usize);
         let req = self.view().classes[class].dense.clone().ok()?;
         let types = self.matching_types(self.view().classes[class].constraint);
-        let n = (0..self.view().nodes.len()).find(|&n| {
+        let found = (0..self.view().nodes.len()).find(|&n| {
             let r = res.node_res[n];
             r != 0
                 && !res.may_use(r, id)
                 && types.contains(&self.view().types.type_of[n])
                 && self.db.fits_at(n as u32, 0, &req)
-        })?;
+        });
+        let n = found?;
         let r = &res.list[res.node_res[n] as usize - 1];
         Some(Arc::new(Reason::KeptOffReservation {
             pool: r.pool.clone(),

@@ -1,6 +1,6 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
-use super::output::{JobOutput, NodeOutput, Output, RoundOutput};
+use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
@@ -408,6 +408,24 @@ impl Simulation {
         }
         out.queue_priority =
             d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
+        out.reservations = d
+            .reservations
+            .iter()
+            .map(|r| ReservationOutput {
+                job: self.jobs[idx(r.job_id)].name.clone(),
+                gang: r.gang.clone(),
+                queue: r.queue.clone(),
+                pool: r.pool.to_string(),
+                nodes: r
+                    .nodes
+                    .iter()
+                    .filter_map(|n| self.node_index.get(&(n.executor.to_string(), n.node.to_string())))
+                    .map(|&i| self.node_labels[i].clone())
+                    .collect(),
+                expected_start_seconds: r.expected_start_ms.map(|ms| ms as f64 / 1000.0),
+                kept_off: r.kept_off,
+            })
+            .collect();
         out.decisions = Some(d.clone());
         out
     }
