@@ -235,7 +235,12 @@ impl fmt::Display for Reason {
             ),
             Reason::HoldsReservation { pool, nodes, expected_start_ms } => {
                 let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
-                write!(f, "reserved node{} {} in pool {pool}; ", if nodes.len() == 1 { "" } else { "s" }, nodes.join(", "))?;
+                write!(
+                    f,
+                    "reserved node{} {} in pool {pool}; ",
+                    if nodes.len() == 1 { "" } else { "s" },
+                    nodes.join(", ")
+                )?;
                 match expected_start_ms {
                     Some(at) => write!(f, "expected to fit at {}", super::reservation::format_time(*at)),
                     None => write!(f, "expected start unknown (the running jobs there have no known end)"),

@@ -79,8 +79,9 @@ pub(crate) mod serde_after {
             Raw::Text(t) if t.trim() == "off" => Ok(Duration::ZERO),
             Raw::Text(t) => crate::model::duration::parse_duration(&t)
                 .map_err(|e| serde::de::Error::custom(format!("{e} (a duration such as \"10m\", or \"off\")"))),
-            Raw::Num(n) => Duration::try_from_secs_f64(n)
-                .map_err(|_| serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))),
+            Raw::Num(n) => Duration::try_from_secs_f64(n).map_err(|_| {
+                serde::de::Error::custom(format!("duration {n} must be a non-negative number of seconds"))
+            }),
         }
     }
 }
@@ -484,9 +485,7 @@ impl<'a> PoolCycle<'a> {
 fn waits_for_room(reason: Option<&Reason>) -> bool {
     match reason {
         Some(Reason::NoCapacity { .. }) => true,
-        Some(Reason::Gang { detail, .. }) => {
-            detail.as_deref().is_none_or(|d| matches!(d, Reason::NoCapacity { .. }))
-        }
+        Some(Reason::Gang { detail, .. }) => detail.as_deref().is_none_or(|d| matches!(d, Reason::NoCapacity { .. })),
         _ => false,
     }
 }

@@ -4,8 +4,8 @@ use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutpu
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
-    Decisions, JobInfo, JobTimes, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot,
-    schedule,
+    Decisions, JobInfo, JobTimes, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob,
+    Snapshot, schedule,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -408,8 +408,15 @@ impl Simulation {
         }
         out.queue_priority =
             d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
-        out.reservations = d
-            .reservations
+        out.reservations = self.reservations(d);
+        out.decisions = Some(d.clone());
+        out
+    }
+
+    /// The cycle's held reservations, with the scenario's job and node names.
+    fn reservations(&self, d: &Decisions) -> Vec<ReservationOutput> {
+        let idx = |id: JobId| (id.as_u128() - 1) as usize;
+        d.reservations
             .iter()
             .map(|r| ReservationOutput {
                 job: self.jobs[idx(r.job_id)].name.clone(),
@@ -425,9 +432,7 @@ impl Simulation {
                 expected_start_seconds: r.expected_start_ms.map(|ms| ms as f64 / 1000.0),
                 kept_off: r.kept_off,
             })
-            .collect();
-        out.decisions = Some(d.clone());
-        out
+            .collect()
     }
 }
 

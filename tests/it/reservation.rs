@@ -78,7 +78,10 @@ async fn a_waiting_gang_holds_the_busy_node_and_only_a_short_job_backfills() {
         assert!(Instant::now() < deadline, "n1 never reserved: {v}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!((&reserved["job_id"], &reserved["gang"], &reserved["queue"]), (&json!(members[0]), &json!("g"), &json!("A")));
+    assert_eq!(
+        (&reserved["job_id"], &reserved["gang"], &reserved["queue"]),
+        (&json!(members[0]), &json!("g"), &json!("A"))
+    );
     let expected = reserved["expected_start"].as_str().expect("an expected start").to_string();
     let j = s.job(&members[0]).await;
     assert_eq!(j["state"], "queued");
@@ -127,7 +130,8 @@ fn a_bad_reservation_setting_is_refused_at_start_naming_the_key() {
         ("gang_reservation_after = \"soon\"", "gang_reservation_after"),
         ("gang_reservation_after = \"10m\"\nmax_reservations_per_pool = 0", "max_reservations_per_pool"),
     ] {
-        let text = config(dir, "").replace("schedule_interval_max = \"200ms\"", &format!("schedule_interval_max = \"200ms\"\n{extra}"));
+        let text = config(dir, "")
+            .replace("schedule_interval_max = \"200ms\"", &format!("schedule_interval_max = \"200ms\"\n{extra}"));
         let path = dir.join("convoy.toml");
         std::fs::write(&path, text).expect("write config");
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"))

@@ -5,8 +5,8 @@
 
 use super::properties::{Harness, world};
 use crate::model::{
-    ExecutorName, GangSpec, JobId, Labels, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
-    Requirements, Resources, SchedulingRequirements,
+    ExecutorName, GangSpec, JobId, Labels, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
+    Resources, SchedulingRequirements,
 };
 use crate::scheduler::{
     Decisions, JobInfo, JobTimes, QueueSnapshot, Reason, RunningJob, SchedulerConfig, Snapshot, schedule,
@@ -54,7 +54,12 @@ fn example(after_secs: u64) -> (Snapshot, SchedulerConfig) {
     let gang = Arc::new(GangSpec { id: "g".into(), cardinality: 8, min_cardinality: 8, node_uniformity_label: None });
     let n = node();
     let running: Vec<RunningJob> = (1..=7)
-        .map(|i| RunningJob { job: job(i, "B", None), executor: n.executor.clone(), node: n.name.clone(), leased_at_ms: 0 })
+        .map(|i| RunningJob {
+            job: job(i, "B", None),
+            executor: n.executor.clone(),
+            node: n.name.clone(),
+            leased_at_ms: 0,
+        })
         .collect();
     let gang_jobs: Vec<Arc<JobInfo>> = (11..=18).map(|i| job(i, "A", Some(&gang))).collect();
     let small = vec![job(21, "B", None), job(22, "B", None)];
@@ -70,7 +75,11 @@ fn example(after_secs: u64) -> (Snapshot, SchedulerConfig) {
     let snap = Snapshot {
         nodes: vec![n],
         queues: vec![
-            QueueSnapshot { queue: Queue::new(QueueName::new("A").unwrap(), 1.0), queued: gang_jobs, queued_demand: None },
+            QueueSnapshot {
+                queue: Queue::new(QueueName::new("A").unwrap(), 1.0),
+                queued: gang_jobs,
+                queued_demand: None,
+            },
             QueueSnapshot { queue: Queue::new(QueueName::new("B").unwrap(), 1.0), queued: small, queued_demand: None },
         ],
         running,
@@ -179,11 +188,8 @@ fn a_second_reservation_needs_max_reservations_per_pool() {
     assert_eq!(d.reservations[0].expected_start_ms, Some(40 * S));
     cfg.max_reservations_per_pool = 2;
     let d = schedule(&snap, &cfg, 0, 20 * S);
-    let held: Vec<(u128, &str, Option<i64>)> = d
-        .reservations
-        .iter()
-        .map(|r| (r.job_id.as_u128(), r.nodes[0].node.as_str(), r.expected_start_ms))
-        .collect();
+    let held: Vec<(u128, &str, Option<i64>)> =
+        d.reservations.iter().map(|r| (r.job_id.as_u128(), r.nodes[0].node.as_str(), r.expected_start_ms)).collect();
     assert_eq!(held, vec![(11, "n", Some(40 * S)), (41, "m", Some(50 * S))]);
     // No small job starts: both free cpus are reserved, and neither small job ends in time.
     assert_eq!(leased(&d), vec![22]);
@@ -208,7 +214,8 @@ fn without_known_ends_the_roomiest_nodes_are_reserved_with_no_expected_start() {
 
 #[test]
 fn config_reads_the_server_and_the_simulate_spellings() {
-    let c: SchedulerConfig = toml::from_str("gang_reservation_after = \"10m\"\nmax_reservations_per_pool = 2\n").unwrap();
+    let c: SchedulerConfig =
+        toml::from_str("gang_reservation_after = \"10m\"\nmax_reservations_per_pool = 2\n").unwrap();
     assert_eq!((c.gang_reservation_after, c.max_reservations_per_pool), (Duration::from_secs(600), 2));
     let c: SchedulerConfig = toml::from_str("gang_reservation_after = \"off\"\n").unwrap();
     assert_eq!(c.gang_reservation_after, Duration::ZERO);
@@ -244,7 +251,10 @@ fn check(snap: &Snapshot, d: &Decisions, max: u32, now: i64) -> Result<(), TestC
     for (i, r) in d.reservations.iter().enumerate() {
         *per_pool.entry(r.pool.as_str()).or_default() += 1;
         for n in &r.nodes {
-            prop_assert!(holder.insert((n.executor.to_string(), n.node.to_string()), i).is_none(), "node reserved twice");
+            prop_assert!(
+                holder.insert((n.executor.to_string(), n.node.to_string()), i).is_none(),
+                "node reserved twice"
+            );
         }
         let leased: BTreeSet<JobId> = d.leases.iter().map(|l| l.job_id).collect();
         prop_assert!(r.jobs.iter().all(|j| !leased.contains(j)), "a held reservation's job was placed");
@@ -255,7 +265,12 @@ fn check(snap: &Snapshot, d: &Decisions, max: u32, now: i64) -> Result<(), TestC
         let r = &d.reservations[i];
         let ends = snap.job_times.get(&l.job_id).and_then(|t| t.deadline_ms).map(|dl| now + dl);
         let backfill = matches!((ends, r.expected_start_ms), (Some(e), Some(s)) if e <= s);
-        prop_assert!(r.jobs.contains(&l.job_id) || backfill, "job {} placed on a node reserved for {}", l.job_id, r.job_id);
+        prop_assert!(
+            r.jobs.contains(&l.job_id) || backfill,
+            "job {} placed on a node reserved for {}",
+            l.job_id,
+            r.job_id
+        );
     }
     Ok(())
 }
@@ -314,7 +329,10 @@ mod scenario {
         assert!(held(&r[1]).is_empty());
         // Round 2: node n reserved; expected at 610 s (s1's deadline); s2 kept off.
         assert_eq!(held(&r[2]), vec![("g-1".to_string(), vec!["n".to_string()], Some(610.0), 1)]);
-        assert_eq!(job(&r[2], "g-1"), ("queued", None, "reserved node n in pool default; expected to fit at 1970-01-01T00:10:10Z"));
+        assert_eq!(
+            job(&r[2], "g-1"),
+            ("queued", None, "reserved node n in pool default; expected to fit at 1970-01-01T00:10:10Z")
+        );
         assert_eq!(job(&r[2], "s2"), ("queued", None, KEPT_OFF));
         assert_eq!(r[2].nodes["n"].get("B").copied(), Some(7), "the freed cpu stays free");
         // Round 3: s1 ended; the gang is expected at 40 s; x (ends at 35 s) backfills.
