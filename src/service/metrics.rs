@@ -636,6 +636,7 @@ mod tests {
         int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
         disk_metrics(&mut r, 1 << 30, 64 << 20);
         scheduling_metrics(&mut r, &view);
+        reservation_metrics(&mut r, &view);
         raft_metrics(&mut r, &status, &rpcs);
         let text = to_text_format(&render(&r).unwrap());
         text.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()
