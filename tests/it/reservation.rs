@@ -120,6 +120,18 @@ async fn a_waiting_gang_holds_the_busy_node_and_only_a_short_job_backfills() {
     ] {
         assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
     }
+    // The nodes page shows it.
+    let (st, html) = s.text("/ui/nodes").await;
+    assert_eq!(st, 200, "{html}");
+    assert!(html.contains(&format!("reserved for job <a href=\"/ui/jobs/{0}\">{0}</a>", members[0])), "{html}");
+
+    // Replay recomputes the reservation from the log: the cycle that backfilled (and kept the
+    // long job off) replays identically.
+    let (st, v) = s.get("/v1/replay").await;
+    assert_eq!(st, 200, "{v}");
+    let cycles = v["cycles"].as_array().expect("cycles");
+    assert!(cycles.len() >= 2, "{v:#}");
+    assert!(cycles.iter().all(|c| c["verdict"] == "identical"), "{v:#}");
 }
 
 #[test]
