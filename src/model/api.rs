@@ -864,6 +864,31 @@ pub struct NodeView {
     pub recent_failures: u32,
     /// The quarantine in force: no new jobs are placed here until it ends or an admin lifts it.
     pub quarantine: Option<QuarantineView>,
+    /// The reservation holding the node, as the leader's latest cycle left it
+    /// (`gang_reservation_after`): no other new job starts here until its job fits, except jobs
+    /// whose deadline ends before its expected start. Absent when the node is not reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_for: Option<NodeReservationView>,
+}
+
+/// The reservation holding a node, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeReservationView {
+    /// The job the node is reserved for (a gang's first member).
+    #[schema(value_type = String)]
+    pub job_id: JobId,
+    /// Its gang, for a gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
+    /// Its queue.
+    pub queue: QueueName,
+    /// When it is expected to fit (RFC 3339), if the running jobs' deadlines say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub expected_start: Option<String>,
+    /// Since when it has waited (RFC 3339).
+    #[schema(format = DateTime)]
+    pub waiting_since: String,
 }
 
 /// A node's quarantine as the API shows it. Times are the leader's clock.

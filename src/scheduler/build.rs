@@ -36,6 +36,19 @@ impl<'a> PoolCycle<'a> {
         quarantined: &HashSet<(&str, &str)>,
         now_ms: i64,
     ) -> Self {
+        Self::new_reserving(snap, cfg, pool, done, quarantined, now_ms, None)
+    }
+
+    /// [`Self::new`] with nodes reserved ([`super::reservation`]: a reservation's second pass).
+    pub(super) fn new_reserving(
+        snap: &'a Snapshot,
+        cfg: &'a SchedulerConfig,
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+        quarantined: &HashSet<(&str, &str)>,
+        now_ms: i64,
+        reservations: Option<super::reservation::PoolReservations<'a>>,
+    ) -> Self {
         let (nodes, node_index) = pool_nodes(snap, pool);
         let floating_amounts = if cfg.floating_resources.is_empty() { Vec::new() } else { cfg.floating_in_pool(pool) };
         let layout = resource_layout(cfg, &nodes, &floating_amounts);
@@ -75,6 +88,7 @@ impl<'a> PoolCycle<'a> {
             total,
             earmarks,
             floating,
+            reservations: reservations.map(Box::new),
         };
         let mut cycle = PoolCycle::empty(view, queues);
         cycle.tree =
@@ -231,7 +245,11 @@ impl<'a> PoolCycle<'a> {
         } else {
             self.view().nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        let types = NodeTypes::build(&self.view().nodes, &spec, &in_quarantine);
+        // Reserved nodes get types of their own, one set per reservation.
+        let types = match self.view().reservations.as_ref() {
+            Some(r) => NodeTypes::build_reserving(&self.view().nodes, &spec, &in_quarantine, r.node_marks()),
+            None => NodeTypes::build(&self.view().nodes, &spec, &in_quarantine),
+        };
         self.set_node_types(types);
         let key_slots: Vec<Option<usize>> =
             self.view().cfg.indexed_resources.iter().map(|r| self.view().layout.slot(r.as_str())).collect();
@@ -430,7 +448,7 @@ fn cycle_priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<Priorit
 /// What each node offers in all (allocatable minus unallocatable), and the pool's total. Of a
 /// floating resource (slot, pool amount) every node offers [`super::floating::NODE_SLOT`] and the
 /// pool's total is its amount.
-fn node_capacities(nodes: &[&Node], layout: &Layout, floating: &[(usize, i64)]) -> (Vec<ResVec>, ResVec) {
+pub(super) fn node_capacities(nodes: &[&Node], layout: &Layout, floating: &[(usize, i64)]) -> (Vec<ResVec>, ResVec) {
     let capacities: Vec<ResVec> = nodes
         .iter()
         .map(|n| {

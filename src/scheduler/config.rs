@@ -96,6 +96,20 @@ pub struct SchedulerConfig {
     /// Armada's floating resources ([`super::floating`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub floating_resources: Vec<FloatingResourceConfig>,
+    /// A gang or job that waited this long at the head of its queue's order without fitting gets
+    /// the nodes that free up for it soonest reserved ([`super::reservation`]); zero (or `"off"`,
+    /// the default) turns reservations off. Also read as `gang_reservation_after_seconds` (the
+    /// `convoy simulate` spelling). Left out of the serialized form while off, so that a
+    /// configuration without it records (and hashes) as before.
+    #[serde(
+        with = "super::reservation::serde_after",
+        alias = "gang_reservation_after_seconds",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub gang_reservation_after: Duration,
+    /// Most reservations held at once in one pool (default 1).
+    #[serde(skip_serializing_if = "super::reservation::is_default_max")]
+    pub max_reservations_per_pool: u32,
 }
 
 /// Most resources that may order nodes for best fit.
@@ -135,6 +149,8 @@ impl Default for SchedulerConfig {
             min_runtime_before_preemption: Duration::ZERO,
             min_runtime_before_urgency_preemption: Duration::ZERO,
             floating_resources: Vec::new(),
+            gang_reservation_after: Duration::ZERO,
+            max_reservations_per_pool: super::reservation::DEFAULT_MAX_PER_POOL,
         }
     }
 }
@@ -217,6 +233,12 @@ impl SchedulerConfig {
             p.validate().map_err(|e| e.within(&format!("pools.{pool}")))?;
         }
         super::floating::validate(self)?;
+        if self.max_reservations_per_pool == 0 {
+            return Err(FieldError::new(
+                "max_reservations_per_pool",
+                "must be >= 1 (turn reservations off with gang_reservation_after = \"off\")",
+            ));
+        }
         Ok(())
     }
 

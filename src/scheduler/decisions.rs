@@ -174,6 +174,27 @@ pub enum Reason {
         /// What the queue holds, as a quantity.
         allocated: String,
     },
+    /// The job (or its gang) waited at the head of its queue for `gang_reservation_after`
+    /// without fitting: nodes are reserved for it ([`super::reservation`]).
+    HoldsReservation {
+        /// The pool of the nodes.
+        pool: PoolName,
+        /// The reserved nodes.
+        nodes: Vec<NodeName>,
+        /// When it is expected to fit there (ms since the epoch), if the running jobs' deadlines
+        /// say.
+        expected_start_ms: Option<i64>,
+    },
+    /// The job would fit on nodes reserved for another job, and its deadline does not end
+    /// before that reservation's expected start.
+    KeptOffReservation {
+        /// The pool.
+        pool: PoolName,
+        /// The reserved nodes it would fit on.
+        nodes: Vec<NodeName>,
+        /// The job they are reserved for.
+        job: JobId,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -248,6 +269,30 @@ impl fmt::Display for Reason {
                 "queue {queue} at its proportional target in pool {pool}: holds {allocated} of {target} {resource}, \
                  and the job would take it above"
             ),
+            Reason::HoldsReservation { pool, nodes, expected_start_ms } => {
+                let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+                write!(
+                    f,
+                    "reserved node{} {} in pool {pool}; ",
+                    if nodes.len() == 1 { "" } else { "s" },
+                    nodes.join(", ")
+                )?;
+                match expected_start_ms {
+                    Some(at) => write!(f, "expected to fit at {}", super::reservation::format_time(*at)),
+                    None => write!(f, "expected start unknown (the running jobs there have no known end)"),
+                }
+            }
+            Reason::KeptOffReservation { pool, nodes, job } => {
+                let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+                write!(
+                    f,
+                    "node{} {} in pool {pool} reserved for job {job} until it fits; only jobs whose deadline ends \
+                     before the reservation's expected start may use {}",
+                    if nodes.len() == 1 { "" } else { "s" },
+                    nodes.join(", "),
+                    if nodes.len() == 1 { "it" } else { "them" }
+                )
+            }
         }
     }
 }
@@ -498,4 +543,6 @@ pub struct Decisions {
     pub rate_limits: RateLimiterState,
     /// Queues' usage to record (with `queue_usage_halftime` only), for the next cycles.
     pub usage: Option<QueueUsage>,
+    /// Nodes held for jobs that waited too long for room (with `gang_reservation_after` only).
+    pub reservations: Vec<super::reservation::Reservation>,
 }

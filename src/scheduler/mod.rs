@@ -50,6 +50,9 @@
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs` (the rules and the pool's earmarks) and `earmark_placement.rs` (the steps); the
 //! decayed usage that may order queues instead of their current share, in [`usage`].
+//!
+//! With `gang_reservation_after` set, a pool's cycle whose first pass leaves a job waiting too
+//! long for room at the head of its queue runs again with nodes reserved for it ([`reservation`]).
 
 pub(crate) mod build;
 pub mod config;
@@ -80,6 +83,7 @@ pub mod quarantine;
 pub(crate) mod queue;
 pub(crate) mod queue_order;
 pub mod rate_limit;
+pub mod reservation;
 pub(crate) mod resvec;
 pub(crate) mod return_order;
 pub(crate) mod return_walk;
@@ -103,6 +107,7 @@ pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
+pub use reservation::{JobTimes, Reservation, ReservedNode};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 pub use usage::{QueueUsage, UsageSample};
 

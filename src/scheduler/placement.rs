@@ -197,6 +197,7 @@ impl PoolCycle<'_> {
             return Err(Reason::NoMatchingNode { pool: self.view().pool.clone(), detail });
         }
         let types = self.allowed_types(j, types)?;
+        let types = self.unreserved_types(j, types)?;
         Ok((req, types))
     }
 
@@ -212,7 +213,9 @@ impl PoolCycle<'_> {
         };
         // One word for level and profile: the cache is looked up for every job tried.
         let key = (job.class, u32::from(job.priority_level) | profile << 8);
-        if let Some(r) = self.ledger.verdict(&key) {
+        // A job that may use reserved nodes is not like the others of its class.
+        let cached = !self.bypasses_verdicts(j);
+        if let Some(r) = self.ledger.verdict(&key).filter(|_| cached) {
             let r = r.clone();
             self.set_reason(j, r);
             return false;
@@ -221,7 +224,9 @@ impl PoolCycle<'_> {
             Ok(t) => t,
             Err(reason) => {
                 let reason = Arc::new(reason);
-                self.ledger.set_verdict(key, reason.clone());
+                if cached {
+                    self.ledger.set_verdict(key, reason.clone());
+                }
                 self.set_reason(j, reason);
                 return false;
             }
@@ -233,7 +238,9 @@ impl PoolCycle<'_> {
             Some(r) => Arc::new(r),
             None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
         };
-        self.ledger.set_verdict(key, reason.clone());
+        if cached {
+            self.ledger.set_verdict(key, reason.clone());
+        }
         self.set_reason(j, reason);
         false
     }

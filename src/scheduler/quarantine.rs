@@ -367,6 +367,7 @@ mod tests {
                         .zip(&nodes)
                         .filter_map(|(u, n)| u.map(|u| ((n.executor.clone(), n.name.clone()), u)))
                         .collect(),
+                    job_times: Default::default(),
                 };
                 let mut cfg = SchedulerConfig::default();
                 cfg.quarantine.max_failures = u32::from(on);

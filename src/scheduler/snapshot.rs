@@ -85,6 +85,9 @@ pub struct Snapshot {
     /// go to them before then (while `now_ms < until`, and only if `quarantine.max_failures` is
     /// set). Their running jobs stay.
     pub quarantined: BTreeMap<(ExecutorName, NodeName), i64>,
+    /// Queued jobs' waits and deadlines, running jobs' starts and deadlines: read only with
+    /// `gang_reservation_after` set ([`super::reservation`]), and left empty otherwise.
+    pub job_times: BTreeMap<JobId, super::reservation::JobTimes>,
 }
 
 impl Snapshot {

@@ -82,7 +82,9 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
         }
         let (snapshot, snapshot_index, cycles) = {
             let st = app.state();
-            (st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone()), st.applied_index(), st.cycles())
+            let mut snapshot = st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
+            st.add_job_times(&mut snapshot, &cfg);
+            (snapshot, st.applied_index(), st.cycles())
         };
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
         let inputs = ScheduleInputsRecord {
@@ -173,6 +175,7 @@ fn record(app: &Control, d: &Decisions, took: Duration) {
     view.cycles += 1;
     view.last_cycle_ms = took.as_secs_f64() * 1000.0;
     view.rate_limits = d.rate_limits.clone();
+    view.reservations = d.reservations.clone();
     drop(view);
     crate::metrics::global().scheduling_cycle.observe(took.as_secs_f64());
 }

@@ -28,7 +28,13 @@ pub(crate) fn scrape(app: &Control, openmetrics: bool) -> Result<(&'static str, 
         state_metrics(&mut scrape, &st);
         quarantine_metrics(&mut scrape, &st, &app.config.scheduler.quarantine, crate::control::now_ms());
     }
-    scheduling_metrics(&mut scrape, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
+    {
+        let view = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
+        scheduling_metrics(&mut scrape, &view);
+        if crate::scheduler::reservation::enabled(&app.config.scheduler) {
+            reservation_metrics(&mut scrape, &view);
+        }
+    }
     int_gauge(&mut scrape, "convoy_leader", "1 if this server is the leader.", u64::from(app.cluster.is_leader()));
     disk_metrics(&mut scrape, app.disk.free(), app.disk.reserve());
     raft_metrics(&mut scrape, &app.cluster.status(), &app.cluster.peer_rpcs());
@@ -248,6 +254,34 @@ fn policy_metrics(r: &mut Registry, s: &SchedulingView) {
             let labels = vec![("pool", p.pool.to_string()), ("resource", f.resource.to_string())];
             capacity.get_or_create(&labels).set(f.capacity);
             allocated.get_or_create(&labels).set(f.allocated);
+        }
+    }
+}
+
+/// With `gang_reservation_after` set: per pool of the latest cycle, the reservations it held, the
+/// nodes they hold, and the jobs kept off those nodes.
+fn reservation_metrics(r: &mut Registry, s: &SchedulingView) {
+    let mut per_pool: std::collections::BTreeMap<&str, (i64, i64, i64)> =
+        s.pools.iter().map(|p| (p.pool.as_str(), (0, 0, 0))).collect();
+    for res in &s.reservations {
+        let e = per_pool.entry(res.pool.as_str()).or_default();
+        e.0 += 1;
+        e.1 += res.nodes.len() as i64;
+        e.2 += i64::from(res.kept_off);
+    }
+    let families = [
+        ("convoy_pool_reservations", "Reservations held by the last cycle (gang_reservation_after), per pool."),
+        ("convoy_pool_reserved_nodes", "Nodes held by reservations in the last cycle, per pool."),
+        (
+            "convoy_pool_jobs_kept_off_reserved_nodes",
+            "Jobs of the last cycle that would have fitted on a reserved node and were kept off it, per pool.",
+        ),
+    ];
+    for (i, (name, help)) in families.into_iter().enumerate() {
+        let gauges = family(r, name, help, IntGauges::default());
+        for (pool, v) in &per_pool {
+            let value = [v.0, v.1, v.2][i];
+            gauges.get_or_create(&vec![("pool", pool.to_string())]).set(value);
         }
     }
 }
@@ -649,6 +683,7 @@ mod tests {
         int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
         disk_metrics(&mut r, 1 << 30, 64 << 20);
         scheduling_metrics(&mut r, &view);
+        reservation_metrics(&mut r, &view);
         raft_metrics(&mut r, &status, &rpcs);
         let text = to_text_format(&render(&r).unwrap());
         text.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()

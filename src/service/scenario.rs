@@ -136,6 +136,7 @@ impl Capture {
             node: None,
             executor: None,
             started_at_seconds: None,
+            active_deadline_seconds: None,
         }
     }
 }

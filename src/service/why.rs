@@ -97,7 +97,9 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
                         })
                     })
                     .collect();
-                Some((record, st.scheduling_snapshot(0, rate), st.queue_place(id), running))
+                let mut snapshot = st.scheduling_snapshot(0, rate);
+                st.add_job_times(&mut snapshot, &cfg);
+                Some((record, snapshot, st.queue_place(id), running))
             }
         }
     };

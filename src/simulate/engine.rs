@@ -1,11 +1,11 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
-use super::output::{JobOutput, NodeOutput, Output, RoundOutput};
+use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
-    Decisions, JobInfo, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot,
-    schedule,
+    Decisions, JobInfo, JobTimes, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob,
+    Snapshot, schedule,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -50,6 +50,10 @@ struct SimJob {
     reason: Option<String>,
     /// When it was last placed (the round's time).
     leased_at_ms: i64,
+    /// When it was submitted (the round's time).
+    queued_at_ms: i64,
+    /// Its deadline in ms, if the scenario gives one.
+    deadline_ms: Option<i64>,
 }
 
 /// A scenario in progress.
@@ -66,6 +70,8 @@ pub struct Simulation {
     /// Queues' usage as the last round recorded it.
     usage: QueueUsage,
     round: usize,
+    /// The current round's time (ms).
+    now_ms: i64,
 }
 
 fn job_id(idx: usize) -> JobId {
@@ -119,6 +125,7 @@ impl Simulation {
             rate_limits: RateLimiterState::default(),
             usage: QueueUsage::default(),
             round: 0,
+            now_ms: 0,
         };
         sim.start_running(&running);
         sim
@@ -141,6 +148,7 @@ impl Simulation {
                 job.state = SimState::Running;
                 job.node = node;
                 job.leased_at_ms = started_ms;
+                job.queued_at_ms = started_ms;
             }
         }
     }
@@ -160,6 +168,7 @@ impl Simulation {
         let round = self.scenario.rounds[r].clone();
         let mut warnings = Vec::new();
         let now_ms = (r as f64 * self.scenario.round_interval_seconds * 1000.0).round() as i64;
+        self.now_ms = now_ms;
         for name in &round.finish {
             let Some(&j) = self.by_name.get(name) else { continue };
             if self.jobs[j].state == SimState::Running {
@@ -245,6 +254,8 @@ impl Simulation {
                     node: None,
                     reason: None,
                     leased_at_ms: 0,
+                    queued_at_ms: self.now_ms,
+                    deadline_ms: sub.active_deadline_seconds.map(|d| (d * 1000.0).round() as i64),
                 });
             }
         }
@@ -295,7 +306,25 @@ impl Simulation {
                     h.quarantine.as_ref().map(|q| ((n.executor.clone(), n.name.clone()), q.until_ms))
                 })
                 .collect(),
+            job_times: self.job_times(),
         }
+    }
+
+    /// The jobs' times, for reservations only: queued jobs since their submission, running ones
+    /// since their placement.
+    fn job_times(&self) -> BTreeMap<JobId, JobTimes> {
+        if !crate::scheduler::reservation::enabled(&self.scenario.config) {
+            return BTreeMap::new();
+        }
+        let since = |j: &SimJob| match j.state {
+            SimState::Queued => Some(j.queued_at_ms),
+            SimState::Running => Some(j.leased_at_ms),
+            _ => None,
+        };
+        self.jobs
+            .iter()
+            .filter_map(|j| since(j).map(|s| (j.info.id, JobTimes { since_ms: s, deadline_ms: j.deadline_ms })))
+            .collect()
     }
 
     fn apply(&mut self, d: &Decisions, round: usize, now_ms: i64, warnings: Vec<String>) -> RoundOutput {
@@ -379,8 +408,31 @@ impl Simulation {
         }
         out.queue_priority =
             d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
+        out.reservations = self.reservations(d);
         out.decisions = Some(d.clone());
         out
+    }
+
+    /// The cycle's held reservations, with the scenario's job and node names.
+    fn reservations(&self, d: &Decisions) -> Vec<ReservationOutput> {
+        let idx = |id: JobId| (id.as_u128() - 1) as usize;
+        d.reservations
+            .iter()
+            .map(|r| ReservationOutput {
+                job: self.jobs[idx(r.job_id)].name.clone(),
+                gang: r.gang.clone(),
+                queue: r.queue.clone(),
+                pool: r.pool.to_string(),
+                nodes: r
+                    .nodes
+                    .iter()
+                    .filter_map(|n| self.node_index.get(&(n.executor.to_string(), n.node.to_string())))
+                    .map(|&i| self.node_labels[i].clone())
+                    .collect(),
+                expected_start_seconds: r.expected_start_ms.map(|ms| ms as f64 / 1000.0),
+                kept_off: r.kept_off,
+            })
+            .collect()
     }
 }
 

@@ -214,6 +214,11 @@ pub struct SubmitSpec {
     /// started first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at_seconds: Option<f64>,
+    /// The jobs' deadline (Kubernetes `activeDeadlineSeconds`, > 0; default none): what
+    /// reservations know of when a running job ends, and whether a queued job may backfill a
+    /// reserved node (`gang_reservation_after_seconds`). The simulation does not end jobs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<f64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -474,6 +479,9 @@ impl Scenario {
                 format!("{f}.priority_class"),
                 format!("priority class {pc} is not configured"),
             ));
+        }
+        if sub.active_deadline_seconds.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+            return Err(ScenarioError::new(format!("{f}.active_deadline_seconds"), "must be a number of seconds > 0"));
         }
         if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
             return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));

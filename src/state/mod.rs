@@ -21,6 +21,7 @@
 
 mod changes;
 mod command;
+mod job_times;
 mod jobs;
 mod machine;
 mod quarantine;

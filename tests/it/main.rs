@@ -29,6 +29,7 @@ mod queue_ops;
 mod queue_tree;
 mod queue_usage;
 mod replay;
+mod reservation;
 mod retention;
 mod server_api;
 mod server_auth;

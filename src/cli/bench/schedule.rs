@@ -188,6 +188,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
         rate_limits: Default::default(),
         quarantined: Default::default(),
         usage: Default::default(),
+        job_times: Default::default(),
     }
 }
 

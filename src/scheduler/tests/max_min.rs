@@ -183,6 +183,7 @@ impl Cluster {
             rate_limits: Default::default(),
             quarantined: Default::default(),
             usage: Default::default(),
+            job_times: Default::default(),
         }
     }
 

@@ -6,3 +6,4 @@ mod hierarchy;
 mod max_min;
 mod pool_policies;
 mod properties;
+mod reservation;

@@ -125,6 +125,8 @@ pub(crate) fn candidates(
         | Reason::ReservedNodes { .. }
         | Reason::BehindHigherPriority { .. }
         | Reason::ProportionalTarget { .. }
+        | Reason::HoldsReservation { .. }
+        | Reason::KeptOffReservation { .. }
         | Reason::GangMemberLost { .. }
         | Reason::Gang { .. } => {
             out.extend(fair_share(s, cfg, base, job));
