@@ -80,12 +80,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
                 continue;
             }
         }
-        let (snapshot, snapshot_index, cycles) = {
-            let st = app.state();
-            let mut snapshot = st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
-            st.add_job_times(&mut snapshot, &cfg);
-            (snapshot, st.applied_index(), st.cycles())
-        };
+        let (snapshot, snapshot_index, cycles) = cycle_snapshot(&app, &cfg, &rate);
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
         let inputs = ScheduleInputsRecord {
             cycle: cycles + 1,
@@ -141,6 +136,19 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             Err(e) => tracing::warn!(error = %e, "scheduling decisions were not committed"),
         }
     }
+}
+
+/// The snapshot a cycle runs on (with the job times reservations read, when they are on), the
+/// applied index it was read at, and the cycles recorded so far.
+fn cycle_snapshot(
+    app: &Control,
+    cfg: &crate::scheduler::SchedulerConfig,
+    rate: &RateLimiterState,
+) -> (crate::scheduler::Snapshot, u64, u64) {
+    let st = app.state();
+    let mut snapshot = st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
+    st.add_job_times(&mut snapshot, cfg);
+    (snapshot, st.applied_index(), st.cycles())
 }
 
 /// The command that records a cycle's decisions, with a fresh run id per lease.
