@@ -1101,10 +1101,15 @@ fn newest(cmd: Command) -> CommandRecord {
         Command::CreateQueue { queue, tree } => CommandRecord::CreateQueueInTree { queue, tree },
         Command::UpdateQueue { queue, tree } => CommandRecord::UpdateQueueInTree { queue, tree },
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
+        Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
+            CommandRecord::SubmitWithPolicies { queue, job_set, at_ms, owner, jobs }
+        }
         Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {
+            let jobs = jobs.into_iter().map(|j| j.job).collect();
             CommandRecord::SubmitByOwner { queue, job_set, at_ms, owner, jobs }
         }
         Command::Submit { queue, job_set, at_ms, owner: None, jobs } => {
+            let jobs = jobs.into_iter().map(|j| j.job).collect();
             CommandRecord::SubmitInNamespaces { queue, job_set, at_ms, jobs }
         }
         Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
@@ -1159,8 +1164,8 @@ fn current_submit() -> Command {
         at_ms: 1_760_000_000_002,
         owner: None,
         jobs: vec![
-            NamespacedJob { job: new_job(1, true), namespace: None },
-            NamespacedJob { job: new_job(2, false), namespace: None },
+            NamespacedJob { job: new_job(1, true), namespace: None }.into(),
+            NamespacedJob { job: new_job(2, false), namespace: None }.into(),
         ],
     }
 }
@@ -1220,8 +1225,8 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 at_ms: 1_760_000_900_000,
                 owner: None,
                 jobs: vec![
-                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
-                    NamespacedJob { job: new_job(2, false), namespace: None },
+                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) }.into(),
+                    NamespacedJob { job: new_job(2, false), namespace: None }.into(),
                 ],
             },
         ),

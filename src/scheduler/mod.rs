@@ -51,6 +51,7 @@
 //! `earmark.rs` (the rules and the pool's earmarks) and `earmark_placement.rs` (the steps); the
 //! decayed usage that may order queues instead of their current share, in [`usage`].
 
+mod backoff;
 pub(crate) mod build;
 pub mod config;
 pub(crate) mod context;

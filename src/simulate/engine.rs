@@ -236,6 +236,7 @@ impl Simulation {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: sub.pools.clone(),
+                    not_before_ms: None,
                 });
                 self.by_name.insert(name.clone(), idx);
                 self.jobs.push(SimJob {

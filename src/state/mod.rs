@@ -21,12 +21,14 @@
 
 mod changes;
 mod command;
+mod dependencies;
 mod jobs;
 mod machine;
 mod quarantine;
 mod queries;
 mod queue_select;
 mod queues;
+mod retry;
 mod restore;
 mod retention;
 mod runs;
@@ -35,11 +37,11 @@ mod transition;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob, PurgeTarget,
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
     UsageRunReport,
 };
-pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
+pub use machine::{Applied, ApplyContext, Executor, LiveJob, PolicyCounts, QueueState, State, StateSettings};
 pub use queries::QueuePlace;
 pub use queue_select::QueueJobFilter;
 pub use runs::{MAX_LOG_TAIL, last_bytes};

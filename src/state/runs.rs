@@ -128,6 +128,7 @@ impl State {
             let record = job.record.clone();
             let run_id = run.run_id;
             let killing = run.kill.is_some();
+            let node_failure = node_fault.is_some();
             // Counted once the event is applied (below); a stopped run's end is the stop's doing.
             let against_node = node_fault
                 .filter(|_| !killing && matches!(ev.kind, RunReportKind::Failed | RunReportKind::Returned))
@@ -172,6 +173,16 @@ impl State {
                         }
                     });
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
+                }
+                RunReportKind::Failed
+                    if let Some(retry) = (!killing)
+                        .then(|| super::retry::retry_of(&record, &ev, node_failure, at_ms, max_attempted_runs))
+                        .flatten() =>
+                {
+                    self.retry_run(out, id, &ev, retry, at_ms);
+                    if let Some(usage) = usage {
+                        out.changes.push(Change::PutRunUsage { run: run_id, usage });
+                    }
                 }
                 RunReportKind::Succeeded | RunReportKind::Failed => {
                     let succeeded = ev.kind == RunReportKind::Succeeded;
