@@ -21,6 +21,7 @@ mod formats;
 mod full_disk;
 #[cfg(feature = "grpc")]
 mod grpc;
+mod job_policies;
 mod packaging;
 mod pool_policy;
 mod quarantine;
