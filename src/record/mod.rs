@@ -50,8 +50,7 @@ mod usage;
 pub use codec::{CodecError, decode, encode};
 pub use command::{
     Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob,
-    PurgeTarget,
-    QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
+    PurgeTarget, QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
 };
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{

@@ -76,7 +76,9 @@ fn check_dependency(d: &JobDependency, earlier: &[SubmitItem]) -> Result<Checked
             let index = found.ok_or_else(|| {
                 FieldError::new(
                     "client_id",
-                    format!("no earlier job of this request has client id {cid:?} (a job may only wait for an earlier one)"),
+                    format!(
+                        "no earlier job of this request has client id {cid:?} (a job may only wait for an earlier one)"
+                    ),
                 )
             })?;
             DependencyTarget::Earlier(index)

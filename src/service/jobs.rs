@@ -56,20 +56,20 @@ pub(crate) async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest
         .map(|((c, id), policies)| PolicyJob {
             policies,
             job: NamespacedJob {
-            namespace: c.namespace,
-            job: NewJob {
-                id,
-                client_id: c.client_id,
-                priority: c.priority,
-                priority_class: c.priority_class,
-                requirements: c.requirements.into(),
-                gang: c.gang.map(Into::into),
-                annotations: c.annotations,
-                labels: c.labels,
-                termination_grace_period_ms: c.termination_grace_period_ms,
-                active_deadline_seconds: c.active_deadline_seconds,
-                payload: c.payload.into(),
-            },
+                namespace: c.namespace,
+                job: NewJob {
+                    id,
+                    client_id: c.client_id,
+                    priority: c.priority,
+                    priority_class: c.priority_class,
+                    requirements: c.requirements.into(),
+                    gang: c.gang.map(Into::into),
+                    annotations: c.annotations,
+                    labels: c.labels,
+                    termination_grace_period_ms: c.termination_grace_period_ms,
+                    active_deadline_seconds: c.active_deadline_seconds,
+                    payload: c.payload.into(),
+                },
             },
         })
         .collect();

@@ -128,7 +128,9 @@ fn policy_metrics(r: &mut Registry, counts: &crate::state::PolicyCounts) {
     let help = "Failed runs retried by their job's retry policy, by cause (exit_code, oom, node_failure).";
     let retries = family(r, "convoy_job_retries", help, Family::<Labels, Counter>::default());
     for reason in ["exit_code", "oom", "node_failure"] {
-        retries.get_or_create(&vec![("reason", reason.to_string())]).inc_by(counts.retries.get(reason).copied().unwrap_or(0));
+        retries
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc_by(counts.retries.get(reason).copied().unwrap_or(0));
     }
     let help = "Jobs that failed because a dependency could no longer be met.";
     counter(r, "convoy_job_dependency_failures", help, counts.dependency_failures);

@@ -80,8 +80,7 @@ pub(crate) fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> 
     for (i, item) in req.jobs.iter().enumerate() {
         let within = |e: FieldError| e.within(&format!("jobs[{i}]"));
         let mut job = check_job(item, ctx).map_err(within)?;
-        job.policies =
-            super::job_policy::check_policies(item, &req.jobs[..i], job.gang.is_some()).map_err(within)?;
+        job.policies = super::job_policy::check_policies(item, &req.jobs[..i], job.gang.is_some()).map_err(within)?;
         out.push(job);
     }
     check_gangs(&out)?;

@@ -7,9 +7,7 @@
 use super::command::{RejectKind, Response};
 use super::machine::{Applied, State, reject};
 use super::transition::move_job;
-use crate::model::{
-    Dependency, DependencyCondition, DependencyVerdict, EventKind, Job, JobId, JobPolicies, JobState,
-};
+use crate::model::{Dependency, DependencyCondition, DependencyVerdict, EventKind, Job, JobId, JobPolicies, JobState};
 use crate::record::{PolicyJob, SubmitPoliciesRecord};
 use std::collections::HashSet;
 

@@ -33,16 +33,18 @@ impl Retry {
 }
 
 /// Whether the failure of `job`'s active run, reported as `ev`, is retried; `None` also when the
-/// job has no policy, was being stopped, or has had `max_attempted_runs` runs.
+/// job has no policy, its run was being stopped (`killing`), or it has had `max_attempted_runs`
+/// runs.
 pub(super) fn retry_of(
     job: &Job,
     ev: &RunReport,
+    killing: bool,
     node_failure: bool,
     at_ms: i64,
     max_attempted_runs: u32,
 ) -> Option<Retry> {
     let policy = job.policies.as_ref()?.retry.as_ref()?;
-    if job.state.is_terminal() || job.attempts() >= max_attempted_runs as usize {
+    if killing || job.state.is_terminal() || job.attempts() >= max_attempted_runs as usize {
         return None;
     }
     let failure = RunFailure { exit_code: ev.exit_code, oom: is_oom_reason(ev.reason.as_deref()), node_failure };
@@ -55,7 +57,16 @@ pub(super) fn retry_of(
 
 impl State {
     /// Ends job `id`'s active run as failed and queues the job again for `retry`.
-    pub(super) fn retry_run(&mut self, out: &mut Applied, id: JobId, ev: &RunReport, retry: Retry, at_ms: i64) {
+    /// With the run's final event comes what it used (`usage`), recorded as for any run.
+    pub(super) fn retry_run(
+        &mut self,
+        out: &mut Applied,
+        id: JobId,
+        ev: &RunReport,
+        retry: Retry,
+        usage: Option<crate::record::RunUsageRecord>,
+        at_ms: i64,
+    ) {
         let Some(job) = self.jobs.get(&id) else { return };
         let record = job.record.clone();
         let Some(run_id) = record.active_run().map(|r| r.run_id) else { return };
@@ -67,7 +78,8 @@ impl State {
                 run.exit_code = ev.exit_code;
                 run.reason = ev.reason.clone();
                 run.message = ev.message.clone();
-                run.log_tail = ev.log_tail.as_deref().map(|t| super::runs::last_bytes(t, super::runs::MAX_LOG_TAIL).to_string());
+                run.log_tail =
+                    ev.log_tail.as_deref().map(|t| super::runs::last_bytes(t, super::runs::MAX_LOG_TAIL).to_string());
             }
             move_job(r, JobState::Queued);
             r.state_reason = None;
@@ -78,6 +90,9 @@ impl State {
         tracing::debug!(job = %id, attempt = retry.attempt, cause = %retry.failure.cause(), "run retried");
         *self.policy_counts.retries.entry(retry.failure.category()).or_default() += 1;
         self.event(out, &record, at_ms, EventKind::Requeued, Some(run_id), Some(message));
+        if let Some(usage) = usage {
+            out.changes.push(super::changes::Change::PutRunUsage { run: run_id, usage });
+        }
         out.effects.schedule = true;
     }
 }

@@ -3,6 +3,7 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
+use super::retry::retry_of;
 use super::transition::{move_job, move_run};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
@@ -175,14 +176,9 @@ impl State {
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
                 }
                 RunReportKind::Failed
-                    if let Some(retry) = (!killing)
-                        .then(|| super::retry::retry_of(&record, &ev, node_failure, at_ms, max_attempted_runs))
-                        .flatten() =>
+                    if let Some(retry) = retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
                 {
-                    self.retry_run(out, id, &ev, retry, at_ms);
-                    if let Some(usage) = usage {
-                        out.changes.push(Change::PutRunUsage { run: run_id, usage });
-                    }
+                    self.retry_run(out, id, &ev, retry, usage, at_ms);
                 }
                 RunReportKind::Succeeded | RunReportKind::Failed => {
                     let succeeded = ev.kind == RunReportKind::Succeeded;

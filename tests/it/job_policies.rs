@@ -83,7 +83,8 @@ async fn an_afterok_chain_runs_in_order_and_a_failed_job_fails_its_dependent() {
     s.wait_job(&kids[1], Duration::from_secs(30), "succeeded", |j| j["state"] == "succeeded").await;
     let events = s.job(&kids[0]).await;
     let (_, detail) = s.get(&format!("/v1/jobs/{}", kids[0])).await;
-    let messages: Vec<&str> = detail["events"].as_array().into_iter().flatten().filter_map(|e| e["message"].as_str()).collect();
+    let messages: Vec<&str> =
+        detail["events"].as_array().into_iter().flatten().filter_map(|e| e["message"].as_str()).collect();
     assert!(messages.contains(&format!("waiting for {parent} to succeed").as_str()), "{events:#}");
 
     // A dependency on a job that does not exist is refused, naming the field; nothing is stored.
@@ -93,7 +94,8 @@ async fn an_afterok_chain_runs_in_order_and_a_failed_job_fails_its_dependent() {
     let (st, v) = s.post("/v1/jobs", &body).await;
     assert_eq!(st, 400, "{v}");
     assert_eq!(v["field"], "jobs[1].depends_on[0].job_id", "{v}");
-    let body = json!({"queue": "A", "job_set": "x", "jobs": [with(job(0, 0), "depends_on", json!([{"client_id": "later"}]))]});
+    let body =
+        json!({"queue": "A", "job_set": "x", "jobs": [with(job(0, 0), "depends_on", json!([{"client_id": "later"}]))]});
     let (st, v) = s.post("/v1/jobs", &body).await;
     assert_eq!((st, v["field"].as_str()), (400, Some("jobs[0].depends_on[0].client_id")), "{v}");
     assert_eq!(s.count_jobs("queue=A").await, before);

@@ -66,8 +66,7 @@ fn summary(j: &JobView, now: SystemTime) -> String {
         let _ = writeln!(
             out,
             "  {:>2} {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} REASON",
-            "#",
-            "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT", "CPU", "MAX MEM"
+            "#", "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT", "CPU", "MAX MEM"
         );
         for r in &j.runs {
             let (started, ended) = (r.running_at.as_deref(), r.finished_at.as_deref());

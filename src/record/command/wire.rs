@@ -572,9 +572,7 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
             Command::DeleteQueue { name, force, at_ms } => {
                 CommandRef::DeleteQueue { name, force: *force, at_ms: *at_ms }
             }
-            Command::Submit { queue, job_set, at_ms, owner, jobs }
-                if jobs.iter().any(|j| !j.policies.is_empty()) =>
-            {
+            Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
                 CommandRef::SubmitWithPolicies { queue, job_set, at_ms: *at_ms, owner, jobs }
             }
             Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {

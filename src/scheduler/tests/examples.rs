@@ -517,7 +517,10 @@ fn a_retried_job_fails_once_its_attempts_are_spent() {
     assert_eq!(state(&out.rounds[1], "a"), "running");
     let r2 = &out.rounds[2];
     assert_eq!((state(r2, "a"), reason_or_none(r2, "a")), ("failed", "failed (exit code 75)".to_string()));
-    assert_eq!((state(r2, "b"), reason_or_none(r2, "b")), ("failed", "dependency a ended failed; it had to succeed".to_string()));
+    assert_eq!(
+        (state(r2, "b"), reason_or_none(r2, "b")),
+        ("failed", "dependency a ended failed; it had to succeed".to_string())
+    );
     let e = crate::simulate::Scenario::parse(
         "queues: [{name: A}]\nrounds: [{submit: [{id: b, queue: A, depends_on: [{id: a}]}, {id: a, queue: A}]}]",
     )

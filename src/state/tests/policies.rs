@@ -55,7 +55,10 @@ fn a_dependent_waits_out_of_its_queue_until_its_job_succeeds() {
     let a = submit_to(
         &mut s,
         "s",
-        vec![with(new_job(1, None, "1"), vec![], None), with(new_job(2, None, "1"), vec![dep(1, Cond::Succeeded)], None)],
+        vec![
+            with(new_job(1, None, "1"), vec![], None),
+            with(new_job(2, None, "1"), vec![dep(1, Cond::Succeeded)], None),
+        ],
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![id(1), id(2)])));
     assert_eq!(queued_ids(&s), vec![id(1)], "the dependent is not offered to the scheduler");
@@ -155,7 +158,12 @@ fn fail_run(s: &mut State, run: u128, job: u128, exit: i32, reason: Option<&str>
         log_tail: None,
     };
     s.apply(
-        Command::from(CommandRecord::RunEvents { executor: exec("e1"), at_ms, events: vec![report], max_attempted_runs: 10 }),
+        Command::from(CommandRecord::RunEvents {
+            executor: exec("e1"),
+            at_ms,
+            events: vec![report],
+            max_attempted_runs: 10,
+        }),
         ApplyContext::default(),
     )
 }

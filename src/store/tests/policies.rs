@@ -16,7 +16,13 @@ fn policies_load_back_and_a_waiting_job_still_waits() {
             on: DependencyConditionRecord::Succeeded,
             ended: None,
         }],
-        retry: Some(RetryRecord { max_attempts: 2, on_exit_codes: vec![75], on_oom: false, on_node_failure: false, backoff_ms: 0 }),
+        retry: Some(RetryRecord {
+            max_attempts: 2,
+            on_exit_codes: vec![75],
+            on_oom: false,
+            on_node_failure: false,
+            backoff_ms: 0,
+        }),
     };
     let waiting = PolicyJob { job: NamespacedJob::from(job(9, None)), policies };
     apply_all(
