@@ -7,7 +7,9 @@
 use super::command::{RejectKind, Response};
 use super::machine::{Applied, State, reject};
 use super::transition::move_job;
-use crate::model::{Dependency, DependencyCondition, DependencyVerdict, EventKind, Job, JobId, JobPolicies, JobState};
+use crate::model::{
+    Dependency, DependencyCondition, DependencyVerdict, EventKind, Job, JobId, JobPolicies, JobState, QueueName,
+};
 use crate::record::{PolicyJob, SubmitPoliciesRecord};
 use std::collections::HashSet;
 
@@ -37,9 +39,11 @@ impl State {
     }
 
     /// Checks a submission's dependencies before anything is stored: each names a live job, a
-    /// job that had ended when the leader read it (with how), or an earlier job of the command.
-    pub(super) fn check_dependencies(&self, jobs: &[PolicyJob]) -> Result<(), Response> {
+    /// job that had ended when the leader read it (with how), or an earlier job the command
+    /// creates (not one whose client id makes it an earlier submission's job).
+    pub(super) fn check_dependencies(&self, queue: &QueueName, jobs: &[PolicyJob]) -> Result<(), Response> {
         let mut earlier: HashSet<JobId> = HashSet::new();
+        let mut client_ids: HashSet<&str> = HashSet::new();
         for (i, j) in jobs.iter().enumerate() {
             for (k, d) in j.policies.depends_on.iter().enumerate() {
                 let known = self.jobs.contains_key(&d.job_id) || d.ended.is_some() || earlier.contains(&d.job_id);
@@ -47,11 +51,21 @@ impl State {
                     return Err(reject(
                         RejectKind::Conflict,
                         Some(&format!("jobs[{i}].depends_on[{k}].job_id")),
-                        format!("job {} ended while this submission was made: submit again", d.job_id),
+                        format!(
+                            "job {} is neither live nor known to have ended (it may have ended while this submission \
+                             was made): submit again",
+                            d.job_id
+                        ),
                     ));
                 }
             }
-            earlier.insert(j.job.job.id);
+            let new = match j.job.job.client_id.as_deref() {
+                Some(c) => !self.client_ids.contains_key(&(queue.clone(), c.to_string())) && client_ids.insert(c),
+                None => true,
+            };
+            if new {
+                earlier.insert(j.job.job.id);
+            }
         }
         Ok(())
     }

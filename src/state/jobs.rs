@@ -28,7 +28,7 @@ impl State {
             );
         }
         let queue = q.queue.name.clone();
-        if let Err(r) = self.check_dependencies(&jobs) {
+        if let Err(r) = self.check_dependencies(&queue, &jobs) {
             return r;
         }
         let mut ids = Vec::with_capacity(jobs.len());

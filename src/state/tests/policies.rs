@@ -306,3 +306,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_dependency_on_a_job_the_command_does_not_create_is_refused() {
+    let mut s = state();
+    submit_to(&mut s, "s", vec![with(new_job(1, Some("c"), "1"), vec![], None)]);
+    // 5 is an earlier submission's job again (client id c): 6 cannot wait for the id 5.
+    let a = submit_to(
+        &mut s,
+        "s",
+        vec![
+            with(new_job(5, Some("c"), "1"), vec![], None),
+            with(new_job(6, None, "1"), vec![dep(5, Cond::Ended)], None),
+        ],
+    );
+    let Some(Response::Rejected(r)) = &a.response else { panic!("{:?}", a.response) };
+    assert_eq!(r.field.as_deref(), Some("jobs[1].depends_on[0].job_id"));
+    assert!(a.changes.is_empty());
+    // Waiting for the job the client id names is fine.
+    let a = submit_to(
+        &mut s,
+        "s",
+        vec![
+            with(new_job(5, Some("c"), "1"), vec![], None),
+            with(new_job(6, None, "1"), vec![dep(1, Cond::Ended)], None),
+        ],
+    );
+    assert_eq!(a.response, Some(Response::JobIds(vec![id(1), id(6)])));
+}
