@@ -39,6 +39,7 @@ mod event;
 mod executor;
 mod frames;
 mod job;
+mod job_policy;
 mod placement;
 pub(crate) mod queue;
 pub mod raft;
@@ -48,8 +49,8 @@ mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{
-    Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
-    QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
+    Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob,
+    PurgeTarget, QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
 };
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{
@@ -57,6 +58,10 @@ pub use executor::{
 };
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord, RunRecord};
+pub use job_policy::{
+    DependencyConditionRecord, DependencyRecord, JobPoliciesRecord, RetryRecord, SubmitDependencyRecord,
+    SubmitPoliciesRecord,
+};
 pub use placement::TaintRecord;
 pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
 pub use schedule::{
@@ -109,7 +114,13 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// last recorded cycles ran with) and the `schedule_cycles` meta row (the last recorded cycle's
 /// number, u64 BE), which snapshots carry as meta rows, so a replay from a snapshot knows both.
 /// Every older row is unchanged; migration 10 converts nothing.
-pub const STATE_SCHEMA_VERSION: u32 = 10;
+///
+/// 11 adds the `job_policies` table (job id → a [`JobPoliciesRecord`]: the job's dependencies
+/// with whether each is met, its retry policy and its retry back-off), written for the jobs that
+/// have any, beside the jobs (deleted with a job's purge) so that no `jobs` row changes;
+/// snapshots carry it ([`SnapshotRowRecord::JobPolicies`]). Migration 11 makes the table, empty:
+/// jobs submitted before have neither.
+pub const STATE_SCHEMA_VERSION: u32 = 11;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -144,7 +155,10 @@ pub const STATE_SCHEMA_VERSION: u32 = 10;
 ///   and [`CommandRecord::RecordSchedulerConfig`] (the configuration itself), added at the end of
 ///   the commands in the same way (peer protocol 10). Older `Schedule` entries read as cycles
 ///   without inputs, which replay lists but cannot run again.
-pub const LOG_FORMAT_VERSION: u32 = 10;
+/// - 11: [`CommandRecord::SubmitWithPolicies`] (jobs with their dependencies and retry policies),
+///   added at the end of the commands in the same way (peer protocol 11). The leader proposes it
+///   only for a submission that has a dependency or a retry policy.
+pub const LOG_FORMAT_VERSION: u32 = 11;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
@@ -154,7 +168,7 @@ pub const LOG_FORMAT_VERSION: u32 = 10;
 /// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
 /// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that,
 /// schema 8 [`SnapshotRowRecord::JobOwner`] after that, schema 9 [`SnapshotRowRecord::RunUsage`]
-/// after that. The file format
+/// after that, schema 11 [`SnapshotRowRecord::JobPolicies`] after that. The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

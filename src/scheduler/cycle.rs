@@ -19,7 +19,14 @@ use std::sync::Arc;
 /// Runs one scheduling cycle. Pure: the same snapshot, config, seed and `now_ms` always give the
 /// same decisions.
 pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64) -> Decisions {
-    run(snapshot, cfg, seed, now_ms, false)
+    match super::backoff::hold_back(snapshot, now_ms) {
+        None => run(snapshot, cfg, seed, now_ms, false),
+        Some((offered, held)) => {
+            let mut decisions = run(&offered, cfg, seed, now_ms, false);
+            decisions.unscheduled.extend(held);
+            decisions
+        }
+    }
 }
 
 /// [`schedule`] through the queue tree's path even when every queue is flat (tests: it must

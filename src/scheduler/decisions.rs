@@ -161,6 +161,11 @@ pub enum Reason {
         /// Seconds until the first of them may be evicted.
         ready_in_seconds: u64,
     },
+    /// A retried job waits out its back-off (its retry policy's `backoff_seconds`).
+    RetryBackoff {
+        /// When the back-off ends (ms since the epoch, the leader's clock).
+        until_ms: i64,
+    },
     /// In a `proportional` pool: the job would take its queue above its target.
     ProportionalTarget {
         /// The job's queue.
@@ -240,6 +245,9 @@ impl fmt::Display for Reason {
             Reason::NoPool => write!(f, "no pool the job may run in has nodes"),
             Reason::QueueCordoned { queue } => {
                 write!(f, "queue {queue} is cordoned: its queued jobs wait until it is uncordoned")
+            }
+            Reason::RetryBackoff { until_ms } => {
+                write!(f, "retry back-off until {}", crate::model::retry_time(*until_ms))
             }
             Reason::ReservedNodes { pool, queues } => {
                 let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();

@@ -54,6 +54,7 @@
 //! With `gang_reservation_after` set, a pool's cycle whose first pass leaves a job waiting too
 //! long for room at the head of its queue runs again with nodes reserved for it ([`reservation`]).
 
+mod backoff;
 pub(crate) mod build;
 pub mod config;
 pub(crate) mod context;

@@ -353,6 +353,7 @@ mod tests {
                             requirements: reqs.clone(),
                             gang: None,
                             pools: vec![],
+                            not_before_ms: None,
                         })
                     })
                     .collect();

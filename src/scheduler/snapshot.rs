@@ -31,6 +31,8 @@ pub struct JobInfo {
     pub gang: Option<Arc<GangSpec>>,
     /// Pools the job may run in; empty = any.
     pub pools: Vec<PoolName>,
+    /// Not to be scheduled before this time (ms since the epoch): a retry's back-off.
+    pub not_before_ms: Option<i64>,
 }
 
 impl JobInfo {

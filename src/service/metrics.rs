@@ -123,9 +123,23 @@ fn state_metrics(r: &mut Registry, st: &crate::state::State) {
             jobs.get_or_create(&vec![("queue", name.to_string()), ("state", state.to_string())]).set(*n as i64);
         }
     }
+    job_policy_metrics(r, st.policy_counts());
     int_gauge(r, "convoy_executors", "Known executors.", st.executors().len() as u64);
     let nodes: usize = st.executors().map(|e| e.nodes.len()).sum();
     int_gauge(r, "convoy_nodes", "Known nodes.", nodes as u64);
+}
+
+/// What retry policies and dependencies did since this server started applying.
+fn job_policy_metrics(r: &mut Registry, counts: &crate::state::PolicyCounts) {
+    let help = "Failed runs retried by their job's retry policy, by cause (exit_code, oom, node_failure).";
+    let retries = family(r, "convoy_job_retries", help, Family::<Labels, Counter>::default());
+    for reason in ["exit_code", "oom", "node_failure"] {
+        retries
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc_by(counts.retries.get(reason).copied().unwrap_or(0));
+    }
+    let help = "Jobs that failed because a dependency could no longer be met.";
+    counter(r, "convoy_job_dependency_failures", help, counts.dependency_failures);
 }
 
 /// Quarantined nodes per executor and pool (0 for every executor and pool with nodes, so that a

@@ -137,6 +137,9 @@ impl Capture {
             executor: None,
             started_at_seconds: None,
             active_deadline_seconds: None,
+            // Jobs waiting for others are not in the scheduler's view, so not exported.
+            depends_on: vec![],
+            retry: None,
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct CheckedJob {
     pub payload: JobPayload,
     /// Kubernetes namespace asked for; none: the agent's.
     pub namespace: Option<Namespace>,
+    /// Dependencies and retry policy.
+    pub policies: super::job_policy::CheckedPolicies,
 }
 
 const MAX_CLIENT_ID: usize = 256;
@@ -76,7 +78,10 @@ pub(crate) fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> 
     }
     let mut out = Vec::with_capacity(req.jobs.len());
     for (i, item) in req.jobs.iter().enumerate() {
-        out.push(check_job(item, ctx).map_err(|e| e.within(&format!("jobs[{i}]")))?);
+        let within = |e: FieldError| e.within(&format!("jobs[{i}]"));
+        let mut job = check_job(item, ctx).map_err(within)?;
+        job.policies = super::job_policy::check_policies(item, &req.jobs[..i], job.gang.is_some()).map_err(within)?;
+        out.push(job);
     }
     check_gangs(&out)?;
     Ok(out)
@@ -224,6 +229,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         active_deadline_seconds: deadline,
         payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
         namespace,
+        policies: Default::default(),
     })
 }
 
@@ -630,6 +636,8 @@ mod tests {
             ingresses: vec![],
             client_id: None,
             namespace: None,
+            depends_on: vec![],
+            retry: None,
         }
     }
 

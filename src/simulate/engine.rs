@@ -1,6 +1,7 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
 use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
+use super::policies::{SimPolicies, fail_run, judge_dependencies, waiting_reason};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
@@ -41,19 +42,21 @@ impl SimState {
 }
 
 #[derive(Debug, Clone)]
-struct SimJob {
-    name: String,
+pub(super) struct SimJob {
+    pub(super) name: String,
     info: Arc<JobInfo>,
-    state: SimState,
+    pub(super) state: SimState,
     /// Index into the node list while running.
-    node: Option<usize>,
-    reason: Option<String>,
+    pub(super) node: Option<usize>,
+    pub(super) reason: Option<String>,
     /// When it was last placed (the round's time).
     leased_at_ms: i64,
     /// When it was submitted (the round's time).
     queued_at_ms: i64,
     /// Its deadline in ms, if the scenario gives one.
     deadline_ms: Option<i64>,
+    /// Dependencies and retry policy, if it has any.
+    pub(super) policies: Option<Box<SimPolicies>>,
 }
 
 /// A scenario in progress.
@@ -198,8 +201,7 @@ impl Simulation {
                 continue;
             }
             let job = &mut self.jobs[j];
-            job.state = SimState::Failed;
-            job.reason = Some(if f.node_fault() { "failed: its node's fault" } else { "failed" }.to_string());
+            fail_run(job, f.exit_code(), f.node_fault());
             if let Some(n) = job.node.take()
                 && f.node_fault()
             {
@@ -215,6 +217,7 @@ impl Simulation {
             }
         }
         self.submit(&round.submit);
+        judge_dependencies(&mut self.jobs);
 
         let snapshot = self.snapshot();
         let seed = self.scenario.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -234,6 +237,7 @@ impl Simulation {
                 node_affinity: sub.node_affinity.clone(),
             });
             let gang = GangSpec::from_annotations(&sub.annotations).ok().flatten().map(Arc::new);
+            let policies = self.policies_of(sub);
             for name in sub.names() {
                 let idx = self.jobs.len();
                 let info = Arc::new(JobInfo {
@@ -245,6 +249,7 @@ impl Simulation {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: sub.pools.clone(),
+                    not_before_ms: None,
                 });
                 self.by_name.insert(name.clone(), idx);
                 self.jobs.push(SimJob {
@@ -256,9 +261,26 @@ impl Simulation {
                     leased_at_ms: 0,
                     queued_at_ms: self.now_ms,
                     deadline_ms: sub.active_deadline_seconds.map(|d| (d * 1000.0).round() as i64),
+                    policies: policies.clone(),
                 });
             }
         }
+    }
+
+    /// An entry's dependencies (by job index) and retry policy.
+    fn policies_of(&self, sub: &super::scenario::SubmitSpec) -> Option<Box<SimPolicies>> {
+        if sub.depends_on.is_empty() && sub.retry.is_none() {
+            return None;
+        }
+        let deps = sub.depends_on.iter().filter_map(|d| Some((*self.by_name.get(&d.id)?, d.on, false))).collect();
+        let retry = sub.retry.as_ref().map(|r| crate::model::RetryPolicy {
+            max_attempts: r.max_attempts,
+            on_exit_codes: r.on_exit_codes.clone(),
+            on_oom: r.on_oom,
+            on_node_failure: r.on_node_failure,
+            backoff_ms: 0,
+        });
+        Some(Box::new(SimPolicies { deps, retry, failed: 0 }))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -266,6 +288,8 @@ impl Simulation {
         let mut running = Vec::new();
         for j in &self.jobs {
             match j.state {
+                // A job waiting for another is not offered to the scheduler.
+                SimState::Queued if j.policies.as_ref().is_some_and(|p| p.waiting()) => {}
                 SimState::Queued => queued.entry(&j.info.queue).or_default().push(j.info.clone()),
                 SimState::Running => {
                     if let Some(n) = j.node {
@@ -362,6 +386,12 @@ impl Simulation {
             let job = &mut self.jobs[idx(u.job_id)];
             if job.state == SimState::Queued {
                 job.reason = Some(u.reason.to_string());
+            }
+        }
+        judge_dependencies(&mut self.jobs);
+        for j in 0..self.jobs.len() {
+            if self.jobs[j].state == SimState::Queued && self.jobs[j].reason.is_none() {
+                self.jobs[j].reason = waiting_reason(&self.jobs, j);
             }
         }
         for j in &mut self.jobs {

@@ -22,6 +22,7 @@
 mod changes;
 mod command;
 mod job_times;
+mod dependencies;
 mod jobs;
 mod machine;
 mod quarantine;
@@ -30,17 +31,18 @@ mod queue_select;
 mod queues;
 mod restore;
 mod retention;
+mod retry;
 mod runs;
 mod snapshot;
 mod transition;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob, PurgeTarget,
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
     UsageRunReport,
 };
-pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
+pub use machine::{Applied, ApplyContext, Executor, LiveJob, PolicyCounts, QueueState, State, StateSettings};
 pub use queries::QueuePlace;
 pub use queue_select::QueueJobFilter;
 pub use runs::{MAX_LOG_TAIL, last_bytes};

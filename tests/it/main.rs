@@ -22,6 +22,7 @@ mod formats;
 mod full_disk;
 #[cfg(feature = "grpc")]
 mod grpc;
+mod job_policies;
 mod packaging;
 mod pool_policy;
 mod quarantine;

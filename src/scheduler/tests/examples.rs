@@ -525,3 +525,59 @@ fn floating_licences_are_counted_per_pool() {
     assert!(counts(&r2.scheduled).is_empty());
     assert_eq!(reason(r2, "m-5"), why);
 }
+
+#[test]
+fn dependents_wait_for_their_jobs_and_retried_jobs_run_again_in_the_same_round() {
+    let out = run("dependencies_retries.yaml");
+    fn jobs(r: &RoundOutput) -> Vec<(&str, String)> {
+        ["a", "b", "c", "d", "e"].iter().map(|j| (state(r, j), reason_or_none(r, j))).collect()
+    }
+    let waiting = |x: &str, to: &str| format!("waiting for {x} {to}");
+    let d_failed = "dependency c ended succeeded; it had to fail".to_string();
+    assert_eq!(
+        jobs(&out.rounds[0]),
+        vec![
+            ("running", String::new()),
+            ("queued", waiting("a", "to succeed")),
+            ("running", String::new()),
+            ("queued", waiting("c", "to fail")),
+            ("queued", waiting("b", "to end")),
+        ]
+    );
+    // a's exit code 75 is retried and it runs again in the same round; c succeeded, so d fails.
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 1)]));
+    assert_eq!((state(r1, "a"), state(r1, "d"), reason_or_none(r1, "d")), ("running", "failed", d_failed.clone()));
+    assert_eq!(state(&out.rounds[2], "a"), "running", "retry 3 of 3");
+    let r3 = &out.rounds[3];
+    assert_eq!((state(r3, "a"), state(r3, "b"), state(r3, "e")), ("succeeded", "running", "queued"));
+    let r4 = &out.rounds[4];
+    assert_eq!((state(r4, "b"), reason_or_none(r4, "b")), ("failed", "failed (exit code 1)".to_string()));
+    assert_eq!(state(r4, "e"), "running", "e waited for b to end in any way");
+}
+
+#[test]
+fn a_retried_job_fails_once_its_attempts_are_spent() {
+    let text = "nodes: [{name: n, allocatable: {cpu: '1'}}]\nqueues: [{name: A}]\nrounds:\n\
+                - submit: [{id: a, queue: A, requests: {cpu: '1'}, retry: {max_attempts: 2, on_exit_codes: [75]}},\n\
+                           {id: b, queue: A, requests: {cpu: '1'}, depends_on: [{id: a}]}]\n\
+                - fail: [{id: a, exit_code: 75}]\n\
+                - fail: [{id: a, exit_code: 75}]\n";
+    let out = run_text(text).unwrap();
+    assert_eq!(state(&out.rounds[1], "a"), "running");
+    let r2 = &out.rounds[2];
+    assert_eq!((state(r2, "a"), reason_or_none(r2, "a")), ("failed", "failed (exit code 75)".to_string()));
+    assert_eq!(
+        (state(r2, "b"), reason_or_none(r2, "b")),
+        ("failed", "dependency a ended failed; it had to succeed".to_string())
+    );
+    let e = crate::simulate::Scenario::parse(
+        "queues: [{name: A}]\nrounds: [{submit: [{id: b, queue: A, depends_on: [{id: a}]}, {id: a, queue: A}]}]",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "rounds[0].submit[0].depends_on[0].id");
+}
+
+fn reason_or_none(r: &crate::simulate::RoundOutput, job: &str) -> String {
+    r.jobs[job].reason.clone().unwrap_or_default()
+}

@@ -43,6 +43,7 @@ fn job(id: u128, queue: &str, class: &str, cpu: i64, licences: i64) -> Arc<JobIn
         requirements: Requirements::new(SchedulingRequirements { requests, ..Default::default() }),
         gang: None,
         pools: vec![],
+        not_before_ms: None,
     })
 }
 

@@ -184,6 +184,7 @@ impl Harness {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: vec![],
+                    not_before_ms: None,
                 }));
             }
         }

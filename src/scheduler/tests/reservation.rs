@@ -31,6 +31,7 @@ fn job(id: u128, queue: &str, gang: Option<&Arc<GangSpec>>) -> Arc<JobInfo> {
         }),
         gang: gang.cloned(),
         pools: vec![],
+        not_before_ms: None,
     })
 }
 

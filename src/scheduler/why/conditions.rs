@@ -111,7 +111,7 @@ pub(crate) fn candidates(
             out.push(gang_complete(s, job, gang, *queued, *cardinality));
         }
         // Only a larger burst in the configuration starts it: no change of the state does.
-        Reason::GangBeyondBurst { .. } => {}
+        Reason::GangBeyondBurst { .. } | Reason::RetryBackoff { .. } => {}
         Reason::NoPool => out.extend(matching_node(s, job, None, "a node joins")),
         Reason::NoMatchingNode { pool, .. } => out.extend(matching_node(s, job, Some(pool), "a node")),
         Reason::UnknownResource { pool, resource } => out.extend(resource_node(s, job, pool, resource)),

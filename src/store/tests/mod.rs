@@ -483,5 +483,6 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
 }
 
+mod policies;
 mod quarantine;
 mod retention;
