@@ -42,8 +42,8 @@ pub(super) async fn get(
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
-    let found = job.as_ref().and_then(|j| j.runs.iter().find(|r| r.run_id == run_id).map(|r| (j, r)));
-    let Some((job, run)) = found else {
+    let found = job.as_ref().and_then(|j| j.runs.iter().position(|r| r.run_id == run_id).map(|i| (j, i)));
+    let Some((job, index)) = found else {
         return Err(ApiError::not_found(format!(
             "run {run_id} does not exist (the runs of finished jobs are deleted with them after \
              server.job_retention = {})",
@@ -55,6 +55,6 @@ pub(super) async fn get(
         queue: job.queue.clone(),
         job_set: job.job_set.clone(),
         namespace: job.namespace.clone(),
-        run: RunView { usage: usage.map(Into::into), ..run_view(run) },
+        run: RunView { usage: usage.map(Into::into), attempt: index as u32 + 1, ..run_view(&job.runs[index]) },
     }))
 }

@@ -290,6 +290,5 @@ pub(crate) fn now_ms() -> i64 {
 
 /// RFC 3339 text for a millisecond timestamp.
 pub(crate) fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
+    crate::model::human::rfc3339_millis(ms)
 }

@@ -68,6 +68,22 @@ pub fn duration(d: Duration) -> String {
     }
 }
 
+/// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z): later times, such as a
+/// deadline far in the future, are written as it rather than failing to format.
+pub const LATEST_RFC3339_MS: i64 = 253_402_300_799_999;
+
+/// A time (ms since the epoch) as RFC 3339 in UTC, to the second; clamped to 1970..=9999.
+pub fn rfc3339_seconds(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.clamp(0, LATEST_RFC3339_MS) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// A time (ms since the epoch) as RFC 3339 in UTC, to the millisecond; clamped to 1970..=9999.
+pub fn rfc3339_millis(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.clamp(0, LATEST_RFC3339_MS) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,10 +118,41 @@ pub struct RetryPolicy {
     pub backoff_ms: u64,
 }
 
+/// Most runs a retry policy may allow.
+const MAX_ATTEMPTS: u32 = 100;
+/// Longest first back-off, in seconds (a day).
+const MAX_BACKOFF_SECONDS: u64 = 24 * 3600;
+/// Most exit codes one retry policy may name: the list is stored with the job.
+const MAX_EXIT_CODES: usize = 256;
+
+impl RetryPolicy {
+    /// A policy as the API and simulate give it, checked; the error names the field within it.
+    pub fn check(r: &super::api::JobRetryPolicy) -> Result<RetryPolicy, super::queue::FieldError> {
+        if !(1..=MAX_ATTEMPTS).contains(&r.max_attempts) {
+            return Err(super::queue::FieldError::new("max_attempts", format!("must be 1 to {MAX_ATTEMPTS}")));
+        }
+        if r.on_exit_codes.len() > MAX_EXIT_CODES {
+            return Err(super::queue::FieldError::new("on_exit_codes", format!("at most {MAX_EXIT_CODES} exit codes")));
+        }
+        if let Some(i) = r.on_exit_codes.iter().position(|c| *c == 0) {
+            return Err(super::queue::FieldError::new(format!("on_exit_codes[{i}]"), "exit code 0 is a success, never retried"));
+        }
+        if r.backoff_seconds > MAX_BACKOFF_SECONDS {
+            return Err(super::queue::FieldError::new("backoff_seconds", format!("at most {MAX_BACKOFF_SECONDS} (a day)")));
+        }
+        Ok(RetryPolicy {
+            max_attempts: r.max_attempts,
+            on_exit_codes: r.on_exit_codes.clone(),
+            on_oom: r.on_oom,
+            on_node_failure: r.on_node_failure,
+            backoff_ms: r.backoff_seconds * 1000,
+        })
+    }
+}
+
 /// RFC 3339 text (to the second) of a back-off's end, for reasons and events.
 pub fn retry_time(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
+    super::human::rfc3339_seconds(ms)
 }
 
 /// The most a back-off grows to: one day.

@@ -140,8 +140,7 @@ pub struct Reservation {
 
 /// Formats a time (ms since the epoch) as RFC 3339 in UTC, to the second.
 pub(crate) fn format_time(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::model::human::rfc3339_seconds(ms)
 }
 
 /// A pool's reservations during its second pass.
@@ -484,8 +483,11 @@ impl<'a> PoolCycle<'a> {
 /// True for the reasons a reservation may help: no room (for the job, or for enough of its gang).
 fn waits_for_room(reason: Option<&Reason>) -> bool {
     match reason {
-        Some(Reason::NoCapacity { .. }) => true,
-        Some(Reason::Gang { detail, .. }) => detail.as_deref().is_none_or(|d| matches!(d, Reason::NoCapacity { .. })),
+        // No room, or no room while the minimum runtime spares the jobs eviction would take.
+        Some(Reason::NoCapacity { .. } | Reason::MinRuntime { .. }) => true,
+        Some(Reason::Gang { detail, .. }) => {
+            detail.as_deref().is_none_or(|d| matches!(d, Reason::NoCapacity { .. } | Reason::MinRuntime { .. }))
+        }
         _ => false,
     }
 }

@@ -4,16 +4,12 @@
 
 use super::error::ServiceError;
 use crate::control::Control;
-use crate::model::api::{JobDependency, JobRetryPolicy, SubmitItem};
+use crate::model::api::{JobDependency, SubmitItem};
 use crate::model::{DependencyCondition, FieldError, JobId, JobState, QueueName, RetryPolicy};
 use crate::record::{SubmitDependencyRecord, SubmitPoliciesRecord};
 
 /// Most dependencies of one job.
 const MAX_DEPENDENCIES: usize = 100;
-/// Most attempts a retry policy may ask for (`max_attempted_runs` bounds them too).
-const MAX_ATTEMPTS: u32 = 100;
-/// Longest first back-off: a day.
-const MAX_BACKOFF_SECONDS: u64 = 24 * 3600;
 
 /// The job a checked dependency names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +60,7 @@ pub(crate) fn check_policies(
         .enumerate()
         .map(|(j, d)| check_dependency(d, earlier).map_err(|e| e.within(&format!("depends_on[{j}]"))))
         .collect::<Result<_, _>>()?;
-    let retry = item.retry.as_ref().map(check_retry).transpose().map_err(|e| e.within("retry"))?;
+    let retry = item.retry.as_ref().map(RetryPolicy::check).transpose().map_err(|e| e.within("retry"))?;
     Ok(CheckedPolicies { depends_on, retry })
 }
 
@@ -72,7 +68,7 @@ fn check_dependency(d: &JobDependency, earlier: &[SubmitItem]) -> Result<Checked
     let target = match (&d.job_id, &d.client_id) {
         (Some(id), None) => DependencyTarget::Job(*id),
         (None, Some(cid)) => {
-            let found = earlier.iter().rposition(|e| e.client_id.as_ref() == Some(cid));
+            let found = earlier.iter().position(|e| e.client_id.as_ref() == Some(cid));
             let index = found.ok_or_else(|| {
                 FieldError::new(
                     "client_id",
@@ -86,25 +82,6 @@ fn check_dependency(d: &JobDependency, earlier: &[SubmitItem]) -> Result<Checked
         _ => return Err(FieldError::new("job_id", "name the job waited for by exactly one of job_id and client_id")),
     };
     Ok(CheckedDependency { target, on: d.on })
-}
-
-fn check_retry(r: &JobRetryPolicy) -> Result<RetryPolicy, FieldError> {
-    if !(1..=MAX_ATTEMPTS).contains(&r.max_attempts) {
-        return Err(FieldError::new("max_attempts", format!("must be 1 to {MAX_ATTEMPTS}")));
-    }
-    if let Some(i) = r.on_exit_codes.iter().position(|c| *c == 0) {
-        return Err(FieldError::new(format!("on_exit_codes[{i}]"), "exit code 0 is a success, never retried"));
-    }
-    if r.backoff_seconds > MAX_BACKOFF_SECONDS {
-        return Err(FieldError::new("backoff_seconds", format!("at most {MAX_BACKOFF_SECONDS} (a day)")));
-    }
-    Ok(RetryPolicy {
-        max_attempts: r.max_attempts,
-        on_exit_codes: r.on_exit_codes.clone(),
-        on_oom: r.on_oom,
-        on_node_failure: r.on_node_failure,
-        backoff_ms: r.backoff_seconds * 1000,
-    })
 }
 
 /// What the log carries of each job's policies: every dependency by job id (an earlier job of

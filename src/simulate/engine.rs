@@ -44,7 +44,7 @@ impl SimState {
 #[derive(Debug, Clone)]
 pub(super) struct SimJob {
     pub(super) name: String,
-    info: Arc<JobInfo>,
+    pub(super) info: Arc<JobInfo>,
     pub(super) state: SimState,
     /// Index into the node list while running.
     pub(super) node: Option<usize>,
@@ -52,7 +52,7 @@ pub(super) struct SimJob {
     /// When it was last placed (the round's time).
     leased_at_ms: i64,
     /// When it was submitted (the round's time).
-    queued_at_ms: i64,
+    pub(super) queued_at_ms: i64,
     /// Its deadline in ms, if the scenario gives one.
     deadline_ms: Option<i64>,
     /// Dependencies and retry policy, if it has any.
@@ -201,7 +201,7 @@ impl Simulation {
                 continue;
             }
             let job = &mut self.jobs[j];
-            fail_run(job, f.exit_code(), f.node_fault());
+            fail_run(job, f.exit_code(), f.node_fault(), f.oom(), self.now_ms);
             if let Some(n) = job.node.take()
                 && f.node_fault()
             {
@@ -278,7 +278,7 @@ impl Simulation {
             on_exit_codes: r.on_exit_codes.clone(),
             on_oom: r.on_oom,
             on_node_failure: r.on_node_failure,
-            backoff_ms: 0,
+            backoff_ms: r.backoff_seconds.saturating_mul(1000),
         });
         Some(Box::new(SimPolicies { deps, retry, failed: 0 }))
     }

@@ -5,6 +5,7 @@
 
 use super::engine::{SimJob, SimState};
 use crate::model::{DependencyCondition, DependencyVerdict, JobState, RetryPolicy, RunFailure};
+use std::sync::Arc;
 
 /// A simulated job's dependencies and retry policy, with their progress.
 #[derive(Debug, Clone, Default)]
@@ -87,17 +88,26 @@ pub(super) fn waiting_reason(jobs: &[SimJob], j: usize) -> Option<String> {
 
 /// A running job's run failed: queued again if its policy retries the failure (with the reason
 /// "retry 2 of 3 after exit code 75"), else failed.
-pub(super) fn fail_run(job: &mut SimJob, exit_code: Option<i32>, node_failure: bool) {
-    let failure = RunFailure { exit_code, oom: false, node_failure };
+pub(super) fn fail_run(job: &mut SimJob, exit_code: Option<i32>, node_failure: bool, oom: bool, now_ms: i64) {
+    let failure = RunFailure { exit_code, oom, node_failure };
     let retry = job.policies.as_mut().and_then(|p| {
         p.failed += 1;
-        let next = p.retry.as_ref()?.next_attempt(&failure, p.failed)?;
-        Some(format!("retry {next} of {} after {}", p.retry.as_ref()?.max_attempts, failure.cause()))
+        let policy = p.retry.as_ref()?;
+        let next = policy.next_attempt(&failure, p.failed)?;
+        let wait = i64::try_from(policy.backoff_before(next)).unwrap_or(i64::MAX);
+        Some((format!("retry {next} of {} after {}", policy.max_attempts, failure.cause()), wait))
     });
     match retry {
-        Some(reason) => {
+        Some((reason, wait)) => {
             job.state = SimState::Queued;
             job.reason = Some(reason);
+            // As on a server: queued again from now, and held back until its back-off ends.
+            job.queued_at_ms = now_ms;
+            if wait > 0 {
+                let mut info = (*job.info).clone();
+                info.not_before_ms = Some(now_ms.saturating_add(wait));
+                job.info = Arc::new(info);
+            }
         }
         None => {
             job.state = SimState::Failed;

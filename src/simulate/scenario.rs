@@ -146,6 +146,9 @@ pub enum FailSpec {
         /// The exit code the job fails with (what a retry policy's `on_exit_codes` matches).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
+        /// True: the run was killed for running out of memory (what `on_oom` matches).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        oom: bool,
     },
 }
 
@@ -160,6 +163,11 @@ impl FailSpec {
     /// Whether the failure counts against the node.
     pub fn node_fault(&self) -> bool {
         matches!(self, FailSpec::Detailed { node_fault: true, .. })
+    }
+
+    /// Whether the run ran out of memory.
+    pub fn oom(&self) -> bool {
+        matches!(self, FailSpec::Detailed { oom: true, .. })
     }
 
     /// The exit code the job fails with, if given.
@@ -267,7 +275,8 @@ fn is_default_set(set: &JobSetName) -> bool {
 fn validate_policies(f: &str, sub: &SubmitSpec, jobs: &HashSet<String>) -> Result<(), ScenarioError> {
     let gang = GangSpec::from_annotations(&sub.annotations).ok().flatten().is_some();
     if gang && (!sub.depends_on.is_empty() || sub.retry.is_some()) {
-        return Err(ScenarioError::new(format!("{f}.depends_on"), "gang members have no dependencies or retries"));
+        let key = if sub.depends_on.is_empty() { "retry" } else { "depends_on" };
+        return Err(ScenarioError::new(format!("{f}.{key}"), "gang members have no dependencies or retries"));
     }
     for (i, d) in sub.depends_on.iter().enumerate() {
         if !jobs.contains(&d.id) {
@@ -277,10 +286,8 @@ fn validate_policies(f: &str, sub: &SubmitSpec, jobs: &HashSet<String>) -> Resul
             ));
         }
     }
-    if let Some(r) = &sub.retry
-        && r.max_attempts == 0
-    {
-        return Err(ScenarioError::new(format!("{f}.retry.max_attempts"), "must be at least 1"));
+    if let Some(r) = &sub.retry {
+        crate::model::RetryPolicy::check(r).map_err(|e| ScenarioError::new(format!("{f}.retry.{}", e.field), e.message))?;
     }
     Ok(())
 }

@@ -539,9 +539,9 @@ impl State {
             out.touched.push(id);
             self.index_job(job);
         } else {
-            if self.dependents.contains_key(&id) {
-                out.ended_parents.push((id, job.record.state, at_ms));
-            }
+            // Always: a job of the same command may come to depend on it after it ended (a
+            // request's job that ends at once, named by a later job's client id).
+            out.ended_parents.push((id, job.record.state, at_ms));
             out.finished.insert(id, (job.full_record(), at_ms));
         }
     }

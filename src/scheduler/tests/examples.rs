@@ -578,6 +578,28 @@ fn a_retried_job_fails_once_its_attempts_are_spent() {
     assert_eq!(e.field, "rounds[0].submit[0].depends_on[0].id");
 }
 
+#[test]
+fn a_retry_waits_out_its_back_off_and_an_oom_kill_is_retried_only_when_asked() {
+    let text = "round_interval_seconds: 10\nnodes: [{name: n, allocatable: {cpu: '2'}}]\nqueues: [{name: A}]\nrounds:\n\
+                - submit: [{id: a, queue: A, requests: {cpu: '1'}, retry: {max_attempts: 3, on_exit_codes: [75], backoff_seconds: 20}},\n\
+                           {id: m, queue: A, requests: {cpu: '1'}, retry: {max_attempts: 2, on_oom: true}}]\n\
+                - fail: [{id: a, exit_code: 75}, {id: m, oom: true}]\n\
+                - {}\n\
+                - {}\n";
+    let out = run_text(text).unwrap();
+    let r1 = &out.rounds[1];
+    assert_eq!(state(r1, "m"), "running", "an OOM kill its policy names is retried at once");
+    assert_eq!(state(r1, "a"), "queued");
+    assert!(reason_or_none(r1, "a").starts_with("retry back-off until"), "{}", reason_or_none(r1, "a"));
+    assert_eq!(state(&out.rounds[2], "a"), "queued", "10 s of its 20 s back-off");
+    assert_eq!(state(&out.rounds[3], "a"), "running");
+    let e = crate::simulate::Scenario::parse(
+        "queues: [{name: A}]\nrounds: [{submit: [{id: a, queue: A, retry: {max_attempts: 1, on_exit_codes: [0]}}]}]",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "rounds[0].submit[0].retry.on_exit_codes[0]");
+}
+
 fn reason_or_none(r: &crate::simulate::RoundOutput, job: &str) -> String {
     r.jobs[job].reason.clone().unwrap_or_default()
 }

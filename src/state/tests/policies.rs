@@ -146,6 +146,24 @@ fn a_dependency_on_an_ended_job_is_judged_at_once_and_an_unknown_one_refused() {
     assert!(a.changes.is_empty());
 }
 
+#[test]
+fn a_job_of_the_same_command_that_ends_at_once_is_judged_for_its_dependents() {
+    // Job 6 can never start (its job failed), so job 7, waiting on 6 in the same request, fails too.
+    let mut s = state();
+    let ended = SubmitDependencyRecord { job_id: id(93), on: Cond::Succeeded, ended: Some(JobStateRecord::Failed) };
+    let a = submit_to(
+        &mut s,
+        "s",
+        vec![
+            with(new_job(6, None, "1"), vec![ended], None),
+            with(new_job(7, None, "1"), vec![dep(6, Cond::Succeeded)], None),
+            with(new_job(8, None, "1"), vec![dep(6, Cond::Failed)], None),
+        ],
+    );
+    assert_eq!(stored_reason(&a, 7), Some(format!("dependency {} ended failed; it had to succeed", id(6))));
+    assert_eq!(queued_ids(&s), vec![id(8)], "the afternotok job is released at once");
+}
+
 fn fail_run(s: &mut State, run: u128, job: u128, exit: i32, reason: Option<&str>, at_ms: i64) -> Applied {
     let report = RunReport {
         run_id: RunId::from_u128(run),
