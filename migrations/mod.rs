@@ -15,6 +15,7 @@ pub(crate) mod v0007_run_index;
 pub(crate) mod v0008_job_owners;
 pub(crate) mod v0009_run_usage;
 pub(crate) mod v0010_replay_inputs;
+pub(crate) mod v0011_queue_policies;
 
 /// A migration step.
 pub(crate) struct Migration {
@@ -42,4 +43,5 @@ pub(crate) const ALL: &[Migration] = &[
         name: "scheduler configuration and cycle number meta rows",
         run: v0010_replay_inputs::run,
     },
+    Migration { version: 11, name: "queue guarantees and preemption policies meta row", run: v0011_queue_policies::run },
 ];

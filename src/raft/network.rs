@@ -73,7 +73,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   `run_usage` table).
 /// - 10: log format 10 (scheduling cycles with their inputs, the recorded scheduler
 ///   configuration) and snapshots of state schema 10 (its meta rows).
-pub const PROTOCOL_VERSION: u32 = 10;
+/// - 11: log format 11 (queues with their guarantee and preemption policy) and snapshots of
+///   state schema 11 (the `queue_policies` meta row).
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -58,7 +58,10 @@ pub use executor::{
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord, RunRecord};
 pub use placement::TaintRecord;
-pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
+pub use queue::{
+    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord,
+    QueueTreeRecord, QueueTreesRecord, SortPriorityRecord,
+};
 pub use schedule::{
     ConfigRecordError, RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord, TokenBucketRecord, config_hash,
     short_hex,
@@ -109,7 +112,13 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// last recorded cycles ran with) and the `schedule_cycles` meta row (the last recorded cycle's
 /// number, u64 BE), which snapshots carry as meta rows, so a replay from a snapshot knows both.
 /// Every older row is unchanged; migration 10 converts nothing.
-pub const STATE_SCHEMA_VERSION: u32 = 10;
+///
+/// 11 adds the `queue_policies` meta row (a [`QueuePoliciesByQueueRecord`]: the guarantee and
+/// preemption policy of every queue that has either), which snapshots carry as a meta row. The
+/// `queues` rows and the `queue_tree` row are unchanged (a queue absent from the new row has no
+/// guarantee and no fence, as every queue of an older database), so migration 11 converts
+/// nothing; the bump makes an older binary refuse a database or snapshot that may hold the row.
+pub const STATE_SCHEMA_VERSION: u32 = 11;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -144,7 +153,11 @@ pub const STATE_SCHEMA_VERSION: u32 = 10;
 ///   and [`CommandRecord::RecordSchedulerConfig`] (the configuration itself), added at the end of
 ///   the commands in the same way (peer protocol 10). Older `Schedule` entries read as cycles
 ///   without inputs, which replay lists but cannot run again.
-pub const LOG_FORMAT_VERSION: u32 = 10;
+/// - 11: [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
+///   (queues with their guarantee and preemption policy, [`QueuePoliciesRecord`]), added at the
+///   end of the commands in the same way (peer protocol 11). Older queue commands read as queues
+///   without a guarantee or fence.
+pub const LOG_FORMAT_VERSION: u32 = 11;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
