@@ -596,6 +596,8 @@ mod tests {
                 is_parent: false,
                 policy: crate::model::PoolPolicy::Proportional,
                 proportional_target: Some(resources(&[("nvidia.com/gpu", "4")])),
+                guaranteed_share: Some(0.25),
+                guarantee_scaled: true,
             }],
             jobs: BTreeMap::from([(JobState::Queued, 2), (JobState::Running, 1)]),
             usage: BTreeMap::from([(crate::model::PoolName::default_pool(), 0.3125)]),

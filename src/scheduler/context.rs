@@ -59,6 +59,9 @@ pub(super) struct PoolCycle<'a> {
     pub tree: Option<Box<Hierarchy>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<PolicyState>>,
+    /// The preemption fence (its queue) that stopped the last placement tried, if one did
+    /// ([`super::fence`]): the job's reason names it.
+    pub fence_stop: Option<u32>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.
@@ -78,6 +81,7 @@ impl<'a> PoolCycle<'a> {
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
+            fence_stop: None,
         }
     }
 

@@ -116,6 +116,7 @@ pub(crate) fn candidates(
         Reason::NoMatchingNode { pool, .. } => out.extend(matching_node(s, job, Some(pool), "a node")),
         Reason::UnknownResource { pool, resource } => out.extend(resource_node(s, job, pool, resource)),
         Reason::NoCapacity { .. }
+        | Reason::PreemptionFence { .. }
         | Reason::Displaced { .. }
         | Reason::NoRoomOnNode { .. }
         | Reason::ReservedNodes { .. }
