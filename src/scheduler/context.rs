@@ -12,7 +12,7 @@
 use super::decisions::Reason;
 use super::eviction::{Eviction, EvictionRounds};
 use super::gang_domains::GangDomains;
-use super::hierarchy::Hierarchy;
+use super::hierarchy::{Fences, Hierarchy};
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
 use super::node_types::NodeTypes;
@@ -59,6 +59,8 @@ pub(super) struct PoolCycle<'a> {
     pub tree: Option<Box<Hierarchy>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<PolicyState>>,
+    /// The queue tree's preemption fences, if any queue has one ([`super::fence`]).
+    pub fences: Option<Box<Fences>>,
     /// The preemption fence (its queue) that stopped the last placement tried, if one did
     /// ([`super::fence`]): the job's reason names it.
     pub fence_stop: Option<u32>,
@@ -81,6 +83,7 @@ impl<'a> PoolCycle<'a> {
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
+            fences: None,
             fence_stop: None,
         }
     }

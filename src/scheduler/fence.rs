@@ -16,14 +16,14 @@ impl PoolCycle<'_> {
     /// The innermost preemption fence around job `j`'s queue, if any.
     #[inline]
     pub(super) fn fence_for(&self, j: u32) -> Option<u32> {
-        self.tree.as_ref()?.fence_of(self.jobs[j as usize].queue)
+        self.fences.as_ref()?.fence_of(self.jobs[j as usize].queue)
     }
 
     /// True if a job inside fence `fence` may displace job `v`: `v` was evicted for fair share,
     /// or is inside the fence too.
     fn may_displace(&self, fence: u32, v: u32) -> bool {
         let evicted = self.ledger.status(v) == super::job::Status::Evicted;
-        evicted || self.tree.as_ref().is_some_and(|t| t.within(fence, self.jobs[v as usize].queue))
+        evicted || self.fences.as_ref().is_some_and(|f| f.within(fence, self.jobs[v as usize].queue))
     }
 
     /// True if every one of `victims` may be displaced by a job inside `fence`.
@@ -64,12 +64,12 @@ impl PoolCycle<'_> {
     fn fenced_node(&mut self, fence: u32, level: u8, types: &[u32], q: u32, req: &ResVec) -> Option<(u32, Vec<u32>)> {
         let all = self.db.nodes.len();
         let cands = self.db.find_candidates(level, types, q, req, all);
-        let tree = self.tree.as_deref()?;
+        let fences = self.fences.as_deref()?;
         let queues = &self.queues;
         let overshare = |q: u32| queues[q as usize].overshare;
         cands.into_iter().find_map(|n| {
             let victims =
-                self.db.victims_within(n, level, req, overshare, |o| o.evicted || tree.within(fence, o.queue))?;
+                self.db.victims_within(n, level, req, overshare, |o| o.evicted || fences.within(fence, o.queue))?;
             Some((n, victims))
         })
     }

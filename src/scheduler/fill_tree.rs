@@ -14,6 +14,7 @@ impl<'a> PoolCycle<'a> {
     #[cfg(test)]
     pub(super) fn force_tree(&mut self) {
         self.tree = Hierarchy::build(&self.queues, self.view().default_priority(), self.view().layout.zero(), true);
+        self.fences = self.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         self.tree_shares();
     }
 

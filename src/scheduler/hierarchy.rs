@@ -20,7 +20,7 @@
 //!
 //! Urgency preemption still compares priority-class priorities: offsets and priority fences only
 //! order. A `preemption_policy = fence` queue keeps its subtree's urgency preemption inside it
-//! ([`Hierarchy::fence_of`]; placement enforces it). Guaranteed resources are floors of the
+//! ([`Fences`]; placement enforces it, [`super::fence`]). Guaranteed resources are floors of the
 //! shares at every level ([`super::guarantee`]).
 //!
 //! This file holds the tree, its shares and its picks; the cycle's steps through it (filling,
@@ -79,12 +79,36 @@ pub(super) struct Hierarchy {
     /// Each queue's guarantee floor in this cycle (its guarantee after nesting and scaling,
     /// capped by its demand), which orders it first while its share is below it.
     floor: Vec<f64>,
-    /// The innermost `preemption_policy = fence` queue at or above each queue, or [`ROOT`].
+    /// The preemption fences, if any queue has one.
+    fences: Option<Fences>,
+}
+
+/// The preemption fences of a pool's queue tree (`preemption_policy = fence`), kept by the cycle
+/// apart from the tree, which progressive filling holds while it places jobs.
+#[derive(Debug, Clone)]
+pub(super) struct Fences {
+    /// The innermost fenced queue at or above each queue, or [`ROOT`].
     fence_root: Vec<u32>,
     /// Each queue's position in pre-order and the size of its subtree: `q` is inside `f`'s
     /// subtree when `enter[f] <= enter[q] < enter[f] + size[f]`.
     enter: Vec<u32>,
     size: Vec<u32>,
+}
+
+impl Fences {
+    /// The innermost preemption fence at or above queue `q`, if any.
+    #[inline]
+    pub(super) fn fence_of(&self, q: u32) -> Option<u32> {
+        let f = self.fence_root[q as usize];
+        (f != ROOT).then_some(f)
+    }
+
+    /// True if queue `q` is in the subtree of queue `f` (itself included).
+    #[inline]
+    pub(super) fn within(&self, f: u32, q: u32) -> bool {
+        let (e, s) = (self.enter[f as usize], self.size[f as usize]);
+        (e..e + s).contains(&self.enter[q as usize])
+    }
 }
 
 /// Shares through the tree, per queue (parents get their subtree's).
@@ -189,13 +213,14 @@ impl Hierarchy {
             sort_off[vi] = sort_disabled[vi] || (p != ROOT && sort_off[p as usize]);
             fence_root[vi] = if preemption_fence[vi] { v } else if p != ROOT { fence_root[p as usize] } else { ROOT };
         }
-        let (enter, size) = pre_order(&post, &parent, &roots, &children);
+        let fences = preemption_fence.iter().any(|f| *f).then(|| {
+            let (enter, size) = pre_order(&post, &parent, &roots, &children);
+            Fences { fence_root, enter, size }
+        });
         Hierarchy {
             guarantee: vec![0.0; n],
             floor: vec![0.0; n],
-            fence_root,
-            enter,
-            size,
+            fences,
             fence,
             offset,
             sort_off,
@@ -262,17 +287,9 @@ impl Hierarchy {
         self.floor.clone_from_slice(floor);
     }
 
-    /// The innermost preemption fence at or above queue `q`, if any.
-    pub(super) fn fence_of(&self, q: u32) -> Option<u32> {
-        let f = self.fence_root[q as usize];
-        (f != ROOT).then_some(f)
-    }
-
-    /// True if queue `q` is in the subtree of queue `f` (itself included).
-    #[inline]
-    pub(super) fn within(&self, f: u32, q: u32) -> bool {
-        let (e, s) = (self.enter[f as usize], self.size[f as usize]);
-        (e..e + s).contains(&self.enter[q as usize])
+    /// The preemption fences, if any queue has one.
+    pub(super) fn fences(&self) -> Option<&Fences> {
+        self.fences.as_ref()
     }
 
     /// Hierarchical fair shares from each queue's own demand share and whether it is active.

@@ -233,7 +233,7 @@ impl PoolCycle<'_> {
         if self.view().earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
-        if self.tree.is_some()
+        if self.fences.is_some()
             && let Some(fence) = self.fence_for(j)
         {
             return self.try_place_fenced(j, fence, types, req);
@@ -499,7 +499,7 @@ impl PoolCycle<'_> {
         let max = self.view().levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
         let max = if self.view().earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
-        let fence = if self.tree.is_some() { self.fence_for(e) } else { None };
+        let fence = if self.fences.is_some() { self.fence_for(e) } else { None };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
                 if let Some(f) = fence {

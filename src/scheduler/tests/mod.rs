@@ -5,3 +5,4 @@ mod examples;
 mod hierarchy;
 mod max_min;
 mod properties;
+mod queue_policies;
