@@ -278,4 +278,31 @@ mod tests {
         assert!(e.to_string().contains("i32"), "{e}");
         assert!(serde_json::from_str::<Queue>(r#"{"name": "a", "priority_policy": "wall"}"#).is_err());
     }
+
+    #[test]
+    fn policies_default_parse_and_are_refused_by_field() {
+        let q: Queue = serde_json::from_str(r#"{"name": "a"}"#).unwrap();
+        assert!(!q.has_policies());
+        // Left out of JSON at their defaults, as queues before them had none.
+        let json = serde_json::to_value(&q).unwrap();
+        assert!(json.get("guaranteed").is_none() && json.get("preemption_policy").is_none(), "{json}");
+        let q: Queue = serde_json::from_str(
+            r#"{"name": "a", "guaranteed": {"cpu": "6", "memory": "8Gi"}, "preemption_policy": "fence"}"#,
+        )
+        .unwrap();
+        assert_eq!((q.guaranteed.get("cpu"), q.guaranteed.get("memory")), (6000, 8 << 30));
+        assert_eq!(q.preemption_policy, PreemptionPolicy::Fence);
+        assert!(q.has_policies() && q.is_flat());
+        assert!(q.validate().is_ok());
+        let json = serde_json::to_value(&q).unwrap();
+        assert_eq!(json["guaranteed"]["cpu"], "6");
+        assert_eq!(json["preemption_policy"], "fence");
+        let e = serde_json::from_str::<Queue>(r#"{"name": "a", "preemption_policy": "wall"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown variant"), "{e}");
+        let e = serde_json::from_str::<Queue>(r#"{"name": "a", "guaranteed": {"cpu": "lots"}}"#).unwrap_err();
+        assert!(e.to_string().contains("cpu"), "{e}");
+        let mut q = Queue::new(QueueName::new("a").unwrap(), 1.0);
+        q.guaranteed.set(ResourceName::cpu(), -1);
+        assert_eq!(q.validate().unwrap_err().field, "guaranteed.cpu");
+    }
 }
