@@ -43,5 +43,9 @@ pub(crate) const ALL: &[Migration] = &[
         name: "scheduler configuration and cycle number meta rows",
         run: v0010_replay_inputs::run,
     },
-    Migration { version: 11, name: "queue guarantees and preemption policies meta row", run: v0011_queue_policies::run },
+    Migration {
+        version: 11,
+        name: "queue guarantees and preemption policies meta row",
+        run: v0011_queue_policies::run,
+    },
 ];

@@ -1085,7 +1085,10 @@ fn queue_policies() -> QueuePoliciesByQueueRecord {
                     preemption_policy: PreemptionPolicyRecord::Fence,
                 },
             ),
-            (qn("science"), QueuePoliciesRecord { guaranteed: BTreeMap::new(), preemption_policy: PreemptionPolicyRecord::Fence }),
+            (
+                qn("science"),
+                QueuePoliciesRecord { guaranteed: BTreeMap::new(), preemption_policy: PreemptionPolicyRecord::Fence },
+            ),
         ]
         .into_iter()
         .collect(),
@@ -1169,8 +1172,12 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
 fn newest(cmd: Command) -> CommandRecord {
     match cmd {
         Command::Batch(cmds) => CommandRecord::Batch(cmds.into_iter().map(newest).collect()),
-        Command::CreateQueue { queue, tree, policies } => CommandRecord::CreateQueueWithPolicies { queue, tree, policies },
-        Command::UpdateQueue { queue, tree, policies } => CommandRecord::UpdateQueueWithPolicies { queue, tree, policies },
+        Command::CreateQueue { queue, tree, policies } => {
+            CommandRecord::CreateQueueWithPolicies { queue, tree, policies }
+        }
+        Command::UpdateQueue { queue, tree, policies } => {
+            CommandRecord::UpdateQueueWithPolicies { queue, tree, policies }
+        }
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
         Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {
             CommandRecord::SubmitByOwner { queue, job_set, at_ms, owner, jobs }
@@ -1248,14 +1255,21 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
     let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
     let pod = PodRecord { name: "armada-x-0".into(), namespace: "ml-team".into(), uid: "uid-1".into() };
     vec![
-        ("log-v1/command-create-queue.bin", Command::CreateQueue { queue: queue(), tree: top_level(), policies: none() }),
+        (
+            "log-v1/command-create-queue.bin",
+            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none() },
+        ),
         (
             "log-v1/command-update-queue.bin",
             Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none() },
         ),
         (
             "log-v6/command-create-queue-in-tree.bin",
-            Command::CreateQueue { queue: queue(), tree: queue_trees().queues[&qn("physics")].clone(), policies: none() },
+            Command::CreateQueue {
+                queue: queue(),
+                tree: queue_trees().queues[&qn("physics")].clone(),
+                policies: none(),
+            },
         ),
         (
             "log-v6/command-update-queue-in-tree.bin",

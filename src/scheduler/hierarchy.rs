@@ -211,7 +211,13 @@ impl Hierarchy {
         for &v in post.iter().rev() {
             let (vi, p) = (v as usize, parent[v as usize]);
             sort_off[vi] = sort_disabled[vi] || (p != ROOT && sort_off[p as usize]);
-            fence_root[vi] = if preemption_fence[vi] { v } else if p != ROOT { fence_root[p as usize] } else { ROOT };
+            fence_root[vi] = if preemption_fence[vi] {
+                v
+            } else if p != ROOT {
+                fence_root[p as usize]
+            } else {
+                ROOT
+            };
         }
         let fences = preemption_fence.iter().any(|f| *f).then(|| {
             let (enter, size) = pre_order(&post, &parent, &roots, &children);

@@ -499,8 +499,7 @@ impl NodeDb {
         if !fits(req, &free) {
             return None;
         }
-        let mut cands: Vec<&Occupant> =
-            node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)).collect();
+        let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)).collect();
         cands.sort_by(|a, b| {
             a.freed_at
                 .cmp(&b.freed_at)

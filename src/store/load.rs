@@ -6,7 +6,8 @@ use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
 use crate::record::{
-    ExecutorRecord, JobRecord, NodeHealthRecord, QueuePoliciesByQueueRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
+    ExecutorRecord, JobRecord, NodeHealthRecord, QueuePoliciesByQueueRecord, QueueRecord, QueueTreesRecord,
+    QueueUsageRecord, SchedulerConfigRecord,
 };
 use crate::state::{Executor, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};

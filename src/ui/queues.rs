@@ -228,7 +228,8 @@ fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
                 n = escape(q.queue.as_str()),
             );
             if let Some(g) = q.guaranteed_share {
-                let scaled = if q.guarantee_scaled { ", scaled down: the guarantees add up to more than the pool" } else { "" };
+                let scaled =
+                    if q.guarantee_scaled { ", scaled down: the guarantees add up to more than the pool" } else { "" };
                 let _ = write!(
                     out,
                     "<tr class=\"guarantee\" data-queue=\"{n}\"><td></td><td colspan=\"7\">guaranteed {:.1}% of the pool{scaled}</td></tr>",

@@ -111,7 +111,6 @@ async fn a_guarantee_takes_room_from_another_queues_preemptible_jobs() {
     assert!(b.get("guaranteed_share").is_none(), "{b}");
     let (_, metrics) = s.text("/metrics").await;
     assert!(metrics.contains("convoy_queue_guaranteed_share{pool=\"default\",queue=\"A\"} 0.75"), "{metrics}");
-
 }
 
 #[tokio::test]

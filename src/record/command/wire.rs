@@ -370,12 +370,16 @@ impl From<CommandRecord> for Command {
     fn from(r: CommandRecord) -> Self {
         match r {
             CommandRecord::Batch(cmds) => Command::Batch(cmds.into_iter().map(Command::from).collect()),
-            CommandRecord::CreateQueue { queue } => {
-                Command::CreateQueue { queue, tree: QueueTreeRecord::default(), policies: QueuePoliciesRecord::default() }
-            }
-            CommandRecord::UpdateQueue { queue } => {
-                Command::UpdateQueue { queue, tree: QueueTreeRecord::default(), policies: QueuePoliciesRecord::default() }
-            }
+            CommandRecord::CreateQueue { queue } => Command::CreateQueue {
+                queue,
+                tree: QueueTreeRecord::default(),
+                policies: QueuePoliciesRecord::default(),
+            },
+            CommandRecord::UpdateQueue { queue } => Command::UpdateQueue {
+                queue,
+                tree: QueueTreeRecord::default(),
+                policies: QueuePoliciesRecord::default(),
+            },
             CommandRecord::CreateQueueInTree { queue, tree } => {
                 Command::CreateQueue { queue, tree, policies: QueuePoliciesRecord::default() }
             }

@@ -133,7 +133,11 @@ fn preemption_fence_worked_example() {
                 stops its jobs from displacing them (preemption_policy = fence)";
     assert_eq!((reason(r2, "q-3"), reason(r2, "q-4")), (want, want));
     let d = r2.decisions.as_ref().expect("decisions");
-    assert!(d.unscheduled.iter().any(|u| matches!(&*u.reason, Reason::PreemptionFence { fence, .. } if fence.as_str() == "tenant1")));
+    assert!(
+        d.unscheduled
+            .iter()
+            .any(|u| matches!(&*u.reason, Reason::PreemptionFence { fence, .. } if fence.as_str() == "tenant1"))
+    );
     let r3 = &out.rounds[3];
     assert!(counts(&r3.scheduled).is_empty() && counts(&r3.preempted).is_empty());
 
@@ -160,16 +164,20 @@ fn guarantee_world() -> impl Strategy<Value = (u32, Vec<GQueue>)> {
     (1u32..=3, prop::collection::vec(queue, 2..=4))
 }
 
+/// How many jobs a queue submits in a round.
+type Count = fn(&GQueue) -> u32;
+
 /// A scenario of `nodes` 4-cpu nodes and the queues, all jobs one-cpu preemptible: round 0
 /// submits `before`, round 1 `after`.
 fn guarantee_scenario(nodes: u32, queues: &[GQueue]) -> String {
-    let mut s = format!("nodes:\n  - {{name: n, count: {nodes}, allocatable: {{cpu: \"4\", memory: \"64Gi\"}}}}\nqueues:\n");
+    let mut s =
+        format!("nodes:\n  - {{name: n, count: {nodes}, allocatable: {{cpu: \"4\", memory: \"64Gi\"}}}}\nqueues:\n");
     for (i, q) in queues.iter().enumerate() {
         let g = if q.guaranteed > 0 { format!(", guaranteed: {{cpu: \"{}\"}}", q.guaranteed) } else { String::new() };
         s += &format!("  - {{name: q{i}{g}}}\n");
     }
     s += "rounds:\n";
-    let rounds: [(&str, fn(&GQueue) -> u32); 2] = [("b", |q| q.before), ("a", |q| q.after)];
+    let rounds: [(&str, Count); 2] = [("b", |q| q.before), ("a", |q| q.after)];
     for (round, count) in rounds {
         s += "  - submit:\n";
         let mut any = false;
@@ -216,7 +224,12 @@ proptest! {
 
 /// A generated fence world: per queue, its parent (an earlier queue, or none) and whether it is
 /// fenced; jobs per round as (queue, urgent, cpu).
-fn fence_world() -> impl Strategy<Value = (Vec<(Option<usize>, bool)>, Vec<Vec<(usize, bool, u32)>>)> {
+/// Per queue its parent and whether it is fenced.
+type FenceQueues = Vec<(Option<usize>, bool)>;
+/// Per round its jobs: (queue, urgent, cpu).
+type FenceRounds = Vec<Vec<(usize, bool, u32)>>;
+
+fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds)> {
     let queues = prop::collection::vec((any::<prop::sample::Index>(), prop::bool::weighted(0.3), any::<bool>()), 2..=6)
         .prop_map(|qs| {
             qs.into_iter()
@@ -247,7 +260,13 @@ fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, 
         }
         s += "  - submit:\n";
         for (k, (q, urgent, cpu)) in jobs.iter().enumerate() {
-            let class = if *urgent { "urgent" } else if k % 2 == 0 { "mid" } else { "low" };
+            let class = if *urgent {
+                "urgent"
+            } else if k % 2 == 0 {
+                "mid"
+            } else {
+                "low"
+            };
             s += &format!(
                 "      - {{id: r{r}j{k}, queue: q{q}, priority_class: {class}, requests: {{cpu: \"{cpu}\", memory: \"1Gi\"}}}}\n"
             );
