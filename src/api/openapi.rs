@@ -497,6 +497,8 @@ mod tests {
         q.priority_offset = -3;
         q.priority_policy = crate::model::PriorityPolicy::Fence;
         q.sort_priority = crate::model::SortPriority::Disabled;
+        q.guaranteed = resources(&[("cpu", "6"), ("memory", "24Gi")]);
+        q.preemption_policy = crate::model::PreemptionPolicy::Fence;
         conforms(&d, "Queue", &q, true);
         let job_id = JobId::from_parts(1_700_000_000_000, 7);
         let run_id = RunId::from_parts(1_700_000_000_001, 8);

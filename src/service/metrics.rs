@@ -637,8 +637,11 @@ mod tests {
             assert!(docs.contains(&format!("| `{f}` |")), "{f} is not in docs/metrics.md");
         }
         // Families of live jobs and of nodes appear once the state has some (tests/it checks
-        // them on a running server).
-        families.extend(["convoy_jobs".to_string(), "convoy_quarantined_nodes".to_string()]);
+        // them on a running server), those of guarantees once a queue has one.
+        families.extend(
+            ["convoy_jobs", "convoy_quarantined_nodes", "convoy_queue_guaranteed_share", "convoy_queue_guarantee_scaled"]
+                .map(String::from),
+        );
         let documented: Vec<&str> = docs
             .lines()
             .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
