@@ -639,8 +639,13 @@ mod tests {
         // Families of live jobs and of nodes appear once the state has some (tests/it checks
         // them on a running server), those of guarantees once a queue has one.
         families.extend(
-            ["convoy_jobs", "convoy_quarantined_nodes", "convoy_queue_guaranteed_share", "convoy_queue_guarantee_scaled"]
-                .map(String::from),
+            [
+                "convoy_jobs",
+                "convoy_quarantined_nodes",
+                "convoy_queue_guaranteed_share",
+                "convoy_queue_guarantee_scaled",
+            ]
+            .map(String::from),
         );
         let documented: Vec<&str> = docs
             .lines()
