@@ -15,7 +15,8 @@ pub(crate) mod v0007_run_index;
 pub(crate) mod v0008_job_owners;
 pub(crate) mod v0009_run_usage;
 pub(crate) mod v0010_replay_inputs;
-pub(crate) mod v0011_queue_policies;
+pub(crate) mod v0011_job_policies;
+pub(crate) mod v0012_queue_policies;
 
 /// A migration step.
 pub(crate) struct Migration {
@@ -43,9 +44,10 @@ pub(crate) const ALL: &[Migration] = &[
         name: "scheduler configuration and cycle number meta rows",
         run: v0010_replay_inputs::run,
     },
+    Migration { version: 11, name: "dependencies and retry policies of jobs", run: v0011_job_policies::run },
     Migration {
-        version: 11,
+        version: 12,
         name: "queue guarantees and preemption policies meta row",
-        run: v0011_queue_policies::run,
+        run: v0012_queue_policies::run,
     },
 ];

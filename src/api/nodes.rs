@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// Nodes
 ///
 /// The nodes of the known executors with their pool, cordon state, jobs, the failures counted
-/// against them and their quarantine (with its reason); also quarantined nodes whose executor
-/// went away.
+/// against them and their quarantine (with its reason), and the reservation holding them, if any;
+/// also quarantined nodes whose executor went away.
 #[utoipa::path(
     get,
     path = "/v1/cluster/nodes",
@@ -28,7 +28,8 @@ use std::sync::Arc;
     )
 )]
 pub(super) async fn list(AppState(app): AppState<Arc<Control>>, _p: Principal) -> Response {
-    let nodes = node_views(&app.state(), &app.config.scheduler.quarantine, now_ms());
+    let mut nodes = node_views(&app.state(), &app.config.scheduler.quarantine, now_ms());
+    nodes::mark_reserved(&mut nodes, &app);
     json(NodeList { nodes })
 }
 

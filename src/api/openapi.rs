@@ -521,6 +521,7 @@ mod tests {
                 uid: "6f1c2d0e-8a4b-4c1d-9e2f-3a4b5c6d7e8f".into(),
             }),
             usage: Some(crate::model::RunUsage { cpu_ms: 1250, peak_memory_bytes: 64 << 20 }),
+            attempt: 1,
         };
         conforms(&d, "RunView", &run, true);
         let details = RunDetails {
@@ -558,6 +559,18 @@ mod tests {
             runs: vec![run.clone()],
             events: Some(vec![event.clone()]),
             pod_spec: Some(json!({"containers": [{"name": "main", "image": "busybox"}]})),
+            depends_on: vec![crate::model::api::JobDependencyStatus {
+                job_id: JobId::from_parts(1_700_000_000_000, 6),
+                on: crate::model::DependencyCondition::Succeeded,
+                met: true,
+            }],
+            retry: Some(crate::model::api::JobRetryPolicy {
+                max_attempts: 3,
+                on_exit_codes: vec![75],
+                on_oom: false,
+                on_node_failure: true,
+                backoff_seconds: 30,
+            }),
         };
         let v = conforms(&d, "JobView", &job, true);
         assert_eq!(v["requests"], json!({"cpu": "1500m", "memory": "4Gi", "nvidia.com/gpu": "1"}));

@@ -176,6 +176,8 @@ pub(crate) struct SchedulingView {
     /// The rate limiter's buckets as the latest cycle left them (what a why question starts
     /// from).
     pub rate_limits: crate::scheduler::RateLimiterState,
+    /// The reservations the latest cycle held (`gang_reservation_after`).
+    pub reservations: Vec<crate::scheduler::Reservation>,
 }
 
 /// When each executor last polled (leader-local).

@@ -111,6 +111,9 @@ fn submit_item(i: usize, item: &pb::JobSubmitRequestItem) -> Result<SubmitItem, 
         ingresses: ingresses.iter().map(raw).collect::<Result<_, _>>()?,
         client_id: (!item.client_id.is_empty()).then(|| item.client_id.clone()),
         namespace: (!item.namespace.is_empty()).then(|| item.namespace.clone()),
+        // Armada's JobSubmitRequestItem has no dependencies or retry policy: REST only.
+        depends_on: Vec::new(),
+        retry: None,
     })
 }
 

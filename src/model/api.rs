@@ -72,6 +72,69 @@ pub struct SubmitItem {
     /// runs the job. Runtimes without Kubernetes (processes) ignore it.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// Jobs this one waits for (Slurm's `--dependency`): it stays `queued`, out of its queue's
+    /// order, until each has ended as asked; when one can no longer, it fails naming it (or is
+    /// cancelled with a cancelled one). Each names an existing job by `job_id`, or an earlier
+    /// job of this request by its `client_id`. Not for gang members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<JobDependency>,
+    /// When a failed run is tried again (the job keeps its id; each run is listed with its
+    /// attempt number). Not for gang members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<JobRetryPolicy>,
+}
+
+/// A job a submitted job waits for: `job_id` or `client_id`, and the outcome waited for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobDependency {
+    /// An existing job (of any queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<JobId>,
+    /// An earlier job of the same request, by its client id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// `succeeded` (default; Slurm's afterok), `failed` (afternotok) or `ended` (afterany).
+    #[serde(default = "succeeded")]
+    pub on: super::DependencyCondition,
+}
+
+fn succeeded() -> super::DependencyCondition {
+    super::DependencyCondition::Succeeded
+}
+
+/// When a failed run is tried again (after Armada's retry policies). Only failed runs count as
+/// attempts: a run lost or returned before it ran, or preempted, does not (those count against
+/// the server's `max_attempted_runs`, which bounds every job's runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRetryPolicy {
+    /// Most runs that may fail, the first one included (1 to 100).
+    pub max_attempts: u32,
+    /// Exit codes that are retried (non-zero).
+    #[serde(default)]
+    pub on_exit_codes: Vec<i32>,
+    /// Retry a run the kernel killed for its memory (`OOMKilled`).
+    #[serde(default)]
+    pub on_oom: bool,
+    /// Retry a run that failed because of its node.
+    #[serde(default)]
+    pub on_node_failure: bool,
+    /// Seconds to wait before the second attempt, doubled before each later one (at most a
+    /// day); 0 (default): none.
+    #[serde(default)]
+    pub backoff_seconds: u64,
+}
+
+/// A dependency of a job as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobDependencyStatus {
+    /// The job waited for.
+    pub job_id: JobId,
+    /// The outcome waited for.
+    pub on: super::DependencyCondition,
+    /// Whether it came.
+    pub met: bool,
 }
 
 impl SubmitItem {
@@ -87,6 +150,8 @@ impl SubmitItem {
             ingresses: Vec::new(),
             client_id: None,
             namespace: None,
+            depends_on: Vec::new(),
+            retry: None,
         }
     }
 }
@@ -228,6 +293,9 @@ pub struct RunView {
     /// What the run used (CPU time, peak memory), once it ended, where its runtime tells.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<super::RunUsage>,
+    /// Which attempt this run is: 1 for the job's first run.
+    #[serde(default)]
+    pub attempt: u32,
 }
 
 /// `GET /v1/runs/{run_id}`: a run with the job it belongs to.
@@ -281,6 +349,12 @@ pub struct JobView {
     pub reason: Option<String>,
     /// Attempts to run the job, oldest first; at most one is not over.
     pub runs: Vec<RunView>,
+    /// The jobs it waits for, with whether each wait is over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<JobDependencyStatus>,
+    /// When its failed runs are retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<JobRetryPolicy>,
     /// The job's events (only on `GET /v1/jobs/{id}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<Vec<EventView>>,
@@ -873,6 +947,31 @@ pub struct NodeView {
     pub recent_failures: u32,
     /// The quarantine in force: no new jobs are placed here until it ends or an admin lifts it.
     pub quarantine: Option<QuarantineView>,
+    /// The reservation holding the node, as the leader's latest cycle left it
+    /// (`gang_reservation_after`): no other new job starts here until its job fits, except jobs
+    /// whose deadline ends before its expected start. Absent when the node is not reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_for: Option<NodeReservationView>,
+}
+
+/// The reservation holding a node, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeReservationView {
+    /// The job the node is reserved for (a gang's first member).
+    #[schema(value_type = String)]
+    pub job_id: JobId,
+    /// Its gang, for a gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
+    /// Its queue.
+    pub queue: QueueName,
+    /// When it is expected to fit (RFC 3339), if the running jobs' deadlines say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub expected_start: Option<String>,
+    /// Since when it has waited (RFC 3339).
+    #[schema(format = DateTime)]
+    pub waiting_since: String,
 }
 
 /// A node's quarantine as the API shows it. Times are the leader's clock.

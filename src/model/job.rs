@@ -210,6 +210,8 @@ pub struct Job {
     pub event_seqs: Vec<u64>,
     /// Kubernetes namespace of the job's pod, services and ingresses; none: the agent's own.
     pub namespace: Option<super::Namespace>,
+    /// Its dependencies and retry policy, if it has any (kept in the `job_policies` table).
+    pub policies: Option<Box<super::JobPolicies>>,
 }
 
 impl Job {
@@ -226,6 +228,18 @@ impl Job {
     /// Number of runs so far, the active one included (counted against `max_attempted_runs`).
     pub fn attempts(&self) -> usize {
         self.runs.len()
+    }
+
+    /// The first dependency not met yet: while there is one the job waits, out of its queue's
+    /// order.
+    pub fn waiting_on(&self) -> Option<&super::Dependency> {
+        self.policies.as_ref().and_then(|p| p.waiting_on())
+    }
+
+    /// Runs that failed (not lost, cancelled or preempted): what a retry policy's
+    /// `max_attempts` counts, as Armada counts genuine failures.
+    pub fn failed_runs(&self) -> u32 {
+        self.runs.iter().filter(|r| r.state == RunState::Failed).count() as u32
     }
 }
 

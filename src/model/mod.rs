@@ -6,6 +6,7 @@ pub(crate) mod duration;
 mod gang;
 pub mod human;
 mod job;
+mod job_policy;
 pub(crate) mod names;
 mod namespace;
 pub(crate) mod node;
@@ -22,6 +23,9 @@ pub(crate) mod strict_json;
 
 pub use gang::GangSpec;
 pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};
+pub use job_policy::{
+    Dependency, DependencyCondition, DependencyVerdict, JobPolicies, RetryPolicy, RunFailure, is_oom_reason, retry_time,
+};
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,
 };

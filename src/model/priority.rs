@@ -18,6 +18,16 @@ pub struct PriorityClass {
     /// Per queue, the maximum fraction of a pool this class's jobs may use.
     #[serde(default)]
     pub max_resource_fraction_per_queue: ResourceFractions,
+    /// Overrides `[scheduler] min_runtime_before_preemption` for this class's jobs: fair-share
+    /// eviction spares a job of this class until it has run this long (0 = never spared). Also
+    /// read as `min_runtime_before_preemption_seconds`.
+    #[serde(
+        default,
+        with = "crate::model::duration::serde_text_opt",
+        alias = "min_runtime_before_preemption_seconds",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub min_runtime_before_preemption: Option<std::time::Duration>,
 }
 
 impl PriorityClass {
@@ -30,12 +40,14 @@ impl PriorityClass {
                 priority: 30000,
                 preemptible: false,
                 max_resource_fraction_per_queue: Default::default(),
+                min_runtime_before_preemption: None,
             },
             PriorityClass {
                 name: PriorityClassName::new("preemptible").expect("valid literal"),
                 priority: 20000,
                 preemptible: true,
                 max_resource_fraction_per_queue: Default::default(),
+                min_runtime_before_preemption: None,
             },
         ]
     }

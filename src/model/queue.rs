@@ -175,7 +175,7 @@ impl Queue {
     }
 
     /// True if the queue has a guarantee or a preemption fence (stored beside the tree settings
-    /// since state schema 11).
+    /// since state schema 12).
     pub fn has_policies(&self) -> bool {
         !self.guaranteed.is_zero() || self.preemption_policy != PreemptionPolicy::Default
     }

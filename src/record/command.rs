@@ -17,6 +17,7 @@ pub use wire::CommandRecord;
 
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
+use super::job_policy::SubmitPoliciesRecord;
 use super::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord};
 use super::schedule::{ScheduleInputsRecord, SchedulerConfigRecord};
 use super::usage::QueueUsageRecord;
@@ -70,10 +71,12 @@ pub enum Command {
         /// When (ms since the epoch).
         at_ms: i64,
     },
-    /// Submits jobs to a job set, each with its Kubernetes namespace, recording who submitted
-    /// them. Written as [`CommandRecord::SubmitByOwner`] (as [`CommandRecord::SubmitInNamespaces`]
-    /// without an owner); [`CommandRecord::Submit`] and [`CommandRecord::SubmitInNamespaces`] of
-    /// older logs read as jobs without an owner (and, for the first, without a namespace).
+    /// Submits jobs to a job set, each with its Kubernetes namespace, dependencies and retry
+    /// policy, recording who submitted them. Written as [`CommandRecord::SubmitWithPolicies`] when
+    /// a job has a dependency or a retry policy, else as [`CommandRecord::SubmitByOwner`] (as
+    /// [`CommandRecord::SubmitInNamespaces`] without an owner); [`CommandRecord::Submit`] and
+    /// [`CommandRecord::SubmitInNamespaces`] of older logs read as jobs without an owner (and, for
+    /// the first, without a namespace), and every older form as jobs without policies.
     Submit {
         /// The queue.
         queue: QueueName,
@@ -84,8 +87,8 @@ pub enum Command {
         /// The authenticated principal that submitted them (the anonymous principal's name with
         /// auth off); none only in entries of logs older than format 8.
         owner: Option<String>,
-        /// The jobs, validated, with their ids and namespaces.
-        jobs: Vec<NamespacedJob>,
+        /// The jobs, validated, with their ids, namespaces and policies.
+        jobs: Vec<PolicyJob>,
     },
     /// Cancels the given jobs (or the whole job set), optionally only those in `states`.
     Cancel {
@@ -266,6 +269,29 @@ pub struct NamespacedJob {
 impl From<NewJob> for NamespacedJob {
     fn from(job: NewJob) -> Self {
         NamespacedJob { job, namespace: None }
+    }
+}
+
+/// A job of [`CommandRecord::SubmitWithPolicies`] ([`Command::Submit`]). Format: log format 11.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyJob {
+    /// The job as [`CommandRecord::SubmitInNamespaces`] carries it.
+    pub job: NamespacedJob,
+    /// Its dependencies and retry policy.
+    pub policies: SubmitPoliciesRecord,
+}
+
+/// A job without dependencies or retry policy (as every job of the older submit forms).
+impl From<NamespacedJob> for PolicyJob {
+    fn from(job: NamespacedJob) -> Self {
+        PolicyJob { job, policies: SubmitPoliciesRecord::default() }
+    }
+}
+
+/// A job without namespace, dependencies or retry policy.
+impl From<NewJob> for PolicyJob {
+    fn from(job: NewJob) -> Self {
+        PolicyJob::from(NamespacedJob::from(job))
     }
 }
 

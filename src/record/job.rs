@@ -323,7 +323,9 @@ impl From<RunRecord> for Run {
 }
 
 /// A job with its runs (`jobs` rows). Format: state schema 7 (schemas 2 to 6 had no
-/// `namespace`, and runs without `pod`: migration 7 converts them).
+/// `namespace`, and runs without `pod`: migration 7 converts them). A job's dependencies and
+/// retry policy are not here but in its `job_policies` row (schema 11): reading a job back from
+/// this record alone leaves them out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     /// The job's id.
@@ -388,6 +390,7 @@ impl From<Job> for JobRecord {
             runs,
             event_seqs,
             namespace,
+            policies: _,
         } = j;
         JobRecord {
             id,
@@ -456,6 +459,7 @@ impl From<JobRecord> for Job {
             runs: runs.into_iter().map(Into::into).collect(),
             event_seqs,
             namespace,
+            policies: None,
         }
     }
 }

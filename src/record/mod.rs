@@ -39,6 +39,7 @@ mod event;
 mod executor;
 mod frames;
 mod job;
+mod job_policy;
 mod placement;
 pub(crate) mod queue;
 pub mod raft;
@@ -48,8 +49,8 @@ mod usage;
 
 pub use codec::{CodecError, decode, encode};
 pub use command::{
-    Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
-    QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
+    Command, CommandRecord, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob,
+    PurgeTarget, QuarantinePolicyRecord, RunReport, RunReportKind, RunUsageRecord, UsageRunReport,
 };
 pub use event::{EventKindRecord, EventRecord};
 pub use executor::{
@@ -57,6 +58,10 @@ pub use executor::{
 };
 pub use frames::{FrameSink, FrameSource, MemoryFrames};
 pub use job::{JobRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord, RunRecord};
+pub use job_policy::{
+    DependencyConditionRecord, DependencyRecord, JobPoliciesRecord, RetryRecord, SubmitDependencyRecord,
+    SubmitPoliciesRecord,
+};
 pub use placement::TaintRecord;
 pub use queue::{
     PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord,
@@ -113,12 +118,18 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// number, u64 BE), which snapshots carry as meta rows, so a replay from a snapshot knows both.
 /// Every older row is unchanged; migration 10 converts nothing.
 ///
-/// 11 adds the `queue_policies` meta row (a [`QueuePoliciesByQueueRecord`]: the guarantee and
+/// 11 adds the `job_policies` table (job id → a [`JobPoliciesRecord`]: the job's dependencies
+/// with whether each is met, its retry policy and its retry back-off), written for the jobs that
+/// have any, beside the jobs (deleted with a job's purge) so that no `jobs` row changes;
+/// snapshots carry it ([`SnapshotRowRecord::JobPolicies`]). Migration 11 makes the table, empty:
+/// jobs submitted before have neither.
+///
+/// 12 adds the `queue_policies` meta row (a [`QueuePoliciesByQueueRecord`]: the guarantee and
 /// preemption policy of every queue that has either), which snapshots carry as a meta row. The
 /// `queues` rows and the `queue_tree` row are unchanged (a queue absent from the new row has no
-/// guarantee and no fence, as every queue of an older database), so migration 11 converts
+/// guarantee and no fence, as every queue of an older database), so migration 12 converts
 /// nothing; the bump makes an older binary refuse a database or snapshot that may hold the row.
-pub const STATE_SCHEMA_VERSION: u32 = 11;
+pub const STATE_SCHEMA_VERSION: u32 = 12;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -153,11 +164,14 @@ pub const STATE_SCHEMA_VERSION: u32 = 11;
 ///   and [`CommandRecord::RecordSchedulerConfig`] (the configuration itself), added at the end of
 ///   the commands in the same way (peer protocol 10). Older `Schedule` entries read as cycles
 ///   without inputs, which replay lists but cannot run again.
-/// - 11: [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
+/// - 11: [`CommandRecord::SubmitWithPolicies`] (jobs with their dependencies and retry policies),
+///   added at the end of the commands in the same way (peer protocol 11). The leader proposes it
+///   only for a submission that has a dependency or a retry policy.
+/// - 12: [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
 ///   (queues with their guarantee and preemption policy, [`QueuePoliciesRecord`]), added at the
-///   end of the commands in the same way (peer protocol 11). Older queue commands read as queues
+///   end of the commands in the same way (peer protocol 12). Older queue commands read as queues
 ///   without a guarantee or fence.
-pub const LOG_FORMAT_VERSION: u32 = 11;
+pub const LOG_FORMAT_VERSION: u32 = 12;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See
@@ -167,7 +181,7 @@ pub const LOG_FORMAT_VERSION: u32 = 11;
 /// schema 3 added [`SnapshotRowRecord::Finished`] at the end of the row kinds, schema 4
 /// [`SnapshotRowRecord::NodeHealth`] after it, schema 7 [`SnapshotRowRecord::RunJob`] after that,
 /// schema 8 [`SnapshotRowRecord::JobOwner`] after that, schema 9 [`SnapshotRowRecord::RunUsage`]
-/// after that. The file format
+/// after that, schema 11 [`SnapshotRowRecord::JobPolicies`] after that. The file format
 /// itself (framing, header, trailer) did not change, and an older binary refuses a schema 3
 /// stream by that first frame, naming the schema, before it meets a row it cannot decode.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;

@@ -175,8 +175,8 @@ pub(crate) fn queue_in_tree(queue: QueueRecord, tree: QueueTreeRecord) -> Queue 
     q
 }
 
-/// A queue's guarantee and preemption fence. Format: state schema 11 (in the `queue_policies`
-/// meta row, [`QueuePoliciesByQueueRecord`]), log format 11
+/// A queue's guarantee and preemption fence. Format: state schema 12 (in the `queue_policies`
+/// meta row, [`QueuePoliciesByQueueRecord`]), log format 12
 /// ([`super::CommandRecord::CreateQueueWithPolicies`],
 /// [`super::CommandRecord::UpdateQueueWithPolicies`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,7 +188,7 @@ pub struct QueuePoliciesRecord {
     pub preemption_policy: PreemptionPolicyRecord,
 }
 
-/// [`crate::model::PreemptionPolicy`]. Format: state schema 11, log format 11.
+/// [`crate::model::PreemptionPolicy`]. Format: state schema 12, log format 12.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PreemptionPolicyRecord {
     /// Urgency preemption anywhere.
@@ -199,7 +199,7 @@ pub enum PreemptionPolicyRecord {
 }
 
 /// The `queue_policies` meta row: the policies of every queue that has any (a queue absent from
-/// it has no guarantee and no fence). Format: state schema 11.
+/// it has no guarantee and no fence). Format: state schema 12.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueuePoliciesByQueueRecord {
     /// By queue name.

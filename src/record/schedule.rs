@@ -162,6 +162,41 @@ mod tests {
     }
 
     #[test]
+    fn a_record_from_before_the_minimum_runtime_and_floating_resources_reads_with_their_defaults() {
+        // The keys of issue 31 sections 5 and 6 are left out while unset, so a configuration
+        // without them records (and hashes) as before they existed...
+        let json = SchedulerConfigRecord::of(&SchedulerConfig::default()).json;
+        for key in ["min_runtime_before_preemption", "min_runtime_before_urgency_preemption", "floating_resources"] {
+            assert!(!json.contains(key), "{key} in {json}");
+        }
+        // ...and an older record, which has none of them, reads with their defaults.
+        let old = r#"{"priority_classes":[{"name":"default","priority":30000,"preemptible":false,"max_resource_fraction_per_queue":{}},{"name":"preemptible","priority":20000,"preemptible":true,"max_resource_fraction_per_queue":{}}],"default_priority_class":"default","node_eviction_probability":1.0,"protected_fraction_of_fair_share":1.0,"max_queue_lookback":1000,"maximum_scheduling_rate":0.0,"maximum_scheduling_burst":0,"maximum_per_queue_scheduling_rate":0.0,"maximum_per_queue_scheduling_burst":0,"dominant_resource_fairness_resources":["cpu","memory","nvidia.com/gpu"],"fairness_model":"dominant_resource","resource_cost_weights":{"cpu":1.0,"memory":0.0,"nvidia.com/gpu":0.0},"indexed_resources":["nvidia.com/gpu","cpu","memory"],"schedule_interval_min":"100ms","schedule_interval_max":"5s","quarantine":{"max_failures":0,"window":"10m","duration":"30m"},"queue_usage_halftime":"0s"}"#;
+        let record = SchedulerConfigRecord {
+            hash: sha256(old.as_bytes()),
+            scheduler_version: 1,
+            binary_version: "0.1.0".into(),
+            json: old.into(),
+        };
+        let cfg = record.config().unwrap();
+        assert_eq!(cfg.min_runtime_before_preemption, std::time::Duration::ZERO);
+        assert_eq!(cfg.min_runtime_before_urgency_preemption, std::time::Duration::ZERO);
+        assert!(cfg.floating_resources.is_empty());
+        assert!(cfg.priority_classes.iter().all(|pc| pc.min_runtime_before_preemption.is_none()));
+        // With them set, they read back as themselves.
+        let mut set = SchedulerConfig {
+            min_runtime_before_preemption: std::time::Duration::from_secs(60),
+            min_runtime_before_urgency_preemption: std::time::Duration::from_secs(5),
+            floating_resources: vec![crate::scheduler::FloatingResourceConfig {
+                name: "licence/matlab".parse().unwrap(),
+                pools: [("default".parse().unwrap(), "3".to_string())].into_iter().collect(),
+            }],
+            ..Default::default()
+        };
+        set.priority_classes[1].min_runtime_before_preemption = Some(std::time::Duration::from_secs(120));
+        assert_eq!(SchedulerConfigRecord::of(&set).config().unwrap(), set);
+    }
+
+    #[test]
     fn a_tampered_record_is_refused() {
         let mut record = SchedulerConfigRecord::of(&SchedulerConfig::default());
         record.json = record.json.replace("1000", "1001");

@@ -52,7 +52,8 @@ impl SnapshotRecord {
 /// with rows of state schema 2 inside, [`SnapshotRowRecord::Finished`] from state schema 3 on,
 /// [`SnapshotRowRecord::NodeHealth`] from state schema 4 on, [`SnapshotRowRecord::RunJob`] from
 /// state schema 7 on, [`SnapshotRowRecord::JobOwner`] from state schema 8 on and
-/// [`SnapshotRowRecord::RunUsage`] from state schema 9 on (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
+/// [`SnapshotRowRecord::RunUsage`] from state schema 9 on and [`SnapshotRowRecord::JobPolicies`]
+/// from state schema 11 on (see [`super::SNAPSHOT_FORMAT_VERSION`]). Never change a variant: add a new format instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SnapshotRowRecord {
     /// A `meta` row (never the node's own keys, such as the schema version).
@@ -152,6 +153,13 @@ pub enum SnapshotRowRecord {
         /// The run id key (big-endian).
         run: [u8; 16],
         /// The encoded [`super::RunUsageRecord`], as stored.
+        value: Vec<u8>,
+    },
+    /// A `job_policies` row: a job's dependencies and retry policy (state schema 11).
+    JobPolicies {
+        /// The job id key (big-endian).
+        job: [u8; 16],
+        /// The encoded [`super::JobPoliciesRecord`], as stored.
         value: Vec<u8>,
     },
 }
@@ -259,6 +267,13 @@ pub enum SnapshotRowRef<'a> {
         /// The encoded record.
         value: &'a [u8],
     },
+    /// See [`SnapshotRowRecord::JobPolicies`].
+    JobPolicies {
+        /// The job id key.
+        job: &'a [u8; 16],
+        /// The encoded record.
+        value: &'a [u8],
+    },
 }
 
 impl SnapshotRowRecord {
@@ -280,6 +295,7 @@ impl SnapshotRowRecord {
             SnapshotRowRecord::RunJob { run, job } => SnapshotRowRef::RunJob { run, job },
             SnapshotRowRecord::JobOwner { job, owner } => SnapshotRowRef::JobOwner { job, owner },
             SnapshotRowRecord::RunUsage { run, value } => SnapshotRowRef::RunUsage { run, value },
+            SnapshotRowRecord::JobPolicies { job, value } => SnapshotRowRef::JobPolicies { job, value },
         }
     }
 }

@@ -1073,6 +1073,63 @@ fn state_schema_10_rows() {
     golden("state-v10/row-meta-schedule-cycles.bin", &cycles);
 }
 
+fn format_11_commands() -> Vec<(&'static str, CommandRecord)> {
+    use super::job_policy::*;
+    let retry = RetryRecord {
+        max_attempts: 3,
+        on_exit_codes: vec![75, 143],
+        on_oom: true,
+        on_node_failure: false,
+        backoff_ms: 30_000,
+    };
+    let waits = SubmitPoliciesRecord {
+        depends_on: vec![
+            SubmitDependencyRecord { job_id: jid(1), on: DependencyConditionRecord::Succeeded, ended: None },
+            SubmitDependencyRecord {
+                job_id: jid(9),
+                on: DependencyConditionRecord::Ended,
+                ended: Some(JobStateRecord::Cancelled),
+            },
+        ],
+        retry: None,
+    };
+    vec![(
+        "command-submit-with-policies",
+        CommandRecord::SubmitWithPolicies {
+            queue: qn("physics"),
+            job_set: js("run-1"),
+            at_ms: 1_760_000_900_011,
+            owner: Some("alice".into()),
+            jobs: vec![
+                PolicyJob {
+                    job: NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
+                    policies: SubmitPoliciesRecord { depends_on: vec![], retry: Some(retry) },
+                },
+                PolicyJob { job: NamespacedJob { job: new_job(2, false), namespace: None }, policies: waits },
+            ],
+        },
+    )]
+}
+
+fn job_policies_row() -> SnapshotRowRecord {
+    use super::job_policy::*;
+    let policies = JobPoliciesRecord {
+        depends_on: vec![
+            DependencyRecord { job_id: jid(1), on: DependencyConditionRecord::Succeeded, met: true },
+            DependencyRecord { job_id: jid(3), on: DependencyConditionRecord::Failed, met: false },
+        ],
+        retry: Some(RetryRecord {
+            max_attempts: 2,
+            on_exit_codes: vec![75],
+            on_oom: false,
+            on_node_failure: true,
+            backoff_ms: 0,
+        }),
+        not_before_ms: Some(1_760_000_900_500),
+    };
+    SnapshotRowRecord::JobPolicies { job: jid(2).as_u128().to_be_bytes(), value: encode(&policies).unwrap() }
+}
+
 /// Policies using every field: a guarantee of several resources (values that need more than 32
 /// bits among them) and a fence.
 fn queue_policies() -> QueuePoliciesByQueueRecord {
@@ -1095,7 +1152,7 @@ fn queue_policies() -> QueuePoliciesByQueueRecord {
     }
 }
 
-fn format_11_commands() -> Vec<(&'static str, CommandRecord)> {
+fn format_12_commands() -> Vec<(&'static str, CommandRecord)> {
     let trees = queue_trees().queues;
     let policies = queue_policies().queues;
     vec![
@@ -1120,10 +1177,19 @@ fn format_11_commands() -> Vec<(&'static str, CommandRecord)> {
 
 #[test]
 fn log_format_11_commands() {
-    // Format 11 only added these commands, at the end: every older command is format 11's byte
-    // for byte, and an older queue command reads as a queue without a guarantee or fence.
+    // Format 11 only added this command, at the end: every older command is format 11's byte
+    // for byte, and older submits read as jobs without policies.
     for (name, cmd) in format_11_commands() {
         golden(&format!("log-v11/{name}.bin"), &cmd);
+    }
+}
+
+#[test]
+fn log_format_12_commands() {
+    // Format 12 only added these commands, at the end: every older command is format 12's byte
+    // for byte, and an older queue command reads as a queue without a guarantee or fence.
+    for (name, cmd) in format_12_commands() {
+        golden(&format!("log-v12/{name}.bin"), &cmd);
     }
     let old: Command = decode(&fixture("log-v6/command-create-queue-in-tree.bin")).unwrap();
     assert!(matches!(old, Command::CreateQueue { policies, .. } if policies == none()));
@@ -1131,12 +1197,24 @@ fn log_format_11_commands() {
 
 #[test]
 fn state_schema_11_rows() {
-    // Schema 11 only added one meta row, the queues' policies; snapshots carry it as a meta row.
-    golden("state-v11/meta-queue-policies.bin", &queue_policies());
+    // Schema 11 only added the `job_policies` table (migration 11 makes it, empty); its row and
+    // its snapshot row:
+    let row = job_policies_row();
+    let SnapshotRowRecord::JobPolicies { value, .. } = &row else { unreachable!() };
+    assert_eq!(value, &fixture("state-v11/job-policies.bin"));
+    golden::<super::job_policy::JobPoliciesRecord>("state-v11/job-policies.bin", &decode(value).unwrap());
+    golden("state-v11/row-job-policies.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v11/row-job-policies.bin"));
+}
+
+#[test]
+fn state_schema_12_rows() {
+    // Schema 12 only added one meta row, the queues' policies; snapshots carry it as a meta row.
+    golden("state-v12/meta-queue-policies.bin", &queue_policies());
     let row =
-        SnapshotRowRecord::Meta { key: "queue_policies".into(), value: fixture("state-v11/meta-queue-policies.bin") };
-    golden("state-v11/row-meta-queue-policies.bin", &row);
-    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v11/row-meta-queue-policies.bin"));
+        SnapshotRowRecord::Meta { key: "queue_policies".into(), value: fixture("state-v12/meta-queue-policies.bin") };
+    golden("state-v12/row-meta-queue-policies.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v12/row-meta-queue-policies.bin"));
     // The domain value goes through the records unchanged.
     let policies = queue_policies();
     let mut q = Queue::from(queue());
@@ -1164,6 +1242,7 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
     all.extend(format_9_commands().into_iter().map(in_dir("log-v9")));
     all.extend(format_10_commands().into_iter().map(in_dir("log-v10")));
     all.extend(format_11_commands().into_iter().map(in_dir("log-v11")));
+    all.extend(format_12_commands().into_iter().map(in_dir("log-v12")));
     all
 }
 
@@ -1179,10 +1258,15 @@ fn newest(cmd: Command) -> CommandRecord {
             CommandRecord::UpdateQueueWithPolicies { queue, tree, policies }
         }
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
+        Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
+            CommandRecord::SubmitWithPolicies { queue, job_set, at_ms, owner, jobs }
+        }
         Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {
+            let jobs = jobs.into_iter().map(|j| j.job).collect();
             CommandRecord::SubmitByOwner { queue, job_set, at_ms, owner, jobs }
         }
         Command::Submit { queue, job_set, at_ms, owner: None, jobs } => {
+            let jobs = jobs.into_iter().map(|j| j.job).collect();
             CommandRecord::SubmitInNamespaces { queue, job_set, at_ms, jobs }
         }
         Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
@@ -1242,8 +1326,8 @@ fn current_submit() -> Command {
         at_ms: 1_760_000_000_002,
         owner: None,
         jobs: vec![
-            NamespacedJob { job: new_job(1, true), namespace: None },
-            NamespacedJob { job: new_job(2, false), namespace: None },
+            NamespacedJob { job: new_job(1, true), namespace: None }.into(),
+            NamespacedJob { job: new_job(2, false), namespace: None }.into(),
         ],
     }
 }
@@ -1325,8 +1409,8 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 at_ms: 1_760_000_900_000,
                 owner: None,
                 jobs: vec![
-                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) },
-                    NamespacedJob { job: new_job(2, false), namespace: None },
+                    NamespacedJob { job: new_job(1, true), namespace: Some(Namespace::new("ml-team").unwrap()) }.into(),
+                    NamespacedJob { job: new_job(2, false), namespace: None }.into(),
                 ],
             },
         ),

@@ -34,16 +34,33 @@ impl<'a> PoolCycle<'a> {
         pool: &PoolName,
         done: &HashSet<crate::model::JobId>,
         quarantined: &HashSet<(&str, &str)>,
+        now_ms: i64,
+    ) -> Self {
+        Self::new_reserving(snap, cfg, pool, done, quarantined, now_ms, None)
+    }
+
+    /// [`Self::new`] with nodes reserved ([`super::reservation`]: a reservation's second pass).
+    pub(super) fn new_reserving(
+        snap: &'a Snapshot,
+        cfg: &'a SchedulerConfig,
+        pool: &PoolName,
+        done: &HashSet<crate::model::JobId>,
+        quarantined: &HashSet<(&str, &str)>,
+        now_ms: i64,
+        reservations: Option<super::reservation::PoolReservations<'a>>,
     ) -> Self {
         let (nodes, node_index) = pool_nodes(snap, pool);
-        let layout = resource_layout(cfg, &nodes);
+        let floating_amounts = if cfg.floating_resources.is_empty() { Vec::new() } else { cfg.floating_in_pool(pool) };
+        let layout = resource_layout(cfg, &nodes, &floating_amounts);
+        let floating: Vec<(usize, i64)> =
+            floating_amounts.iter().filter_map(|(r, a)| Some((layout.slot(r.as_str())?, *a))).collect();
         let earmarked = super::earmark::any_earmarked(&nodes);
         let prios: Vec<i32> = cfg.priority_classes.iter().map(|p| p.priority).collect();
         let levels = if earmarked { Levels::with_guest_level(prios) } else { Levels::new(prios) };
         let priority_classes = cycle_priority_classes(cfg, &levels);
         let default_priority_class =
             cfg.priority_classes.iter().position(|p| p.name == cfg.default_priority_class).unwrap_or(0) as u16;
-        let (capacities, total) = node_capacities(&nodes, &layout);
+        let (capacities, total) = node_capacities(&nodes, &layout, &floating);
         let cost = CostModel::new(cfg, &layout, &total);
 
         // Queues in name order.
@@ -70,13 +87,15 @@ impl<'a> PoolCycle<'a> {
             cost,
             total,
             earmarks,
+            floating,
+            reservations: reservations.map(Box::new),
         };
         let mut cycle = PoolCycle::empty(view, queues);
         cycle.tree =
             Hierarchy::build(&cycle.queues, cycle.view().default_priority(), cycle.view().layout.zero(), false);
         cycle.fences = cycle.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         let mut interner = Interner::default();
-        let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner);
+        let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner, now_ms);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
 
         let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
@@ -100,13 +119,20 @@ impl<'a> PoolCycle<'a> {
         node_index: &HashMap<(&str, &str), u32>,
         queue_index: &HashMap<&str, u32>,
         interner: &mut Interner<'a>,
+        now_ms: i64,
     ) -> Vec<(u32, u32)> {
         let mut running: Vec<(u32, u32)> = Vec::new();
+        let cfg = self.view().cfg;
+        let min_runtime = cfg.min_runtime_set();
         for r in &snap.running {
             let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
             let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
             let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
+            if min_runtime {
+                let pc = cfg.priority_classes.get(sj.priority_class as usize);
+                self.min_runtime.add_running(cfg, pc, r.leased_at_ms, now_ms);
+            }
             if let Some(g) = &r.job.gang {
                 self.add_running_member(q, g.id.as_str(), j);
             }
@@ -220,7 +246,11 @@ impl<'a> PoolCycle<'a> {
         } else {
             self.view().nodes.iter().map(|n| quarantined.contains(&(n.executor.as_str(), n.name.as_str()))).collect()
         };
-        let types = NodeTypes::build(&self.view().nodes, &spec, &in_quarantine);
+        // Reserved nodes get types of their own, one set per reservation.
+        let types = match self.view().reservations.as_ref() {
+            Some(r) => NodeTypes::build_reserving(&self.view().nodes, &spec, &in_quarantine, r.node_marks()),
+            None => NodeTypes::build(&self.view().nodes, &spec, &in_quarantine),
+        };
         self.set_node_types(types);
         let key_slots: Vec<Option<usize>> =
             self.view().cfg.indexed_resources.iter().map(|r| self.view().layout.slot(r.as_str())).collect();
@@ -391,13 +421,15 @@ fn pool_nodes<'a>(snap: &'a Snapshot, pool: &PoolName) -> (Vec<&'a Node>, HashMa
     (nodes, node_index)
 }
 
-/// Slots: fairness and index resources first, then everything nodes offer.
-fn resource_layout(cfg: &SchedulerConfig, nodes: &[&Node]) -> Layout {
+/// Slots: fairness and index resources first, then everything nodes offer, then the pool's
+/// floating resources.
+fn resource_layout(cfg: &SchedulerConfig, nodes: &[&Node], floating: &[(ResourceName, i64)]) -> Layout {
     let mut names: Vec<ResourceName> = cfg.dominant_resource_fairness_resources.clone();
     names.extend(cfg.indexed_resources.iter().cloned());
     names.extend(cfg.resource_cost_weights.keys().cloned());
     let node_res: BTreeSet<ResourceName> = nodes.iter().flat_map(|n| n.allocatable.names().cloned()).collect();
     names.extend(node_res);
+    names.extend(floating.iter().map(|(r, _)| r.clone()));
     Layout::new(names)
 }
 
@@ -414,19 +446,27 @@ fn cycle_priority_classes(cfg: &SchedulerConfig, levels: &Levels) -> Vec<Priorit
         .collect()
 }
 
-/// What each node offers in all (allocatable minus unallocatable), and the pool's total.
-fn node_capacities(nodes: &[&Node], layout: &Layout) -> (Vec<ResVec>, ResVec) {
+/// What each node offers in all (allocatable minus unallocatable), and the pool's total. Of a
+/// floating resource (slot, pool amount) every node offers [`super::floating::NODE_SLOT`] and the
+/// pool's total is its amount.
+pub(super) fn node_capacities(nodes: &[&Node], layout: &Layout, floating: &[(usize, i64)]) -> (Vec<ResVec>, ResVec) {
     let capacities: Vec<ResVec> = nodes
         .iter()
         .map(|n| {
             let mut c = layout.dense_lossy(&n.allocatable);
             sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+            for &(s, _) in floating {
+                c[s] = super::floating::NODE_SLOT;
+            }
             c
         })
         .collect();
     let mut total = layout.zero();
     for c in &capacities {
         add_to(&mut total, c);
+    }
+    for &(s, amount) in floating {
+        total[s] = amount;
     }
     (capacities, total)
 }

@@ -1,6 +1,7 @@
 //! Scheduler configuration: the `[scheduler]` section of the server config and the `config` block
 //! of a simulation scenario (same keys, same defaults).
 
+pub use super::floating::FloatingResourceConfig;
 use super::quarantine::QuarantineConfig;
 use crate::model::duration::serde_text;
 use crate::model::{FieldError, PoolName, PoolPolicy, PriorityClass, PriorityClassName, ResourceName};
@@ -73,6 +74,42 @@ pub struct SchedulerConfig {
     /// `fair_share` (see [`super::policy`] and docs/pool-policies.md).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<PoolName, PoolPolicyConfig>,
+    /// Fair-share eviction spares a running job until it has run this long, counted from when
+    /// its run was leased (the time the scheduler's view holds); a priority class may override
+    /// it. 0 (the default) spares none. Also read as `min_runtime_before_preemption_seconds`.
+    #[serde(
+        with = "serde_text",
+        alias = "min_runtime_before_preemption_seconds",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub min_runtime_before_preemption: Duration,
+    /// Urgency preemption (a more urgent class taking the room) spares a running job until it
+    /// has run this long. 0 (the default) spares none. Also read as
+    /// `min_runtime_before_urgency_preemption_seconds`.
+    #[serde(
+        with = "serde_text",
+        alias = "min_runtime_before_urgency_preemption_seconds",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub min_runtime_before_urgency_preemption: Duration,
+    /// Resources counted per pool rather than per node (licences, shared file-system slots):
+    /// Armada's floating resources ([`super::floating`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub floating_resources: Vec<FloatingResourceConfig>,
+    /// A gang or job that waited this long at the head of its queue's order without fitting gets
+    /// the nodes that free up for it soonest reserved ([`super::reservation`]); zero (or `"off"`,
+    /// the default) turns reservations off. Also read as `gang_reservation_after_seconds` (the
+    /// `convoy simulate` spelling). Left out of the serialized form while off, so that a
+    /// configuration without it records (and hashes) as before.
+    #[serde(
+        with = "super::reservation::serde_after",
+        alias = "gang_reservation_after_seconds",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub gang_reservation_after: Duration,
+    /// Most reservations held at once in one pool (default 1).
+    #[serde(skip_serializing_if = "super::reservation::is_default_max")]
+    pub max_reservations_per_pool: u32,
 }
 
 /// Most resources that may order nodes for best fit.
@@ -109,6 +146,11 @@ impl Default for SchedulerConfig {
             quarantine: QuarantineConfig::default(),
             queue_usage_halftime: Duration::ZERO,
             pools: BTreeMap::new(),
+            min_runtime_before_preemption: Duration::ZERO,
+            min_runtime_before_urgency_preemption: Duration::ZERO,
+            floating_resources: Vec::new(),
+            gang_reservation_after: Duration::ZERO,
+            max_reservations_per_pool: super::reservation::DEFAULT_MAX_PER_POOL,
         }
     }
 }
@@ -190,7 +232,28 @@ impl SchedulerConfig {
         for (pool, p) in &self.pools {
             p.validate().map_err(|e| e.within(&format!("pools.{pool}")))?;
         }
+        super::floating::validate(self)?;
+        if self.max_reservations_per_pool == 0 {
+            return Err(FieldError::new(
+                "max_reservations_per_pool",
+                "must be >= 1 (turn reservations off with gang_reservation_after = \"off\")",
+            ));
+        }
         Ok(())
+    }
+
+    /// How long fair-share eviction spares a running job of priority class `pc` (its class's
+    /// override, else the global setting); zero: not at all.
+    pub fn min_runtime_for(&self, pc: &PriorityClass) -> Duration {
+        pc.min_runtime_before_preemption.unwrap_or(self.min_runtime_before_preemption)
+    }
+
+    /// True if some minimum runtime before preemption is set (globally, for urgency, or for a
+    /// class).
+    pub fn min_runtime_set(&self) -> bool {
+        !self.min_runtime_before_preemption.is_zero()
+            || !self.min_runtime_before_urgency_preemption.is_zero()
+            || self.priority_classes.iter().any(|pc| pc.min_runtime_before_preemption.is_some_and(|d| !d.is_zero()))
     }
 
     /// The priority class called `name`.

@@ -15,6 +15,7 @@ use super::gang_domains::GangDomains;
 use super::hierarchy::{Fences, Hierarchy};
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
+use super::min_runtime::MinRuntime;
 use super::node_types::NodeTypes;
 use super::nodedb::NodeDb;
 use super::outcome::Outcome;
@@ -59,6 +60,8 @@ pub(super) struct PoolCycle<'a> {
     pub tree: Option<Box<Hierarchy>>,
     /// Set in pools scheduled by a policy other than `fair_share` ([`super::policy`]).
     pub policy: Option<Box<PolicyState>>,
+    /// How long each running job is spared preemption, and whom eviction spared.
+    pub min_runtime: MinRuntime,
     /// The queue tree's preemption fences, if any queue has one ([`super::fence`]).
     pub fences: Option<Box<Fences>>,
     /// The preemption fence (its queue) that stopped the last placement tried, if one did
@@ -83,6 +86,7 @@ impl<'a> PoolCycle<'a> {
             returns: ReturnWalk::default(),
             tree: None,
             policy: None,
+            min_runtime: MinRuntime::default(),
             fences: None,
             fence_stop: None,
         }
@@ -132,6 +136,7 @@ impl<'a> PoolCycle<'a> {
             gangs: &self.gangs,
             tree: self.tree.as_deref(),
             policy: self.policy.as_deref(),
+            spared: self.min_runtime.spared_count(),
         }
     }
 
@@ -148,6 +153,7 @@ impl<'a> PoolCycle<'a> {
             returns: &mut self.returns,
             ledger: &mut self.ledger,
             rounds: &mut self.eviction,
+            min_runtime: &mut self.min_runtime,
         }
     }
 

@@ -19,7 +19,14 @@ use std::sync::Arc;
 /// Runs one scheduling cycle. Pure: the same snapshot, config, seed and `now_ms` always give the
 /// same decisions.
 pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64) -> Decisions {
-    run(snapshot, cfg, seed, now_ms, false)
+    match super::backoff::hold_back(snapshot, now_ms) {
+        None => run(snapshot, cfg, seed, now_ms, false),
+        Some((offered, held)) => {
+            let mut decisions = run(&offered, cfg, seed, now_ms, false);
+            decisions.unscheduled.extend(held);
+            decisions
+        }
+    }
 }
 
 /// [`schedule`] through the queue tree's path even when every queue is flat (tests: it must
@@ -38,33 +45,26 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
     let mut done: HashSet<JobId> = HashSet::default();
     let quarantined = snapshot.quarantined_at(cfg, now_ms);
     let mut usage = (!cfg.queue_usage_halftime.is_zero()).then(|| QueueUsage { at_ms: now_ms, ..Default::default() });
+    let reserving = super::reservation::enabled(cfg);
     for pool in pools {
-        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined);
-        #[cfg(test)]
-        if force_tree && cycle.tree.is_none() {
-            cycle.force_tree();
-        }
-        cycle.start_usage(&snapshot.usage, now_ms);
-        let policy = cfg.pools.get(pool);
-        match policy.map(|p| p.policy).unwrap_or_default() {
-            PoolPolicy::FairShare => {
-                cycle.eviction().evict(&mut rng);
-                cycle.fill(&mut rate);
-                cycle.refill_earmarked(&mut rate);
-            }
-            p @ PoolPolicy::Priority => {
-                cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
-                cycle.fill_by_priority(&mut rate);
-            }
-            p @ PoolPolicy::Proportional => {
-                cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
-                cycle.fill_proportional(&mut rate);
-            }
+        // With reservations on, the first pass may end up thrown away: keep its start.
+        let start = reserving.then(|| (rng.clone(), rate.clone()));
+        let mut cycle = PoolCycle::new(snapshot, cfg, pool, &done, &quarantined, now_ms);
+        run_pool(&mut cycle, snapshot, cfg, pool, now_ms, &mut rng, &mut rate, force_tree);
+        let mut held = Vec::new();
+        if let Some((rng0, rate0)) = start
+            && let Some(plan) = cycle.plan_reservations(snapshot, now_ms)
+        {
+            (rng, rate) = (rng0, rate0);
+            cycle = PoolCycle::new_reserving(snapshot, cfg, pool, &done, &quarantined, now_ms, Some(plan));
+            run_pool(&mut cycle, snapshot, cfg, pool, now_ms, &mut rng, &mut rate, force_tree);
+            held = cycle.finish_reservations();
         }
         if let Some(u) = usage.as_mut() {
             u.pools.insert(pool.clone(), cycle.outcome().usage_record());
         }
         cycle.outcome().finish(&mut decisions, &mut done);
+        decisions.reservations.extend(held);
     }
     // Queued jobs no pool could take at all.
     let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
@@ -89,4 +89,40 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
     decisions.rate_limits = rate.finish();
     decisions.usage = usage;
     decisions
+}
+
+/// One pass of a pool's cycle: eviction and filling, or the pool's policy.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(test), allow(unused_variables))]
+fn run_pool(
+    cycle: &mut PoolCycle<'_>,
+    snapshot: &Snapshot,
+    cfg: &SchedulerConfig,
+    pool: &PoolName,
+    now_ms: i64,
+    rng: &mut rand_pcg::Pcg64,
+    rate: &mut RateLimits,
+    force_tree: bool,
+) {
+    #[cfg(test)]
+    if force_tree && cycle.tree.is_none() {
+        cycle.force_tree();
+    }
+    cycle.start_usage(&snapshot.usage, now_ms);
+    let policy = cfg.pools.get(pool);
+    match policy.map(|p| p.policy).unwrap_or_default() {
+        PoolPolicy::FairShare => {
+            cycle.eviction().evict(rng);
+            cycle.fill(rate);
+            cycle.refill_earmarked(rate);
+        }
+        p @ PoolPolicy::Priority => {
+            cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
+            cycle.fill_by_priority(rate);
+        }
+        p @ PoolPolicy::Proportional => {
+            cycle.start_policy(p, policy.is_some_and(|c| c.preemption()), snapshot);
+            cycle.fill_proportional(rate);
+        }
+    }
 }

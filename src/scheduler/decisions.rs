@@ -135,6 +135,37 @@ pub enum Reason {
         /// Its job priority.
         priority: u32,
     },
+    /// The pool has too little left of a floating resource (counted per pool, not per node).
+    FloatingResource {
+        /// The pool tried.
+        pool: PoolName,
+        /// The floating resource.
+        resource: ResourceName,
+        /// What the pool has left of it, as a quantity.
+        left: String,
+        /// The pool's amount of it, as a quantity.
+        capacity: String,
+        /// What the job (or gang) requests of it, as a quantity.
+        requested: String,
+    },
+    /// Nodes match but none has room, and fair-share eviction spared running jobs of queues
+    /// above their share because they have run less than their minimum runtime before
+    /// preemption (`min_runtime_before_preemption`).
+    MinRuntime {
+        /// The pool tried.
+        pool: PoolName,
+        /// What the job needs that no node has free, as quantities (`8 cpu`).
+        missing: String,
+        /// Running jobs spared in this cycle.
+        spared: usize,
+        /// Seconds until the first of them may be evicted.
+        ready_in_seconds: u64,
+    },
+    /// A retried job waits out its back-off (its retry policy's `backoff_seconds`).
+    RetryBackoff {
+        /// When the back-off ends (ms since the epoch, the leader's clock).
+        until_ms: i64,
+    },
     /// The job fits only by urgency-preempting jobs outside the preemption fence around its
     /// queue (`preemption_policy = fence`), which it may not do.
     PreemptionFence {
@@ -155,6 +186,27 @@ pub enum Reason {
         target: String,
         /// What the queue holds, as a quantity.
         allocated: String,
+    },
+    /// The job (or its gang) waited at the head of its queue for `gang_reservation_after`
+    /// without fitting: nodes are reserved for it ([`super::reservation`]).
+    HoldsReservation {
+        /// The pool of the nodes.
+        pool: PoolName,
+        /// The reserved nodes.
+        nodes: Vec<NodeName>,
+        /// When it is expected to fit there (ms since the epoch), if the running jobs' deadlines
+        /// say.
+        expected_start_ms: Option<i64>,
+    },
+    /// The job would fit on nodes reserved for another job, and its deadline does not end
+    /// before that reservation's expected start.
+    KeptOffReservation {
+        /// The pool.
+        pool: PoolName,
+        /// The reserved nodes it would fit on.
+        nodes: Vec<NodeName>,
+        /// The job they are reserved for.
+        job: JobId,
     },
 }
 
@@ -202,6 +254,9 @@ impl fmt::Display for Reason {
             Reason::QueueCordoned { queue } => {
                 write!(f, "queue {queue} is cordoned: its queued jobs wait until it is uncordoned")
             }
+            Reason::RetryBackoff { until_ms } => {
+                write!(f, "retry back-off until {}", crate::model::retry_time(*until_ms))
+            }
             Reason::ReservedNodes { pool, queues } => {
                 let names: Vec<&str> = queues.iter().map(QueueName::as_str).collect();
                 write!(
@@ -220,11 +275,45 @@ impl fmt::Display for Reason {
             Reason::BehindHigherPriority { pool, job, priority } => {
                 write!(f, "behind higher-priority pending job {job} (priority {priority}) in pool {pool}")
             }
+            Reason::FloatingResource { pool, resource, left, capacity, requested } => write!(
+                f,
+                "pool {pool} has {left} of {capacity} {resource} left (floating resource); the job needs {requested}"
+            ),
+            Reason::MinRuntime { pool, missing, spared, ready_in_seconds } => write!(
+                f,
+                "no node with {missing} free in pool {pool}; fair-share eviction spared {spared} running job{} that \
+                 ran less than min_runtime_before_preemption (the first may be evicted in {ready_in_seconds}s)",
+                if *spared == 1 { "" } else { "s" }
+            ),
             Reason::ProportionalTarget { queue, pool, resource, target, allocated } => write!(
                 f,
                 "queue {queue} at its proportional target in pool {pool}: holds {allocated} of {target} {resource}, \
                  and the job would take it above"
             ),
+            Reason::HoldsReservation { pool, nodes, expected_start_ms } => {
+                let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+                write!(
+                    f,
+                    "reserved node{} {} in pool {pool}; ",
+                    if nodes.len() == 1 { "" } else { "s" },
+                    nodes.join(", ")
+                )?;
+                match expected_start_ms {
+                    Some(at) => write!(f, "expected to fit at {}", super::reservation::format_time(*at)),
+                    None => write!(f, "expected start unknown (the running jobs there have no known end)"),
+                }
+            }
+            Reason::KeptOffReservation { pool, nodes, job } => {
+                let nodes: Vec<&str> = nodes.iter().map(|n| n.as_str()).collect();
+                write!(
+                    f,
+                    "node{} {} in pool {pool} reserved for job {job} until it fits; only jobs whose deadline ends \
+                     before the reservation's expected start may use {}",
+                    if nodes.len() == 1 { "" } else { "s" },
+                    nodes.join(", "),
+                    if nodes.len() == 1 { "it" } else { "them" }
+                )
+            }
         }
     }
 }
@@ -425,6 +514,17 @@ pub struct QueueShare {
     pub guarantee_scaled: bool,
 }
 
+/// One floating resource of a pool after a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FloatingUse {
+    /// The floating resource.
+    pub resource: ResourceName,
+    /// The pool's amount (milli-units, as resources are stored).
+    pub capacity: i64,
+    /// What the pool's leased and running jobs hold, with this cycle's placements.
+    pub allocated: i64,
+}
+
 /// What a cycle saw and did in one pool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PoolReport {
@@ -442,6 +542,11 @@ pub struct PoolReport {
     pub evicted: usize,
     /// Jobs the cycle tried to place.
     pub jobs_tried: usize,
+    /// Running jobs fair-share eviction spared this cycle because they had run less than their
+    /// minimum runtime before preemption.
+    pub evictions_spared_min_runtime: usize,
+    /// The pool's floating resources: its amount of each and what its jobs hold after the cycle.
+    pub floating: Vec<FloatingUse>,
     /// With a queue tree: the effective priority each queue with something to offer showed its
     /// parent (for a top-level queue, the priority the top level compared) at the cycle's first
     /// pick. Empty for flat queues.
@@ -467,4 +572,6 @@ pub struct Decisions {
     pub rate_limits: RateLimiterState,
     /// Queues' usage to record (with `queue_usage_halftime` only), for the next cycles.
     pub usage: Option<QueueUsage>,
+    /// Nodes held for jobs that waited too long for room (with `gang_reservation_after` only).
+    pub reservations: Vec<super::reservation::Reservation>,
 }

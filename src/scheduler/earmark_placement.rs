@@ -20,7 +20,13 @@ impl PoolCycle<'_> {
     /// The level at which job `j` is freed on node `n` ([`super::view::PoolView::freed_at`]).
     #[inline]
     pub(super) fn freed_at(&self, j: u32, n: u32, evicted: bool) -> u8 {
-        self.view().freed_at(&self.jobs[j as usize], n, evicted)
+        let level = self.view().freed_at(&self.jobs[j as usize], n, evicted);
+        // A running job younger than the urgency minimum is freed at no level a search reaches,
+        // like a non-preemptible one (a guest stays a guest).
+        if !evicted && self.min_runtime.urgency_spared(j) && Some(level) != self.view().levels.guest_level() {
+            return self.view().levels.never_freed();
+        }
+        level
     }
 
     /// Node types `j` may use at all: `types` without the earmarked ones it is barred from, or why
@@ -127,7 +133,12 @@ impl PoolCycle<'_> {
             let waits_for_room = fate.status == Status::Waiting
                 && matches!(
                     fate.reason.as_deref(),
-                    Some(Reason::NoCapacity { .. } | Reason::ReservedNodes { .. } | Reason::Gang { .. })
+                    Some(
+                        Reason::NoCapacity { .. }
+                            | Reason::MinRuntime { .. }
+                            | Reason::ReservedNodes { .. }
+                            | Reason::Gang { .. }
+                    )
                 );
             if !waits_for_room || job.info.gang.as_ref().is_some_and(|g| !seen_gangs.insert((job.queue, g.id.clone())))
             {

@@ -27,6 +27,7 @@ use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
 use super::job::{CycleJobs, GangIndex, Origin, Status};
 use super::ledger::Ledger;
+use super::min_runtime::MinRuntime;
 use super::nodedb::NodeDb;
 use super::queue::CycleQueue;
 use super::queue_order::CycleOrderKey;
@@ -66,6 +67,8 @@ pub(super) struct Eviction<'c, 'a> {
     pub ledger: &'c mut Ledger,
     /// The nodes drawn and the rounds done.
     pub rounds: &'c mut EvictionRounds,
+    /// Running jobs too young to evict, and whom eviction spared.
+    pub min_runtime: &'c mut MinRuntime,
 }
 
 impl Eviction<'_, '_> {
@@ -142,16 +145,25 @@ impl Eviction<'_, '_> {
                 {
                     continue;
                 }
-                chosen.insert(o.job);
-                if let Some(g) = &job.info.gang {
-                    chosen.extend(
-                        self.gangs
-                            .members(job.queue, g.id.as_str())
-                            .iter()
-                            .copied()
-                            .filter(|&m| self.ledger.held_node(m).is_some()),
-                    );
+                let members: Vec<u32> = match &job.info.gang {
+                    Some(g) => self
+                        .gangs
+                        .members(job.queue, g.id.as_str())
+                        .into_iter()
+                        .filter(|&m| self.ledger.held_node(m).is_some())
+                        .collect(),
+                    None => Vec::new(),
+                };
+                // A job (or gang) that has not run its minimum runtime stays.
+                let wait =
+                    std::iter::once(o.job).chain(members.iter().copied()).map(|m| self.min_runtime.eviction_wait(m));
+                let wait = wait.max().unwrap_or(0);
+                if wait > 0 {
+                    self.min_runtime.note_spared(o.job, wait);
+                    continue;
                 }
+                chosen.insert(o.job);
+                chosen.extend(members);
             }
         }
         if chosen.is_empty() {
@@ -215,6 +227,8 @@ impl Eviction<'_, '_> {
                             | Reason::Gang { .. }
                             | Reason::Displaced { .. }
                             | Reason::GangMemberLost { .. }
+                            | Reason::MinRuntime { .. }
+                            | Reason::FloatingResource { .. }
                     )
                 );
             if !waiting {

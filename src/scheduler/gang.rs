@@ -68,7 +68,8 @@ impl PoolCycle<'_> {
         // in total is not worth a trial.
         let first = &self.jobs[members[0] as usize];
         let same_class = members.iter().all(|&m| self.jobs[m as usize].class == first.class);
-        let cache_key = same_class.then(|| self.gang_domains().shape(members[0], present, &gang));
+        let cached = same_class && !members.iter().any(|&m| self.bypasses_verdicts(m));
+        let cache_key = cached.then(|| self.gang_domains().shape(members[0], present, &gang));
         if let Some(r) = cache_key.as_ref().and_then(|k| self.ledger.gang_verdict(k)) {
             let r = r.clone();
             for &m in &members {

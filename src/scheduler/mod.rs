@@ -50,7 +50,11 @@
 //! Earmarked nodes (reserved for some queues, open to others' preemptible jobs as guests) are in
 //! `earmark.rs` (the rules and the pool's earmarks) and `earmark_placement.rs` (the steps); the
 //! decayed usage that may order queues instead of their current share, in [`usage`].
+//!
+//! With `gang_reservation_after` set, a pool's cycle whose first pass leaves a job waiting too
+//! long for room at the head of its queue runs again with nodes reserved for it ([`reservation`]).
 
+mod backoff;
 pub(crate) mod build;
 pub mod config;
 pub(crate) mod context;
@@ -63,12 +67,15 @@ pub mod fairness;
 pub(crate) mod fence;
 pub(crate) mod fill;
 pub(crate) mod fill_tree;
+pub mod floating;
+pub(crate) mod floating_placement;
 pub(crate) mod gang;
 pub(crate) mod gang_domains;
 pub(crate) mod guarantee;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
 pub(crate) mod ledger;
+pub(crate) mod min_runtime;
 pub(crate) mod node_types;
 pub(crate) mod nodedb;
 pub(crate) mod outcome;
@@ -79,6 +86,7 @@ pub mod quarantine;
 pub(crate) mod queue;
 pub(crate) mod queue_order;
 pub mod rate_limit;
+pub mod reservation;
 pub(crate) mod resvec;
 pub(crate) mod return_order;
 pub(crate) mod return_walk;
@@ -87,7 +95,7 @@ pub mod usage;
 pub(crate) mod view;
 pub mod why;
 
-pub use config::{FairnessModel, SchedulerConfig};
+pub use config::{FairnessModel, FloatingResourceConfig, SchedulerConfig};
 
 /// The version of the scheduling algorithm, recorded with every cycle (`convoy replay`): raise it
 /// when the same snapshot, configuration, seed and time may give other decisions, so that a
@@ -96,12 +104,13 @@ pub use config::{FairnessModel, SchedulerConfig};
 pub const SCHEDULER_VERSION: u32 = 1;
 pub use cycle::schedule;
 pub use decisions::{
-    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+    Decisions, Failure, FloatingUse, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
 pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
+pub use reservation::{JobTimes, Reservation, ReservedNode};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 pub use usage::{QueueUsage, UsageSample};
 

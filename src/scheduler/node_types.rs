@@ -85,6 +85,7 @@ struct TypeKey {
     executor: String,
     unschedulable: bool,
     quarantined: bool,
+    reservation: u32,
     taints: Vec<Taint>,
     labels: Vec<LabelClass>,
 }
@@ -114,6 +115,13 @@ impl NodeTypes {
     /// Partitions `nodes` (already in a deterministic order). `quarantined[i]` says whether node
     /// `i` is under quarantine (an empty slice: none is).
     pub(crate) fn build(nodes: &[&Node], spec: &LabelSpec, quarantined: &[bool]) -> Self {
+        Self::build_reserving(nodes, spec, quarantined, &[])
+    }
+
+    /// [`Self::build`] with nodes reserved: `reserved[i]` is 0, or 1 + the index of the
+    /// reservation holding node `i` ([`super::reservation`]); nodes of different reservations
+    /// never share a type (an empty slice: none is reserved).
+    pub(crate) fn build_reserving(nodes: &[&Node], spec: &LabelSpec, quarantined: &[bool], reserved: &[u32]) -> Self {
         let executors: Vec<String> =
             nodes.iter().map(|n| n.executor.to_string()).collect::<BTreeSet<_>>().into_iter().collect();
         let exec_index: HashMap<&str, u32> =
@@ -143,6 +151,7 @@ impl NodeTypes {
                 executor: n.executor.to_string(),
                 unschedulable: n.unschedulable,
                 quarantined: in_quarantine,
+                reservation: reserved.get(i).copied().unwrap_or(0),
                 taints,
                 labels,
             };

@@ -7,7 +7,7 @@
 //! reads (the cycle lends them, `PoolCycle::outcome`).
 
 use super::decisions::{
-    Decisions, Failure, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
+    Decisions, Failure, FloatingUse, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,
 };
 use super::hierarchy::Hierarchy;
 use super::job::{CycleJobs, GangIndex, Origin, Status};
@@ -38,6 +38,8 @@ pub(super) struct Outcome<'c, 'a> {
     pub tree: Option<&'c Hierarchy>,
     /// The policy's state, in a pool not scheduled by `fair_share`.
     pub policy: Option<&'c PolicyState>,
+    /// Running jobs eviction spared for their minimum runtime.
+    pub spared: usize,
 }
 
 impl Outcome<'_, '_> {
@@ -182,6 +184,17 @@ impl Outcome<'_, '_> {
             policy: self.policy.map(|p| p.policy).unwrap_or_default(),
             total: self.view.layout.named(&self.view.total),
             nodes: self.view.nodes.len(),
+            evictions_spared_min_runtime: self.spared,
+            floating: self
+                .view
+                .floating
+                .iter()
+                .map(|&(s, capacity)| FloatingUse {
+                    resource: self.view.layout.name(s).clone(),
+                    capacity,
+                    allocated: self.queues.iter().map(|q| q.alloc[s]).sum(),
+                })
+                .collect(),
             queues: self
                 .queues
                 .iter()

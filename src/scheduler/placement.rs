@@ -56,12 +56,18 @@ impl PoolCycle<'_> {
                     add_to(&mut req, &self.req(j));
                 }
                 let again = Candidate { jobs: members, evicted: false, gang: cand.gang.clone(), req };
+                if self.refused_floating(&again) {
+                    return;
+                }
                 if self.is_gang(&again) {
                     self.place_gang(q, &again);
                 } else {
                     self.place_single(again.jobs[0]);
                 }
             }
+            return;
+        }
+        if self.refused_floating(&cand) {
             return;
         }
         if let Some(reason) = self.limit_violation(q, &cand) {
@@ -100,6 +106,20 @@ impl PoolCycle<'_> {
         if placed > 0 {
             rate.take(&self.queues[q as usize].name, placed as u64);
         }
+    }
+
+    /// True if the pool has too little of a floating resource the candidate requests left (the
+    /// candidate's jobs then wait with why).
+    fn refused_floating(&mut self, cand: &Candidate) -> bool {
+        if self.view().floating.is_empty() {
+            return false;
+        }
+        let Some(reason) = self.floating_short(&cand.req) else { return false };
+        let reason = Arc::new(reason);
+        for &j in &cand.jobs {
+            self.set_reason(j, reason.clone());
+        }
+        true
     }
 
     /// True if the candidate goes through gang placement.
@@ -177,6 +197,7 @@ impl PoolCycle<'_> {
             return Err(Reason::NoMatchingNode { pool: self.view().pool.clone(), detail });
         }
         let types = self.allowed_types(j, types)?;
+        let types = self.unreserved_types(j, types)?;
         Ok((req, types))
     }
 
@@ -192,7 +213,9 @@ impl PoolCycle<'_> {
         };
         // One word for level and profile: the cache is looked up for every job tried.
         let key = (job.class, u32::from(job.priority_level) | profile << 8);
-        if let Some(r) = self.ledger.verdict(&key) {
+        // A job that may use reserved nodes is not like the others of its class.
+        let cached = !self.bypasses_verdicts(j);
+        if let Some(r) = self.ledger.verdict(&key).filter(|_| cached) {
             let r = r.clone();
             self.set_reason(j, r);
             return false;
@@ -201,7 +224,9 @@ impl PoolCycle<'_> {
             Ok(t) => t,
             Err(reason) => {
                 let reason = Arc::new(reason);
-                self.ledger.set_verdict(key, reason.clone());
+                if cached {
+                    self.ledger.set_verdict(key, reason.clone());
+                }
                 self.set_reason(j, reason);
                 return false;
             }
@@ -219,7 +244,9 @@ impl PoolCycle<'_> {
             Some(r) => Arc::new(r),
             None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
         };
-        self.ledger.set_verdict(key, reason.clone());
+        if cached {
+            self.ledger.set_verdict(key, reason.clone());
+        }
         self.set_reason(j, reason);
         false
     }
@@ -492,6 +519,12 @@ impl PoolCycle<'_> {
     pub(super) fn return_evicted(&mut self, e: u32) -> bool {
         let Some(node) = self.ledger.fate(e).node else { return false };
         let req = self.req(e);
+        if !self.view().floating.is_empty()
+            && let Some(reason) = self.floating_short(&req)
+        {
+            self.set_reason(e, Arc::new(reason));
+            return false;
+        }
         let had = self.db.remove(node, e);
         if let Some(occ) = &had {
             self.ledger.record(|| Undo::Removed { node, occ: occ.clone() });
@@ -550,7 +583,8 @@ impl PoolCycle<'_> {
             let name = self.view().layout.name(s);
             format!("{} {}", format_quantity(req[s], Unit::for_resource(name.as_str())), name)
         };
-        let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0).collect();
+        let floating = |s: usize| self.view().floating.iter().any(|&(f, _)| f == s);
+        let requested: Vec<usize> = (0..req.len()).filter(|&s| req[s] > 0 && !floating(s)).collect();
         let short: Vec<usize> = requested.iter().copied().filter(|&s| max[s] < req[s]).collect();
         let missing = if short.is_empty() && requested.len() == 1 {
             amount(requested[0])
@@ -559,6 +593,11 @@ impl PoolCycle<'_> {
         } else {
             short.iter().map(|&s| amount(s)).collect::<Vec<_>>().join(" and ")
         };
-        Reason::NoCapacity { pool: self.view().pool.clone(), missing }
+        match self.min_runtime.spared() {
+            Some((spared, ready_in_seconds)) => {
+                Reason::MinRuntime { pool: self.view().pool.clone(), missing, spared, ready_in_seconds }
+            }
+            None => Reason::NoCapacity { pool: self.view().pool.clone(), missing },
+        }
     }
 }

@@ -353,6 +353,7 @@ mod tests {
                             requirements: reqs.clone(),
                             gang: None,
                             pools: vec![],
+                            not_before_ms: None,
                         })
                     })
                     .collect();
@@ -367,6 +368,7 @@ mod tests {
                         .zip(&nodes)
                         .filter_map(|(u, n)| u.map(|u| ((n.executor.clone(), n.name.clone()), u)))
                         .collect(),
+                    job_times: Default::default(),
                 };
                 let mut cfg = SchedulerConfig::default();
                 cfg.quarantine.max_failures = u32::from(on);

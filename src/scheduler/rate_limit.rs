@@ -56,6 +56,7 @@ pub struct RateLimiterState {
 }
 
 /// The buckets during a cycle.
+#[derive(Clone)]
 pub(crate) struct RateLimits {
     global: Option<TokenBucket>,
     /// The global bucket's burst (with a global rate).

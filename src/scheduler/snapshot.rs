@@ -31,6 +31,8 @@ pub struct JobInfo {
     pub gang: Option<Arc<GangSpec>>,
     /// Pools the job may run in; empty = any.
     pub pools: Vec<PoolName>,
+    /// Not to be scheduled before this time (ms since the epoch): a retry's back-off.
+    pub not_before_ms: Option<i64>,
 }
 
 impl JobInfo {
@@ -85,6 +87,9 @@ pub struct Snapshot {
     /// go to them before then (while `now_ms < until`, and only if `quarantine.max_failures` is
     /// set). Their running jobs stay.
     pub quarantined: BTreeMap<(ExecutorName, NodeName), i64>,
+    /// Queued jobs' waits and deadlines, running jobs' starts and deadlines: read only with
+    /// `gang_reservation_after` set ([`super::reservation`]), and left empty otherwise.
+    pub job_times: BTreeMap<JobId, super::reservation::JobTimes>,
 }
 
 impl Snapshot {

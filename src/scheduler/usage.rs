@@ -135,6 +135,7 @@ mod tests {
                 }),
                 gang: None,
                 pools: vec![],
+                not_before_ms: None,
             })
         };
         Snapshot {

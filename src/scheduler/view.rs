@@ -53,6 +53,11 @@ pub(super) struct PoolView<'a> {
     pub total: ResVec,
     /// Nodes earmarked for some queues.
     pub earmarks: Earmarks,
+    /// The pool's floating resources: (slot, amount in the pool); empty when it has none.
+    pub floating: Vec<(usize, i64)>,
+    /// Nodes reserved for jobs that waited too long for room, in a reservation's second pass
+    /// ([`super::reservation`]).
+    pub reservations: Option<Box<super::reservation::PoolReservations<'a>>>,
 }
 
 impl<'a> PoolView<'a> {
@@ -60,6 +65,9 @@ impl<'a> PoolView<'a> {
     pub(super) fn set_node_types(&mut self, types: NodeTypes) {
         self.types = types;
         self.earmarks.set_types(&self.types);
+        if let Some(r) = self.reservations.as_mut() {
+            r.set_types(&self.types);
+        }
     }
 
     /// Adds an interned constraint (while the cycle is built) and returns its number.

@@ -80,10 +80,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
                 continue;
             }
         }
-        let (snapshot, snapshot_index, cycles) = {
-            let st = app.state();
-            (st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone()), st.applied_index(), st.cycles())
-        };
+        let (snapshot, snapshot_index, cycles) = cycle_snapshot(&app, &cfg, &rate);
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
         let inputs = ScheduleInputsRecord {
             cycle: cycles + 1,
@@ -141,6 +138,19 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
     }
 }
 
+/// The snapshot a cycle runs on (with the job times reservations read, when they are on), the
+/// applied index it was read at, and the cycles recorded so far.
+fn cycle_snapshot(
+    app: &Control,
+    cfg: &crate::scheduler::SchedulerConfig,
+    rate: &RateLimiterState,
+) -> (crate::scheduler::Snapshot, u64, u64) {
+    let st = app.state();
+    let mut snapshot = st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
+    st.add_job_times(&mut snapshot, cfg);
+    (snapshot, st.applied_index(), st.cycles())
+}
+
 /// The command that records a cycle's decisions, with a fresh run id per lease.
 fn decisions_command(decisions: &Decisions, term: u64, now: i64, inputs: ScheduleInputsRecord) -> Command {
     let verdict = |job_id, reason: String| JobVerdict { job_id, reason };
@@ -173,6 +183,7 @@ fn record(app: &Control, d: &Decisions, took: Duration) {
     view.cycles += 1;
     view.last_cycle_ms = took.as_secs_f64() * 1000.0;
     view.rate_limits = d.rate_limits.clone();
+    view.reservations = d.reservations.clone();
     drop(view);
     crate::metrics::global().scheduling_cycle.observe(took.as_secs_f64());
 }

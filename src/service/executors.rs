@@ -269,7 +269,7 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
             job_set: r.job_set.clone(),
             node,
             priority_class: r.priority_class.clone(),
-            pod_spec: parse(&payload.pod_spec),
+            pod_spec: without_floating(parse(&payload.pod_spec), &app.config.scheduler),
             services: payload.services.iter().map(|s| parse(s)).collect(),
             ingresses: payload.ingresses.iter().map(|s| parse(s)).collect(),
             annotations: r.annotations.clone(),
@@ -283,6 +283,30 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
     }
     let output = app.output.asks_for(executor, std::time::Instant::now());
     Ok(LeaseResponse { leases, kills: pending.kills, output })
+}
+
+/// The pod spec an agent gets: without the floating resources' requests and limits (as Armada
+/// does), which the scheduler counts per pool and no node has, so that Kubernetes does not wait
+/// for a node offering them.
+fn without_floating(mut pod_spec: serde_json::Value, cfg: &crate::scheduler::SchedulerConfig) -> serde_json::Value {
+    if cfg.floating_resources.is_empty() {
+        return pod_spec;
+    }
+    let strip = |m: Option<&mut serde_json::Value>| {
+        if let Some(serde_json::Value::Object(m)) = m {
+            m.retain(|name, _| cfg.floating_resource(name).is_none());
+        }
+    };
+    for list in ["containers", "initContainers"] {
+        let Some(serde_json::Value::Array(cs)) = pod_spec.get_mut(list) else { continue };
+        for c in cs {
+            let Some(r) = c.get_mut("resources") else { continue };
+            strip(r.get_mut("requests"));
+            strip(r.get_mut("limits"));
+        }
+    }
+    strip(pod_spec.get_mut("overhead"));
+    pod_spec
 }
 
 /// Takes the output the agent of `executor` sends for those following it (kept on the leader,

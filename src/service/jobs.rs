@@ -9,11 +9,12 @@ use super::validate::{SubmitContext, check_submission};
 use crate::control::ids;
 use crate::control::{Control, now_ms, rfc3339};
 use crate::model::api::{
-    CancelRequest, EventView, JobList, JobView, PreemptRequest, ReprioritizeRequest, RunView, SubmitRequest,
+    CancelRequest, EventView, JobDependencyStatus, JobList, JobRetryPolicy, JobView, PreemptRequest,
+    ReprioritizeRequest, RunView, SubmitRequest,
 };
 use crate::model::duration::format_duration;
 use crate::model::{Event, Job, JobId, JobSetName, JobState, QueueName, ResourceName, Resources, Run, RunId};
-use crate::state::{Command, NamespacedJob, NewJob};
+use crate::state::{Command, NamespacedJob, NewJob, PolicyJob};
 use crate::store::JobFilter;
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -41,22 +42,34 @@ pub(crate) async fn submit_jobs(app: &Control, p: &Principal, req: SubmitRequest
         process_nodes_only,
     };
     let checked = check_submission(&req, &ctx)?;
+    let ids: Vec<JobId> = checked.iter().map(|_| ids::job_id()).collect();
+    let policies = if checked.iter().any(|c| c.policies != Default::default()) {
+        let items: Vec<_> = checked.iter().map(|c| (c.client_id.clone(), c.policies.clone())).collect();
+        super::job_policy::resolve_policies(app, &req.queue, &items, &ids).await?
+    } else {
+        vec![Default::default(); checked.len()]
+    };
     let jobs = checked
         .into_iter()
-        .map(|c| NamespacedJob {
-            namespace: c.namespace,
-            job: NewJob {
-                id: ids::job_id(),
-                client_id: c.client_id,
-                priority: c.priority,
-                priority_class: c.priority_class,
-                requirements: c.requirements.into(),
-                gang: c.gang.map(Into::into),
-                annotations: c.annotations,
-                labels: c.labels,
-                termination_grace_period_ms: c.termination_grace_period_ms,
-                active_deadline_seconds: c.active_deadline_seconds,
-                payload: c.payload.into(),
+        .zip(ids)
+        .zip(policies)
+        .map(|((c, id), policies)| PolicyJob {
+            policies,
+            job: NamespacedJob {
+                namespace: c.namespace,
+                job: NewJob {
+                    id,
+                    client_id: c.client_id,
+                    priority: c.priority,
+                    priority_class: c.priority_class,
+                    requirements: c.requirements.into(),
+                    gang: c.gang.map(Into::into),
+                    annotations: c.annotations,
+                    labels: c.labels,
+                    termination_grace_period_ms: c.termination_grace_period_ms,
+                    active_deadline_seconds: c.active_deadline_seconds,
+                    payload: c.payload.into(),
+                },
             },
         })
         .collect();
@@ -168,6 +181,11 @@ pub(crate) fn event_view(e: &Event) -> EventView {
 /// Why a job is where it is: the scheduler's latest reason for a queued job, the end reason
 /// else.
 pub(crate) fn job_reason(app: &Control, r: &Job) -> Option<String> {
+    if r.state == JobState::Queued
+        && let Some(d) = r.waiting_on()
+    {
+        return Some(d.waiting_reason());
+    }
     if r.state == JobState::Queued {
         let sched = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
         sched
@@ -199,9 +217,27 @@ fn job_view(app: &Control, r: &Job) -> JobView {
         namespace: r.namespace.clone(),
         owner: None,
         reason,
-        runs: r.runs.iter().map(run_view).collect(),
+        runs: r.runs.iter().enumerate().map(|(i, run)| RunView { attempt: i as u32 + 1, ..run_view(run) }).collect(),
+        depends_on: r
+            .policies
+            .iter()
+            .flat_map(|p| p.depends_on.iter())
+            .map(|d| JobDependencyStatus { job_id: d.job_id, on: d.on, met: d.met })
+            .collect(),
+        retry: r.policies.as_ref().and_then(|p| p.retry.as_ref()).map(retry_view),
         events: None,
         pod_spec: None,
+    }
+}
+
+/// A retry policy for the API.
+fn retry_view(r: &crate::model::RetryPolicy) -> JobRetryPolicy {
+    JobRetryPolicy {
+        max_attempts: r.max_attempts,
+        on_exit_codes: r.on_exit_codes.clone(),
+        on_oom: r.on_oom,
+        on_node_failure: r.on_node_failure,
+        backoff_seconds: r.backoff_ms / 1000,
     }
 }
 
@@ -222,6 +258,7 @@ pub(crate) fn run_view(run: &Run) -> RunView {
         message: run.message.clone(),
         pod: run.pod.clone(),
         usage: None,
+        attempt: 0,
     }
 }
 
@@ -252,7 +289,8 @@ pub(crate) fn job_id(s: &str) -> Result<JobId, ServiceError> {
 pub(crate) async fn job_details(app: &Control, id: JobId) -> Result<JobView, ServiceError> {
     let store = app.store.clone();
     let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-        let Some(r) = store.job(id)? else { return Ok(None) };
+        let Some(mut r) = store.job(id)? else { return Ok(None) };
+        r.policies = store.policies(&[id])?.pop().flatten();
         let events = store.job_events(&r)?;
         let payload = store.payload(id)?;
         let owner = store.owners(&[id])?.pop().flatten();
@@ -334,9 +372,12 @@ pub(crate) async fn list_jobs(app: &Control, q: &ListParams) -> Result<JobList, 
     let filter = JobFilter { queue, job_set, states, after, limit, text, newest_first };
     let store = app.store.clone();
     let (page, owners, usage) = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
-        let page = store.search_jobs(&filter)?;
+        let mut page = store.search_jobs(&filter)?;
         let ids: Vec<JobId> = page.jobs.iter().map(|j| j.id).collect();
         let owners = store.owners(&ids)?;
+        for (j, p) in page.jobs.iter_mut().zip(store.policies(&ids)?) {
+            j.policies = p;
+        }
         let runs: Vec<RunId> = page.jobs.iter().flat_map(|j| j.runs.iter().map(|r| r.run_id)).collect();
         let usage = store.run_usage(&runs)?;
         Ok((page, owners, usage))

@@ -28,7 +28,13 @@ pub(crate) fn scrape(app: &Control, openmetrics: bool) -> Result<(&'static str, 
         state_metrics(&mut scrape, &st);
         quarantine_metrics(&mut scrape, &st, &app.config.scheduler.quarantine, crate::control::now_ms());
     }
-    scheduling_metrics(&mut scrape, &app.scheduling.read().unwrap_or_else(|p| p.into_inner()));
+    {
+        let view = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
+        scheduling_metrics(&mut scrape, &view);
+        if crate::scheduler::reservation::enabled(&app.config.scheduler) {
+            reservation_metrics(&mut scrape, &view);
+        }
+    }
     int_gauge(&mut scrape, "convoy_leader", "1 if this server is the leader.", u64::from(app.cluster.is_leader()));
     disk_metrics(&mut scrape, app.disk.free(), app.disk.reserve());
     raft_metrics(&mut scrape, &app.cluster.status(), &app.cluster.peer_rpcs());
@@ -117,9 +123,23 @@ fn state_metrics(r: &mut Registry, st: &crate::state::State) {
             jobs.get_or_create(&vec![("queue", name.to_string()), ("state", state.to_string())]).set(*n as i64);
         }
     }
+    job_policy_metrics(r, st.policy_counts());
     int_gauge(r, "convoy_executors", "Known executors.", st.executors().len() as u64);
     let nodes: usize = st.executors().map(|e| e.nodes.len()).sum();
     int_gauge(r, "convoy_nodes", "Known nodes.", nodes as u64);
+}
+
+/// What retry policies and dependencies did since this server started applying.
+fn job_policy_metrics(r: &mut Registry, counts: &crate::state::PolicyCounts) {
+    let help = "Failed runs retried by their job's retry policy, by cause (exit_code, oom, node_failure).";
+    let retries = family(r, "convoy_job_retries", help, Family::<Labels, Counter>::default());
+    for reason in ["exit_code", "oom", "node_failure"] {
+        retries
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc_by(counts.retries.get(reason).copied().unwrap_or(0));
+    }
+    let help = "Jobs that failed because a dependency could no longer be met.";
+    counter(r, "convoy_job_dependency_failures", help, counts.dependency_failures);
 }
 
 /// Quarantined nodes per executor and pool (0 for every executor and pool with nodes, so that a
@@ -245,6 +265,57 @@ fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
     for p in &s.pools {
         for (resource, amount) in p.total.iter() {
             capacity.get_or_create(&vec![("pool", p.pool.to_string()), ("resource", resource.to_string())]).set(amount);
+        }
+    }
+    policy_metrics(r, s);
+}
+
+/// Families of the minimum runtime before preemption and of floating resources, from the last
+/// cycle: jobs eviction spared per pool, and each pool's floating resources.
+fn policy_metrics(r: &mut Registry, s: &SchedulingView) {
+    let help = "Running jobs fair-share eviction spared in the last cycle because they had run less than \
+                min_runtime_before_preemption, per pool.";
+    let spared = family(r, "convoy_evictions_spared_min_runtime", help, IntGauges::default());
+    for p in &s.pools {
+        spared.get_or_create(&vec![("pool", p.pool.to_string())]).set(p.evictions_spared_min_runtime as i64);
+    }
+    let help = "A pool's amount of a floating resource (counted per pool, not per node), per pool and resource.";
+    let capacity = family(r, "convoy_floating_resource_capacity", help, IntGauges::default());
+    let help = "What a pool's leased and running jobs hold of a floating resource after the last cycle.";
+    let allocated = family(r, "convoy_floating_resource_allocated", help, IntGauges::default());
+    for p in &s.pools {
+        for f in &p.floating {
+            let labels = vec![("pool", p.pool.to_string()), ("resource", f.resource.to_string())];
+            capacity.get_or_create(&labels).set(f.capacity);
+            allocated.get_or_create(&labels).set(f.allocated);
+        }
+    }
+}
+
+/// With `gang_reservation_after` set: per pool of the latest cycle, the reservations it held, the
+/// nodes they hold, and the jobs kept off those nodes.
+fn reservation_metrics(r: &mut Registry, s: &SchedulingView) {
+    let mut per_pool: std::collections::BTreeMap<&str, (i64, i64, i64)> =
+        s.pools.iter().map(|p| (p.pool.as_str(), (0, 0, 0))).collect();
+    for res in &s.reservations {
+        let e = per_pool.entry(res.pool.as_str()).or_default();
+        e.0 += 1;
+        e.1 += res.nodes.len() as i64;
+        e.2 += i64::from(res.kept_off);
+    }
+    let families = [
+        ("convoy_pool_reservations", "Reservations held by the last cycle (gang_reservation_after), per pool."),
+        ("convoy_pool_reserved_nodes", "Nodes held by reservations in the last cycle, per pool."),
+        (
+            "convoy_pool_jobs_kept_off_reserved_nodes",
+            "Jobs of the last cycle that would have fitted on a reserved node and were kept off it, per pool.",
+        ),
+    ];
+    for (i, (name, help)) in families.into_iter().enumerate() {
+        let gauges = family(r, name, help, IntGauges::default());
+        for (pool, v) in &per_pool {
+            let value = [v.0, v.1, v.2][i];
+            gauges.get_or_create(&vec![("pool", pool.to_string())]).set(value);
         }
     }
 }
@@ -411,6 +482,8 @@ mod tests {
             queues,
             evicted: 0,
             jobs_tried: 0,
+            evictions_spared_min_runtime: 0,
+            floating: Vec::new(),
             queue_priority: Default::default(),
         }
     }
@@ -441,6 +514,23 @@ mod tests {
         assert!(out.contains("\nconvoy_queue_share{pool=\"gpu\",queue=\"a\"} 1.0\n"), "{out}");
         assert_eq!(out.lines().filter(|l| l.starts_with("convoy_queue_share{")).count(), 3, "{out}");
         assert!(out.contains("\nconvoy_scheduling_cycle_seconds 0.0125\n"), "{out}");
+    }
+
+    #[test]
+    fn spared_evictions_and_floating_resources_per_pool() {
+        let mut p = pool(PoolName::default_pool(), vec![]);
+        p.evictions_spared_min_runtime = 8;
+        p.floating = vec![crate::scheduler::FloatingUse {
+            resource: "licence/matlab".parse().unwrap(),
+            capacity: 3000,
+            allocated: 2000,
+        }];
+        let view = SchedulingView { pools: vec![p], ..Default::default() };
+        let out = encoded(|r| scheduling_metrics(r, &view));
+        assert!(out.contains("\nconvoy_evictions_spared_min_runtime{pool=\"default\"} 8\n"), "{out}");
+        let labels = "{pool=\"default\",resource=\"licence/matlab\"}";
+        assert!(out.contains(&format!("\nconvoy_floating_resource_capacity{labels} 3000\n")), "{out}");
+        assert!(out.contains(&format!("\nconvoy_floating_resource_allocated{labels} 2000\n")), "{out}");
     }
 
     #[test]
@@ -578,6 +668,11 @@ mod tests {
         held.demand = held.allocated.clone();
         let mut p = pool(PoolName::default_pool(), vec![held]);
         p.total = [(crate::model::ResourceName::new("cpu").unwrap(), 8)].into_iter().collect();
+        p.floating = vec![crate::scheduler::FloatingUse {
+            resource: crate::model::ResourceName::new("licence/matlab").unwrap(),
+            capacity: 3000,
+            allocated: 0,
+        }];
         let view = SchedulingView { cycles: 1, last_cycle_ms: 1.0, pools: vec![p], ..Default::default() };
         let member = |id, lag| crate::model::api::ClusterMember {
             id,
@@ -624,6 +719,7 @@ mod tests {
         int_gauge(&mut r, "convoy_leader", "1 if this server is the leader.", 1);
         disk_metrics(&mut r, 1 << 30, 64 << 20);
         scheduling_metrics(&mut r, &view);
+        reservation_metrics(&mut r, &view);
         raft_metrics(&mut r, &status, &rpcs);
         let text = to_text_format(&render(&r).unwrap());
         text.lines().filter_map(|l| Some(l.strip_prefix("# TYPE ")?.split(' ').next()?.to_string())).collect()

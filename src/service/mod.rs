@@ -12,6 +12,7 @@ pub(crate) mod data_dir;
 mod error;
 pub(crate) mod events;
 pub(crate) mod executors;
+mod job_policy;
 pub(crate) mod jobs;
 pub(crate) mod metrics;
 pub(crate) mod nodes;

@@ -5,7 +5,7 @@ use super::access::Principal;
 use super::error::ServiceError;
 use crate::config::Role;
 use crate::control::{Control, now_ms, rfc3339};
-use crate::model::api::{NodeView, QuarantineView};
+use crate::model::api::{NodeReservationView, NodeView, QuarantineView};
 use crate::model::{ExecutorName, NodeName, Resources};
 use crate::scheduler::QuarantineConfig;
 use crate::state::{Command, State};
@@ -45,6 +45,7 @@ pub(crate) fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec
                 jobs: jobs.get(&(e.name.as_str(), n.name.as_str())).copied().unwrap_or(0),
                 recent_failures,
                 quarantine,
+                reserved_for: None,
             });
         }
     }
@@ -67,10 +68,29 @@ pub(crate) fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec
             jobs: jobs.get(&(e.as_str(), n.as_str())).copied().unwrap_or(0),
             recent_failures,
             quarantine,
+            reserved_for: None,
         });
     }
     out.sort_by(|a, b| (a.executor.as_str(), a.name.as_str()).cmp(&(b.executor.as_str(), b.name.as_str())));
     out
+}
+
+/// Marks the nodes the leader's latest cycle reserved ([`crate::scheduler::reservation`]).
+pub(crate) fn mark_reserved(views: &mut [NodeView], app: &Control) {
+    let scheduling = app.scheduling.read().unwrap_or_else(|p| p.into_inner());
+    for r in &scheduling.reservations {
+        for n in &r.nodes {
+            if let Some(v) = views.iter_mut().find(|v| v.executor == n.executor && v.name == n.node) {
+                v.reserved_for = Some(NodeReservationView {
+                    job_id: r.job_id,
+                    gang: r.gang.clone(),
+                    queue: r.queue.clone(),
+                    expected_start: r.expected_start_ms.map(rfc3339),
+                    waiting_since: rfc3339(r.queued_since_ms),
+                });
+            }
+        }
+    }
 }
 
 /// Lifts a node's quarantine (admins only): the node takes new jobs again at once, and the
@@ -98,6 +118,7 @@ pub(crate) async fn lift_quarantine(
             jobs: 0,
             recent_failures: 0,
             quarantine: None,
+            reserved_for: None,
         });
     Ok(view)
 }

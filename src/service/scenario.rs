@@ -136,6 +136,10 @@ impl Capture {
             node: None,
             executor: None,
             started_at_seconds: None,
+            active_deadline_seconds: None,
+            // Jobs waiting for others are not in the scheduler's view, so not exported.
+            depends_on: vec![],
+            retry: None,
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct CheckedJob {
     pub payload: JobPayload,
     /// Kubernetes namespace asked for; none: the agent's.
     pub namespace: Option<Namespace>,
+    /// Dependencies and retry policy.
+    pub policies: super::job_policy::CheckedPolicies,
 }
 
 const MAX_CLIENT_ID: usize = 256;
@@ -76,7 +78,10 @@ pub(crate) fn check_submission(req: &SubmitRequest, ctx: &SubmitContext<'_>) -> 
     }
     let mut out = Vec::with_capacity(req.jobs.len());
     for (i, item) in req.jobs.iter().enumerate() {
-        out.push(check_job(item, ctx).map_err(|e| e.within(&format!("jobs[{i}]")))?);
+        let within = |e: FieldError| e.within(&format!("jobs[{i}]"));
+        let mut job = check_job(item, ctx).map_err(within)?;
+        job.policies = super::job_policy::check_policies(item, &req.jobs[..i], job.gang.is_some()).map_err(within)?;
+        out.push(job);
     }
     check_gangs(&out)?;
     Ok(out)
@@ -145,7 +150,10 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
     if let Some(nodes) = ctx.known_resources {
         check_resource_names(&spec, nodes, ctx.scheduler)?;
     }
-    check_fits_some_node(&spec, &requests, ctx.largest_node)?;
+    check_fits_some_node(&spec, &requests, ctx.largest_node, ctx.scheduler)?;
+    if ctx.server.reject_jobs_larger_than_any_node {
+        check_fits_some_pool(&spec, &requests, ctx.scheduler)?;
+    }
     if ctx.process_nodes_only {
         check_command(&spec)?;
     }
@@ -221,6 +229,7 @@ fn check_job(item: &SubmitItem, ctx: &SubmitContext<'_>) -> Result<CheckedJob, F
         active_deadline_seconds: deadline,
         payload: JobPayload { pod_spec: item.pod_spec.get().to_string(), services, ingresses },
         namespace,
+        policies: Default::default(),
     })
 }
 
@@ -324,6 +333,7 @@ fn configured_resources(scheduler: &SchedulerConfig) -> impl Iterator<Item = &Re
         .iter()
         .chain(scheduler.resource_cost_weights.keys())
         .chain(scheduler.indexed_resources.iter())
+        .chain(scheduler.floating_resources.iter().map(|f| &f.name))
 }
 
 /// Refuses a resource no node has and no setting names (a misspelling, most often: `cpus`),
@@ -385,13 +395,52 @@ fn check_command(spec: &PodSpec) -> Result<(), FieldError> {
     ))
 }
 
-fn check_fits_some_node(spec: &PodSpec, requests: &Resources, largest: &Resources) -> Result<(), FieldError> {
+/// Refuses a pod that requests more of a node resource than any node has (floating resources
+/// are not on nodes: [`check_fits_some_pool`]).
+fn check_fits_some_node(
+    spec: &PodSpec,
+    requests: &Resources,
+    largest: &Resources,
+    scheduler: &SchedulerConfig,
+) -> Result<(), FieldError> {
     if largest.is_zero() {
         return Ok(());
     }
     for (r, v) in requests.iter() {
-        if v > largest.get(r.as_str()) {
+        if v > largest.get(r.as_str()) && scheduler.floating_resource(r.as_str()).is_none() {
             return Err(too_large(spec, r.as_str(), requests, largest));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a pod that requests more of a floating resource than any pool has: it could never
+/// run.
+fn check_fits_some_pool(spec: &PodSpec, requests: &Resources, scheduler: &SchedulerConfig) -> Result<(), FieldError> {
+    if scheduler.floating_resources.is_empty() {
+        return Ok(());
+    }
+    for (r, v) in requests.iter() {
+        if let Some(most) = scheduler.largest_floating(r.as_str())
+            && v > most
+        {
+            let unit = Unit::for_resource(r.as_str());
+            let asks = |c: &Container| {
+                c.resources.as_ref().and_then(|x| x.requests.as_ref()).is_some_and(|m| m.contains_key(r.as_str()))
+            };
+            let field = match spec.containers.iter().position(asks) {
+                Some(i) => format!("pod_spec.containers[{i}].resources.requests.{r}"),
+                None => "pod_spec.containers".to_string(),
+            };
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "the pod requests {} {r}, a floating resource of which no pool has that much (largest: {}); set \
+                     server.reject_jobs_larger_than_any_node = false to queue it anyway",
+                    crate::model::quantity::format_quantity(v, unit),
+                    crate::model::quantity::format_quantity(most, unit)
+                ),
+            ));
         }
     }
     Ok(())
@@ -587,6 +636,8 @@ mod tests {
             ingresses: vec![],
             client_id: None,
             namespace: None,
+            depends_on: vec![],
+            retry: None,
         }
     }
 
@@ -642,6 +693,25 @@ mod tests {
         let e = check(vec![item(spec)]).unwrap_err();
         assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.request");
         assert!(e.message.contains("did you mean \"requests\""), "{}", e.message);
+    }
+
+    #[test]
+    fn a_floating_resource_may_be_requested_up_to_the_largest_pool_amount() {
+        let scheduler: SchedulerConfig =
+            serde_yaml_ng::from_str("floating_resources: [{name: licence/matlab, pools: {default: \"3\", b: \"1\"}}]")
+                .unwrap();
+        let largest = Resources::parse([("cpu", "64"), ("memory", "256Gi")]).unwrap();
+        let spec = |n: &str| json!({"containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "licence/matlab": n}}}]});
+        // No node has it: node fit does not apply, the pools' amounts do.
+        let ok = check_on(vec![item(spec("3"))], &scheduler, &largest).unwrap();
+        assert_eq!(ok[0].requirements.requests.get("licence/matlab"), 3000);
+        let e = check_on(vec![item(spec("1")), item(spec("4"))], &scheduler, &largest).unwrap_err();
+        assert_eq!(e.field, "jobs[1].pod_spec.containers[0].resources.requests.licence/matlab");
+        assert!(e.message.contains("largest: 3"), "{}", e.message);
+        // Without the setting the name is unknown.
+        let e = check_on(vec![item(spec("1"))], &SchedulerConfig::default(), &largest).unwrap_err();
+        assert_eq!(e.field, "jobs[0].pod_spec.containers[0].resources.requests.licence/matlab");
+        assert!(e.message.contains("no node has a resource named \"licence/matlab\""), "{}", e.message);
     }
 
     #[test]

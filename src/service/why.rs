@@ -80,6 +80,8 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
         let st = app.state();
         match st.job(id).filter(|j| j.record.state == JobState::Queued) {
             None => None,
+            // A job waiting for another is not the scheduler's yet: its dependency is the answer.
+            Some(job) if job.record.waiting_on().is_some() => return Ok(waiting(app, &job.record)),
             Some(job) => {
                 let record = job.record.clone();
                 let running: Vec<Running> = st
@@ -97,7 +99,9 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
                         })
                     })
                     .collect();
-                Some((record, st.scheduling_snapshot(0, rate), st.queue_place(id), running))
+                let mut snapshot = st.scheduling_snapshot(0, rate);
+                st.add_job_times(&mut snapshot, &cfg);
+                Some((record, snapshot, st.queue_place(id), running))
             }
         }
     };
@@ -122,6 +126,21 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
         estimated_start: answer.estimated_start.map(|e| EstimateView { at: rfc3339(e.at_ms), method: e.method }),
         scheduler_runs: answer.runs,
     })
+}
+
+/// A queued job waiting for another: the dependency it waits for is its reason.
+fn waiting(app: &Control, record: &crate::model::Job) -> WhyView {
+    WhyView {
+        job_id: record.id,
+        reason: job_reason(app, record),
+        queue: record.queue.clone(),
+        state: record.state,
+        queue_position: None,
+        jobs_ahead: None,
+        would_start_if: Vec::new(),
+        estimated_start: None,
+        scheduler_runs: 0,
+    }
 }
 
 /// A job that is not queued: its state and reason, nothing to start.

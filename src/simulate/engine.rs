@@ -1,11 +1,12 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
-use super::output::{JobOutput, NodeOutput, Output, RoundOutput};
+use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
+use super::policies::{SimPolicies, fail_run, judge_dependencies, waiting_reason};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
-    Decisions, JobInfo, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob, Snapshot,
-    schedule,
+    Decisions, JobInfo, JobTimes, NodeFailure, NodeHealth, QueueSnapshot, QueueUsage, RateLimiterState, RunningJob,
+    Snapshot, schedule,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -41,15 +42,21 @@ impl SimState {
 }
 
 #[derive(Debug, Clone)]
-struct SimJob {
-    name: String,
+pub(super) struct SimJob {
+    pub(super) name: String,
     info: Arc<JobInfo>,
-    state: SimState,
+    pub(super) state: SimState,
     /// Index into the node list while running.
-    node: Option<usize>,
-    reason: Option<String>,
+    pub(super) node: Option<usize>,
+    pub(super) reason: Option<String>,
     /// When it was last placed (the round's time).
     leased_at_ms: i64,
+    /// When it was submitted (the round's time).
+    queued_at_ms: i64,
+    /// Its deadline in ms, if the scenario gives one.
+    deadline_ms: Option<i64>,
+    /// Dependencies and retry policy, if it has any.
+    pub(super) policies: Option<Box<SimPolicies>>,
 }
 
 /// A scenario in progress.
@@ -66,6 +73,8 @@ pub struct Simulation {
     /// Queues' usage as the last round recorded it.
     usage: QueueUsage,
     round: usize,
+    /// The current round's time (ms).
+    now_ms: i64,
 }
 
 fn job_id(idx: usize) -> JobId {
@@ -119,6 +128,7 @@ impl Simulation {
             rate_limits: RateLimiterState::default(),
             usage: QueueUsage::default(),
             round: 0,
+            now_ms: 0,
         };
         sim.start_running(&running);
         sim
@@ -141,6 +151,7 @@ impl Simulation {
                 job.state = SimState::Running;
                 job.node = node;
                 job.leased_at_ms = started_ms;
+                job.queued_at_ms = started_ms;
             }
         }
     }
@@ -160,6 +171,7 @@ impl Simulation {
         let round = self.scenario.rounds[r].clone();
         let mut warnings = Vec::new();
         let now_ms = (r as f64 * self.scenario.round_interval_seconds * 1000.0).round() as i64;
+        self.now_ms = now_ms;
         for name in &round.finish {
             let Some(&j) = self.by_name.get(name) else { continue };
             if self.jobs[j].state == SimState::Running {
@@ -189,8 +201,7 @@ impl Simulation {
                 continue;
             }
             let job = &mut self.jobs[j];
-            job.state = SimState::Failed;
-            job.reason = Some(if f.node_fault() { "failed: its node's fault" } else { "failed" }.to_string());
+            fail_run(job, f.exit_code(), f.node_fault());
             if let Some(n) = job.node.take()
                 && f.node_fault()
             {
@@ -206,6 +217,7 @@ impl Simulation {
             }
         }
         self.submit(&round.submit);
+        judge_dependencies(&mut self.jobs);
 
         let snapshot = self.snapshot();
         let seed = self.scenario.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -225,6 +237,7 @@ impl Simulation {
                 node_affinity: sub.node_affinity.clone(),
             });
             let gang = GangSpec::from_annotations(&sub.annotations).ok().flatten().map(Arc::new);
+            let policies = self.policies_of(sub);
             for name in sub.names() {
                 let idx = self.jobs.len();
                 let info = Arc::new(JobInfo {
@@ -236,6 +249,7 @@ impl Simulation {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: sub.pools.clone(),
+                    not_before_ms: None,
                 });
                 self.by_name.insert(name.clone(), idx);
                 self.jobs.push(SimJob {
@@ -245,9 +259,28 @@ impl Simulation {
                     node: None,
                     reason: None,
                     leased_at_ms: 0,
+                    queued_at_ms: self.now_ms,
+                    deadline_ms: sub.active_deadline_seconds.map(|d| (d * 1000.0).round() as i64),
+                    policies: policies.clone(),
                 });
             }
         }
+    }
+
+    /// An entry's dependencies (by job index) and retry policy.
+    fn policies_of(&self, sub: &super::scenario::SubmitSpec) -> Option<Box<SimPolicies>> {
+        if sub.depends_on.is_empty() && sub.retry.is_none() {
+            return None;
+        }
+        let deps = sub.depends_on.iter().filter_map(|d| Some((*self.by_name.get(&d.id)?, d.on, false))).collect();
+        let retry = sub.retry.as_ref().map(|r| crate::model::RetryPolicy {
+            max_attempts: r.max_attempts,
+            on_exit_codes: r.on_exit_codes.clone(),
+            on_oom: r.on_oom,
+            on_node_failure: r.on_node_failure,
+            backoff_ms: 0,
+        });
+        Some(Box::new(SimPolicies { deps, retry, failed: 0 }))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -255,6 +288,8 @@ impl Simulation {
         let mut running = Vec::new();
         for j in &self.jobs {
             match j.state {
+                // A job waiting for another is not offered to the scheduler.
+                SimState::Queued if j.policies.as_ref().is_some_and(|p| p.waiting()) => {}
                 SimState::Queued => queued.entry(&j.info.queue).or_default().push(j.info.clone()),
                 SimState::Running => {
                     if let Some(n) = j.node {
@@ -295,7 +330,25 @@ impl Simulation {
                     h.quarantine.as_ref().map(|q| ((n.executor.clone(), n.name.clone()), q.until_ms))
                 })
                 .collect(),
+            job_times: self.job_times(),
         }
+    }
+
+    /// The jobs' times, for reservations only: queued jobs since their submission, running ones
+    /// since their placement.
+    fn job_times(&self) -> BTreeMap<JobId, JobTimes> {
+        if !crate::scheduler::reservation::enabled(&self.scenario.config) {
+            return BTreeMap::new();
+        }
+        let since = |j: &SimJob| match j.state {
+            SimState::Queued => Some(j.queued_at_ms),
+            SimState::Running => Some(j.leased_at_ms),
+            _ => None,
+        };
+        self.jobs
+            .iter()
+            .filter_map(|j| since(j).map(|s| (j.info.id, JobTimes { since_ms: s, deadline_ms: j.deadline_ms })))
+            .collect()
     }
 
     fn apply(&mut self, d: &Decisions, round: usize, now_ms: i64, warnings: Vec<String>) -> RoundOutput {
@@ -333,6 +386,12 @@ impl Simulation {
             let job = &mut self.jobs[idx(u.job_id)];
             if job.state == SimState::Queued {
                 job.reason = Some(u.reason.to_string());
+            }
+        }
+        judge_dependencies(&mut self.jobs);
+        for j in 0..self.jobs.len() {
+            if self.jobs[j].state == SimState::Queued && self.jobs[j].reason.is_none() {
+                self.jobs[j].reason = waiting_reason(&self.jobs, j);
             }
         }
         for j in &mut self.jobs {
@@ -379,8 +438,31 @@ impl Simulation {
         }
         out.queue_priority =
             d.pools.iter().flat_map(|p| p.queue_priority.iter().map(|(q, v)| (q.clone(), *v))).collect();
+        out.reservations = self.reservations(d);
         out.decisions = Some(d.clone());
         out
+    }
+
+    /// The cycle's held reservations, with the scenario's job and node names.
+    fn reservations(&self, d: &Decisions) -> Vec<ReservationOutput> {
+        let idx = |id: JobId| (id.as_u128() - 1) as usize;
+        d.reservations
+            .iter()
+            .map(|r| ReservationOutput {
+                job: self.jobs[idx(r.job_id)].name.clone(),
+                gang: r.gang.clone(),
+                queue: r.queue.clone(),
+                pool: r.pool.to_string(),
+                nodes: r
+                    .nodes
+                    .iter()
+                    .filter_map(|n| self.node_index.get(&(n.executor.to_string(), n.node.to_string())))
+                    .map(|&i| self.node_labels[i].clone())
+                    .collect(),
+                expected_start_seconds: r.expected_start_ms.map(|ms| ms as f64 / 1000.0),
+                kept_off: r.kept_off,
+            })
+            .collect()
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod engine;
 pub mod output;
+mod policies;
 pub mod scenario;
 
 pub use engine::Simulation;

@@ -42,6 +42,10 @@ pub struct RoundOutput {
     /// compared). Absent for flat queues.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub queue_priority: BTreeMap<QueueName, i32>,
+    /// Nodes held for jobs that waited too long for room (`gang_reservation_after_seconds`), as
+    /// the round's cycle left them. Absent when none is held.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<ReservationOutput>,
     /// The raw decisions, for tests.
     #[serde(skip)]
     pub decisions: Option<Decisions>,
@@ -87,4 +91,26 @@ pub struct JobOutput {
     /// Why it waits, or why it was preempted or failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// Nodes held for a job or gang after the round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReservationOutput {
+    /// The job the nodes are held for (a gang's first member).
+    pub job: String,
+    /// Its gang, for a gang.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang: Option<String>,
+    /// Its queue.
+    pub queue: QueueName,
+    /// The nodes' pool.
+    pub pool: String,
+    /// The reserved nodes (named as in [`RoundOutput::nodes`]).
+    pub nodes: Vec<String>,
+    /// When it is expected to fit there, in seconds of simulated time; absent when the running
+    /// jobs' ends are not known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_start_seconds: Option<f64>,
+    /// Jobs of the round's cycle kept off the reserved nodes.
+    pub kept_off: u32,
 }

@@ -143,6 +143,9 @@ pub enum FailSpec {
         /// True: the failure counts against the job's node (default false).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         node_fault: bool,
+        /// The exit code the job fails with (what a retry policy's `on_exit_codes` matches).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
     },
 }
 
@@ -157,6 +160,14 @@ impl FailSpec {
     /// Whether the failure counts against the node.
     pub fn node_fault(&self) -> bool {
         matches!(self, FailSpec::Detailed { node_fault: true, .. })
+    }
+
+    /// The exit code the job fails with, if given.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self {
+            FailSpec::Detailed { exit_code, .. } => *exit_code,
+            FailSpec::Job(_) => None,
+        }
     }
 }
 
@@ -214,6 +225,33 @@ pub struct SubmitSpec {
     /// started first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at_seconds: Option<f64>,
+    /// The jobs' deadline (Kubernetes `activeDeadlineSeconds`, > 0; default none): what
+    /// reservations know of when a running job ends, and whether a queued job may backfill a
+    /// reserved node (`gang_reservation_after_seconds`). The simulation does not end jobs by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<f64>,
+    /// Jobs each job waits for: `{id, on}` with `id` naming one job submitted before and `on`
+    /// one of `succeeded` (default), `failed`, `ended`. Not for gang members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<SimDependency>,
+    /// When a job's failed run (a round's `fail`) is retried: it is queued again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::model::api::JobRetryPolicy>,
+}
+
+/// One dependency of a simulated job.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimDependency {
+    /// The job waited for: one simulated job's name.
+    pub id: String,
+    /// The outcome waited for (default `succeeded`).
+    #[serde(default = "succeeded")]
+    pub on: crate::model::DependencyCondition,
+}
+
+fn succeeded() -> crate::model::DependencyCondition {
+    crate::model::DependencyCondition::Succeeded
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -222,6 +260,29 @@ fn is_zero(n: &u32) -> bool {
 
 fn is_default_set(set: &JobSetName) -> bool {
     set.as_str() == JobSetName::default_set().as_str()
+}
+
+/// Checks an entry's `depends_on` (each names one job submitted before it) and `retry`, and
+/// refuses either for gang members.
+fn validate_policies(f: &str, sub: &SubmitSpec, jobs: &HashSet<String>) -> Result<(), ScenarioError> {
+    let gang = GangSpec::from_annotations(&sub.annotations).ok().flatten().is_some();
+    if gang && (!sub.depends_on.is_empty() || sub.retry.is_some()) {
+        return Err(ScenarioError::new(format!("{f}.depends_on"), "gang members have no dependencies or retries"));
+    }
+    for (i, d) in sub.depends_on.iter().enumerate() {
+        if !jobs.contains(&d.id) {
+            return Err(ScenarioError::new(
+                format!("{f}.depends_on[{i}].id"),
+                format!("job {} has not been submitted before (name one simulated job, e.g. a-1)", d.id),
+            ));
+        }
+    }
+    if let Some(r) = &sub.retry
+        && r.max_attempts == 0
+    {
+        return Err(ScenarioError::new(format!("{f}.retry.max_attempts"), "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// Most nodes or jobs one entry may expand to.
@@ -475,6 +536,9 @@ impl Scenario {
                 format!("priority class {pc} is not configured"),
             ));
         }
+        if sub.active_deadline_seconds.is_some_and(|d| !(d.is_finite() && d > 0.0)) {
+            return Err(ScenarioError::new(format!("{f}.active_deadline_seconds"), "must be a number of seconds > 0"));
+        }
         if sub.count == Some(0) || sub.count.is_some_and(|c| c > MAX_COUNT) {
             return Err(ScenarioError::new(format!("{f}.count"), format!("must be between 1 and {MAX_COUNT}")));
         }
@@ -505,6 +569,9 @@ impl Scenario {
         let mut gangs: HashMap<(QueueName, String), (GangSpec, String)> = HashMap::new();
         for (i, entry) in self.running.iter().enumerate() {
             let f = format!("running[{i}]");
+            if !entry.depends_on.is_empty() {
+                return Err(ScenarioError::new(format!("{f}.depends_on"), "a running job waits for nothing"));
+            }
             let gang = self.validate_entry(&f, entry, queues, jobs)?;
             let Some(node) = &entry.node else {
                 return Err(ScenarioError::new(format!("{f}.node"), "a running entry needs the node it runs on"));
@@ -572,6 +639,7 @@ impl Scenario {
                     ));
                 }
             }
+            validate_policies(&f, sub, jobs)?;
             let Some(g) = self.validate_entry(&f, sub, queues, jobs)? else { continue };
             let n = sub.names().len() as u32;
             let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));

@@ -126,6 +126,14 @@ pub enum Change {
         /// The principal's name.
         owner: String,
     },
+    /// Writes a job's dependencies and retry policy with their progress (deleted with its
+    /// purge).
+    PutPolicies {
+        /// The job.
+        job: JobId,
+        /// Its policies.
+        policies: Box<crate::record::JobPoliciesRecord>,
+    },
     /// Records what an ended run used (deleted with its job's purge).
     PutRunUsage {
         /// The run.

@@ -7,7 +7,7 @@ use crate::record::RunUsageRecord;
 use serde::{Deserialize, Serialize};
 
 pub use crate::record::command::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob, PurgeTarget,
     QuarantinePolicyRecord, RunReport, RunReportKind, UsageRunReport,
 };
 

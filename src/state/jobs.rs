@@ -1,10 +1,10 @@
 //! Job commands from users: submit, cancel, reprioritize, preempt.
 
 use super::changes::Change;
-use super::command::{NewJob, RejectKind, Response};
+use super::command::{PolicyJob, RejectKind, Response};
 use super::machine::{Applied, State, reject};
 use super::transition::move_job;
-use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, Namespace, QueueName};
+use crate::model::{EventKind, Job, JobId, JobSetName, JobState, KillRequest, QueueName};
 
 impl State {
     pub(super) fn submit(
@@ -12,7 +12,7 @@ impl State {
         queue: &QueueName,
         job_set: &JobSetName,
         at_ms: i64,
-        jobs: Vec<(NewJob, Option<Namespace>)>,
+        jobs: Vec<PolicyJob>,
         owner: Option<&str>,
         out: &mut Applied,
     ) -> Response {
@@ -28,8 +28,11 @@ impl State {
             );
         }
         let queue = q.queue.name.clone();
+        if let Err(r) = self.check_dependencies(&queue, &jobs) {
+            return r;
+        }
         let mut ids = Vec::with_capacity(jobs.len());
-        for (nj, namespace) in jobs {
+        for PolicyJob { job: crate::record::NamespacedJob { job: nj, namespace }, policies } in jobs {
             if let Some(cid) = &nj.client_id
                 && let Some(existing) = self.client_ids.get(&(queue.clone(), cid.clone()))
             {
@@ -39,6 +42,7 @@ impl State {
             let seq = self.next_seq;
             self.next_seq += 1;
             self.max_job_id = self.max_job_id.max(Some(nj.id));
+            let (policies, unmet) = self.new_policies(policies);
             let mut record = Job {
                 id: nj.id,
                 queue: queue.clone(),
@@ -59,6 +63,7 @@ impl State {
                 runs: vec![],
                 event_seqs: vec![],
                 namespace,
+                policies,
             };
             if let Some(cid) = nj.client_id {
                 self.client_ids.insert((queue.clone(), cid.clone()), nj.id);
@@ -71,9 +76,13 @@ impl State {
             out.changes.push(Change::AddToJobSet { queue: queue.clone(), job_set: job_set.clone(), job: nj.id });
             *self.set_jobs.entry((queue.clone(), job_set.clone())).or_default() += 1;
             let submitted = self.event(out, &record, at_ms, EventKind::Submitted, None, None);
-            let queued = self.event(out, &record, at_ms, EventKind::Queued, None, None);
+            let waiting = record.waiting_on().filter(|_| unmet.is_none()).map(|d| d.waiting_reason());
+            let queued = self.event(out, &record, at_ms, EventKind::Queued, None, waiting);
             record.event_seqs = vec![submitted, queued];
             self.add_job(out, record);
+            if let Some((dep, end)) = unmet {
+                self.end_unmet(out, nj.id, dep, end, at_ms);
+            }
             ids.push(nj.id);
         }
         out.changes.push(Change::PutSubmitSeq(self.next_seq));

@@ -98,6 +98,18 @@ pub struct Applied {
     touched: Vec<JobId>,
     /// Jobs the command finished (no longer in memory), as they end, with when they did.
     finished: HashMap<JobId, (Job, i64)>,
+    /// Jobs the command finished that live jobs wait for, in the order they finished, with how
+    /// they ended: their dependents are judged at the end of the command.
+    pub(super) ended_parents: Vec<(JobId, JobState, i64)>,
+}
+
+/// What the job policies did since this server started applying: counters for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyCounts {
+    /// Failed runs retried, by cause (`exit_code`, `oom`, `node_failure`).
+    pub retries: BTreeMap<&'static str, u64>,
+    /// Jobs failed because a dependency could no longer be met.
+    pub dependency_failures: u64,
 }
 
 /// Settings that shape local indexes but are not replicated (they come from configuration).
@@ -143,6 +155,10 @@ pub struct State {
     pub(super) job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
     pub(super) gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
+    /// Live jobs waiting for each job (a dependency not met yet), by the job waited for.
+    pub(super) dependents: HashMap<JobId, BTreeSet<JobId>>,
+    /// Retries and dependency failures this server applied (for the metrics; not replicated).
+    pub(super) policy_counts: PolicyCounts,
     /// The job each client id names, per queue. A resubmission answers the same job for as long
     /// as the job is stored: the client id goes when the job is purged (`job_retention`), so
     /// that is the window within which resubmitting is idempotent.
@@ -204,6 +220,8 @@ impl State {
             killing: HashMap::new(),
             job_sets: HashMap::new(),
             gangs: HashMap::new(),
+            dependents: HashMap::new(),
+            policy_counts: PolicyCounts::default(),
             client_ids: HashMap::new(),
             event_seqs: HashMap::new(),
             set_jobs: HashMap::new(),
@@ -230,6 +248,7 @@ impl State {
     pub fn apply(&mut self, cmd: Command, ctx: ApplyContext) -> Applied {
         let mut out = Applied::default();
         let response = self.apply_into(cmd, ctx, &mut out);
+        self.judge_dependents(&mut out);
         out.response = Some(response);
         // Every job the command changed is written once, in its final state.
         let mut touched = std::mem::take(&mut out.touched);
@@ -237,14 +256,23 @@ impl State {
         touched.dedup();
         for id in touched {
             if let Some(j) = self.jobs.get(&id) {
-                out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(j.full_record())), live: true });
+                let record = j.full_record();
+                let policies = record.policies.clone();
+                out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(record)), live: true });
+                if let Some(p) = policies {
+                    out.changes.push(Change::PutPolicies { job: id, policies: Box::new((*p).into()) });
+                }
             }
         }
         let mut finished: Vec<_> = std::mem::take(&mut out.finished).into_values().collect();
         finished.sort_unstable_by_key(|(r, _)| r.id);
         for (record, at_ms) in finished {
             let job = record.id;
+            let policies = record.policies.clone();
             out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(record)), live: false });
+            if let Some(p) = policies {
+                out.changes.push(Change::PutPolicies { job, policies: Box::new((*p).into()) });
+            }
             out.changes.push(Change::IndexFinished { job, at_ms });
         }
         out
@@ -261,7 +289,6 @@ impl State {
             }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
             Command::Submit { queue, job_set, at_ms, owner, jobs } => {
-                let jobs = jobs.into_iter().map(|j| (j.job, j.namespace)).collect();
                 self.submit(&queue, &job_set, at_ms, jobs, owner.as_deref(), out)
             }
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
@@ -358,6 +385,7 @@ impl State {
             requirements,
             gang: r.gang.clone().map(Arc::new),
             pools: vec![],
+            not_before_ms: r.policies.as_ref().and_then(|p| p.not_before_ms),
         })
     }
 
@@ -439,10 +467,12 @@ impl State {
                 self.unacked.entry(run.executor.clone()).or_default().insert(id);
             }
         }
+        let waiting = r.state == JobState::Queued && self.index_waiting(r);
         let key = self.queue_key(r);
         if let Some(q) = self.queues.get_mut(&r.queue) {
             *q.counts.entry(r.state).or_default() += 1;
-            if r.state == JobState::Queued {
+            // A job waiting for another is not in its queue's order: the scheduler never sees it.
+            if r.state == JobState::Queued && !waiting {
                 q.queued.insert(key, id);
                 q.demand.add(&job.info.requirements.requests);
             }
@@ -478,6 +508,9 @@ impl State {
                 }
             }
         }
+        if r.state == JobState::Queued {
+            self.unindex_waiting(r);
+        }
         let key = self.queue_key(r);
         if let Some(q) = self.queues.get_mut(&r.queue) {
             if let Some(c) = q.counts.get_mut(&r.state) {
@@ -495,8 +528,10 @@ impl State {
     pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, at_ms: i64, f: impl FnOnce(&mut Job)) {
         let Some(mut job) = self.unindex_job(id) else { return };
         let before_priority = job.record.priority;
+        let before_not_before = job.info.not_before_ms;
         f(&mut job.record);
-        if job.record.priority != before_priority {
+        let not_before = job.record.policies.as_ref().and_then(|p| p.not_before_ms);
+        if job.record.priority != before_priority || not_before != before_not_before {
             job.info = self.job_info(&job.record, job.info.requirements.clone());
         }
         let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
@@ -504,6 +539,9 @@ impl State {
             out.touched.push(id);
             self.index_job(job);
         } else {
+            if self.dependents.contains_key(&id) {
+                out.ended_parents.push((id, job.record.state, at_ms));
+            }
             out.finished.insert(id, (job.full_record(), at_ms));
         }
     }

@@ -21,6 +21,8 @@
 
 mod changes;
 mod command;
+mod dependencies;
+mod job_times;
 mod jobs;
 mod machine;
 mod quarantine;
@@ -29,17 +31,18 @@ mod queue_select;
 mod queues;
 mod restore;
 mod retention;
+mod retry;
 mod runs;
 mod snapshot;
 mod transition;
 
 pub use changes::{Change, Effects};
 pub use command::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob, PurgeTarget,
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
     UsageRunReport,
 };
-pub use machine::{Applied, ApplyContext, Executor, LiveJob, QueueState, State, StateSettings};
+pub use machine::{Applied, ApplyContext, Executor, LiveJob, PolicyCounts, QueueState, State, StateSettings};
 pub use queries::QueuePlace;
 pub use queue_select::QueueJobFilter;
 pub use runs::{MAX_LOG_TAIL, last_bytes};

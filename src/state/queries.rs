@@ -126,6 +126,11 @@ impl State {
         self.client_ids.get(&(queue.clone(), client_id.to_string())).copied()
     }
 
+    /// What the job policies did since this server started applying (for the metrics).
+    pub fn policy_counts(&self) -> &super::PolicyCounts {
+        &self.policy_counts
+    }
+
     /// Every client id with its job, in no particular order.
     pub fn client_ids(&self) -> impl Iterator<Item = (&(QueueName, String), JobId)> + '_ {
         self.client_ids.iter().map(|(k, j)| (k, *j))

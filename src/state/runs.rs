@@ -3,6 +3,7 @@
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
 use super::machine::{Applied, Executor, State};
+use super::retry::retry_of;
 use super::transition::{move_job, move_run};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
@@ -128,6 +129,7 @@ impl State {
             let record = job.record.clone();
             let run_id = run.run_id;
             let killing = run.kill.is_some();
+            let node_failure = node_fault.is_some();
             // Counted once the event is applied (below); a stopped run's end is the stop's doing.
             let against_node = node_fault
                 .filter(|_| !killing && matches!(ev.kind, RunReportKind::Failed | RunReportKind::Returned))
@@ -172,6 +174,11 @@ impl State {
                         }
                     });
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
+                }
+                RunReportKind::Failed
+                    if let Some(retry) = retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
+                {
+                    self.retry_run(out, id, &ev, retry, usage, at_ms);
                 }
                 RunReportKind::Succeeded | RunReportKind::Failed => {
                     let succeeded = ev.kind == RunReportKind::Succeeded;

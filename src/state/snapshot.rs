@@ -96,6 +96,14 @@ impl State {
             .iter()
             .filter_map(|(node, h)| h.quarantine.as_ref().map(|q| (node.clone(), q.until_ms)))
             .collect();
-        Snapshot { nodes, queues, running, rate_limits, usage: self.queue_usage.clone(), quarantined }
+        Snapshot {
+            nodes,
+            queues,
+            running,
+            rate_limits,
+            usage: self.queue_usage.clone(),
+            quarantined,
+            job_times: Default::default(),
+        }
     }
 }

@@ -59,6 +59,7 @@ enum Tag {
     RunJobs = 13,
     JobOwners = 14,
     RunUsage = 15,
+    JobPolicies = 16,
 }
 
 struct Hasher {
@@ -164,6 +165,10 @@ fn digest_of(tx: &redb::ReadTransaction) -> Result<StateDigest, StoreError> {
     for row in tx.open_table(RUN_USAGE)?.iter()? {
         let (k, v) = row?;
         h.row(Tag::RunUsage, k.value(), v.value());
+    }
+    for row in tx.open_table(JOB_POLICIES)?.iter()? {
+        let (k, v) = row?;
+        h.row(Tag::JobPolicies, k.value(), v.value());
     }
     let mut sha256 = [0u8; 32];
     sha256.copy_from_slice(h.ctx.finish().as_ref());

@@ -90,6 +90,7 @@ impl Store {
         state.restore_stored_jobs_per_set(set_sizes(&tx.open_table(JOB_SETS)?)?);
         let live = tx.open_table(LIVE_JOBS)?;
         let jobs = tx.open_table(JOBS)?;
+        let policies = tx.open_table(JOB_POLICIES)?;
         // Keys are big-endian ids, so the last is the largest (of the jobs purges left).
         if let Some(last) = jobs.last()? {
             state.restore_max_job_id(Some(job_from_key(last.0.value())));
@@ -106,10 +107,23 @@ impl Store {
                 });
             };
             let record: JobRecord = decode_row(bytes.value(), || format!("job {}", job_from_key(key)))?;
-            state.restore_job(Job::from(record));
+            let mut job = Job::from(record);
+            job.policies = read_policies(&policies, key)?;
+            state.restore_job(job);
         }
         Ok(state)
     }
+}
+
+/// A job's dependencies and retry policy, if it has a `job_policies` row.
+pub(super) fn read_policies(
+    t: &impl ReadableTable<&'static [u8; 16], &'static [u8]>,
+    key: &[u8; 16],
+) -> Result<Option<Box<crate::model::JobPolicies>>, StoreError> {
+    let Some(bytes) = t.get(key)? else { return Ok(None) };
+    let record: crate::record::JobPoliciesRecord =
+        decode_row(bytes.value(), || format!("policies of job {}", job_from_key(key)))?;
+    Ok(Some(Box::new(record.into())))
 }
 
 /// Jobs per job set, counted from the job-set index (`queue 0 job_set 0 job_id`). Its keys are in

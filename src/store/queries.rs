@@ -84,6 +84,14 @@ impl Store {
         ids.iter().map(|id| Ok(t.get(&job_key(*id))?.map(|v| v.value().to_string()))).collect()
     }
 
+    /// The dependencies and retry policy of each of `ids` (none for a job without any, or not
+    /// stored), in one read transaction.
+    pub fn policies(&self, ids: &[JobId]) -> Result<Vec<Option<Box<crate::model::JobPolicies>>>, StoreError> {
+        let tx = self.read()?;
+        let t = tx.open_table(JOB_POLICIES)?;
+        ids.iter().map(|id| super::load::read_policies(&t, &job_key(*id))).collect()
+    }
+
     /// The jobs of runs, by the `run_jobs` index, in one read transaction: the job holding each
     /// run, or none for a run the store does not hold (never leased, or purged with its job).
     pub fn jobs_of_runs(&self, runs: &[RunId]) -> Result<Vec<Option<Job>>, StoreError> {

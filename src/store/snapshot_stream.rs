@@ -45,6 +45,7 @@ const S_FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("import.
 const S_NODE_HEALTH: TableDefinition<&[u8], &[u8]> = TableDefinition::new("import.node_health");
 const S_RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefinition::new("import.run_jobs");
 const S_JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("import.job_owners");
+const S_JOB_POLICIES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("import.job_policies");
 const S_RUN_USAGE: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("import.run_usage");
 
 /// What an import did.
@@ -162,6 +163,7 @@ struct Staging<'t> {
     run_jobs: Table<'t, &'static [u8; 16], &'static [u8; 16]>,
     job_owners: Table<'t, &'static [u8; 16], &'static str>,
     run_usage: Table<'t, &'static [u8; 16], &'static [u8]>,
+    job_policies: Table<'t, &'static [u8; 16], &'static [u8]>,
 }
 
 impl<'t> Staging<'t> {
@@ -182,6 +184,7 @@ impl<'t> Staging<'t> {
             run_jobs: tx.open_table(S_RUN_JOBS)?,
             job_owners: tx.open_table(S_JOB_OWNERS)?,
             run_usage: tx.open_table(S_RUN_USAGE)?,
+            job_policies: tx.open_table(S_JOB_POLICIES)?,
         })
     }
 
@@ -231,6 +234,9 @@ impl<'t> Staging<'t> {
             SnapshotRowRecord::RunUsage { run, value } => {
                 self.run_usage.insert(&run, value.as_slice())?;
             }
+            SnapshotRowRecord::JobPolicies { job, value } => {
+                self.job_policies.insert(&job, value.as_slice())?;
+            }
             SnapshotRowRecord::RunJob { run, job } => {
                 self.run_jobs.insert(&run, &job)?;
             }
@@ -267,6 +273,7 @@ fn swap(tx: &WriteTransaction, raft_meta: &[(&str, Vec<u8>)]) -> Result<(), Stor
     swap_table(tx, RUN_JOBS, S_RUN_JOBS)?;
     swap_table(tx, JOB_OWNERS, S_JOB_OWNERS)?;
     swap_table(tx, RUN_USAGE, S_RUN_USAGE)?;
+    swap_table(tx, JOB_POLICIES, S_JOB_POLICIES)?;
     {
         let mut live = tx.open_table(META)?;
         live.retain(|k, _| is_node_local(k))?;
@@ -301,6 +308,7 @@ pub(super) fn drop_staging(db: &redb::Database) -> Result<bool, StoreError> {
     found |= tx.delete_table(S_RUN_JOBS)?;
     found |= tx.delete_table(S_JOB_OWNERS)?;
     found |= tx.delete_table(S_RUN_USAGE)?;
+    found |= tx.delete_table(S_JOB_POLICIES)?;
     tx.commit()?;
     Ok(found)
 }
@@ -413,6 +421,11 @@ pub(super) fn write_rows(tx: &redb::ReadTransaction, out: &mut dyn FrameSink) ->
     for row in tx.open_table(RUN_USAGE)?.iter()? {
         let (k, v) = row?;
         emit(out, SnapshotRowRef::RunUsage { run: k.value(), value: v.value() })?;
+        n += 1;
+    }
+    for row in tx.open_table(JOB_POLICIES)?.iter()? {
+        let (k, v) = row?;
+        emit(out, SnapshotRowRef::JobPolicies { job: k.value(), value: v.value() })?;
         n += 1;
     }
     Ok(n)

@@ -47,6 +47,10 @@ pub(crate) const RUN_JOBS: TableDefinition<&[u8; 16], &[u8; 16]> = TableDefiniti
 /// Who submitted each job: [`job_key`] → the principal's name, written at submission and
 /// deleted with the job (schema 8; jobs submitted before have none).
 pub(crate) const JOB_OWNERS: TableDefinition<&[u8; 16], &str> = TableDefinition::new("job_owners");
+/// Each job's dependencies and retry policy with their progress: [`job_key`] → an encoded
+/// [`crate::record::JobPoliciesRecord`], written for jobs that have any and deleted with the job
+/// (schema 11; jobs submitted before have none).
+pub(crate) const JOB_POLICIES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("job_policies");
 /// What each ended run used: [`run_key`] → an encoded [`crate::record::RunUsageRecord`],
 /// written with the run's final event and deleted with the job (schema 9; runs that ended
 /// before have none).

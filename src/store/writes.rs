@@ -41,6 +41,7 @@ struct Tables<'t> {
     run_jobs: Option<Table<'t, &'static [u8; 16], &'static [u8; 16]>>,
     owners: Option<Table<'t, &'static [u8; 16], &'static str>>,
     usage: Option<Table<'t, &'static [u8; 16], &'static [u8]>>,
+    policies: Option<Table<'t, &'static [u8; 16], &'static [u8]>>,
 }
 
 /// What a transaction writes of the event streams once every change is seen.
@@ -174,6 +175,10 @@ fn write_change<'t, 'c>(
         Change::PutOwner { job, owner } => {
             open(&mut t.owners, tx, JOB_OWNERS)?.insert(&job_key(*job), owner.as_str())?;
         }
+        Change::PutPolicies { job, policies } => {
+            let row = encode_row("job policies", policies.as_ref())?;
+            open(&mut t.policies, tx, JOB_POLICIES)?.insert(&job_key(*job), row.as_slice())?;
+        }
         Change::PutRunUsage { run, usage } => {
             open(&mut t.usage, tx, RUN_USAGE)?.insert(&run_key(*run), encode_row("run usage", usage)?.as_slice())?;
         }
@@ -196,6 +201,7 @@ fn purge_job<'t>(
     let record = open(&mut t.jobs, tx, JOBS)?.remove(&k)?.map(|v| v.value().to_vec());
     open(&mut t.payloads, tx, PAYLOADS)?.remove(&k)?;
     open(&mut t.owners, tx, JOB_OWNERS)?.remove(&k)?;
+    open(&mut t.policies, tx, JOB_POLICIES)?.remove(&k)?;
     open(&mut t.finished, tx, FINISHED)?.remove(&finished_key(finished_ms, job))?;
     open(&mut t.job_sets, tx, JOB_SETS)?.remove(job_set_key(queue, job_set, job).as_slice())?;
     let Some(bytes) = record else { return Ok(()) };

@@ -384,7 +384,7 @@ pub(crate) async fn job_handler(
         body.push_str(&job_actions(&j));
     }
     body.push_str(
-        "<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Run</th><th>Executor</th><th>Node</th><th>State</th>\
+        "<h2>Runs</h2><table class=\"runs\"><thead><tr><th>Attempt</th><th>Run</th><th>Executor</th><th>Node</th><th>State</th>\
                    <th>Leased</th><th>Finished</th><th>Exit</th><th>CPU time</th><th>Peak memory</th><th>Reason</th>\
                    </tr></thead><tbody>",
     );
@@ -393,8 +393,9 @@ pub(crate) async fn job_handler(
         let used = r.usage.as_ref().map(human::usage).unwrap_or_default();
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            r.attempt,
             r.run_id,
             escape(&r.executor),
             escape(r.node.as_str()),

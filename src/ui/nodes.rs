@@ -31,10 +31,10 @@ pub(crate) async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(princi
                 .add(&j.info.requirements.requests);
         }
     }
-    let health: BTreeMap<(String, String), _> = node_views(&st, &app.config.scheduler.quarantine, now)
-        .into_iter()
-        .map(|v| ((v.executor.as_str().to_string(), v.name.as_str().to_string()), v))
-        .collect();
+    let mut views = node_views(&st, &app.config.scheduler.quarantine, now);
+    crate::service::nodes::mark_reserved(&mut views, &app);
+    let health: BTreeMap<(String, String), _> =
+        views.into_iter().map(|v| ((v.executor.as_str().to_string(), v.name.as_str().to_string()), v)).collect();
     body.push_str("<div id=\"nodes\" data-live=\"\">");
     if st.executors().next().is_none() {
         body.push_str("<p>No executor has reported nodes yet.</p>");
@@ -75,6 +75,16 @@ pub(crate) async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(princi
                     "<span class=\"badge\" title=\"{}\">quarantined until {}</span>",
                     escape(&q.reason),
                     escape(&q.until)
+                ));
+            }
+            if let Some(r) = view.and_then(|v| v.reserved_for.as_ref()) {
+                let until =
+                    r.expected_start.as_deref().map(|at| format!("; expected to fit at {at}")).unwrap_or_default();
+                state.push(format!(
+                    "<span class=\"badge\" title=\"no other new job starts here until it fits, except jobs whose \
+                     deadline ends first{}\">reserved for job <a href=\"/ui/jobs/{id}\">{id}</a></span>",
+                    escape(&until),
+                    id = escape(&r.job_id.to_string())
                 ));
             }
             if state.is_empty() {

@@ -185,6 +185,7 @@ pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
             (i..i + n).map(|i| NamespacedJob { job: new_job(i, w.finished), namespace: None }).collect();
         let ids: Vec<JobId> = jobs.iter().map(|j| j.job.id).collect();
         // No owner: the stored jobs are the same as those of the benchmark's earlier runs.
+        let jobs = jobs.into_iter().map(Into::into).collect();
         cmds.push(Command::Submit { queue: queue.clone(), job_set: set.clone(), at_ms: 0, owner: None, jobs });
         if w.finished {
             cmds.extend(run_to_success(&ids, 0));

@@ -161,6 +161,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
                             requirements: fill_shape.clone(),
                             gang: None,
                             pools: vec![],
+                            not_before_ms: None,
                         }),
                         executor: n.executor.clone(),
                         node: n.name.clone(),
@@ -188,6 +189,7 @@ pub(super) fn synthetic(nodes: usize, queues: usize, jobs: usize, preload: f64, 
         rate_limits: Default::default(),
         quarantined: Default::default(),
         usage: Default::default(),
+        job_times: Default::default(),
     }
 }
 
@@ -295,6 +297,7 @@ fn queued_jobs(
                     requirements: menu.gang_shape.clone(),
                     gang: Some(gang.clone()),
                     pools: vec![],
+                    not_before_ms: None,
                 }));
                 seq += 1;
             }
@@ -314,6 +317,7 @@ fn queued_jobs(
             requirements,
             gang: None,
             pools: vec![],
+            not_before_ms: None,
         }));
         seq += 1;
     }

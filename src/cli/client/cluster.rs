@@ -113,7 +113,16 @@ fn render_nodes(nodes: &[NodeView]) -> String {
             let (state, why) = match (&n.quarantine, n.unschedulable, n.reported) {
                 (Some(q), _, _) => (format!("quarantined until {}", q.until), q.reason.clone()),
                 (None, true, _) => ("cordoned".to_string(), String::new()),
-                (None, false, true) => ("ready".to_string(), String::new()),
+                (None, false, true) => match &n.reserved_for {
+                    Some(r) => (
+                        format!("reserved for job {}", r.job_id),
+                        match &r.expected_start {
+                            Some(at) => format!("queue {}; expected to fit at {at}", r.queue),
+                            None => format!("queue {}", r.queue),
+                        },
+                    ),
+                    None => ("ready".to_string(), String::new()),
+                },
                 (None, false, false) => ("not reported".to_string(), String::new()),
             };
             let pool = n.pool.as_ref().map_or("-".to_string(), |p| p.to_string());
@@ -233,6 +242,7 @@ mod tests {
             jobs: 2,
             recent_failures: 1,
             quarantine,
+            reserved_for: None,
         };
         let q = QuarantineView {
             since: "2026-01-01T00:00:00.000Z".into(),

@@ -46,21 +46,35 @@ fn summary(j: &JobView, now: SystemTime) -> String {
         short_time(Some(&j.submitted_at)),
         j.owner.as_deref().map(|o| format!(" by {o}")).unwrap_or_default()
     );
+    for d in &j.depends_on {
+        let _ = writeln!(out, "After:      {} {}{}", d.job_id, d.on, if d.met { " (met)" } else { "" });
+    }
+    if let Some(r) = &j.retry {
+        let _ = writeln!(
+            out,
+            "Retry:      up to {} attempts on exit codes {:?}{}{}",
+            r.max_attempts,
+            r.on_exit_codes,
+            if r.on_oom { ", OOM kills" } else { "" },
+            if r.on_node_failure { ", node failures" } else { "" }
+        );
+    }
     if j.runs.is_empty() {
         let _ = writeln!(out, "Runs:       none yet");
     } else {
         let _ = writeln!(out, "Runs:");
         let _ = writeln!(
             out,
-            "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} REASON",
-            "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT", "CPU", "MAX MEM"
+            "  {:>2} {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} REASON",
+            "#", "RUN", "NODE", "STATE", "STARTED", "ENDED", "ELAPSED", "EXIT", "CPU", "MAX MEM"
         );
         for r in &j.runs {
             let (started, ended) = (r.running_at.as_deref(), r.finished_at.as_deref());
             let used = r.usage.as_ref().map_or(("-".to_string(), "-".to_string()), human::usage);
             let _ = writeln!(
                 out,
-                "  {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} {}",
+                "  {:>2} {:<30} {:<16} {:<10} {:<19} {:<19} {:>9} {:>4} {:>9} {:>9} {}",
+                r.attempt,
                 r.run_id.to_string(),
                 r.node.as_str(),
                 serde_json::to_value(r.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),

@@ -1,6 +1,7 @@
 //! Client verbs over the REST API: `convoy run|queue|submit|cancel|reprioritize|jobs|job|logs|watch|why|cluster`,
 //! one module each. Bodies are the API's own types (`convoy::model::api`).
 
+mod after;
 mod armada_file;
 mod cancel;
 mod cluster;

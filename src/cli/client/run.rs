@@ -39,6 +39,10 @@ pub(crate) struct RunArgs {
     /// The priority class.
     #[arg(long)]
     priority_class: Option<String>,
+    /// Start only after job ID ended as asked: `ID` or `ID:ok` (succeeded), `ID:notok` (failed),
+    /// `ID:any` (ended in any way); repeatable. If it can no longer, the job fails naming it.
+    #[arg(long, value_name = "ID[:ok|notok|any]", value_parser = super::after::parse_after)]
+    after: Vec<convoy::model::api::JobDependency>,
     /// Print the job's id and return at once, without waiting for it.
     #[arg(short, long)]
     detach: bool,
@@ -169,7 +173,8 @@ fn request(args: &RunArgs) -> anyhow::Result<SubmitRequest> {
         container["env"] = json!(env);
     }
     let pod_spec = json!({"restartPolicy": "Never", "containers": [container]});
-    let item = SubmitItem::of_pod_spec(serde_json::value::to_raw_value(&pod_spec)?, args.priority_class.clone());
+    let mut item = SubmitItem::of_pod_spec(serde_json::value::to_raw_value(&pod_spec)?, args.priority_class.clone());
+    item.depends_on = args.after.clone();
     let (queue, job_set) = place(args.queue.as_ref(), args.job_set.as_ref())?;
     Ok(SubmitRequest { queue, job_set, jobs: vec![item] })
 }

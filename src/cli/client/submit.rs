@@ -35,6 +35,10 @@ pub(crate) struct SubmitArgs {
     /// With a bare PodSpec: its priority class.
     #[arg(long)]
     priority_class: Option<String>,
+    /// Every job of the file starts only after job ID ended as asked: `ID` or `ID:ok`
+    /// (succeeded), `ID:notok` (failed), `ID:any` (ended in any way); repeatable.
+    #[arg(long, value_name = "ID[:ok|notok|any]", value_parser = super::after::parse_after)]
+    after: Vec<convoy::model::api::JobDependency>,
     /// `table` (default: the ids, one per line, under a summary) or `json` (the API's answer).
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -46,7 +50,10 @@ const RETRY: Retry = Retry { attempts: 5, first_pause: Duration::from_millis(200
 /// Submits the jobs and prints their ids.
 pub(super) async fn run(c: &Client, args: SubmitArgs) -> anyhow::Result<()> {
     let doc = Doc::read(&args.file)?;
-    let req = request(&doc, &args)?;
+    let mut req = request(&doc, &args)?;
+    for job in &mut req.jobs {
+        job.depends_on.extend(args.after.iter().cloned());
+    }
     let answer = send(c, req.clone(), Some(&doc)).await?;
     match args.output {
         Format::Json => super::http::print_json(&answer),
@@ -161,6 +168,7 @@ mod tests {
             job_set: Some(JobSetName::new("s").unwrap()),
             count,
             priority_class: None,
+            after: vec![],
             output: Format::Table,
         }
     }

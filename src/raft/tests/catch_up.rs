@@ -12,7 +12,7 @@ use crate::model::{
 use crate::raft::{Node, NodeId, RaftNode, RaftSettings, RequestError};
 use crate::scheduler::SchedulerConfig;
 use crate::server::machine::ServerMachine;
-use crate::state::{Command, NamespacedJob, NewJob, Response, StateSettings};
+use crate::state::{Command, NamespacedJob, NewJob, PolicyJob, Response, StateSettings};
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -130,7 +130,7 @@ fn submit(batch: u64, jobs: u64) -> Command {
         job_set: JobSetName::new(&format!("set-{}", batch % 7)).expect("valid"),
         at_ms: batch as i64,
         owner: None,
-        jobs: (0..jobs).map(|i| NamespacedJob { job: new_job(i), namespace: None }).collect(),
+        jobs: (0..jobs).map(|i| PolicyJob::from(NamespacedJob { job: new_job(i), namespace: None })).collect(),
     }
 }
 

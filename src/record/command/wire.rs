@@ -8,7 +8,7 @@
 //!   jobs: no copy) and whose superseded positions cannot be built.
 
 use super::{
-    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PurgeTarget,
+    Command, FaultedRunReport, JobVerdict, NamespacedJob, NewJob, NewLease, PodRunReport, PolicyJob, PurgeTarget,
     QuarantinePolicyRecord, RunReport, ScheduleInputsRecord, SchedulerConfigRecord, UsageRunReport,
 };
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
@@ -19,7 +19,7 @@ use crate::record::usage::QueueUsageRecord;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// Every command of every log format, in its position: the frozen byte format of [`Command`].
-/// Format: log format 11 (the variant order is the format; log format 1 is the same list without
+/// Format: log format 12 (the variant order is the format; log format 1 is the same list without
 /// [`CommandRecord::PurgeFinished`] (format 3), format 3 without
 /// [`CommandRecord::RunEventsWithFaults`] and [`CommandRecord::LiftQuarantine`] (format 4),
 /// format 4 without [`CommandRecord::RecordUsage`] (format 5), format 5 without
@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize, Serializer};
 /// [`CommandRecord::SubmitByOwner`] (format 8), format 8 without
 /// [`CommandRecord::RunEventsWithUsage`] (format 9), format 9 without
 /// [`CommandRecord::ScheduleWithInputs`] and [`CommandRecord::RecordSchedulerConfig`] (format 10),
-/// format 10 without [`CommandRecord::CreateQueueWithPolicies`] and
-/// [`CommandRecord::UpdateQueueWithPolicies`] (format 11), so every older command decodes, and encodes back, unchanged).
+/// format 10 without [`CommandRecord::SubmitWithPolicies`] (format 11), format 11 without
+/// [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
+/// (format 12), so every older command decodes, and encodes back, unchanged).
 ///
 /// The rest of Convoy builds and applies [`Command`], which reads through it
 /// (`From<CommandRecord> for Command`); only the golden tests, and tests applying an older log's
@@ -214,7 +215,7 @@ pub enum CommandRecord {
     /// Creates a queue with its place in the queue tree. Log format 6: the leader proposes this
     /// instead of [`CommandRecord::CreateQueue`], whose entries in older logs create top-level queues.
     ///
-    /// Superseded (format 11): read as [`Command::CreateQueue`].
+    /// Superseded (format 12): read as [`Command::CreateQueue`].
     CreateQueueInTree {
         /// The new queue's settings.
         queue: QueueRecord,
@@ -225,7 +226,7 @@ pub enum CommandRecord {
     /// [`CommandRecord::UpdateQueue`] entries make the queue a top-level one with default settings,
     /// which every queue was then).
     ///
-    /// Superseded (format 11): read as [`Command::UpdateQueue`].
+    /// Superseded (format 12): read as [`Command::UpdateQueue`].
     UpdateQueueInTree {
         /// The queue's new settings.
         queue: QueueRecord,
@@ -321,8 +322,22 @@ pub enum CommandRecord {
         /// The configuration.
         config: SchedulerConfigRecord,
     },
+    /// Submits jobs as [`CommandRecord::SubmitByOwner`], each with its dependencies and retry
+    /// policy. Log format 11: the leader proposes this for a submission with any of them.
+    SubmitWithPolicies {
+        /// The queue.
+        queue: QueueName,
+        /// The job set.
+        job_set: JobSetName,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// The principal that submitted them.
+        owner: Option<String>,
+        /// The jobs, validated, with their ids, namespaces and policies.
+        jobs: Vec<PolicyJob>,
+    },
     /// Creates a queue with its place in the tree, its guarantee and its preemption policy. Log
-    /// format 11: the leader proposes this instead of [`CommandRecord::CreateQueueInTree`], whose
+    /// format 12: the leader proposes this instead of [`CommandRecord::CreateQueueInTree`], whose
     /// entries in older logs create queues without a guarantee or fence.
     CreateQueueWithPolicies {
         /// The new queue's settings.
@@ -333,7 +348,7 @@ pub enum CommandRecord {
         policies: QueuePoliciesRecord,
     },
     /// Replaces a queue's settings, its place in the tree and its policies included. Log format
-    /// 11 (older logs' [`CommandRecord::UpdateQueueInTree`] entries leave the queue without a
+    /// 12 (older logs' [`CommandRecord::UpdateQueueInTree`] entries leave the queue without a
     /// guarantee or fence, which every queue was then).
     UpdateQueueWithPolicies {
         /// The queue's new settings.
@@ -394,14 +409,19 @@ impl From<CommandRecord> for Command {
             }
             CommandRecord::DeleteQueue { name, force, at_ms } => Command::DeleteQueue { name, force, at_ms },
             CommandRecord::Submit { queue, job_set, at_ms, jobs } => {
-                let jobs = jobs.into_iter().map(NamespacedJob::from).collect();
+                let jobs = jobs.into_iter().map(PolicyJob::from).collect();
                 Command::Submit { queue, job_set, at_ms, owner: None, jobs }
             }
             CommandRecord::SubmitInNamespaces { queue, job_set, at_ms, jobs } => {
+                let jobs = jobs.into_iter().map(PolicyJob::from).collect();
                 Command::Submit { queue, job_set, at_ms, owner: None, jobs }
             }
             CommandRecord::SubmitByOwner { queue, job_set, at_ms, owner, jobs } => {
+                let jobs = jobs.into_iter().map(PolicyJob::from).collect();
                 Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs }
+            }
+            CommandRecord::SubmitWithPolicies { queue, job_set, at_ms, owner, jobs } => {
+                Command::Submit { queue, job_set, at_ms, owner, jobs }
             }
             CommandRecord::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
                 Command::Cancel { queue, job_set, job_ids, states, reason, at_ms }
@@ -537,7 +557,7 @@ enum CommandRef<'a> {
         queue: &'a QueueName,
         job_set: &'a JobSetName,
         at_ms: i64,
-        jobs: &'a [NamespacedJob],
+        jobs: WithoutPolicies<'a>,
     },
     RunEventsWithPods(Superseded),
     SubmitByOwner {
@@ -545,7 +565,7 @@ enum CommandRef<'a> {
         job_set: &'a JobSetName,
         at_ms: i64,
         owner: &'a str,
-        jobs: &'a [NamespacedJob],
+        jobs: WithoutPolicies<'a>,
     },
     RunEventsWithUsage {
         executor: &'a ExecutorName,
@@ -566,6 +586,13 @@ enum CommandRef<'a> {
         term: u64,
         config: &'a SchedulerConfigRecord,
     },
+    SubmitWithPolicies {
+        queue: &'a QueueName,
+        job_set: &'a JobSetName,
+        at_ms: i64,
+        owner: &'a Option<String>,
+        jobs: &'a [PolicyJob],
+    },
     CreateQueueWithPolicies {
         queue: &'a QueueRecord,
         tree: &'a QueueTreeRecord,
@@ -576,6 +603,15 @@ enum CommandRef<'a> {
         tree: &'a QueueTreeRecord,
         policies: &'a QueuePoliciesRecord,
     },
+}
+
+/// Jobs without policies, written as the `Vec<NamespacedJob>` of the older submit forms.
+struct WithoutPolicies<'a>(&'a [PolicyJob]);
+
+impl Serialize for WithoutPolicies<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|j| &j.job))
+    }
 }
 
 impl<'a> From<&'a Command> for CommandRef<'a> {
@@ -591,11 +627,14 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
             Command::DeleteQueue { name, force, at_ms } => {
                 CommandRef::DeleteQueue { name, force: *force, at_ms: *at_ms }
             }
+            Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
+                CommandRef::SubmitWithPolicies { queue, job_set, at_ms: *at_ms, owner, jobs }
+            }
             Command::Submit { queue, job_set, at_ms, owner: Some(owner), jobs } => {
-                CommandRef::SubmitByOwner { queue, job_set, at_ms: *at_ms, owner, jobs }
+                CommandRef::SubmitByOwner { queue, job_set, at_ms: *at_ms, owner, jobs: WithoutPolicies(jobs) }
             }
             Command::Submit { queue, job_set, at_ms, owner: None, jobs } => {
-                CommandRef::SubmitInNamespaces { queue, job_set, at_ms: *at_ms, jobs }
+                CommandRef::SubmitInNamespaces { queue, job_set, at_ms: *at_ms, jobs: WithoutPolicies(jobs) }
             }
             Command::Cancel { queue, job_set, job_ids, states, reason, at_ms } => {
                 CommandRef::Cancel { queue, job_set, job_ids, states, reason, at_ms: *at_ms }

@@ -23,6 +23,7 @@ fn job(queue: &str, seq: u64) -> Arc<JobInfo> {
         requirements: Requirements::new(SchedulingRequirements { requests, ..Default::default() }),
         gang: None,
         pools: vec![],
+        not_before_ms: None,
     })
 }
 

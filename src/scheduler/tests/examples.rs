@@ -475,3 +475,109 @@ fn a_cordoned_queue_takes_jobs_and_schedules_none_until_uncordoned() {
     assert_eq!(counts(&r2.queued), map(&[("A", 3)]));
     assert_eq!((state(r2, "a2-1"), state(r2, "a2-3"), state(r2, "a2-4")), ("running", "running", "queued"));
 }
+
+#[test]
+fn min_runtime_spares_young_jobs_from_fair_share_eviction() {
+    let out = run("min_runtime.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("A", 8)]));
+    // t=10 s to t=50 s: A is above its share, but its jobs have run less than 60 s.
+    for (r, left) in (1..=5).zip([50, 40, 30, 20, 10]) {
+        let round = &out.rounds[r];
+        assert!(counts(&round.preempted).is_empty() && counts(&round.scheduled).is_empty(), "round {r}");
+        assert_eq!(counts(&round.queued), map(&[("B", 8)]));
+        assert_eq!(
+            reason(round, "b-1"),
+            format!(
+                "no node with 1 cpu free in pool default; fair-share eviction spared 8 running jobs that ran less \
+                 than min_runtime_before_preemption (the first may be evicted in {left}s)"
+            )
+        );
+    }
+    // t=60 s: they have run their minimum, and half of them make room for B.
+    let r6 = &out.rounds[6];
+    assert_eq!(counts(&r6.preempted), map(&[("A", 4)]));
+    assert_eq!(counts(&r6.running), map(&[("A", 4), ("B", 4)]));
+    for i in 5..=8 {
+        assert_eq!(state(r6, &format!("a-{i}")), "preempted");
+    }
+    assert_eq!(reason(r6, "b-5"), "no node with 1 cpu free in pool default");
+}
+
+#[test]
+fn floating_licences_are_counted_per_pool() {
+    let out = run("floating_resources.yaml");
+    let why = "pool default has 0 of 3 licence/matlab left (floating resource); the job needs 1";
+    let r0 = &out.rounds[0];
+    assert_eq!(counts(&r0.running), map(&[("A", 3)]));
+    for j in ["m-1", "m-2", "m-3"] {
+        assert_eq!(state(r0, j), "running");
+    }
+    for j in ["m-4", "m-5"] {
+        assert_eq!((state(r0, j), reason(r0, j)), ("queued", why));
+    }
+    // m-1 finished: m-4 takes its licence, m-5 still waits.
+    let r1 = &out.rounds[1];
+    assert_eq!(state(r1, "m-1"), "succeeded");
+    assert_eq!(state(r1, "m-4"), "running");
+    assert_eq!((state(r1, "m-5"), reason(r1, "m-5")), ("queued", why));
+    assert_eq!(counts(&r1.running), map(&[("A", 3)]));
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty());
+    assert_eq!(reason(r2, "m-5"), why);
+}
+
+#[test]
+fn dependents_wait_for_their_jobs_and_retried_jobs_run_again_in_the_same_round() {
+    let out = run("dependencies_retries.yaml");
+    fn jobs(r: &RoundOutput) -> Vec<(&str, String)> {
+        ["a", "b", "c", "d", "e"].iter().map(|j| (state(r, j), reason_or_none(r, j))).collect()
+    }
+    let waiting = |x: &str, to: &str| format!("waiting for {x} {to}");
+    let d_failed = "dependency c ended succeeded; it had to fail".to_string();
+    assert_eq!(
+        jobs(&out.rounds[0]),
+        vec![
+            ("running", String::new()),
+            ("queued", waiting("a", "to succeed")),
+            ("running", String::new()),
+            ("queued", waiting("c", "to fail")),
+            ("queued", waiting("b", "to end")),
+        ]
+    );
+    // a's exit code 75 is retried and it runs again in the same round; c succeeded, so d fails.
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 1)]));
+    assert_eq!((state(r1, "a"), state(r1, "d"), reason_or_none(r1, "d")), ("running", "failed", d_failed.clone()));
+    assert_eq!(state(&out.rounds[2], "a"), "running", "retry 3 of 3");
+    let r3 = &out.rounds[3];
+    assert_eq!((state(r3, "a"), state(r3, "b"), state(r3, "e")), ("succeeded", "running", "queued"));
+    let r4 = &out.rounds[4];
+    assert_eq!((state(r4, "b"), reason_or_none(r4, "b")), ("failed", "failed (exit code 1)".to_string()));
+    assert_eq!(state(r4, "e"), "running", "e waited for b to end in any way");
+}
+
+#[test]
+fn a_retried_job_fails_once_its_attempts_are_spent() {
+    let text = "nodes: [{name: n, allocatable: {cpu: '1'}}]\nqueues: [{name: A}]\nrounds:\n\
+                - submit: [{id: a, queue: A, requests: {cpu: '1'}, retry: {max_attempts: 2, on_exit_codes: [75]}},\n\
+                           {id: b, queue: A, requests: {cpu: '1'}, depends_on: [{id: a}]}]\n\
+                - fail: [{id: a, exit_code: 75}]\n\
+                - fail: [{id: a, exit_code: 75}]\n";
+    let out = run_text(text).unwrap();
+    assert_eq!(state(&out.rounds[1], "a"), "running");
+    let r2 = &out.rounds[2];
+    assert_eq!((state(r2, "a"), reason_or_none(r2, "a")), ("failed", "failed (exit code 75)".to_string()));
+    assert_eq!(
+        (state(r2, "b"), reason_or_none(r2, "b")),
+        ("failed", "dependency a ended failed; it had to succeed".to_string())
+    );
+    let e = crate::simulate::Scenario::parse(
+        "queues: [{name: A}]\nrounds: [{submit: [{id: b, queue: A, depends_on: [{id: a}]}, {id: a, queue: A}]}]",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "rounds[0].submit[0].depends_on[0].id");
+}
+
+fn reason_or_none(r: &crate::simulate::RoundOutput, job: &str) -> String {
+    r.jobs[job].reason.clone().unwrap_or_default()
+}

@@ -90,6 +90,7 @@ fn job_of(queue: QueueName, seq: u64) -> Arc<JobInfo> {
         requirements: Requirements::new(SchedulingRequirements { requests, ..Default::default() }),
         gang: None,
         pools: vec![],
+        not_before_ms: None,
     })
 }
 
@@ -183,6 +184,7 @@ impl Cluster {
             rate_limits: Default::default(),
             quarantined: Default::default(),
             usage: Default::default(),
+            job_times: Default::default(),
         }
     }
 

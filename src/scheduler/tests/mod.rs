@@ -4,5 +4,7 @@ mod cordon;
 mod examples;
 mod hierarchy;
 mod max_min;
+mod pool_policies;
 mod properties;
 mod queue_policies;
+mod reservation;

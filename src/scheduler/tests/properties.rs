@@ -95,6 +95,7 @@ fn config(w: &World) -> SchedulerConfig {
         priority: 35000,
         preemptible: false,
         max_resource_fraction_per_queue: Default::default(),
+        min_runtime_before_preemption: None,
     });
     SchedulerConfig {
         priority_classes: pcs,
@@ -183,6 +184,7 @@ impl Harness {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: vec![],
+                    not_before_ms: None,
                 }));
             }
         }

@@ -111,17 +111,23 @@ pub(crate) fn candidates(
             out.push(gang_complete(s, job, gang, *queued, *cardinality));
         }
         // Only a larger burst in the configuration starts it: no change of the state does.
-        Reason::GangBeyondBurst { .. } => {}
+        Reason::GangBeyondBurst { .. } | Reason::RetryBackoff { .. } => {}
         Reason::NoPool => out.extend(matching_node(s, job, None, "a node joins")),
         Reason::NoMatchingNode { pool, .. } => out.extend(matching_node(s, job, Some(pool), "a node")),
         Reason::UnknownResource { pool, resource } => out.extend(resource_node(s, job, pool, resource)),
+        // Only jobs holding the floating resource ending (or a larger amount in the
+        // configuration) starts it: no node added helps.
+        Reason::FloatingResource { .. } => out.extend(fair_share(s, cfg, base, job)),
         Reason::NoCapacity { .. }
+        | Reason::MinRuntime { .. }
         | Reason::PreemptionFence { .. }
         | Reason::Displaced { .. }
         | Reason::NoRoomOnNode { .. }
         | Reason::ReservedNodes { .. }
         | Reason::BehindHigherPriority { .. }
         | Reason::ProportionalTarget { .. }
+        | Reason::HoldsReservation { .. }
+        | Reason::KeptOffReservation { .. }
         | Reason::GangMemberLost { .. }
         | Reason::Gang { .. } => {
             out.extend(fair_share(s, cfg, base, job));

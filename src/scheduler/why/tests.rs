@@ -27,6 +27,7 @@ fn job(q: &str, seq: u64, cpu: &str, class: &str) -> JobInfo {
         requirements: Requirements::new(SchedulingRequirements { requests, ..Default::default() }),
         gang: None,
         pools: vec![],
+        not_before_ms: None,
     }
 }
 

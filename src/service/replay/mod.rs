@@ -313,7 +313,9 @@ fn run_cycle(state: &mut State, c: &LoggedCycle, book: &ConfigBook, job: Option<
         state.change_settings(settings.clone());
     }
     let rate = inputs.rate_limits.as_ref().map(RateLimiterState::from).unwrap_or_default();
-    let snapshot = state.scheduling_snapshot(cfg.max_queue_lookback, rate);
+    let mut snapshot = state.scheduling_snapshot(cfg.max_queue_lookback, rate);
+    // Reservations are not recorded: the times they rest on are the state's, recomputed here.
+    state.add_job_times(&mut snapshot, cfg);
     let decisions = schedule(&snapshot, cfg, inputs.seed, c.at_ms);
     let mut verdict = match compare::first_difference(&c.recorded, &decisions) {
         None => Verdict::Identical,

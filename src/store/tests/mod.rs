@@ -310,17 +310,17 @@ fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree(
 }
 
 #[test]
-fn a_schema_10_database_opens_at_schema_11_without_policies_and_keeps_them() {
+fn a_schema_11_database_opens_at_schema_12_without_policies_and_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");
     let before = {
         let store = Store::open(&path).unwrap();
         sample(&store);
         let state = store.load_state(settings()).unwrap();
-        // Make it a version 10 database: schema 11 only added the `queue_policies` row, absent
+        // Make it a version 11 database: schema 12 only added the `queue_policies` row, absent
         // here.
         let tx = store.write().unwrap();
-        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 10u32.to_be_bytes().as_slice()).unwrap();
+        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 11u32.to_be_bytes().as_slice()).unwrap();
         tx.commit().unwrap();
         (state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256)
     };
@@ -518,5 +518,6 @@ fn a_deleted_queue_forgets_its_client_ids_in_memory_and_on_disk() {
     assert_eq!(again.response, Some(crate::state::Response::JobIds(vec![JobId::from_u128(2)])));
 }
 
+mod policies;
 mod quarantine;
 mod retention;

@@ -61,7 +61,10 @@ fn fresh(dir: &std::path::Path) -> (Store, State) {
 
 /// Submits as the leader proposes it: with the jobs' owner.
 fn submit(store: &Store, state: &mut State, set: &str, jobs: Vec<NewJob>, at_ms: i64) -> Applied {
-    let jobs = jobs.into_iter().map(|job| crate::state::NamespacedJob { job, namespace: None }).collect();
+    let jobs = jobs
+        .into_iter()
+        .map(|job| crate::state::PolicyJob::from(crate::state::NamespacedJob { job, namespace: None }))
+        .collect();
     apply(store, state, Command::Submit { queue: q(), job_set: js(set), at_ms, owner: Some("alice".into()), jobs })
 }
 

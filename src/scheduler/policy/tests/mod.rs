@@ -151,6 +151,7 @@ impl Cluster {
                     requirements: requirements.clone(),
                     gang: gang.clone(),
                     pools: vec![],
+                    not_before_ms: None,
                 }));
             }
         }

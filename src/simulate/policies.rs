@@ -1,0 +1,109 @@
+//! Dependencies and retries in a simulation, by the rules the state machine applies
+//! (`model::job_policy`): a job waiting for another is not offered to the scheduler; when the
+//! job it waits for ends, it is released, failed naming it, or cancelled with it; a failed run
+//! its retry policy names is queued again.
+
+use super::engine::{SimJob, SimState};
+use crate::model::{DependencyCondition, DependencyVerdict, JobState, RetryPolicy, RunFailure};
+
+/// A simulated job's dependencies and retry policy, with their progress.
+#[derive(Debug, Clone, Default)]
+pub(super) struct SimPolicies {
+    /// Jobs waited for (by index), the outcome waited for, and whether it came.
+    pub deps: Vec<(usize, DependencyCondition, bool)>,
+    /// When a failed run is retried.
+    pub retry: Option<RetryPolicy>,
+    /// Runs that failed so far.
+    pub failed: u32,
+}
+
+impl SimPolicies {
+    /// True while a dependency is not met.
+    pub(super) fn waiting(&self) -> bool {
+        self.deps.iter().any(|d| !d.2)
+    }
+}
+
+fn end_state(s: SimState) -> Option<JobState> {
+    match s {
+        SimState::Succeeded => Some(JobState::Succeeded),
+        SimState::Failed => Some(JobState::Failed),
+        SimState::Cancelled => Some(JobState::Cancelled),
+        SimState::Preempted => Some(JobState::Preempted),
+        SimState::Queued | SimState::Running => None,
+    }
+}
+
+/// Judges every waiting job's dependencies on jobs that ended, until nothing changes (a failed
+/// dependent may fail its own dependents).
+pub(super) fn judge_dependencies(jobs: &mut [SimJob]) {
+    loop {
+        let mut changed = false;
+        for j in 0..jobs.len() {
+            if jobs[j].state != SimState::Queued {
+                continue;
+            }
+            let Some(p) = jobs[j].policies.as_ref() else { continue };
+            for k in 0..p.deps.len() {
+                let (parent, on, met) = jobs[j].policies.as_ref().map(|p| p.deps[k]).unwrap_or((0, on_any(), true));
+                let Some(end) = end_state(jobs[parent].state).filter(|_| !met) else { continue };
+                let name = jobs[parent].name.clone();
+                changed = true;
+                match on.verdict(end) {
+                    DependencyVerdict::Met => {
+                        if let Some(p) = jobs[j].policies.as_mut() {
+                            p.deps[k].2 = true;
+                        }
+                    }
+                    DependencyVerdict::Cancelled => {
+                        jobs[j].state = SimState::Cancelled;
+                        jobs[j].reason = Some(format!("dependency {name} was cancelled"));
+                        break;
+                    }
+                    DependencyVerdict::Never => {
+                        jobs[j].state = SimState::Failed;
+                        jobs[j].reason = Some(format!("dependency {name} ended {end}; it had {}", on.wait_phrase()));
+                        break;
+                    }
+                }
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+fn on_any() -> DependencyCondition {
+    DependencyCondition::Ended
+}
+
+/// "waiting for a to succeed", for a job that waits.
+pub(super) fn waiting_reason(jobs: &[SimJob], j: usize) -> Option<String> {
+    let p = jobs[j].policies.as_ref()?;
+    let (parent, on, _) = p.deps.iter().find(|d| !d.2)?;
+    Some(format!("waiting for {} {}", jobs[*parent].name, on.wait_phrase()))
+}
+
+/// A running job's run failed: queued again if its policy retries the failure (with the reason
+/// "retry 2 of 3 after exit code 75"), else failed.
+pub(super) fn fail_run(job: &mut SimJob, exit_code: Option<i32>, node_failure: bool) {
+    let failure = RunFailure { exit_code, oom: false, node_failure };
+    let retry = job.policies.as_mut().and_then(|p| {
+        p.failed += 1;
+        let next = p.retry.as_ref()?.next_attempt(&failure, p.failed)?;
+        Some(format!("retry {next} of {} after {}", p.retry.as_ref()?.max_attempts, failure.cause()))
+    });
+    match retry {
+        Some(reason) => {
+            job.state = SimState::Queued;
+            job.reason = Some(reason);
+        }
+        None => {
+            job.state = SimState::Failed;
+            let cause = exit_code.map(|c| format!(" (exit code {c})")).unwrap_or_default();
+            let base = if node_failure { "failed: its node's fault" } else { "failed" };
+            job.reason = Some(format!("{base}{cause}"));
+        }
+    }
+}
