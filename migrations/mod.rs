@@ -16,6 +16,7 @@ pub(crate) mod v0008_job_owners;
 pub(crate) mod v0009_run_usage;
 pub(crate) mod v0010_replay_inputs;
 pub(crate) mod v0011_job_policies;
+pub(crate) mod v0012_queue_policies;
 
 /// A migration step.
 pub(crate) struct Migration {
@@ -44,4 +45,9 @@ pub(crate) const ALL: &[Migration] = &[
         run: v0010_replay_inputs::run,
     },
     Migration { version: 11, name: "dependencies and retry policies of jobs", run: v0011_job_policies::run },
+    Migration {
+        version: 12,
+        name: "queue guarantees and preemption policies meta row",
+        run: v0012_queue_policies::run,
+    },
 ];

@@ -497,6 +497,8 @@ mod tests {
         q.priority_offset = -3;
         q.priority_policy = crate::model::PriorityPolicy::Fence;
         q.sort_priority = crate::model::SortPriority::Disabled;
+        q.guaranteed = resources(&[("cpu", "6"), ("memory", "24Gi")]);
+        q.preemption_policy = crate::model::PreemptionPolicy::Fence;
         conforms(&d, "Queue", &q, true);
         let job_id = JobId::from_parts(1_700_000_000_000, 7);
         let run_id = RunId::from_parts(1_700_000_000_001, 8);
@@ -609,6 +611,8 @@ mod tests {
                 is_parent: false,
                 policy: crate::model::PoolPolicy::Proportional,
                 proportional_target: Some(resources(&[("nvidia.com/gpu", "4")])),
+                guaranteed_share: Some(0.25),
+                guarantee_scaled: true,
             }],
             jobs: BTreeMap::from([(JobState::Queued, 2), (JobState::Running, 1)]),
             usage: BTreeMap::from([(crate::model::PoolName::default_pool(), 0.3125)]),

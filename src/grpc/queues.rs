@@ -383,9 +383,13 @@ mod tests {
     fn an_update_keeps_what_armada_s_queue_does_not_carry() {
         let mut stored = Queue::new("a".parse().unwrap(), 1.0);
         stored.resource_limits.insert(crate::model::ResourceName::cpu(), 0.5);
+        // Armada has no guarantee or preemption fence: they stay as set through REST.
+        stored.guaranteed = crate::model::Resources::parse([("cpu", "6")]).unwrap();
+        stored.preemption_policy = crate::model::PreemptionPolicy::Fence;
         let c = convoy_queue(&pb::Queue { name: "a".into(), priority_factor: 3.0, ..Default::default() }, Some(stored))
             .unwrap();
         assert_eq!(c.priority_factor, 3.0);
         assert_eq!(c.resource_limits.len(), 1);
+        assert_eq!((c.guaranteed.get("cpu"), c.preemption_policy), (6000, crate::model::PreemptionPolicy::Fence));
     }
 }

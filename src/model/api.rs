@@ -460,6 +460,15 @@ pub struct QueuePoolReport {
     /// pool's dominant resource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proportional_target: Option<Resources>,
+    /// With a guarantee (the queue's own, or its children's for a parent): the share of the pool
+    /// the queue is guaranteed in the cycle, after nesting and scaling, capped by its demand (0
+    /// to 1). Its share is at least this; the rest of the pool goes by fair share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guaranteed_share: Option<f64>,
+    /// True if the queue's guarantee was scaled down in proportion because the guarantees at its
+    /// level add up to more than the pool (or than its parent's guarantee).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guarantee_scaled: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

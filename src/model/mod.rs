@@ -34,6 +34,6 @@ pub use node::{Node, NodeFault, RESERVED_FOR_LABEL, parse_reserved_for, reserved
 pub use placement::{Labels, NodeAffinity, Taint, TaintEffect, Toleration};
 pub use pool_policy::PoolPolicy;
 pub use priority::PriorityClass;
-pub use queue::{FieldError, PriorityPolicy, Queue, SortPriority};
+pub use queue::{FieldError, PreemptionPolicy, PriorityPolicy, Queue, SortPriority};
 pub use requirements::{Requirements, SchedulingRequirements};
 pub use resources::Resources;

@@ -1,6 +1,7 @@
 //! Queues: the unit of fair share.
 
 use super::names::{PriorityClassName, QueueName, ResourceName};
+use super::resources::Resources;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,6 +56,45 @@ pub struct Queue {
     /// in its whole subtree); fair share alone decides.
     #[serde(default)]
     pub sort_priority: SortPriority,
+    /// Resources the queue is guaranteed in every pool (YuniKorn's `guaranteed`, Kueue's nominal
+    /// quota): its share is at least the smaller of this and its demand; the rest of the pool is
+    /// divided by fair share. A parent's guarantee is divided among its children. Guarantees
+    /// that add up to more than a pool are scaled down in proportion.
+    #[serde(default, skip_serializing_if = "Resources::is_zero")]
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub guaranteed: Resources,
+    /// `fence`: no job inside this queue's subtree displaces a job outside it by urgency
+    /// (priority-class preemption); fair-share eviction between subtrees is unchanged.
+    #[serde(default, skip_serializing_if = "PreemptionPolicy::is_default")]
+    pub preemption_policy: PreemptionPolicy,
+}
+
+/// Whether a queue's subtree may urgency-preempt jobs outside it (YuniKorn's
+/// `preemption.policy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptionPolicy {
+    /// Jobs of the subtree may displace lower-priority jobs anywhere in the pool.
+    #[default]
+    Default,
+    /// Jobs of the subtree displace by urgency only jobs inside it.
+    Fence,
+}
+
+impl PreemptionPolicy {
+    /// True for the default policy (left out of JSON, as queues before it had none).
+    pub fn is_default(&self) -> bool {
+        *self == PreemptionPolicy::Default
+    }
+}
+
+impl std::fmt::Display for PreemptionPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PreemptionPolicy::Default => "default",
+            PreemptionPolicy::Fence => "fence",
+        })
+    }
 }
 
 /// Whether a queue's subtree shows its priorities to the rest of the tree.
@@ -119,16 +159,25 @@ impl Queue {
             priority_offset: 0,
             priority_policy: PriorityPolicy::Default,
             sort_priority: SortPriority::Enabled,
+            guaranteed: Resources::new(),
+            preemption_policy: PreemptionPolicy::Default,
         }
     }
 
     /// True if the queue uses none of the tree's settings: no parent, no offset, no fence,
-    /// priorities sorted. A pool whose queues are all flat is scheduled as Armada does.
+    /// priorities sorted. A pool whose queues are all flat and have no policies
+    /// ([`Queue::has_policies`]) is scheduled as Armada does.
     pub fn is_flat(&self) -> bool {
         self.parent.is_none()
             && self.priority_offset == 0
             && self.priority_policy == PriorityPolicy::Default
             && self.sort_priority == SortPriority::Enabled
+    }
+
+    /// True if the queue has a guarantee or a preemption fence (stored beside the tree settings
+    /// since state schema 12).
+    pub fn has_policies(&self) -> bool {
+        !self.guaranteed.is_zero() || self.preemption_policy != PreemptionPolicy::Default
     }
 
     /// The queue's weight in fair share.
@@ -148,6 +197,9 @@ impl Queue {
             return Err(FieldError::new("parent", format!("queue {} cannot be its own parent", self.name)));
         }
         validate_fractions("resource_limits", &self.resource_limits)?;
+        if let Some((r, v)) = self.guaranteed.iter().find(|(_, v)| *v < 0) {
+            return Err(FieldError::new(format!("guaranteed.{r}"), format!("must not be negative, got {v}")));
+        }
         for (pc, f) in &self.resource_limits_by_priority_class {
             validate_fractions(&format!("resource_limits_by_priority_class.{pc}"), f)?;
         }
@@ -225,5 +277,32 @@ mod tests {
         let e = serde_json::from_str::<Queue>(r#"{"name": "a", "priority_offset": 3000000000}"#).unwrap_err();
         assert!(e.to_string().contains("i32"), "{e}");
         assert!(serde_json::from_str::<Queue>(r#"{"name": "a", "priority_policy": "wall"}"#).is_err());
+    }
+
+    #[test]
+    fn policies_default_parse_and_are_refused_by_field() {
+        let q: Queue = serde_json::from_str(r#"{"name": "a"}"#).unwrap();
+        assert!(!q.has_policies());
+        // Left out of JSON at their defaults, as queues before them had none.
+        let json = serde_json::to_value(&q).unwrap();
+        assert!(json.get("guaranteed").is_none() && json.get("preemption_policy").is_none(), "{json}");
+        let q: Queue = serde_json::from_str(
+            r#"{"name": "a", "guaranteed": {"cpu": "6", "memory": "8Gi"}, "preemption_policy": "fence"}"#,
+        )
+        .unwrap();
+        assert_eq!((q.guaranteed.get("cpu"), q.guaranteed.get("memory")), (6000, 8 << 30));
+        assert_eq!(q.preemption_policy, PreemptionPolicy::Fence);
+        assert!(q.has_policies() && q.is_flat());
+        assert!(q.validate().is_ok());
+        let json = serde_json::to_value(&q).unwrap();
+        assert_eq!(json["guaranteed"]["cpu"], "6");
+        assert_eq!(json["preemption_policy"], "fence");
+        let e = serde_json::from_str::<Queue>(r#"{"name": "a", "preemption_policy": "wall"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown variant"), "{e}");
+        let e = serde_json::from_str::<Queue>(r#"{"name": "a", "guaranteed": {"cpu": "lots"}}"#).unwrap_err();
+        assert!(e.to_string().contains("cpu"), "{e}");
+        let mut q = Queue::new(QueueName::new("a").unwrap(), 1.0);
+        q.guaranteed.set(ResourceName::cpu(), -1);
+        assert_eq!(q.validate().unwrap_err().field, "guaranteed.cpu");
     }
 }

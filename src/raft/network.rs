@@ -75,7 +75,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   configuration) and snapshots of state schema 10 (its meta rows).
 /// - 11: log format 11 (submissions with dependencies and retry policies) and snapshots of state
 ///   schema 11 (the `job_policies` table).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// - 12: log format 12 (queues with their guarantee and preemption policy) and snapshots of
+///   state schema 12 (the `queue_policies` meta row).
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -18,7 +18,7 @@ pub use wire::CommandRecord;
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
 use super::job_policy::SubmitPoliciesRecord;
-use super::queue::{QueueRecord, QueueTreeRecord};
+use super::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord};
 use super::schedule::{ScheduleInputsRecord, SchedulerConfigRecord};
 use super::usage::QueueUsageRecord;
 use crate::model::{
@@ -37,23 +37,29 @@ use std::collections::BTreeMap;
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
     Batch(Vec<Command>),
-    /// Creates a queue with its place in the queue tree. Written as
-    /// [`CommandRecord::CreateQueueInTree`]; [`CommandRecord::CreateQueue`] of older logs reads
-    /// as a top-level queue with default tree settings.
+    /// Creates a queue with its place in the queue tree, its guarantee and its preemption
+    /// policy. Written as [`CommandRecord::CreateQueueWithPolicies`];
+    /// [`CommandRecord::CreateQueue`] of older logs reads as a top-level queue with default tree
+    /// settings, [`CommandRecord::CreateQueueInTree`] as a queue without a guarantee or fence.
     CreateQueue {
         /// The new queue's settings.
         queue: QueueRecord,
         /// Its parent, priority offset and policies.
         tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
     },
-    /// Replaces a queue's settings, its place in the tree included. Written as
-    /// [`CommandRecord::UpdateQueueInTree`]; [`CommandRecord::UpdateQueue`] of older logs reads as
-    /// making the queue a top-level one with default settings (which every queue was then).
+    /// Replaces a queue's settings, its place in the tree and policies included. Written as
+    /// [`CommandRecord::UpdateQueueWithPolicies`]; [`CommandRecord::UpdateQueue`] of older logs
+    /// reads as making the queue a top-level one with default settings (which every queue was
+    /// then), [`CommandRecord::UpdateQueueInTree`] as leaving it without a guarantee or fence.
     UpdateQueue {
         /// The queue's new settings.
         queue: QueueRecord,
         /// Its parent, priority offset and policies.
         tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
     },
     /// Deletes a queue. Refused if the queue has non-terminal jobs, unless `force` (they are
     /// cancelled).
@@ -227,16 +233,16 @@ pub enum Command {
 }
 
 impl Command {
-    /// The command creating `queue`, with its place in the tree.
+    /// The command creating `queue`, with its place in the tree and its policies.
     pub fn create_queue(queue: crate::model::Queue) -> Self {
-        let tree = QueueTreeRecord::of(&queue);
-        Command::CreateQueue { queue: queue.into(), tree }
+        let (tree, policies) = (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue));
+        Command::CreateQueue { queue: queue.into(), tree, policies }
     }
 
     /// The command replacing `queue`'s settings, its place in the tree included.
     pub fn update_queue(queue: crate::model::Queue) -> Self {
-        let tree = QueueTreeRecord::of(&queue);
-        Command::UpdateQueue { queue: queue.into(), tree }
+        let (tree, policies) = (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue));
+        Command::UpdateQueue { queue: queue.into(), tree, policies }
     }
 }
 

@@ -63,7 +63,10 @@ pub use job_policy::{
     SubmitPoliciesRecord,
 };
 pub use placement::TaintRecord;
-pub use queue::{PriorityPolicyRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord, SortPriorityRecord};
+pub use queue::{
+    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord,
+    QueueTreeRecord, QueueTreesRecord, SortPriorityRecord,
+};
 pub use schedule::{
     ConfigRecordError, RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord, TokenBucketRecord, config_hash,
     short_hex,
@@ -120,7 +123,13 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// have any, beside the jobs (deleted with a job's purge) so that no `jobs` row changes;
 /// snapshots carry it ([`SnapshotRowRecord::JobPolicies`]). Migration 11 makes the table, empty:
 /// jobs submitted before have neither.
-pub const STATE_SCHEMA_VERSION: u32 = 11;
+///
+/// 12 adds the `queue_policies` meta row (a [`QueuePoliciesByQueueRecord`]: the guarantee and
+/// preemption policy of every queue that has either), which snapshots carry as a meta row. The
+/// `queues` rows and the `queue_tree` row are unchanged (a queue absent from the new row has no
+/// guarantee and no fence, as every queue of an older database), so migration 12 converts
+/// nothing; the bump makes an older binary refuse a database or snapshot that may hold the row.
+pub const STATE_SCHEMA_VERSION: u32 = 12;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -158,7 +167,11 @@ pub const STATE_SCHEMA_VERSION: u32 = 11;
 /// - 11: [`CommandRecord::SubmitWithPolicies`] (jobs with their dependencies and retry policies),
 ///   added at the end of the commands in the same way (peer protocol 11). The leader proposes it
 ///   only for a submission that has a dependency or a retry policy.
-pub const LOG_FORMAT_VERSION: u32 = 11;
+/// - 12: [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
+///   (queues with their guarantee and preemption policy, [`QueuePoliciesRecord`]), added at the
+///   end of the commands in the same way (peer protocol 12). Older queue commands read as queues
+///   without a guarantee or fence.
+pub const LOG_FORMAT_VERSION: u32 = 12;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

@@ -1,6 +1,8 @@
 //! The stored queue (`queues` rows, and the queue commands of the log).
 
-use crate::model::{PriorityClassName, PriorityPolicy, Queue, QueueName, ResourceName, SortPriority};
+use crate::model::{
+    PreemptionPolicy, PriorityClassName, PriorityPolicy, Queue, QueueName, ResourceName, Resources, SortPriority,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -42,6 +44,8 @@ impl From<Queue> for QueueRecord {
             priority_offset: _,
             priority_policy: _,
             sort_priority: _,
+            guaranteed: _,
+            preemption_policy: _,
         } = q;
         QueueRecord {
             name,
@@ -82,6 +86,8 @@ impl From<QueueRecord> for Queue {
             priority_offset: 0,
             priority_policy: PriorityPolicy::Default,
             sort_priority: SortPriority::Enabled,
+            guaranteed: Resources::new(),
+            preemption_policy: PreemptionPolicy::Default,
         }
     }
 }
@@ -166,5 +172,66 @@ impl QueueTreeRecord {
 pub(crate) fn queue_in_tree(queue: QueueRecord, tree: QueueTreeRecord) -> Queue {
     let mut q = Queue::from(queue);
     tree.apply_to(&mut q);
+    q
+}
+
+/// A queue's guarantee and preemption fence. Format: state schema 12 (in the `queue_policies`
+/// meta row, [`QueuePoliciesByQueueRecord`]), log format 12
+/// ([`super::CommandRecord::CreateQueueWithPolicies`],
+/// [`super::CommandRecord::UpdateQueueWithPolicies`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuePoliciesRecord {
+    /// Guaranteed resources (fixed-point amounts: cpu in millicores, memory in bytes, others in
+    /// milli-units); empty: none.
+    pub guaranteed: BTreeMap<ResourceName, i64>,
+    /// Whether the subtree may urgency-preempt outside it.
+    pub preemption_policy: PreemptionPolicyRecord,
+}
+
+/// [`crate::model::PreemptionPolicy`]. Format: state schema 12, log format 12.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreemptionPolicyRecord {
+    /// Urgency preemption anywhere.
+    #[default]
+    Default,
+    /// No urgency preemption from inside the subtree to outside it.
+    Fence,
+}
+
+/// The `queue_policies` meta row: the policies of every queue that has any (a queue absent from
+/// it has no guarantee and no fence). Format: state schema 12.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuePoliciesByQueueRecord {
+    /// By queue name.
+    pub queues: BTreeMap<QueueName, QueuePoliciesRecord>,
+}
+
+impl QueuePoliciesRecord {
+    /// The policies of a queue.
+    pub fn of(q: &Queue) -> Self {
+        QueuePoliciesRecord {
+            guaranteed: q.guaranteed.clone().into_map(),
+            preemption_policy: match q.preemption_policy {
+                PreemptionPolicy::Default => PreemptionPolicyRecord::Default,
+                PreemptionPolicy::Fence => PreemptionPolicyRecord::Fence,
+            },
+        }
+    }
+
+    /// Sets these policies on a queue.
+    pub fn apply_to(self, q: &mut Queue) {
+        let QueuePoliciesRecord { guaranteed, preemption_policy } = self;
+        q.guaranteed = Resources::from_map(guaranteed);
+        q.preemption_policy = match preemption_policy {
+            PreemptionPolicyRecord::Default => PreemptionPolicy::Default,
+            PreemptionPolicyRecord::Fence => PreemptionPolicy::Fence,
+        };
+    }
+}
+
+/// A queue with its tree settings and policies, from the three records a command carries.
+pub(crate) fn queue_with_policies(queue: QueueRecord, tree: QueueTreeRecord, policies: QueuePoliciesRecord) -> Queue {
+    let mut q = queue_in_tree(queue, tree);
+    policies.apply_to(&mut q);
     q
 }

@@ -1130,6 +1130,51 @@ fn job_policies_row() -> SnapshotRowRecord {
     SnapshotRowRecord::JobPolicies { job: jid(2).as_u128().to_be_bytes(), value: encode(&policies).unwrap() }
 }
 
+/// Policies using every field: a guarantee of several resources (values that need more than 32
+/// bits among them) and a fence.
+fn queue_policies() -> QueuePoliciesByQueueRecord {
+    QueuePoliciesByQueueRecord {
+        queues: [
+            (
+                qn("physics"),
+                QueuePoliciesRecord {
+                    guaranteed: quantities(&[("cpu", 6_000), ("memory", 64 << 30), ("nvidia.com/gpu", 2_000)]),
+                    preemption_policy: PreemptionPolicyRecord::Fence,
+                },
+            ),
+            (
+                qn("science"),
+                QueuePoliciesRecord { guaranteed: BTreeMap::new(), preemption_policy: PreemptionPolicyRecord::Fence },
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+fn format_12_commands() -> Vec<(&'static str, CommandRecord)> {
+    let trees = queue_trees().queues;
+    let policies = queue_policies().queues;
+    vec![
+        (
+            "command-create-queue-with-policies",
+            CommandRecord::CreateQueueWithPolicies {
+                queue: queue(),
+                tree: trees[&qn("physics")].clone(),
+                policies: policies[&qn("physics")].clone(),
+            },
+        ),
+        (
+            "command-update-queue-with-policies",
+            CommandRecord::UpdateQueueWithPolicies {
+                queue: plain_queue("science"),
+                tree: trees[&qn("science")].clone(),
+                policies: policies[&qn("science")].clone(),
+            },
+        ),
+    ]
+}
+
 #[test]
 fn log_format_11_commands() {
     // Format 11 only added this command, at the end: every older command is format 11's byte
@@ -1137,6 +1182,17 @@ fn log_format_11_commands() {
     for (name, cmd) in format_11_commands() {
         golden(&format!("log-v11/{name}.bin"), &cmd);
     }
+}
+
+#[test]
+fn log_format_12_commands() {
+    // Format 12 only added these commands, at the end: every older command is format 12's byte
+    // for byte, and an older queue command reads as a queue without a guarantee or fence.
+    for (name, cmd) in format_12_commands() {
+        golden(&format!("log-v12/{name}.bin"), &cmd);
+    }
+    let old: Command = decode(&fixture("log-v6/command-create-queue-in-tree.bin")).unwrap();
+    assert!(matches!(old, Command::CreateQueue { policies, .. } if policies == none()));
 }
 
 #[test]
@@ -1149,6 +1205,23 @@ fn state_schema_11_rows() {
     golden::<super::job_policy::JobPoliciesRecord>("state-v11/job-policies.bin", &decode(value).unwrap());
     golden("state-v11/row-job-policies.bin", &row);
     assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v11/row-job-policies.bin"));
+}
+
+#[test]
+fn state_schema_12_rows() {
+    // Schema 12 only added one meta row, the queues' policies; snapshots carry it as a meta row.
+    golden("state-v12/meta-queue-policies.bin", &queue_policies());
+    let row =
+        SnapshotRowRecord::Meta { key: "queue_policies".into(), value: fixture("state-v12/meta-queue-policies.bin") };
+    golden("state-v12/row-meta-queue-policies.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v12/row-meta-queue-policies.bin"));
+    // The domain value goes through the records unchanged.
+    let policies = queue_policies();
+    let mut q = Queue::from(queue());
+    policies.queues[&qn("physics")].clone().apply_to(&mut q);
+    assert_eq!(QueuePoliciesRecord::of(&q), policies.queues[&qn("physics")]);
+    assert_eq!(QueueRecord::from(q.clone()), queue());
+    assert_eq!((q.guaranteed.get("cpu"), q.preemption_policy), (6_000, PreemptionPolicy::Fence));
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -1169,6 +1242,7 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
     all.extend(format_9_commands().into_iter().map(in_dir("log-v9")));
     all.extend(format_10_commands().into_iter().map(in_dir("log-v10")));
     all.extend(format_11_commands().into_iter().map(in_dir("log-v11")));
+    all.extend(format_12_commands().into_iter().map(in_dir("log-v12")));
     all
 }
 
@@ -1177,8 +1251,12 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
 fn newest(cmd: Command) -> CommandRecord {
     match cmd {
         Command::Batch(cmds) => CommandRecord::Batch(cmds.into_iter().map(newest).collect()),
-        Command::CreateQueue { queue, tree } => CommandRecord::CreateQueueInTree { queue, tree },
-        Command::UpdateQueue { queue, tree } => CommandRecord::UpdateQueueInTree { queue, tree },
+        Command::CreateQueue { queue, tree, policies } => {
+            CommandRecord::CreateQueueWithPolicies { queue, tree, policies }
+        }
+        Command::UpdateQueue { queue, tree, policies } => {
+            CommandRecord::UpdateQueueWithPolicies { queue, tree, policies }
+        }
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
         Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
             CommandRecord::SubmitWithPolicies { queue, job_set, at_ms, owner, jobs }
@@ -1230,6 +1308,11 @@ fn top_level() -> QueueTreeRecord {
     }
 }
 
+/// The policies every queue had before log format 11: no guarantee, no fence.
+fn none() -> QueuePoliciesRecord {
+    QueuePoliciesRecord { guaranteed: BTreeMap::new(), preemption_policy: PreemptionPolicyRecord::Default }
+}
+
 /// A run event of a form without pods or usage.
 fn without_pod(report: RunReport, node_fault: Option<NodeFaultRecord>) -> UsageRunReport {
     UsageRunReport { event: PodRunReport { event: FaultedRunReport { report, node_fault }, pod: None }, usage: None }
@@ -1256,8 +1339,30 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
     let quarantine_off = QuarantinePolicyRecord { max_failures: 0, window_ms: 0, duration_ms: 0 };
     let pod = PodRecord { name: "armada-x-0".into(), namespace: "ml-team".into(), uid: "uid-1".into() };
     vec![
-        ("log-v1/command-create-queue.bin", Command::CreateQueue { queue: queue(), tree: top_level() }),
-        ("log-v1/command-update-queue.bin", Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level() }),
+        (
+            "log-v1/command-create-queue.bin",
+            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none() },
+        ),
+        (
+            "log-v1/command-update-queue.bin",
+            Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none() },
+        ),
+        (
+            "log-v6/command-create-queue-in-tree.bin",
+            Command::CreateQueue {
+                queue: queue(),
+                tree: queue_trees().queues[&qn("physics")].clone(),
+                policies: none(),
+            },
+        ),
+        (
+            "log-v6/command-update-queue-in-tree.bin",
+            Command::UpdateQueue {
+                queue: plain_queue("science"),
+                tree: queue_trees().queues[&qn("science")].clone(),
+                policies: none(),
+            },
+        ),
         ("log-v1/command-submit.bin", current_submit()),
         (
             "log-v1/command-run-events.bin",
@@ -1276,7 +1381,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
         (
             "log-v1/command-batch.bin",
             Command::Batch(vec![
-                Command::CreateQueue { queue: plain_queue("a"), tree: top_level() },
+                Command::CreateQueue { queue: plain_queue("a"), tree: top_level(), policies: none() },
                 Command::Batch(vec![Command::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
             ]),
         ),

@@ -93,6 +93,7 @@ impl<'a> PoolCycle<'a> {
         let mut cycle = PoolCycle::empty(view, queues);
         cycle.tree =
             Hierarchy::build(&cycle.queues, cycle.view().default_priority(), cycle.view().layout.zero(), false);
+        cycle.fences = cycle.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         let mut interner = Interner::default();
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner, now_ms);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);

@@ -12,7 +12,7 @@
 use super::decisions::Reason;
 use super::eviction::{Eviction, EvictionRounds};
 use super::gang_domains::GangDomains;
-use super::hierarchy::Hierarchy;
+use super::hierarchy::{Fences, Hierarchy};
 use super::job::{CycleJob, CycleJobs, Fate, GangIndex, JobFacts, Origin};
 use super::ledger::Ledger;
 use super::min_runtime::MinRuntime;
@@ -62,6 +62,11 @@ pub(super) struct PoolCycle<'a> {
     pub policy: Option<Box<PolicyState>>,
     /// How long each running job is spared preemption, and whom eviction spared.
     pub min_runtime: MinRuntime,
+    /// The queue tree's preemption fences, if any queue has one ([`super::fence`]).
+    pub fences: Option<Box<Fences>>,
+    /// The preemption fence (its queue) that stopped the last placement tried, if one did
+    /// ([`super::fence`]): the job's reason names it.
+    pub fence_stop: Option<u32>,
 }
 
 /// What every step of the cycle needs: adding jobs, their requests, their gangs, their reasons.
@@ -82,6 +87,8 @@ impl<'a> PoolCycle<'a> {
             tree: None,
             policy: None,
             min_runtime: MinRuntime::default(),
+            fences: None,
+            fence_stop: None,
         }
     }
 

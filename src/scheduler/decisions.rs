@@ -166,6 +166,14 @@ pub enum Reason {
         /// When the back-off ends (ms since the epoch, the leader's clock).
         until_ms: i64,
     },
+    /// The job fits only by urgency-preempting jobs outside the preemption fence around its
+    /// queue (`preemption_policy = fence`), which it may not do.
+    PreemptionFence {
+        /// The pool tried.
+        pool: PoolName,
+        /// The fenced queue (the job's queue or an ancestor).
+        fence: QueueName,
+    },
     /// In a `proportional` pool: the job would take its queue above its target.
     ProportionalTarget {
         /// The job's queue.
@@ -259,6 +267,11 @@ impl fmt::Display for Reason {
                     if names.is_empty() { "(none of this pool's)".to_string() } else { names.join(", ") }
                 )
             }
+            Reason::PreemptionFence { pool, fence } => write!(
+                f,
+                "no room in pool {pool} without preempting jobs outside queue {fence}, whose preemption fence stops \
+                 its jobs from displacing them (preemption_policy = fence)"
+            ),
             Reason::BehindHigherPriority { pool, job, priority } => {
                 write!(f, "behind higher-priority pending job {job} (priority {priority}) in pool {pool}")
             }
@@ -491,6 +504,14 @@ pub struct QueueShare {
     pub is_parent: bool,
     /// In a `proportional` pool: the queue's target of the resource divided.
     pub proportional_target: Option<Resources>,
+    /// With a guarantee (its own, or its children's for a parent): its guarantee floor in the
+    /// cycle as a share of the pool, after nesting and scaling, capped by its demand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guaranteed_share: Option<f64>,
+    /// True if its guarantee was scaled down because the guarantees at its level add up to more
+    /// than the pool (or than its parent's guarantee).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub guarantee_scaled: bool,
 }
 
 /// One floating resource of a pool after a cycle.

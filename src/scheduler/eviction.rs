@@ -4,7 +4,10 @@
 //! preemptible class whose queue is above its protected share is evicted, and gangs go whole. A
 //! queue's protected share is, as in Armada, `protected_fraction_of_fair_share` times the larger
 //! of its fair share (`weight / Σ weights` of the active queues) and its adjusted (demand-capped)
-//! fair share: a heavily weighted queue that asks for little keeps what it has. Evicted jobs
+//! fair share: a heavily weighted queue that asks for little keeps what it has. With guaranteed
+//! resources both shares are raised to the queue's guarantee floor and the others' lowered
+//! ([`super::guarantee`]), so a queue below its guarantee evicts the preemptible jobs of queues
+//! holding more than the larger of their guarantee and their fair share. Evicted jobs
 //! leave their queue's allocation, go to the front of their queue and still occupy their node (at
 //! a level that only jobs of their priority or higher may take), ranked by the order in which
 //! they would return ([`super::return_order`]), until progressive filling either puts them back
@@ -284,7 +287,7 @@ impl Eviction<'_, '_> {
         let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
         let demands: Vec<f64> = demand.iter().map(|d| self.view.cost.share(d)).collect();
         let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        Some(tree.shares(&weights, &demands, &active).1)
+        Some(tree.shares(&weights, &demands, &active).adjusted)
     }
 
     /// Job `j`'s dense requests.

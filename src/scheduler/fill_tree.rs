@@ -14,21 +14,30 @@ impl<'a> PoolCycle<'a> {
     #[cfg(test)]
     pub(super) fn force_tree(&mut self) {
         self.tree = Hierarchy::build(&self.queues, self.view().default_priority(), self.view().layout.zero(), true);
+        self.fences = self.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         self.tree_shares();
     }
 
     /// Sets every queue's fair share and adjusted fair share through the tree (parents included,
     /// for the report). Called by `compute_shares` when the pool has a tree.
     pub(super) fn tree_shares(&mut self) {
-        let Some(tree) = self.tree.take() else { return };
+        let Some(mut tree) = self.tree.take() else { return };
         let weights: Vec<f64> = self.queues.iter().map(|q| 1.0 / q.priority_factor).collect();
         let demands: Vec<f64> = self.queues.iter().map(|q| self.view().cost.share(&q.demand)).collect();
         let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
-        let (plain, adjusted) = tree.shares(&weights, &demands, &active);
+        if self.queues.iter().any(|q| !q.snap.queue.guaranteed.is_zero()) {
+            let view = self.view();
+            let own = self.queues.iter().map(|q| view.cost.share(&view.layout.dense_lossy(&q.snap.queue.guaranteed)));
+            tree.set_guarantees(own.collect());
+        }
+        let shares = tree.shares(&weights, &demands, &active);
+        tree.set_floors(&shares.floor);
         for (i, q) in self.queues.iter_mut().enumerate() {
-            q.fair_share = plain[i];
-            q.adjusted_fair_share = adjusted[i];
+            q.fair_share = shares.plain[i];
+            q.adjusted_fair_share = shares.adjusted[i];
             q.overshare = q.actual_share - q.adjusted_fair_share;
+            q.guaranteed_share = shares.floor[i];
+            q.guarantee_scaled = shares.scaled[i];
         }
         self.tree = Some(tree);
     }

@@ -168,7 +168,11 @@ impl PoolCycle<'_> {
                 None => {
                     if trial.first_failure.is_none() {
                         let prio = self.jobs[m as usize].priority_level;
-                        trial.first_failure = Some(Arc::new(self.no_capacity_reason(&types, req, prio)));
+                        let reason = match self.fence_stop.take() {
+                            Some(fence) => self.fence_reason(fence),
+                            None => self.no_capacity_reason(&types, req, prio),
+                        };
+                        trial.first_failure = Some(Arc::new(reason));
                     }
                 }
             }

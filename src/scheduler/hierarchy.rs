@@ -18,15 +18,19 @@
 //!   allocation with the candidate added, times its priority factor), then the name; the leaf
 //!   reached offers its next candidate.
 //!
-//! Urgency preemption still compares priority-class priorities: offsets and fences only order.
+//! Urgency preemption still compares priority-class priorities: offsets and priority fences only
+//! order. A `preemption_policy = fence` queue keeps its subtree's urgency preemption inside it
+//! ([`Fences`]; placement enforces it, [`super::fence`]). Guaranteed resources are floors of the
+//! shares at every level ([`super::guarantee`]).
 //!
 //! This file holds the tree, its shares and its picks; the cycle's steps through it (filling,
 //! shares, reports) are in `fill_tree.rs`.
 
 use super::fairness::{CostModel, water_fill};
+use super::guarantee::{below_floor_cost, effective_guarantees, water_fill_floored};
 use super::queue::{CycleQueue, Turn};
 use super::resvec::{ResVec, add_to};
-use crate::model::{PriorityPolicy, QueueName, SortPriority};
+use crate::model::{PreemptionPolicy, PriorityPolicy, QueueName, SortPriority};
 use std::collections::BTreeMap;
 
 #[cfg(test)]
@@ -69,6 +73,55 @@ pub(super) struct Hierarchy {
     /// Each queue's priority as its parent saw it at the cycle's first pick.
     first_priorities: BTreeMap<QueueName, i32>,
     recorded: bool,
+    /// Each queue's configured guarantee as a share of the pool (0: none); all 0 when no queue
+    /// has one.
+    guarantee: Vec<f64>,
+    /// Each queue's guarantee floor in this cycle (its guarantee after nesting and scaling,
+    /// capped by its demand), which orders it first while its share is below it.
+    floor: Vec<f64>,
+    /// The preemption fences, if any queue has one.
+    fences: Option<Fences>,
+}
+
+/// The preemption fences of a pool's queue tree (`preemption_policy = fence`), kept by the cycle
+/// apart from the tree, which progressive filling holds while it places jobs.
+#[derive(Debug, Clone)]
+pub(super) struct Fences {
+    /// The innermost fenced queue at or above each queue, or [`ROOT`].
+    fence_root: Vec<u32>,
+    /// Each queue's position in pre-order and the size of its subtree: `q` is inside `f`'s
+    /// subtree when `enter[f] <= enter[q] < enter[f] + size[f]`.
+    enter: Vec<u32>,
+    size: Vec<u32>,
+}
+
+impl Fences {
+    /// The innermost preemption fence at or above queue `q`, if any.
+    #[inline]
+    pub(super) fn fence_of(&self, q: u32) -> Option<u32> {
+        let f = self.fence_root[q as usize];
+        (f != ROOT).then_some(f)
+    }
+
+    /// True if queue `q` is in the subtree of queue `f` (itself included).
+    #[inline]
+    pub(super) fn within(&self, f: u32, q: u32) -> bool {
+        let (e, s) = (self.enter[f as usize], self.size[f as usize]);
+        (e..e + s).contains(&self.enter[q as usize])
+    }
+}
+
+/// Shares through the tree, per queue (parents get their subtree's).
+#[derive(Debug, Clone, Default)]
+pub(super) struct TreeShares {
+    /// Fair shares: weights divided level by level (above the guarantee floors, if any).
+    pub plain: Vec<f64>,
+    /// Demand-capped (water-filled) fair shares, above the guarantee floors.
+    pub adjusted: Vec<f64>,
+    /// Guarantee floors: the guarantee after nesting and scaling, capped by demand.
+    pub floor: Vec<f64>,
+    /// Whether the queue's guarantee was scaled down because its level's add up to more.
+    pub scaled: Vec<bool>,
 }
 
 /// One option at a node of the tree: where it leads, its priority and its cost.
@@ -90,7 +143,7 @@ impl Hierarchy {
         zero: ResVec,
         force: bool,
     ) -> Option<Box<Hierarchy>> {
-        if !force && queues.iter().all(|q| q.snap.queue.is_flat()) {
+        if !force && queues.iter().all(|q| q.snap.queue.is_flat() && !q.snap.queue.has_policies()) {
             return None;
         }
         let n = queues.len();
@@ -116,6 +169,7 @@ impl Hierarchy {
             queues.iter().map(|q| q.snap.queue.priority_policy == PriorityPolicy::Fence).collect(),
             queues.iter().map(|q| q.snap.queue.priority_offset).collect(),
             queues.iter().map(|q| q.snap.queue.sort_priority == SortPriority::Disabled).collect(),
+            queues.iter().map(|q| q.snap.queue.preemption_policy == PreemptionPolicy::Fence).collect(),
             default_priority,
             zero,
         )))
@@ -127,6 +181,7 @@ impl Hierarchy {
         fence: Vec<bool>,
         offset: Vec<i32>,
         sort_disabled: Vec<bool>,
+        preemption_fence: Vec<bool>,
         default_priority: i32,
         zero: ResVec,
     ) -> Hierarchy {
@@ -152,11 +207,26 @@ impl Hierarchy {
             }
         }
         let mut sort_off = vec![false; n];
+        let mut fence_root = vec![ROOT; n];
         for &v in post.iter().rev() {
-            let p = parent[v as usize];
-            sort_off[v as usize] = sort_disabled[v as usize] || (p != ROOT && sort_off[p as usize]);
+            let (vi, p) = (v as usize, parent[v as usize]);
+            sort_off[vi] = sort_disabled[vi] || (p != ROOT && sort_off[p as usize]);
+            fence_root[vi] = if preemption_fence[vi] {
+                v
+            } else if p != ROOT {
+                fence_root[p as usize]
+            } else {
+                ROOT
+            };
         }
+        let fences = preemption_fence.iter().any(|f| *f).then(|| {
+            let (enter, size) = pre_order(&post, &parent, &roots, &children);
+            Fences { fence_root, enter, size }
+        });
         Hierarchy {
+            guarantee: vec![0.0; n],
+            floor: vec![0.0; n],
+            fences,
             fence,
             offset,
             sort_off,
@@ -179,7 +249,7 @@ impl Hierarchy {
     pub(super) fn of_parents(parents: &[Option<usize>]) -> Hierarchy {
         let n = parents.len();
         let parent = parents.iter().map(|p| p.map_or(ROOT, |p| p as u32)).collect();
-        Self::assemble(parent, vec![false; n], vec![0; n], vec![false; n], 0, ResVec::new())
+        Self::assemble(parent, vec![false; n], vec![0; n], vec![false; n], vec![false; n], 0, ResVec::new())
     }
 
     /// True if queue `q` has children.
@@ -213,9 +283,23 @@ impl Hierarchy {
         base.saturating_add(self.offset[v as usize])
     }
 
-    /// Hierarchical fair shares: per queue, `(fair share, adjusted fair share)`, from each
-    /// queue's own demand share and whether it is active. Parents get their subtree's shares.
-    pub(super) fn shares(&self, weights: &[f64], own_demand: &[f64], own_active: &[bool]) -> (Vec<f64>, Vec<f64>) {
+    /// Sets each queue's configured guarantee as a share of the pool (0: none).
+    pub(super) fn set_guarantees(&mut self, shares: Vec<f64>) {
+        self.guarantee = shares;
+    }
+
+    /// Keeps the guarantee floors that order progressive filling in this cycle.
+    pub(super) fn set_floors(&mut self, floor: &[f64]) {
+        self.floor.clone_from_slice(floor);
+    }
+
+    /// The preemption fences, if any queue has one.
+    pub(super) fn fences(&self) -> Option<&Fences> {
+        self.fences.as_ref()
+    }
+
+    /// Hierarchical fair shares from each queue's own demand share and whether it is active.
+    pub(super) fn shares(&self, weights: &[f64], own_demand: &[f64], own_active: &[bool]) -> TreeShares {
         let n = self.parent.len();
         let mut demand = own_demand.to_vec();
         let mut active = own_active.to_vec();
@@ -226,16 +310,30 @@ impl Hierarchy {
                 active[p as usize] |= active[v as usize];
             }
         }
+        let (floor, scaled) = if self.guarantee.iter().any(|g| *g > 0.0) {
+            let (eff, scaled) = effective_guarantees(&self.guarantee, &self.roots, &self.children, &self.post);
+            let floor: Vec<f64> = (0..n).map(|v| if active[v] { eff[v].min(demand[v]) } else { 0.0 }).collect();
+            (floor, scaled)
+        } else {
+            (vec![0.0; n], vec![false; n])
+        };
         let mut plain = vec![0.0; n];
         let mut adjusted = vec![0.0; n];
         let divide = |kids: &[u32], total_plain: f64, total_adjusted: f64, plain: &mut [f64], adj: &mut [f64]| {
             let live: Vec<u32> = kids.iter().copied().filter(|&c| active[c as usize]).collect();
             let w: Vec<f64> = live.iter().map(|&c| weights[c as usize]).collect();
             let d: Vec<f64> = live.iter().map(|&c| demand[c as usize]).collect();
+            let f: Vec<f64> = live.iter().map(|&c| floor[c as usize]).collect();
             let sum_w: f64 = w.iter().sum();
-            let filled = water_fill(total_adjusted, &w, &d);
+            let (plain_of, filled) = if f.iter().any(|x| *x > 0.0) {
+                let unbounded = vec![f64::INFINITY; live.len()];
+                (water_fill_floored(total_plain, &w, &unbounded, &f), water_fill_floored(total_adjusted, &w, &d, &f))
+            } else {
+                let p = w.iter().map(|wk| if sum_w > 0.0 { wk / sum_w * total_plain } else { 0.0 }).collect();
+                (p, water_fill(total_adjusted, &w, &d))
+            };
             for (k, &c) in live.iter().enumerate() {
-                plain[c as usize] = if sum_w > 0.0 { w[k] / sum_w * total_plain } else { 0.0 };
+                plain[c as usize] = plain_of[k];
                 adj[c as usize] = filled[k];
             }
         };
@@ -247,7 +345,7 @@ impl Hierarchy {
                 divide(kids, p, a, &mut plain, &mut adjusted);
             }
         }
-        (plain, adjusted)
+        TreeShares { plain, adjusted, floor, scaled }
     }
 
     /// Starts progressive filling through the tree: the first pick recomputes every queue.
@@ -340,11 +438,19 @@ impl Hierarchy {
         for &c in kids {
             let ci = c as usize;
             let Some((leaf, priority)) = tree.offer[ci] else { continue };
+            let floor = tree.floor[ci];
             let cost = if tree.children[ci].is_empty() {
-                turns[ci].map_or(f64::INFINITY, |t| t.cost_after)
+                let below = match (&queues[ci].current, floor > 0.0) {
+                    (Some(cand), true) => below_floor_cost(cost.share_with(&queues[ci].alloc, &cand.req), floor),
+                    _ => None,
+                };
+                below.unwrap_or_else(|| turns[ci].map_or(f64::INFINITY, |t| t.cost_after))
             } else {
                 match &queues[leaf as usize].current {
-                    Some(cand) => cost.share_with(&tree.alloc[ci], &cand.req) * queues[ci].priority_factor,
+                    Some(cand) => {
+                        let after = cost.share_with(&tree.alloc[ci], &cand.req);
+                        below_floor_cost(after, floor).unwrap_or(after * queues[ci].priority_factor)
+                    }
                     None => f64::INFINITY,
                 }
             };
@@ -352,6 +458,27 @@ impl Hierarchy {
         }
         (best, highest)
     }
+}
+
+/// Each queue's position in a pre-order walk of the tree and the size of its subtree.
+fn pre_order(post: &[u32], parent: &[u32], roots: &[u32], children: &[Vec<u32>]) -> (Vec<u32>, Vec<u32>) {
+    let n = parent.len();
+    let mut size = vec![1u32; n];
+    for &v in post {
+        let p = parent[v as usize];
+        if p != ROOT {
+            size[p as usize] += size[v as usize];
+        }
+    }
+    let mut enter = vec![0u32; n];
+    let mut next = 0u32;
+    let mut stack: Vec<u32> = roots.iter().rev().copied().collect();
+    while let Some(v) = stack.pop() {
+        enter[v as usize] = next;
+        next += 1;
+        stack.extend(children[v as usize].iter().rev());
+    }
+    (enter, size)
 }
 
 /// `(&mut v[a], &v[b])` for `a != b`.

@@ -224,6 +224,8 @@ impl Outcome<'_, '_> {
                             r.set(self.view.layout.name(*s).clone(), t[i]);
                             r
                         }),
+                        guaranteed_share: guaranteed_share(q),
+                        guarantee_scaled: q.guarantee_scaled,
                     }
                 })
                 .collect(),
@@ -354,9 +356,17 @@ impl Outcome<'_, '_> {
                     parent: self.tree_parent_name(i as u32),
                     is_parent: true,
                     proportional_target: None,
+                    guaranteed_share: guaranteed_share(q),
+                    guarantee_scaled: q.guarantee_scaled,
                 };
                 (i, share)
             })
             .collect()
     }
+}
+
+/// The queue's guarantee floor for the report: shown for a queue with a guarantee of its own or
+/// one through its children.
+fn guaranteed_share(q: &super::queue::CycleQueue<'_>) -> Option<f64> {
+    (q.guaranteed_share > 0.0 || !q.snap.queue.guaranteed.is_zero()).then_some(q.guaranteed_share)
 }

@@ -234,6 +234,12 @@ impl PoolCycle<'_> {
         if self.try_place(j, &types, &req).is_some() {
             return true;
         }
+        if let Some(fence) = self.fence_stop.take() {
+            // Not cached: the verdict holds for the jobs inside this fence only.
+            let reason = Arc::new(self.fence_reason(fence));
+            self.set_reason(j, reason);
+            return false;
+        }
         let reason = match self.earmark_reason(j, &req) {
             Some(r) => Arc::new(r),
             None => Arc::new(self.no_capacity_reason(&types, &req, self.jobs[j as usize].priority_level)),
@@ -254,31 +260,43 @@ impl PoolCycle<'_> {
         if self.view().earmarks.active() {
             return self.try_place_earmarked(j, types, req);
         }
+        if self.fences.is_some()
+            && let Some(fence) = self.fence_for(j)
+        {
+            return self.try_place_fenced(j, fence, types, req);
+        }
         let job = &self.jobs[j as usize];
         let (q, max) = (job.queue, self.view().levels.max_search_level(job.priority_level as usize));
         for l in 0..=max {
             if self.db.level_is_redundant(l) {
                 continue;
             }
-            let found = if l == 0 {
-                self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
-            } else if self.view().levels.is_eviction_level(l) {
-                match self.fair_share_node(l, types, req) {
-                    Some(n) => {
-                        let queues = &self.queues;
-                        Some((n, self.db.victims(n, l, req, |q| queues[q as usize].overshare)))
-                    }
-                    None => self.least_harmful_node(l, types, q, req),
-                }
-            } else {
-                self.least_harmful_node(l, types, q, req)
-            };
-            if let Some((n, victims)) = found {
+            if let Some((n, victims)) = self.level_choice(l, types, q, req) {
                 self.place_displacing(j, n, req, victims);
                 return Some(l);
             }
         }
         None
+    }
+
+    /// The node a job of queue `q` takes at level `l`, with the jobs it displaces there: what
+    /// is free at level 0; at an eviction level the places of the evicted jobs that would return
+    /// last; else where displacing does the least harm.
+    #[inline]
+    pub(super) fn level_choice(&mut self, l: u8, types: &[u32], q: u32, req: &ResVec) -> Option<(u32, Vec<u32>)> {
+        if l == 0 {
+            self.db.find(l, types, q, req).map(|n| (n, Vec::new()))
+        } else if self.view().levels.is_eviction_level(l) {
+            match self.fair_share_node(l, types, req) {
+                Some(n) => {
+                    let queues = &self.queues;
+                    Some((n, self.db.victims(n, l, req, |q| queues[q as usize].overshare)))
+                }
+                None => self.least_harmful_node(l, types, q, req),
+            }
+        } else {
+            self.least_harmful_node(l, types, q, req)
+        }
     }
 
     /// Where placing at displacing level `level` does the least harm, among the
@@ -514,8 +532,16 @@ impl PoolCycle<'_> {
         let max = self.view().levels.max_search_level(self.jobs[e as usize].priority_level as usize);
         // A guest goes back only where nothing has to move (it never displaces a job at home).
         let max = if self.view().earmarks.is_guest(node, self.jobs[e as usize].queue) { 0 } else { max };
+        let fence = if self.fences.is_some() { self.fence_for(e) } else { None };
         for l in 0..=max {
             if !self.db.level_is_redundant(l) && self.db.fits_at(node, l, &req) {
+                if let Some(f) = fence {
+                    let queues = &self.queues;
+                    let victims = self.db.victims(node, l, &req, |q| queues[q as usize].overshare);
+                    if !self.fence_allows(f, &victims) {
+                        continue;
+                    }
+                }
                 self.place(e, node, l, &req);
                 return true;
             }

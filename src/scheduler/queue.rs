@@ -71,6 +71,12 @@ pub(super) struct CycleQueue<'a> {
     pub usage_offset: f64,
     /// Never found above its protected share in this cycle, so fair-share eviction spared it.
     pub protected: bool,
+    /// Its guarantee floor as a share of the pool (0: none): the guarantee after nesting and
+    /// scaling, capped by demand ([`super::guarantee`]).
+    pub guaranteed_share: f64,
+    /// Whether its guarantee was scaled down because its level's add up to more than they
+    /// divide.
+    pub guarantee_scaled: bool,
 }
 
 impl<'a> CycleQueue<'a> {
@@ -109,6 +115,8 @@ impl<'a> CycleQueue<'a> {
             usage: 0.0,
             usage_offset: 0.0,
             protected: true,
+            guaranteed_share: 0.0,
+            guarantee_scaled: false,
         }
     }
 }

@@ -168,6 +168,25 @@ fn quarantine_metrics(r: &mut Registry, st: &crate::state::State, cfg: &crate::s
     }
 }
 
+/// Per queue with a guarantee and pool: the guaranteed share of the last cycle, and whether it
+/// was scaled down because the guarantees add up to more than the pool.
+fn guarantee_metrics(r: &mut Registry, s: &SchedulingView) {
+    let help = "Share of the pool a queue is guaranteed in the last cycle (after nesting and scaling, capped by \
+                demand), per queue with a guarantee and pool.";
+    let shares = family(r, "convoy_queue_guaranteed_share", help, Gauges::default());
+    let help = "1 if a queue's guarantee was scaled down in the last cycle because the guarantees add up to more \
+                than the pool, per queue with a guarantee and pool.";
+    let scaled = family(r, "convoy_queue_guarantee_scaled", help, IntGauges::default());
+    for p in &s.pools {
+        for q in &p.queues {
+            let Some(g) = q.guaranteed_share else { continue };
+            let labels = vec![("pool", p.pool.to_string()), ("queue", q.queue.to_string())];
+            shares.get_or_create(&labels).set(g);
+            scaled.get_or_create(&labels).set(i64::from(q.guarantee_scaled));
+        }
+    }
+}
+
 /// A per-queue family: its name, help and the value it reads from a queue's report.
 type PerQueue<T> = (&'static str, &'static str, fn(&QueueShare) -> T);
 /// A per-queue, per-resource family: its name, help and the resources it reads.
@@ -213,6 +232,7 @@ fn scheduling_metrics(r: &mut Registry, s: &SchedulingView) {
             }
         }
     }
+    guarantee_metrics(r, s);
     let resources: [PerQueueResources; 2] = [
         (
             "convoy_queue_allocated",
@@ -448,6 +468,8 @@ mod tests {
             parent: None,
             is_parent: false,
             proportional_target: None,
+            guaranteed_share: None,
+            guarantee_scaled: false,
         }
     }
 
@@ -711,8 +733,16 @@ mod tests {
             assert!(docs.contains(&format!("| `{f}` |")), "{f} is not in docs/metrics.md");
         }
         // Families of live jobs and of nodes appear once the state has some (tests/it checks
-        // them on a running server).
-        families.extend(["convoy_jobs".to_string(), "convoy_quarantined_nodes".to_string()]);
+        // them on a running server), those of guarantees once a queue has one.
+        families.extend(
+            [
+                "convoy_jobs",
+                "convoy_quarantined_nodes",
+                "convoy_queue_guaranteed_share",
+                "convoy_queue_guarantee_scaled",
+            ]
+            .map(String::from),
+        );
         let documented: Vec<&str> = docs
             .lines()
             .filter_map(|l| l.strip_prefix("| `")?.split('`').next())

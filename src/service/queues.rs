@@ -97,6 +97,8 @@ pub(crate) fn report(app: &Control, name: QueueName) -> Result<QueueReport, Serv
                 is_parent: q.is_parent,
                 policy: p.policy,
                 proportional_target: q.proportional_target.clone(),
+                guaranteed_share: q.guaranteed_share,
+                guarantee_scaled: q.guarantee_scaled,
             })
         })
         .collect();

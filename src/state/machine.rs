@@ -281,11 +281,11 @@ impl State {
     fn apply_into(&mut self, cmd: Command, ctx: ApplyContext, out: &mut Applied) -> Response {
         match cmd {
             Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
-            Command::CreateQueue { queue, tree } => {
-                self.create_queue(crate::record::queue::queue_in_tree(queue, tree), out)
+            Command::CreateQueue { queue, tree, policies } => {
+                self.create_queue(crate::record::queue::queue_with_policies(queue, tree, policies), out)
             }
-            Command::UpdateQueue { queue, tree } => {
-                self.update_queue(crate::record::queue::queue_in_tree(queue, tree), out)
+            Command::UpdateQueue { queue, tree, policies } => {
+                self.update_queue(crate::record::queue::queue_with_policies(queue, tree, policies), out)
             }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
             Command::Submit { queue, job_set, at_ms, owner, jobs } => {

@@ -21,8 +21,8 @@
 
 mod changes;
 mod command;
-mod job_times;
 mod dependencies;
+mod job_times;
 mod jobs;
 mod machine;
 mod quarantine;

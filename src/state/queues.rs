@@ -6,7 +6,7 @@ use super::changes::Change;
 use super::command::{RejectKind, Response};
 use super::machine::{Applied, QueueState, State, reject};
 use crate::model::{Queue, QueueName};
-use crate::record::{QueueRecord, QueueTreeRecord, QueueTreesRecord};
+use crate::record::{QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord};
 use std::collections::BTreeMap;
 
 impl State {
@@ -18,6 +18,7 @@ impl State {
             return r;
         }
         let tree_changed = !queue.is_flat();
+        let policies_changed = queue.has_policies();
         out.changes.push(Change::PutQueue(QueueRecord::from(queue.clone())));
         self.queues.insert(
             queue.name.clone(),
@@ -25,6 +26,9 @@ impl State {
         );
         if tree_changed {
             out.changes.push(Change::PutQueueTrees(self.queue_trees()));
+        }
+        if policies_changed {
+            out.changes.push(Change::PutQueuePolicies(self.queue_policies()));
         }
         out.effects.schedule = true;
         Response::Ok
@@ -35,6 +39,7 @@ impl State {
             return reject(RejectKind::NotFound, Some("name"), format!("queue {} does not exist", queue.name));
         };
         let tree_changed = QueueTreeRecord::of(&q.queue) != QueueTreeRecord::of(&queue);
+        let policies_changed = QueuePoliciesRecord::of(&q.queue) != QueuePoliciesRecord::of(&queue);
         if q.queue.parent != queue.parent
             && let Some(r) = self.check_parent(&queue)
         {
@@ -46,6 +51,9 @@ impl State {
         out.changes.push(Change::PutQueue(QueueRecord::from(queue)));
         if tree_changed {
             out.changes.push(Change::PutQueueTrees(self.queue_trees()));
+        }
+        if policies_changed {
+            out.changes.push(Change::PutQueuePolicies(self.queue_policies()));
         }
         out.effects.schedule = true;
         Response::Ok
@@ -77,6 +85,7 @@ impl State {
             );
         }
         let tree_changed = !q.queue.is_flat();
+        let policies_changed = q.queue.has_policies();
         if live > 0 {
             let sets: Vec<_> = self.job_sets.keys().filter(|(q, _)| q == name).cloned().collect();
             for (queue, set) in sets {
@@ -91,6 +100,9 @@ impl State {
         out.changes.push(Change::DeleteQueue(name.clone()));
         if tree_changed {
             out.changes.push(Change::PutQueueTrees(self.queue_trees()));
+        }
+        if policies_changed {
+            out.changes.push(Change::PutQueuePolicies(self.queue_policies()));
         }
         out.effects.schedule = true;
         Response::Ok
@@ -152,6 +164,20 @@ impl State {
                 .values()
                 .filter(|q| !q.queue.is_flat())
                 .map(|q| (q.queue.name.clone(), QueueTreeRecord::of(&q.queue)))
+                .collect(),
+        }
+    }
+}
+
+impl State {
+    /// The `queue_policies` record: every queue with a guarantee or a preemption fence.
+    pub(super) fn queue_policies(&self) -> QueuePoliciesByQueueRecord {
+        QueuePoliciesByQueueRecord {
+            queues: self
+                .queues
+                .values()
+                .filter(|q| q.queue.has_policies())
+                .map(|q| (q.queue.name.clone(), QueuePoliciesRecord::of(&q.queue)))
                 .collect(),
         }
     }

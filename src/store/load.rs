@@ -6,7 +6,8 @@ use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
 use crate::record::{
-    ExecutorRecord, JobRecord, NodeHealthRecord, QueueRecord, QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
+    ExecutorRecord, JobRecord, NodeHealthRecord, QueuePoliciesByQueueRecord, QueueRecord, QueueTreesRecord,
+    QueueUsageRecord, SchedulerConfigRecord,
 };
 use crate::state::{Executor, State, StateSettings};
 use redb::{ReadableTable, ReadableTableMetadata};
@@ -41,12 +42,21 @@ impl Store {
             Some(v) => decode_row::<QueueTreesRecord>(v.value(), || "meta.queue_tree".to_string())?.queues,
             None => BTreeMap::new(),
         };
+        let mut policies = match meta.get(QUEUE_POLICIES)? {
+            Some(v) => {
+                decode_row::<QueuePoliciesByQueueRecord>(v.value(), || "meta.queue_policies".to_string())?.queues
+            }
+            None => BTreeMap::new(),
+        };
         for row in tx.open_table(QUEUES)?.iter()? {
             let (k, v) = row?;
             let q: QueueRecord = decode_row(v.value(), || format!("queue {}", k.value()))?;
             let mut q = Queue::from(q);
             if let Some(tree) = trees.remove(&q.name) {
                 tree.apply_to(&mut q);
+            }
+            if let Some(p) = policies.remove(&q.name) {
+                p.apply_to(&mut q);
             }
             state.restore_queue(q);
         }

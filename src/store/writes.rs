@@ -156,6 +156,9 @@ fn write_change<'t, 'c>(
         Change::PutQueueUsage(usage) => {
             open(&mut t.meta, tx, META)?.insert(QUEUE_USAGE, encode_row("queue usage", usage)?.as_slice())?;
         }
+        Change::PutQueuePolicies(policies) => {
+            open(&mut t.meta, tx, META)?.insert(QUEUE_POLICIES, encode_row("queue policies", policies)?.as_slice())?;
+        }
         Change::PutQueueTrees(trees) => {
             open(&mut t.meta, tx, META)?.insert(QUEUE_TREE, encode_row("queue tree", trees)?.as_slice())?;
         }

@@ -73,6 +73,13 @@ pub(crate) async fn queue_handler(
         ] {
             body.push_str(&item(label, value));
         }
+        // The policies are listed only when set, as the queue API leaves them out then.
+        if !q.queue.guaranteed.is_zero() {
+            body.push_str(&item("Guaranteed", escape(&human::resources(&q.queue.guaranteed))));
+        }
+        if q.queue.preemption_policy == crate::model::PreemptionPolicy::Fence {
+            body.push_str(&item("Preemption policy", "fence".into()));
+        }
         body.push_str("</section>");
         let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::html::encode(name.as_str())));
         body.push_str("<h2>Jobs</h2><section class=\"summary counts\">");
@@ -220,6 +227,16 @@ fn pool_sections(app: &Control, only: Option<&QueueName>) -> String {
                 escape(&human::resources(&q.demand)),
                 n = escape(q.queue.as_str()),
             );
+            if let Some(g) = q.guaranteed_share {
+                let scaled =
+                    if q.guarantee_scaled { ", scaled down: the guarantees add up to more than the pool" } else { "" };
+                let _ = write!(
+                    out,
+                    "<tr class=\"guarantee\" data-queue=\"{n}\"><td></td><td colspan=\"7\">guaranteed {:.1}% of the pool{scaled}</td></tr>",
+                    g * 100.0,
+                    n = escape(q.queue.as_str()),
+                );
+            }
         }
         out.push_str("</tbody></table>");
     }

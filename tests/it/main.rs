@@ -27,6 +27,7 @@ mod packaging;
 mod pool_policy;
 mod quarantine;
 mod queue_ops;
+mod queue_policies;
 mod queue_tree;
 mod queue_usage;
 mod replay;

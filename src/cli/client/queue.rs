@@ -6,7 +6,9 @@ use super::http::{Client, print_json};
 use super::output::Format;
 use clap::Subcommand;
 use convoy::model::api::{JobIdsResponse, QueueCancelRequest, QueuePreemptRequest, QueueReport};
-use convoy::model::{PoolName, PriorityClassName, PriorityPolicy, Queue, QueueName, SortPriority};
+use convoy::model::{
+    PoolName, PreemptionPolicy, PriorityClassName, PriorityPolicy, Queue, QueueName, Resources, SortPriority,
+};
 use reqwest::Method;
 
 /// Queue verbs.
@@ -117,6 +119,15 @@ pub(crate) struct TreeFlags {
     /// `disabled`: fair share alone orders the queue's children and subtree (enabled | disabled).
     #[arg(long, value_parser = parse_sort)]
     sort_priority: Option<SortPriority>,
+    /// Guaranteed resources, `name=quantity` pairs separated by commas (`cpu=6,memory=32Gi`);
+    /// `none` removes the guarantee. The queue's share is at least the smaller of this and its
+    /// demand.
+    #[arg(long, value_parser = parse_guaranteed)]
+    guaranteed: Option<Resources>,
+    /// `fence`: no job inside the queue's subtree displaces a job outside it by urgency
+    /// (default | fence).
+    #[arg(long, value_parser = parse_preemption)]
+    preemption_policy: Option<PreemptionPolicy>,
 }
 
 impl TreeFlags {
@@ -133,6 +144,12 @@ impl TreeFlags {
         if let Some(s) = self.sort_priority {
             q.sort_priority = s;
         }
+        if let Some(g) = self.guaranteed {
+            q.guaranteed = g;
+        }
+        if let Some(p) = self.preemption_policy {
+            q.preemption_policy = p;
+        }
     }
 
     fn any(&self) -> bool {
@@ -140,6 +157,8 @@ impl TreeFlags {
             || self.priority_offset.is_some()
             || self.priority_policy.is_some()
             || self.sort_priority.is_some()
+            || self.guaranteed.is_some()
+            || self.preemption_policy.is_some()
     }
 }
 
@@ -149,6 +168,26 @@ fn parse_policy(s: &str) -> Result<PriorityPolicy, String> {
         "fence" => Ok(PriorityPolicy::Fence),
         _ => Err(format!("priority policy must be default or fence, got {s}")),
     }
+}
+
+fn parse_preemption(s: &str) -> Result<PreemptionPolicy, String> {
+    match s {
+        "default" => Ok(PreemptionPolicy::Default),
+        "fence" => Ok(PreemptionPolicy::Fence),
+        _ => Err(format!("preemption policy must be default or fence, got {s}")),
+    }
+}
+
+/// `cpu=6,memory=32Gi` (or `none`) as resources.
+fn parse_guaranteed(s: &str) -> Result<Resources, String> {
+    if s == "none" {
+        return Ok(Resources::new());
+    }
+    let pairs: Vec<(&str, &str)> = s
+        .split(',')
+        .map(|p| p.trim().split_once('=').ok_or_else(|| format!("guaranteed: expected name=quantity, got {p:?}")))
+        .collect::<Result<_, _>>()?;
+    Resources::parse(pairs).map_err(|e| format!("guaranteed: {e}"))
 }
 
 fn parse_sort(s: &str) -> Result<SortPriority, String> {
@@ -188,6 +227,14 @@ pub(crate) fn tree_text(queues: &[Queue]) -> String {
         }
         if q.sort_priority == SortPriority::Disabled {
             notes.push("sort_priority disabled".into());
+        }
+        if !q.guaranteed.is_zero() {
+            let parts: Vec<String> =
+                q.guaranteed.iter().map(|(n, _)| format!("{n}={}", q.guaranteed.quantity_string(n.as_str()))).collect();
+            notes.push(format!("guaranteed {}", parts.join(",")));
+        }
+        if q.preemption_policy == PreemptionPolicy::Fence {
+            notes.push("preemption fence".into());
         }
         if q.cordoned {
             notes.push("cordoned".into());
@@ -318,6 +365,17 @@ fn report_text(r: &QueueReport) -> String {
             amounts(&p.demand),
             amounts(&p.pool_total)
         ));
+        if let Some(g) = p.guaranteed_share {
+            out.push_str(&format!(
+                "  guaranteed: {} of the pool{}\n",
+                pct(g),
+                if p.guarantee_scaled {
+                    " (scaled down: the guarantees add up to more than the pool or the parent's guarantee)"
+                } else {
+                    ""
+                }
+            ));
+        }
     }
     for (pool, u) in &r.usage {
         out.push_str(&format!("Usage in {pool}: {}\n", pct(*u)));
@@ -350,5 +408,22 @@ mod tests {
             text,
             "system (weight 1)\ntenant (weight 1, priority_offset 5, fence)\n  a-leaf (weight 1)\n  b-leaf (weight 1)\n"
         );
+    }
+
+    #[test]
+    fn policies_show_in_the_tree_and_parse_as_flags() {
+        let g = parse_guaranteed("cpu=6, memory=32Gi").unwrap();
+        assert_eq!((g.get("cpu"), g.get("memory")), (6000, 32 << 30));
+        assert!(parse_guaranteed("none").unwrap().is_zero());
+        assert!(parse_guaranteed("cpu").unwrap_err().contains("name=quantity"));
+        assert!(parse_guaranteed("cpu=lots").unwrap_err().starts_with("guaranteed: resource cpu"));
+        assert_eq!(parse_preemption("fence"), Ok(PreemptionPolicy::Fence));
+        assert!(parse_preemption("wall").is_err());
+        let q = Queue {
+            guaranteed: g,
+            preemption_policy: PreemptionPolicy::Fence,
+            ..Queue::new(QueueName::new("a").unwrap(), 1.0)
+        };
+        assert_eq!(tree_text(&[q]), "a (weight 1, guaranteed cpu=6,memory=32Gi, preemption fence)\n");
     }
 }

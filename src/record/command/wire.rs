@@ -14,12 +14,12 @@ use super::{
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use crate::record::executor::NodeRecord;
 use crate::record::job::JobStateRecord;
-use crate::record::queue::{QueueRecord, QueueTreeRecord};
+use crate::record::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord};
 use crate::record::usage::QueueUsageRecord;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// Every command of every log format, in its position: the frozen byte format of [`Command`].
-/// Format: log format 11 (the variant order is the format; log format 1 is the same list without
+/// Format: log format 12 (the variant order is the format; log format 1 is the same list without
 /// [`CommandRecord::PurgeFinished`] (format 3), format 3 without
 /// [`CommandRecord::RunEventsWithFaults`] and [`CommandRecord::LiftQuarantine`] (format 4),
 /// format 4 without [`CommandRecord::RecordUsage`] (format 5), format 5 without
@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize, Serializer};
 /// [`CommandRecord::SubmitByOwner`] (format 8), format 8 without
 /// [`CommandRecord::RunEventsWithUsage`] (format 9), format 9 without
 /// [`CommandRecord::ScheduleWithInputs`] and [`CommandRecord::RecordSchedulerConfig`] (format 10),
-/// format 10 without [`CommandRecord::SubmitWithPolicies`] (format 11), so every older command
-/// decodes, and encodes back, unchanged).
+/// format 10 without [`CommandRecord::SubmitWithPolicies`] (format 11), format 11 without
+/// [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
+/// (format 12), so every older command decodes, and encodes back, unchanged).
 ///
 /// The rest of Convoy builds and applies [`Command`], which reads through it
 /// (`From<CommandRecord> for Command`); only the golden tests, and tests applying an older log's
@@ -213,6 +214,8 @@ pub enum CommandRecord {
     },
     /// Creates a queue with its place in the queue tree. Log format 6: the leader proposes this
     /// instead of [`CommandRecord::CreateQueue`], whose entries in older logs create top-level queues.
+    ///
+    /// Superseded (format 12): read as [`Command::CreateQueue`].
     CreateQueueInTree {
         /// The new queue's settings.
         queue: QueueRecord,
@@ -222,6 +225,8 @@ pub enum CommandRecord {
     /// Replaces a queue's settings, its place in the tree included. Log format 6 (older logs'
     /// [`CommandRecord::UpdateQueue`] entries make the queue a top-level one with default settings,
     /// which every queue was then).
+    ///
+    /// Superseded (format 12): read as [`Command::UpdateQueue`].
     UpdateQueueInTree {
         /// The queue's new settings.
         queue: QueueRecord,
@@ -331,6 +336,28 @@ pub enum CommandRecord {
         /// The jobs, validated, with their ids, namespaces and policies.
         jobs: Vec<PolicyJob>,
     },
+    /// Creates a queue with its place in the tree, its guarantee and its preemption policy. Log
+    /// format 12: the leader proposes this instead of [`CommandRecord::CreateQueueInTree`], whose
+    /// entries in older logs create queues without a guarantee or fence.
+    CreateQueueWithPolicies {
+        /// The new queue's settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
+    },
+    /// Replaces a queue's settings, its place in the tree and its policies included. Log format
+    /// 12 (older logs' [`CommandRecord::UpdateQueueInTree`] entries leave the queue without a
+    /// guarantee or fence, which every queue was then).
+    UpdateQueueWithPolicies {
+        /// The queue's new settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
+    },
 }
 
 /// The quarantine policy of run events from logs older than format 4, which carried none: off,
@@ -346,7 +373,9 @@ fn without_pod(event: FaultedRunReport) -> UsageRunReport {
 /// Reads every form of the log as the command it means today. Superseded forms become the
 /// current command with what they lack set as they applied before the field existed:
 /// - [`CommandRecord::CreateQueue`], [`CommandRecord::UpdateQueue`]: a top-level queue with
-///   default tree settings ([`QueueTreeRecord::default`]);
+///   default tree settings ([`QueueTreeRecord::default`]) and no policies;
+///   [`CommandRecord::CreateQueueInTree`], [`CommandRecord::UpdateQueueInTree`]: no policies
+///   ([`QueuePoliciesRecord::default`]: no guarantee, no fence);
 /// - [`CommandRecord::Submit`]: jobs without a namespace (their agent's) and without an owner;
 ///   [`CommandRecord::SubmitInNamespaces`]: without an owner;
 /// - [`CommandRecord::RunEvents`]: no node fault, pod or usage, and quarantine off;
@@ -356,10 +385,28 @@ impl From<CommandRecord> for Command {
     fn from(r: CommandRecord) -> Self {
         match r {
             CommandRecord::Batch(cmds) => Command::Batch(cmds.into_iter().map(Command::from).collect()),
-            CommandRecord::CreateQueue { queue } => Command::CreateQueue { queue, tree: QueueTreeRecord::default() },
-            CommandRecord::UpdateQueue { queue } => Command::UpdateQueue { queue, tree: QueueTreeRecord::default() },
-            CommandRecord::CreateQueueInTree { queue, tree } => Command::CreateQueue { queue, tree },
-            CommandRecord::UpdateQueueInTree { queue, tree } => Command::UpdateQueue { queue, tree },
+            CommandRecord::CreateQueue { queue } => Command::CreateQueue {
+                queue,
+                tree: QueueTreeRecord::default(),
+                policies: QueuePoliciesRecord::default(),
+            },
+            CommandRecord::UpdateQueue { queue } => Command::UpdateQueue {
+                queue,
+                tree: QueueTreeRecord::default(),
+                policies: QueuePoliciesRecord::default(),
+            },
+            CommandRecord::CreateQueueInTree { queue, tree } => {
+                Command::CreateQueue { queue, tree, policies: QueuePoliciesRecord::default() }
+            }
+            CommandRecord::UpdateQueueInTree { queue, tree } => {
+                Command::UpdateQueue { queue, tree, policies: QueuePoliciesRecord::default() }
+            }
+            CommandRecord::CreateQueueWithPolicies { queue, tree, policies } => {
+                Command::CreateQueue { queue, tree, policies }
+            }
+            CommandRecord::UpdateQueueWithPolicies { queue, tree, policies } => {
+                Command::UpdateQueue { queue, tree, policies }
+            }
             CommandRecord::DeleteQueue { name, force, at_ms } => Command::DeleteQueue { name, force, at_ms },
             CommandRecord::Submit { queue, job_set, at_ms, jobs } => {
                 let jobs = jobs.into_iter().map(PolicyJob::from).collect();
@@ -502,14 +549,8 @@ enum CommandRef<'a> {
         term: u64,
         usage: &'a QueueUsageRecord,
     },
-    CreateQueueInTree {
-        queue: &'a QueueRecord,
-        tree: &'a QueueTreeRecord,
-    },
-    UpdateQueueInTree {
-        queue: &'a QueueRecord,
-        tree: &'a QueueTreeRecord,
-    },
+    CreateQueueInTree(Superseded),
+    UpdateQueueInTree(Superseded),
     /// A submit without an owner (only read from logs older than format 8) is written in the
     /// newest form that has none, so that it reads back the same.
     SubmitInNamespaces {
@@ -552,6 +593,16 @@ enum CommandRef<'a> {
         owner: &'a Option<String>,
         jobs: &'a [PolicyJob],
     },
+    CreateQueueWithPolicies {
+        queue: &'a QueueRecord,
+        tree: &'a QueueTreeRecord,
+        policies: &'a QueuePoliciesRecord,
+    },
+    UpdateQueueWithPolicies {
+        queue: &'a QueueRecord,
+        tree: &'a QueueTreeRecord,
+        policies: &'a QueuePoliciesRecord,
+    },
 }
 
 /// Jobs without policies, written as the `Vec<NamespacedJob>` of the older submit forms.
@@ -567,8 +618,12 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
     fn from(c: &'a Command) -> Self {
         match c {
             Command::Batch(cmds) => CommandRef::Batch(cmds),
-            Command::CreateQueue { queue, tree } => CommandRef::CreateQueueInTree { queue, tree },
-            Command::UpdateQueue { queue, tree } => CommandRef::UpdateQueueInTree { queue, tree },
+            Command::CreateQueue { queue, tree, policies } => {
+                CommandRef::CreateQueueWithPolicies { queue, tree, policies }
+            }
+            Command::UpdateQueue { queue, tree, policies } => {
+                CommandRef::UpdateQueueWithPolicies { queue, tree, policies }
+            }
             Command::DeleteQueue { name, force, at_ms } => {
                 CommandRef::DeleteQueue { name, force: *force, at_ms: *at_ms }
             }

@@ -357,7 +357,7 @@ proptest! {
         // Only leaves hold jobs: parents have no demand of their own.
         let own_active: Vec<bool> = (0..n).map(|i| is_leaf[i] && active[i]).collect();
         let own_demand: Vec<f64> = (0..n).map(|i| if own_active[i] { demand[i] } else { 0.0 }).collect();
-        let (plain, adjusted) = tree.shares(&weights, &own_demand, &own_active);
+        let super::super::hierarchy::TreeShares { plain, adjusted, .. } = tree.shares(&weights, &own_demand, &own_active);
         let leaves: Vec<usize> = (0..n).filter(|&i| own_active[i]).collect();
         if !leaves.is_empty() {
             let sum: f64 = leaves.iter().map(|&i| plain[i]).sum();

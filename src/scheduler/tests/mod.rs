@@ -6,4 +6,5 @@ mod hierarchy;
 mod max_min;
 mod pool_policies;
 mod properties;
+mod queue_policies;
 mod reservation;

@@ -120,6 +120,7 @@ pub(crate) fn candidates(
         Reason::FloatingResource { .. } => out.extend(fair_share(s, cfg, base, job)),
         Reason::NoCapacity { .. }
         | Reason::MinRuntime { .. }
+        | Reason::PreemptionFence { .. }
         | Reason::Displaced { .. }
         | Reason::NoRoomOnNode { .. }
         | Reason::ReservedNodes { .. }

@@ -310,6 +310,41 @@ fn a_schema_5_database_opens_at_schema_6_with_top_level_queues_and_keeps_a_tree(
 }
 
 #[test]
+fn a_schema_11_database_opens_at_schema_12_without_policies_and_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let before = {
+        let store = Store::open(&path).unwrap();
+        sample(&store);
+        let state = store.load_state(settings()).unwrap();
+        // Make it a version 11 database: schema 12 only added the `queue_policies` row, absent
+        // here.
+        let tx = store.write().unwrap();
+        tx.open_table(META).unwrap().insert(SCHEMA_VERSION, 11u32.to_be_bytes().as_slice()).unwrap();
+        tx.commit().unwrap();
+        (state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256)
+    };
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
+    let mut state = store.load_state(settings()).unwrap();
+    assert_eq!((state.live_jobs(), state.next_seq(), store.digest().unwrap().sha256), before);
+    assert!(state.queues().all(|q| !q.queue.has_policies()));
+    // Policies written now are read back, and dropped again when updated away.
+    let guaranteed = crate::model::Resources::parse([("cpu", "6"), ("memory", "8Gi")]).unwrap();
+    let fenced = Queue {
+        guaranteed,
+        preemption_policy: crate::model::PreemptionPolicy::Fence,
+        ..Queue::new(QueueName::new("fenced").unwrap(), 1.0)
+    };
+    apply_all(&store, &mut state, vec![Command::create_queue(fenced.clone())]);
+    let again = store.load_state(settings()).unwrap();
+    assert_eq!(again.queue(&fenced.name).unwrap().queue, fenced);
+    let plain = Queue::new(fenced.name.clone(), 1.0);
+    apply_all(&store, &mut state, vec![Command::update_queue(plain.clone())]);
+    assert_eq!(store.load_state(settings()).unwrap().queue(&fenced.name).unwrap().queue, plain);
+}
+
+#[test]
 fn prototype_database_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");

@@ -1,0 +1,147 @@
+//! Guaranteed resources and preemption fences over HTTP and the CLI: the fields are refused by
+//! name when malformed, stored and shown; a real server gives a guaranteed queue its guarantee
+//! over another queue's preemptible jobs and says so in the queue report, and an urgent job
+//! inside a fence waits rather than displace a job outside it, saying why.
+
+use crate::cli_client::ok;
+use crate::common::{Server, config, node};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// A one-cpu job of `class`.
+fn job_of(class: &str) -> Value {
+    json!({
+        "priority_class": class,
+        "pod_spec": {"containers": [{
+            "name": "main",
+            "image": "busybox",
+            "command": ["true"],
+            "resources": {"requests": {"cpu": "1", "memory": "64Mi"}}
+        }]}
+    })
+}
+
+/// A fake executor with one 8-cpu node: it runs what it is leased and stops what it is told to
+/// kill.
+#[derive(Default)]
+struct Executor {
+    runs: Vec<Value>,
+}
+
+impl Executor {
+    async fn poll(&mut self, s: &Server) {
+        let v = s.poll("e1", &[node("n1", "8")], &self.runs, 0.2).await;
+        let kills: Vec<&Value> = v["kills"].as_array().into_iter().flatten().map(|k| &k["run_id"]).collect();
+        self.runs.retain(|r| !kills.contains(&&r["run_id"]));
+        for l in v["leases"].as_array().into_iter().flatten() {
+            self.runs.push(json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "running"}));
+        }
+    }
+}
+
+/// Polls as `e` until `queue`'s report for its first pool satisfies `f`; that pool's report.
+async fn wait_report(s: &Server, e: &mut Executor, queue: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        e.poll(s).await;
+        let (st, r) = s.get(&format!("/v1/queues/{queue}/report")).await;
+        assert_eq!(st, 200, "{r}");
+        if let Some(p) = r["pools"].as_array().and_then(|p| p.first())
+            && f(p)
+        {
+            return p.clone();
+        }
+        assert!(Instant::now() < deadline, "queue {queue}: not {what}: {r:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn policies_are_checked_stored_and_shown() {
+    let s = Server::start("");
+    s.ready().await;
+    let (status, body) = s.post("/v1/queues", &json!({"name": "a", "guaranteed": {"cpu": "lots"}})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["field"].as_str().unwrap_or("").starts_with("guaranteed"), "{body}");
+    let (status, body) = s.post("/v1/queues", &json!({"name": "a", "preemption_policy": "wall"})).await;
+    assert_eq!((status, &body["field"]), (400, &json!("preemption_policy")), "{body}");
+    // Nothing was half-stored.
+    let (status, _) = s.get("/v1/queues/a").await;
+    assert_eq!(status, 404);
+
+    let (status, body) = s.post("/v1/queues", &json!({"name": "a", "guaranteed": {"cpu": "6", "memory": "8Gi"}})).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["guaranteed"], json!({"cpu": "6", "memory": "8Gi"}));
+    let out = ok(&s.url, &["queue", "create", "tenant", "--preemption-policy", "fence", "--guaranteed", "cpu=2"]).await;
+    let tenant: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!((&tenant["preemption_policy"], &tenant["guaranteed"]), (&json!("fence"), &json!({"cpu": "2"})));
+    // A plain queue shows neither field.
+    s.create_queue("plain").await;
+    let (_, plain) = s.get("/v1/queues/plain").await;
+    assert!(plain.get("guaranteed").is_none() && plain.get("preemption_policy").is_none(), "{plain}");
+    // Tree flags leave the policies as they are; --guaranteed none removes the guarantee.
+    ok(&s.url, &["queue", "update", "tenant", "--priority-offset", "3"]).await;
+    let (_, t) = s.get("/v1/queues/tenant").await;
+    assert_eq!((&t["preemption_policy"], &t["guaranteed"]), (&json!("fence"), &json!({"cpu": "2"})), "{t}");
+    ok(&s.url, &["queue", "update", "tenant", "--guaranteed", "none"]).await;
+    let (_, t) = s.get("/v1/queues/tenant").await;
+    assert!(t.get("guaranteed").is_none() && t["preemption_policy"] == "fence", "{t}");
+    let tree = ok(&s.url, &["queue", "list", "--tree"]).await;
+    assert!(tree.contains("a (weight 1, guaranteed cpu=6,memory=8Gi)"), "{tree}");
+    assert!(tree.contains("tenant (weight 1, priority_offset 3, preemption fence)"), "{tree}");
+}
+
+#[tokio::test]
+async fn a_guarantee_takes_room_from_another_queues_preemptible_jobs() {
+    let s = Server::start("");
+    s.ready().await;
+    let (status, body) = s.post("/v1/queues", &json!({"name": "A", "guaranteed": {"cpu": "6"}})).await;
+    assert_eq!(status, 201, "{body}");
+    s.create_queue("B").await;
+    let mut e = Executor::default();
+    e.poll(&s).await;
+
+    // B fills the node with preemptible jobs; then A asks for the whole node.
+    s.submit("B", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    wait_report(&s, &mut e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
+    s.submit("A", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    let a = wait_report(&s, &mut e, "A", "at its guarantee", |p| p["allocated"]["cpu"] == "6").await;
+    assert_eq!((&a["guaranteed_share"], a.get("guarantee_scaled")), (&json!(0.75), None), "{a}");
+    let b = wait_report(&s, &mut e, "B", "down to the rest", |p| p["allocated"]["cpu"] == "2").await;
+    assert!(b.get("guaranteed_share").is_none(), "{b}");
+    let (_, metrics) = s.text("/metrics").await;
+    assert!(metrics.contains("convoy_queue_guaranteed_share{pool=\"default\",queue=\"A\"} 0.75"), "{metrics}");
+}
+
+#[tokio::test]
+async fn an_urgent_job_inside_a_fence_waits_rather_than_displace_outside_it() {
+    // Without fair-share eviction only urgency could make room.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let text = config(dir, "").replace("[scheduler]", "[scheduler]\nnode_eviction_probability = 0.0");
+    let s = Server::start_in(dir, &text);
+    s.ready().await;
+    s.create_queue("B").await;
+    let (status, body) = s.post("/v1/queues", &json!({"name": "T", "preemption_policy": "fence"})).await;
+    assert_eq!(status, 201, "{body}");
+    let mut e = Executor::default();
+    s.submit("B", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    wait_report(&s, &mut e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
+    let urgent = s.submit("T", "s", vec![job_of("default")]).await;
+    let want = "no room in pool default without preempting jobs outside queue T, whose preemption fence stops its \
+                jobs from displacing them (preemption_policy = fence)";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        e.poll(&s).await;
+        let j = s.job(&urgent[0]).await;
+        if j["reason"] == want {
+            assert_eq!(j["state"], "queued", "{j:#}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "not stopped by its fence: {j:#}");
+    }
+    // Without the fence it takes a preemptible job's place.
+    let (status, body) = s.put("/v1/queues/T", &json!({"name": "T"})).await;
+    assert_eq!(status, 200, "{body}");
+    s.wait_job(&urgent[0], Duration::from_secs(30), "leased once unfenced", |j| j["state"] == "leased").await;
+}
