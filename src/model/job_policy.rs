@@ -135,10 +135,16 @@ impl RetryPolicy {
             return Err(super::queue::FieldError::new("on_exit_codes", format!("at most {MAX_EXIT_CODES} exit codes")));
         }
         if let Some(i) = r.on_exit_codes.iter().position(|c| *c == 0) {
-            return Err(super::queue::FieldError::new(format!("on_exit_codes[{i}]"), "exit code 0 is a success, never retried"));
+            return Err(super::queue::FieldError::new(
+                format!("on_exit_codes[{i}]"),
+                "exit code 0 is a success, never retried",
+            ));
         }
         if r.backoff_seconds > MAX_BACKOFF_SECONDS {
-            return Err(super::queue::FieldError::new("backoff_seconds", format!("at most {MAX_BACKOFF_SECONDS} (a day)")));
+            return Err(super::queue::FieldError::new(
+                "backoff_seconds",
+                format!("at most {MAX_BACKOFF_SECONDS} (a day)"),
+            ));
         }
         Ok(RetryPolicy {
             max_attempts: r.max_attempts,

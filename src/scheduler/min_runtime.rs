@@ -38,7 +38,8 @@ impl MinRuntime {
         now_ms: i64,
     ) {
         let ran = now_ms.saturating_sub(leased_at_ms);
-        let wait = |min: std::time::Duration| i64::try_from(min.as_millis()).unwrap_or(i64::MAX).saturating_sub(ran).max(0);
+        let wait =
+            |min: std::time::Duration| i64::try_from(min.as_millis()).unwrap_or(i64::MAX).saturating_sub(ran).max(0);
         let min = pc.map_or(cfg.min_runtime_before_preemption, |pc| cfg.min_runtime_for(pc));
         self.eviction_wait_ms.push(wait(min));
         self.urgency_spared.push(wait(cfg.min_runtime_before_urgency_preemption) > 0);

@@ -287,7 +287,8 @@ fn validate_policies(f: &str, sub: &SubmitSpec, jobs: &HashSet<String>) -> Resul
         }
     }
     if let Some(r) = &sub.retry {
-        crate::model::RetryPolicy::check(r).map_err(|e| ScenarioError::new(format!("{f}.retry.{}", e.field), e.message))?;
+        crate::model::RetryPolicy::check(r)
+            .map_err(|e| ScenarioError::new(format!("{f}.retry.{}", e.field), e.message))?;
     }
     Ok(())
 }
