@@ -450,8 +450,42 @@ impl NodeDb {
         req: &[i64],
         overshare: impl Fn(u32) -> f64,
     ) -> Vec<&Occupant> {
+        self.pick_victims(n, level, req, overshare, |_| true)
+    }
+
+    /// The jobs to displace on node `n` so that `req` fits, as [`victims`](Self::victims), but
+    /// counting as free only the occupants `allowed` accepts; none if those do not make room.
+    pub(crate) fn victims_within(
+        &self,
+        n: u32,
+        level: u8,
+        req: &[i64],
+        overshare: impl Fn(u32) -> f64,
+        allowed: impl Fn(&Occupant) -> bool,
+    ) -> Option<Vec<u32>> {
         let node = &self.nodes[n as usize];
-        let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level).collect();
+        let mut free = node.free[0].clone();
+        for o in node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)) {
+            add_to(&mut free, &o.req);
+        }
+        if !fits(req, &free) {
+            return None;
+        }
+        Some(self.pick_victims(n, level, req, overshare, allowed).into_iter().map(|o| o.job).collect())
+    }
+
+    /// The occupants `allowed` accepts, freed at or below `level`, to displace on node `n` so
+    /// that `req` fits, in the order of [`victims`](Self::victims); those not needed are kept.
+    fn pick_victims(
+        &self,
+        n: u32,
+        level: u8,
+        req: &[i64],
+        overshare: impl Fn(u32) -> f64,
+        allowed: impl Fn(&Occupant) -> bool,
+    ) -> Vec<&Occupant> {
+        let node = &self.nodes[n as usize];
+        let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)).collect();
         cands.sort_by(|a, b| {
             a.freed_at
                 .cmp(&b.freed_at)
@@ -479,53 +513,6 @@ impl NodeDb {
             }
         }
         removed.into_iter().zip(keep).filter(|(_, k)| !k).map(|(o, _)| o).collect()
-    }
-
-    /// The jobs to displace on node `n` so that `req` fits, as [`victims`](Self::victims), but
-    /// counting as free only the occupants `allowed` accepts; none if those do not make room.
-    pub(crate) fn victims_within(
-        &self,
-        n: u32,
-        level: u8,
-        req: &[i64],
-        overshare: impl Fn(u32) -> f64,
-        allowed: impl Fn(&Occupant) -> bool,
-    ) -> Option<Vec<u32>> {
-        let node = &self.nodes[n as usize];
-        let mut free = node.free[0].clone();
-        for o in node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)) {
-            add_to(&mut free, &o.req);
-        }
-        if !fits(req, &free) {
-            return None;
-        }
-        let mut cands: Vec<&Occupant> = node.occupants.iter().filter(|o| o.freed_at <= level && allowed(o)).collect();
-        cands.sort_by(|a, b| {
-            a.freed_at
-                .cmp(&b.freed_at)
-                .then_with(|| b.readiness(&overshare).total_cmp(&a.readiness(&overshare)))
-                .then_with(|| b.seq.cmp(&a.seq))
-                .then_with(|| a.job.cmp(&b.job))
-        });
-        let mut free = node.free[0].clone();
-        let mut removed: Vec<&Occupant> = Vec::new();
-        for c in cands {
-            if fits(req, &free) {
-                break;
-            }
-            add_to(&mut free, &c.req);
-            removed.push(c);
-        }
-        let mut keep = vec![false; removed.len()];
-        for i in (0..removed.len()).rev() {
-            let mut trial = free.clone();
-            sub_from(&mut trial, &removed[i].req);
-            if fits(req, &trial) {
-                free = trial;
-                keep[i] = true;
-            }
-        }
-        Some(removed.into_iter().zip(keep).filter(|(_, k)| !k).map(|(o, _)| o.job).collect())
     }
 
     /// Free resources summed over the nodes of type `t` at `level`.
