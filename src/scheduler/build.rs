@@ -47,7 +47,7 @@ impl<'a> PoolCycle<'a> {
         done: &HashSet<crate::model::JobId>,
         quarantined: &HashSet<(&str, &str)>,
         now_ms: i64,
-        reservations: Option<super::reservation::PoolReservations<'a>>,
+        reservations: Option<super::reservation_plan::PoolReservations<'a>>,
     ) -> Self {
         let (nodes, node_index) = pool_nodes(snap, pool);
         let floating_amounts = if cfg.floating_resources.is_empty() { Vec::new() } else { cfg.floating_in_pool(pool) };

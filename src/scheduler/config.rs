@@ -102,13 +102,13 @@ pub struct SchedulerConfig {
     /// `convoy simulate` spelling). Left out of the serialized form while off, so that a
     /// configuration without it records (and hashes) as before.
     #[serde(
-        with = "super::reservation::serde_after",
+        with = "super::reservation_plan::serde_after",
         alias = "gang_reservation_after_seconds",
         skip_serializing_if = "Duration::is_zero"
     )]
     pub gang_reservation_after: Duration,
     /// Most reservations held at once in one pool (default 1).
-    #[serde(skip_serializing_if = "super::reservation::is_default_max")]
+    #[serde(skip_serializing_if = "super::reservation_plan::is_default_max")]
     pub max_reservations_per_pool: u32,
 }
 
@@ -150,7 +150,7 @@ impl Default for SchedulerConfig {
             min_runtime_before_urgency_preemption: Duration::ZERO,
             floating_resources: Vec::new(),
             gang_reservation_after: Duration::ZERO,
-            max_reservations_per_pool: super::reservation::DEFAULT_MAX_PER_POOL,
+            max_reservations_per_pool: super::reservation_plan::DEFAULT_MAX_PER_POOL,
         }
     }
 }
@@ -232,7 +232,7 @@ impl SchedulerConfig {
         for (pool, p) in &self.pools {
             p.validate().map_err(|e| e.within(&format!("pools.{pool}")))?;
         }
-        super::floating::validate(self)?;
+        super::floating::validate(&self.floating_resources, &self.indexed_resources)?;
         if self.max_reservations_per_pool == 0 {
             return Err(FieldError::new(
                 "max_reservations_per_pool",
@@ -293,6 +293,24 @@ impl PoolPolicyConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl SchedulerConfig {
+    /// The floating resource called `name`, if one is configured.
+    pub fn floating_resource(&self, name: &str) -> Option<&FloatingResourceConfig> {
+        self.floating_resources.iter().find(|f| f.name.as_str() == name)
+    }
+
+    /// The floating resources `pool` has, with their amounts, in the configuration's order.
+    pub fn floating_in_pool(&self, pool: &PoolName) -> Vec<(ResourceName, i64)> {
+        self.floating_resources.iter().filter_map(|f| Some((f.name.clone(), f.capacity(pool)?))).collect()
+    }
+
+    /// The largest amount of floating resource `name` in any pool (none: not floating).
+    pub fn largest_floating(&self, name: &str) -> Option<i64> {
+        let f = self.floating_resource(name)?;
+        Some(f.pools.keys().filter_map(|p| f.capacity(p)).max().unwrap_or(0))
     }
 }
 

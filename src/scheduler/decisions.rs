@@ -299,7 +299,7 @@ impl fmt::Display for Reason {
                     nodes.join(", ")
                 )?;
                 match expected_start_ms {
-                    Some(at) => write!(f, "expected to fit at {}", super::reservation::format_time(*at)),
+                    Some(at) => write!(f, "expected to fit at {}", super::reservation_plan::format_time(*at)),
                     None => write!(f, "expected start unknown (the running jobs there have no known end)"),
                 }
             }
@@ -573,5 +573,5 @@ pub struct Decisions {
     /// Queues' usage to record (with `queue_usage_halftime` only), for the next cycles.
     pub usage: Option<QueueUsage>,
     /// Nodes held for jobs that waited too long for room (with `gang_reservation_after` only).
-    pub reservations: Vec<super::reservation::Reservation>,
+    pub reservations: Vec<super::reservation_plan::Reservation>,
 }

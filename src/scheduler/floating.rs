@@ -10,7 +10,6 @@
 //! and gang rollbacks keep the pool's use right without any step of their own
 //! ([`super::floating_placement`] checks it).
 
-use super::config::SchedulerConfig;
 use crate::model::quantity::{Unit, parse_quantity};
 use crate::model::{FieldError, PoolName, ResourceName};
 use serde::{Deserialize, Serialize};
@@ -44,35 +43,17 @@ impl FloatingResourceConfig {
     }
 }
 
-impl SchedulerConfig {
-    /// The floating resource called `name`, if one is configured.
-    pub fn floating_resource(&self, name: &str) -> Option<&FloatingResourceConfig> {
-        self.floating_resources.iter().find(|f| f.name.as_str() == name)
-    }
-
-    /// The floating resources `pool` has, with their amounts, in the configuration's order.
-    pub fn floating_in_pool(&self, pool: &PoolName) -> Vec<(ResourceName, i64)> {
-        self.floating_resources.iter().filter_map(|f| Some((f.name.clone(), f.capacity(pool)?))).collect()
-    }
-
-    /// The largest amount of floating resource `name` in any pool (none: not floating).
-    pub fn largest_floating(&self, name: &str) -> Option<i64> {
-        let f = self.floating_resource(name)?;
-        Some(f.pools.keys().filter_map(|p| f.capacity(p)).max().unwrap_or(0))
-    }
-}
-
 /// Checks `floating_resources`: unique names that are not node resources, at least one pool
 /// each, and quantities that parse and are not negative.
-pub(crate) fn validate(cfg: &SchedulerConfig) -> Result<(), FieldError> {
+pub(crate) fn validate(floating: &[FloatingResourceConfig], indexed: &[ResourceName]) -> Result<(), FieldError> {
     let mut seen = std::collections::BTreeSet::new();
-    for (i, f) in cfg.floating_resources.iter().enumerate() {
+    for (i, f) in floating.iter().enumerate() {
         let at = |key: &str| format!("floating_resources[{i}].{key}");
         let name = f.name.as_str();
         if !seen.insert(name) {
             return Err(FieldError::new(at("name"), format!("{name} is defined twice")));
         }
-        if NODE_RESOURCES.contains(&name) || cfg.indexed_resources.iter().any(|r| r.as_str() == name) {
+        if NODE_RESOURCES.contains(&name) || indexed.iter().any(|r| r.as_str() == name) {
             return Err(FieldError::new(
                 at("name"),
                 format!(
@@ -98,6 +79,7 @@ pub(crate) fn validate(cfg: &SchedulerConfig) -> Result<(), FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::config::SchedulerConfig;
 
     fn parse(yaml: &str) -> Result<SchedulerConfig, String> {
         let c: SchedulerConfig = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;

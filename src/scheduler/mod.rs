@@ -87,6 +87,7 @@ pub(crate) mod queue;
 pub(crate) mod queue_order;
 pub mod rate_limit;
 pub mod reservation;
+pub(crate) mod reservation_plan;
 pub(crate) mod resvec;
 pub(crate) mod return_order;
 pub(crate) mod return_walk;
@@ -110,7 +111,7 @@ pub use policy::{PoolPolicy, PoolPolicyConfig};
 pub use quarantine::{NodeFailure, NodeHealth, Quarantine, QuarantineConfig, QuarantinePolicy};
 pub use queue_order::QueueOrderKey;
 pub use rate_limit::{RateLimiterState, TokenBucket};
-pub use reservation::{JobTimes, Reservation, ReservedNode};
+pub use reservation_plan::{JobTimes, Reservation, ReservedNode};
 pub use snapshot::{JobInfo, QueueSnapshot, RunningJob, Snapshot};
 pub use usage::{QueueUsage, UsageSample};
 

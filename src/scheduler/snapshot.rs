@@ -89,7 +89,7 @@ pub struct Snapshot {
     pub quarantined: BTreeMap<(ExecutorName, NodeName), i64>,
     /// Queued jobs' waits and deadlines, running jobs' starts and deadlines: read only with
     /// `gang_reservation_after` set ([`super::reservation`]), and left empty otherwise.
-    pub job_times: BTreeMap<JobId, super::reservation::JobTimes>,
+    pub job_times: BTreeMap<JobId, super::reservation_plan::JobTimes>,
 }
 
 impl Snapshot {

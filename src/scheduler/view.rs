@@ -57,7 +57,7 @@ pub(super) struct PoolView<'a> {
     pub floating: Vec<(usize, i64)>,
     /// Nodes reserved for jobs that waited too long for room, in a reservation's second pass
     /// ([`super::reservation`]).
-    pub reservations: Option<Box<super::reservation::PoolReservations<'a>>>,
+    pub reservations: Option<Box<super::reservation_plan::PoolReservations<'a>>>,
 }
 
 impl<'a> PoolView<'a> {

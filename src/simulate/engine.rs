@@ -1,7 +1,8 @@
 //! Runs a scenario round by round through the real scheduler and records what each round decided.
 
+use super::job::{SimJob, SimPolicies, SimState};
 use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
-use super::policies::{SimPolicies, fail_run, judge_dependencies, waiting_reason};
+use super::policies::{fail_run, judge_dependencies, waiting_reason};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
@@ -10,54 +11,6 @@ use crate::scheduler::{
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-
-/// State of a simulated job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SimState {
-    /// Waiting to be scheduled.
-    Queued,
-    /// Placed on a node.
-    Running,
-    /// Evicted by the scheduler; it is not queued again.
-    Preempted,
-    /// Failed by the scheduler (e.g. a gang member beyond what fit), or by a round's `fail`.
-    Failed,
-    /// Finished by a round's `finish`.
-    Succeeded,
-    /// Cancelled by a round's `cancel`.
-    Cancelled,
-}
-
-impl SimState {
-    fn as_str(self) -> &'static str {
-        match self {
-            SimState::Queued => "queued",
-            SimState::Running => "running",
-            SimState::Preempted => "preempted",
-            SimState::Failed => "failed",
-            SimState::Succeeded => "succeeded",
-            SimState::Cancelled => "cancelled",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct SimJob {
-    pub(super) name: String,
-    pub(super) info: Arc<JobInfo>,
-    pub(super) state: SimState,
-    /// Index into the node list while running.
-    pub(super) node: Option<usize>,
-    pub(super) reason: Option<String>,
-    /// When it was last placed (the round's time).
-    leased_at_ms: i64,
-    /// When it was submitted (the round's time).
-    pub(super) queued_at_ms: i64,
-    /// Its deadline in ms, if the scenario gives one.
-    deadline_ms: Option<i64>,
-    /// Dependencies and retry policy, if it has any.
-    pub(super) policies: Option<Box<SimPolicies>>,
-}
 
 /// A scenario in progress.
 pub struct Simulation {

@@ -2,6 +2,7 @@
 //! submissions, with no server, agent or disk (the format: docs/simulate.md).
 
 pub mod engine;
+mod job;
 pub mod output;
 mod policies;
 pub mod scenario;

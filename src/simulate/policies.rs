@@ -3,27 +3,9 @@
 //! job it waits for ends, it is released, failed naming it, or cancelled with it; a failed run
 //! its retry policy names is queued again.
 
-use super::engine::{SimJob, SimState};
-use crate::model::{DependencyCondition, DependencyVerdict, JobState, RetryPolicy, RunFailure};
+use super::job::{SimJob, SimState};
+use crate::model::{DependencyCondition, DependencyVerdict, JobState, RunFailure};
 use std::sync::Arc;
-
-/// A simulated job's dependencies and retry policy, with their progress.
-#[derive(Debug, Clone, Default)]
-pub(super) struct SimPolicies {
-    /// Jobs waited for (by index), the outcome waited for, and whether it came.
-    pub deps: Vec<(usize, DependencyCondition, bool)>,
-    /// When a failed run is retried.
-    pub retry: Option<RetryPolicy>,
-    /// Runs that failed so far.
-    pub failed: u32,
-}
-
-impl SimPolicies {
-    /// True while a dependency is not met.
-    pub(super) fn waiting(&self) -> bool {
-        self.deps.iter().any(|d| !d.2)
-    }
-}
 
 fn end_state(s: SimState) -> Option<JobState> {
     match s {

@@ -24,6 +24,7 @@ mod command;
 mod dependencies;
 mod job_times;
 mod jobs;
+mod log_tail;
 mod machine;
 mod quarantine;
 mod queries;
@@ -42,10 +43,10 @@ pub use command::{
     QuarantinePolicyRecord, RejectKind, Rejection, Response, RunReport, RunReportKind, UNBOUNDED_WEIGHT,
     UsageRunReport,
 };
+pub use log_tail::{MAX_LOG_TAIL, last_bytes};
 pub use machine::{Applied, ApplyContext, Executor, LiveJob, PolicyCounts, QueueState, State, StateSettings};
 pub use queries::QueuePlace;
 pub use queue_select::QueueJobFilter;
-pub use runs::{MAX_LOG_TAIL, last_bytes};
 
 #[cfg(test)]
 mod tests;

@@ -78,8 +78,10 @@ impl State {
                 run.exit_code = ev.exit_code;
                 run.reason = ev.reason.clone();
                 run.message = ev.message.clone();
-                run.log_tail =
-                    ev.log_tail.as_deref().map(|t| super::runs::last_bytes(t, super::runs::MAX_LOG_TAIL).to_string());
+                run.log_tail = ev
+                    .log_tail
+                    .as_deref()
+                    .map(|t| super::log_tail::last_bytes(t, super::log_tail::MAX_LOG_TAIL).to_string());
             }
             move_job(r, JobState::Queued);
             r.state_reason = None;

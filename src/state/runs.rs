@@ -2,16 +2,13 @@
 
 use super::changes::Change;
 use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
+use super::log_tail::{MAX_LOG_TAIL, last_bytes};
 use super::machine::{Applied, Executor, State};
 use super::retry::retry_of;
 use super::transition::{move_job, move_run};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
 use crate::scheduler::{NodeFailure, QuarantinePolicy};
-
-/// Most bytes of output kept with a run.
-/// Most of a run's output its record keeps (the last bytes).
-pub const MAX_LOG_TAIL: usize = 64 * 1024;
 
 impl State {
     pub(super) fn schedule(
@@ -312,18 +309,6 @@ fn failure_reason(ev: &RunReport) -> String {
 
 fn truncate_tail(s: &str) -> String {
     last_bytes(s, MAX_LOG_TAIL).to_string()
-}
-
-/// The last `limit` bytes of `s` at most, starting on a character.
-pub fn last_bytes(s: &str, limit: usize) -> &str {
-    if s.len() <= limit {
-        return s;
-    }
-    let mut start = s.len() - limit;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 /// How a run its executor reported over ends: as its job's stop if it was being stopped, else as
