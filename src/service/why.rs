@@ -81,7 +81,7 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
         match st.job(id).filter(|j| j.record.state == JobState::Queued) {
             None => None,
             // A job waiting for another is not the scheduler's yet: its dependency is the answer.
-            Some(job) if job.record.waiting_on().is_some() => return Ok(waiting(app, &job.record)),
+            Some(job) if job.record.waiting_on().is_some() => return Ok(without_place(app, &job.record)),
             Some(job) => {
                 let record = job.record.clone();
                 let running: Vec<Running> = st
@@ -128,8 +128,9 @@ pub(crate) async fn why(app: &Arc<Control>, id: JobId) -> Result<WhyView, Servic
     })
 }
 
-/// A queued job waiting for another: the dependency it waits for is its reason.
-fn waiting(app: &Control, record: &crate::model::Job) -> WhyView {
+/// A job the scheduler does not offer (it waits for another job, or is not queued): its state
+/// and reason, nothing to start.
+fn without_place(app: &Control, record: &crate::model::Job) -> WhyView {
     WhyView {
         job_id: record.id,
         reason: job_reason(app, record),
@@ -150,17 +151,7 @@ async fn not_queued(app: &Arc<Control>, id: JobId) -> Result<WhyView, ServiceErr
         .await
         .map_err(|e| ServiceError::internal(e.to_string()))??;
     let Some(record) = found else { return Err(no_such_job(app, id)) };
-    Ok(WhyView {
-        job_id: id,
-        reason: job_reason(app, &record),
-        queue: record.queue,
-        state: record.state,
-        queue_position: None,
-        jobs_ahead: None,
-        would_start_if: Vec::new(),
-        estimated_start: None,
-        scheduler_runs: 0,
-    })
+    Ok(without_place(app, &record))
 }
 
 /// The median runtime (ms) of each running job's job set's recently succeeded jobs, where there
