@@ -1,28 +1,17 @@
 //! Retry back-off: a queued job whose `not_before_ms` is still ahead of the cycle's `now` is not
-//! offered to the cycle, and waits with [`Reason::RetryBackoff`]. The snapshot is copied without
-//! those jobs only when there are any, so a cycle without back-offs pays one look per queued job.
+//! offered to the cycle ([`super::build`] counts it out like a job of another pool), and waits
+//! with [`Reason::RetryBackoff`]. The rule is read where each queued job is looked at anyway, so
+//! a cycle pays no extra pass and copies nothing for it.
 
-use super::decisions::{Reason, Unscheduled};
-use super::snapshot::Snapshot;
-use std::sync::Arc;
+use super::decisions::Reason;
+use super::snapshot::JobInfo;
 
-/// The snapshot without the queued jobs held back at `now_ms`, with why each waits; `None` when
-/// no job is held back.
-pub(super) fn hold_back(snapshot: &Snapshot, now_ms: i64) -> Option<(Snapshot, Vec<Unscheduled>)> {
-    let held = |t: Option<i64>| t.is_some_and(|t| t > now_ms);
-    if !snapshot.queues.iter().any(|q| q.queued.iter().any(|j| held(j.not_before_ms))) {
-        return None;
-    }
-    let mut waiting = Vec::new();
-    let mut copy = snapshot.clone();
-    for q in &mut copy.queues {
-        q.queued.retain(|j| match j.not_before_ms {
-            Some(until_ms) if until_ms > now_ms => {
-                waiting.push(Unscheduled { job_id: j.id, reason: Arc::new(Reason::RetryBackoff { until_ms }) });
-                false
-            }
-            _ => true,
-        });
-    }
-    Some((copy, waiting))
+/// Until when `job` is held back at `now_ms`, if it is.
+pub(super) fn held_until(job: &JobInfo, now_ms: i64) -> Option<i64> {
+    job.not_before_ms.filter(|&t| t > now_ms)
+}
+
+/// Why a job held back until `until_ms` waits.
+pub(super) fn reason(until_ms: i64) -> Reason {
+    Reason::RetryBackoff { until_ms }
 }

@@ -96,7 +96,7 @@ impl<'a> PoolCycle<'a> {
         cycle.fences = cycle.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         let mut interner = Interner::default();
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner, now_ms);
-        let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner);
+        let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner, now_ms);
 
         let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
         let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
@@ -149,6 +149,7 @@ impl<'a> PoolCycle<'a> {
         pool: &PoolName,
         done: &HashSet<crate::model::JobId>,
         interner: &mut Interner<'a>,
+        now_ms: i64,
     ) -> BTreeSet<&'a str> {
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
         let mut uniformity: BTreeSet<&'a str> = BTreeSet::new();
@@ -156,8 +157,11 @@ impl<'a> PoolCycle<'a> {
             // A cordoned queue's queued jobs are not offered and claim no share (Armada counts a
             // cordoned queue's demand as what it runs); its running jobs stay as they are.
             let queued: &'a [Arc<JobInfo>] = if qs.queue.cordoned { &[] } else { &qs.queued };
+            // A job in retry back-off is counted out like one of another pool.
             let eligible = |j: &JobInfo| {
-                (done.is_empty() || !done.contains(&j.id)) && (j.pools.is_empty() || j.pools.contains(pool))
+                (done.is_empty() || !done.contains(&j.id))
+                    && (j.pools.is_empty() || j.pools.contains(pool))
+                    && super::backoff::held_until(j, now_ms).is_none()
             };
             let mut facts: Vec<JobFacts> = Vec::with_capacity(queued.len());
             let mut sorted = true;

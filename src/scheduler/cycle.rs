@@ -19,14 +19,7 @@ use std::sync::Arc;
 /// Runs one scheduling cycle. Pure: the same snapshot, config, seed and `now_ms` always give the
 /// same decisions.
 pub fn schedule(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64) -> Decisions {
-    match super::backoff::hold_back(snapshot, now_ms) {
-        None => run(snapshot, cfg, seed, now_ms, false),
-        Some((offered, held)) => {
-            let mut decisions = run(&offered, cfg, seed, now_ms, false);
-            decisions.unscheduled.extend(held);
-            decisions
-        }
-    }
+    run(snapshot, cfg, seed, now_ms, false)
 }
 
 /// [`schedule`] through the queue tree's path even when every queue is flat (tests: it must
@@ -66,29 +59,42 @@ fn run(snapshot: &Snapshot, cfg: &SchedulerConfig, seed: u64, now_ms: i64, force
         cycle.outcome().finish(&mut decisions, &mut done);
         decisions.reservations.extend(held);
     }
-    // Queued jobs no pool could take at all.
-    let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
-    let no_pool = Arc::new(Reason::NoPool);
-    for qs in &snapshot.queues {
-        if qs.queue.cordoned {
-            if !qs.queued.is_empty() {
-                let cordoned = Arc::new(Reason::QueueCordoned { queue: qs.queue.name.clone() });
-                decisions.queue_notes.insert(qs.queue.name.clone(), cordoned);
-            }
-            continue;
-        }
-        for j in &qs.queued {
-            if !j.pools.is_empty() && !j.pools.iter().any(|p| pools.contains(p)) {
-                decisions.unscheduled.push(Unscheduled { job_id: j.id, reason: no_pool.clone() });
-            }
-        }
-        if pools.is_empty() && !qs.queued.is_empty() {
-            decisions.queue_notes.entry(qs.queue.name.clone()).or_insert_with(|| no_pool.clone());
-        }
-    }
+    let held = unoffered(snapshot, now_ms, &mut decisions);
+    decisions.unscheduled.extend(held);
     decisions.rate_limits = rate.finish();
     decisions.usage = usage;
     decisions
+}
+
+/// Notes the queued jobs no pool could take at all, and returns the jobs in retry back-off
+/// (held out of every pool's cycle) with why each waits. One pass over the queued jobs.
+fn unoffered(snapshot: &Snapshot, now_ms: i64, decisions: &mut Decisions) -> Vec<Unscheduled> {
+    let pools: BTreeSet<&PoolName> = snapshot.nodes.iter().map(|n| &n.pool).collect();
+    let no_pool = Arc::new(Reason::NoPool);
+    let mut held = Vec::new();
+    for qs in &snapshot.queues {
+        let mut offered = false;
+        for j in &qs.queued {
+            if let Some(until_ms) = super::backoff::held_until(j, now_ms) {
+                held.push(Unscheduled { job_id: j.id, reason: Arc::new(super::backoff::reason(until_ms)) });
+                continue;
+            }
+            offered = true;
+            if !qs.queue.cordoned && !j.pools.is_empty() && !j.pools.iter().any(|p| pools.contains(p)) {
+                decisions.unscheduled.push(Unscheduled { job_id: j.id, reason: no_pool.clone() });
+            }
+        }
+        if !offered {
+            continue;
+        }
+        if qs.queue.cordoned {
+            let cordoned = Arc::new(Reason::QueueCordoned { queue: qs.queue.name.clone() });
+            decisions.queue_notes.insert(qs.queue.name.clone(), cordoned);
+        } else if pools.is_empty() {
+            decisions.queue_notes.entry(qs.queue.name.clone()).or_insert_with(|| no_pool.clone());
+        }
+    }
+    held
 }
 
 /// One pass of a pool's cycle: eviction and filling, or the pool's policy.

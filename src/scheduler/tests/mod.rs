@@ -1,5 +1,6 @@
 //! Scheduler tests: worked examples with exact outcomes, and property tests.
 
+mod backoff;
 mod cordon;
 mod examples;
 mod hierarchy;
