@@ -385,6 +385,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "placements_per_sec": (scheduled as f64 / (cycle_ms / 1000.0)).round(),
         "build_ms": build_ms.round(),
         "peak_rss_mb": peak_rss_mb().round(),
+        "decisions_digest": digest(&d),
     });
     let out = match (out, why) {
         (serde_json::Value::Object(mut o), Some(serde_json::Value::Object(w))) => {
@@ -395,6 +396,30 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     };
     println!("{out}");
     Ok(())
+}
+
+/// A digest of everything the cycle decided and why (not how long it took): two builds that print
+/// the same digest for the same arguments decided alike, so a change meant to be faster can show
+/// it changed no outcome.
+fn digest(d: &convoy::scheduler::Decisions) -> String {
+    use std::fmt::Write as _;
+    use std::hash::Hasher as _;
+    /// Feeds formatted text to a hasher without building the string.
+    struct Feed(std::hash::DefaultHasher);
+    impl std::fmt::Write for Feed {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut h = Feed(std::hash::DefaultHasher::new());
+    // Writing into a hasher cannot fail.
+    let _ = write!(
+        h,
+        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
+        d.leases, d.preemptions, d.failures, d.unscheduled, d.queue_notes, d.pools, d.reservations
+    );
+    format!("{:016x}", h.0.finish())
 }
 
 /// Asks why for `count` of the jobs the cycle left waiting: the time each answer took (p50 and
