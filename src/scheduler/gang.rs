@@ -16,6 +16,7 @@ use super::decisions::Reason;
 use super::job::Status;
 use super::queue::Candidate;
 use super::resvec::ResVec;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Outcome of trying a gang in one domain.
@@ -112,6 +113,13 @@ impl PoolCycle<'_> {
         trial.placed
     }
 
+    /// True if jobs `a` and `b` (of one gang) search alike: same priority class and priority,
+    /// which is all a placement looks at beyond the requests and node types.
+    fn search_alike(&self, a: u32, b: u32) -> bool {
+        let (a, b) = (&self.jobs[a as usize], &self.jobs[b as usize]);
+        a.priority_class == b.priority_class && a.priority_level == b.priority_level && a.priority == b.priority
+    }
+
     /// Every member waits, for one reason.
     fn fail_members(&mut self, members: &[u32], reason: Reason) {
         let reason = Arc::new(reason);
@@ -157,15 +165,23 @@ impl PoolCycle<'_> {
     /// Places as many members as fit in the domain (node types `dom`).
     fn place_members(&mut self, members: &[u32], targets: &[(ResVec, Vec<u32>)], dom: &[u32]) -> Trial {
         let mut trial = Trial { placed: 0, max_level: 0, leftover: [0; 4], first_failure: None };
+        // Members that found no place since the last placement: the db has not changed since,
+        // so a member asking for the same on the same nodes would search in vain.
+        let mut in_vain: SmallVec<[usize; 2]> = SmallVec::new();
         for (i, &m) in members.iter().enumerate() {
             let (req, types) = &targets[i];
+            if in_vain.iter().any(|&f| targets[f] == targets[i] && self.search_alike(members[f], m)) {
+                continue;
+            }
             let types: Vec<u32> = types.iter().copied().filter(|t| dom.contains(t)).collect();
             match self.try_place(m, &types, req) {
                 Some(level) => {
                     trial.placed += 1;
                     trial.max_level = trial.max_level.max(level);
+                    in_vain.clear();
                 }
                 None => {
+                    in_vain.push(i);
                     if trial.first_failure.is_none() {
                         let prio = self.jobs[m as usize].priority_level;
                         let reason = match self.fence_stop.take() {

@@ -69,6 +69,7 @@ pub(crate) mod fill;
 pub(crate) mod fill_tree;
 pub mod floating;
 pub(crate) mod floating_placement;
+pub(crate) mod free_max;
 pub(crate) mod gang;
 pub(crate) mod gang_domains;
 pub(crate) mod guarantee;

@@ -25,6 +25,7 @@
 //! preemption never build more than level 0) and is kept in step afterwards.
 
 use super::config::MAX_INDEXED_RESOURCES;
+use super::free_max::FreeMax;
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
@@ -171,6 +172,8 @@ pub(crate) struct NodeDb {
     indexes: Vec<Option<Vec<TypeIndex>>>,
     /// Free resources summed over each type's nodes, per level: `[level][type]`.
     type_free: Vec<Vec<ResVec>>,
+    /// The largest free amounts over each type's nodes, per level, built with the level's index.
+    maxes: Vec<Option<Vec<FreeMax>>>,
 }
 
 impl NodeDb {
@@ -214,6 +217,7 @@ impl NodeDb {
             freed_counts: vec![0; levels],
             indexes: vec![None; levels],
             type_free: vec![type_free; levels],
+            maxes: vec![None; levels],
         }
     }
 
@@ -274,6 +278,44 @@ impl NodeDb {
             Self::index_insert(&mut idx[n.type_id as usize], n.tier(), key);
         }
         self.indexes[level] = Some(idx);
+        self.ensure_max(level);
+    }
+
+    fn ensure_max(&mut self, level: usize) {
+        if self.maxes[level].is_some() {
+            return;
+        }
+        let width = self.nodes.first().map_or(0, |n| n.free[level].len());
+        let maxes = (0..self.type_nodes.len()).map(|t| self.recompute_max(level, t, width)).collect();
+        self.maxes[level] = Some(maxes);
+    }
+
+    fn recompute_max(&self, level: usize, t: usize, width: usize) -> FreeMax {
+        FreeMax::over(width, self.type_nodes[t].iter().map(|&n| &self.nodes[n as usize].free[level]))
+    }
+
+    /// Keeps the maxima of levels below `upto` in step with node `n`'s free amounts moving by
+    /// `req` (`sign` 1: freed, -1: taken).
+    fn track_max(&mut self, n: u32, upto: usize, req: &[i64], sign: i64) {
+        let node = &self.nodes[n as usize];
+        let t = node.type_id as usize;
+        for l in 0..upto {
+            let Some(m) = self.maxes[l].as_mut().map(|m| &mut m[t]) else { continue };
+            for (s, &r) in req.iter().enumerate() {
+                if r != 0 {
+                    let old = node.free[l][s];
+                    m.moved(s, old, old + sign * r);
+                }
+            }
+        }
+    }
+
+    /// True if no node of type `t` has room for `req` at `level` in some resource (as far as
+    /// the kept maxima know; a stale one says nothing).
+    #[inline]
+    fn type_too_small(&self, level: usize, t: u32, req: &[i64]) -> bool {
+        let Some(m) = self.maxes[level].as_ref().map(|m| &m[t as usize]) else { return false };
+        req.iter().enumerate().any(|(s, &r)| r > 0 && m.slot(s).is_some_and(|max| max < r))
     }
 
     /// Applies `change` to node `n`, keeping built indexes in step for levels below `upto`
@@ -309,6 +351,7 @@ impl NodeDb {
         for l in 0..upto {
             sub_from(&mut self.type_free[l][t], &occ.req);
         }
+        self.track_max(n, upto, &occ.req, -1);
         self.update(n, upto, |node| {
             for l in 0..upto {
                 sub_from(&mut node.free[l], &occ.req);
@@ -335,6 +378,8 @@ impl NodeDb {
         for l in 0..upto {
             add_to(&mut self.type_free[l][t], &self.nodes[n as usize].occupants[pos].req);
         }
+        let req = self.nodes[n as usize].occupants[pos].req.clone();
+        self.track_max(n, upto, &req, 1);
         let mut out = None;
         self.update(n, upto, |node| {
             let occ = node.occupants.swap_remove(pos);
@@ -366,6 +411,9 @@ impl NodeDb {
         for tier in 0..3 {
             let mut best: Option<Key> = None;
             for &t in types {
+                if self.type_too_small(level, t, req) {
+                    continue;
+                }
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if best.as_ref().is_some_and(|b| key >= b) {
@@ -398,6 +446,9 @@ impl NodeDb {
             let want = k - out.len();
             let mut found: Vec<Key> = Vec::with_capacity(want + 1);
             for &t in types {
+                if self.type_too_small(level, t, req) {
+                    continue;
+                }
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if found.len() == want && found.last().is_some_and(|last| key >= last) {
@@ -520,12 +571,22 @@ impl NodeDb {
         &self.type_free[level as usize][t as usize]
     }
 
-    /// Largest free amount per slot over nodes of `types` at `level`.
-    pub(crate) fn max_free(&self, level: u8, types: &[u32], slots: usize) -> ResVec {
+    /// Largest free amount per slot over nodes of `types` at `level`: from the kept maxima,
+    /// recomputing those gone stale.
+    pub(crate) fn max_free(&mut self, level: u8, types: &[u32], slots: usize) -> ResVec {
+        let level = level as usize;
+        self.ensure_max(level);
         let mut best: ResVec = smallvec::smallvec![i64::MIN; slots];
         for &t in types {
-            for &n in &self.type_nodes[t as usize] {
-                for (b, f) in best.iter_mut().zip(&self.nodes[n as usize].free[level as usize]) {
+            let t = t as usize;
+            if self.maxes[level].as_ref().is_some_and(|m| m[t].stale()) {
+                let fresh = self.recompute_max(level, t, slots);
+                if let Some(m) = self.maxes[level].as_mut() {
+                    m[t] = fresh;
+                }
+            }
+            if let Some(m) = self.maxes[level].as_ref().and_then(|m| m[t].get()) {
+                for (b, f) in best.iter_mut().zip(m) {
                     *b = (*b).max(*f);
                 }
             }
@@ -629,5 +690,61 @@ mod tests {
         // Need 4: the newest (job 3, 2 cpu) is not enough alone; then job 2 (4 cpu) suffices and
         // job 3 is kept back.
         assert_eq!(d.victims(0, 3, &[4], |_| 0.0), vec![2]);
+    }
+
+    /// Two resources, two node types: the kept maxima answer as a walk over every node would,
+    /// and a search never misses a node that fits, whatever adds and removes came before.
+    mod kept_maxima {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn walked(d: &NodeDb, level: usize, types: &[u32]) -> ResVec {
+            let mut best: ResVec = smallvec![i64::MIN; 2];
+            for &t in types {
+                for &n in &d.type_nodes[t as usize] {
+                    for (b, f) in best.iter_mut().zip(&d.nodes[n as usize].free[level]) {
+                        *b = (*b).max(*f);
+                    }
+                }
+            }
+            best
+        }
+
+        proptest! {
+            #[test]
+            fn maxima_match_a_walk_over_the_nodes(
+                caps in proptest::collection::vec((1i64..=16, 1i64..=16), 1..8),
+                steps in proptest::collection::vec((any::<bool>(), 0usize..8, 1i64..=6, 1i64..=6, 1u8..=3), 1..60),
+            ) {
+                let n = caps.len();
+                let type_of: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
+                let mut d = NodeDb::new(caps.iter().map(|&(c, m)| smallvec![c, m]).collect(), &type_of, 2, &[Some(0), Some(1)], 4);
+                let mut placed: Vec<(u32, u32)> = Vec::new();
+                let mut next = 0u32;
+                for (add, at, cpu, mem, freed_at) in steps {
+                    if add || placed.is_empty() {
+                        let node = (at % n) as u32;
+                        let req: ResVec = smallvec![cpu, mem];
+                        if d.fits_at(node, 0, &req) {
+                            next += 1;
+                            d.add(node, Occupant { job: next, queue: next % 3, freed_at, evicted: false, seq: u64::from(next), return_rank: 0, req });
+                            placed.push((node, next));
+                        }
+                    } else {
+                        let (node, job) = placed.swap_remove(at % placed.len());
+                        prop_assert!(d.remove(node, job).is_some());
+                    }
+                    for level in 0..4u8 {
+                        for types in [&[0u32][..], &[1], &[0, 1]] {
+                            let want = walked(&d, level as usize, types);
+                            let req: ResVec = smallvec![cpu, mem];
+                            let fits_somewhere = types.iter().any(|&t| d.type_nodes[t as usize].iter().any(|&n| d.fits_at(n, level, &req)));
+                            prop_assert_eq!(d.find(level, types, 0, &req).is_some(), fits_somewhere);
+                            prop_assert_eq!(d.max_free(level, types, 2), want);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

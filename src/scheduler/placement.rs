@@ -574,7 +574,7 @@ impl PoolCycle<'_> {
     }
 
     /// Why a job fits on no node of `types`, even counting what it may preempt.
-    pub(super) fn no_capacity_reason(&self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
+    pub(super) fn no_capacity_reason(&mut self, types: &[u32], req: &ResVec, priority_level: u8) -> Reason {
         // Pool policies other than fair_share place at level 0 (what is free now).
         let level =
             if self.policy.is_some() { 0 } else { self.view().levels.max_search_level(priority_level as usize) };
