@@ -143,8 +143,32 @@ impl PoolCycle<'_> {
         if domains.len() == 1 {
             return 0;
         }
+        // What the whole gang takes from a domain's free resources when it fits without
+        // displacing anyone: then a domain's trial can be judged before it is run.
+        let mut asked = [0i64; 4];
+        for (req, _) in targets {
+            let r = self.gang_domains().indexed(req);
+            for k in 0..4 {
+                asked[k] += r[k];
+            }
+        }
         let mut best: Option<(usize, Trial)> = None;
         for (d, dom) in domains.iter().enumerate() {
+            // Once the gang fits whole without displacing anyone, another domain can only win by
+            // being left tighter, and the tightest it can be left is its free amounts less the
+            // gang's: a domain that cannot beat the best that way is not tried.
+            if let Some((_, b)) = &best
+                && b.placed == members.len()
+                && b.max_level == 0
+            {
+                let mut bound = self.gang_domains().leftover(dom);
+                for k in 0..4 {
+                    bound[k] -= asked[k];
+                }
+                if bound >= b.leftover {
+                    continue;
+                }
+            }
             let mark = self.begin();
             let trial = self.place_members(members, targets, dom);
             self.rollback(mark);

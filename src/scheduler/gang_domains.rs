@@ -101,13 +101,22 @@ impl GangDomains<'_, '_> {
     pub(super) fn leftover(&self, dom: &[u32]) -> [i64; 4] {
         let mut leftover = [0; 4];
         for &t in dom {
-            let free = self.db.type_free(0, t);
-            for (k, r) in self.view.cfg.indexed_resources.iter().enumerate().take(4) {
-                if let Some(s) = self.view.layout.slot(r.as_str()) {
-                    leftover[k] += free[s];
-                }
+            let free = self.indexed(self.db.type_free(0, t));
+            for k in 0..4 {
+                leftover[k] += free[k];
             }
         }
         leftover
+    }
+
+    /// The amounts of `v` in the indexed resources, in order (as [`Self::leftover`] counts them).
+    pub(super) fn indexed(&self, v: &[i64]) -> [i64; 4] {
+        let mut out = [0; 4];
+        for (k, r) in self.view.cfg.indexed_resources.iter().enumerate().take(4) {
+            if let Some(s) = self.view.layout.slot(r.as_str()) {
+                out[k] = v[s];
+            }
+        }
+        out
     }
 }
