@@ -1,13 +1,17 @@
 //! The live state as a `convoy simulate` scenario (`GET /v1/scenario`, `convoy simulate
 //! --from-server` and `--from-data-dir`): the scheduler's configuration, the nodes, the queues,
 //! the jobs running (in the scenario's `running`, each on its node) and the jobs queued (round 0's
-//! `submit`, in submission order), under their real job ids. Running the scenario replays the
-//! next scheduling cycle on a copy of the state; editing it first answers "what if"
-//! (docs/simulate.md). A read of this server's state: on a follower, as of what it has applied.
+//! `submit`, in submission order, those waiting for other jobs among them), under their real job
+//! ids, with what the policies read: dependencies, retry policies and spent attempts, back-offs,
+//! deadlines and the times reservations and min-runtime count from, and round 0's wall-clock
+//! time. Running the scenario replays the next scheduling cycle on a copy of the state; editing it
+//! first answers "what if" (docs/simulate.md). A read of this server's state: on a follower, as of
+//! what it has applied.
 //!
 //! What a scenario cannot hold is left out: the rate limiters' tokens (a scenario starts with full
 //! buckets), the queues' recorded usage (it starts from none), and node quarantines; so are jobs
-//! running on a node no executor reports any more, which a cycle does not count either.
+//! running on a node no executor reports any more, which a cycle does not count either, and jobs
+//! waiting for a job the scenario does not hold.
 
 use super::access::Principal;
 use super::data_dir::{DataDirError, LogCopy, TempDir, check_data_dir, copy_steady};

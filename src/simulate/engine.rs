@@ -503,6 +503,65 @@ rounds:
     }
 
     #[test]
+    fn spent_attempts_count_against_the_retry_policy() {
+        let text = |spent: u32| {
+            format!(
+                "nodes: [{{name: n, allocatable: {{cpu: '1'}}}}]\nqueues: [{{name: A}}]\n\
+                 running: [{{id: a, queue: A, requests: {{cpu: '1'}}, node: n, attempts_spent: {spent}, \
+                 retry: {{max_attempts: 3, on_exit_codes: [75], backoff_seconds: 10}}}}]\n\
+                 rounds: [{{fail: [{{id: a, exit_code: 75}}]}}]"
+            )
+        };
+        let out = run_text(&text(1)).expect("valid");
+        // The third attempt's back-off is doubled: 20 s from round 0.
+        let a = &out.rounds[0].jobs["a"];
+        assert_eq!(a.state, "queued");
+        assert_eq!(a.reason.as_deref(), Some("retry back-off until 1970-01-01T00:00:20Z"));
+        let out = run_text(&text(2)).expect("valid");
+        assert_eq!(out.rounds[0].jobs["a"].state, "failed", "no attempt left");
+    }
+
+    #[test]
+    fn a_back_off_holds_a_job_until_its_time_on_the_scenario_clock() {
+        let out = run_text(
+            "round_0_at: 2026-01-01T00:00:00Z\nround_interval_seconds: 20\n\
+             nodes: [{name: n, allocatable: {cpu: '1'}}]\nqueues: [{name: A}]\n\
+             rounds: [{submit: [{id: b, queue: A, requests: {cpu: '1'}, backoff_until_seconds: 30}]}, {}, {}]",
+        )
+        .expect("valid");
+        let b = |r: usize| (out.rounds[r].jobs["b"].state, out.rounds[r].jobs["b"].reason.clone());
+        let held = Some("retry back-off until 2026-01-01T00:00:30Z".to_string());
+        assert_eq!((b(0), b(1)), (("queued", held.clone()), ("queued", held)));
+        assert_eq!(b(2).0, "running");
+    }
+
+    #[test]
+    fn reservations_read_queued_and_running_times() {
+        let text = |queued_at: &str| {
+            format!(
+                "round_0_at: 2026-01-01T00:00:00Z\nconfig: {{gang_reservation_after_seconds: 15}}\n\
+                 nodes: [{{name: n, allocatable: {{cpu: '2'}}}}]\nqueues: [{{name: A}}, {{name: B}}]\n\
+                 running: [{{id: r, queue: B, requests: {{cpu: '2'}}, node: n, started_at_seconds: -10, \
+                 running_at_seconds: -5, active_deadline_seconds: 40}}]\n\
+                 rounds: [{{submit: [{{id: g, queue: A, requests: {{cpu: '2'}}{queued_at}}}]}}]"
+            )
+        };
+        // Queued 20 s before round 0: past gang_reservation_after; r ends 40 s after it began
+        // running.
+        let out = run_text(&text(", queued_at_seconds: -20")).expect("valid");
+        let res = &out.rounds[0].reservations;
+        assert_eq!(res.len(), 1, "{:?}", out.rounds[0]);
+        assert_eq!((res[0].job.as_str(), res[0].expected_start_seconds), ("g", Some(35.0)));
+        assert_eq!(
+            out.rounds[0].jobs["g"].reason.as_deref(),
+            Some("reserved node n in pool default; expected to fit at 2026-01-01T00:00:35Z")
+        );
+        // Submitted at round 0: it has not waited.
+        let out = run_text(&text("")).expect("valid");
+        assert!(out.rounds[0].reservations.is_empty());
+    }
+
+    #[test]
     fn running_jobs_name_their_executor_when_node_names_repeat() {
         let text = "nodes: [{name: n, executor: e1, allocatable: {cpu: '2'}}, {name: n, executor: e2, allocatable: {cpu: '2'}}]\n\
                     queues: [{name: A}]\n\

@@ -483,7 +483,8 @@ impl Scenario {
             "The state of {source} at {}\n\
              as a convoy simulate scenario (docs/simulate.md). {}.\n\
              Running jobs are in `running`, each on its node; queued jobs in round 0's `submit`, in\n\
-             submission order; both named by their job ids. Round 0 replays the next scheduling cycle:\n\
+             submission order (those waiting for other jobs with `depends_on`); all named by their job\n\
+             ids, with their retry policies, back-offs and times. Round 0 replays the next scheduling cycle:\n\
              change weights, nodes or rounds, then run `convoy simulate FILE`.",
             humantime::format_rfc3339_millis(at),
             self.counts(),
@@ -906,6 +907,47 @@ mod tests {
             "{base}running: [{{id: g, queue: A, node: n, annotations: {{convoy.io/gang-id: g1, convoy.io/gang-cardinality: '4'}}}}]"
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn the_policy_progress_keys_are_checked() {
+        let base = "nodes: [{name: n, allocatable: {cpu: '4'}}]\nqueues: [{name: A}]\n";
+        let retry = "retry: {max_attempts: 2, on_exit_codes: [75]}";
+        for (rest, field, message) in [
+            ("running: [{id: a, queue: A, node: n, queued_at_seconds: -5}]", "running[0].queued_at_seconds", "only a round's"),
+            ("running: [{id: a, queue: A, node: n, backoff_until_seconds: 5}]", "running[0].backoff_until_seconds", "only a round's"),
+            ("rounds: [{submit: [{id: a, queue: A, running_at_seconds: -5}]}]", "rounds[0].submit[0].running_at_seconds", "run times"),
+            ("rounds: [{submit: [{id: a, queue: A, queued_at_seconds: 5}]}]", "rounds[0].submit[0].queued_at_seconds", "at most the round's time (0 s)"),
+            ("rounds: [{submit: [{id: a, queue: A, queued_at_seconds: .nan}]}]", "rounds[0].submit[0].queued_at_seconds", "a number"),
+            ("rounds: [{submit: [{id: a, queue: A, attempts_spent: 1}]}]", "rounds[0].submit[0].attempts_spent", "give retry"),
+            (
+                &format!("rounds: [{{submit: [{{id: a, queue: A, attempts_spent: 2, {retry}}}]}}]"),
+                "rounds[0].submit[0].attempts_spent",
+                "less than retry.max_attempts (2)",
+            ),
+            (
+                "running: [{id: a, queue: A, node: n, started_at_seconds: -5, running_at_seconds: -6}]",
+                "running[0].running_at_seconds",
+                "not be before started_at_seconds",
+            ),
+            ("running: [{id: a, queue: A, node: n, retry: {max_attempts: 0}}]", "running[0].retry.max_attempts", "1 to 100"),
+            ("round_0_at: yesterday", "round_0_at", "RFC 3339"),
+        ] {
+            let e = Scenario::parse(&format!("{base}{rest}")).unwrap_err();
+            assert!(e.field == field && e.message.contains(message), "{rest}: {e}");
+        }
+        let s = Scenario::parse(&format!(
+            "{base}round_0_at: 2026-11-26T12:46:26.914Z\nround_interval_seconds: 10\n\
+             running: [{{id: a, queue: A, node: n, started_at_seconds: -6, running_at_seconds: -5, attempts_spent: 1, {retry}}}]\n\
+             rounds: [{{}}, {{submit: [{{id: b, queue: A, queued_at_seconds: 10, backoff_until_seconds: 30}}]}}]"
+        ))
+        .unwrap();
+        assert_eq!(s.round_0_at, Some(1_795_697_186_914));
+        assert_eq!((s.running[0].running_at_seconds, s.running[0].attempts_spent), (Some(-5.0), 1));
+        let yaml = serde_yaml_ng::to_string(&s).unwrap();
+        assert!(yaml.contains("round_0_at: 2026-11-26T12:46:26.914Z\n"), "{yaml}");
+        let back = Scenario::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(serde_yaml_ng::to_string(&back).unwrap(), yaml);
     }
 
     #[test]
