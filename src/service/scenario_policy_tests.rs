@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::model::{
-    ExecutorName, GangSpec, JobPayload, NodeName, PoolName, PreemptionPolicy, PriorityClassName, PriorityPolicy,
-    Queue, Resources, RunId, SchedulingRequirements,
+    ExecutorName, GangSpec, JobPayload, NodeName, PoolName, PreemptionPolicy, PriorityClassName, PriorityPolicy, Queue,
+    Resources, RunId, SchedulingRequirements,
 };
 use crate::record::{
     CommandRecord, DependencyConditionRecord, NodeRecord, RetryRecord, SubmitDependencyRecord, SubmitPoliciesRecord,
@@ -61,7 +61,8 @@ fn lease(s: &mut State, job: u128, node: &str, at_ms: i64) {
         node: NodeName::new(node).expect("name"),
         pool: PoolName::default_pool(),
     };
-    let cmd = Command::Schedule { term: 0, at_ms, leases: vec![lease], preemptions: vec![], failures: vec![], inputs: None };
+    let cmd =
+        Command::Schedule { term: 0, at_ms, leases: vec![lease], preemptions: vec![], failures: vec![], inputs: None };
     s.apply(cmd, ApplyContext::default());
 }
 
@@ -132,7 +133,13 @@ fn policy_state() -> State {
     report(&mut s, 1, 101, RunReportKind::Running, None, T + 25_000);
     let gang = (1..=2).map(|m| plain(job(10 + m, "default", &[("cpu", "8")], Some(("g", 2))))).collect();
     submit(&mut s, "A", T + 30_000, gang);
-    let retry = RetryRecord { max_attempts: 3, on_exit_codes: vec![75], on_oom: false, on_node_failure: false, backoff_ms: 600_000 };
+    let retry = RetryRecord {
+        max_attempts: 3,
+        on_exit_codes: vec![75],
+        on_oom: false,
+        on_node_failure: false,
+        backoff_ms: 600_000,
+    };
     let x = PolicyJob {
         job: NamespacedJob::from(job(3, "default", &[("cpu", "2")], None)),
         policies: SubmitPoliciesRecord { depends_on: vec![], retry: Some(retry) },
@@ -143,7 +150,10 @@ fn policy_state() -> State {
     let after = |parent: u128, on| SubmitDependencyRecord { job_id: id(parent), on, ended: None };
     let d = PolicyJob {
         job: NamespacedJob::from(job(4, "default", &[("cpu", "1")], None)),
-        policies: SubmitPoliciesRecord { depends_on: vec![after(1, DependencyConditionRecord::Succeeded)], retry: None },
+        policies: SubmitPoliciesRecord {
+            depends_on: vec![after(1, DependencyConditionRecord::Succeeded)],
+            retry: None,
+        },
     };
     let f = plain(job(5, "default", &[("cpu", "1"), ("licence", "1")], None));
     let e = PolicyJob {
@@ -154,7 +164,7 @@ fn policy_state() -> State {
     s
 }
 
-fn entry<'a>(s: &'a Scenario, job: u128) -> &'a crate::simulate::scenario::SubmitSpec {
+fn entry(s: &Scenario, job: u128) -> &crate::simulate::scenario::SubmitSpec {
     let name = id(job).to_string();
     s.running.iter().chain(&s.rounds[0].submit).find(|e| e.id == name).unwrap_or_else(|| panic!("{name} exported"))
 }

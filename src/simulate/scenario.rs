@@ -387,7 +387,10 @@ fn validate_progress(f: &str, sub: &SubmitSpec, round_s: Option<f64>) -> Result<
         if sub.attempts_spent >= r.max_attempts {
             return Err(ScenarioError::new(
                 format!("{f}.attempts_spent"),
-                format!("must be less than retry.max_attempts ({}): a job with none left is not retried", r.max_attempts),
+                format!(
+                    "must be less than retry.max_attempts ({}): a job with none left is not retried",
+                    r.max_attempts
+                ),
             ));
         }
     }
@@ -914,12 +917,36 @@ mod tests {
         let base = "nodes: [{name: n, allocatable: {cpu: '4'}}]\nqueues: [{name: A}]\n";
         let retry = "retry: {max_attempts: 2, on_exit_codes: [75]}";
         for (rest, field, message) in [
-            ("running: [{id: a, queue: A, node: n, queued_at_seconds: -5}]", "running[0].queued_at_seconds", "only a round's"),
-            ("running: [{id: a, queue: A, node: n, backoff_until_seconds: 5}]", "running[0].backoff_until_seconds", "only a round's"),
-            ("rounds: [{submit: [{id: a, queue: A, running_at_seconds: -5}]}]", "rounds[0].submit[0].running_at_seconds", "run times"),
-            ("rounds: [{submit: [{id: a, queue: A, queued_at_seconds: 5}]}]", "rounds[0].submit[0].queued_at_seconds", "at most the round's time (0 s)"),
-            ("rounds: [{submit: [{id: a, queue: A, queued_at_seconds: .nan}]}]", "rounds[0].submit[0].queued_at_seconds", "a number"),
-            ("rounds: [{submit: [{id: a, queue: A, attempts_spent: 1}]}]", "rounds[0].submit[0].attempts_spent", "give retry"),
+            (
+                "running: [{id: a, queue: A, node: n, queued_at_seconds: -5}]",
+                "running[0].queued_at_seconds",
+                "only a round's",
+            ),
+            (
+                "running: [{id: a, queue: A, node: n, backoff_until_seconds: 5}]",
+                "running[0].backoff_until_seconds",
+                "only a round's",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, running_at_seconds: -5}]}]",
+                "rounds[0].submit[0].running_at_seconds",
+                "run times",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, queued_at_seconds: 5}]}]",
+                "rounds[0].submit[0].queued_at_seconds",
+                "at most the round's time (0 s)",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, queued_at_seconds: .nan}]}]",
+                "rounds[0].submit[0].queued_at_seconds",
+                "a number",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, attempts_spent: 1}]}]",
+                "rounds[0].submit[0].attempts_spent",
+                "give retry",
+            ),
             (
                 &format!("rounds: [{{submit: [{{id: a, queue: A, attempts_spent: 2, {retry}}}]}}]"),
                 "rounds[0].submit[0].attempts_spent",
@@ -930,7 +957,11 @@ mod tests {
                 "running[0].running_at_seconds",
                 "not be before started_at_seconds",
             ),
-            ("running: [{id: a, queue: A, node: n, retry: {max_attempts: 0}}]", "running[0].retry.max_attempts", "1 to 100"),
+            (
+                "running: [{id: a, queue: A, node: n, retry: {max_attempts: 0}}]",
+                "running[0].retry.max_attempts",
+                "1 to 100",
+            ),
             ("round_0_at: yesterday", "round_0_at", "RFC 3339"),
         ] {
             let e = Scenario::parse(&format!("{base}{rest}")).unwrap_err();

@@ -262,7 +262,8 @@ async fn the_policies_inputs_are_exported_and_replay_as_the_server_decided() {
     // d waits for p.
     let d = s.submit("B", "sb", vec![with(job("1"), "depends_on", json!([{"job_id": p}]))]).await.remove(0);
     let within = std::time::Duration::from_secs(10);
-    let held = s.wait_job(&x, within, "held back", |j| j["reason"].as_str().is_some_and(|r| r.contains("back-off"))).await;
+    let held =
+        s.wait_job(&x, within, "held back", |j| j["reason"].as_str().is_some_and(|r| r.contains("back-off"))).await;
     let waiting = s.wait_job(&d, within, "waiting", |j| j["reason"].is_string()).await;
 
     let out = convoy(&["simulate", "--from-server", &s.url]);
