@@ -1,22 +1,29 @@
 //! The live state as a `convoy simulate` scenario (`GET /v1/scenario`, `convoy simulate
 //! --from-server` and `--from-data-dir`): the scheduler's configuration, the nodes, the queues,
 //! the jobs running (in the scenario's `running`, each on its node) and the jobs queued (round 0's
-//! `submit`, in submission order), under their real job ids. Running the scenario replays the
-//! next scheduling cycle on a copy of the state; editing it first answers "what if"
-//! (docs/simulate.md). A read of this server's state: on a follower, as of what it has applied.
+//! `submit`, in submission order, those waiting for other jobs among them), under their real job
+//! ids, with what the policies read: dependencies, retry policies and spent attempts, back-offs,
+//! deadlines and the times reservations and min-runtime count from, and round 0's wall-clock
+//! time. Running the scenario replays the next scheduling cycle on a copy of the state; editing it
+//! first answers "what if" (docs/simulate.md). A read of this server's state: on a follower, as of
+//! what it has applied.
 //!
 //! What a scenario cannot hold is left out: the rate limiters' tokens (a scenario starts with full
 //! buckets), the queues' recorded usage (it starts from none), and node quarantines; so are jobs
-//! running on a node no executor reports any more, which a cycle does not count either.
+//! running on a node no executor reports any more, which a cycle does not count either, and jobs
+//! waiting for a job the scenario does not hold.
 
 use super::access::Principal;
 use super::data_dir::{DataDirError, LogCopy, TempDir, check_data_dir, copy_steady};
 use super::error::ServiceError;
 use crate::config::Role;
 use crate::control::{Control, now_ms};
-use crate::model::{GangSpec, JobId, JobSetName, Node, QueueName, RESERVED_FOR_LABEL, annotations, parse_reserved_for};
-use crate::scheduler::{JobInfo, RateLimiterState, SchedulerConfig, Snapshot};
-use crate::simulate::scenario::{NodeSpec, Round, Scenario, SubmitSpec};
+use crate::model::api::JobRetryPolicy;
+use crate::model::{
+    Dependency, GangSpec, JobId, JobSetName, Node, QueueName, RESERVED_FOR_LABEL, annotations, parse_reserved_for,
+};
+use crate::scheduler::{JobInfo, JobTimes, RateLimiterState, SchedulerConfig, Snapshot};
+use crate::simulate::scenario::{NodeSpec, Round, Scenario, SimDependency, SubmitSpec};
 use crate::state::{ApplyContext, State, StateSettings};
 use crate::store::Store;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,74 +39,73 @@ pub(crate) fn export(app: &Control, p: &Principal) -> Result<Scenario, ServiceEr
 }
 
 /// What an export reads of the state, taken under its lock: the scheduler's whole view (every
-/// queued job) and the job set of each job in it. Pointers are copied, not jobs, so the lock is
-/// held briefly; turning it into a scenario happens after.
+/// queued job), the jobs waiting for others, and what each of them carries beyond the
+/// scheduler's view (its job set, retry policy and progress, times, dependencies). Pointers and
+/// small facts are copied, not jobs, so the lock is held briefly; turning it into a scenario
+/// happens after.
 pub(crate) struct Capture {
     snapshot: Snapshot,
-    job_sets: HashMap<JobId, JobSetName>,
+    /// Queued jobs waiting for another job, in submission order.
+    waiting: Vec<Arc<JobInfo>>,
+    facts: HashMap<JobId, JobFacts>,
+}
+
+/// What a scenario entry carries of a job beyond the scheduler's view of it.
+struct JobFacts {
+    job_set: JobSetName,
+    /// Its retry policy, as the API and simulate write it.
+    retry: Option<JobRetryPolicy>,
+    /// Runs that failed (what `retry.max_attempts` counts).
+    failed_runs: u32,
+    /// Its deadline and since when it has been queued or running (reservations read both).
+    times: Option<JobTimes>,
+    /// The jobs it still waits for.
+    waits_for: Vec<Dependency>,
+}
+
+impl JobFacts {
+    fn of(state: &State, id: JobId) -> Option<JobFacts> {
+        let job = state.job(id)?;
+        let policies = job.record.policies.as_deref();
+        Some(JobFacts {
+            job_set: job.record.job_set.clone(),
+            retry: policies.and_then(|p| p.retry.as_ref()).map(|r| JobRetryPolicy {
+                max_attempts: r.max_attempts,
+                on_exit_codes: r.on_exit_codes.clone(),
+                on_oom: r.on_oom,
+                on_node_failure: r.on_node_failure,
+                backoff_seconds: r.backoff_ms / 1000,
+            }),
+            failed_runs: job.record.failed_runs(),
+            times: state.job_times(id),
+            waits_for: policies.map(|p| p.depends_on.iter().filter(|d| !d.met).copied().collect()).unwrap_or_default(),
+        })
+    }
 }
 
 impl Capture {
     /// Reads `state`.
     pub(crate) fn of(state: &State) -> Capture {
         let snapshot = state.scheduling_snapshot(0, RateLimiterState::default());
+        let waiting: Vec<Arc<JobInfo>> = state.waiting_jobs().into_iter().map(|j| j.info.clone()).collect();
         let jobs = snapshot.running.iter().map(|r| &r.job).chain(snapshot.queues.iter().flat_map(|q| &q.queued));
-        let job_sets = jobs.filter_map(|j| Some((j.id, state.job(j.id)?.record.job_set.clone()))).collect();
-        Capture { snapshot, job_sets }
+        let facts = jobs.chain(&waiting).filter_map(|j| Some((j.id, JobFacts::of(state, j.id)?))).collect();
+        Capture { snapshot, waiting, facts }
     }
 
-    /// The scenario: `config` as its `config`, one round whose cycle is the next one. `now_ms`
-    /// (ms since the epoch) is round 0's time: running jobs' `started_at_seconds` count back
-    /// from it.
+    /// The scenario: `config` as its `config`, one round whose cycle is the next one, round 0 at
+    /// `now_ms` (ms since the epoch): the jobs' times (`started_at_seconds`, …) count back from
+    /// it.
     pub(crate) fn into_scenario(self, config: &SchedulerConfig, now_ms: i64) -> Scenario {
         let queues: Vec<_> = self.snapshot.queues.iter().map(|q| q.queue.clone()).collect();
         let declared: HashSet<&QueueName> = queues.iter().map(|q| &q.name).collect();
         let nodes = self.snapshot.nodes.iter().map(|n| node_spec(n, &declared)).collect();
-        let mut name_count: HashMap<&str, usize> = HashMap::new();
-        for n in &self.snapshot.nodes {
-            *name_count.entry(n.name.as_str()).or_default() += 1;
-        }
-        // A job running on a node no executor reports any more counts nowhere in a cycle: it is
-        // left out.
-        let reported: HashSet<(&str, &str)> =
-            self.snapshot.nodes.iter().map(|n| (n.executor.as_str(), n.name.as_str())).collect();
-        let mut running: Vec<_> = self
-            .snapshot
-            .running
-            .iter()
-            .filter(|r| reported.contains(&(r.executor.as_str(), r.node.as_str())))
-            .collect();
-        running.sort_by_key(|r| r.job.submit_seq);
-        let running = running
-            .into_iter()
-            .map(|r| {
-                let mut entry = self.entry(&r.job, gang_annotations(r.job.gang.as_deref(), None));
-                entry.node = Some(r.node.to_string());
-                entry.executor = (name_count.get(r.node.as_str()) > Some(&1)).then(|| r.executor.clone());
-                entry.started_at_seconds = Some((r.leased_at_ms - now_ms) as f64 / 1000.0);
-                entry
-            })
-            .collect();
-        let mut queued: Vec<&Arc<JobInfo>> = self.snapshot.queues.iter().flat_map(|q| &q.queued).collect();
-        queued.sort_by_key(|j| j.submit_seq);
-        // A scenario's gang is submitted whole: a queued gang that lost members (one was
-        // cancelled) is written as the gang of the members left.
-        let mut present: HashMap<(&QueueName, &str), u32> = HashMap::new();
-        for j in &queued {
-            if let Some(g) = &j.gang {
-                *present.entry((&j.queue, g.id.as_str())).or_default() += 1;
-            }
-        }
-        let submit = queued
-            .iter()
-            .map(|j| {
-                let members = j.gang.as_ref().and_then(|g| present.get(&(&j.queue, g.id.as_str())).copied());
-                self.entry(j, gang_annotations(j.gang.as_deref(), members))
-            })
-            .collect();
+        let running = self.running_entries(now_ms);
+        let submit = self.submit_entries(running.iter().map(|r| r.id.clone()).collect(), now_ms);
         let mut scenario = Scenario {
             seed: 0,
             round_interval_seconds: 1.0,
+            round_0_at: Some(now_ms),
             config: config.clone(),
             nodes,
             queues,
@@ -117,13 +123,94 @@ impl Capture {
         scenario
     }
 
-    /// A job as a scenario entry of count 1 named by its id.
+    /// The running jobs, each on its node, in submission order. A job running on a node no
+    /// executor reports any more counts nowhere in a cycle: it is left out.
+    fn running_entries(&self, now_ms: i64) -> Vec<SubmitSpec> {
+        let mut name_count: HashMap<&str, usize> = HashMap::new();
+        for n in &self.snapshot.nodes {
+            *name_count.entry(n.name.as_str()).or_default() += 1;
+        }
+        let reported: HashSet<(&str, &str)> =
+            self.snapshot.nodes.iter().map(|n| (n.executor.as_str(), n.name.as_str())).collect();
+        let mut running: Vec<_> = self
+            .snapshot
+            .running
+            .iter()
+            .filter(|r| reported.contains(&(r.executor.as_str(), r.node.as_str())))
+            .collect();
+        running.sort_by_key(|r| r.job.submit_seq);
+        running
+            .into_iter()
+            .map(|r| {
+                let mut entry = self.entry(&r.job, gang_annotations(r.job.gang.as_deref(), None));
+                entry.node = Some(r.node.to_string());
+                entry.executor = (name_count.get(r.node.as_str()) > Some(&1)).then(|| r.executor.clone());
+                let started = seconds_from(now_ms, r.leased_at_ms);
+                entry.started_at_seconds = Some(started);
+                // Its deadline counts from when it began running, if that was later.
+                let since = self.facts.get(&r.job.id).and_then(|f| f.times).map(|t| t.since_ms);
+                entry.running_at_seconds =
+                    since.filter(|s| *s > r.leased_at_ms).map(|s| seconds_from(now_ms, s).max(started));
+                entry
+            })
+            .collect()
+    }
+
+    /// The queued jobs in submission order: those the scheduler sees, and those waiting for jobs
+    /// the scenario holds (`exported`: the running jobs' names). A job waiting for a job the
+    /// scenario does not hold (one running on a node no executor reports, one being stopped, or
+    /// one itself left out) is left out: the scenario has nothing it could wait for.
+    fn submit_entries(&self, mut exported: HashSet<String>, now_ms: i64) -> Vec<SubmitSpec> {
+        let mut queued: Vec<&Arc<JobInfo>> = self.snapshot.queues.iter().flat_map(|q| &q.queued).collect();
+        queued.extend(&self.waiting);
+        queued.sort_by_key(|j| j.submit_seq);
+        // A scenario's gang is submitted whole: a queued gang that lost members (one was
+        // cancelled) is written as the gang of the members left.
+        let mut present: HashMap<(&QueueName, &str), u32> = HashMap::new();
+        for j in queued.iter().filter(|j| self.waits_for(j).is_empty()) {
+            if let Some(g) = &j.gang {
+                *present.entry((&j.queue, g.id.as_str())).or_default() += 1;
+            }
+        }
+        let mut out = Vec::with_capacity(queued.len());
+        for j in queued {
+            let waits_for = self.waits_for(j);
+            let held = j.gang.is_none() && waits_for.iter().all(|d| exported.contains(&d.job_id.to_string()));
+            if !waits_for.is_empty() && !held {
+                tracing::debug!(job = %j.id, "waits for a job the scenario does not hold: left out");
+                continue;
+            }
+            let members = j.gang.as_ref().and_then(|g| present.get(&(&j.queue, g.id.as_str())).copied());
+            let mut entry = self.entry(j, gang_annotations(j.gang.as_deref(), members));
+            let since = self.facts.get(&j.id).and_then(|f| f.times).map(|t| t.since_ms);
+            entry.queued_at_seconds = since.map(|s| seconds_from(now_ms, s).min(0.0));
+            entry.backoff_until_seconds = j.not_before_ms.filter(|t| *t > now_ms).map(|t| seconds_from(now_ms, t));
+            entry.depends_on = waits_for.iter().map(|d| SimDependency { id: d.job_id.to_string(), on: d.on }).collect();
+            exported.insert(entry.id.clone());
+            out.push(entry);
+        }
+        out
+    }
+
+    /// The jobs `job` still waits for.
+    fn waits_for(&self, job: &JobInfo) -> &[Dependency] {
+        self.facts.get(&job.id).map_or(&[], |f| f.waits_for.as_slice())
+    }
+
+    /// A job as a scenario entry of count 1 named by its id, with its deadline and (but for a
+    /// gang member, which simulate gives none) its retry policy and the attempts it spent.
     fn entry(&self, job: &JobInfo, annotations: BTreeMap<String, String>) -> SubmitSpec {
         let reqs = &job.requirements;
+        let facts = self.facts.get(&job.id);
+        let retry = facts.and_then(|f| f.retry.clone()).filter(|_| job.gang.is_none());
+        let attempts_spent = match &retry {
+            Some(r) => facts.map_or(0, |f| f.failed_runs).min(r.max_attempts.saturating_sub(1)),
+            None => 0,
+        };
         SubmitSpec {
             id: job.id.to_string(),
             queue: job.queue.clone(),
-            job_set: self.job_sets.get(&job.id).cloned().unwrap_or_else(JobSetName::default_set),
+            job_set: facts.map(|f| f.job_set.clone()).unwrap_or_else(JobSetName::default_set),
             count: None,
             priority_class: Some(job.priority_class.clone()),
             priority: job.priority,
@@ -136,12 +223,20 @@ impl Capture {
             node: None,
             executor: None,
             started_at_seconds: None,
-            active_deadline_seconds: None,
-            // Jobs waiting for others are not in the scheduler's view, so not exported.
+            running_at_seconds: None,
+            queued_at_seconds: None,
+            backoff_until_seconds: None,
+            attempts_spent,
+            active_deadline_seconds: facts.and_then(|f| f.times?.deadline_ms).map(|ms| ms as f64 / 1000.0),
             depends_on: vec![],
-            retry: None,
+            retry,
         }
     }
+}
+
+/// Seconds from `now_ms` to `at_ms` (negative for a time before it).
+fn seconds_from(now_ms: i64, at_ms: i64) -> f64 {
+    at_ms.saturating_sub(now_ms) as f64 / 1000.0
 }
 
 /// A node as a scenario entry. The hostname label the simulator sets anyway is left out, and an
@@ -433,3 +528,7 @@ mod tests {
         assert!(r0.preempted.is_empty());
     }
 }
+
+#[cfg(test)]
+#[path = "scenario_policy_tests.rs"]
+mod policy_tests;

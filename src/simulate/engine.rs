@@ -70,6 +70,7 @@ impl Simulation {
             .map(|n| if clash { format!("{}/{}", n.executor, n.name) } else { n.name.to_string() })
             .collect();
         let running = scenario.running.clone();
+        let now_ms = scenario.round_0_at.unwrap_or(0);
         let mut sim = Simulation {
             scenario,
             health: vec![NodeHealth::default(); nodes.len()],
@@ -81,7 +82,7 @@ impl Simulation {
             rate_limits: RateLimiterState::default(),
             usage: QueueUsage::default(),
             round: 0,
-            now_ms: 0,
+            now_ms,
         };
         sim.start_running(&running);
         sim
@@ -99,14 +100,21 @@ impl Simulation {
                 Some(e) => self.node_index.get(&(e.to_string(), name.clone())).copied(),
                 None => by_name.get(name).copied(),
             });
-            let started_ms = (entry.started_at_seconds.unwrap_or(0.0) * 1000.0).round() as i64;
+            let started_ms = self.at_ms(entry.started_at_seconds.unwrap_or(0.0));
+            let running_ms = entry.running_at_seconds.map(|s| self.at_ms(s));
             for job in &mut self.jobs[first..] {
                 job.state = SimState::Running;
                 job.node = node;
                 job.leased_at_ms = started_ms;
                 job.queued_at_ms = started_ms;
+                job.running_at_ms = running_ms;
             }
         }
+    }
+
+    /// The clock's time (ms) at `seconds` of simulated time: `round_0_at` plus them.
+    fn at_ms(&self, seconds: f64) -> i64 {
+        self.scenario.round_0_at.unwrap_or(0).saturating_add((seconds * 1000.0).round() as i64)
     }
 
     /// Runs every round.
@@ -123,7 +131,7 @@ impl Simulation {
         let r = self.round;
         let round = self.scenario.rounds[r].clone();
         let mut warnings = Vec::new();
-        let now_ms = (r as f64 * self.scenario.round_interval_seconds * 1000.0).round() as i64;
+        let now_ms = self.at_ms(r as f64 * self.scenario.round_interval_seconds);
         self.now_ms = now_ms;
         for name in &round.finish {
             let Some(&j) = self.by_name.get(name) else { continue };
@@ -191,6 +199,8 @@ impl Simulation {
             });
             let gang = GangSpec::from_annotations(&sub.annotations).ok().flatten().map(Arc::new);
             let policies = self.policies_of(sub);
+            let not_before_ms = sub.backoff_until_seconds.map(|s| self.at_ms(s));
+            let queued_at_ms = sub.queued_at_seconds.map_or(self.now_ms, |s| self.at_ms(s));
             for name in sub.names() {
                 let idx = self.jobs.len();
                 let info = Arc::new(JobInfo {
@@ -202,7 +212,7 @@ impl Simulation {
                     requirements: reqs.clone(),
                     gang: gang.clone(),
                     pools: sub.pools.clone(),
-                    not_before_ms: None,
+                    not_before_ms,
                 });
                 self.by_name.insert(name.clone(), idx);
                 self.jobs.push(SimJob {
@@ -212,7 +222,8 @@ impl Simulation {
                     node: None,
                     reason: None,
                     leased_at_ms: 0,
-                    queued_at_ms: self.now_ms,
+                    queued_at_ms,
+                    running_at_ms: None,
                     deadline_ms: sub.active_deadline_seconds.map(|d| (d * 1000.0).round() as i64),
                     policies: policies.clone(),
                 });
@@ -233,7 +244,7 @@ impl Simulation {
             on_node_failure: r.on_node_failure,
             backoff_ms: r.backoff_seconds.saturating_mul(1000),
         });
-        Some(Box::new(SimPolicies { deps, retry, failed: 0 }))
+        Some(Box::new(SimPolicies { deps, retry, failed: sub.attempts_spent }))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -262,10 +273,9 @@ impl Simulation {
             .scenario
             .queues
             .iter()
-            .map(|q| QueueSnapshot {
-                queue: q.clone(),
-                queued: queued.remove(&q.name).unwrap_or_default(),
-                queued_demand: None,
+            .map(|q| {
+                let queued = queued.remove(&q.name).unwrap_or_default();
+                QueueSnapshot { queue: q.clone(), queued_demand: self.demand_with_backoffs(&queued), queued }
             })
             .collect();
         Snapshot {
@@ -287,6 +297,21 @@ impl Simulation {
         }
     }
 
+    /// A queue's demand when some of its `queued` jobs are in a retry back-off: all their
+    /// requests, as a server's queue counts them (the cycle offers the held jobs nothing, but
+    /// their demand still weighs in fair shares). `None` otherwise: the scheduler sums what it
+    /// is offered.
+    fn demand_with_backoffs(&self, queued: &[Arc<JobInfo>]) -> Option<crate::model::Resources> {
+        if !queued.iter().any(|j| j.not_before_ms.is_some_and(|t| t > self.now_ms)) {
+            return None;
+        }
+        let mut demand = crate::model::Resources::new();
+        for j in queued {
+            demand.add(&j.requirements.requests);
+        }
+        Some(demand)
+    }
+
     /// The jobs' times, for reservations only: queued jobs since their submission, running ones
     /// since their placement.
     fn job_times(&self) -> BTreeMap<JobId, JobTimes> {
@@ -295,7 +320,7 @@ impl Simulation {
         }
         let since = |j: &SimJob| match j.state {
             SimState::Queued => Some(j.queued_at_ms),
-            SimState::Running => Some(j.leased_at_ms),
+            SimState::Running => Some(j.running_at_ms.unwrap_or(j.leased_at_ms)),
             _ => None,
         };
         self.jobs
@@ -320,6 +345,7 @@ impl Simulation {
             job.node = node;
             job.reason = None;
             job.leased_at_ms = now_ms;
+            job.running_at_ms = None;
             *out.scheduled.entry(l.queue.clone()).or_default() += 1;
         }
         for p in &d.preemptions {
@@ -412,7 +438,9 @@ impl Simulation {
                     .filter_map(|n| self.node_index.get(&(n.executor.to_string(), n.node.to_string())))
                     .map(|&i| self.node_labels[i].clone())
                     .collect(),
-                expected_start_seconds: r.expected_start_ms.map(|ms| ms as f64 / 1000.0),
+                expected_start_seconds: r
+                    .expected_start_ms
+                    .map(|ms| ms.saturating_sub(self.scenario.round_0_at.unwrap_or(0)) as f64 / 1000.0),
                 kept_off: r.kept_off,
             })
             .collect()
@@ -472,6 +500,65 @@ rounds:
         // A holds the whole node above its fair share: two of its running jobs are preempted for B.
         let r0 = &out.rounds[0];
         assert_eq!((r0.preempted.get("A").copied(), r0.scheduled.get("B").copied()), (Some(2), Some(2)), "{r0:?}");
+    }
+
+    #[test]
+    fn spent_attempts_count_against_the_retry_policy() {
+        let text = |spent: u32| {
+            format!(
+                "nodes: [{{name: n, allocatable: {{cpu: '1'}}}}]\nqueues: [{{name: A}}]\n\
+                 running: [{{id: a, queue: A, requests: {{cpu: '1'}}, node: n, attempts_spent: {spent}, \
+                 retry: {{max_attempts: 3, on_exit_codes: [75], backoff_seconds: 10}}}}]\n\
+                 rounds: [{{fail: [{{id: a, exit_code: 75}}]}}]"
+            )
+        };
+        let out = run_text(&text(1)).expect("valid");
+        // The third attempt's back-off is doubled: 20 s from round 0.
+        let a = &out.rounds[0].jobs["a"];
+        assert_eq!(a.state, "queued");
+        assert_eq!(a.reason.as_deref(), Some("retry back-off until 1970-01-01T00:00:20Z"));
+        let out = run_text(&text(2)).expect("valid");
+        assert_eq!(out.rounds[0].jobs["a"].state, "failed", "no attempt left");
+    }
+
+    #[test]
+    fn a_back_off_holds_a_job_until_its_time_on_the_scenario_clock() {
+        let out = run_text(
+            "round_0_at: 2026-01-01T00:00:00Z\nround_interval_seconds: 20\n\
+             nodes: [{name: n, allocatable: {cpu: '1'}}]\nqueues: [{name: A}]\n\
+             rounds: [{submit: [{id: b, queue: A, requests: {cpu: '1'}, backoff_until_seconds: 30}]}, {}, {}]",
+        )
+        .expect("valid");
+        let b = |r: usize| (out.rounds[r].jobs["b"].state, out.rounds[r].jobs["b"].reason.clone());
+        let held = Some("retry back-off until 2026-01-01T00:00:30Z".to_string());
+        assert_eq!((b(0), b(1)), (("queued", held.clone()), ("queued", held)));
+        assert_eq!(b(2).0, "running");
+    }
+
+    #[test]
+    fn reservations_read_queued_and_running_times() {
+        let text = |queued_at: &str| {
+            format!(
+                "round_0_at: 2026-01-01T00:00:00Z\nconfig: {{gang_reservation_after_seconds: 15}}\n\
+                 nodes: [{{name: n, allocatable: {{cpu: '2'}}}}]\nqueues: [{{name: A}}, {{name: B}}]\n\
+                 running: [{{id: r, queue: B, requests: {{cpu: '2'}}, node: n, started_at_seconds: -10, \
+                 running_at_seconds: -5, active_deadline_seconds: 40}}]\n\
+                 rounds: [{{submit: [{{id: g, queue: A, requests: {{cpu: '2'}}{queued_at}}}]}}]"
+            )
+        };
+        // Queued 20 s before round 0: past gang_reservation_after; r ends 40 s after it began
+        // running.
+        let out = run_text(&text(", queued_at_seconds: -20")).expect("valid");
+        let res = &out.rounds[0].reservations;
+        assert_eq!(res.len(), 1, "{:?}", out.rounds[0]);
+        assert_eq!((res[0].job.as_str(), res[0].expected_start_seconds), ("g", Some(35.0)));
+        assert_eq!(
+            out.rounds[0].jobs["g"].reason.as_deref(),
+            Some("reserved node n in pool default; expected to fit at 2026-01-01T00:00:35Z")
+        );
+        // Submitted at round 0: it has not waited.
+        let out = run_text(&text("")).expect("valid");
+        assert!(out.rounds[0].reservations.is_empty());
     }
 
     #[test]

@@ -44,8 +44,11 @@ pub(super) struct SimJob {
     pub(super) reason: Option<String>,
     /// When it was last placed (the round's time).
     pub(super) leased_at_ms: i64,
-    /// When it was submitted (the round's time).
+    /// When it was submitted (the round's time, or the entry's `queued_at_seconds`).
     pub(super) queued_at_ms: i64,
+    /// When its run began running, if the scenario's `running` entry says (its deadline counts
+    /// from it); `None` once the simulation places it again.
+    pub(super) running_at_ms: Option<i64>,
     /// Its deadline in ms, if the scenario gives one.
     pub(super) deadline_ms: Option<i64>,
     /// Dependencies and retry policy, if it has any.

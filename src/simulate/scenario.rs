@@ -42,6 +42,12 @@ pub struct Scenario {
     /// refill by it.
     #[serde(default = "default_interval")]
     pub round_interval_seconds: f64,
+    /// The wall-clock time of round 0, RFC 3339 (default: the epoch). Times given in seconds
+    /// (`started_at_seconds`, …) stay relative to round 0; this moves the clock the scheduler
+    /// reads, so a retry back-off's end or a reservation's expected start are shown as the
+    /// server would show them. An exported scenario sets it to the export's time.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rfc3339_ms")]
+    pub round_0_at: Option<i64>,
     /// Scheduler configuration, as the server's `[scheduler]` section (default: its defaults);
     /// pool policies as `pools: {<pool>: {policy: fair_share|priority|proportional, preemption:
     /// bool}}` (docs/pool-policies.md).
@@ -233,6 +239,24 @@ pub struct SubmitSpec {
     /// started first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at_seconds: Option<f64>,
+    /// In a `running` entry: when the run began running, in seconds of simulated time (default:
+    /// `started_at_seconds`). A running job's deadline counts from it, so reservations expect
+    /// the job to end at `running_at_seconds + active_deadline_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_at_seconds: Option<f64>,
+    /// In a round's `submit`: since when the jobs have been queued, in seconds of simulated time,
+    /// at most the round's time (default: the round's time). How long a job has waited is what
+    /// `gang_reservation_after_seconds` reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at_seconds: Option<f64>,
+    /// In a round's `submit`: the jobs are in a retry back-off until this time, in seconds of
+    /// simulated time; no cycle before it places them (default: no back-off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until_seconds: Option<f64>,
+    /// Runs of each job that failed already and count against `retry.max_attempts` (needs
+    /// `retry`, less than its `max_attempts`; default 0): a job on its second attempt has 1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts_spent: u32,
     /// The jobs' deadline (Kubernetes `activeDeadlineSeconds`, > 0; default none): what
     /// reservations know of when a running job ends, and whether a queued job may backfill a
     /// reserved node (`gang_reservation_after_seconds`). The simulation does not end jobs by it.
@@ -262,6 +286,31 @@ fn succeeded() -> crate::model::DependencyCondition {
     crate::model::DependencyCondition::Succeeded
 }
 
+/// Serde adapter for `round_0_at`: RFC 3339 text (to the millisecond) of a time in ms since the
+/// epoch.
+mod rfc3339_ms {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    pub(super) fn serialize<S: Serializer>(t: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        let ms = t.unwrap_or(0);
+        let at = match u64::try_from(ms) {
+            Ok(ms) => UNIX_EPOCH + Duration::from_millis(ms),
+            Err(_) => return Err(serde::ser::Error::custom("round_0_at before the epoch")),
+        };
+        s.serialize_str(&humantime::format_rfc3339_millis(at).to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        let text = String::deserialize(d)?;
+        let at = humantime::parse_rfc3339_weak(text.trim()).map_err(|e| {
+            serde::de::Error::custom(format!("{e}: a time such as \"2026-11-26T12:46:26.914Z\" (RFC 3339)"))
+        })?;
+        let ms = at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        i64::try_from(ms).map(Some).map_err(|_| serde::de::Error::custom("time out of range"))
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -289,6 +338,61 @@ fn validate_policies(f: &str, sub: &SubmitSpec, jobs: &HashSet<String>) -> Resul
     if let Some(r) = &sub.retry {
         crate::model::RetryPolicy::check(r)
             .map_err(|e| ScenarioError::new(format!("{f}.retry.{}", e.field), e.message))?;
+    }
+    Ok(())
+}
+
+/// Checks an entry's times and retry progress: `running_at_seconds` in a running entry only,
+/// `queued_at_seconds` and `backoff_until_seconds` in a round's submit only (`round_s`: the
+/// round's time, `None` for a running entry), and `attempts_spent` below `retry.max_attempts`.
+fn validate_progress(f: &str, sub: &SubmitSpec, round_s: Option<f64>) -> Result<(), ScenarioError> {
+    let (only_running, only_submit) = (
+        [("running_at_seconds", sub.running_at_seconds)],
+        [("queued_at_seconds", sub.queued_at_seconds), ("backoff_until_seconds", sub.backoff_until_seconds)],
+    );
+    let (allowed, refused, why): (&[_], &[_], _) = match round_s {
+        Some(_) => (&only_submit, &only_running, "only an entry of the scenario's running list has run times"),
+        None => (&only_running, &only_submit, "only a round's submit entry is queued"),
+    };
+    if let Some((key, _)) = refused.iter().find(|(_, v)| v.is_some()) {
+        return Err(ScenarioError::new(format!("{f}.{key}"), why));
+    }
+    if let Some((key, _)) = allowed.iter().find(|(_, v)| v.is_some_and(|t| !t.is_finite())) {
+        return Err(ScenarioError::new(format!("{f}.{key}"), "must be a number of seconds"));
+    }
+    if let (Some(at), Some(now)) = (sub.queued_at_seconds, round_s)
+        && at > now
+    {
+        return Err(ScenarioError::new(
+            format!("{f}.queued_at_seconds"),
+            format!("must be at most the round's time ({now} s): a job is queued by the time it is submitted"),
+        ));
+    }
+    if let Some(at) = sub.running_at_seconds
+        && at < sub.started_at_seconds.unwrap_or(0.0)
+    {
+        return Err(ScenarioError::new(format!("{f}.running_at_seconds"), "must not be before started_at_seconds"));
+    }
+    if let Some(r) = &sub.retry {
+        crate::model::RetryPolicy::check(r)
+            .map_err(|e| ScenarioError::new(format!("{f}.retry.{}", e.field), e.message))?;
+    }
+    if sub.attempts_spent > 0 {
+        let Some(r) = &sub.retry else {
+            return Err(ScenarioError::new(
+                format!("{f}.attempts_spent"),
+                "counts against retry.max_attempts: give retry",
+            ));
+        };
+        if sub.attempts_spent >= r.max_attempts {
+            return Err(ScenarioError::new(
+                format!("{f}.attempts_spent"),
+                format!(
+                    "must be less than retry.max_attempts ({}): a job with none left is not retried",
+                    r.max_attempts
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -382,7 +486,8 @@ impl Scenario {
             "The state of {source} at {}\n\
              as a convoy simulate scenario (docs/simulate.md). {}.\n\
              Running jobs are in `running`, each on its node; queued jobs in round 0's `submit`, in\n\
-             submission order; both named by their job ids. Round 0 replays the next scheduling cycle:\n\
+             submission order (those waiting for other jobs with `depends_on`); all named by their job\n\
+             ids, with their retry policies, back-offs and times. Round 0 replays the next scheduling cycle:\n\
              change weights, nodes or rounds, then run `convoy simulate FILE`.",
             humantime::format_rfc3339_millis(at),
             self.counts(),
@@ -581,6 +686,7 @@ impl Scenario {
                 return Err(ScenarioError::new(format!("{f}.depends_on"), "a running job waits for nothing"));
             }
             let gang = self.validate_entry(&f, entry, queues, jobs)?;
+            validate_progress(&f, entry, None)?;
             let Some(node) = &entry.node else {
                 return Err(ScenarioError::new(format!("{f}.node"), "a running entry needs the node it runs on"));
             };
@@ -648,6 +754,7 @@ impl Scenario {
                 }
             }
             validate_policies(&f, sub, jobs)?;
+            validate_progress(&f, sub, Some(r as f64 * self.round_interval_seconds))?;
             let Some(g) = self.validate_entry(&f, sub, queues, jobs)? else { continue };
             let n = sub.names().len() as u32;
             let e = gangs.entry((sub.queue.clone(), g.id.clone())).or_insert_with(|| (g.clone(), 0, f.clone()));
@@ -803,6 +910,75 @@ mod tests {
             "{base}running: [{{id: g, queue: A, node: n, annotations: {{convoy.io/gang-id: g1, convoy.io/gang-cardinality: '4'}}}}]"
         ))
         .unwrap();
+    }
+
+    #[test]
+    fn the_policy_progress_keys_are_checked() {
+        let base = "nodes: [{name: n, allocatable: {cpu: '4'}}]\nqueues: [{name: A}]\n";
+        let retry = "retry: {max_attempts: 2, on_exit_codes: [75]}";
+        for (rest, field, message) in [
+            (
+                "running: [{id: a, queue: A, node: n, queued_at_seconds: -5}]",
+                "running[0].queued_at_seconds",
+                "only a round's",
+            ),
+            (
+                "running: [{id: a, queue: A, node: n, backoff_until_seconds: 5}]",
+                "running[0].backoff_until_seconds",
+                "only a round's",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, running_at_seconds: -5}]}]",
+                "rounds[0].submit[0].running_at_seconds",
+                "run times",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, queued_at_seconds: 5}]}]",
+                "rounds[0].submit[0].queued_at_seconds",
+                "at most the round's time (0 s)",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, queued_at_seconds: .nan}]}]",
+                "rounds[0].submit[0].queued_at_seconds",
+                "a number",
+            ),
+            (
+                "rounds: [{submit: [{id: a, queue: A, attempts_spent: 1}]}]",
+                "rounds[0].submit[0].attempts_spent",
+                "give retry",
+            ),
+            (
+                &format!("rounds: [{{submit: [{{id: a, queue: A, attempts_spent: 2, {retry}}}]}}]"),
+                "rounds[0].submit[0].attempts_spent",
+                "less than retry.max_attempts (2)",
+            ),
+            (
+                "running: [{id: a, queue: A, node: n, started_at_seconds: -5, running_at_seconds: -6}]",
+                "running[0].running_at_seconds",
+                "not be before started_at_seconds",
+            ),
+            (
+                "running: [{id: a, queue: A, node: n, retry: {max_attempts: 0}}]",
+                "running[0].retry.max_attempts",
+                "1 to 100",
+            ),
+            ("round_0_at: yesterday", "round_0_at", "RFC 3339"),
+        ] {
+            let e = Scenario::parse(&format!("{base}{rest}")).unwrap_err();
+            assert!(e.field == field && e.message.contains(message), "{rest}: {e}");
+        }
+        let s = Scenario::parse(&format!(
+            "{base}round_0_at: 2026-11-26T12:46:26.914Z\nround_interval_seconds: 10\n\
+             running: [{{id: a, queue: A, node: n, started_at_seconds: -6, running_at_seconds: -5, attempts_spent: 1, {retry}}}]\n\
+             rounds: [{{}}, {{submit: [{{id: b, queue: A, queued_at_seconds: 10, backoff_until_seconds: 30}}]}}]"
+        ))
+        .unwrap();
+        assert_eq!(s.round_0_at, Some(1_795_697_186_914));
+        assert_eq!((s.running[0].running_at_seconds, s.running[0].attempts_spent), (Some(-5.0), 1));
+        let yaml = serde_yaml_ng::to_string(&s).unwrap();
+        assert!(yaml.contains("round_0_at: 2026-11-26T12:46:26.914Z\n"), "{yaml}");
+        let back = Scenario::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        assert_eq!(serde_yaml_ng::to_string(&back).unwrap(), yaml);
     }
 
     #[test]

@@ -171,3 +171,15 @@ impl Job {
         self.policies.as_ref()?.depends_on.iter().find(|d| d.job_id == parent && !d.met).copied()
     }
 }
+
+impl State {
+    /// The queued jobs waiting for another job (out of the scheduler's view), in submission
+    /// order.
+    pub fn waiting_jobs(&self) -> Vec<&super::LiveJob> {
+        let ids: std::collections::BTreeSet<JobId> = self.dependents.values().flatten().copied().collect();
+        let mut jobs: Vec<&super::LiveJob> = ids.iter().filter_map(|id| self.jobs.get(id).map(|j| &**j)).collect();
+        jobs.retain(|j| j.record.state == JobState::Queued && j.record.waiting_on().is_some());
+        jobs.sort_by_key(|j| j.record.submit_seq);
+        jobs
+    }
+}

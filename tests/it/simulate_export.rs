@@ -23,13 +23,19 @@ fn round_0(file: &Path) -> Value {
     v["rounds"][0].clone()
 }
 
-/// The scenario without what changes from one export to the next (the header's time, the
-/// running jobs' ages).
+/// The scenario without what changes from one export to the next (the header's time, round 0's
+/// time and the jobs' times relative to it).
 fn comparable(yaml: &str) -> Value {
     let mut v: Value = serde_yaml_ng::from_str(yaml).expect("YAML");
-    for r in v["running"].as_array_mut().into_iter().flatten() {
-        r.as_object_mut().map(|r| r.remove("started_at_seconds"));
-    }
+    v.as_object_mut().map(|v| v.remove("round_0_at"));
+    let strip = |j: &mut Value| {
+        for key in ["started_at_seconds", "running_at_seconds", "queued_at_seconds", "backoff_until_seconds"] {
+            j.as_object_mut().map(|j| j.remove(key));
+        }
+    };
+    v["running"].as_array_mut().into_iter().flatten().for_each(strip);
+    let rounds = v["rounds"].as_array_mut().into_iter().flatten();
+    rounds.flat_map(|r| r["submit"].as_array_mut()).flatten().for_each(strip);
     v
 }
 
@@ -214,4 +220,82 @@ async fn every_member_of_a_cluster_exports_the_same_state() {
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(comparable(&String::from_utf8_lossy(&out.stdout)), want, "member {}'s data directory", m.id);
     }
+}
+
+/// A job item with `key` set to `value`.
+fn with(mut job: Value, key: &str, value: Value) -> Value {
+    job[key] = value;
+    job
+}
+
+#[tokio::test]
+async fn the_policies_inputs_are_exported_and_replay_as_the_server_decided() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = crate::common::config(dir.path(), "").replace(
+        "[scheduler]\n",
+        "[scheduler]\nmin_runtime_before_preemption = \"10m\"\n\
+         floating_resources = [{name = \"licence\", pools = {default = \"1\"}}]\n",
+    );
+    let s = Server::start_in(dir.path(), &config);
+    s.ready().await;
+    let (st, v) = s.post("/v1/queues", &json!({"name": "A", "guaranteed": {"cpu": "2"}})).await;
+    assert_eq!(st, 201, "{v}");
+    let (st, v) = s.post("/v1/queues", &json!({"name": "B", "preemption_policy": "fence"})).await;
+    assert_eq!(st, 201, "{v}");
+    let nodes = vec![node("n1", "4")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    // p runs; x fails its first run with a retried exit code and backs off for ten minutes.
+    let retry = json!({"max_attempts": 3, "on_exit_codes": [75], "backoff_seconds": 600});
+    let ids = s.submit("A", "sa", vec![job("2"), with(job("1"), "retry", retry)]).await;
+    let (p, x) = (ids[0].clone(), ids[1].clone());
+    let mut leases = Vec::new();
+    while leases.len() < 2 {
+        let v = s.poll("e1", &nodes, &[], 10.0).await;
+        leases.extend(v["leases"].as_array().cloned().unwrap_or_default());
+    }
+    let run = |job: &str| leases.iter().find(|l| l["job_id"] == job).map(|l| l["run_id"].clone());
+    let events = vec![
+        json!({"run_id": run(&p), "job_id": p, "kind": "running"}),
+        json!({"run_id": run(&x), "job_id": x, "kind": "failed", "exit_code": 75}),
+    ];
+    assert_eq!(s.report("e1", events).await, 2);
+    // d waits for p.
+    let d = s.submit("B", "sb", vec![with(job("1"), "depends_on", json!([{"job_id": p}]))]).await.remove(0);
+    let within = std::time::Duration::from_secs(10);
+    let held =
+        s.wait_job(&x, within, "held back", |j| j["reason"].as_str().is_some_and(|r| r.contains("back-off"))).await;
+    let waiting = s.wait_job(&d, within, "waiting", |j| j["reason"].is_string()).await;
+
+    let out = convoy(&["simulate", "--from-server", &s.url]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    let v: Value = serde_yaml_ng::from_str(&yaml).expect("YAML");
+    assert_eq!(v["config"]["min_runtime_before_preemption"], "10m", "{yaml}");
+    assert_eq!(v["config"]["floating_resources"][0]["name"], "licence", "{yaml}");
+    assert_eq!(v["queues"][0]["guaranteed"], json!({"cpu": "2"}), "{yaml}");
+    assert_eq!(v["queues"][1]["preemption_policy"], "fence", "{yaml}");
+    assert!(v["round_0_at"].is_string(), "{yaml}");
+    assert_eq!(v["running"][0]["id"], p.as_str(), "{yaml}");
+    assert!(v["running"][0]["started_at_seconds"].as_f64().is_some_and(|t| t < 0.0), "{yaml}");
+    let submit = v["rounds"][0]["submit"].as_array().cloned().unwrap_or_default();
+    let entry = |id: &str| submit.iter().find(|e| e["id"] == id).cloned().unwrap_or_else(|| panic!("{id}: {yaml}"));
+    let xe = entry(&x);
+    assert_eq!(xe["retry"]["max_attempts"], 3, "{yaml}");
+    assert_eq!(xe["attempts_spent"], 1, "{yaml}");
+    assert!(xe["backoff_until_seconds"].as_f64().is_some_and(|t| t > 500.0 && t <= 600.0), "{yaml}");
+    assert_eq!(entry(&d)["depends_on"], json!([{"id": p, "on": "succeeded"}]), "{yaml}");
+
+    // Replayed: nothing moves, and the held and the waiting job wait as the server says.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let file = tmp.path().join("live.yaml");
+    std::fs::write(&file, &yaml).expect("write");
+    let r0 = round_0(&file);
+    assert_eq!((&r0["scheduled"], &r0["preempted"]), (&json!({}), &json!({})), "{r0:#}");
+    assert_eq!(r0["jobs"][&x]["reason"], held["reason"], "{r0:#}");
+    assert_eq!(r0["jobs"][&d]["reason"], waiting["reason"], "{r0:#}");
+    // What if p succeeded: d is released and starts.
+    let edited = format!("{yaml}  finish: [{p}]\n");
+    std::fs::write(&file, edited).expect("write");
+    let r0 = round_0(&file);
+    assert_eq!(r0["jobs"][&d]["state"], "running", "{r0:#}");
 }
