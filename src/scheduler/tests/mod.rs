@@ -2,6 +2,7 @@
 
 mod cordon;
 mod examples;
+mod fence_paths;
 mod hierarchy;
 mod max_min;
 mod pool_policies;

@@ -7,24 +7,24 @@ use crate::simulate::{Output, RoundOutput, run_text};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-fn scenario(name: &str) -> String {
+pub(super) fn scenario(name: &str) -> String {
     let path = format!("{}/tests/scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn run(text: &str) -> Output {
+pub(super) fn run(text: &str) -> Output {
     run_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
-fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> BTreeMap<String, usize> {
+pub(super) fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> BTreeMap<String, usize> {
     m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-fn map(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+pub(super) fn map(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-fn reason<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
+pub(super) fn reason<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
     r.jobs.get(job).and_then(|j| j.reason.as_deref()).unwrap_or("")
 }
 
@@ -223,13 +223,23 @@ proptest! {
 }
 
 /// A generated fence world: per queue, its parent (an earlier queue, or none) and whether it is
-/// fenced; jobs per round as (queue, urgent, cpu).
+/// fenced; jobs per round as (queue, urgent, cpu); and the pool's kind.
 /// Per queue its parent and whether it is fenced.
 type FenceQueues = Vec<(Option<usize>, bool)>;
 /// Per round its jobs: (queue, urgent, cpu).
 type FenceRounds = Vec<Vec<(usize, bool, u32)>>;
 
-fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds)> {
+/// How the generated pool places: by fair share, with an earmarked node, or by the `priority`
+/// policy with preemption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FencePool {
+    FairShare,
+    /// The second node is earmarked for this queue.
+    Earmarked(usize),
+    Priority,
+}
+
+fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds, FencePool)> {
     let queues = prop::collection::vec((any::<prop::sample::Index>(), prop::bool::weighted(0.3), any::<bool>()), 2..=6)
         .prop_map(|qs| {
             qs.into_iter()
@@ -238,13 +248,34 @@ fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds)> {
                 .collect::<Vec<_>>()
         });
     let job = (0usize..6, prop::bool::weighted(0.4), 1u32..=4);
-    (queues, prop::collection::vec(prop::collection::vec(job, 0..10), 2..=4))
+    let pool =
+        prop_oneof![Just(FencePool::FairShare), (0usize..6).prop_map(FencePool::Earmarked), Just(FencePool::Priority)];
+    (queues, prop::collection::vec(prop::collection::vec(job, 0..10), 2..=4), pool).prop_map(|(q, r, pool)| {
+        // The earmarked node's queue is one of the world's.
+        let pool = match pool {
+            FencePool::Earmarked(h) => FencePool::Earmarked(h % q.len()),
+            p => p,
+        };
+        (q, r, pool)
+    })
 }
 
-fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, u32)>]) -> String {
+fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, u32)>], pool: FencePool) -> String {
     let mut s = String::from(
-        "config:\n  node_eviction_probability: 0\n  priority_classes:\n    - {name: urgent, priority: 30000, preemptible: false}\n    - {name: mid, priority: 25000, preemptible: true}\n    - {name: low, priority: 20000, preemptible: true}\n  default_priority_class: low\nnodes:\n  - {name: n, count: 2, allocatable: {cpu: \"8\", memory: \"64Gi\"}}\nqueues:\n",
+        "config:\n  node_eviction_probability: 0\n  priority_classes:\n    - {name: urgent, priority: 30000, preemptible: false}\n    - {name: mid, priority: 25000, preemptible: true}\n    - {name: low, priority: 20000, preemptible: true}\n  default_priority_class: low\n",
     );
+    s += match pool {
+        FencePool::Priority => "  pools:\n    default: {policy: priority, preemption: true}\n",
+        _ => "",
+    };
+    let node = "allocatable: {cpu: \"8\", memory: \"64Gi\"}";
+    match pool {
+        FencePool::Earmarked(home) => {
+            s += &format!("nodes:\n  - {{name: n1, {node}}}\n  - {{name: n2, {node}, reserved_for: [q{home}]}}\n")
+        }
+        _ => s += &format!("nodes:\n  - {{name: n, count: 2, {node}}}\n"),
+    }
+    s += "queues:\n";
     for (i, (parent, fenced)) in queues.iter().enumerate() {
         let p = parent.map(|p| format!(", parent: q{p}")).unwrap_or_default();
         let f = if *fenced { ", preemption_policy: fence" } else { "" };
@@ -260,15 +291,17 @@ fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, 
         }
         s += "  - submit:\n";
         for (k, (q, urgent, cpu)) in jobs.iter().enumerate() {
-            let class = if *urgent {
-                "urgent"
+            let (class, priority) = if *urgent {
+                ("urgent", 1)
             } else if k % 2 == 0 {
-                "mid"
+                ("mid", 3)
             } else {
-                "low"
+                ("low", 5)
             };
+            // Job priorities order the `priority` policy (lower first) as the classes do.
+            let p = if pool == FencePool::Priority { format!(", priority: {priority}") } else { String::new() };
             s += &format!(
-                "      - {{id: r{r}j{k}, queue: q{q}, priority_class: {class}, requests: {{cpu: \"{cpu}\", memory: \"1Gi\"}}}}\n"
+                "      - {{id: r{r}j{k}, queue: q{q}, priority_class: {class}{p}, requests: {{cpu: \"{cpu}\", memory: \"1Gi\"}}}}\n"
             );
         }
     }
@@ -305,31 +338,41 @@ fn fences_of(queues: &[(Option<usize>, bool)], q: usize) -> Vec<usize> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-    /// No urgency preemption (eviction off: every displacement is one), and no withdrawal of a
-    /// lease of the same cycle, has its preemptor inside a fenced subtree and its victim outside.
+    /// No urgency preemption (eviction off: every displacement is one, or a guest giving way at
+    /// home), no preemption by job priority in a `priority` pool, and no withdrawal of a lease
+    /// of the same cycle, has its preemptor inside a fenced subtree and its victim outside: in a
+    /// `fair_share` pool, one with an earmarked node, and a `priority` pool.
     #[test]
-    fn a_fence_is_never_crossed_by_urgency((queues, rounds) in fence_world()) {
-        let text = fence_scenario(&queues, &rounds);
+    fn a_fence_is_never_crossed_by_urgency((queues, rounds, pool) in fence_world()) {
+        let text = fence_scenario(&queues, &rounds, pool);
         let out = run(&text);
         let qi = |name: &str| name[1..].parse::<usize>().expect("queue index");
+        let home = match pool { FencePool::Earmarked(h) => Some(h), _ => None };
         for r in &out.rounds {
             let d = r.decisions.as_ref().expect("decisions");
-            let by_queue: BTreeMap<_, _> = d.leases.iter().map(|l| (l.job_id, l.queue.as_str())).collect();
+            let leases: BTreeMap<_, _> = d.leases.iter().map(|l| (l.job_id, (l.queue.as_str(), l.node.as_str()))).collect();
             let mut crossings = Vec::new();
             for p in &d.preemptions {
-                if let PreemptionReason::Urgency { by, .. } = &p.reason {
-                    let Some(bq) = by_queue.get(by) else { continue };
-                    crossings.push((qi(bq), qi(p.queue.as_str())));
-                }
+                let by = match &p.reason {
+                    PreemptionReason::Urgency { by, .. } | PreemptionReason::JobPriority { by, .. } => by,
+                    _ => continue,
+                };
+                let Some((bq, _)) = leases.get(by) else { continue };
+                crossings.push((qi(bq), qi(p.queue.as_str())));
             }
-            // Leases withdrawn in the cycle name the job that took their place.
-            let by_name: BTreeMap<String, &str> = by_queue.iter().map(|(id, q)| (id.to_string(), *q)).collect();
+            // Leases withdrawn in the cycle name the job that took their place (which a guest
+            // gives up to a job at home on its earmarked node, whatever the fences).
+            let by_name: BTreeMap<String, (&str, &str)> = leases.iter().map(|(id, l)| (id.to_string(), *l)).collect();
             for (name, job) in &r.jobs {
                 let Some(by) = job.reason.as_deref().and_then(|t| t.strip_prefix("lease withdrawn in the same cycle for more urgent job ")) else { continue };
-                let Some(bq) = by_name.get(by) else { continue };
-                crossings.push((qi(bq), job_queue(&rounds, &queues, name)));
+                let Some((bq, node)) = by_name.get(by) else { continue };
+                let victim = job_queue(&rounds, &queues, name);
+                if *node == "n2" && home == Some(qi(bq)) && home != Some(victim) {
+                    continue;
+                }
+                crossings.push((qi(bq), victim));
             }
             for (from, to) in crossings {
                 for f in fences_of(&queues, from) {
