@@ -78,8 +78,8 @@ pub(super) struct Hierarchy {
     guaranteed_part: Vec<f64>,
     /// Whether each queue's guarantee was scaled down (of some resource).
     guarantee_scaled: Vec<bool>,
-    /// Each queue's guarantee floor in this cycle (its guarantee after nesting and scaling,
-    /// capped by its demand), which orders it first while its share is below it.
+    /// Each queue's guarantee floor in this cycle (the share of the part of its demand its
+    /// guarantee covers), which orders it first while its share is below it.
     floor: Vec<f64>,
     /// The preemption fences, if any queue has one.
     fences: Option<Fences>,
@@ -120,7 +120,8 @@ pub(super) struct TreeShares {
     pub plain: Vec<f64>,
     /// Demand-capped (water-filled) fair shares, above the guarantee floors.
     pub adjusted: Vec<f64>,
-    /// Guarantee floors: the guarantee after nesting and scaling, capped by demand.
+    /// Guarantee floors: the share of the part of the demand the guarantee covers, resource by
+    /// resource, after nesting and scaling.
     pub floor: Vec<f64>,
     /// Whether the queue's guarantee was scaled down because its level's add up to more.
     pub scaled: Vec<bool>,

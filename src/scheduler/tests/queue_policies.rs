@@ -310,6 +310,9 @@ fn resource_world() -> impl Strategy<Value = Vec<RQueue>> {
     prop::collection::vec(queue, 2..=4)
 }
 
+/// How many jobs a queue of a two-resource world submits in a round.
+type RCount = fn(&RQueue) -> u32;
+
 /// One node of 8 cpu and 64Gi (what fits is what the totals allow), all jobs preemptible.
 fn resource_scenario(queues: &[RQueue]) -> String {
     let mut s = String::from("nodes:\n  - {name: n, allocatable: {cpu: \"8\", memory: \"64Gi\"}}\nqueues:\n");
@@ -325,7 +328,7 @@ fn resource_scenario(queues: &[RQueue]) -> String {
         s += &format!("  - {{name: q{i}{g}}}\n");
     }
     s += "rounds:\n";
-    let rounds: [(&str, fn(&RQueue) -> u32); 2] = [("b", |q| q.before), ("a", |q| q.after)];
+    let rounds: [(&str, RCount); 2] = [("b", |q| q.before), ("a", |q| q.after)];
     for (round, count) in rounds {
         let jobs: Vec<String> = queues
             .iter()
