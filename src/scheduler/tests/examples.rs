@@ -632,3 +632,19 @@ fn preemption_fence_pools_worked_example() {
     );
     assert_eq!(counts(&r1.preempted), map(&[("t1-batch", 4), ("tenant2", 2)]));
 }
+
+#[test]
+fn guaranteed_per_resource_worked_example() {
+    let out = run("guaranteed_per_resource.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("B", 3), ("C", 3), ("D", 2)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r1.preempted), map(&[("B", 1), ("C", 1)]));
+    assert_eq!(counts(&r1.running), map(&[("A", 2), ("B", 2), ("C", 2), ("D", 2)]));
+    assert_eq!((state(r1, "a-3"), reason(r1, "a-3")), ("queued", "no node with 1 cpu free in pool default"));
+    let d = r1.decisions.as_ref().expect("decisions");
+    let a = d.pools[0].queues.iter().find(|q| q.queue.as_str() == "A").expect("A's report");
+    assert_eq!(a.guaranteed_share, Some(0.5));
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+}
