@@ -461,7 +461,8 @@ pub struct QueuePoolReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proportional_target: Option<Resources>,
     /// With a guarantee (the queue's own, or its children's for a parent): the share of the pool
-    /// the queue is guaranteed in the cycle, after nesting and scaling, capped by its demand (0
+    /// the queue is guaranteed in the cycle, after nesting and scaling: the share of the part of
+    /// its demand that holds, of every resource, the smaller of its guarantee and its demand (0
     /// to 1). Its share is at least this; the rest of the pool goes by fair share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guaranteed_share: Option<f64>,

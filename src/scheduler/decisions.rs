@@ -505,7 +505,8 @@ pub struct QueueShare {
     /// In a `proportional` pool: the queue's target of the resource divided.
     pub proportional_target: Option<Resources>,
     /// With a guarantee (its own, or its children's for a parent): its guarantee floor in the
-    /// cycle as a share of the pool, after nesting and scaling, capped by its demand.
+    /// cycle as a share of the pool, after nesting and scaling: the share of the part of its
+    /// demand that holds, of every resource, the smaller of its guarantee and its demand.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guaranteed_share: Option<f64>,
     /// True if its guarantee was scaled down because the guarantees at its level add up to more

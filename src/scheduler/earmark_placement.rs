@@ -51,8 +51,10 @@ impl PoolCycle<'_> {
     /// [`PoolCycle::try_place`] in a pool with earmarked nodes. Where nothing has to move: home
     /// nodes, then nodes reserved for nobody, then others' earmarked nodes as a guest. Then, at
     /// the guest level, home nodes whose guests make the room; then the usual displacement levels
-    /// on home and open nodes.
+    /// on home and open nodes. A job inside a preemption fence displaces by urgency only jobs
+    /// inside it (guests still give way to it at home, [`super::fence`]).
     pub(super) fn try_place_earmarked(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        self.fence_stop = None;
         let job = &self.jobs[j as usize];
         let (q, max) = (job.queue, self.view().levels.max_search_level(job.priority_level as usize));
         let preemptible = self.preemptible(j);
@@ -76,6 +78,7 @@ impl PoolCycle<'_> {
         let guest_level = self.view().levels.guest_level();
         let mut displacing = home.clone();
         displacing.extend(open);
+        let fence = self.fence_if_any(j);
         for l in 1..=max {
             if self.db.level_is_redundant(l) {
                 continue;
@@ -84,7 +87,12 @@ impl PoolCycle<'_> {
             if set.is_empty() {
                 continue;
             }
-            if let Some((n, victims)) = self.least_harmful_node(l, set, q, req) {
+            let Some(choice) = self.least_harmful_node(l, set, q, req) else { continue };
+            let found = match fence {
+                Some(f) => self.within_fence(f, l, set, q, req, choice),
+                None => Some(choice),
+            };
+            if let Some((n, victims)) = found {
                 self.place_displacing(j, n, req, victims);
                 return Some(l);
             }
@@ -138,6 +146,7 @@ impl PoolCycle<'_> {
                             | Reason::MinRuntime { .. }
                             | Reason::ReservedNodes { .. }
                             | Reason::Gang { .. }
+                            | Reason::PreemptionFence { .. }
                     )
                 );
             if !waits_for_room || job.info.gang.as_ref().is_some_and(|g| !seen_gangs.insert((job.queue, g.id.clone())))

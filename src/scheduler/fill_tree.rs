@@ -27,8 +27,9 @@ impl<'a> PoolCycle<'a> {
         let active: Vec<bool> = self.queues.iter().map(|q| q.active).collect();
         if self.queues.iter().any(|q| !q.snap.queue.guaranteed.is_zero()) {
             let view = self.view();
-            let own = self.queues.iter().map(|q| view.cost.share(&view.layout.dense_lossy(&q.snap.queue.guaranteed)));
-            tree.set_guarantees(own.collect());
+            let own: Vec<_> = self.queues.iter().map(|q| view.layout.dense_lossy(&q.snap.queue.guaranteed)).collect();
+            let demand: Vec<_> = self.queues.iter().map(|q| q.demand.clone()).collect();
+            tree.set_guarantees(&own, &demand, &view.total);
         }
         let shares = tree.shares(&weights, &demands, &active);
         tree.set_floors(&shares.floor);

@@ -92,7 +92,8 @@ impl PoolCycle<'_> {
         if trial.placed < gang.min_cardinality as usize || trial.placed == 0 {
             self.rollback(mark);
             let reason = gang_reason(trial.placed as u32, trial.first_failure);
-            if let Some(k) = cache_key {
+            // A gang inside a preemption fence may fail where a gang like it outside would not.
+            if let Some(k) = cache_key.filter(|_| self.fence_if_any(members[0]).is_none()) {
                 self.ledger.set_gang_verdict(k, Arc::new(reason.clone()));
             }
             self.fail_members(&members, reason);

@@ -1,15 +1,16 @@
 //! Guaranteed resources (YuniKorn's `guaranteed`, Kueue's nominal quota) in fair shares.
 //!
-//! A queue's guarantee, as a share of the pool (the cost of its guaranteed resources), is a
-//! floor: its share is at least the smaller of its guarantee and its demand, and what the floors
-//! leave is divided by fair share as without them. Water filling with floors gives every queue
+//! A queue's guarantee is a floor, resource by resource: its share is at least what it takes to
+//! hold, of every resource, the smaller of its guarantee and its demand ([`guaranteed_part`] of
+//! its demand, as a share), and what the floors leave is divided by fair share as without them. Water filling with floors gives every queue
 //! `clamp(w·λ, floor, demand)` for the one level `λ` at which the shares add up to the pool (or
 //! its parent's share); with no floor this is plain water filling.
 //!
-//! Guarantees nest with the queue tree: a parent without a guarantee of its own guarantees what
-//! its children do, and a parent's guarantee is divided among its children. Where the
-//! guarantees of siblings add up to more than what they divide (the pool at the top, their
-//! parent's guarantee below), they are scaled down in proportion, and the queue report says so.
+//! Guarantees nest with the queue tree, resource by resource: a parent without a guarantee of
+//! its own guarantees what its children do, and a parent's guarantee is divided among its
+//! children. Where the guarantees of siblings of a resource add up to more than what they divide
+//! (the pool's amount at the top, their parent's guarantee below), they are scaled down in
+//! proportion, and the queue report says so.
 //!
 //! A queue still below its floor goes before every queue above its own in progressive filling
 //! ([`below_floor_cost`]): the one furthest below its guarantee first.
@@ -60,11 +61,13 @@ pub(crate) fn below_floor_cost(share_after: f64, floor: f64) -> Option<f64> {
     (floor > 0.0 && share_after <= floor + 1e-9).then(|| share_after / floor - 2.0)
 }
 
-/// Each queue's guarantee after nesting and scaling, as a share of the pool, and whether it was
-/// scaled down. `own` is each queue's configured guarantee as a share (0: none); the tree is
-/// given by `roots`, `children` and `post` (children before parents).
+/// Each queue's guarantee of one resource after nesting and scaling, as a fraction of the pool's
+/// amount of it, and whether it was scaled down. `own` is each queue's configured guarantee of
+/// the resource as such a fraction (0: none), `has_own` whether the queue has a guarantee of any
+/// resource; the tree is given by `roots`, `children` and `post` (children before parents).
 pub(crate) fn effective_guarantees(
     own: &[f64],
+    has_own: &[bool],
     roots: &[u32],
     children: &[Vec<u32>],
     post: &[u32],
@@ -74,7 +77,7 @@ pub(crate) fn effective_guarantees(
     let mut configured = own.to_vec();
     for &v in post {
         let v = v as usize;
-        if configured[v] <= 0.0 && !children[v].is_empty() {
+        if !has_own[v] && !children[v].is_empty() {
             configured[v] = children[v].iter().map(|&c| configured[c as usize]).sum();
         }
     }
@@ -98,6 +101,19 @@ pub(crate) fn effective_guarantees(
         }
     }
     (eff, scaled)
+}
+
+/// The part of its demand a queue is guaranteed: the smallest `t` in `[0, 1]` such that `t` times
+/// its demand holds, of every resource, the smaller of its guarantee and its demand. `guaranteed`
+/// and `demand` are amounts per resource slot; resources it does not demand do not count. The
+/// queue's guarantee floor is then `t` times its demand's share (shares are proportional).
+pub(crate) fn guaranteed_part(guaranteed: &[f64], demand: &[i64]) -> f64 {
+    guaranteed
+        .iter()
+        .zip(demand)
+        .filter(|&(g, d)| *g > 0.0 && *d > 0)
+        .map(|(g, &d)| (g / d as f64).min(1.0))
+        .fold(0.0, f64::max)
 }
 
 #[cfg(test)]
@@ -144,13 +160,29 @@ mod tests {
         // Roots 0 (parent of 2, 3) and 1. Queue 0 has none of its own: it guarantees what its
         // children do (0.5 + 0.4); with queue 1's 0.3 that is 1.2 of the pool, scaled by 1/1.2.
         let children = vec![vec![2, 3], vec![], vec![], vec![]];
-        let (eff, scaled) = effective_guarantees(&[0.0, 0.3, 0.5, 0.4], &[0, 1], &children, &[2, 3, 0, 1]);
+        let own = [false, true, true, true];
+        let (eff, scaled) = effective_guarantees(&[0.0, 0.3, 0.5, 0.4], &own, &[0, 1], &children, &[2, 3, 0, 1]);
         assert!(close(&eff, &[0.75, 0.25, 0.5 / 1.2, 0.4 / 1.2]), "{eff:?}");
         assert_eq!(scaled, vec![true, true, true, true]);
         // A parent's guarantee is divided among its children: 0.4 for children asking 0.3 + 0.3.
-        let (eff, scaled) = effective_guarantees(&[0.4, 0.0, 0.3, 0.3], &[0, 1], &children, &[2, 3, 0, 1]);
+        let own = [true, false, true, true];
+        let (eff, scaled) = effective_guarantees(&[0.4, 0.0, 0.3, 0.3], &own, &[0, 1], &children, &[2, 3, 0, 1]);
         assert!(close(&eff, &[0.4, 0.0, 0.2, 0.2]), "{eff:?}");
         assert_eq!(scaled, vec![false, false, true, true]);
+    }
+
+    #[test]
+    fn the_guaranteed_part_covers_every_resource_up_to_demand() {
+        // Guaranteed 2 cpu; demand 3 cpu and 48Gi (three jobs of 1 cpu, 16Gi): two thirds.
+        let gi = 1i64 << 30;
+        assert!((guaranteed_part(&[2000.0, 0.0], &[3000, 48 * gi]) - 2.0 / 3.0).abs() < 1e-12);
+        // Guaranteed 6 cpu and 8Gi; demand 8 cpu and 48Gi: cpu decides, three quarters.
+        let t = guaranteed_part(&[6000.0, 8.0 * gi as f64], &[8000, 48 * gi]);
+        assert!((t - 0.75).abs() < 1e-12, "{t}");
+        // More guaranteed than demanded: all of it; nothing guaranteed, or nothing demanded: 0.
+        assert_eq!(guaranteed_part(&[6000.0, 0.0], &[2000, gi]), 1.0);
+        assert_eq!(guaranteed_part(&[0.0, 0.0], &[2000, gi]), 0.0);
+        assert_eq!(guaranteed_part(&[0.0, 8.0 * gi as f64], &[2000, 0]), 0.0);
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! shares, reports) are in `fill_tree.rs`.
 
 use super::fairness::{CostModel, water_fill};
-use super::guarantee::{below_floor_cost, effective_guarantees, water_fill_floored};
+use super::guarantee::{below_floor_cost, effective_guarantees, guaranteed_part, water_fill_floored};
 use super::queue::{CycleQueue, Turn};
 use super::resvec::{ResVec, add_to};
 use crate::model::{PreemptionPolicy, PriorityPolicy, QueueName, SortPriority};
@@ -73,11 +73,13 @@ pub(super) struct Hierarchy {
     /// Each queue's priority as its parent saw it at the cycle's first pick.
     first_priorities: BTreeMap<QueueName, i32>,
     recorded: bool,
-    /// Each queue's configured guarantee as a share of the pool (0: none); all 0 when no queue
-    /// has one.
-    guarantee: Vec<f64>,
-    /// Each queue's guarantee floor in this cycle (its guarantee after nesting and scaling,
-    /// capped by its demand), which orders it first while its share is below it.
+    /// The part of each queue's (subtree's) demand its guarantee covers, after nesting and
+    /// scaling ([`super::guarantee::guaranteed_part`]); all 0 when no queue has a guarantee.
+    guaranteed_part: Vec<f64>,
+    /// Whether each queue's guarantee was scaled down (of some resource).
+    guarantee_scaled: Vec<bool>,
+    /// Each queue's guarantee floor in this cycle (the share of the part of its demand its
+    /// guarantee covers), which orders it first while its share is below it.
     floor: Vec<f64>,
     /// The preemption fences, if any queue has one.
     fences: Option<Fences>,
@@ -118,7 +120,8 @@ pub(super) struct TreeShares {
     pub plain: Vec<f64>,
     /// Demand-capped (water-filled) fair shares, above the guarantee floors.
     pub adjusted: Vec<f64>,
-    /// Guarantee floors: the guarantee after nesting and scaling, capped by demand.
+    /// Guarantee floors: the share of the part of the demand the guarantee covers, resource by
+    /// resource, after nesting and scaling.
     pub floor: Vec<f64>,
     /// Whether the queue's guarantee was scaled down because its level's add up to more.
     pub scaled: Vec<bool>,
@@ -224,7 +227,8 @@ impl Hierarchy {
             Fences { fence_root, enter, size }
         });
         Hierarchy {
-            guarantee: vec![0.0; n],
+            guaranteed_part: vec![0.0; n],
+            guarantee_scaled: vec![false; n],
             floor: vec![0.0; n],
             fences,
             fence,
@@ -283,9 +287,35 @@ impl Hierarchy {
         base.saturating_add(self.offset[v as usize])
     }
 
-    /// Sets each queue's configured guarantee as a share of the pool (0: none).
-    pub(super) fn set_guarantees(&mut self, shares: Vec<f64>) {
-        self.guarantee = shares;
+    /// Sets each queue's guarantee from its configured amounts and its own demand (per resource
+    /// slot, `total` being the pool's): guarantees are nested and scaled resource by resource
+    /// ([`effective_guarantees`]), then each queue (or subtree) is guaranteed the part of its
+    /// demand that holds the smaller of its guarantee and its demand of every resource.
+    pub(super) fn set_guarantees(&mut self, guaranteed: &[ResVec], demand: &[ResVec], total: &ResVec) {
+        let n = self.parent.len();
+        let has_own: Vec<bool> = guaranteed.iter().map(|g| g.iter().any(|x| *x > 0)).collect();
+        let mut amounts = vec![vec![0.0; total.len()]; n];
+        self.guarantee_scaled = vec![false; n];
+        for (s, &t) in total.iter().enumerate().filter(|(_, t)| **t > 0) {
+            let own: Vec<f64> = guaranteed.iter().map(|g| g[s].max(0) as f64 / t as f64).collect();
+            if own.iter().all(|x| *x <= 0.0) {
+                continue;
+            }
+            let (eff, scaled) = effective_guarantees(&own, &has_own, &self.roots, &self.children, &self.post);
+            for v in 0..n {
+                amounts[v][s] = eff[v] * t as f64;
+                self.guarantee_scaled[v] |= scaled[v];
+            }
+        }
+        let mut subtree: Vec<ResVec> = demand.to_vec();
+        for &v in &self.post {
+            let p = self.parent[v as usize];
+            if p != ROOT {
+                let (a, b) = split_pair(&mut subtree, p as usize, v as usize);
+                add_to(a, b);
+            }
+        }
+        self.guaranteed_part = (0..n).map(|v| guaranteed_part(&amounts[v], &subtree[v])).collect();
     }
 
     /// Keeps the guarantee floors that order progressive filling in this cycle.
@@ -310,10 +340,10 @@ impl Hierarchy {
                 active[p as usize] |= active[v as usize];
             }
         }
-        let (floor, scaled) = if self.guarantee.iter().any(|g| *g > 0.0) {
-            let (eff, scaled) = effective_guarantees(&self.guarantee, &self.roots, &self.children, &self.post);
-            let floor: Vec<f64> = (0..n).map(|v| if active[v] { eff[v].min(demand[v]) } else { 0.0 }).collect();
-            (floor, scaled)
+        let (floor, scaled) = if self.guaranteed_part.iter().any(|g| *g > 0.0) {
+            let part = &self.guaranteed_part;
+            let floor: Vec<f64> = (0..n).map(|v| if active[v] { part[v] * demand[v] } else { 0.0 }).collect();
+            (floor, self.guarantee_scaled.clone())
         } else {
             (vec![0.0; n], vec![false; n])
         };

@@ -71,8 +71,8 @@ pub(super) struct CycleQueue<'a> {
     pub usage_offset: f64,
     /// Never found above its protected share in this cycle, so fair-share eviction spared it.
     pub protected: bool,
-    /// Its guarantee floor as a share of the pool (0: none): the guarantee after nesting and
-    /// scaling, capped by demand ([`super::guarantee`]).
+    /// Its guarantee floor as a share of the pool (0: none): the share of the part of its demand
+    /// its guarantee (after nesting and scaling) covers, resource by resource ([`super::guarantee`]).
     pub guaranteed_share: f64,
     /// Whether its guarantee was scaled down because its level's add up to more than they
     /// divide.

@@ -145,3 +145,67 @@ async fn an_urgent_job_inside_a_fence_waits_rather_than_displace_outside_it() {
     assert_eq!(status, 200, "{body}");
     s.wait_job(&urgent[0], Duration::from_secs(30), "leased once unfenced", |j| j["state"] == "leased").await;
 }
+
+/// A job of job priority `priority` and `class` requesting one GPU.
+fn gpu_job(priority: u32, class: &str) -> Value {
+    let resources = json!({"cpu": "1", "memory": "64Mi", "nvidia.com/gpu": "1"});
+    json!({
+        "priority": priority,
+        "priority_class": class,
+        "pod_spec": {"containers": [{
+            "name": "main",
+            "image": "busybox",
+            "command": ["true"],
+            "resources": {"requests": resources, "limits": resources}
+        }]}
+    })
+}
+
+/// Polls as an executor with one 1-GPU node in pool gpu (running what it is leased, stopping
+/// what it is told to kill) until job `id` satisfies `f`.
+async fn poll_gpu_until(s: &Server, runs: &mut Vec<Value>, id: &str, what: &str, f: impl Fn(&Value) -> bool) {
+    let nodes =
+        [json!({"name": "g1", "pool": "gpu", "allocatable": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"}})];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = s.poll("e1", &nodes, runs, 0.2).await;
+        let kills: Vec<&Value> = v["kills"].as_array().into_iter().flatten().map(|k| &k["run_id"]).collect();
+        runs.retain(|r| !kills.contains(&&r["run_id"]));
+        for l in v["leases"].as_array().into_iter().flatten() {
+            runs.push(json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "running"}));
+        }
+        let j = s.job(id).await;
+        if f(&j) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "job {id} not {what}: {j:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_fenced_job_in_a_priority_pool_preempts_nothing_outside_its_fence() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path();
+    let pool = "[scheduler.pools.gpu]\npolicy = \"priority\"\npreemption = true\n\n[auth]";
+    let s = Server::start_in(dir, &config(dir, "").replace("[auth]", pool));
+    s.ready().await;
+    s.create_queue("B").await;
+    let (status, body) = s.post("/v1/queues", &json!({"name": "T", "preemption_policy": "fence"})).await;
+    assert_eq!(status, 201, "{body}");
+    let mut runs = Vec::new();
+    let low = s.submit("B", "s", vec![gpu_job(5, "preemptible")]).await;
+    let started = |j: &Value| j["state"] == "leased" || j["state"] == "running";
+    poll_gpu_until(&s, &mut runs, &low[0], "started", started).await;
+    // T's priority-1 job could start only by preempting B's priority-5 job: the fence stops it.
+    let high = s.submit("T", "s", vec![gpu_job(1, "default")]).await;
+    let want = "no room in pool gpu without preempting jobs outside queue T, whose preemption fence stops its \
+                jobs from displacing them (preemption_policy = fence)";
+    poll_gpu_until(&s, &mut runs, &high[0], "stopped by its fence", |j| j["reason"] == want).await;
+    assert!(started(&s.job(&low[0]).await), "B's job keeps running");
+    // Without the fence it preempts B's job and starts.
+    let (status, body) = s.put("/v1/queues/T", &json!({"name": "T"})).await;
+    assert_eq!(status, 200, "{body}");
+    poll_gpu_until(&s, &mut runs, &high[0], "started once unfenced", started).await;
+    assert!(!started(&s.job(&low[0]).await), "B's job was preempted");
+}

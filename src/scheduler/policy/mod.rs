@@ -114,8 +114,10 @@ impl<'a> PoolCycle<'a> {
     /// Placement in a pool with a policy: where the job fits now (level 0: nothing moves, tier
     /// and best fit as always); failing that, in a `priority` pool with preemption, where
     /// preempting lower-priority jobs makes it fit. Returns the level used (0, or 1 with
-    /// preemption) as [`PoolCycle::try_place`] does.
+    /// preemption) as [`PoolCycle::try_place`] does. A job inside a preemption fence preempts
+    /// only jobs inside it ([`super::fence`]); when that alone stops it, `fence_stop` says so.
     pub(super) fn try_place_policy(&mut self, j: u32, types: &[u32], req: &ResVec) -> Option<u8> {
+        self.fence_stop = None;
         let q = self.jobs[j as usize].queue;
         if let Some(n) = self.db.find(0, types, q, req) {
             self.place_displacing(j, n, req, Vec::new());
@@ -125,7 +127,12 @@ impl<'a> PoolCycle<'a> {
         if st.policy != PoolPolicy::Priority || !st.preemption {
             return None;
         }
-        let (n, victims) = self.priority_victims(j, types, req)?;
+        let fence = self.fence_if_any(j);
+        let Some((n, victims)) = self.priority_victims(j, types, req, fence) else {
+            // Stopped by the fence if preempting outside it would have made room.
+            self.fence_stop = fence.filter(|_| self.priority_victims(j, types, req, None).is_some());
+            return None;
+        };
         self.place_displacing(j, n, req, victims);
         Some(1)
     }
@@ -136,7 +143,8 @@ impl<'a> PoolCycle<'a> {
     /// submitted, and any not needed after all are kept. Among nodes: the one whose most
     /// important victim is least important, then the fewest victims, then the latest started
     /// victims (by the earliest start among them), then the newest submitted, then node order.
-    fn priority_victims(&self, j: u32, types: &[u32], req: &ResVec) -> Option<(u32, Vec<u32>)> {
+    /// Inside preemption fence `fence`, only jobs inside it are victims ([`super::fence`]).
+    fn priority_victims(&self, j: u32, types: &[u32], req: &ResVec, fence: Option<u32>) -> Option<(u32, Vec<u32>)> {
         let job = &self.jobs[j as usize];
         let (prio, line) = (job.priority, self.in_gpu_line(j));
         // (u32::MAX - most important victim's priority, victims, Reverse(earliest start),
@@ -156,7 +164,8 @@ impl<'a> PoolCycle<'a> {
                             matches!(self.ledger.status(o.job), Status::Running | Status::Placed | Status::Returned)
                                 && v.priority > prio
                                 && self.view().priority_classes[v.priority_class as usize].preemptible
-                                && self.in_gpu_line(o.job) == line;
+                                && self.in_gpu_line(o.job) == line
+                                && fence.is_none_or(|f| self.may_displace(f, o.job));
                         eligible.then(|| (v.priority, self.started_ms(o.job), v.seq, o.job))
                     })
                     .collect();
@@ -233,7 +242,7 @@ impl<'a> PoolCycle<'a> {
     /// the lower priorities of its line), not for a limit, a rate or a node it can never have.
     pub(super) fn waits_for_room(reason: &Reason) -> bool {
         match reason {
-            Reason::NoCapacity { .. } | Reason::ReservedNodes { .. } => true,
+            Reason::NoCapacity { .. } | Reason::ReservedNodes { .. } | Reason::PreemptionFence { .. } => true,
             Reason::Gang { detail, .. } => detail.as_deref().is_none_or(Self::waits_for_room),
             _ => false,
         }

@@ -603,3 +603,48 @@ fn a_retry_waits_out_its_back_off_and_an_oom_kill_is_retried_only_when_asked() {
 fn reason_or_none(r: &crate::simulate::RoundOutput, job: &str) -> String {
     r.jobs[job].reason.clone().unwrap_or_default()
 }
+
+#[test]
+fn preemption_fence_pools_worked_example() {
+    let out = run("preemption_fence_pools.yaml");
+    let r0 = &out.rounds[0];
+    assert_eq!(on_node(r0, "home"), map(&[("t1-batch", 2), ("tenant2", 2)]));
+    assert_eq!(on_node(r0, "open"), map(&[("tenant2", 4)]));
+    assert_eq!(on_node(r0, "gpu-node"), map(&[("t1-batch", 2), ("tenant2", 2)]));
+    let r1 = &out.rounds[1];
+    // Earmarked pool: the guests give way, t1-batch by urgency inside the fence.
+    assert_eq!(on_node(r1, "home"), map(&[("t1-prod", 1)]));
+    assert_eq!(on_node(r1, "open"), map(&[("tenant2", 4)]));
+    for g in ["o-5", "o-6"] {
+        assert!(reason(r1, g).starts_with("preempted as a guest: node home is reserved for queue t1-prod"), "{g}");
+    }
+    for b in ["b-1", "b-2"] {
+        assert!(reason(r1, b).starts_with("preempted by more urgent job"), "{b}");
+    }
+    // `priority` pool: only t1-batch's trials are preempted; the third job waits at the fence.
+    assert_eq!(on_node(r1, "gpu-node"), map(&[("t1-prod", 2), ("tenant2", 2)]));
+    assert_eq!((state(r1, "bt-1"), state(r1, "bt-2")), ("preempted", "preempted"));
+    assert_eq!(state(r1, "p-3"), "queued");
+    assert_eq!(
+        reason(r1, "p-3"),
+        "no room in pool gpu without preempting jobs outside queue tenant1, whose preemption fence stops its jobs \
+         from displacing them (preemption_policy = fence)"
+    );
+    assert_eq!(counts(&r1.preempted), map(&[("t1-batch", 4), ("tenant2", 2)]));
+}
+
+#[test]
+fn guaranteed_per_resource_worked_example() {
+    let out = run("guaranteed_per_resource.yaml");
+    assert_eq!(counts(&out.rounds[0].running), map(&[("B", 3), ("C", 3), ("D", 2)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r1.preempted), map(&[("B", 1), ("C", 1)]));
+    assert_eq!(counts(&r1.running), map(&[("A", 2), ("B", 2), ("C", 2), ("D", 2)]));
+    assert_eq!((state(r1, "a-3"), reason(r1, "a-3")), ("queued", "no node with 1 cpu free in pool default"));
+    let d = r1.decisions.as_ref().expect("decisions");
+    let a = d.pools[0].queues.iter().find(|q| q.queue.as_str() == "A").expect("A's report");
+    assert_eq!(a.guaranteed_share, Some(0.5));
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+}

@@ -3,6 +3,7 @@
 mod backoff;
 mod cordon;
 mod examples;
+mod fence_paths;
 mod hierarchy;
 mod max_min;
 mod pool_policies;

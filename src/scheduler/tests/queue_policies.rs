@@ -7,24 +7,24 @@ use crate::simulate::{Output, RoundOutput, run_text};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-fn scenario(name: &str) -> String {
+pub(super) fn scenario(name: &str) -> String {
     let path = format!("{}/tests/scenarios/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn run(text: &str) -> Output {
+pub(super) fn run(text: &str) -> Output {
     run_text(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
-fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> BTreeMap<String, usize> {
+pub(super) fn counts(m: &BTreeMap<crate::model::QueueName, usize>) -> BTreeMap<String, usize> {
     m.iter().filter(|(_, v)| **v > 0).map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-fn map(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+pub(super) fn map(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-fn reason<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
+pub(super) fn reason<'a>(r: &'a RoundOutput, job: &str) -> &'a str {
     r.jobs.get(job).and_then(|j| j.reason.as_deref()).unwrap_or("")
 }
 
@@ -88,6 +88,65 @@ rounds:
     for q in ["A", "B"] {
         assert_eq!((share(r1, q).guaranteed_share, share(r1, q).guarantee_scaled), (Some(0.5), true), "{q}");
     }
+}
+
+#[test]
+fn a_cpu_guarantee_holds_for_memory_heavy_jobs() {
+    // 8 cpu, 64Gi; A is guaranteed 2 cpu and asks for 3 jobs of 1 cpu and 16Gi; B, C and D
+    // (equal weights, fair share 1/4 each) filled the node with preemptible 1-cpu jobs.
+    // Resource by resource A is owed min(2, 3) = 2 cpu: two of its jobs (a share of 1/2, since
+    // their memory dominates). A floor taken as the dominant share of the guarantee (2/8 = 1/4)
+    // would let A start one job, 1 cpu of the 2 guaranteed.
+    let text = r#"
+nodes:
+  - {name: node, allocatable: {cpu: "8", memory: "64Gi"}}
+queues:
+  - {name: A, guaranteed: {cpu: "2"}}
+  - {name: B}
+  - {name: C}
+  - {name: D}
+rounds:
+  - submit:
+      - {id: b, queue: B, count: 8, priority_class: preemptible, requests: {cpu: "1", memory: "1Gi"}}
+      - {id: c, queue: C, count: 8, priority_class: preemptible, requests: {cpu: "1", memory: "1Gi"}}
+      - {id: d, queue: D, count: 8, priority_class: preemptible, requests: {cpu: "1", memory: "1Gi"}}
+  - submit:
+      - {id: a, queue: A, count: 3, priority_class: preemptible, requests: {cpu: "1", memory: "16Gi"}}
+  - {}
+"#;
+    let out = run(text);
+    assert_eq!(counts(&out.rounds[0].running), map(&[("B", 3), ("C", 3), ("D", 2)]));
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("A", 2)]));
+    assert_eq!(counts(&r1.running), map(&[("A", 2), ("B", 2), ("C", 2), ("D", 2)]));
+    assert_eq!(share(r1, "A").guaranteed_share, Some(0.5));
+    assert_eq!(counts(&r1.preempted), map(&[("B", 1), ("C", 1)]));
+    assert_eq!(reason(r1, "a-3"), "no node with 1 cpu free in pool default");
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+}
+
+#[test]
+fn a_guarantee_of_cpu_and_memory_where_cpu_decides() {
+    // The issue's numbers: 8 cpu, 64Gi; A guaranteed 6 cpu and 8Gi, asking for 8 cpu and 48Gi
+    // (8 jobs of 1 cpu, 6Gi). min(guarantee, demand) is 6 cpu and 8Gi; holding 6 cpu takes 6 of
+    // its jobs (36Gi), a share of 3/4: the same floor as the guarantee's dominant share (6/8).
+    let text = r#"
+nodes:
+  - {name: node, allocatable: {cpu: "8", memory: "64Gi"}}
+queues:
+  - {name: A, guaranteed: {cpu: "6", memory: "8Gi"}}
+  - {name: B}
+rounds:
+  - submit:
+      - {id: b, queue: B, count: 8, priority_class: preemptible, requests: {cpu: "1", memory: "8Gi"}}
+  - submit:
+      - {id: a, queue: A, count: 8, priority_class: preemptible, requests: {cpu: "1", memory: "6Gi"}}
+"#;
+    let out = run(text);
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.running), map(&[("A", 6), ("B", 2)]));
+    assert_eq!(share(r1, "A").guaranteed_share, Some(0.75));
 }
 
 #[test]
@@ -222,14 +281,130 @@ proptest! {
     }
 }
 
+/// One queue of a generated two-resource world: its guarantee (cpu, GiB), the memory of each of
+/// its one-cpu jobs (GiB), its jobs before and after.
+#[derive(Debug, Clone)]
+struct RQueue {
+    cpu: u32,
+    mem: u32,
+    job_mem: u32,
+    before: u32,
+    after: u32,
+}
+
+fn resource_world() -> impl Strategy<Value = Vec<RQueue>> {
+    let queue = (
+        0u32..=8,
+        prop::sample::select(vec![0u32, 0, 8, 16, 32]),
+        prop::sample::select(vec![1u32, 8, 16]),
+        0u32..=8,
+        0u32..=8,
+    )
+        .prop_map(|(cpu, mem, job_mem, before, after)| RQueue {
+            cpu: if cpu > 6 { 0 } else { cpu },
+            mem,
+            job_mem,
+            before,
+            after,
+        });
+    prop::collection::vec(queue, 2..=4)
+}
+
+/// How many jobs a queue of a two-resource world submits in a round.
+type RCount = fn(&RQueue) -> u32;
+
+/// One node of 8 cpu and 64Gi (what fits is what the totals allow), all jobs preemptible.
+fn resource_scenario(queues: &[RQueue]) -> String {
+    let mut s = String::from("nodes:\n  - {name: n, allocatable: {cpu: \"8\", memory: \"64Gi\"}}\nqueues:\n");
+    for (i, q) in queues.iter().enumerate() {
+        let mut g = Vec::new();
+        if q.cpu > 0 {
+            g.push(format!("cpu: \"{}\"", q.cpu));
+        }
+        if q.mem > 0 {
+            g.push(format!("memory: \"{}Gi\"", q.mem));
+        }
+        let g = if g.is_empty() { String::new() } else { format!(", guaranteed: {{{}}}", g.join(", ")) };
+        s += &format!("  - {{name: q{i}{g}}}\n");
+    }
+    s += "rounds:\n";
+    let rounds: [(&str, RCount); 2] = [("b", |q| q.before), ("a", |q| q.after)];
+    for (round, count) in rounds {
+        let jobs: Vec<String> = queues
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| count(q) > 0)
+            .map(|(i, q)| format!(
+                "      - {{id: {round}{i}, queue: q{i}, count: {}, priority_class: preemptible, requests: {{cpu: \"1\", memory: \"{}Gi\"}}}}\n",
+                count(q), q.job_mem
+            ))
+            .collect();
+        s += if jobs.is_empty() { "  - submit: []\n".to_string() } else { format!("  - submit:\n{}", jobs.concat()) }
+            .as_str();
+    }
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Resource by resource: after a cycle with eviction on, each queue holds (in whole jobs) at
+    /// least the smaller of its guarantee (scaled where the guarantees of a resource add up to
+    /// more than the pool) and its demand, of cpu and of memory, whenever the floors fit together.
+    #[test]
+    fn a_guarantee_is_met_resource_by_resource(queues in resource_world()) {
+        let text = resource_scenario(&queues);
+        let out = run(&text);
+        let (total_cpu, total_mem) = (8.0, 64.0);
+        let sum_cpu: f64 = queues.iter().map(|q| f64::from(q.cpu)).sum();
+        let sum_mem: f64 = queues.iter().map(|q| f64::from(q.mem)).sum();
+        let scale = |sum: f64, total: f64| if sum > total { total / sum } else { 1.0 };
+        let (fc, fm) = (scale(sum_cpu, total_cpu), scale(sum_mem, total_mem));
+        // Per queue: the jobs that hold min(guarantee, demand) of both resources, and their share.
+        let owed: Vec<(f64, f64)> = queues
+            .iter()
+            .map(|q| {
+                let n = f64::from(q.before + q.after);
+                if n == 0.0 {
+                    return (0.0, 0.0);
+                }
+                let cpu = (f64::from(q.cpu) * fc).min(n);
+                let mem = (f64::from(q.mem) * fm).min(n * f64::from(q.job_mem));
+                let jobs = cpu.max(mem / f64::from(q.job_mem));
+                (jobs, jobs * (1.0 / total_cpu).max(f64::from(q.job_mem) / total_mem))
+            })
+            .collect();
+        prop_assume!(owed.iter().map(|(_, s)| s).sum::<f64>() <= 1.0 + 1e-9);
+        let r1 = &out.rounds[1];
+        for (i, (jobs, _)) in owed.iter().enumerate() {
+            let name = format!("q{i}");
+            let held = r1.running.iter().find(|(k, _)| k.as_str() == name).map_or(0, |(_, v)| *v);
+            prop_assert!(
+                held as f64 + 1e-9 >= (jobs + 1e-9).floor(),
+                "{name} holds {held} jobs of the {jobs} its guarantee covers\n{text}"
+            );
+        }
+    }
+}
+
 /// A generated fence world: per queue, its parent (an earlier queue, or none) and whether it is
-/// fenced; jobs per round as (queue, urgent, cpu).
+/// fenced; jobs per round as (queue, urgent, cpu); and the pool's kind.
 /// Per queue its parent and whether it is fenced.
 type FenceQueues = Vec<(Option<usize>, bool)>;
 /// Per round its jobs: (queue, urgent, cpu).
 type FenceRounds = Vec<Vec<(usize, bool, u32)>>;
 
-fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds)> {
+/// How the generated pool places: by fair share, with an earmarked node, or by the `priority`
+/// policy with preemption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FencePool {
+    FairShare,
+    /// The second node is earmarked for this queue.
+    Earmarked(usize),
+    Priority,
+}
+
+fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds, FencePool)> {
     let queues = prop::collection::vec((any::<prop::sample::Index>(), prop::bool::weighted(0.3), any::<bool>()), 2..=6)
         .prop_map(|qs| {
             qs.into_iter()
@@ -238,13 +413,34 @@ fn fence_world() -> impl Strategy<Value = (FenceQueues, FenceRounds)> {
                 .collect::<Vec<_>>()
         });
     let job = (0usize..6, prop::bool::weighted(0.4), 1u32..=4);
-    (queues, prop::collection::vec(prop::collection::vec(job, 0..10), 2..=4))
+    let pool =
+        prop_oneof![Just(FencePool::FairShare), (0usize..6).prop_map(FencePool::Earmarked), Just(FencePool::Priority)];
+    (queues, prop::collection::vec(prop::collection::vec(job, 0..10), 2..=4), pool).prop_map(|(q, r, pool)| {
+        // The earmarked node's queue is one of the world's.
+        let pool = match pool {
+            FencePool::Earmarked(h) => FencePool::Earmarked(h % q.len()),
+            p => p,
+        };
+        (q, r, pool)
+    })
 }
 
-fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, u32)>]) -> String {
+fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, u32)>], pool: FencePool) -> String {
     let mut s = String::from(
-        "config:\n  node_eviction_probability: 0\n  priority_classes:\n    - {name: urgent, priority: 30000, preemptible: false}\n    - {name: mid, priority: 25000, preemptible: true}\n    - {name: low, priority: 20000, preemptible: true}\n  default_priority_class: low\nnodes:\n  - {name: n, count: 2, allocatable: {cpu: \"8\", memory: \"64Gi\"}}\nqueues:\n",
+        "config:\n  node_eviction_probability: 0\n  priority_classes:\n    - {name: urgent, priority: 30000, preemptible: false}\n    - {name: mid, priority: 25000, preemptible: true}\n    - {name: low, priority: 20000, preemptible: true}\n  default_priority_class: low\n",
     );
+    s += match pool {
+        FencePool::Priority => "  pools:\n    default: {policy: priority, preemption: true}\n",
+        _ => "",
+    };
+    let node = "allocatable: {cpu: \"8\", memory: \"64Gi\"}";
+    match pool {
+        FencePool::Earmarked(home) => {
+            s += &format!("nodes:\n  - {{name: n1, {node}}}\n  - {{name: n2, {node}, reserved_for: [q{home}]}}\n")
+        }
+        _ => s += &format!("nodes:\n  - {{name: n, count: 2, {node}}}\n"),
+    }
+    s += "queues:\n";
     for (i, (parent, fenced)) in queues.iter().enumerate() {
         let p = parent.map(|p| format!(", parent: q{p}")).unwrap_or_default();
         let f = if *fenced { ", preemption_policy: fence" } else { "" };
@@ -260,15 +456,17 @@ fn fence_scenario(queues: &[(Option<usize>, bool)], rounds: &[Vec<(usize, bool, 
         }
         s += "  - submit:\n";
         for (k, (q, urgent, cpu)) in jobs.iter().enumerate() {
-            let class = if *urgent {
-                "urgent"
+            let (class, priority) = if *urgent {
+                ("urgent", 1)
             } else if k % 2 == 0 {
-                "mid"
+                ("mid", 3)
             } else {
-                "low"
+                ("low", 5)
             };
+            // Job priorities order the `priority` policy (lower first) as the classes do.
+            let p = if pool == FencePool::Priority { format!(", priority: {priority}") } else { String::new() };
             s += &format!(
-                "      - {{id: r{r}j{k}, queue: q{q}, priority_class: {class}, requests: {{cpu: \"{cpu}\", memory: \"1Gi\"}}}}\n"
+                "      - {{id: r{r}j{k}, queue: q{q}, priority_class: {class}{p}, requests: {{cpu: \"{cpu}\", memory: \"1Gi\"}}}}\n"
             );
         }
     }
@@ -305,31 +503,41 @@ fn fences_of(queues: &[(Option<usize>, bool)], q: usize) -> Vec<usize> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-    /// No urgency preemption (eviction off: every displacement is one), and no withdrawal of a
-    /// lease of the same cycle, has its preemptor inside a fenced subtree and its victim outside.
+    /// No urgency preemption (eviction off: every displacement is one, or a guest giving way at
+    /// home), no preemption by job priority in a `priority` pool, and no withdrawal of a lease
+    /// of the same cycle, has its preemptor inside a fenced subtree and its victim outside: in a
+    /// `fair_share` pool, one with an earmarked node, and a `priority` pool.
     #[test]
-    fn a_fence_is_never_crossed_by_urgency((queues, rounds) in fence_world()) {
-        let text = fence_scenario(&queues, &rounds);
+    fn a_fence_is_never_crossed_by_urgency((queues, rounds, pool) in fence_world()) {
+        let text = fence_scenario(&queues, &rounds, pool);
         let out = run(&text);
         let qi = |name: &str| name[1..].parse::<usize>().expect("queue index");
+        let home = match pool { FencePool::Earmarked(h) => Some(h), _ => None };
         for r in &out.rounds {
             let d = r.decisions.as_ref().expect("decisions");
-            let by_queue: BTreeMap<_, _> = d.leases.iter().map(|l| (l.job_id, l.queue.as_str())).collect();
+            let leases: BTreeMap<_, _> = d.leases.iter().map(|l| (l.job_id, (l.queue.as_str(), l.node.as_str()))).collect();
             let mut crossings = Vec::new();
             for p in &d.preemptions {
-                if let PreemptionReason::Urgency { by, .. } = &p.reason {
-                    let Some(bq) = by_queue.get(by) else { continue };
-                    crossings.push((qi(bq), qi(p.queue.as_str())));
-                }
+                let by = match &p.reason {
+                    PreemptionReason::Urgency { by, .. } | PreemptionReason::JobPriority { by, .. } => by,
+                    _ => continue,
+                };
+                let Some((bq, _)) = leases.get(by) else { continue };
+                crossings.push((qi(bq), qi(p.queue.as_str())));
             }
-            // Leases withdrawn in the cycle name the job that took their place.
-            let by_name: BTreeMap<String, &str> = by_queue.iter().map(|(id, q)| (id.to_string(), *q)).collect();
+            // Leases withdrawn in the cycle name the job that took their place (which a guest
+            // gives up to a job at home on its earmarked node, whatever the fences).
+            let by_name: BTreeMap<String, (&str, &str)> = leases.iter().map(|(id, l)| (id.to_string(), *l)).collect();
             for (name, job) in &r.jobs {
                 let Some(by) = job.reason.as_deref().and_then(|t| t.strip_prefix("lease withdrawn in the same cycle for more urgent job ")) else { continue };
-                let Some(bq) = by_name.get(by) else { continue };
-                crossings.push((qi(bq), job_queue(&rounds, &queues, name)));
+                let Some((bq, node)) = by_name.get(by) else { continue };
+                let victim = job_queue(&rounds, &queues, name);
+                if *node == "n2" && home == Some(qi(bq)) && home != Some(victim) {
+                    continue;
+                }
+                crossings.push((qi(bq), victim));
             }
             for (from, to) in crossings {
                 for f in fences_of(&queues, from) {
