@@ -4,7 +4,8 @@
 //! `convoy simulate` judge dependencies and retries alike.
 
 use super::job::JobState;
-use super::names::JobId;
+use super::names::{JobId, QueueName};
+use super::queue::Queue;
 use serde::{Deserialize, Serialize};
 
 /// The outcome of the job depended on that lets the dependent start.
@@ -146,15 +147,46 @@ impl RetryPolicy {
                 format!("at most {MAX_BACKOFF_SECONDS} (a day)"),
             ));
         }
-        Ok(RetryPolicy {
+        Ok(RetryPolicy::from(r))
+    }
+}
+
+/// A policy as given, unchecked: for one [`RetryPolicy::check`] accepted before it was stored
+/// (a queue's).
+impl From<&super::api::JobRetryPolicy> for RetryPolicy {
+    fn from(r: &super::api::JobRetryPolicy) -> Self {
+        RetryPolicy {
             max_attempts: r.max_attempts,
             on_exit_codes: r.on_exit_codes.clone(),
             on_oom: r.on_oom,
             on_node_failure: r.on_node_failure,
-            backoff_ms: r.backoff_seconds * 1000,
-        })
+            backoff_ms: r.backoff_seconds.saturating_mul(1000),
+        }
     }
 }
+
+/// The retry policy a job without its own takes from its queue `leaf`: the queue's, else the
+/// nearest ancestor's up the queue tree that has one (as a Slurm partition's or an Armada
+/// queue's default applies to every job in it), with the name of the queue it comes from.
+/// `queue` looks a queue up by name.
+pub fn queue_retry_policy<'q>(
+    leaf: &'q Queue,
+    queue: impl Fn(&QueueName) -> Option<&'q Queue>,
+) -> Option<(&'q QueueName, RetryPolicy)> {
+    let mut q = leaf;
+    // The tree has no cycles (a parent must exist and not be a descendant); the bound only keeps
+    // a broken one from looping.
+    for _ in 0..MAX_TREE_DEPTH {
+        if let Some(r) = &q.retry {
+            return Some((&q.name, RetryPolicy::from(r)));
+        }
+        q = queue(q.parent.as_ref()?)?;
+    }
+    None
+}
+
+/// Most queues walked up the tree looking for a retry policy.
+const MAX_TREE_DEPTH: usize = 1024;
 
 /// RFC 3339 text (to the second) of a back-off's end, for reasons and events.
 pub fn retry_time(ms: i64) -> String {

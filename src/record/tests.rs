@@ -1251,11 +1251,17 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
 fn newest(cmd: Command) -> CommandRecord {
     match cmd {
         Command::Batch(cmds) => CommandRecord::Batch(cmds.into_iter().map(newest).collect()),
-        Command::CreateQueue { queue, tree, policies } => {
+        Command::CreateQueue { queue, tree, policies, retry: None } => {
             CommandRecord::CreateQueueWithPolicies { queue, tree, policies }
         }
-        Command::UpdateQueue { queue, tree, policies } => {
+        Command::UpdateQueue { queue, tree, policies, retry: None } => {
             CommandRecord::UpdateQueueWithPolicies { queue, tree, policies }
+        }
+        Command::CreateQueue { queue, tree, policies, retry: Some(retry) } => {
+            CommandRecord::CreateQueueWithRetry { queue, tree, policies, retry }
+        }
+        Command::UpdateQueue { queue, tree, policies, retry: Some(retry) } => {
+            CommandRecord::UpdateQueueWithRetry { queue, tree, policies, retry }
         }
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
         Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
@@ -1295,6 +1301,9 @@ fn newest(cmd: Command) -> CommandRecord {
         Command::LiftQuarantine { executor, node, at_ms } => CommandRecord::LiftQuarantine { executor, node, at_ms },
         Command::RecordUsage { term, usage } => CommandRecord::RecordUsage { term, usage },
         Command::RecordSchedulerConfig { term, config } => CommandRecord::RecordSchedulerConfig { term, config },
+        Command::RecordReservations { term, at_ms, reserved, released } => {
+            CommandRecord::RecordReservations { term, at_ms, reserved, released }
+        }
     }
 }
 
@@ -1341,11 +1350,11 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
     vec![
         (
             "log-v1/command-create-queue.bin",
-            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none() },
+            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none(), retry: None },
         ),
         (
             "log-v1/command-update-queue.bin",
-            Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none() },
+            Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none(), retry: None },
         ),
         (
             "log-v6/command-create-queue-in-tree.bin",
@@ -1353,6 +1362,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 queue: queue(),
                 tree: queue_trees().queues[&qn("physics")].clone(),
                 policies: none(),
+                retry: None,
             },
         ),
         (
@@ -1361,6 +1371,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 queue: plain_queue("science"),
                 tree: queue_trees().queues[&qn("science")].clone(),
                 policies: none(),
+                retry: None,
             },
         ),
         ("log-v1/command-submit.bin", current_submit()),
@@ -1381,7 +1392,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
         (
             "log-v1/command-batch.bin",
             Command::Batch(vec![
-                Command::CreateQueue { queue: plain_queue("a"), tree: top_level(), policies: none() },
+                Command::CreateQueue { queue: plain_queue("a"), tree: top_level(), policies: none(), retry: None },
                 Command::Batch(vec![Command::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
             ]),
         ),
