@@ -38,7 +38,7 @@ pub(crate) mod command;
 mod event;
 mod executor;
 mod frames;
-mod job;
+pub(crate) mod job;
 mod job_policy;
 mod placement;
 pub(crate) mod queue;
