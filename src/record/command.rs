@@ -52,8 +52,8 @@ pub enum Command {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
-        /// Its retry policy.
-        retry: Option<RetryRecord>,
+        /// Its retry policy (boxed: few queues have one).
+        retry: Option<Box<RetryRecord>>,
     },
     /// Replaces a queue's settings, its place in the tree and policies included. Written as
     /// [`CommandRecord::UpdateQueueWithRetry`] when it has a retry policy, else as
@@ -69,8 +69,8 @@ pub enum Command {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
-        /// Its retry policy.
-        retry: Option<RetryRecord>,
+        /// Its retry policy (boxed: few queues have one).
+        retry: Option<Box<RetryRecord>>,
     },
     /// Deletes a queue. Refused if the queue has non-terminal jobs, unless `force` (they are
     /// cancelled).
@@ -260,14 +260,14 @@ impl Command {
     /// The command creating `queue`, with its place in the tree and its policies.
     pub fn create_queue(queue: crate::model::Queue) -> Self {
         let (tree, policies, retry) =
-            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue));
+            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue).map(Box::new));
         Command::CreateQueue { queue: queue.into(), tree, policies, retry }
     }
 
     /// The command replacing `queue`'s settings, its place in the tree included.
     pub fn update_queue(queue: crate::model::Queue) -> Self {
         let (tree, policies, retry) =
-            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue));
+            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue).map(Box::new));
         Command::UpdateQueue { queue: queue.into(), tree, policies, retry }
     }
 }

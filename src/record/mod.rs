@@ -65,8 +65,8 @@ pub use job_policy::{
 };
 pub use placement::TaintRecord;
 pub use queue::{
-    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord,
-    QueuePoliciesWithRetryByQueueRecord, QueuePoliciesWithRetryRecord, QueueTreeRecord, QueueTreesRecord,
+    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord,
+    QueuePoliciesWithRetryByQueueRecord, QueuePoliciesWithRetryRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord,
     SortPriorityRecord,
 };
 pub use reservation::{ReservationRecord, ReservedNodeRecord};

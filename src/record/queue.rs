@@ -288,7 +288,13 @@ pub(crate) fn retry_record_of(q: &Queue) -> Option<RetryRecord> {
 /// is how every queue's policy was given).
 fn api_retry(r: RetryRecord) -> crate::model::api::JobRetryPolicy {
     let RetryRecord { max_attempts, on_exit_codes, on_oom, on_node_failure, backoff_ms } = r;
-    crate::model::api::JobRetryPolicy { max_attempts, on_exit_codes, on_oom, on_node_failure, backoff_seconds: backoff_ms / 1000 }
+    crate::model::api::JobRetryPolicy {
+        max_attempts,
+        on_exit_codes,
+        on_oom,
+        on_node_failure,
+        backoff_seconds: backoff_ms / 1000,
+    }
 }
 
 /// A queue with its tree settings, policies and retry policy, from the records a command carries.
@@ -296,9 +302,9 @@ pub(crate) fn queue_with_retry(
     queue: QueueRecord,
     tree: QueueTreeRecord,
     policies: QueuePoliciesRecord,
-    retry: Option<RetryRecord>,
+    retry: Option<Box<RetryRecord>>,
 ) -> Queue {
     let mut q = queue_with_policies(queue, tree, policies);
-    q.retry = retry.map(api_retry);
+    q.retry = retry.map(|r| api_retry(*r));
     q
 }

@@ -1280,7 +1280,7 @@ fn format_13_commands() -> Vec<(&'static str, CommandRecord)> {
                 queue: queue(),
                 tree: trees[&qn("physics")].clone(),
                 policies: policies[&qn("physics")].clone(),
-                retry: queue_retry_record(),
+                retry: Box::new(queue_retry_record()),
             },
         ),
         (
@@ -1289,7 +1289,7 @@ fn format_13_commands() -> Vec<(&'static str, CommandRecord)> {
                 queue: plain_queue("science"),
                 tree: trees[&qn("science")].clone(),
                 policies: none(),
-                retry: queue_retry_record(),
+                retry: Box::new(queue_retry_record()),
             },
         ),
         (

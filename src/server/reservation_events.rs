@@ -16,11 +16,8 @@ pub(super) type KeptReservations = BTreeMap<JobId, ReservationRecord>;
 
 /// A reservation as recorded: its jobs, pool, nodes (sorted) and expected start.
 fn record_of(r: &Reservation) -> ReservationRecord {
-    let mut nodes: Vec<ReservedNodeRecord> = r
-        .nodes
-        .iter()
-        .map(|n| ReservedNodeRecord { executor: n.executor.clone(), node: n.node.clone() })
-        .collect();
+    let mut nodes: Vec<ReservedNodeRecord> =
+        r.nodes.iter().map(|n| ReservedNodeRecord { executor: n.executor.clone(), node: n.node.clone() }).collect();
     nodes.sort();
     ReservationRecord { jobs: r.jobs.clone(), pool: r.pool.clone(), nodes, expected_start_ms: r.expected_start_ms }
 }
@@ -106,12 +103,8 @@ mod tests {
         let (cmd, kept) = changes(&kept, &decisions(vec![reservation(1, &["n1", "n2"], Some(9))]), 3, 10);
         assert!(cmd.is_none());
         // Other nodes: recorded again; a second job's reservation is new.
-        let (cmd, kept) = changes(
-            &kept,
-            &decisions(vec![reservation(1, &["n3"], None), reservation(2, &["n1"], None)]),
-            3,
-            10,
-        );
+        let (cmd, kept) =
+            changes(&kept, &decisions(vec![reservation(1, &["n3"], None), reservation(2, &["n1"], None)]), 3, 10);
         assert_eq!(recorded(cmd), (vec![(1, vec!["n3".to_string()]), (2, vec!["n1".to_string()])], vec![]));
         // Job 1 was leased (its reservation ended as it started), job 2's was given up.
         let mut d = decisions(vec![]);

@@ -4,8 +4,8 @@
 
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName, RunId};
 use crate::record::{
-    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueuePoliciesWithRetryByQueueRecord, QueueRecord,
-    QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueuePoliciesWithRetryByQueueRecord,
+    QueueRecord, QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
 };
 use std::collections::BTreeSet;
 

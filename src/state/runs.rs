@@ -172,7 +172,8 @@ impl State {
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
                 }
                 RunReportKind::Failed
-                    if let Some(retry) = self.retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
+                    if let Some(retry) =
+                        self.retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
                 {
                     self.retry_run(out, id, &ev, retry, usage, at_ms);
                 }

@@ -44,7 +44,8 @@ impl Store {
         };
         let mut policies = match meta.get(QUEUE_POLICIES)? {
             Some(v) => {
-                decode_row::<QueuePoliciesWithRetryByQueueRecord>(v.value(), || "meta.queue_policies".to_string())?.queues
+                decode_row::<QueuePoliciesWithRetryByQueueRecord>(v.value(), || "meta.queue_policies".to_string())?
+                    .queues
             }
             None => BTreeMap::new(),
         };

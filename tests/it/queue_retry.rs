@@ -80,8 +80,11 @@ async fn a_queue_retry_policy_retries_its_jobs_and_is_set_through_the_api_and_th
 
     // The CLI sets it, shows it, and removes it.
     let url = s.url.clone();
-    ok(&url, &["queue", "update", "physics", "--retry", "max_attempts=3,on_exit_codes=75:76,on_oom,backoff_seconds=30"])
-        .await;
+    ok(
+        &url,
+        &["queue", "update", "physics", "--retry", "max_attempts=3,on_exit_codes=75:76,on_oom,backoff_seconds=30"],
+    )
+    .await;
     let stored = s.get("/v1/queues/physics").await.1;
     assert_eq!(
         stored["retry"],

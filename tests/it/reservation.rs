@@ -145,7 +145,7 @@ async fn a_waiting_gang_holds_the_busy_node_and_only_a_short_job_backfills() {
     assert!(html.contains(&format!("reserved for job <a href=\"/ui/jobs/{0}\">{0}</a>", members[0])), "{html}");
 
     // Later cycles kept the same node reserved: no further event.
-    assert_eq!(reservation_events(&s.job(&members[0]).await), [event.clone()]);
+    assert_eq!(reservation_events(&s.job(&members[0]).await), [event]);
 
     // Replay recomputes the reservation from the log: the cycle that backfilled (and kept the
     // long job off) replays identically.

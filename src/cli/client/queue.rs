@@ -237,7 +237,9 @@ fn parse_retry(s: &str) -> Result<RetryArg, String> {
             "on_exit_codes" => {
                 r.on_exit_codes = needs()?
                     .split(':')
-                    .map(|c| c.trim().parse::<i32>().map_err(|_| format!("retry.on_exit_codes: not an exit code: {c:?}")))
+                    .map(|c| {
+                        c.trim().parse::<i32>().map_err(|_| format!("retry.on_exit_codes: not an exit code: {c:?}"))
+                    })
                     .collect::<Result<_, _>>()?;
             }
             "on_oom" => r.on_oom = flag(key, value)?,

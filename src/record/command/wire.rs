@@ -372,8 +372,8 @@ pub enum CommandRecord {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
-        /// Its retry policy.
-        retry: RetryRecord,
+        /// Its retry policy (boxed: it is rare).
+        retry: Box<RetryRecord>,
     },
     /// Replaces a queue's settings as [`CommandRecord::UpdateQueueWithPolicies`], giving it a
     /// retry policy. Log format 13: the leader proposes this for a queue that has a retry policy.
@@ -384,8 +384,8 @@ pub enum CommandRecord {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
-        /// Its retry policy.
-        retry: RetryRecord,
+        /// Its retry policy (boxed: it is rare).
+        retry: Box<RetryRecord>,
     },
     /// How the leader's cycle changed node reservations since its previous cycle. Log format 13.
     RecordReservations {

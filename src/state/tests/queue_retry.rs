@@ -11,7 +11,13 @@ fn id(n: u128) -> JobId {
 }
 
 fn policy(max_attempts: u32, codes: &[i32], backoff_seconds: u64) -> JobRetryPolicy {
-    JobRetryPolicy { max_attempts, on_exit_codes: codes.to_vec(), on_oom: false, on_node_failure: false, backoff_seconds }
+    JobRetryPolicy {
+        max_attempts,
+        on_exit_codes: codes.to_vec(),
+        on_oom: false,
+        on_node_failure: false,
+        backoff_seconds,
+    }
 }
 
 /// Creates (or replaces) queue `name` under `parent` with `retry`.
@@ -100,7 +106,8 @@ fn a_queue_policy_retries_jobs_without_their_own_until_its_attempts_are_spent() 
 fn a_job_policy_wins_whole_over_its_queue_policy() {
     let mut s = state();
     put_queue(&mut s, "physics", None, Some(policy(5, &[75, 76], 0)), true);
-    let own = RetryRecord { max_attempts: 2, on_exit_codes: vec![76], on_oom: false, on_node_failure: false, backoff_ms: 0 };
+    let own =
+        RetryRecord { max_attempts: 2, on_exit_codes: vec![76], on_oom: false, on_node_failure: false, backoff_ms: 0 };
     submit_in(&mut s, "physics", 1, Some(own.clone()), false);
     // 75 is the queue's, not the job's: not retried.
     lease_and_fail(&mut s, 1, 100, 75, 1_000);
@@ -178,7 +185,13 @@ fn queue_retry_policies_are_stored_in_the_queue_policies_row() {
     let stored = &rows[0].queues[&q("physics")];
     assert_eq!(
         stored.retry,
-        Some(RetryRecord { max_attempts: 3, on_exit_codes: vec![75], on_oom: false, on_node_failure: false, backoff_ms: 30_000 })
+        Some(RetryRecord {
+            max_attempts: 3,
+            on_exit_codes: vec![75],
+            on_oom: false,
+            on_node_failure: false,
+            backoff_ms: 30_000
+        })
     );
     // A queue without any policy writes no row.
     let a = s.apply(Command::create_queue(Queue::new(q("plain"), 1.0)), ApplyContext::default());
