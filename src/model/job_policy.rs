@@ -336,6 +336,36 @@ mod tests {
         assert_eq!(p.next_attempt(&node, 1), Some(2));
     }
 
+    proptest::proptest! {
+        /// A queue chain root → … → leaf, each with or without a policy (its max_attempts is
+        /// its depth + 1): the leaf's jobs take the policy of the nearest queue up from the leaf
+        /// that has one, named, or none when no queue on the way has one.
+        #[test]
+        fn the_nearest_queue_up_the_tree_with_a_policy_gives_it(has in proptest::collection::vec(proptest::bool::ANY, 1..8)) {
+            let name = |i: usize| QueueName::new(&format!("q{i}")).unwrap();
+            let queues: Vec<Queue> = has
+                .iter()
+                .enumerate()
+                .map(|(i, &with)| Queue {
+                    parent: (i > 0).then(|| name(i - 1)),
+                    retry: with.then(|| super::super::api::JobRetryPolicy {
+                        max_attempts: i as u32 + 1,
+                        on_exit_codes: vec![75],
+                        on_oom: false,
+                        on_node_failure: false,
+                        backoff_seconds: 0,
+                    }),
+                    ..Queue::new(name(i), 1.0)
+                })
+                .collect();
+            let leaf = &queues[queues.len() - 1];
+            let got = queue_retry_policy(leaf, |n| queues.iter().find(|q| &q.name == n))
+                .map(|(from, p)| (from.clone(), p.max_attempts));
+            let expected = has.iter().rposition(|h| *h).map(|i| (name(i), i as u32 + 1));
+            proptest::prop_assert_eq!(got, expected);
+        }
+    }
+
     #[test]
     fn backoff_doubles_per_attempt_up_to_a_day() {
         let p = RetryPolicy { backoff_ms: 10_000, ..policy() };
