@@ -17,6 +17,7 @@ pub(crate) mod v0009_run_usage;
 pub(crate) mod v0010_replay_inputs;
 pub(crate) mod v0011_job_policies;
 pub(crate) mod v0012_queue_policies;
+pub(crate) mod v0013_queue_retry;
 
 /// A migration step.
 pub(crate) struct Migration {
@@ -50,4 +51,5 @@ pub(crate) const ALL: &[Migration] = &[
         name: "queue guarantees and preemption policies meta row",
         run: v0012_queue_policies::run,
     },
+    Migration { version: 13, name: "retry policies of queues in the queue policies row", run: v0013_queue_retry::run },
 ];

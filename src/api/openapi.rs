@@ -498,6 +498,13 @@ mod tests {
         q.priority_policy = crate::model::PriorityPolicy::Fence;
         q.sort_priority = crate::model::SortPriority::Disabled;
         q.guaranteed = resources(&[("cpu", "6"), ("memory", "24Gi")]);
+        q.retry = Some(crate::model::api::JobRetryPolicy {
+            max_attempts: 3,
+            on_exit_codes: vec![75],
+            on_oom: true,
+            on_node_failure: true,
+            backoff_seconds: 30,
+        });
         q.preemption_policy = crate::model::PreemptionPolicy::Fence;
         conforms(&d, "Queue", &q, true);
         let job_id = JobId::from_parts(1_700_000_000_000, 7);

@@ -126,6 +126,24 @@ pub struct JobRetryPolicy {
     pub backoff_seconds: u64,
 }
 
+impl JobRetryPolicy {
+    /// "up to 3 attempts on exit codes [75], OOM kills, node failures, back-off 30 s": how the
+    /// CLI and the UI show a queue's policy.
+    pub fn summary(&self) -> String {
+        let mut s = format!("up to {} attempts on exit codes {:?}", self.max_attempts, self.on_exit_codes);
+        if self.on_oom {
+            s.push_str(", OOM kills");
+        }
+        if self.on_node_failure {
+            s.push_str(", node failures");
+        }
+        if self.backoff_seconds > 0 {
+            s.push_str(&format!(", back-off {} s", self.backoff_seconds));
+        }
+        s
+    }
+}
+
 /// A dependency of a job as the API shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobDependencyStatus {

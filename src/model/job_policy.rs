@@ -4,7 +4,8 @@
 //! `convoy simulate` judge dependencies and retries alike.
 
 use super::job::JobState;
-use super::names::JobId;
+use super::names::{JobId, QueueName};
+use super::queue::Queue;
 use serde::{Deserialize, Serialize};
 
 /// The outcome of the job depended on that lets the dependent start.
@@ -146,15 +147,46 @@ impl RetryPolicy {
                 format!("at most {MAX_BACKOFF_SECONDS} (a day)"),
             ));
         }
-        Ok(RetryPolicy {
+        Ok(RetryPolicy::from(r))
+    }
+}
+
+/// A policy as given, unchecked: for one [`RetryPolicy::check`] accepted before it was stored
+/// (a queue's).
+impl From<&super::api::JobRetryPolicy> for RetryPolicy {
+    fn from(r: &super::api::JobRetryPolicy) -> Self {
+        RetryPolicy {
             max_attempts: r.max_attempts,
             on_exit_codes: r.on_exit_codes.clone(),
             on_oom: r.on_oom,
             on_node_failure: r.on_node_failure,
-            backoff_ms: r.backoff_seconds * 1000,
-        })
+            backoff_ms: r.backoff_seconds.saturating_mul(1000),
+        }
     }
 }
+
+/// The retry policy a job without its own takes from its queue `leaf`: the queue's, else the
+/// nearest ancestor's up the queue tree that has one (as a Slurm partition's or an Armada
+/// queue's default applies to every job in it), with the name of the queue it comes from.
+/// `queue` looks a queue up by name.
+pub fn queue_retry_policy<'q>(
+    leaf: &'q Queue,
+    queue: impl Fn(&QueueName) -> Option<&'q Queue>,
+) -> Option<(&'q QueueName, RetryPolicy)> {
+    let mut q = leaf;
+    // The tree has no cycles (a parent must exist and not be a descendant); the bound only keeps
+    // a broken one from looping.
+    for _ in 0..MAX_TREE_DEPTH {
+        if let Some(r) = &q.retry {
+            return Some((&q.name, RetryPolicy::from(r)));
+        }
+        q = queue(q.parent.as_ref()?)?;
+    }
+    None
+}
+
+/// Most queues walked up the tree looking for a retry policy.
+const MAX_TREE_DEPTH: usize = 1024;
 
 /// RFC 3339 text (to the second) of a back-off's end, for reasons and events.
 pub fn retry_time(ms: i64) -> String {
@@ -302,6 +334,36 @@ mod tests {
         assert_eq!(p.next_attempt(&oom, 1), None);
         let node = RunFailure { exit_code: None, oom: false, node_failure: true };
         assert_eq!(p.next_attempt(&node, 1), Some(2));
+    }
+
+    proptest::proptest! {
+        /// A queue chain root → … → leaf, each with or without a policy (its max_attempts is
+        /// its depth + 1): the leaf's jobs take the policy of the nearest queue up from the leaf
+        /// that has one, named, or none when no queue on the way has one.
+        #[test]
+        fn the_nearest_queue_up_the_tree_with_a_policy_gives_it(has in proptest::collection::vec(proptest::bool::ANY, 1..8)) {
+            let name = |i: usize| QueueName::new(&format!("q{i}")).unwrap();
+            let queues: Vec<Queue> = has
+                .iter()
+                .enumerate()
+                .map(|(i, &with)| Queue {
+                    parent: (i > 0).then(|| name(i - 1)),
+                    retry: with.then(|| super::super::api::JobRetryPolicy {
+                        max_attempts: i as u32 + 1,
+                        on_exit_codes: vec![75],
+                        on_oom: false,
+                        on_node_failure: false,
+                        backoff_seconds: 0,
+                    }),
+                    ..Queue::new(name(i), 1.0)
+                })
+                .collect();
+            let leaf = &queues[queues.len() - 1];
+            let got = queue_retry_policy(leaf, |n| queues.iter().find(|q| &q.name == n))
+                .map(|(from, p)| (from.clone(), p.max_attempts));
+            let expected = has.iter().rposition(|h| *h).map(|i| (name(i), i as u32 + 1));
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]

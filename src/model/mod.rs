@@ -24,7 +24,8 @@ pub(crate) mod strict_json;
 pub use gang::GangSpec;
 pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};
 pub use job_policy::{
-    Dependency, DependencyCondition, DependencyVerdict, JobPolicies, RetryPolicy, RunFailure, is_oom_reason, retry_time,
+    Dependency, DependencyCondition, DependencyVerdict, JobPolicies, RetryPolicy, RunFailure, is_oom_reason,
+    queue_retry_policy, retry_time,
 };
 pub use names::{
     ExecutorName, JobId, JobSetName, NameError, NodeName, PoolName, PriorityClassName, QueueName, ResourceName, RunId,

@@ -67,6 +67,11 @@ pub struct Queue {
     /// (priority-class preemption); fair-share eviction between subtrees is unchanged.
     #[serde(default, skip_serializing_if = "PreemptionPolicy::is_default")]
     pub preemption_policy: PreemptionPolicy,
+    /// When a failed run of the queue's jobs is retried (Armada's queue retry policy), for jobs
+    /// without a `retry` of their own (a job's own policy wins whole). A queue without one
+    /// takes the nearest ancestor's ([`super::queue_retry_policy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<super::api::JobRetryPolicy>,
 }
 
 /// Whether a queue's subtree may urgency-preempt jobs outside it (YuniKorn's
@@ -161,6 +166,7 @@ impl Queue {
             sort_priority: SortPriority::Enabled,
             guaranteed: Resources::new(),
             preemption_policy: PreemptionPolicy::Default,
+            retry: None,
         }
     }
 
@@ -199,6 +205,9 @@ impl Queue {
         validate_fractions("resource_limits", &self.resource_limits)?;
         if let Some((r, v)) = self.guaranteed.iter().find(|(_, v)| *v < 0) {
             return Err(FieldError::new(format!("guaranteed.{r}"), format!("must not be negative, got {v}")));
+        }
+        if let Some(r) = &self.retry {
+            super::RetryPolicy::check(r).map_err(|e| e.within("retry"))?;
         }
         for (pc, f) in &self.resource_limits_by_priority_class {
             validate_fractions(&format!("resource_limits_by_priority_class.{pc}"), f)?;

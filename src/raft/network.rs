@@ -77,7 +77,9 @@ pub const PROTOCOL_HEADER: &str = "x-convoy-peer-protocol";
 ///   schema 11 (the `job_policies` table).
 /// - 12: log format 12 (queues with their guarantee and preemption policy) and snapshots of
 ///   state schema 12 (the `queue_policies` meta row).
-pub const PROTOCOL_VERSION: u32 = 12;
+/// - 13: log format 13 (queues with retry policies, reservation changes) and snapshots of state
+///   schema 13 (the `queue_policies` meta row with retry policies).
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// Largest RPC body the server accepts. Snapshot chunks are bounded by the configured chunk size
 /// (a chunk is read from the snapshot file and held once, by the sender and the receiver, so a

@@ -17,8 +17,9 @@ pub use wire::CommandRecord;
 
 use super::executor::{NodeFaultRecord, NodeRecord};
 use super::job::{GangRecord, JobStateRecord, PayloadRecord, PodRecord, RequirementsRecord};
-use super::job_policy::SubmitPoliciesRecord;
-use super::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord};
+use super::job_policy::{RetryRecord, SubmitPoliciesRecord};
+use super::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord, retry_record_of};
+use super::reservation::ReservationRecord;
 use super::schedule::{ScheduleInputsRecord, SchedulerConfigRecord};
 use super::usage::QueueUsageRecord;
 use crate::model::{
@@ -37,10 +38,13 @@ use std::collections::BTreeMap;
 pub enum Command {
     /// Several commands in one log entry (group commit); answered with one response each.
     Batch(Vec<Command>),
-    /// Creates a queue with its place in the queue tree, its guarantee and its preemption
-    /// policy. Written as [`CommandRecord::CreateQueueWithPolicies`];
+    /// Creates a queue with its place in the queue tree, its guarantee, its preemption policy
+    /// and its retry policy. Written as [`CommandRecord::CreateQueueWithRetry`] when it has a
+    /// retry policy, else as [`CommandRecord::CreateQueueWithPolicies`];
     /// [`CommandRecord::CreateQueue`] of older logs reads as a top-level queue with default tree
-    /// settings, [`CommandRecord::CreateQueueInTree`] as a queue without a guarantee or fence.
+    /// settings, [`CommandRecord::CreateQueueInTree`] as a queue without a guarantee or fence,
+    /// and every form before [`CommandRecord::CreateQueueWithRetry`] as a queue without a retry
+    /// policy.
     CreateQueue {
         /// The new queue's settings.
         queue: QueueRecord,
@@ -48,11 +52,16 @@ pub enum Command {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
+        /// Its retry policy (boxed: few queues have one).
+        retry: Option<Box<RetryRecord>>,
     },
     /// Replaces a queue's settings, its place in the tree and policies included. Written as
+    /// [`CommandRecord::UpdateQueueWithRetry`] when it has a retry policy, else as
     /// [`CommandRecord::UpdateQueueWithPolicies`]; [`CommandRecord::UpdateQueue`] of older logs
     /// reads as making the queue a top-level one with default settings (which every queue was
-    /// then), [`CommandRecord::UpdateQueueInTree`] as leaving it without a guarantee or fence.
+    /// then), [`CommandRecord::UpdateQueueInTree`] as leaving it without a guarantee or fence,
+    /// every form before [`CommandRecord::UpdateQueueWithRetry`] as leaving it without a retry
+    /// policy.
     UpdateQueue {
         /// The queue's new settings.
         queue: QueueRecord,
@@ -60,6 +69,8 @@ pub enum Command {
         tree: QueueTreeRecord,
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
+        /// Its retry policy (boxed: few queues have one).
+        retry: Option<Box<RetryRecord>>,
     },
     /// Deletes a queue. Refused if the queue has non-terminal jobs, unless `force` (they are
     /// cancelled).
@@ -230,19 +241,34 @@ pub enum Command {
         /// The configuration.
         config: SchedulerConfigRecord,
     },
+    /// Records how the leader's cycle changed node reservations since its previous cycle: each
+    /// becomes an event of the jobs concerned that are still queued. Refused unless `term` is the
+    /// entry's term, like [`Command::Schedule`]. Log format 13.
+    RecordReservations {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// When (ms since the epoch): the cycle's `now`.
+        at_ms: i64,
+        /// Reservations new in this cycle, or holding other nodes than in the previous one.
+        reserved: Vec<ReservationRecord>,
+        /// Reservations of the previous cycle that ended without their jobs starting.
+        released: Vec<ReservationRecord>,
+    },
 }
 
 impl Command {
     /// The command creating `queue`, with its place in the tree and its policies.
     pub fn create_queue(queue: crate::model::Queue) -> Self {
-        let (tree, policies) = (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue));
-        Command::CreateQueue { queue: queue.into(), tree, policies }
+        let (tree, policies, retry) =
+            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue).map(Box::new));
+        Command::CreateQueue { queue: queue.into(), tree, policies, retry }
     }
 
     /// The command replacing `queue`'s settings, its place in the tree included.
     pub fn update_queue(queue: crate::model::Queue) -> Self {
-        let (tree, policies) = (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue));
-        Command::UpdateQueue { queue: queue.into(), tree, policies }
+        let (tree, policies, retry) =
+            (QueueTreeRecord::of(&queue), QueuePoliciesRecord::of(&queue), retry_record_of(&queue).map(Box::new));
+        Command::UpdateQueue { queue: queue.into(), tree, policies, retry }
     }
 }
 

@@ -38,11 +38,12 @@ pub(crate) mod command;
 mod event;
 mod executor;
 mod frames;
-mod job;
+pub(crate) mod job;
 mod job_policy;
 mod placement;
 pub(crate) mod queue;
 pub mod raft;
+mod reservation;
 mod schedule;
 mod snapshot;
 mod usage;
@@ -64,9 +65,11 @@ pub use job_policy::{
 };
 pub use placement::TaintRecord;
 pub use queue::{
-    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord,
-    QueueTreeRecord, QueueTreesRecord, SortPriorityRecord,
+    PreemptionPolicyRecord, PriorityPolicyRecord, QueuePoliciesByQueueRecord, QueuePoliciesRecord,
+    QueuePoliciesWithRetryByQueueRecord, QueuePoliciesWithRetryRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord,
+    SortPriorityRecord,
 };
+pub use reservation::{ReservationRecord, ReservedNodeRecord};
 pub use schedule::{
     ConfigRecordError, RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord, TokenBucketRecord, config_hash,
     short_hex,
@@ -129,7 +132,11 @@ pub use usage::{QueueUsageRecord, UsageSampleRecord};
 /// `queues` rows and the `queue_tree` row are unchanged (a queue absent from the new row has no
 /// guarantee and no fence, as every queue of an older database), so migration 12 converts
 /// nothing; the bump makes an older binary refuse a database or snapshot that may hold the row.
-pub const STATE_SCHEMA_VERSION: u32 = 12;
+///
+/// 13 gives the `queue_policies` meta row each queue's retry policy: the row is now a
+/// [`QueuePoliciesWithRetryByQueueRecord`]. Migration 13 rewrites a schema 12 row in the new
+/// record, every queue without a retry policy; snapshots carry the row as a meta row, as before.
+pub const STATE_SCHEMA_VERSION: u32 = 13;
 
 /// Version of the Raft log's format (`raft.redb`): log entries with their commands, the vote and
 /// the log ids kept beside them, and the `raft_snapshot` table.
@@ -171,7 +178,12 @@ pub const STATE_SCHEMA_VERSION: u32 = 12;
 ///   (queues with their guarantee and preemption policy, [`QueuePoliciesRecord`]), added at the
 ///   end of the commands in the same way (peer protocol 12). Older queue commands read as queues
 ///   without a guarantee or fence.
-pub const LOG_FORMAT_VERSION: u32 = 12;
+/// - 13: [`CommandRecord::CreateQueueWithRetry`] and [`CommandRecord::UpdateQueueWithRetry`]
+///   (queues with a retry policy for their jobs; the leader proposes them only for a queue that
+///   has one, older queue commands read as queues without) and
+///   [`CommandRecord::RecordReservations`] (a cycle's changes of node reservations, which become
+///   job events), added at the end of the commands in the same way (peer protocol 13).
+pub const LOG_FORMAT_VERSION: u32 = 13;
 
 /// Version of the snapshot file format (`snapshots/*.snap`, and the bytes Raft sends to a member
 /// that must catch up by snapshot): header, frames of [`SnapshotRowRecord`]s, trailer. See

@@ -1,5 +1,6 @@
 //! The stored queue (`queues` rows, and the queue commands of the log).
 
+use super::job_policy::RetryRecord;
 use crate::model::{
     PreemptionPolicy, PriorityClassName, PriorityPolicy, Queue, QueueName, ResourceName, Resources, SortPriority,
 };
@@ -46,6 +47,7 @@ impl From<Queue> for QueueRecord {
             sort_priority: _,
             guaranteed: _,
             preemption_policy: _,
+            retry: _,
         } = q;
         QueueRecord {
             name,
@@ -88,6 +90,7 @@ impl From<QueueRecord> for Queue {
             sort_priority: SortPriority::Enabled,
             guaranteed: Resources::new(),
             preemption_policy: PreemptionPolicy::Default,
+            retry: None,
         }
     }
 }
@@ -233,5 +236,75 @@ impl QueuePoliciesRecord {
 pub(crate) fn queue_with_policies(queue: QueueRecord, tree: QueueTreeRecord, policies: QueuePoliciesRecord) -> Queue {
     let mut q = queue_in_tree(queue, tree);
     policies.apply_to(&mut q);
+    q
+}
+
+/// The `queue_policies` meta row since state schema 13: the policies of every queue that has any
+/// (a queue absent from it has no guarantee, no fence and no retry policy). Migration 13 rewrote
+/// the schema 12 row ([`QueuePoliciesByQueueRecord`]) as this one, every queue without a retry
+/// policy. Format: state schema 13.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuePoliciesWithRetryByQueueRecord {
+    /// By queue name.
+    pub queues: BTreeMap<QueueName, QueuePoliciesWithRetryRecord>,
+}
+
+/// A queue's guarantee, fence and retry policy, as the `queue_policies` meta row holds them since
+/// state schema 13. Format: state schema 13.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuePoliciesWithRetryRecord {
+    /// Its guarantee and preemption policy.
+    pub policies: QueuePoliciesRecord,
+    /// When its jobs' failed runs are retried (a job's own policy wins).
+    pub retry: Option<RetryRecord>,
+}
+
+impl QueuePoliciesWithRetryRecord {
+    /// The policies of a queue.
+    pub fn of(q: &Queue) -> Self {
+        QueuePoliciesWithRetryRecord { policies: QueuePoliciesRecord::of(q), retry: retry_record_of(q) }
+    }
+
+    /// Sets these policies on a queue.
+    pub fn apply_to(self, q: &mut Queue) {
+        let QueuePoliciesWithRetryRecord { policies, retry } = self;
+        policies.apply_to(q);
+        q.retry = retry.map(api_retry);
+    }
+}
+
+/// A queue's retry policy as stored.
+pub(crate) fn retry_record_of(q: &Queue) -> Option<RetryRecord> {
+    q.retry.as_ref().map(|r| RetryRecord {
+        max_attempts: r.max_attempts,
+        on_exit_codes: r.on_exit_codes.clone(),
+        on_oom: r.on_oom,
+        on_node_failure: r.on_node_failure,
+        backoff_ms: r.backoff_seconds.saturating_mul(1000),
+    })
+}
+
+/// A stored retry policy as a queue holds it (in the API's shape: the back-off in seconds, which
+/// is how every queue's policy was given).
+fn api_retry(r: RetryRecord) -> crate::model::api::JobRetryPolicy {
+    let RetryRecord { max_attempts, on_exit_codes, on_oom, on_node_failure, backoff_ms } = r;
+    crate::model::api::JobRetryPolicy {
+        max_attempts,
+        on_exit_codes,
+        on_oom,
+        on_node_failure,
+        backoff_seconds: backoff_ms / 1000,
+    }
+}
+
+/// A queue with its tree settings, policies and retry policy, from the records a command carries.
+pub(crate) fn queue_with_retry(
+    queue: QueueRecord,
+    tree: QueueTreeRecord,
+    policies: QueuePoliciesRecord,
+    retry: Option<Box<RetryRecord>>,
+) -> Queue {
+    let mut q = queue_with_policies(queue, tree, policies);
+    q.retry = retry.map(|r| api_retry(*r));
     q
 }

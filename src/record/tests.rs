@@ -10,6 +10,7 @@ use super::job::*;
 use super::placement::*;
 use super::queue::*;
 use super::raft::*;
+use super::reservation::*;
 use super::schedule::*;
 use super::snapshot::{SnapshotRecord, SnapshotRowRecord};
 use super::usage::QueueUsageRecord;
@@ -1224,6 +1225,135 @@ fn state_schema_12_rows() {
     assert_eq!((q.guaranteed.get("cpu"), q.preemption_policy), (6_000, PreemptionPolicy::Fence));
 }
 
+/// A retry policy using every field (a back-off of several seconds, several exit codes).
+fn queue_retry_record() -> super::job_policy::RetryRecord {
+    super::job_policy::RetryRecord {
+        max_attempts: 3,
+        on_exit_codes: vec![75, -9, 143],
+        on_oom: true,
+        on_node_failure: true,
+        backoff_ms: 30_000,
+    }
+}
+
+/// Schema 13's `queue_policies` row: a queue with a guarantee, a fence and a retry policy, one
+/// with a fence only, one with a retry policy only.
+fn queue_policies_with_retry() -> QueuePoliciesWithRetryByQueueRecord {
+    let v12 = queue_policies().queues;
+    QueuePoliciesWithRetryByQueueRecord {
+        queues: [
+            (
+                qn("physics"),
+                QueuePoliciesWithRetryRecord {
+                    policies: v12[&qn("physics")].clone(),
+                    retry: Some(queue_retry_record()),
+                },
+            ),
+            (qn("science"), QueuePoliciesWithRetryRecord { policies: v12[&qn("science")].clone(), retry: None }),
+            (
+                qn("biology"),
+                QueuePoliciesWithRetryRecord {
+                    policies: none(),
+                    retry: Some(super::job_policy::RetryRecord {
+                        max_attempts: 1,
+                        on_exit_codes: vec![],
+                        on_oom: false,
+                        on_node_failure: false,
+                        backoff_ms: 0,
+                    }),
+                },
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+fn format_13_commands() -> Vec<(&'static str, CommandRecord)> {
+    let trees = queue_trees().queues;
+    let policies = queue_policies().queues;
+    let node = |executor: &str, node: &str| ReservedNodeRecord { executor: ex(executor), node: nn(node) };
+    vec![
+        (
+            "command-create-queue-with-retry",
+            CommandRecord::CreateQueueWithRetry {
+                queue: queue(),
+                tree: trees[&qn("physics")].clone(),
+                policies: policies[&qn("physics")].clone(),
+                retry: Box::new(queue_retry_record()),
+            },
+        ),
+        (
+            "command-update-queue-with-retry",
+            CommandRecord::UpdateQueueWithRetry {
+                queue: plain_queue("science"),
+                tree: trees[&qn("science")].clone(),
+                policies: none(),
+                retry: Box::new(queue_retry_record()),
+            },
+        ),
+        (
+            "command-record-reservations",
+            CommandRecord::RecordReservations {
+                term: 9,
+                at_ms: 1_760_000_000_050,
+                reserved: vec![
+                    ReservationRecord {
+                        jobs: vec![jid(1), jid(2)],
+                        pool: pool("gpu"),
+                        nodes: vec![node("cluster-a", "gpu-1"), node("cluster-b", "gpu-7")],
+                        expected_start_ms: Some(1_760_000_600_000),
+                    },
+                    ReservationRecord {
+                        jobs: vec![jid(3)],
+                        pool: pool("default"),
+                        nodes: vec![node("cluster-a", "n1")],
+                        expected_start_ms: None,
+                    },
+                ],
+                released: vec![ReservationRecord {
+                    jobs: vec![jid(4)],
+                    pool: pool("default"),
+                    nodes: vec![node("cluster-a", "n2")],
+                    expected_start_ms: Some(1_760_000_000_000),
+                }],
+            },
+        ),
+    ]
+}
+
+#[test]
+fn log_format_13_commands() {
+    // Format 13 only added these commands, at the end: every older command is format 13's byte
+    // for byte, and an older queue command reads as a queue without a retry policy.
+    for (name, cmd) in format_13_commands() {
+        golden(&format!("log-v13/{name}.bin"), &cmd);
+    }
+    let old: Command = decode(&fixture("log-v12/command-create-queue-with-policies.bin")).unwrap();
+    assert!(matches!(old, Command::CreateQueue { retry: None, .. }));
+    // A queue without a retry policy is still written as format 12's command.
+    assert_eq!(encode(&old).unwrap(), fixture("log-v12/command-create-queue-with-policies.bin"));
+}
+
+#[test]
+fn state_schema_13_rows() {
+    // Schema 13 gave the `queue_policies` meta row each queue's retry policy; snapshots carry it
+    // as a meta row.
+    golden("state-v13/meta-queue-policies.bin", &queue_policies_with_retry());
+    let row =
+        SnapshotRowRecord::Meta { key: "queue_policies".into(), value: fixture("state-v13/meta-queue-policies.bin") };
+    golden("state-v13/row-meta-queue-policies.bin", &row);
+    assert_eq!(encode(&row.as_ref()).unwrap(), fixture("state-v13/row-meta-queue-policies.bin"));
+    // The domain value goes through the records unchanged (the back-off in whole seconds).
+    let policies = queue_policies_with_retry();
+    let mut q = Queue::from(queue());
+    policies.queues[&qn("physics")].clone().apply_to(&mut q);
+    assert_eq!(QueuePoliciesWithRetryRecord::of(&q), policies.queues[&qn("physics")]);
+    let retry = q.retry.as_ref().map(|r| (r.max_attempts, r.on_exit_codes.clone(), r.backoff_seconds));
+    assert_eq!(retry, Some((3, vec![75, -9, 143], 30)));
+    assert_eq!(QueueRecord::from(q), queue());
+}
+
 // -----------------------------------------------------------------------------------------------
 // What every command fixture means today: the command the rest of Convoy sees when it decodes
 // one (`Command`, read through `CommandRecord`), and the bytes that command writes.
@@ -1243,6 +1373,7 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
     all.extend(format_10_commands().into_iter().map(in_dir("log-v10")));
     all.extend(format_11_commands().into_iter().map(in_dir("log-v11")));
     all.extend(format_12_commands().into_iter().map(in_dir("log-v12")));
+    all.extend(format_13_commands().into_iter().map(in_dir("log-v13")));
     all
 }
 
@@ -1251,11 +1382,17 @@ fn command_fixtures() -> Vec<(String, CommandRecord)> {
 fn newest(cmd: Command) -> CommandRecord {
     match cmd {
         Command::Batch(cmds) => CommandRecord::Batch(cmds.into_iter().map(newest).collect()),
-        Command::CreateQueue { queue, tree, policies } => {
+        Command::CreateQueue { queue, tree, policies, retry: None } => {
             CommandRecord::CreateQueueWithPolicies { queue, tree, policies }
         }
-        Command::UpdateQueue { queue, tree, policies } => {
+        Command::UpdateQueue { queue, tree, policies, retry: None } => {
             CommandRecord::UpdateQueueWithPolicies { queue, tree, policies }
+        }
+        Command::CreateQueue { queue, tree, policies, retry: Some(retry) } => {
+            CommandRecord::CreateQueueWithRetry { queue, tree, policies, retry }
+        }
+        Command::UpdateQueue { queue, tree, policies, retry: Some(retry) } => {
+            CommandRecord::UpdateQueueWithRetry { queue, tree, policies, retry }
         }
         Command::DeleteQueue { name, force, at_ms } => CommandRecord::DeleteQueue { name, force, at_ms },
         Command::Submit { queue, job_set, at_ms, owner, jobs } if jobs.iter().any(|j| !j.policies.is_empty()) => {
@@ -1295,6 +1432,9 @@ fn newest(cmd: Command) -> CommandRecord {
         Command::LiftQuarantine { executor, node, at_ms } => CommandRecord::LiftQuarantine { executor, node, at_ms },
         Command::RecordUsage { term, usage } => CommandRecord::RecordUsage { term, usage },
         Command::RecordSchedulerConfig { term, config } => CommandRecord::RecordSchedulerConfig { term, config },
+        Command::RecordReservations { term, at_ms, reserved, released } => {
+            CommandRecord::RecordReservations { term, at_ms, reserved, released }
+        }
     }
 }
 
@@ -1341,11 +1481,11 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
     vec![
         (
             "log-v1/command-create-queue.bin",
-            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none() },
+            Command::CreateQueue { queue: queue(), tree: top_level(), policies: none(), retry: None },
         ),
         (
             "log-v1/command-update-queue.bin",
-            Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none() },
+            Command::UpdateQueue { queue: plain_queue("plain"), tree: top_level(), policies: none(), retry: None },
         ),
         (
             "log-v6/command-create-queue-in-tree.bin",
@@ -1353,6 +1493,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 queue: queue(),
                 tree: queue_trees().queues[&qn("physics")].clone(),
                 policies: none(),
+                retry: None,
             },
         ),
         (
@@ -1361,6 +1502,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
                 queue: plain_queue("science"),
                 tree: queue_trees().queues[&qn("science")].clone(),
                 policies: none(),
+                retry: None,
             },
         ),
         ("log-v1/command-submit.bin", current_submit()),
@@ -1381,7 +1523,7 @@ fn superseded_fixtures() -> Vec<(&'static str, Command)> {
         (
             "log-v1/command-batch.bin",
             Command::Batch(vec![
-                Command::CreateQueue { queue: plain_queue("a"), tree: top_level(), policies: none() },
+                Command::CreateQueue { queue: plain_queue("a"), tree: top_level(), policies: none(), retry: None },
                 Command::Batch(vec![Command::DeleteQueue { name: qn("a"), force: false, at_ms: 1 }]),
             ]),
         ),

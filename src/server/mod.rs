@@ -7,6 +7,7 @@ mod http;
 mod liveness;
 pub(crate) mod machine;
 mod replay_retention;
+mod reservation_events;
 mod retention;
 mod scheduling;
 mod tls;

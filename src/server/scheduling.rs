@@ -12,7 +12,11 @@
 //! index its snapshot was read at, the configuration's hash, the rate limiter's starting
 //! buckets), and a leader records its configuration before its first cycle, so that
 //! `convoy replay` can run any recorded cycle again from the log.
+//!
+//! A cycle whose node reservations changed since the previous one proposes the change with its
+//! decisions (or alone), for the jobs' events (`reservation_events`).
 
+use super::reservation_events::{self, KeptReservations};
 use crate::control::ids;
 use crate::control::{Control, now_ms};
 use crate::record::{RateLimiterRecord, ScheduleInputsRecord, SchedulerConfigRecord};
@@ -35,6 +39,8 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
     let mut leading = false;
     // The applied index the last cycle saw: an idle cycle is only worth running after a change.
     let mut seen_applied = 0;
+    // The reservations whose changes were last committed (none for a new leader).
+    let mut kept = KeptReservations::new();
     loop {
         let timer = tokio::select! {
             _ = app.notify.schedule.notified() => false,
@@ -63,6 +69,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
         // term decides: anything else may decide on a state that is already out of date.
         if !app.cluster.serving() {
             leading = false;
+            kept.clear();
             continue;
         }
         if !leading {
@@ -107,33 +114,60 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             .as_ref()
             .filter(|u| app.state().queue_usage().differs_in_current(u))
             .map(|u| Command::RecordUsage { term, usage: u.clone().into() });
-        if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
-            if let Some(cmd) = usage
-                && let Err(e) = app.propose(cmd).await
-            {
-                tracing::warn!(error = %e, "queue usage was not recorded");
-            }
-            continue;
+        let (reserved, next_kept) = reservation_events::changes(&kept, &decisions, term, now);
+        if commit(&app, &decisions, decisions_command(&decisions, term, now, inputs), usage, reserved).await {
+            kept = next_kept;
         }
-        tracing::info!(
-            cycle = inputs.cycle,
-            term,
-            leases = decisions.leases.len(),
-            preemptions = decisions.preemptions.len(),
-            failures = decisions.failures.len(),
-            cycle_ms = took.as_secs_f64() * 1000.0,
-            "scheduling decisions"
-        );
-        let cmd = decisions_command(&decisions, term, now, inputs);
-        // The usage record goes in the same log entry as the decisions it follows from.
-        let cmd = match usage {
-            Some(u) => Command::Batch(vec![cmd, u]),
-            None => cmd,
+    }
+}
+
+/// Proposes a cycle's decisions (`cmd`) with the usage record and the reservation changes that
+/// follow from them, in one log entry; only the last two, if the cycle decided nothing. True when
+/// the reservation changes (if any) were committed.
+async fn commit(
+    app: &Control,
+    decisions: &Decisions,
+    cmd: Command,
+    usage: Option<Command>,
+    reserved: Option<Command>,
+) -> bool {
+    if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
+        if let Some(cmd) = usage
+            && let Err(e) = app.propose(cmd).await
+        {
+            tracing::warn!(error = %e, "queue usage was not recorded");
+        }
+        let Some(cmd) = reserved else { return true };
+        return match app.write(cmd).await {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "reservation changes were not recorded");
+                false
+            }
         };
-        // Counted once committed and accepted (a rejected write, e.g. of a stale term, is not).
-        match app.write(cmd).await {
-            Ok(_) => crate::metrics::count_decisions(crate::metrics::global(), &decisions),
-            Err(e) => tracing::warn!(error = %e, "scheduling decisions were not committed"),
+    }
+    let Command::Schedule { term, inputs, .. } = &cmd else { return false };
+    tracing::info!(
+        cycle = inputs.as_ref().map(|i| i.cycle),
+        term,
+        leases = decisions.leases.len(),
+        preemptions = decisions.preemptions.len(),
+        failures = decisions.failures.len(),
+        reservation_changes = reserved.is_some(),
+        "scheduling decisions"
+    );
+    // After the decisions: a job they leased gets no reservation event.
+    let extra: Vec<Command> = usage.into_iter().chain(reserved).collect();
+    let cmd = if extra.is_empty() { cmd } else { Command::Batch(std::iter::once(cmd).chain(extra).collect()) };
+    // Counted once committed and accepted (a rejected write, e.g. of a stale term, is not).
+    match app.write(cmd).await {
+        Ok(_) => {
+            crate::metrics::count_decisions(crate::metrics::global(), decisions);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "scheduling decisions were not committed");
+            false
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use super::job::{SimJob, SimPolicies, SimState};
 use super::output::{JobOutput, NodeOutput, Output, ReservationOutput, RoundOutput};
-use super::policies::{fail_run, judge_dependencies, waiting_reason};
+use super::policies::{fail_run, judge_dependencies, queue_retry, waiting_reason};
 use super::scenario::Scenario;
 use crate::model::{GangSpec, JobId, Node, NodeFault, NodeName, QueueName, Requirements, SchedulingRequirements};
 use crate::scheduler::{
@@ -161,8 +161,9 @@ impl Simulation {
                 warnings.push(format!("fail {name}: the job is {}, not running", self.jobs[j].state.as_str()));
                 continue;
             }
+            let queue = queue_retry(&self.scenario.queues, &self.jobs[j]);
             let job = &mut self.jobs[j];
-            fail_run(job, f.exit_code(), f.node_fault(), f.oom(), self.now_ms);
+            fail_run(job, queue, f.exit_code(), f.node_fault(), f.oom(), self.now_ms);
             if let Some(n) = job.node.take()
                 && f.node_fault()
             {

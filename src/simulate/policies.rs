@@ -4,7 +4,9 @@
 //! its retry policy names is queued again.
 
 use super::job::{SimJob, SimState};
-use crate::model::{DependencyCondition, DependencyVerdict, JobState, RunFailure};
+use crate::model::{
+    DependencyCondition, DependencyVerdict, JobState, Queue, QueueName, RetryPolicy, RunFailure, queue_retry_policy,
+};
 use std::sync::Arc;
 
 fn end_state(s: SimState) -> Option<JobState> {
@@ -68,16 +70,44 @@ pub(super) fn waiting_reason(jobs: &[SimJob], j: usize) -> Option<String> {
     Some(format!("waiting for {} {}", jobs[*parent].name, on.wait_phrase()))
 }
 
-/// A running job's run failed: queued again if its policy retries the failure (with the reason
-/// "retry 2 of 3 after exit code 75"), else failed.
-pub(super) fn fail_run(job: &mut SimJob, exit_code: Option<i32>, node_failure: bool, oom: bool, now_ms: i64) {
+/// The retry policy a job without its own takes from its queue, or the nearest ancestor up the
+/// tree that has one, with that queue's name, as the state machine judges it; none for a gang
+/// member.
+pub(super) fn queue_retry(queues: &[Queue], job: &SimJob) -> Option<(QueueName, RetryPolicy)> {
+    if job.policies.as_ref().is_some_and(|p| p.retry.is_some()) || job.info.gang.is_some() {
+        return None;
+    }
+    let leaf = queues.iter().find(|q| q.name == job.info.queue)?;
+    let (from, policy) = queue_retry_policy(leaf, |name| queues.iter().find(|q| &q.name == name))?;
+    Some((from.clone(), policy))
+}
+
+/// A running job's run failed: queued again if its policy, or else its queue's (`queue`,
+/// [`queue_retry`]), retries the failure (with the reason "retry 2 of 3 after exit code 75",
+/// and "(queue A's retry policy)" for a queue's), else failed.
+pub(super) fn fail_run(
+    job: &mut SimJob,
+    queue: Option<(QueueName, RetryPolicy)>,
+    exit_code: Option<i32>,
+    node_failure: bool,
+    oom: bool,
+    now_ms: i64,
+) {
     let failure = RunFailure { exit_code, oom, node_failure };
+    if queue.is_some() {
+        // Its failed runs are counted from now on, as for a job with a policy of its own.
+        job.policies.get_or_insert_default();
+    }
     let retry = job.policies.as_mut().and_then(|p| {
         p.failed += 1;
-        let policy = p.retry.as_ref()?;
+        let (policy, from) = match (&p.retry, &queue) {
+            (Some(own), _) => (own, String::new()),
+            (None, Some((q, policy))) => (policy, format!(" (queue {q}'s retry policy)")),
+            (None, None) => return None,
+        };
         let next = policy.next_attempt(&failure, p.failed)?;
         let wait = i64::try_from(policy.backoff_before(next)).unwrap_or(i64::MAX);
-        Some((format!("retry {next} of {} after {}", policy.max_attempts, failure.cause()), wait))
+        Some((format!("retry {next} of {} after {}{from}", policy.max_attempts, failure.cause()), wait))
     });
     match retry {
         Some((reason, wait)) => {

@@ -4,8 +4,8 @@
 
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName, RunId};
 use crate::record::{
-    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueuePoliciesByQueueRecord, QueueRecord,
-    QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
+    EventRecord, ExecutorRecord, JobRecord, NodeHealthRecord, PayloadRecord, QueuePoliciesWithRetryByQueueRecord,
+    QueueRecord, QueueTreesRecord, QueueUsageRecord, SchedulerConfigRecord,
 };
 use std::collections::BTreeSet;
 
@@ -112,9 +112,9 @@ pub enum Change {
     PutQueueUsage(QueueUsageRecord),
     /// The tree settings of every queue that has any, replacing the record before.
     PutQueueTrees(QueueTreesRecord),
-    /// The guarantee and preemption policy of every queue that has either, replacing the record
-    /// before.
-    PutQueuePolicies(QueuePoliciesByQueueRecord),
+    /// The guarantee, preemption policy and retry policy of every queue that has any, replacing
+    /// the record before.
+    PutQueuePolicies(QueuePoliciesWithRetryByQueueRecord),
     /// The scheduler configuration the leader recorded, replacing the record before.
     PutSchedulerConfig(Box<SchedulerConfigRecord>),
     /// The number of the last scheduling cycle recorded with its inputs.

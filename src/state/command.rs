@@ -46,6 +46,9 @@ impl Command {
             Command::LiftQuarantine { .. } => 1,
             Command::PurgeFinished { jobs, .. } => jobs.len(),
             Command::RecordUsage { .. } | Command::RecordSchedulerConfig { .. } => 1,
+            Command::RecordReservations { reserved, released, .. } => {
+                reserved.iter().chain(released).map(|r| r.jobs.len()).sum()
+            }
             Command::DeleteQueue { .. }
             | Command::Cancel { job_ids: None, .. }
             | Command::Reprioritize { job_ids: None, .. }

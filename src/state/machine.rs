@@ -281,11 +281,11 @@ impl State {
     fn apply_into(&mut self, cmd: Command, ctx: ApplyContext, out: &mut Applied) -> Response {
         match cmd {
             Command::Batch(cmds) => Response::Batch(cmds.into_iter().map(|c| self.apply_into(c, ctx, out)).collect()),
-            Command::CreateQueue { queue, tree, policies } => {
-                self.create_queue(crate::record::queue::queue_with_policies(queue, tree, policies), out)
+            Command::CreateQueue { queue, tree, policies, retry } => {
+                self.create_queue(crate::record::queue::queue_with_retry(queue, tree, policies, retry), out)
             }
-            Command::UpdateQueue { queue, tree, policies } => {
-                self.update_queue(crate::record::queue::queue_with_policies(queue, tree, policies), out)
+            Command::UpdateQueue { queue, tree, policies, retry } => {
+                self.update_queue(crate::record::queue::queue_with_retry(queue, tree, policies, retry), out)
             }
             Command::DeleteQueue { name, force, at_ms } => self.delete_queue(&name, force, at_ms, out),
             Command::Submit { queue, job_set, at_ms, owner, jobs } => {
@@ -352,6 +352,21 @@ impl State {
                 }
                 self.scheduler_config = Some(config.clone());
                 out.changes.push(Change::PutSchedulerConfig(Box::new(config)));
+                Response::Ok
+            }
+            Command::RecordReservations { term, at_ms, reserved, released } => {
+                if term != ctx.term {
+                    return reject(
+                        RejectKind::Conflict,
+                        None,
+                        format!("reservations of term {term} arrived in term {}: the leader changed", ctx.term),
+                    );
+                }
+                use super::reservations::ReservationChange::{Released, Reserved};
+                let changes: Vec<_> = (released.into_iter().map(|r| (r, Released)))
+                    .chain(reserved.into_iter().map(|r| (r, Reserved)))
+                    .collect();
+                self.record_reservations(at_ms, &changes, out);
                 Response::Ok
             }
         }

@@ -30,6 +30,7 @@ mod quarantine;
 mod queries;
 mod queue_select;
 mod queues;
+mod reservations;
 mod restore;
 mod retention;
 mod retry;

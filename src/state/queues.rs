@@ -6,7 +6,9 @@ use super::changes::Change;
 use super::command::{RejectKind, Response};
 use super::machine::{Applied, QueueState, State, reject};
 use crate::model::{Queue, QueueName};
-use crate::record::{QueuePoliciesByQueueRecord, QueuePoliciesRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord};
+use crate::record::{
+    QueuePoliciesWithRetryByQueueRecord, QueuePoliciesWithRetryRecord, QueueRecord, QueueTreeRecord, QueueTreesRecord,
+};
 use std::collections::BTreeMap;
 
 impl State {
@@ -18,7 +20,7 @@ impl State {
             return r;
         }
         let tree_changed = !queue.is_flat();
-        let policies_changed = queue.has_policies();
+        let policies_changed = has_stored_policies(&queue);
         out.changes.push(Change::PutQueue(QueueRecord::from(queue.clone())));
         self.queues.insert(
             queue.name.clone(),
@@ -39,7 +41,7 @@ impl State {
             return reject(RejectKind::NotFound, Some("name"), format!("queue {} does not exist", queue.name));
         };
         let tree_changed = QueueTreeRecord::of(&q.queue) != QueueTreeRecord::of(&queue);
-        let policies_changed = QueuePoliciesRecord::of(&q.queue) != QueuePoliciesRecord::of(&queue);
+        let policies_changed = QueuePoliciesWithRetryRecord::of(&q.queue) != QueuePoliciesWithRetryRecord::of(&queue);
         if q.queue.parent != queue.parent
             && let Some(r) = self.check_parent(&queue)
         {
@@ -85,7 +87,7 @@ impl State {
             );
         }
         let tree_changed = !q.queue.is_flat();
-        let policies_changed = q.queue.has_policies();
+        let policies_changed = has_stored_policies(&q.queue);
         if live > 0 {
             let sets: Vec<_> = self.job_sets.keys().filter(|(q, _)| q == name).cloned().collect();
             for (queue, set) in sets {
@@ -170,17 +172,24 @@ impl State {
 }
 
 impl State {
-    /// The `queue_policies` record: every queue with a guarantee or a preemption fence.
-    pub(super) fn queue_policies(&self) -> QueuePoliciesByQueueRecord {
-        QueuePoliciesByQueueRecord {
+    /// The `queue_policies` record: every queue with a guarantee, a preemption fence or a retry
+    /// policy.
+    pub(super) fn queue_policies(&self) -> QueuePoliciesWithRetryByQueueRecord {
+        QueuePoliciesWithRetryByQueueRecord {
             queues: self
                 .queues
                 .values()
-                .filter(|q| q.queue.has_policies())
-                .map(|q| (q.queue.name.clone(), QueuePoliciesRecord::of(&q.queue)))
+                .filter(|q| has_stored_policies(&q.queue))
+                .map(|q| (q.queue.name.clone(), QueuePoliciesWithRetryRecord::of(&q.queue)))
                 .collect(),
         }
     }
+}
+
+/// True if the queue has an entry in the `queue_policies` row: a guarantee, a fence or a retry
+/// policy (the scheduler cares only for the first two, [`Queue::has_policies`]).
+fn has_stored_policies(q: &Queue) -> bool {
+    q.has_policies() || q.retry.is_some()
 }
 
 /// `a, b and c`.

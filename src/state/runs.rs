@@ -4,7 +4,6 @@ use super::changes::Change;
 use super::command::{JobVerdict, NewLease, ReportedEvent, Response, RunReport, RunReportKind};
 use super::log_tail::{MAX_LOG_TAIL, last_bytes};
 use super::machine::{Applied, Executor, State};
-use super::retry::retry_of;
 use super::transition::{move_job, move_run};
 use crate::model::{EventKind, ExecutorName, JobId, JobState, Run, RunState, annotations};
 use crate::record::{ExecutorRecord, NodeRecord};
@@ -173,7 +172,8 @@ impl State {
                     self.event(out, &record, at_ms, EventKind::Running, Some(run_id), ev.message.clone());
                 }
                 RunReportKind::Failed
-                    if let Some(retry) = retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
+                    if let Some(retry) =
+                        self.retry_of(&record, &ev, killing, node_failure, at_ms, max_attempted_runs) =>
                 {
                     self.retry_run(out, id, &ev, retry, usage, at_ms);
                 }

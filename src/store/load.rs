@@ -6,7 +6,7 @@ use super::tables::*;
 use super::{Store, StoreError};
 use crate::model::{Job, JobId, JobSetName, Queue, QueueName};
 use crate::record::{
-    ExecutorRecord, JobRecord, NodeHealthRecord, QueuePoliciesByQueueRecord, QueueRecord, QueueTreesRecord,
+    ExecutorRecord, JobRecord, NodeHealthRecord, QueuePoliciesWithRetryByQueueRecord, QueueRecord, QueueTreesRecord,
     QueueUsageRecord, SchedulerConfigRecord,
 };
 use crate::state::{Executor, State, StateSettings};
@@ -44,7 +44,8 @@ impl Store {
         };
         let mut policies = match meta.get(QUEUE_POLICIES)? {
             Some(v) => {
-                decode_row::<QueuePoliciesByQueueRecord>(v.value(), || "meta.queue_policies".to_string())?.queues
+                decode_row::<QueuePoliciesWithRetryByQueueRecord>(v.value(), || "meta.queue_policies".to_string())?
+                    .queues
             }
             None => BTreeMap::new(),
         };

@@ -6,7 +6,7 @@ use redb::TableDefinition;
 
 /// `schema_version` (u32 BE), `submit_seq` (u64 BE), `purges` (u64 BE), `max_job_id` (u128 BE),
 /// `queue_usage` (bincode `QueueUsageRecord`), `queue_tree` (bincode `QueueTreesRecord`),
-/// `queue_policies` (bincode `QueuePoliciesByQueueRecord`),
+/// `queue_policies` (bincode `QueuePoliciesWithRetryByQueueRecord`),
 /// `scheduler_config` (bincode `SchedulerConfigRecord`), `schedule_cycles` (u64 BE).
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// Queues by name (bincode `QueueRecord`).
@@ -68,8 +68,8 @@ pub(crate) const MAX_JOB_ID: &str = "max_job_id";
 pub(crate) const QUEUE_USAGE: &str = "queue_usage";
 /// Meta key of the queue tree (bincode `QueueTreesRecord`; schema 6).
 pub(crate) const QUEUE_TREE: &str = "queue_tree";
-/// Meta key of the queues' guarantees and preemption policies (bincode
-/// `QueuePoliciesByQueueRecord`; schema 11).
+/// Meta key of the queues' guarantees, preemption policies and retry policies (bincode
+/// `QueuePoliciesWithRetryByQueueRecord`; schema 12 without retry policies, 13 with).
 pub(crate) const QUEUE_POLICIES: &str = "queue_policies";
 /// Meta key of the scheduler configuration the leader last recorded (bincode
 /// `SchedulerConfigRecord`; schema 10).

@@ -80,6 +80,9 @@ pub(crate) async fn queue_handler(
         if q.queue.preemption_policy == crate::model::PreemptionPolicy::Fence {
             body.push_str(&item("Preemption policy", "fence".into()));
         }
+        if let Some(r) = &q.queue.retry {
+            body.push_str(&item("Retry", escape(&r.summary())));
+        }
         body.push_str("</section>");
         let _ = write!(body, "<div id=\"queue\" data-live=\"queue={}\">", escape(&super::html::encode(name.as_str())));
         body.push_str("<h2>Jobs</h2><section class=\"summary counts\">");

@@ -28,6 +28,7 @@ mod pool_policy;
 mod quarantine;
 mod queue_ops;
 mod queue_policies;
+mod queue_retry;
 mod queue_tree;
 mod queue_usage;
 mod replay;

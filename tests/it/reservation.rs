@@ -1,7 +1,8 @@
 //! Gang reservations (`[scheduler] gang_reservation_after`) on a real server, with a fake
 //! executor written in the test: a gang that waited at the head of its queue gets the busy node
 //! reserved; the nodes API, the job's reason and why, and the metrics show it; a freed cpu stays
-//! free for it, except for a job whose deadline ends before the reservation's expected start.
+//! free for it, except for a job whose deadline ends before the reservation's expected start;
+//! the gang's members' events record the reservation once.
 
 use crate::common::{Server, config, job, node};
 use serde_json::{Value, json};
@@ -30,6 +31,18 @@ async fn leases(s: &Server, nodes: &[Value], runs: &[Value], n: usize) -> Vec<Va
         got.extend(v["leases"].as_array().cloned().unwrap_or_default());
     }
     got
+}
+
+/// The messages of a job's reservation events.
+fn reservation_events(job: &Value) -> Vec<String> {
+    job["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.starts_with("reserved ") || m.starts_with("reservation of "))
+        .map(str::to_string)
+        .collect()
 }
 
 async fn node_view(s: &Server, name: &str) -> Value {
@@ -91,6 +104,12 @@ async fn a_waiting_gang_holds_the_busy_node_and_only_a_short_job_backfills() {
     let (st, why) = s.get(&format!("/v1/jobs/{}/why", members[0])).await;
     assert_eq!(st, 200, "{why}");
     assert!(why["reason"].as_str().is_some_and(|r| r.starts_with("reserved node n1 in pool default")), "{why}");
+    // Each member's events say so, once (the leader records a reservation when it changes).
+    let event = format!("reserved node n1 in pool default (expected start {at})");
+    for m in &members {
+        s.wait_job(m, Duration::from_secs(20), "a reservation event", |j| reservation_events(j) == [event.clone()])
+            .await;
+    }
 
     // One of B's jobs ends: its cpu stays free. A job ending after the expected start is kept
     // off; one with a one-minute deadline backfills.
@@ -124,6 +143,9 @@ async fn a_waiting_gang_holds_the_busy_node_and_only_a_short_job_backfills() {
     let (st, html) = s.text("/ui/nodes").await;
     assert_eq!(st, 200, "{html}");
     assert!(html.contains(&format!("reserved for job <a href=\"/ui/jobs/{0}\">{0}</a>", members[0])), "{html}");
+
+    // Later cycles kept the same node reserved: no further event.
+    assert_eq!(reservation_events(&s.job(&members[0]).await), [event]);
 
     // Replay recomputes the reservation from the log: the cycle that backfilled (and kept the
     // long job off) replays identically.

@@ -5,7 +5,7 @@ use super::doc;
 use super::http::{Client, print_json};
 use super::output::Format;
 use clap::Subcommand;
-use convoy::model::api::{JobIdsResponse, QueueCancelRequest, QueuePreemptRequest, QueueReport};
+use convoy::model::api::{JobIdsResponse, JobRetryPolicy, QueueCancelRequest, QueuePreemptRequest, QueueReport};
 use convoy::model::{
     PoolName, PreemptionPolicy, PriorityClassName, PriorityPolicy, Queue, QueueName, Resources, SortPriority,
 };
@@ -128,7 +128,16 @@ pub(crate) struct TreeFlags {
     /// (default | fence).
     #[arg(long, value_parser = parse_preemption)]
     preemption_policy: Option<PreemptionPolicy>,
+    /// Retry policy for the queue's jobs that have none of their own:
+    /// `max_attempts=3,on_exit_codes=75:76,on_oom,on_node_failure,backoff_seconds=30`; `none`
+    /// removes it.
+    #[arg(long, value_parser = parse_retry)]
+    retry: Option<RetryArg>,
 }
+
+/// `--retry`: a policy, or none to remove it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RetryArg(Option<JobRetryPolicy>);
 
 impl TreeFlags {
     fn apply(self, q: &mut Queue) {
@@ -150,6 +159,9 @@ impl TreeFlags {
         if let Some(p) = self.preemption_policy {
             q.preemption_policy = p;
         }
+        if let Some(RetryArg(r)) = self.retry {
+            q.retry = r;
+        }
     }
 
     fn any(&self) -> bool {
@@ -159,6 +171,7 @@ impl TreeFlags {
             || self.sort_priority.is_some()
             || self.guaranteed.is_some()
             || self.preemption_policy.is_some()
+            || self.retry.is_some()
     }
 }
 
@@ -188,6 +201,58 @@ fn parse_guaranteed(s: &str) -> Result<Resources, String> {
         .map(|p| p.trim().split_once('=').ok_or_else(|| format!("guaranteed: expected name=quantity, got {p:?}")))
         .collect::<Result<_, _>>()?;
     Resources::parse(pairs).map_err(|e| format!("guaranteed: {e}"))
+}
+
+/// `max_attempts=3,on_exit_codes=75:76,on_oom,on_node_failure,backoff_seconds=30` (or `none`)
+/// as a retry policy, checked as the server checks it.
+fn parse_retry(s: &str) -> Result<RetryArg, String> {
+    if s == "none" {
+        return Ok(RetryArg(None));
+    }
+    let mut r = JobRetryPolicy {
+        max_attempts: 0,
+        on_exit_codes: vec![],
+        on_oom: false,
+        on_node_failure: false,
+        backoff_seconds: 0,
+    };
+    let number = |key: &str, v: &str| v.trim().parse::<u64>().map_err(|_| format!("retry.{key}: not a number: {v:?}"));
+    let flag = |key: &str, v: Option<&str>| match v.map(str::trim) {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(v) => Err(format!("retry.{key}: true or false, got {v:?}")),
+    };
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = match part.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v)),
+            None => (part, None),
+        };
+        let needs = || value.ok_or_else(|| format!("retry.{key}: expected {key}=value"));
+        match key {
+            "max_attempts" => {
+                let n = number(key, needs()?)?;
+                r.max_attempts = u32::try_from(n).map_err(|_| format!("retry.max_attempts: too large: {n}"))?;
+            }
+            "backoff_seconds" => r.backoff_seconds = number(key, needs()?)?,
+            "on_exit_codes" => {
+                r.on_exit_codes = needs()?
+                    .split(':')
+                    .map(|c| {
+                        c.trim().parse::<i32>().map_err(|_| format!("retry.on_exit_codes: not an exit code: {c:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "on_oom" => r.on_oom = flag(key, value)?,
+            "on_node_failure" => r.on_node_failure = flag(key, value)?,
+            _ => {
+                return Err(format!(
+                    "retry: unknown key {key:?} (max_attempts, on_exit_codes, on_oom, on_node_failure, backoff_seconds)"
+                ));
+            }
+        }
+    }
+    convoy::model::RetryPolicy::check(&r).map_err(|e| format!("retry.{}: {}", e.field, e.message))?;
+    Ok(RetryArg(Some(r)))
 }
 
 fn parse_sort(s: &str) -> Result<SortPriority, String> {
@@ -235,6 +300,9 @@ pub(crate) fn tree_text(queues: &[Queue]) -> String {
         }
         if q.preemption_policy == PreemptionPolicy::Fence {
             notes.push("preemption fence".into());
+        }
+        if let Some(r) = &q.retry {
+            notes.push(format!("retry {}", r.summary()));
         }
         if q.cordoned {
             notes.push("cordoned".into());
@@ -317,19 +385,23 @@ pub(super) async fn run(c: &Client, cmd: QueueCommand) -> anyhow::Result<()> {
     }
 }
 
-/// One line per queue: its weight, owners and groups, parent, and whether it is cordoned.
+/// One line per queue: its weight, owners and groups, parent, whether it is cordoned, and its
+/// retry policy.
 fn list_table(queues: &[Queue]) -> String {
-    let mut out =
-        format!("{:<20} {:>8} {:<20} {:<20} {:<16} {}\n", "QUEUE", "FACTOR", "OWNERS", "GROUPS", "PARENT", "CORDONED");
+    let mut out = format!(
+        "{:<20} {:>8} {:<20} {:<20} {:<16} {:<8} {}\n",
+        "QUEUE", "FACTOR", "OWNERS", "GROUPS", "PARENT", "CORDONED", "RETRY"
+    );
     for q in queues {
         out.push_str(&format!(
-            "{:<20} {:>8} {:<20} {:<20} {:<16} {}\n",
+            "{:<20} {:>8} {:<20} {:<20} {:<16} {:<8} {}\n",
             q.name.as_str(),
             q.priority_factor,
             q.owners.join(","),
             q.groups.join(","),
             q.parent.as_ref().map_or("-", |p| p.as_str()),
-            if q.cordoned { "yes" } else { "no" }
+            if q.cordoned { "yes" } else { "no" },
+            q.retry.as_ref().map_or_else(|| "-".to_string(), |r| r.summary())
         ));
     }
     out
@@ -415,6 +487,24 @@ mod tests {
         let g = parse_guaranteed("cpu=6, memory=32Gi").unwrap();
         assert_eq!((g.get("cpu"), g.get("memory")), (6000, 32 << 30));
         assert!(parse_guaranteed("none").unwrap().is_zero());
+        let r = parse_retry("max_attempts=3,on_exit_codes=75:76,on_oom,on_node_failure=false,backoff_seconds=30");
+        assert_eq!(
+            r,
+            Ok(RetryArg(Some(JobRetryPolicy {
+                max_attempts: 3,
+                on_exit_codes: vec![75, 76],
+                on_oom: true,
+                on_node_failure: false,
+                backoff_seconds: 30
+            })))
+        );
+        assert_eq!(parse_retry("none"), Ok(RetryArg(None)));
+        assert_eq!(parse_retry("on_exit_codes=75").unwrap_err(), "retry.max_attempts: must be 1 to 100");
+        assert_eq!(
+            parse_retry("max_attempts=2,on_exit_codes=0").unwrap_err(),
+            "retry.on_exit_codes[0]: exit code 0 is a success, never retried"
+        );
+        assert!(parse_retry("max_attempts=2,often").unwrap_err().starts_with("retry: unknown key \"often\""));
         assert!(parse_guaranteed("cpu").unwrap_err().contains("name=quantity"));
         assert!(parse_guaranteed("cpu=lots").unwrap_err().starts_with("guaranteed: resource cpu"));
         assert_eq!(parse_preemption("fence"), Ok(PreemptionPolicy::Fence));

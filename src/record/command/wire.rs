@@ -14,12 +14,14 @@ use super::{
 use crate::model::{ExecutorName, JobId, JobSetName, NodeName, QueueName};
 use crate::record::executor::NodeRecord;
 use crate::record::job::JobStateRecord;
+use crate::record::job_policy::RetryRecord;
 use crate::record::queue::{QueuePoliciesRecord, QueueRecord, QueueTreeRecord};
+use crate::record::reservation::ReservationRecord;
 use crate::record::usage::QueueUsageRecord;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// Every command of every log format, in its position: the frozen byte format of [`Command`].
-/// Format: log format 12 (the variant order is the format; log format 1 is the same list without
+/// Format: log format 13 (the variant order is the format; log format 1 is the same list without
 /// [`CommandRecord::PurgeFinished`] (format 3), format 3 without
 /// [`CommandRecord::RunEventsWithFaults`] and [`CommandRecord::LiftQuarantine`] (format 4),
 /// format 4 without [`CommandRecord::RecordUsage`] (format 5), format 5 without
@@ -31,7 +33,9 @@ use serde::{Deserialize, Serialize, Serializer};
 /// [`CommandRecord::ScheduleWithInputs`] and [`CommandRecord::RecordSchedulerConfig`] (format 10),
 /// format 10 without [`CommandRecord::SubmitWithPolicies`] (format 11), format 11 without
 /// [`CommandRecord::CreateQueueWithPolicies`] and [`CommandRecord::UpdateQueueWithPolicies`]
-/// (format 12), so every older command decodes, and encodes back, unchanged).
+/// (format 12), format 12 without [`CommandRecord::CreateQueueWithRetry`],
+/// [`CommandRecord::UpdateQueueWithRetry`] and [`CommandRecord::RecordReservations`] (format 13),
+/// so every older command decodes, and encodes back, unchanged).
 ///
 /// The rest of Convoy builds and applies [`Command`], which reads through it
 /// (`From<CommandRecord> for Command`); only the golden tests, and tests applying an older log's
@@ -358,6 +362,42 @@ pub enum CommandRecord {
         /// Its guarantee and preemption policy.
         policies: QueuePoliciesRecord,
     },
+    /// Creates a queue as [`CommandRecord::CreateQueueWithPolicies`], with a retry policy for its
+    /// jobs. Log format 13: the leader proposes this for a queue that has a retry policy (every
+    /// older queue command reads as a queue without one).
+    CreateQueueWithRetry {
+        /// The new queue's settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
+        /// Its retry policy (boxed: it is rare).
+        retry: Box<RetryRecord>,
+    },
+    /// Replaces a queue's settings as [`CommandRecord::UpdateQueueWithPolicies`], giving it a
+    /// retry policy. Log format 13: the leader proposes this for a queue that has a retry policy.
+    UpdateQueueWithRetry {
+        /// The queue's new settings.
+        queue: QueueRecord,
+        /// Its parent, priority offset and policies.
+        tree: QueueTreeRecord,
+        /// Its guarantee and preemption policy.
+        policies: QueuePoliciesRecord,
+        /// Its retry policy (boxed: it is rare).
+        retry: Box<RetryRecord>,
+    },
+    /// How the leader's cycle changed node reservations since its previous cycle. Log format 13.
+    RecordReservations {
+        /// The term of the leader that ran the cycle.
+        term: u64,
+        /// When (ms since the epoch).
+        at_ms: i64,
+        /// Reservations new in this cycle, or holding other nodes.
+        reserved: Vec<ReservationRecord>,
+        /// Reservations that ended without their jobs starting.
+        released: Vec<ReservationRecord>,
+    },
 }
 
 /// The quarantine policy of run events from logs older than format 4, which carried none: off,
@@ -375,7 +415,9 @@ fn without_pod(event: FaultedRunReport) -> UsageRunReport {
 /// - [`CommandRecord::CreateQueue`], [`CommandRecord::UpdateQueue`]: a top-level queue with
 ///   default tree settings ([`QueueTreeRecord::default`]) and no policies;
 ///   [`CommandRecord::CreateQueueInTree`], [`CommandRecord::UpdateQueueInTree`]: no policies
-///   ([`QueuePoliciesRecord::default`]: no guarantee, no fence);
+///   ([`QueuePoliciesRecord::default`]: no guarantee, no fence); every queue command before
+///   [`CommandRecord::CreateQueueWithRetry`], [`CommandRecord::UpdateQueueWithRetry`]: no retry
+///   policy;
 /// - [`CommandRecord::Submit`]: jobs without a namespace (their agent's) and without an owner;
 ///   [`CommandRecord::SubmitInNamespaces`]: without an owner;
 /// - [`CommandRecord::RunEvents`]: no node fault, pod or usage, and quarantine off;
@@ -389,23 +431,34 @@ impl From<CommandRecord> for Command {
                 queue,
                 tree: QueueTreeRecord::default(),
                 policies: QueuePoliciesRecord::default(),
+                retry: None,
             },
             CommandRecord::UpdateQueue { queue } => Command::UpdateQueue {
                 queue,
                 tree: QueueTreeRecord::default(),
                 policies: QueuePoliciesRecord::default(),
+                retry: None,
             },
             CommandRecord::CreateQueueInTree { queue, tree } => {
-                Command::CreateQueue { queue, tree, policies: QueuePoliciesRecord::default() }
+                Command::CreateQueue { queue, tree, policies: QueuePoliciesRecord::default(), retry: None }
             }
             CommandRecord::UpdateQueueInTree { queue, tree } => {
-                Command::UpdateQueue { queue, tree, policies: QueuePoliciesRecord::default() }
+                Command::UpdateQueue { queue, tree, policies: QueuePoliciesRecord::default(), retry: None }
             }
             CommandRecord::CreateQueueWithPolicies { queue, tree, policies } => {
-                Command::CreateQueue { queue, tree, policies }
+                Command::CreateQueue { queue, tree, policies, retry: None }
             }
             CommandRecord::UpdateQueueWithPolicies { queue, tree, policies } => {
-                Command::UpdateQueue { queue, tree, policies }
+                Command::UpdateQueue { queue, tree, policies, retry: None }
+            }
+            CommandRecord::CreateQueueWithRetry { queue, tree, policies, retry } => {
+                Command::CreateQueue { queue, tree, policies, retry: Some(retry) }
+            }
+            CommandRecord::UpdateQueueWithRetry { queue, tree, policies, retry } => {
+                Command::UpdateQueue { queue, tree, policies, retry: Some(retry) }
+            }
+            CommandRecord::RecordReservations { term, at_ms, reserved, released } => {
+                Command::RecordReservations { term, at_ms, reserved, released }
             }
             CommandRecord::DeleteQueue { name, force, at_ms } => Command::DeleteQueue { name, force, at_ms },
             CommandRecord::Submit { queue, job_set, at_ms, jobs } => {
@@ -603,6 +656,24 @@ enum CommandRef<'a> {
         tree: &'a QueueTreeRecord,
         policies: &'a QueuePoliciesRecord,
     },
+    CreateQueueWithRetry {
+        queue: &'a QueueRecord,
+        tree: &'a QueueTreeRecord,
+        policies: &'a QueuePoliciesRecord,
+        retry: &'a RetryRecord,
+    },
+    UpdateQueueWithRetry {
+        queue: &'a QueueRecord,
+        tree: &'a QueueTreeRecord,
+        policies: &'a QueuePoliciesRecord,
+        retry: &'a RetryRecord,
+    },
+    RecordReservations {
+        term: u64,
+        at_ms: i64,
+        reserved: &'a [ReservationRecord],
+        released: &'a [ReservationRecord],
+    },
 }
 
 /// Jobs without policies, written as the `Vec<NamespacedJob>` of the older submit forms.
@@ -618,10 +689,16 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
     fn from(c: &'a Command) -> Self {
         match c {
             Command::Batch(cmds) => CommandRef::Batch(cmds),
-            Command::CreateQueue { queue, tree, policies } => {
+            Command::CreateQueue { queue, tree, policies, retry: Some(retry) } => {
+                CommandRef::CreateQueueWithRetry { queue, tree, policies, retry }
+            }
+            Command::CreateQueue { queue, tree, policies, retry: None } => {
                 CommandRef::CreateQueueWithPolicies { queue, tree, policies }
             }
-            Command::UpdateQueue { queue, tree, policies } => {
+            Command::UpdateQueue { queue, tree, policies, retry: Some(retry) } => {
+                CommandRef::UpdateQueueWithRetry { queue, tree, policies, retry }
+            }
+            Command::UpdateQueue { queue, tree, policies, retry: None } => {
                 CommandRef::UpdateQueueWithPolicies { queue, tree, policies }
             }
             Command::DeleteQueue { name, force, at_ms } => {
@@ -675,6 +752,9 @@ impl<'a> From<&'a Command> for CommandRef<'a> {
             Command::RecordUsage { term, usage } => CommandRef::RecordUsage { term: *term, usage },
             Command::RecordSchedulerConfig { term, config } => {
                 CommandRef::RecordSchedulerConfig { term: *term, config }
+            }
+            Command::RecordReservations { term, at_ms, reserved, released } => {
+                CommandRef::RecordReservations { term: *term, at_ms: *at_ms, reserved, released }
             }
         }
     }

@@ -600,6 +600,45 @@ fn a_retry_waits_out_its_back_off_and_an_oom_kill_is_retried_only_when_asked() {
     assert_eq!(e.field, "rounds[0].submit[0].retry.on_exit_codes[0]");
 }
 
+#[test]
+fn queue_retry_policies_retry_jobs_without_their_own() {
+    let out = run("queue_retry.yaml");
+    fn jobs(r: &RoundOutput) -> Vec<(&str, String)> {
+        ["a", "o", "b"].iter().map(|j| (state(r, j), reason_or_none(r, j))).collect()
+    }
+    let failed = || "failed (exit code 75)".to_string();
+    assert_eq!(counts(&out.rounds[0].scheduled), map(&[("A", 2), ("biology", 1)]));
+    // a is retried by A's policy and b by science's (biology has none), each running again in
+    // the same round; o's own policy (76 only) wins over A's: failed.
+    assert_eq!(counts(&out.rounds[1].scheduled), map(&[("A", 1), ("biology", 1)]));
+    assert_eq!(
+        jobs(&out.rounds[1]),
+        vec![("running", String::new()), ("failed", failed()), ("running", String::new())]
+    );
+    // b's two attempts (science's policy) are spent; a has its third (A's policy).
+    assert_eq!(counts(&out.rounds[2].scheduled), map(&[("A", 1)]));
+    assert_eq!(jobs(&out.rounds[2]), vec![("running", String::new()), ("failed", failed()), ("failed", failed())]);
+    assert_eq!(jobs(&out.rounds[3]), vec![("failed", failed()), ("failed", failed()), ("failed", failed())]);
+}
+
+#[test]
+fn a_queue_retry_policy_backs_off_and_a_bad_one_is_refused_naming_it() {
+    let text = "round_interval_seconds: 10\nnodes: [{name: n, allocatable: {cpu: '2'}}]\n\
+                queues: [{name: A, retry: {max_attempts: 2, on_exit_codes: [75], backoff_seconds: 20}}]\nrounds:\n\
+                - submit: [{id: a, queue: A, requests: {cpu: '1'}}]\n\
+                - fail: [{id: a, exit_code: 75}]\n\
+                - {}\n\
+                - {}\n";
+    let out = run_text(text).unwrap();
+    let r1 = &out.rounds[1];
+    assert_eq!(state(r1, "a"), "queued");
+    assert!(reason_or_none(r1, "a").starts_with("retry back-off until"), "{}", reason_or_none(r1, "a"));
+    assert_eq!(state(&out.rounds[2], "a"), "queued", "10 s of its 20 s back-off");
+    assert_eq!(state(&out.rounds[3], "a"), "running");
+    let e = crate::simulate::Scenario::parse("queues: [{name: A, retry: {max_attempts: 0}}]\nrounds: []").unwrap_err();
+    assert_eq!((e.field.as_str(), e.message.as_str()), ("queues[0].retry.max_attempts", "must be 1 to 100"));
+}
+
 fn reason_or_none(r: &crate::simulate::RoundOutput, job: &str) -> String {
     r.jobs[job].reason.clone().unwrap_or_default()
 }

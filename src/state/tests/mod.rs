@@ -505,6 +505,7 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
 
 mod policies;
 mod quarantine;
+mod queue_retry;
 mod queue_select;
 mod queue_tree;
 mod retention;

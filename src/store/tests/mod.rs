@@ -345,6 +345,59 @@ fn a_schema_11_database_opens_at_schema_12_without_policies_and_keeps_them() {
 }
 
 #[test]
+fn a_schema_12_queue_policies_row_opens_at_schema_13_and_queue_retry_policies_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.redb");
+    let fixture = |p: &str| {
+        let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/formats").join(p);
+        std::fs::read(p).unwrap()
+    };
+    {
+        let store = Store::open(&path).unwrap();
+        sample(&store);
+        // A version 12 database holding the schema 12 fixture row (queues physics and science
+        // with guarantees and fences).
+        let tx = store.write().unwrap();
+        {
+            let mut meta = tx.open_table(META).unwrap();
+            meta.insert(SCHEMA_VERSION, 12u32.to_be_bytes().as_slice()).unwrap();
+            meta.insert(QUEUE_POLICIES, fixture("state-v12/meta-queue-policies.bin").as_slice()).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(migrate::version(&store.db()).unwrap(), crate::record::STATE_SCHEMA_VERSION);
+    let tx = store.db().begin_read().unwrap();
+    let row = tx.open_table(META).unwrap().get(QUEUE_POLICIES).unwrap().unwrap().value().to_vec();
+    drop(tx);
+    let v13: crate::record::QueuePoliciesWithRetryByQueueRecord = crate::record::decode(&row).unwrap();
+    let v12: crate::record::QueuePoliciesByQueueRecord =
+        crate::record::decode(&fixture("state-v12/meta-queue-policies.bin")).unwrap();
+    assert_eq!(v13.queues.keys().collect::<Vec<_>>(), v12.queues.keys().collect::<Vec<_>>());
+    for (name, p) in &v13.queues {
+        assert_eq!((&p.policies, &p.retry), (&v12.queues[name], &None), "{name}");
+    }
+    // A queue's retry policy is written, read back after a restart, and removed again.
+    let mut state = store.load_state(settings()).unwrap();
+    let retry = crate::model::api::JobRetryPolicy {
+        max_attempts: 3,
+        on_exit_codes: vec![75],
+        on_oom: true,
+        on_node_failure: false,
+        backoff_seconds: 30,
+    };
+    let physics = Queue { retry: Some(retry), ..Queue::new(QueueName::new("retrying").unwrap(), 1.0) };
+    apply_all(&store, &mut state, vec![Command::create_queue(physics.clone())]);
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    let mut state = store.load_state(settings()).unwrap();
+    assert_eq!(state.queue(&physics.name).unwrap().queue, physics);
+    let plain = Queue::new(physics.name.clone(), 1.0);
+    apply_all(&store, &mut state, vec![Command::update_queue(plain.clone())]);
+    assert_eq!(store.load_state(settings()).unwrap().queue(&plain.name).unwrap().queue, plain);
+}
+
+#[test]
 fn prototype_database_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db.redb");
