@@ -128,7 +128,7 @@ const MAX_EXIT_CODES: usize = 256;
 
 impl RetryPolicy {
     /// A policy as the API and simulate give it, checked; the error names the field within it.
-    pub fn check(r: &super::api::JobRetryPolicy) -> Result<RetryPolicy, super::queue::FieldError> {
+    pub fn check(r: &super::job_retry::JobRetryPolicy) -> Result<RetryPolicy, super::queue::FieldError> {
         if !(1..=MAX_ATTEMPTS).contains(&r.max_attempts) {
             return Err(super::queue::FieldError::new("max_attempts", format!("must be 1 to {MAX_ATTEMPTS}")));
         }
@@ -153,8 +153,8 @@ impl RetryPolicy {
 
 /// A policy as given, unchecked: for one [`RetryPolicy::check`] accepted before it was stored
 /// (a queue's).
-impl From<&super::api::JobRetryPolicy> for RetryPolicy {
-    fn from(r: &super::api::JobRetryPolicy) -> Self {
+impl From<&super::job_retry::JobRetryPolicy> for RetryPolicy {
+    fn from(r: &super::job_retry::JobRetryPolicy) -> Self {
         RetryPolicy {
             max_attempts: r.max_attempts,
             on_exit_codes: r.on_exit_codes.clone(),
@@ -348,7 +348,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &with)| Queue {
                     parent: (i > 0).then(|| name(i - 1)),
-                    retry: with.then(|| super::super::api::JobRetryPolicy {
+                    retry: with.then(|| super::super::job_retry::JobRetryPolicy {
                         max_attempts: i as u32 + 1,
                         on_exit_codes: vec![75],
                         on_oom: false,

@@ -7,6 +7,7 @@ mod gang;
 pub mod human;
 mod job;
 mod job_policy;
+mod job_retry;
 pub(crate) mod names;
 mod namespace;
 pub(crate) mod node;

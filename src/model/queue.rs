@@ -71,7 +71,7 @@ pub struct Queue {
     /// without a `retry` of their own (a job's own policy wins whole). A queue without one
     /// takes the nearest ancestor's ([`super::queue_retry_policy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<super::api::JobRetryPolicy>,
+    pub retry: Option<super::job_retry::JobRetryPolicy>,
 }
 
 /// Whether a queue's subtree may urgency-preempt jobs outside it (YuniKorn's

@@ -362,11 +362,7 @@ impl State {
                         format!("reservations of term {term} arrived in term {}: the leader changed", ctx.term),
                     );
                 }
-                use super::reservations::ReservationChange::{Released, Reserved};
-                let changes: Vec<_> = (released.into_iter().map(|r| (r, Released)))
-                    .chain(reserved.into_iter().map(|r| (r, Reserved)))
-                    .collect();
-                self.record_reservations(at_ms, &changes, out);
+                self.record_reservations(at_ms, released, reserved, out);
                 Response::Ok
             }
         }

@@ -11,7 +11,7 @@ use crate::record::ReservationRecord;
 
 /// Whether a change is a new (or moved) reservation or the end of one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReservationChange {
+enum ReservationChange {
     /// The cycle reserved the nodes.
     Reserved,
     /// The previous cycle's reservation ended without the jobs starting.
@@ -25,7 +25,7 @@ fn nodes_text(r: &ReservationRecord) -> String {
 }
 
 /// The event's message.
-pub(super) fn message(r: &ReservationRecord, change: ReservationChange) -> String {
+fn message(r: &ReservationRecord, change: ReservationChange) -> String {
     match change {
         ReservationChange::Reserved => {
             let start = match r.expected_start_ms {
@@ -46,11 +46,14 @@ impl State {
     pub(super) fn record_reservations(
         &mut self,
         at_ms: i64,
-        changes: &[(ReservationRecord, ReservationChange)],
+        released: Vec<ReservationRecord>,
+        reserved: Vec<ReservationRecord>,
         out: &mut Applied,
     ) {
+        let changes = (released.into_iter().map(|r| (r, ReservationChange::Released)))
+            .chain(reserved.into_iter().map(|r| (r, ReservationChange::Reserved)));
         for (r, change) in changes {
-            let text = message(r, *change);
+            let text = message(&r, change);
             for id in &r.jobs {
                 let Some(job) = self.jobs.get(id) else { continue };
                 if job.record.state != JobState::Queued {
