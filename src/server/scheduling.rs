@@ -115,7 +115,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             .filter(|u| app.state().queue_usage().differs_in_current(u))
             .map(|u| Command::RecordUsage { term, usage: u.clone().into() });
         let (reserved, next_kept) = reservation_events::changes(&kept, &decisions, term, now);
-        if commit(&app, &decisions, decisions_command(&decisions, term, now, inputs), usage, reserved).await {
+        if commit(&app, &decisions, decisions_command(&decisions, term, now, inputs), usage, reserved, took).await {
             kept = next_kept;
         }
     }
@@ -130,6 +130,7 @@ async fn commit(
     cmd: Command,
     usage: Option<Command>,
     reserved: Option<Command>,
+    took: Duration,
 ) -> bool {
     if decisions.leases.is_empty() && decisions.preemptions.is_empty() && decisions.failures.is_empty() {
         if let Some(cmd) = usage
@@ -154,6 +155,7 @@ async fn commit(
         preemptions = decisions.preemptions.len(),
         failures = decisions.failures.len(),
         reservation_changes = reserved.is_some(),
+        cycle_ms = took.as_secs_f64() * 1000.0,
         "scheduling decisions"
     );
     // After the decisions: a job they leased gets no reservation event.
