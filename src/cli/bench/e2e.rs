@@ -31,6 +31,10 @@ pub(crate) struct E2eArgs {
     /// Probe jobs measured at idle and again under load.
     #[arg(long, default_value_t = 100)]
     samples: usize,
+    /// The server's `[scheduler] schedule_interval_min` (e.g. `50ms`; default: the server's),
+    /// to see how much of the latency under load is the wait for the next cycle.
+    #[arg(long)]
+    schedule_interval_min: Option<String>,
 }
 
 fn probe_job() -> Value {
@@ -116,7 +120,11 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tmp = tempfile_dir()?;
-        let server = BenchServer::start(&tmp, &config(&tmp, "max_jobs_per_request = 10000"))?;
+        let mut extra = "max_jobs_per_request = 10000".to_string();
+        if let Some(i) = &args.schedule_interval_min {
+            extra.push_str(&format!("\n[scheduler]\nschedule_interval_min = {:?}", i));
+        }
+        let server = BenchServer::start(&tmp, &config(&tmp, &extra))?;
         let http = reqwest::Client::new();
         server.ready(&http).await?;
         let url = server.url.clone();
@@ -187,6 +195,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "nodes": args.nodes,
             "jobs": args.jobs,
             "queues": args.queues,
+            "schedule_interval_min": args.schedule_interval_min.as_deref().unwrap_or("default"),
             "idle_gap_ms": idle_gap.as_millis() as u64,
             "idle_p50_ms": (percentile(&idle, 50.0) * 10.0).round() / 10.0,
             "idle_p99_ms": (percentile(&idle, 99.0) * 10.0).round() / 10.0,
