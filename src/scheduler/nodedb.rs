@@ -416,12 +416,11 @@ impl NodeDb {
         self.ensure_index(level);
         let idx = self.indexes[level].as_ref()?;
         let lower = self.key_of(req, 0);
+        // Node types too small for `req` in some resource are left out of every tier's search.
+        let open: SmallVec<[u32; 8]> = types.iter().copied().filter(|&t| !self.type_too_small(level, t, req)).collect();
         for tier in 0..3 {
             let mut best: Option<Key> = None;
-            for &t in types {
-                if self.type_too_small(level, t, req) {
-                    continue;
-                }
+            for &t in &open {
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if best.as_ref().is_some_and(|b| key >= b) {
@@ -447,16 +446,15 @@ impl NodeDb {
         self.ensure_index(level);
         let Some(idx) = self.indexes[level].as_ref() else { return Vec::new() };
         let lower = self.key_of(req, 0);
+        // Node types too small for `req` in some resource are left out of every tier's search.
+        let open: SmallVec<[u32; 8]> = types.iter().copied().filter(|&t| !self.type_too_small(level, t, req)).collect();
         let mut out = Vec::with_capacity(k);
         for tier in 0..3 {
             // The `want` smallest fitting keys over all types, sorted; a type's scan stops at
             // the first key that could not make the list.
             let want = k - out.len();
             let mut found: Vec<Key> = Vec::with_capacity(want + 1);
-            for &t in types {
-                if self.type_too_small(level, t, req) {
-                    continue;
-                }
+            for &t in &open {
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
                 for key in set.range(lower..) {
                     if found.len() == want && found.last().is_some_and(|last| key >= last) {

@@ -56,7 +56,7 @@ impl PoolCycle<'_> {
                     add_to(&mut req, &self.req(j));
                 }
                 let again = Candidate { jobs: members, evicted: false, gang: cand.gang.clone(), req };
-                if self.refused_floating(&again) {
+                if self.refused_floating(&again.req, &again.jobs) {
                     return;
                 }
                 if self.is_gang(&again) {
@@ -67,7 +67,7 @@ impl PoolCycle<'_> {
             }
             return;
         }
-        if self.refused_floating(&cand) {
+        if self.refused_floating(&cand.req, &cand.jobs) {
             return;
         }
         if let Some(reason) = self.limit_violation(q, &cand) {
@@ -108,15 +108,15 @@ impl PoolCycle<'_> {
         }
     }
 
-    /// True if the pool has too little of a floating resource the candidate requests left (the
-    /// candidate's jobs then wait with why).
-    fn refused_floating(&mut self, cand: &Candidate) -> bool {
+    /// True if the pool has too little left of a floating resource `req` asks for (`jobs` then
+    /// wait with why).
+    fn refused_floating(&mut self, req: &ResVec, jobs: &[u32]) -> bool {
         if self.view().floating.is_empty() {
             return false;
         }
-        let Some(reason) = self.floating_short(&cand.req) else { return false };
+        let Some(reason) = self.floating_short(req) else { return false };
         let reason = Arc::new(reason);
-        for &j in &cand.jobs {
+        for &j in jobs {
             self.set_reason(j, reason.clone());
         }
         true
@@ -519,10 +519,7 @@ impl PoolCycle<'_> {
     pub(super) fn return_evicted(&mut self, e: u32) -> bool {
         let Some(node) = self.ledger.fate(e).node else { return false };
         let req = self.req(e);
-        if !self.view().floating.is_empty()
-            && let Some(reason) = self.floating_short(&req)
-        {
-            self.set_reason(e, Arc::new(reason));
+        if self.refused_floating(&req, &[e]) {
             return false;
         }
         let had = self.db.remove(node, e);
