@@ -2,6 +2,7 @@
 //! liveness and retention, wired together.
 
 mod cluster;
+mod cycle_pace;
 mod disk;
 mod http;
 mod liveness;

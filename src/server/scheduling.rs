@@ -1,5 +1,6 @@
 //! The scheduling loop: on the leader only, a cycle runs when something changed (at most every
-//! `schedule_interval_min`) and at least every `schedule_interval_max`. Each cycle reads a
+//! `schedule_interval_min`, sooner while cycles are cheap: `cycle_pace`) and at least every
+//! `schedule_interval_max`. Each cycle reads a
 //! snapshot of the in-memory indexes, runs the pure scheduler off the async runtime, and
 //! proposes the decisions as one command carrying the leader's term.
 //!
@@ -16,6 +17,7 @@
 //! A cycle whose node reservations changed since the previous one proposes the change with its
 //! decisions (or alone), for the jobs' events (`reservation_events`).
 
+use super::cycle_pace;
 use super::reservation_events::{self, KeptReservations};
 use crate::control::ids;
 use crate::control::{Control, now_ms};
@@ -35,6 +37,8 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
     let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
     let mut rate = RateLimiterState::default();
     let mut last = Instant::now().checked_sub(min).unwrap_or_else(Instant::now);
+    // How long the last cycle took to read its snapshot and decide: it paces the next.
+    let mut busy = Duration::ZERO;
     let mut cycle: u64 = 0;
     let mut leading = false;
     // The applied index the last cycle saw: an idle cycle is only worth running after a change.
@@ -60,9 +64,9 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             continue;
         }
         seen_applied = applied;
-        let since = last.elapsed();
-        if since < min {
-            tokio::time::sleep(min - since).await;
+        let (since, hold) = (last.elapsed(), cycle_pace::hold(min, busy));
+        if since < hold {
+            tokio::time::sleep(hold - since).await;
         }
         last = Instant::now();
         // Only a leader that a majority follows and that applied everything committed before its
@@ -87,6 +91,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
                 continue;
             }
         }
+        let read_from = Instant::now();
         let (snapshot, snapshot_index, cycles) = cycle_snapshot(&app, &cfg, &rate);
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
         let inputs = ScheduleInputsRecord {
@@ -106,6 +111,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             }
         };
         let took = started.elapsed();
+        busy = read_from.elapsed();
         cycle += 1;
         rate = decisions.rate_limits.clone();
         record(&app, &decisions, took);

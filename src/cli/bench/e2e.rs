@@ -4,11 +4,13 @@
 //! jobs per second go through the whole path: scheduled, leased over the long poll, run by the
 //! fake agent and reported back.
 
-use super::harness::{BenchServer, config, live_jobs, percentile};
+use super::harness::{BenchServer, config, live_jobs, metric_total, percentile};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
+use rand_core::Rng;
 use serde_json::{Value, json};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Arguments of `convoy bench e2e`.
@@ -20,17 +22,23 @@ pub(crate) struct E2eArgs {
     /// CPUs per fake node.
     #[arg(long, default_value_t = 16)]
     node_cpu: u32,
-    /// Load jobs (1 cpu each, running for `--runtime-ms`).
-    #[arg(long, default_value_t = 100_000)]
+    /// Load jobs (1 cpu each, running for `--runtime-ms`): enough that the load lasts for the
+    /// probe's samples.
+    #[arg(long, default_value_t = 300_000)]
     jobs: u64,
     #[arg(long, default_value_t = 10)]
     queues: u64,
     /// How long each load job "runs" on the fake agent.
     #[arg(long, default_value_t = 0)]
     runtime_ms: u64,
-    /// Probe jobs measured at idle and again under load.
+    /// Probe jobs measured at idle and again under load (under load, only while load jobs are
+    /// live: fewer if the load drains first; the output says how many).
     #[arg(long, default_value_t = 100)]
     samples: usize,
+    /// Gap between the probe's submissions before the load starts: the default lets the scheduler
+    /// fall quiet between them; a short one (e.g. 20) is a user submitting jobs one after another.
+    #[arg(long, default_value_t = 150)]
+    idle_gap_ms: u64,
     /// The server's `[scheduler] schedule_interval_min` (e.g. `50ms`; default: the server's),
     /// to see how much of the latency under load is the wait for the next cycle.
     #[arg(long)]
@@ -72,7 +80,8 @@ impl Probe {
     }
 
     /// One sample: submit, then long-poll until the lease arrives; acknowledges and ends the run.
-    async fn sample(&self) -> anyhow::Result<Duration> {
+    /// Returns how long until the lease arrived, and how long of that the submission took.
+    async fn sample(&self) -> anyhow::Result<(Duration, Duration)> {
         let t0 = Instant::now();
         let r = self
             .http
@@ -81,6 +90,7 @@ impl Probe {
             .send()
             .await?;
         let v: Value = r.json().await?;
+        let accepted = t0.elapsed();
         let id = v["job_ids"][0].as_str().context("probe job id")?.to_string();
         loop {
             let v = self.poll(&[], 10.0).await?;
@@ -96,7 +106,7 @@ impl Probe {
                     .json(&json!({"events": events}))
                     .send()
                     .await?;
-                return Ok(took);
+                return Ok((took, accepted));
             }
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!("probe job {id} was not leased within 60 s");
@@ -104,15 +114,34 @@ impl Probe {
         }
     }
 
-    async fn samples(&self, n: usize, gap: Duration) -> anyhow::Result<Vec<Duration>> {
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(self.sample().await?);
-            tokio::time::sleep(gap).await;
+    /// Up to `n` samples, until `until` turns true: the submit→lease times and the submission
+    /// times, each sorted. Between samples the probe waits `gap`, or with `jitter` a pseudo-random
+    /// time from zero to twice `gap`: a fixed gap would lock the probe to the cycle period (each
+    /// submission landing at the same point between two cycles), which measures that one point
+    /// instead of the wait a job arriving at any time sees.
+    async fn samples(&self, n: usize, gap: Duration, jitter: bool, until: &AtomicBool) -> anyhow::Result<Samples> {
+        let mut out = Samples::default();
+        let mut rng = rand_pcg::Pcg64Mcg::new(0x5eed);
+        while out.leased.len() < n && !until.load(Ordering::Relaxed) {
+            let (l, a) = self.sample().await?;
+            out.leased.push(l);
+            out.accepted.push(a);
+            let wait = if jitter { gap.mul_f64(2.0 * (rng.next_u32() as f64 / u32::MAX as f64)) } else { gap };
+            tokio::time::sleep(wait).await;
         }
-        out.sort();
+        out.leased.sort();
+        out.accepted.sort();
         Ok(out)
     }
+}
+
+/// The probe's samples, each list sorted.
+#[derive(Default)]
+struct Samples {
+    /// Submission to the lease received.
+    leased: Vec<Duration>,
+    /// Submission to its answer.
+    accepted: Vec<Duration>,
 }
 
 pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
@@ -135,10 +164,10 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         let probe = Probe { http: http.clone(), url: url.clone() };
         probe.poll(&[], 0.0).await?;
 
-        // Idle: nothing else happens, and each probe job arrives after the scheduler has been
-        // quiet for longer than schedule_interval_min (default 100 ms).
-        let idle_gap = Duration::from_millis(150);
-        let idle = probe.samples(args.samples, idle_gap).await?;
+        // Idle: nothing else happens; with the default gap each probe job arrives after the
+        // scheduler has been quiet for longer than schedule_interval_min (default 100 ms).
+        let idle_gap = Duration::from_millis(args.idle_gap_ms);
+        let idle = probe.samples(args.samples, idle_gap, false, &AtomicBool::new(false)).await?.leased;
 
         // Load: queue every job, then start the fake agent and drain.
         let per = 1000usize;
@@ -172,12 +201,19 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             .stderr(Stdio::from(std::fs::File::create(tmp.join("agent.log"))?))
             .spawn()
             .context("starting the fake agent")?;
+        let cycle_metric = "convoy_scheduling_cycle_duration_seconds";
+        let cycles_before = metric_total(&http, &url, &format!("{cycle_metric}_count")).await?;
+        let cycle_s_before = metric_total(&http, &url, &format!("{cycle_metric}_sum")).await?;
         let start = Instant::now();
-        let load = probe.samples(args.samples, Duration::from_millis(20));
+        // Samples are taken only while load jobs are live: once they drained, a sample measures
+        // an idle server.
+        let drained_flag = AtomicBool::new(false);
+        let load = probe.samples(args.samples, Duration::from_millis(20), true, &drained_flag);
         let drain = async {
             loop {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 if live_jobs(&http, &url, "load-").await? == 0 {
+                    drained_flag.store(true, Ordering::Relaxed);
                     return anyhow::Ok(start.elapsed());
                 }
                 if start.elapsed() > Duration::from_secs(1800) {
@@ -187,6 +223,10 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         };
         let (load, drained) = tokio::join!(load, drain);
         let (load, drained) = (load?, drained?);
+        // Where the wait under load goes: how many cycles ran, and how long each took to decide.
+        let cycles = metric_total(&http, &url, &format!("{cycle_metric}_count")).await? - cycles_before;
+        let cycle_s = metric_total(&http, &url, &format!("{cycle_metric}_sum")).await? - cycle_s_before;
+        let ms = |v: f64| (v * 10.0).round() / 10.0;
         let failed: Value = http.get(format!("{url}/v1/jobs?state=failed&limit=1000")).send().await?.json().await?;
         let failed = failed["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
         let _ = agent.kill();
@@ -199,8 +239,13 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "idle_gap_ms": idle_gap.as_millis() as u64,
             "idle_p50_ms": (percentile(&idle, 50.0) * 10.0).round() / 10.0,
             "idle_p99_ms": (percentile(&idle, 99.0) * 10.0).round() / 10.0,
-            "load_p50_ms": (percentile(&load, 50.0) * 10.0).round() / 10.0,
-            "load_p99_ms": (percentile(&load, 99.0) * 10.0).round() / 10.0,
+            "load_samples": load.leased.len(),
+            "load_p50_ms": ms(percentile(&load.leased, 50.0)),
+            "load_p99_ms": ms(percentile(&load.leased, 99.0)),
+            "load_max_ms": ms(load.leased.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
+            "load_submit_p50_ms": ms(percentile(&load.accepted, 50.0)),
+            "load_cycles_per_sec": ms(cycles / drained.as_secs_f64()),
+            "load_cycle_mean_ms": ms(cycle_s * 1000.0 / cycles.max(1.0)),
             "drain_s": (drained.as_secs_f64() * 10.0).round() / 10.0,
             "leased_jobs_per_sec": (args.jobs as f64 / drained.as_secs_f64()).round(),
             "failed": failed,
