@@ -220,6 +220,12 @@ impl RunDir {
             }
         };
         let _ = std::fs::remove_file(&tmp);
+        if linked {
+            // The record's blocks are synced, but its name lives in the directory: without this
+            // a machine crash could lose `exit` for an end the agent already reported, and a
+            // restarted agent would judge the run anew.
+            std::fs::File::open(&self.path)?.sync_all()?;
+        }
         Ok(linked)
     }
 
