@@ -2,9 +2,13 @@
 
 use super::gang::GangSpec;
 use super::names::{ExecutorName, JobId, JobSetName, NodeName, PoolName, PriorityClassName, QueueName, RunId};
-use super::requirements::SchedulingRequirements;
+use super::requirements::Requirements;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Sequence numbers of a job's events: the first two inline, without an allocation of their own.
+pub type EventSeqs = smallvec::SmallVec<[u64; 2]>;
 
 /// Where a job is in its life: `queued`, `leased`, `pending` or `running` until it ends, then
 /// `succeeded`, `failed`, `cancelled` or `preempted` for good. A lost run sends the job back to `queued`.
@@ -190,11 +194,12 @@ pub struct Job {
     pub annotations: BTreeMap<String, String>,
     /// Labels as submitted.
     pub labels: BTreeMap<String, String>,
-    /// What the job needs from a node (empty in the record of a live job held in memory: see
-    /// `state::LiveJob`).
-    pub requirements: SchedulingRequirements,
-    /// Gang membership, from the annotations.
-    pub gang: Option<GangSpec>,
+    /// What the job needs from a node. Shared: the state interns them, so the live jobs asking
+    /// for the same hold one allocation (and the scheduler's view holds it too).
+    pub requirements: Requirements,
+    /// Gang membership, from the annotations (shared with the scheduler's view of the job; boxed
+    /// behind a pointer as most jobs are in no gang).
+    pub gang: Option<Arc<GangSpec>>,
     /// Time between SIGTERM and SIGKILL when a run is stopped, in ms (at least 1000).
     pub termination_grace_period_ms: u64,
     /// Longest a run may last, in seconds: the pod spec's `activeDeadlineSeconds` or the server's
@@ -206,8 +211,9 @@ pub struct Job {
     pub state_reason: Option<String>,
     /// Attempts to run the job, oldest first; at most one is not over.
     pub runs: Vec<Run>,
-    /// Sequence numbers of this job's events in its job set's stream.
-    pub event_seqs: Vec<u64>,
+    /// Sequence numbers of this job's events in its job set's stream. A queued job has two
+    /// (submitted, queued), held inline.
+    pub event_seqs: EventSeqs,
     /// Kubernetes namespace of the job's pod, services and ingresses; none: the agent's own.
     pub namespace: Option<super::Namespace>,
     /// Its dependencies and retry policy, if it has any (kept in the `job_policies` table).

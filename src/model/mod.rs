@@ -23,7 +23,7 @@ pub(crate) mod spelling;
 pub(crate) mod strict_json;
 
 pub use gang::GangSpec;
-pub use job::{Event, EventKind, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};
+pub use job::{Event, EventKind, EventSeqs, Job, JobPayload, JobState, KillRequest, Run, RunState, RunUsage};
 pub use job_policy::{
     Dependency, DependencyCondition, DependencyVerdict, JobPolicies, RetryPolicy, RunFailure, is_oom_reason,
     queue_retry_policy, retry_time,

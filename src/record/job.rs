@@ -4,10 +4,12 @@
 use super::placement::{NodeAffinityRecord, TolerationRecord};
 use crate::model::{
     ExecutorName, GangSpec, Job, JobId, JobPayload, JobSetName, JobState, KillRequest, Namespace, NodeName, PoolName,
-    PriorityClassName, QueueName, ResourceName, Resources, Run, RunId, RunPod, RunState, SchedulingRequirements,
+    PriorityClassName, QueueName, Requirements, ResourceName, Resources, Run, RunId, RunPod, RunState,
+    SchedulingRequirements,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Resource amounts by name (cpu in millicores, memory in bytes, others in milli-units).
 pub(super) type QuantitiesRecord = BTreeMap<ResourceName, i64>;
@@ -403,14 +405,14 @@ impl From<Job> for JobRecord {
             client_id,
             annotations,
             labels,
-            requirements: requirements.into(),
-            gang: gang.map(Into::into),
+            requirements: SchedulingRequirements::clone(&requirements).into(),
+            gang: gang.map(|g| GangSpec::clone(&g).into()),
             termination_grace_period_ms,
             active_deadline_seconds,
             state: state.into(),
             state_reason,
             runs: runs.into_iter().map(Into::into).collect(),
-            event_seqs,
+            event_seqs: event_seqs.into_vec(),
             namespace,
         }
     }
@@ -450,14 +452,14 @@ impl From<JobRecord> for Job {
             client_id,
             annotations,
             labels,
-            requirements: requirements.into(),
-            gang: gang.map(Into::into),
+            requirements: Requirements::new(requirements.into()),
+            gang: gang.map(|g| Arc::new(g.into())),
             termination_grace_period_ms,
             active_deadline_seconds,
             state: state.into(),
             state_reason,
             runs: runs.into_iter().map(Into::into).collect(),
-            event_seqs,
+            event_seqs: event_seqs.into(),
             namespace,
             policies: None,
         }

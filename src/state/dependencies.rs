@@ -177,7 +177,7 @@ impl State {
     /// order.
     pub fn waiting_jobs(&self) -> Vec<&super::LiveJob> {
         let ids: std::collections::BTreeSet<JobId> = self.dependents.values().flatten().copied().collect();
-        let mut jobs: Vec<&super::LiveJob> = ids.iter().filter_map(|id| self.jobs.get(id).map(|j| &**j)).collect();
+        let mut jobs: Vec<&super::LiveJob> = ids.iter().filter_map(|id| self.jobs.get(id)).collect();
         jobs.retain(|j| j.record.state == JobState::Queued && j.record.waiting_on().is_some());
         jobs.sort_by_key(|j| j.record.submit_seq);
         jobs

@@ -54,14 +54,14 @@ impl State {
                 client_id: nj.client_id.clone(),
                 annotations: nj.annotations,
                 labels: nj.labels,
-                requirements: nj.requirements.into(),
-                gang: nj.gang.map(Into::into),
+                requirements: crate::model::Requirements::new(nj.requirements.into()),
+                gang: nj.gang.map(|g| std::sync::Arc::new(g.into())),
                 termination_grace_period_ms: nj.termination_grace_period_ms,
                 active_deadline_seconds: nj.active_deadline_seconds,
                 state: JobState::Queued,
                 state_reason: None,
                 runs: vec![],
-                event_seqs: vec![],
+                event_seqs: Default::default(),
                 namespace,
                 policies,
             };
@@ -78,7 +78,7 @@ impl State {
             let submitted = self.event(out, &record, at_ms, EventKind::Submitted, None, None);
             let waiting = record.waiting_on().filter(|_| unmet.is_none()).map(|d| d.waiting_reason());
             let queued = self.event(out, &record, at_ms, EventKind::Queued, None, waiting);
-            record.event_seqs = vec![submitted, queued];
+            record.event_seqs = [submitted, queued].into();
             self.add_job(out, record);
             if let Some((dep, end)) = unmet {
                 self.end_unmet(out, nj.id, dep, end, at_ms);

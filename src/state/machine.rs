@@ -4,9 +4,10 @@
 
 use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, ReportedEvent, Response};
+use super::live_jobs::LiveJobs;
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeName, PriorityClassName, Queue, QueueName,
-    Requirements, ResourceName, Resources, RunId, SchedulingRequirements,
+    Requirements, ResourceName, Resources, RunId,
 };
 use crate::record::{EventRecord, ExecutorRecord, JobRecord, SchedulerConfigRecord};
 use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, QueueUsage};
@@ -53,23 +54,21 @@ impl From<ExecutorRecord> for Executor {
 
 /// A job that is not over (or whose last run is still being stopped).
 ///
-/// To keep memory per queued job small, `record.requirements` is left empty in memory: the
-/// requirements live once, interned, in `info` (use [`LiveJob::full_record`] for the whole
-/// record), and names are shared with the queue and job-set indexes.
+/// To keep memory per queued job small, the record's requirements are interned (one allocation
+/// for all the live jobs asking the same) and shared with `info`, as is its gang; names are
+/// shared with the queue and job-set indexes.
 #[derive(Debug, Clone)]
 pub struct LiveJob {
-    /// The job, with its requirements left empty (they are in `info`).
+    /// The job.
     pub record: Job,
     /// The scheduler's view, shared with snapshots.
     pub info: Arc<JobInfo>,
 }
 
 impl LiveJob {
-    /// The whole record, requirements included.
+    /// The whole record.
     pub fn full_record(&self) -> Job {
-        let mut r = self.record.clone();
-        r.requirements = (*self.info.requirements).clone();
-        r
+        self.record.clone()
     }
 
     /// The job's requests.
@@ -139,9 +138,9 @@ pub struct State {
     pub(super) settings: StateSettings,
     /// Every queue, by name.
     pub(super) queues: BTreeMap<QueueName, QueueState>,
-    /// Boxed so that growing the map moves pointers, not records: a burst of submissions
+    /// Boxed so that growing the table moves pointers, not records: a burst of submissions
     /// doubles it many times, and at half load an inline record would waste its size per job.
-    pub(super) jobs: HashMap<JobId, Box<LiveJob>>,
+    pub(super) jobs: LiveJobs,
     /// Active runs.
     pub(super) runs: HashMap<RunId, JobId>,
     /// Jobs with an active run, per executor.
@@ -213,7 +212,7 @@ impl State {
         State {
             settings,
             queues: BTreeMap::new(),
-            jobs: HashMap::new(),
+            jobs: LiveJobs::default(),
             runs: HashMap::new(),
             by_executor: HashMap::new(),
             unacked: HashMap::new(),
@@ -383,7 +382,7 @@ impl State {
     }
 
     /// The scheduler's view of a record, sharing requirements and names with other jobs.
-    fn job_info(&mut self, r: &Job, requirements: Requirements) -> Arc<JobInfo> {
+    fn job_info(&mut self, r: &Job) -> Arc<JobInfo> {
         let priority_class =
             self.class_names.entry(r.priority_class.clone()).or_insert_with(|| r.priority_class.clone()).clone();
         let queue = self.queues.get(&r.queue).map(|q| q.queue.name.clone()).unwrap_or_else(|| r.queue.clone());
@@ -393,20 +392,19 @@ impl State {
             priority_class,
             priority: r.priority,
             submit_seq: r.submit_seq,
-            requirements,
-            gang: r.gang.clone().map(Arc::new),
+            requirements: r.requirements.clone(),
+            gang: r.gang.clone(),
             pools: vec![],
             not_before_ms: r.policies.as_ref().and_then(|p| p.not_before_ms),
         })
     }
 
-    fn intern(&mut self, r: &SchedulingRequirements) -> Requirements {
-        let fp = r.fingerprint();
-        let bucket = self.interned.entry(fp).or_default();
-        if let Some(existing) = bucket.iter().find(|e| ***e == *r) {
+    fn intern(&mut self, r: &Requirements) -> Requirements {
+        let bucket = self.interned.entry(r.fingerprint()).or_default();
+        if let Some(existing) = bucket.iter().find(|e| e.ptr_eq(r) || ***e == **r) {
             return existing.clone();
         }
-        let new = Requirements::new(r.clone());
+        let new = r.clone();
         bucket.push(new.clone());
         self.interned_len += 1;
         // Finished jobs leave their requirement sets behind; drop the unused ones whenever the
@@ -488,7 +486,7 @@ impl State {
                 q.demand.add(&job.info.requirements.requests);
             }
         }
-        self.jobs.insert(id, job);
+        self.jobs.insert(job);
     }
 
     /// Takes a job out of every index; returns it.
@@ -543,7 +541,7 @@ impl State {
         f(&mut job.record);
         let not_before = job.record.policies.as_ref().and_then(|p| p.not_before_ms);
         if job.record.priority != before_priority || not_before != before_not_before {
-            job.info = self.job_info(&job.record, job.info.requirements.clone());
+            job.info = self.job_info(&job.record);
         }
         let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
         if live {
@@ -559,7 +557,7 @@ impl State {
 
     /// Makes a record a live job: interned requirements, shared names.
     fn live(&mut self, mut record: Job) -> Box<LiveJob> {
-        let requirements = self.intern(&std::mem::take(&mut record.requirements));
+        record.requirements = self.intern(&record.requirements);
         if let Some(q) = self.queues.get(&record.queue) {
             record.queue = q.queue.name.clone();
         }
@@ -571,7 +569,7 @@ impl State {
             .entry(record.priority_class.clone())
             .or_insert_with(|| record.priority_class.clone())
             .clone();
-        let info = self.job_info(&record, requirements);
+        let info = self.job_info(&record);
         Box::new(LiveJob { record, info })
     }
 

@@ -24,6 +24,7 @@ mod command;
 mod dependencies;
 mod job_times;
 mod jobs;
+mod live_jobs;
 mod log_tail;
 mod machine;
 mod quarantine;

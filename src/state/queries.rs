@@ -51,12 +51,12 @@ impl State {
 
     /// A live job.
     pub fn job(&self, id: JobId) -> Option<&LiveJob> {
-        self.jobs.get(&id).map(|j| &**j)
+        self.jobs.get(&id)
     }
 
     /// Every live job, in no particular order.
     pub fn jobs(&self) -> impl ExactSizeIterator<Item = &LiveJob> + '_ {
-        self.jobs.values().map(|j| &**j)
+        self.jobs.values()
     }
 
     /// The live job whose active run is `run`.

@@ -112,6 +112,7 @@ impl Store {
             job.policies = read_policies(&policies, key)?;
             state.restore_job(job);
         }
+        state.pack_indexes();
         Ok(state)
     }
 }

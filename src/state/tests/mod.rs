@@ -657,3 +657,33 @@ fn other_priority_classes_reorder_the_queued_jobs() {
     assert_eq!(order(&s), vec![1, 2]);
     assert_eq!(*s.settings(), StateSettings::from_config(&cfg));
 }
+
+#[test]
+fn packing_the_indexes_keeps_the_queue_order_and_the_job_sets() {
+    let mut s = state();
+    // Priorities that put the queue order apart from the id order, over several B-tree nodes.
+    let jobs: Vec<NewJob> =
+        (1..=100u128).map(|i| NewJob { priority: (i % 7) as u32, ..new_job(i, None, "100m") }).collect();
+    submit(&mut s, jobs);
+    let order = |s: &State| s.queue(&q("A")).map(|qs| qs.queued.clone().into_iter().collect::<Vec<_>>());
+    let members = |s: &State| s.job_set_jobs(&q("A"), &set("s")).map(|j| j.record.id).collect::<Vec<_>>();
+    let (before, in_set) = (order(&s), members(&s));
+    assert_eq!(before.as_ref().map(Vec::len), Some(100));
+    s.pack_indexes();
+    assert_eq!(order(&s), before);
+    assert_eq!(members(&s), in_set);
+    // The packed indexes keep working: a cancelled job leaves both.
+    s.apply(
+        Command::Cancel {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: Some(vec![JobId::from_u128(50)]),
+            states: None,
+            reason: "test".into(),
+            at_ms: 20,
+        },
+        ApplyContext::default(),
+    );
+    assert_eq!(order(&s).map(|o| o.len()), Some(99));
+    assert!(!members(&s).contains(&JobId::from_u128(50)));
+}

@@ -468,7 +468,7 @@ fn events_resume_from_any_sequence_number_across_chunks() {
     let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
     let job = sample(&other).jobs().next().unwrap().full_record();
     let record =
-        crate::model::Job { event_seqs: vec![1, 4, 200, 304, 999], queue: q.clone(), job_set: s.clone(), ..job };
+        crate::model::Job { event_seqs: vec![1, 4, 200, 304, 999].into(), queue: q.clone(), job_set: s.clone(), ..job };
     let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(found, vec![1, 4, 200, 304], "sequence numbers that were never written are skipped");
 }
@@ -520,7 +520,7 @@ fn version_1_events_are_regrouped_into_chunks() {
     let mid: Vec<u64> = store.events(&q, &big, 300, 3).unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(mid, vec![300, 301, 302]);
     let job_events = store.job_events(&record).unwrap();
-    assert_eq!(job_events.iter().map(|e| e.seq).collect::<Vec<_>>(), record.event_seqs);
+    assert_eq!(job_events.iter().map(|e| e.seq).collect::<Vec<_>>(), record.event_seqs.to_vec());
     assert!(job_events.iter().all(|e| e.job_id == record.id));
     use redb::{ReadableTableMetadata, TableHandle};
     let rows = store.db().begin_read().unwrap().open_table(EVENTS).unwrap().len().unwrap();
