@@ -56,7 +56,9 @@ pub struct SchedulerConfig {
     /// Resources (at most 4) that order nodes for best fit: a job goes to the node with the least
     /// free of the first, then the second, …
     pub indexed_resources: Vec<ResourceName>,
-    /// The leader runs a cycle at most this often.
+    /// The leader runs a cycle at most this often while cycles are expensive; while they are
+    /// cheap (a fifth of this or less to decide), sooner: five times the last one's decision
+    /// time, and never sooner than a tenth of this.
     #[serde(with = "serde_text")]
     pub schedule_interval_min: Duration,
     /// …and at least this often.

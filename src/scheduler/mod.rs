@@ -100,10 +100,12 @@ pub mod why;
 pub use config::{FairnessModel, FloatingResourceConfig, SchedulerConfig};
 
 /// The version of the scheduling algorithm, recorded with every cycle (`convoy replay`): raise it
-/// when the same snapshot, configuration, seed and time may give other decisions, so that a
-/// replay by another binary says why it differs. `tests/scenarios/` pin the decisions of this
-/// version (`simulate` tests).
-pub const SCHEDULER_VERSION: u32 = 1;
+/// when the same snapshot, configuration, seed and time (or the same state, read into a
+/// snapshot) may give other decisions, so that a replay by another binary says why it differs.
+/// `tests/scenarios/` pin the decisions of this version (`simulate` tests).
+///
+/// 2: runs being stopped hold only the room their node has left beside its running jobs.
+pub const SCHEDULER_VERSION: u32 = 2;
 pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, FloatingUse, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,

@@ -15,6 +15,7 @@ impl State {
     /// quarantine comes along with its end; the scheduler judges which hold at its `now`.
     pub fn scheduling_snapshot(&self, lookback: usize, rate_limits: RateLimiterState) -> Snapshot {
         let mut stopping: HashMap<(&str, &str), Resources> = HashMap::new();
+        let mut held: HashMap<(&str, &str), Resources> = HashMap::new();
         let mut running = Vec::new();
         for set in self.by_executor.values() {
             for id in set {
@@ -23,6 +24,7 @@ impl State {
                 if run.kill.is_some() {
                     stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                 } else {
+                    held.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                     running.push(RunningJob {
                         job: job.info.clone(),
                         executor: run.executor.clone(),
@@ -38,8 +40,10 @@ impl State {
         for e in self.executors.values() {
             for n in &e.nodes {
                 let mut unallocatable = n.unallocatable.clone();
-                if let Some(extra) = stopping.get(&(e.name.as_str(), n.name.as_str())) {
-                    unallocatable.add(extra);
+                let key = (e.name.as_str(), n.name.as_str());
+                if let Some(stopping) = stopping.get(&key) {
+                    let room = stopping_room(stopping, &n.allocatable, &unallocatable, held.get(&key));
+                    unallocatable.add(&room);
                 }
                 nodes.push(Node {
                     name: n.name.clone(),
@@ -106,4 +110,28 @@ impl State {
             job_times: Default::default(),
         }
     }
+}
+
+/// The room runs being stopped on a node hold: what they use, but no more than the node has left
+/// beside its running jobs. The cycle that evicted them already gave their room to the jobs that
+/// replace them; counting it a second time would leave those jobs without room on their own node,
+/// and the next cycle, evicting and re-placing preemptible jobs, would preempt them while the
+/// evicted ones were still stopping (which takes a real agent seconds).
+fn stopping_room(
+    stopping: &Resources,
+    allocatable: &Resources,
+    unallocatable: &Resources,
+    held: Option<&Resources>,
+) -> Resources {
+    let mut room = Resources::new();
+    for (name, used) in stopping.iter() {
+        let left = allocatable.get(name.as_str())
+            - unallocatable.get(name.as_str())
+            - held.map_or(0, |h| h.get(name.as_str()));
+        let hold = used.min(left.max(0));
+        if hold > 0 {
+            room.set(name.clone(), hold);
+        }
+    }
+    room
 }

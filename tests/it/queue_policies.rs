@@ -22,17 +22,29 @@ fn job_of(class: &str) -> Value {
 }
 
 /// A fake executor with one 8-cpu node: it runs what it is leased and stops what it is told to
-/// kill.
+/// kill, at once or, with `stop_after`, only after that long (as a real agent waits out a pod's
+/// grace period), reporting the run as running meanwhile.
 #[derive(Default)]
 struct Executor {
     runs: Vec<Value>,
+    stop_after: Duration,
+    /// Runs told to stop, and when they will have stopped.
+    stopping: Vec<(Value, Instant)>,
 }
 
 impl Executor {
     async fn poll(&mut self, s: &Server) {
-        let v = s.poll("e1", &[node("n1", "8")], &self.runs, 0.2).await;
+        let now = Instant::now();
+        self.stopping.retain(|(_, at)| *at > now);
+        let held: Vec<Value> = self.runs.iter().chain(self.stopping.iter().map(|(r, _)| r)).cloned().collect();
+        let v = s.poll("e1", &[node("n1", "8")], &held, 0.2).await;
         let kills: Vec<&Value> = v["kills"].as_array().into_iter().flatten().map(|k| &k["run_id"]).collect();
-        self.runs.retain(|r| !kills.contains(&&r["run_id"]));
+        let (killed, kept): (Vec<Value>, Vec<Value>) =
+            std::mem::take(&mut self.runs).into_iter().partition(|r| kills.contains(&&r["run_id"]));
+        self.runs = kept;
+        if !self.stop_after.is_zero() {
+            self.stopping.extend(killed.into_iter().map(|r| (r, now + self.stop_after)));
+        }
         for l in v["leases"].as_array().into_iter().flatten() {
             self.runs.push(json!({"run_id": l["run_id"], "job_id": l["job_id"], "state": "running"}));
         }
@@ -111,6 +123,32 @@ async fn a_guarantee_takes_room_from_another_queues_preemptible_jobs() {
     assert!(b.get("guaranteed_share").is_none(), "{b}");
     let (_, metrics) = s.text("/metrics").await;
     assert!(metrics.contains("convoy_queue_guaranteed_share{pool=\"default\",queue=\"A\"} 0.75"), "{metrics}");
+}
+
+#[tokio::test]
+async fn jobs_placed_in_room_an_eviction_made_keep_it_while_the_evicted_runs_stop() {
+    // The evicted runs take two seconds to stop, as pods do: cycles run meanwhile, and must not
+    // count the room those runs still use against the jobs that were given it.
+    let s = Server::start("");
+    s.ready().await;
+    let (status, body) = s.post("/v1/queues", &json!({"name": "A", "guaranteed": {"cpu": "6"}})).await;
+    assert_eq!(status, 201, "{body}");
+    s.create_queue("B").await;
+    let mut e = Executor { stop_after: Duration::from_secs(2), ..Executor::default() };
+    e.poll(&s).await;
+    s.submit("B", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    wait_report(&s, &mut e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
+    s.submit("A", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    wait_report(&s, &mut e, "A", "at its guarantee", |p| p["allocated"]["cpu"] == "6").await;
+    // Until well after the evicted runs stopped, A keeps all six.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        e.poll(&s).await;
+        let (_, r) = s.get("/v1/queues/A/report").await;
+        assert_eq!(r["jobs"].get("preempted"), None, "A's jobs were preempted while B's stopped: {r:#}");
+        assert_eq!(r["pools"][0]["allocated"]["cpu"], "6", "{r:#}");
+    }
+    assert!(e.stopping.is_empty(), "the evicted runs have stopped by now");
 }
 
 #[tokio::test]

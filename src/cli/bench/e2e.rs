@@ -22,9 +22,8 @@ pub(crate) struct E2eArgs {
     /// CPUs per fake node.
     #[arg(long, default_value_t = 16)]
     node_cpu: u32,
-    /// Load jobs (1 cpu each, running for `--runtime-ms`): enough that the load lasts for the
-    /// probe's samples.
-    #[arg(long, default_value_t = 300_000)]
+    /// Load jobs (1 cpu each, running for `--runtime-ms`).
+    #[arg(long, default_value_t = 100_000)]
     jobs: u64,
     #[arg(long, default_value_t = 10)]
     queues: u64,

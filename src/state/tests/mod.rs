@@ -408,6 +408,40 @@ fn snapshot_counts_stopping_runs_as_used_by_others() {
 }
 
 #[test]
+fn stopping_runs_hold_only_the_room_their_replacements_left() {
+    // Node n1 has 8 cpu. Job 2 (6) is being stopped and jobs 1 (2) and 3 (5) run there, as after a
+    // cycle that evicted job 2 to place job 3: 7 of 8 cpu are held by running jobs, so the
+    // stopping run holds the 1 left and not its 6 (which would leave job 3 without room).
+    let mut s = state();
+    submit(&mut s, vec![new_job(1, None, "2"), new_job(2, None, "6"), new_job(3, None, "5")]);
+    lease(&mut s, 1, 100, 1, 1);
+    lease(&mut s, 2, 200, 1, 1);
+    let preempt = |s: &mut State| {
+        s.apply(
+            Command::Preempt {
+                queue: q("A"),
+                job_set: set("s"),
+                job_ids: vec![JobId::from_u128(2)],
+                reason: "admin".into(),
+                at_ms: 5,
+            },
+            ApplyContext::default(),
+        )
+    };
+    preempt(&mut s);
+    // Before the replacement: the stopping run holds all it uses.
+    let snap = s.scheduling_snapshot(0, Default::default());
+    assert_eq!(snap.nodes[0].unallocatable.get("cpu"), 6000);
+    lease(&mut s, 3, 300, 1, 1);
+    let snap = s.scheduling_snapshot(0, Default::default());
+    assert_eq!(snap.running.len(), 2);
+    assert_eq!(snap.nodes[0].unallocatable.get("cpu"), 1000);
+    // The running jobs fit the node beside it: nothing is over-committed.
+    let used: i64 = snap.running.iter().map(|r| r.job.requirements.requests.get("cpu")).sum();
+    assert_eq!(used + snap.nodes[0].unallocatable.get("cpu"), snap.nodes[0].allocatable.get("cpu"));
+}
+
+#[test]
 fn batches_answer_each_command() {
     let mut s = state();
     let a = s.apply(
