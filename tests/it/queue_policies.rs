@@ -103,20 +103,24 @@ async fn policies_are_checked_stored_and_shown() {
     assert!(tree.contains("tenant (weight 1, priority_offset 3, preemption fence)"), "{tree}");
 }
 
-#[tokio::test]
-async fn a_guarantee_takes_room_from_another_queues_preemptible_jobs() {
-    let s = Server::start("");
+/// Queue A, guaranteed 6 cpu, asks for the whole 8-cpu node once queue B fills it with
+/// preemptible jobs.
+async fn a_guaranteed_6_of_bs_8(s: &Server, e: &mut Executor) {
     s.ready().await;
     let (status, body) = s.post("/v1/queues", &json!({"name": "A", "guaranteed": {"cpu": "6"}})).await;
     assert_eq!(status, 201, "{body}");
     s.create_queue("B").await;
-    let mut e = Executor::default();
-    e.poll(&s).await;
-
-    // B fills the node with preemptible jobs; then A asks for the whole node.
+    e.poll(s).await;
     s.submit("B", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
-    wait_report(&s, &mut e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
+    wait_report(s, e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
     s.submit("A", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+}
+
+#[tokio::test]
+async fn a_guarantee_takes_room_from_another_queues_preemptible_jobs() {
+    let s = Server::start("");
+    let mut e = Executor::default();
+    a_guaranteed_6_of_bs_8(&s, &mut e).await;
     let a = wait_report(&s, &mut e, "A", "at its guarantee", |p| p["allocated"]["cpu"] == "6").await;
     assert_eq!((&a["guaranteed_share"], a.get("guarantee_scaled")), (&json!(0.75), None), "{a}");
     let b = wait_report(&s, &mut e, "B", "down to the rest", |p| p["allocated"]["cpu"] == "2").await;
@@ -130,15 +134,8 @@ async fn jobs_placed_in_room_an_eviction_made_keep_it_while_the_evicted_runs_sto
     // The evicted runs take two seconds to stop, as pods do: cycles run meanwhile, and must not
     // count the room those runs still use against the jobs that were given it.
     let s = Server::start("");
-    s.ready().await;
-    let (status, body) = s.post("/v1/queues", &json!({"name": "A", "guaranteed": {"cpu": "6"}})).await;
-    assert_eq!(status, 201, "{body}");
-    s.create_queue("B").await;
     let mut e = Executor { stop_after: Duration::from_secs(2), ..Executor::default() };
-    e.poll(&s).await;
-    s.submit("B", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
-    wait_report(&s, &mut e, "B", "holding the node", |p| p["allocated"]["cpu"] == "8").await;
-    s.submit("A", "s", (0..8).map(|_| job_of("preemptible")).collect()).await;
+    a_guaranteed_6_of_bs_8(&s, &mut e).await;
     wait_report(&s, &mut e, "A", "at its guarantee", |p| p["allocated"]["cpu"] == "6").await;
     // Until well after the evicted runs stopped, A keeps all six.
     let until = Instant::now() + Duration::from_secs(3);

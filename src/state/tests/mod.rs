@@ -384,22 +384,27 @@ fn delete_queue_refuses_live_jobs_unless_forced() {
     assert!(s.queues.is_empty() && s.jobs.is_empty());
 }
 
+/// An admin's preemption of job `job` of queue A.
+fn preempt(s: &mut State, job: u128) -> Applied {
+    s.apply(
+        Command::Preempt {
+            queue: q("A"),
+            job_set: set("s"),
+            job_ids: vec![JobId::from_u128(job)],
+            reason: "admin".into(),
+            at_ms: 5,
+        },
+        ApplyContext::default(),
+    )
+}
+
 #[test]
 fn snapshot_counts_stopping_runs_as_used_by_others() {
     let mut s = state();
     submit(&mut s, vec![new_job(1, None, "2"), new_job(2, None, "3")]);
     lease(&mut s, 1, 100, 1, 1);
     lease(&mut s, 2, 200, 1, 1);
-    s.apply(
-        Command::Preempt {
-            queue: q("A"),
-            job_set: set("s"),
-            job_ids: vec![JobId::from_u128(2)],
-            reason: "admin".into(),
-            at_ms: 5,
-        },
-        ApplyContext::default(),
-    );
+    preempt(&mut s, 2);
     let snap = s.scheduling_snapshot(0, Default::default());
     assert_eq!(snap.running.len(), 1);
     assert_eq!(snap.running[0].job.id, JobId::from_u128(1));
@@ -416,19 +421,7 @@ fn stopping_runs_hold_only_the_room_their_replacements_left() {
     submit(&mut s, vec![new_job(1, None, "2"), new_job(2, None, "6"), new_job(3, None, "5")]);
     lease(&mut s, 1, 100, 1, 1);
     lease(&mut s, 2, 200, 1, 1);
-    let preempt = |s: &mut State| {
-        s.apply(
-            Command::Preempt {
-                queue: q("A"),
-                job_set: set("s"),
-                job_ids: vec![JobId::from_u128(2)],
-                reason: "admin".into(),
-                at_ms: 5,
-            },
-            ApplyContext::default(),
-        )
-    };
-    preempt(&mut s);
+    preempt(&mut s, 2);
     // Before the replacement: the stopping run holds all it uses.
     let snap = s.scheduling_snapshot(0, Default::default());
     assert_eq!(snap.nodes[0].unallocatable.get("cpu"), 6000);
