@@ -4,10 +4,36 @@
 //! the pointer), and at half load two slots a job: the id is in the record already. This table
 //! holds the pointer alone (8 bytes a slot) and finds a job by the id in its record.
 
-use super::machine::LiveJob;
-use crate::model::JobId;
+use crate::model::{Job, JobId};
+use crate::scheduler::JobInfo;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
+use std::sync::Arc;
+
+/// A job that is not over (or whose last run is still being stopped).
+///
+/// To keep memory per queued job small, the record's requirements are interned (one allocation
+/// for all the live jobs asking the same) and shared with `info`, as is its gang; names are
+/// shared with the queue and job-set indexes.
+#[derive(Debug, Clone)]
+pub struct LiveJob {
+    /// The job.
+    pub record: Job,
+    /// The scheduler's view, shared with snapshots.
+    pub info: Arc<JobInfo>,
+}
+
+impl LiveJob {
+    /// The whole record.
+    pub fn full_record(&self) -> Job {
+        self.record.clone()
+    }
+
+    /// The job's requests.
+    pub fn requests(&self) -> &crate::model::Resources {
+        &self.info.requirements.requests
+    }
+}
 
 /// Live jobs, each found by its record's id.
 #[derive(Clone, Default)]

@@ -4,6 +4,7 @@
 
 use super::changes::{Change, Effects};
 use super::command::{Command, RejectKind, Rejection, ReportedEvent, Response};
+pub use super::live_jobs::LiveJob;
 use super::live_jobs::LiveJobs;
 use crate::model::{
     EventKind, ExecutorName, Job, JobId, JobSetName, JobState, Node, NodeName, PriorityClassName, Queue, QueueName,
@@ -49,31 +50,6 @@ impl From<ExecutorRecord> for Executor {
         let ExecutorRecord { name, nodes, updated_at_ms } = r;
         let nodes = nodes.into_iter().map(|n| n.into_node(name.clone())).collect();
         Executor { name, nodes, updated_at_ms }
-    }
-}
-
-/// A job that is not over (or whose last run is still being stopped).
-///
-/// To keep memory per queued job small, the record's requirements are interned (one allocation
-/// for all the live jobs asking the same) and shared with `info`, as is its gang; names are
-/// shared with the queue and job-set indexes.
-#[derive(Debug, Clone)]
-pub struct LiveJob {
-    /// The job.
-    pub record: Job,
-    /// The scheduler's view, shared with snapshots.
-    pub info: Arc<JobInfo>,
-}
-
-impl LiveJob {
-    /// The whole record.
-    pub fn full_record(&self) -> Job {
-        self.record.clone()
-    }
-
-    /// The job's requests.
-    pub fn requests(&self) -> &crate::model::Resources {
-        &self.info.requirements.requests
     }
 }
 
