@@ -5,7 +5,7 @@
 //! the previous cycle would wait the other 80 ms for nothing. So the hold is proportional to what
 //! the last cycle cost — [`DUTY_FACTOR`] times its decision time, which bounds the share of the
 //! leader's time spent deciding — within a tenth of `schedule_interval_min` and the whole of it.
-//! Expensive cycles (a tenth of the interval or more) keep today's pace exactly.
+//! Expensive cycles (deciding in a fifth of the interval or more) keep the old pace exactly.
 
 use std::time::Duration;
 

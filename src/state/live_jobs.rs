@@ -24,11 +24,6 @@ pub struct LiveJob {
 }
 
 impl LiveJob {
-    /// The whole record.
-    pub fn full_record(&self) -> Job {
-        self.record.clone()
-    }
-
     /// The job's requests.
     pub fn requests(&self) -> &crate::model::Resources {
         &self.info.requirements.requests

@@ -231,7 +231,7 @@ impl State {
         touched.dedup();
         for id in touched {
             if let Some(j) = self.jobs.get(&id) {
-                let record = j.full_record();
+                let record = j.record.clone();
                 let policies = record.policies.clone();
                 out.changes.push(Change::PutJob { record: Box::new(JobRecord::from(record)), live: true });
                 if let Some(p) = policies {
@@ -527,7 +527,7 @@ impl State {
             // Always: a job of the same command may come to depend on it after it ended (a
             // request's job that ends at once, named by a later job's client id).
             out.ended_parents.push((id, job.record.state, at_ms));
-            out.finished.insert(id, (job.full_record(), at_ms));
+            out.finished.insert(id, (job.record.clone(), at_ms));
         }
     }
 

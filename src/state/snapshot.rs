@@ -15,7 +15,6 @@ impl State {
     /// quarantine comes along with its end; the scheduler judges which hold at its `now`.
     pub fn scheduling_snapshot(&self, lookback: usize, rate_limits: RateLimiterState) -> Snapshot {
         let mut stopping: HashMap<(&str, &str), Resources> = HashMap::new();
-        let mut held: HashMap<(&str, &str), Resources> = HashMap::new();
         let mut running = Vec::new();
         for set in self.by_executor.values() {
             for id in set {
@@ -24,7 +23,6 @@ impl State {
                 if run.kill.is_some() {
                     stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                 } else {
-                    held.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
                     running.push(RunningJob {
                         job: job.info.clone(),
                         executor: run.executor.clone(),
@@ -36,6 +34,16 @@ impl State {
         }
         // Deterministic order regardless of hash maps.
         running.sort_by_key(|r| r.job.submit_seq);
+        // What running jobs hold, only on the nodes where runs are being stopped (most cycles: none).
+        let mut held: HashMap<(&str, &str), Resources> = HashMap::new();
+        if !stopping.is_empty() {
+            for r in &running {
+                let key = (r.executor.as_str(), r.node.as_str());
+                if stopping.contains_key(&key) {
+                    held.entry(key).or_default().add(&r.job.requirements.requests);
+                }
+            }
+        }
         let mut nodes = Vec::new();
         for e in self.executors.values() {
             for n in &e.nodes {

@@ -466,7 +466,7 @@ fn events_resume_from_any_sequence_number_across_chunks() {
     assert_eq!(page, vec![255, 256, 257, 258], "a page may span two chunks");
     // A job's events, looked up by sequence number in several chunks.
     let other = Store::open(&dir.path().join("scratch.redb")).unwrap();
-    let job = sample(&other).jobs().next().unwrap().full_record();
+    let job = sample(&other).jobs().next().unwrap().record.clone();
     let record =
         crate::model::Job { event_seqs: vec![1, 4, 200, 304, 999].into(), queue: q.clone(), job_set: s.clone(), ..job };
     let found: Vec<u64> = store.job_events(&record).unwrap().iter().map(|e| e.seq).collect();

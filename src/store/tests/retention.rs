@@ -195,7 +195,7 @@ fn assert_reloads_as_in_memory(store: &Store, state: &State) {
     assert_eq!(loaded.purges(), state.purges(), "purges");
     assert_eq!(loaded.max_job_id(), state.max_job_id(), "largest job id");
     assert_eq!(loaded.next_seq(), state.next_seq(), "submit sequence");
-    let live = |s: &State| s.jobs().map(|j| (j.record.id, j.full_record())).collect::<BTreeMap<JobId, Job>>();
+    let live = |s: &State| s.jobs().map(|j| (j.record.id, j.record.clone())).collect::<BTreeMap<JobId, Job>>();
     assert_eq!(live(&loaded), live(state), "live jobs");
 }
 
