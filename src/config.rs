@@ -94,7 +94,9 @@ pub struct ServerConfig {
     /// (`keep_finished`), `convoy logs` reads the whole output from it.
     #[serde(with = "crate::model::quantity::serde_bytes")]
     pub finished_output_tail: u64,
-    /// Size of the database's page cache, in MiB.
+    /// Size of the database's page cache, in MiB (at least 16; default 64). More keeps more of
+    /// a large store's pages in the process; what it does not hold, the kernel's page cache
+    /// serves.
     pub db_cache_mb: usize,
     /// How long a finished job is kept (record, runs, output, events, client id) before it is
     /// deleted. At least 1s; there is no "keep for ever".
@@ -127,7 +129,7 @@ impl Default for ServerConfig {
             relay_timeout: None,
             disk_reserve: 64 << 20,
             finished_output_tail: crate::state::MAX_LOG_TAIL as u64,
-            db_cache_mb: 256,
+            db_cache_mb: 64,
             job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
             plain_http: false,
@@ -698,6 +700,12 @@ peers = [ { id = 1, addr = "https://a.example:8080" }, { id = 2, addr = "https:/
             let got = parse(&text).unwrap_err().to_string();
             assert!(got.starts_with(want), "{text}\n  got: {got}\n want: {want}");
         }
+    }
+
+    #[test]
+    fn the_page_cache_default_is_the_stores() {
+        // A server and the tools that open its store alone (bench, replay) size the cache alike.
+        assert_eq!(ServerConfig::default().db_cache_mb << 20, crate::store::DEFAULT_CACHE_BYTES);
     }
 
     #[test]

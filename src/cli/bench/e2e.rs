@@ -4,7 +4,7 @@
 //! jobs per second go through the whole path: scheduled, leased over the long poll, run by the
 //! fake agent and reported back.
 
-use super::harness::{BenchServer, config, live_jobs, metric_total, percentile};
+use super::harness::{BenchServer, StoreArgs, config, live_jobs, metric_total, percentile};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use rand_core::Rng;
@@ -42,6 +42,8 @@ pub(crate) struct E2eArgs {
     /// to see how much of the latency under load is the wait for the next cycle.
     #[arg(long)]
     schedule_interval_min: Option<String>,
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 fn probe_job() -> Value {
@@ -148,7 +150,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tmp = tempfile_dir()?;
-        let mut extra = "max_jobs_per_request = 10000".to_string();
+        let mut extra = format!("max_jobs_per_request = 10000\n{}", args.store.server_lines());
         if let Some(i) = &args.schedule_interval_min {
             extra.push_str(&format!("\n[scheduler]\nschedule_interval_min = {:?}", i));
         }

@@ -124,6 +124,21 @@ pub(super) async fn metric_total(http: &reqwest::Client, url: &str, name: &str) 
         .sum())
 }
 
+/// The server's store settings a benchmark may vary.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct StoreArgs {
+    /// The server's `db_cache_mb` (redb's page cache), to weigh its memory against its speed.
+    #[arg(long, default_value_t = convoy::config::ServerConfig::default().db_cache_mb)]
+    pub(crate) db_cache_mb: usize,
+}
+
+impl StoreArgs {
+    /// The `[server]` lines that set these.
+    pub(super) fn server_lines(&self) -> String {
+        format!("db_cache_mb = {}", self.db_cache_mb)
+    }
+}
+
 /// The benchmark server configuration.
 pub(super) fn config(dir: &Path, extra: &str) -> String {
     format!(

@@ -3,7 +3,7 @@
 //! ready on it, how much memory it holds, how many bytes of database each job takes, and how fast
 //! retention purges the finished ones.
 
-use super::harness::{BenchServer, config};
+use super::harness::{BenchServer, StoreArgs, config};
 use super::submit::tempfile_dir;
 use convoy::model::{
     ExecutorName, JobId, JobPayload, JobSetName, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
@@ -38,6 +38,13 @@ pub(crate) struct RecoveryArgs {
     /// commands per write transaction. Smaller batches spread events over more chunks.
     #[arg(long, default_value_t = 1000)]
     batch: u64,
+    /// Queued jobs then cancelled one per request (16 clients), picked at random across the
+    /// store: writes whose rows lie on pages the last writes did not touch, which is what the
+    /// database's page cache (`--db-cache-mb`) is for. 0 skips the phase.
+    #[arg(long, default_value_t = 20_000)]
+    scattered_cancels: u64,
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 /// The executor the finished jobs run on.
@@ -249,10 +256,10 @@ pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
     let db_bytes = std::fs::metadata(data.join("convoy.redb")).map(|m| m.len()).unwrap_or(0);
     let mb = |bytes: u64| (bytes as f64 / (1 << 20) as f64).round();
     // The jobs finished at time 0: a retention of a century keeps them while the server runs.
-    let keep = "job_retention = \"36500days\"";
+    let keep = &format!("job_retention = \"36500days\"\n{}", args.store.server_lines());
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let (restart_s, rss_mb, empty_rss_mb) = rt.block_on(async {
+    let (restart_s, rss_mb, empty_rss_mb, cancels) = rt.block_on(async {
         let http = reqwest::Client::new();
         // An empty server, for the baseline memory.
         let empty_dir = tmp.join("empty");
@@ -266,7 +273,8 @@ pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
         // Let the first scheduling cycle over the queued jobs run before measuring memory.
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
         let rss = server.rss_mb();
-        anyhow::Ok((ready.as_secs_f64(), rss, empty_rss))
+        let cancels = if args.finished { None } else { Some(scattered_cancels(&server, &args).await?) };
+        anyhow::Ok((ready.as_secs_f64(), rss, empty_rss, cancels))
     })?;
     let queued = if args.finished { 0 } else { args.jobs / 2 };
     let per_job = (queued > 0).then(|| ((rss_mb - empty_rss_mb) * 1024.0 * 1024.0 / queued as f64).round());
@@ -290,10 +298,84 @@ pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
             "purge_batch_ms_max": (purge.slowest.as_secs_f64() * 10_000.0).round() / 10.0,
             "db_mb_after_purge": mb(purge.db_bytes_after),
             "db_used_mb_after_purge": mb(purge.db_used_after),
+            "db_cache_mb": args.store.db_cache_mb,
+            "scattered_cancels_per_sec": cancels.as_ref().map(|c| c.per_sec.round()),
+            "scattered_cancel_p50_ms": cancels.as_ref().map(|c| c.p50_ms),
+            "scattered_cancel_p99_ms": cancels.as_ref().map(|c| c.p99_ms),
+            "scattered_cancel_server_cpu_us": cancels.as_ref().map(|c| c.cpu_us.round()),
         })
     );
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
+}
+
+/// What cancelling queued jobs picked across the store took.
+struct CancelFigures {
+    per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Server CPU per cancelled job.
+    cpu_us: f64,
+}
+
+/// Cancels `--scattered-cancels` queued jobs (odd-numbered in [`populate_with`]'s numbering),
+/// picked by a seeded generator, one per request from 16 clients.
+async fn scattered_cancels(server: &BenchServer, args: &RecoveryArgs) -> anyhow::Result<CancelFigures> {
+    use rand_core::Rng;
+    let queued = args.jobs / 2;
+    let want = args.scattered_cancels.min(queued);
+    let mut rng = rand_pcg::Pcg64Mcg::new(0x5eed);
+    let mut picked = std::collections::BTreeSet::new();
+    while (picked.len() as u64) < want {
+        picked.insert(2 * (rng.next_u64() % queued) + 1);
+    }
+    let mut order: Vec<u64> = picked.into_iter().collect();
+    // Visit in a random order too, not the ids' order.
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let order = std::sync::Arc::new(order);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let http = reqwest::Client::builder().pool_max_idle_per_host(16).build()?;
+    let cpu0 = server.cpu_time();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (http, order, next, url, batch, queues) =
+            (http.clone(), order.clone(), next.clone(), server.url.clone(), args.batch.max(1), args.queues);
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&i) = order.get(n) else { break };
+                let body = json!({
+                    "queue": format!("q{}", (i / batch) % queues),
+                    "job_set": "bench",
+                    "job_ids": [new_job(i, false).id],
+                    "reason": "bench",
+                });
+                let t = Instant::now();
+                let r = http.post(format!("{url}/v1/jobs/cancel")).json(&body).send().await?;
+                anyhow::ensure!(r.status().is_success(), "cancelling job {i}: {}", r.status());
+                let _ = r.bytes().await;
+                lat.push(t.elapsed());
+            }
+            anyhow::Ok(lat)
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    let wall = start.elapsed();
+    let cpu = server.cpu_time().saturating_sub(cpu0);
+    lat.sort();
+    Ok(CancelFigures {
+        per_sec: lat.len() as f64 / wall.as_secs_f64().max(1e-9),
+        p50_ms: (super::harness::percentile(&lat, 50.0) * 10.0).round() / 10.0,
+        p99_ms: (super::harness::percentile(&lat, 99.0) * 10.0).round() / 10.0,
+        cpu_us: cpu.as_secs_f64() * 1e6 / lat.len().max(1) as f64,
+    })
 }
 
 /// What purging every finished job took.

@@ -7,6 +7,7 @@
 //! Installing is what the last chunk RPC of a snapshot transfer waits for, so `install_s` is
 //! printed beside the Raft timeout of that RPC (`install_snapshot_timeout_s`).
 
+use super::harness::StoreArgs;
 use super::peak_rss_mb;
 use super::recovery::populate;
 use super::submit::tempfile_dir;
@@ -39,6 +40,9 @@ pub(crate) struct SnapshotArgs {
     /// The benchmark's scratch directory (with `--phase`).
     #[arg(long, hide = true)]
     dir: Option<PathBuf>,
+    /// redb's page cache of both databases, as a server's `db_cache_mb` sets it.
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 /// A phase of the benchmark.
@@ -59,8 +63,8 @@ fn meta(jobs: u64) -> SnapshotMeta {
     }
 }
 
-fn build(dir: &Path, jobs: u64) -> anyhow::Result<Value> {
-    let store = Store::open(&dir.join("src/convoy.redb"))?;
+fn build(dir: &Path, jobs: u64, cache_mb: usize) -> anyhow::Result<Value> {
+    let store = Store::open_with_cache(&dir.join("src/convoy.redb"), cache_mb << 20)?;
     let t = Instant::now();
     let view = store.pin_export()?;
     let mut w = SnapshotWriter::create(&dir.join("state.snap"), &meta(jobs))?;
@@ -74,8 +78,8 @@ fn build(dir: &Path, jobs: u64) -> anyhow::Result<Value> {
     }))
 }
 
-fn install(dir: &Path, jobs: u64) -> anyhow::Result<Value> {
-    let store = Store::open(&dir.join("dst/convoy.redb"))?;
+fn install(dir: &Path, jobs: u64, cache_mb: usize) -> anyhow::Result<Value> {
+    let store = Store::open_with_cache(&dir.join("dst/convoy.redb"), cache_mb << 20)?;
     let t = Instant::now();
     let mut reader = SnapshotReader::open(&dir.join("state.snap"))?;
     let applied = encode(&reader.meta().last_log_id.map(LogIdRecord::from))?;
@@ -99,7 +103,8 @@ fn install(dir: &Path, jobs: u64) -> anyhow::Result<Value> {
 fn child(dir: &Path, args: &SnapshotArgs, phase: &str) -> anyhow::Result<Value> {
     let exe = std::env::current_exe().context("locating the convoy binary")?;
     let out = Command::new(exe)
-        .args(["bench", "snapshot", "--phase", phase, "--jobs", &args.jobs.to_string(), "--dir"])
+        .args(["bench", "snapshot", "--phase", phase, "--jobs", &args.jobs.to_string()])
+        .args(["--db-cache-mb", &args.store.db_cache_mb.to_string(), "--dir"])
         .arg(dir)
         .stderr(Stdio::inherit())
         .output()
@@ -118,8 +123,8 @@ pub(super) fn run(args: SnapshotArgs) -> anyhow::Result<()> {
     if let Some(phase) = args.phase {
         let dir = args.dir.as_deref().context("--phase needs --dir")?;
         let figures = match phase {
-            Phase::Build => build(dir, args.jobs)?,
-            Phase::Install => install(dir, args.jobs)?,
+            Phase::Build => build(dir, args.jobs, args.store.db_cache_mb)?,
+            Phase::Install => install(dir, args.jobs, args.store.db_cache_mb)?,
         };
         println!("{figures}");
         return Ok(());
@@ -151,6 +156,7 @@ pub(super) fn run(args: SnapshotArgs) -> anyhow::Result<()> {
             "import_peak_rss_mb": round(&i["import_peak_rss_mb"], 1.0),
             "peak_rss_mb": round(&i["install_peak_rss_mb"], 1.0),
             "install_snapshot_timeout_s": timeout,
+            "db_cache_mb": args.store.db_cache_mb,
         })
     );
     let _ = std::fs::remove_dir_all(&tmp);

@@ -2,7 +2,7 @@
 //! of 100 and with one job per request (16 concurrent clients), and request latency. With
 //! `--grpc`: the batches through Armada's gRPC `SubmitJobs` and through REST in the same run.
 
-use super::harness::{BenchServer, config, percentile};
+use super::harness::{BenchServer, StoreArgs, config, percentile};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +32,8 @@ pub(crate) struct SubmitArgs {
     /// that the store's growth weighs on both alike; prints both figures and gRPC/REST.
     #[arg(long)]
     grpc: bool,
+    #[command(flatten)]
+    store: StoreArgs,
 }
 
 fn item(i: u64) -> Value {
@@ -92,7 +94,10 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tmp = tempfile_dir()?;
-        let server = BenchServer::start(&tmp, &config(&tmp, "max_jobs_per_request = 10000"))?;
+        let server = BenchServer::start(
+            &tmp,
+            &config(&tmp, &format!("max_jobs_per_request = 10000\n{}", args.store.server_lines())),
+        )?;
         let http = reqwest::Client::new();
         server.ready(&http).await?;
         let r = http.post(format!("{}/v1/queues", server.url)).json(&json!({"name": "bench"})).send().await?;
