@@ -148,9 +148,21 @@ impl Notifier {
 
     /// Wakes whoever the effects concern.
     pub(crate) fn effects(&self, e: &Effects) {
+        self.executor_effects(e);
+        self.store_effects(e);
+    }
+
+    /// Wakes the long polls of the executors with new leases or kill orders: what they answer
+    /// is in memory once a command is applied there.
+    pub(crate) fn executor_effects(&self, e: &Effects) {
         for ex in &e.executors {
             self.executor(ex).notify_waiters();
         }
+    }
+
+    /// Wakes what reads the applied commands' rows from the store (job set watchers) and the
+    /// scheduler: once the apply's transaction is committed.
+    pub(crate) fn store_effects(&self, e: &Effects) {
         for js in &e.job_sets {
             let _ = self.job_sets.send(js.clone());
         }

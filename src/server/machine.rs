@@ -123,6 +123,12 @@ impl ServerMachine {
                 state.set_applied_index(l.index);
             }
         }
+        // An executor's long poll is answered from memory and from rows earlier applies
+        // committed (a leased job's pod spec was stored when it was submitted), so it need not
+        // wait for this transaction: the entries are committed in the log already, and a
+        // restart that loses the transaction replays them to the same runs. Watchers of job
+        // sets read their events from the store: they are woken after the commit.
+        self.notify.executor_effects(&effects);
         let mut raft_meta = vec![(APPLIED, encode_applied(last)?)];
         if let Some(m) = &membership {
             raft_meta.push((MEMBERSHIP, encode_membership(m)?));
@@ -131,7 +137,7 @@ impl ServerMachine {
         if let Some(l) = last {
             self.applied.fetch_max(l.index, Ordering::Release);
         }
-        self.notify.effects(&effects);
+        self.notify.store_effects(&effects);
         Ok(responses)
     }
 
