@@ -59,7 +59,8 @@ fn bytes(n: u64) -> String {
     if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
 }
 
-/// A reading is reused for this long before the file system is asked again (one `statvfs`).
+/// Far from the reserve, a reading is reused for this long before the file system is asked again
+/// (one `statvfs`).
 const FRESH_MS: u64 = 100;
 
 /// Watches the free space of one directory's file system.
@@ -76,7 +77,7 @@ pub(crate) struct DiskGuard {
     hand_over: AtomicBool,
     /// Reads the free bytes of the file system holding a directory (`statvfs`; tests give their
     /// own).
-    read: fn(&Path) -> u64,
+    read: Box<dyn Fn(&Path) -> u64 + Send + Sync>,
 }
 
 /// Free bytes of the file system that holds `dir`, or will hold it once made (`u64::MAX` when it
@@ -96,7 +97,7 @@ impl DiskGuard {
             free: AtomicU64::new(u64::MAX),
             read_at: AtomicU64::new(0),
             hand_over: AtomicBool::new(false),
-            read: read_free,
+            read: Box::new(read_free),
         }
     }
 
@@ -184,18 +185,13 @@ fn adds_data(cmd: &Command) -> bool {
 mod tests {
     use super::*;
 
-    /// A guard whose file system reports `free` bytes (one of the figures the tests use).
+    /// A guard whose file system reports `free` bytes.
     fn guard(reserve: u64, free: u64) -> DiskGuard {
         let mut g = DiskGuard::new(Path::new("/data"), reserve);
         g.free.store(free, Ordering::Relaxed);
         // A reading taken "now" that stays fresh for the test while it is far from the reserve.
         g.read_at.store(u64::MAX / 2, Ordering::Relaxed);
-        g.read = match free >> 20 {
-            65 => |_| 65 << 20,
-            20 => |_| 20 << 20,
-            15 => |_| 15 << 20,
-            _ => |_| 0,
-        };
+        g.read = Box::new(move |_| free);
         g
     }
 
@@ -245,10 +241,10 @@ mod tests {
         let mib = 1 << 20;
         // A reading fresh in time: far from the reserve it is reused, near it read again.
         let mut far = guard(8 * mib, 65 * mib);
-        far.read = |_| 0;
+        far.read = Box::new(|_| 0);
         assert_eq!(far.free(), 65 * mib, "a fresh reading far from the reserve is reused");
         let mut near = guard(8 * mib, 15 * mib);
-        near.read = |_| 7 << 20;
+        near.read = Box::new(|_| 7 << 20);
         assert_eq!(near.free(), 7 * mib, "a reading within twice the reserve is taken again");
         assert_eq!(near.state(), DiskState::Low);
         assert!(near.admit(&submit()).is_err());

@@ -3,7 +3,7 @@
 //! ready on it, how much memory it holds, how many bytes of database each job takes, and how fast
 //! retention purges the finished ones.
 
-use super::harness::{BenchServer, StoreArgs, config};
+use super::harness::{BenchServer, StoreArgs, config, percentile};
 use super::submit::tempfile_dir;
 use convoy::model::{
     ExecutorName, JobId, JobPayload, JobSetName, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
@@ -130,11 +130,21 @@ fn run_to_success(ids: &[JobId], at_ms: i64) -> Vec<Command> {
     ]
 }
 
+/// The id of the workload's job number `i`.
+fn job_id(i: u64) -> JobId {
+    JobId::from_parts(1_700_000_000_000 + i / 1000, u128::from(i))
+}
+
+/// The queue the workload's job number `i` goes to, with `batch` jobs per submission.
+fn queue_of(i: u64, batch: u64, queues: u64) -> String {
+    format!("q{}", (i / batch) % queues)
+}
+
 fn new_job(i: u64, finished: bool) -> NewJob {
     let pod = json!({"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", format!("echo {i}")],
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]});
     NewJob {
-        id: JobId::from_parts(1_700_000_000_000 + i / 1000, u128::from(i)),
+        id: job_id(i),
         client_id: finished.then(|| format!("bench-client-{i:012}")),
         priority: 0,
         priority_class: PriorityClassName::new("default").expect("valid"),
@@ -187,7 +197,7 @@ pub(super) fn populate_with(path: &Path, w: &Workload) -> anyhow::Result<()> {
     let mut i = 0;
     while i < w.jobs {
         let n = batch.min(w.jobs - i);
-        let queue = QueueName::new(&format!("q{}", (i / batch) % w.queues)).expect("valid");
+        let queue = QueueName::new(&queue_of(i, batch, w.queues)).expect("valid");
         let jobs: Vec<NamespacedJob> =
             (i..i + n).map(|i| NamespacedJob { job: new_job(i, w.finished), namespace: None }).collect();
         let ids: Vec<JobId> = jobs.iter().map(|j| j.job.id).collect();
@@ -349,9 +359,9 @@ async fn scattered_cancels(server: &BenchServer, args: &RecoveryArgs) -> anyhow:
                 let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(&i) = order.get(n) else { break };
                 let body = json!({
-                    "queue": format!("q{}", (i / batch) % queues),
+                    "queue": queue_of(i, batch, queues),
                     "job_set": "bench",
-                    "job_ids": [new_job(i, false).id],
+                    "job_ids": [job_id(i)],
                     "reason": "bench",
                 });
                 let t = Instant::now();
@@ -372,8 +382,8 @@ async fn scattered_cancels(server: &BenchServer, args: &RecoveryArgs) -> anyhow:
     lat.sort();
     Ok(CancelFigures {
         per_sec: lat.len() as f64 / wall.as_secs_f64().max(1e-9),
-        p50_ms: (super::harness::percentile(&lat, 50.0) * 10.0).round() / 10.0,
-        p99_ms: (super::harness::percentile(&lat, 99.0) * 10.0).round() / 10.0,
+        p50_ms: (percentile(&lat, 50.0) * 10.0).round() / 10.0,
+        p99_ms: (percentile(&lat, 99.0) * 10.0).round() / 10.0,
         cpu_us: cpu.as_secs_f64() * 1e6 / lat.len().max(1) as f64,
     })
 }
