@@ -455,3 +455,96 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
     assert!(exit.contains("\"exit_code\":0"), "{exit}");
     assert_eq!(std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"), "hello from a forked supervisor\n");
 }
+
+/// A run directory in the layout of agents before the directory itself was locked: its
+/// supervisor (here, the test) holds the file `lock`. A new agent takes it for alive, so it
+/// adopts the run instead of stopping the job, and reports the end that supervisor records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_supervisor_holds_the_earlier_lock_file_is_adopted_not_taken_over() {
+    use convoy::agent::runtime::process::rundir::{self, ExitRecord, RunDir};
+    use std::os::fd::AsRawFd;
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let l = shell_lease("node-1", "sleep 30");
+    let run = RunDir::new(dir.path().join("runs").join(l.run_id.to_string()));
+    std::fs::create_dir_all(&run.path).expect("run dir");
+    run.write_atomic(rundir::LEASE, &serde_json::to_vec(&l).expect("lease JSON")).expect("lease");
+    let lock = std::fs::File::create(run.file(rundir::LEGACY_LOCK)).expect("lock file");
+    // SAFETY: flock(2) on a descriptor the test owns; closing it releases the lock.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0, "locked");
+    // The "job": a live process, so an agent that took the supervisor for gone would kill it.
+    let job = ChildGuard(std::process::Command::new("sleep").arg("30").spawn().expect("sleep"));
+    let pid = job.0.id();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let start: u64 =
+        stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(19)?.parse().ok()).expect("start time");
+    std::fs::write(run.file(rundir::PID), format!("{pid} {start}\n")).expect("pid");
+    std::fs::write(run.file(rundir::STDOUT), "adopted\n").expect("stdout");
+
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    wait_for(T, "the run reported running", || {
+        cp.events_of(l.run_id).iter().any(|e| e.kind == RunEventKind::Running).then_some(())
+    })
+    .await;
+    // Several of the agent's checks go by: the run stays with its supervisor.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(run.read_exit().expect("read").is_none(), "the agent wrote an exit record: it took the run over");
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "the job was stopped");
+
+    let rec =
+        ExitRecord { exit_code: Some(0), signal: None, reason: None, message: None, finished_at_ms: 1, usage: None };
+    assert!(run.write_exit_once(&rec).expect("exit"));
+    drop(lock);
+    let fin = cp.wait_final(l.run_id, T).await;
+    assert_eq!(
+        (fin.kind, fin.exit_code, fin.log_tail.as_deref()),
+        (RunEventKind::Succeeded, Some(0), Some("adopted\n")),
+        "{fin:?}"
+    );
+    agent.stop().await.expect("clean stop");
+}
+
+/// A job's program is found along the `PATH` its own environment sets, from its working
+/// directory; one that is not there fails with 127, one that may not be executed with 126, each
+/// naming the program, as a shell would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn programs_are_found_along_the_jobs_own_path_and_missing_ones_fail_with_127() {
+    use std::os::unix::fs::PermissionsExt;
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    let tool = bin.join("greet");
+    std::fs::write(&tool, "#!/bin/sh\necho \"greetings from $(pwd)\"\n").expect("tool");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::write(bin.join("locked"), "#!/bin/sh\necho never\n").expect("locked");
+    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let job = |command: &str| {
+        super::harness::lease(
+            "node-1",
+            serde_json::json!({"containers": [{"name": "main", "image": "x", "command": [command],
+                "workingDir": bin.to_string_lossy(),
+                "env": [{"name": "PATH", "value": format!("/nowhere:{}:/usr/bin:/bin", bin.display())}]}]}),
+        )
+    };
+    let found = job("greet");
+    let found_id = found.run_id;
+    cp.push_lease(found);
+    let fin = cp.wait_final(found_id, T).await;
+    let expected = format!("greetings from {}\n", std::fs::canonicalize(&bin).expect("canonical").display());
+    assert_eq!((fin.kind, fin.log_tail.as_deref()), (RunEventKind::Succeeded, Some(expected.as_str())), "{fin:?}");
+    for (command, code, says) in [("no-such-program", 127, "No such file"), ("locked", 126, "Permission denied")] {
+        let l = job(command);
+        let run_id = l.run_id;
+        cp.push_lease(l);
+        let fin = cp.wait_final(run_id, T).await;
+        assert_eq!(
+            (fin.kind, fin.exit_code, fin.reason.as_deref()),
+            (RunEventKind::Failed, Some(code), Some("failed to start")),
+            "{fin:?}"
+        );
+        let message = fin.message.unwrap_or_default();
+        assert!(message.starts_with(&format!("{command}: ")) && message.contains(says), "{message}");
+    }
+    agent.stop().await.expect("clean stop");
+}

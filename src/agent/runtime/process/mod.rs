@@ -12,6 +12,7 @@
 
 pub mod confine;
 mod ended;
+mod launch;
 mod os;
 pub mod rundir;
 pub mod spawner;
@@ -326,7 +327,8 @@ impl Inner {
             }
             // A supervisor holds the lock from before the spawner answers until after it wrote the
             // exit record.
-            let alive = os::is_locked(&dir.file(rundir::LOCK)).unwrap_or(false);
+            let alive = os::is_locked(&dir.path).unwrap_or(false)
+                || os::is_locked(&dir.file(rundir::LEGACY_LOCK)).unwrap_or(false);
             if !alive && matches!(dir.read_exit(), Ok(None)) {
                 self.take_over(&dir, run_id, job_id, &mut respawned).await;
             }
@@ -391,7 +393,7 @@ impl Inner {
                 Err(e) => tracing::error!(%run_id, %job_id, error = %e, "cannot start a supervisor"),
             }
         }
-        let log = std::fs::read_to_string(dir.file(rundir::SUPERVISOR_LOG)).unwrap_or_default();
+        let log = dir.supervisor_output();
         write(record(
             REASON_SUPERVISOR_FAILED,
             format!("the supervisor exited without starting the job: {}", tail_text(log.trim(), 2000)),
@@ -657,14 +659,13 @@ impl Runtime for ProcessRuntime {
         lock(&self.inner.runs).remove(&run_id);
         let dir = self.inner.run_dir(run_id);
         if dir.path.exists() {
-            std::fs::write(dir.file(rundir::REPORTED), b"")
-                .map_err(|e| RuntimeError::io(format!("marking {} reported", dir.path.display()), e))?;
+            dir.mark_reported().map_err(|e| RuntimeError::io(format!("marking {} reported", dir.path.display()), e))?;
         }
         Ok(())
     }
 }
 
-/// Creates the run directory with its lease and lock file, atomically (a temporary directory
+/// Creates the run directory with its lease, atomically (a temporary directory
 /// renamed into place), so a half-made directory is never mistaken for a started run.
 fn create_run_dir(
     runs_dir: &Path,
@@ -688,7 +689,7 @@ fn create_run_dir(
     made
 }
 
-/// Writes the lease, the lock file, the devices and the exit record's room into `tmp`, then
+/// Writes the lease, the devices and the exit record's room into `tmp`, then
 /// renames it to `final_path`.
 fn fill_run_dir(
     tmp: &Path,
@@ -703,7 +704,6 @@ fn fill_run_dir(
     // crash loses costs nothing (its job died with the machine; the server re-sends a lease the
     // agent does not report, and counts a started run it does not report as lost).
     std::fs::write(tmp.join(rundir::LEASE), &bytes).map_err(|e| RuntimeError::io(ctx("writing the lease into"), e))?;
-    std::fs::write(tmp.join(rundir::LOCK), b"").map_err(|e| RuntimeError::io(ctx("writing the lock file into"), e))?;
     rundir::reserve_exit(tmp).map_err(|e| RuntimeError::io(ctx("setting aside room for the exit record in"), e))?;
     if !assignment.is_empty() {
         let bytes = serde_json::to_vec(assignment).map_err(|e| RuntimeError::Setup(e.to_string()))?;

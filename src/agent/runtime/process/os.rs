@@ -35,12 +35,13 @@ impl ProcStamp {
         format!("{} {}\n", self.pid, self.start_time)
     }
 
-    /// Parses [`ProcStamp::encode`]'s format.
-    pub fn decode(text: &str) -> Option<ProcStamp> {
-        let mut it = text.split_whitespace();
+    /// Parses one line of [`ProcStamp::encode`]'s format: two numbers and nothing else, so a
+    /// line of text beside the stamps is never taken for one.
+    pub fn decode_line(line: &str) -> Option<ProcStamp> {
+        let mut it = line.split_whitespace();
         let pid = it.next()?.parse().ok()?;
         let start_time = it.next()?.parse().ok()?;
-        (pid > 0).then_some(ProcStamp { pid, start_time })
+        (pid > 0 && it.next().is_none()).then_some(ProcStamp { pid, start_time })
     }
 }
 
@@ -282,7 +283,8 @@ mod tests {
     fn own_stamp_is_alive_and_round_trips() {
         let me = ProcStamp::current().expect("/proc is readable");
         assert!(me.is_alive());
-        assert_eq!(ProcStamp::decode(&me.encode()), Some(me));
+        assert_eq!(ProcStamp::decode_line(me.encode().trim_end()), Some(me));
+        assert_eq!(ProcStamp::decode_line("12 34 opening the lease"), None);
         let reused = ProcStamp { start_time: me.start_time + 1, ..me };
         assert!(!reused.is_alive(), "a different start time means a different process");
         assert!(mem_total_bytes().expect("meminfo") > 0);

@@ -6,14 +6,19 @@
 //! |---|---|---|
 //! | `lease.json` | agent, before the supervisor starts | the lease (the directory appears atomically with it) |
 //! | `devices.json` | agent, with the lease | GPUs and cores given to the run (see [`super::confine::devices`]) |
-//! | `lock` | held (`flock`) by the supervisor while it lives | liveness of the supervisor |
-//! | `supervisor` | supervisor | its pid and start time (for signals) |
+//! | the directory itself | locked (`flock`) by the supervisor while it lives | liveness of the supervisor |
+//! | `supervisor` | supervisor | its pid and start time (for signals), then anything it says itself |
 //! | `pid` | supervisor, once the job was spawned | the job's pid and start time (= process group) |
 //! | `stdout`, `stderr` | the job | its output |
 //! | `kill` | agent | stop order: grace period and reason |
 //! | `exit` | supervisor (agent if the supervisor vanished) | how the job ended |
 //! | `.exit.reserve` | agent, with the lease | room for `exit`, taken before the job can fill the disk |
-//! | `reported` | agent | the server acknowledged the final event |
+//! | `reported` | agent | the server acknowledged the final event (a second name of `exit`) |
+//!
+//! Every file is an inode to allocate, and on ext4 without a journal that is most of what a short
+//! job costs on disk (docs/benchmarks.md): so the lock is the directory's own, the supervisor's
+//! output shares its stamp's file, and `reported` is a link. Directories made by agents before
+//! this layout (a `lock` file, `supervisor.log`, an empty `reported`) are still read.
 
 use super::os::ProcStamp;
 use crate::agent::runtime::REASON_DISK_FULL;
@@ -24,9 +29,11 @@ use std::path::{Path, PathBuf};
 
 /// The lease, written by the agent before the supervisor starts (the directory appears with it).
 pub const LEASE: &str = "lease.json";
-/// Locked (`flock`) by the supervisor for its whole life.
-pub const LOCK: &str = "lock";
-/// The supervisor's pid and start time.
+/// The lock file of run directories made before the directory itself was locked: a
+/// supervisor started by an older agent may still hold it.
+pub const LEGACY_LOCK: &str = "lock";
+/// The supervisor's pid and start time (one line each time a supervisor started), then its own
+/// output: what it says when it cannot start the job.
 pub const SUPERVISOR: &str = "supervisor";
 /// The job's pid and start time (its pid is also its process group), once it was spawned.
 pub const PID: &str = "pid";
@@ -34,13 +41,14 @@ pub const PID: &str = "pid";
 pub const STDOUT: &str = "stdout";
 /// The job's standard error.
 pub const STDERR: &str = "stderr";
-/// The supervisor's own output, quoted when it exits without starting the job.
-pub const SUPERVISOR_LOG: &str = "supervisor.log";
+/// The supervisor's own output in run directories made before it went into [`SUPERVISOR`].
+pub const LEGACY_SUPERVISOR_LOG: &str = "supervisor.log";
 /// A stop order ([`KillRecord`]), written by the agent.
 pub const KILL: &str = "kill";
 /// How the job ended ([`ExitRecord`]), written once.
 pub const EXIT: &str = "exit";
-/// Present once the server has the run's final event; its age decides when the directory goes.
+/// Present once the server has the run's final event: a hard link to [`EXIT`] (no new inode),
+/// whose modification time, set when it is made, decides when the directory goes.
 pub const REPORTED: &str = "reported";
 /// Blocks set aside for the exit record when the run directory is made: a job that fills the
 /// disk cannot leave its run without one.
@@ -151,13 +159,52 @@ impl RunDir {
         read_json(&self.file(KILL))
     }
 
-    /// A pid file (`supervisor` or `pid`).
+    /// A pid file (`supervisor` or `pid`): the last stamp in it, since a supervisor started
+    /// again for the run adds its own after the first's (and its output lines are no stamps).
     pub fn read_stamp(&self, name: &str) -> io::Result<Option<ProcStamp>> {
         match std::fs::read_to_string(self.file(name)) {
-            Ok(t) => Ok(ProcStamp::decode(&t)),
+            Ok(t) => Ok(t.lines().rev().find_map(ProcStamp::decode_line)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// What the run's supervisors said themselves (their stamps left out), for a run whose
+    /// supervisor ended without starting the job.
+    pub fn supervisor_output(&self) -> String {
+        let mut said = String::new();
+        for name in [LEGACY_SUPERVISOR_LOG, SUPERVISOR] {
+            let text = std::fs::read_to_string(self.file(name)).unwrap_or_default();
+            for line in text.lines().filter(|l| ProcStamp::decode_line(l).is_none()) {
+                said.push_str(line);
+                said.push('\n');
+            }
+        }
+        said
+    }
+
+    /// Appends this process's stamp to [`SUPERVISOR`]: one `write` on an append-only file, so
+    /// lines the supervisor prints there cannot split it.
+    pub fn add_supervisor_stamp(&self, stamp: &ProcStamp) -> io::Result<()> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.file(SUPERVISOR))?
+            .write_all(stamp.encode().as_bytes())
+    }
+
+    /// Marks the run reported: [`REPORTED`] as a second name of the exit record, its time set to
+    /// now (the sweep keeps the directory `keep_finished` from then). A run with no exit record
+    /// gets an empty file.
+    pub fn mark_reported(&self) -> io::Result<()> {
+        let path = self.file(REPORTED);
+        match std::fs::hard_link(self.file(EXIT), &path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return std::fs::write(&path, b""),
+            Err(e) => return Err(e),
+        }
+        std::fs::OpenOptions::new().write(true).open(&path)?.set_modified(std::time::SystemTime::now())
     }
 
     /// Writes a file atomically (temporary file, then rename), so readers never see half of it.
@@ -166,7 +213,7 @@ impl RunDir {
     }
 
     /// Like [`write_atomic`](Self::write_atomic) without forcing the bytes to disk: for the
-    /// stamps of live processes (`supervisor`, `pid`), which mean nothing after the machine
+    /// stamp of the live job (`pid`), which means nothing after the machine
     /// restarts, so the fsync would only slow every job's start.
     pub fn write_volatile(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         let path = self.file(name);
@@ -355,6 +402,57 @@ mod tests {
         // A record that says why it ended keeps its reason when judged for the disk.
         let killed = ExitRecord { reason: Some(REASON_KILLED.into()), ..rec };
         assert_eq!(killed.clone().judged_for_disk(&rd), killed);
+    }
+
+    #[test]
+    fn reported_is_a_second_name_of_the_exit_record_dated_when_it_was_made() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rd = RunDir::new(dir.path().to_path_buf());
+        let rec = ExitRecord {
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            message: None,
+            finished_at_ms: 1,
+            usage: None,
+        };
+        assert!(rd.write_exit_once(&rec).expect("write"));
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        std::fs::File::options().write(true).open(rd.file(EXIT)).expect("open").set_modified(old).expect("age it");
+        rd.mark_reported().expect("mark");
+        let (exit, reported) =
+            (std::fs::metadata(rd.file(EXIT)).expect("exit"), std::fs::metadata(rd.file(REPORTED)).expect("reported"));
+        assert_eq!((exit.ino(), exit.nlink()), (reported.ino(), 2), "one inode, two names");
+        let age = reported.modified().expect("mtime").elapsed().expect("not in the future");
+        assert!(age < std::time::Duration::from_secs(600), "dated now, not when the job ended: {age:?}");
+        assert_eq!(rd.read_exit().expect("read"), Some(rec));
+        // Marking again changes nothing; a run without an exit record gets an empty marker.
+        rd.mark_reported().expect("again");
+        let bare = tempfile::tempdir().expect("tempdir");
+        let bare = RunDir::new(bare.path().to_path_buf());
+        bare.mark_reported().expect("mark");
+        assert_eq!(std::fs::read(bare.file(REPORTED)).expect("marker"), b"");
+    }
+
+    #[test]
+    fn the_supervisor_file_holds_stamps_and_what_supervisors_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rd = RunDir::new(dir.path().to_path_buf());
+        assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), None);
+        let first = ProcStamp { pid: 41, start_time: 7 };
+        rd.add_supervisor_stamp(&first).expect("stamp");
+        assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), Some(first));
+        // What a supervisor prints goes after its stamp; one started again adds its own.
+        let mut f = std::fs::OpenOptions::new().append(true).open(rd.file(SUPERVISOR)).expect("open");
+        f.write_all(b"cannot spawn: 12 34 things\n").expect("say");
+        let second = ProcStamp { pid: 42, start_time: 9 };
+        rd.add_supervisor_stamp(&second).expect("stamp");
+        assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), Some(second));
+        assert_eq!(rd.supervisor_output(), "cannot spawn: 12 34 things\n");
+        // A directory from before this layout: a separate log, a stamp file of one line.
+        std::fs::write(rd.file(LEGACY_SUPERVISOR_LOG), "old words\n").expect("legacy log");
+        assert_eq!(rd.supervisor_output(), "old words\ncannot spawn: 12 34 things\n");
     }
 
     #[test]

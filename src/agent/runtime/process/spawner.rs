@@ -242,7 +242,7 @@ unsafe fn spawn(req: SpawnRequest) -> std::io::Result<()> {
             match file.read(&mut byte) {
                 Ok(1) => Ok(()),
                 Ok(_) => Err(std::io::Error::other(format!(
-                    "the supervisor (pid {pid}) ended before it held the run directory (see supervisor.log there)"
+                    "the supervisor (pid {pid}) ended before it held the run directory (see the file `supervisor` there)"
                 ))),
                 Err(e) => Err(e),
             }
@@ -250,11 +250,12 @@ unsafe fn spawn(req: SpawnRequest) -> std::io::Result<()> {
     }
 }
 
-/// In the forked supervisor: its output to `supervisor.log`, away from the spawner's pipes,
-/// then supervises.
+/// In the forked supervisor: its output to the run directory's `supervisor` file (after its
+/// stamp, which it adds once it holds the directory), away from the spawner's pipes, then
+/// supervises.
 fn become_supervisor(req: SpawnRequest, ready: std::os::fd::OwnedFd) -> std::io::Result<()> {
     let log =
-        std::fs::OpenOptions::new().create(true).append(true).open(req.run_dir.join(super::rundir::SUPERVISOR_LOG))?;
+        std::fs::OpenOptions::new().create(true).append(true).open(req.run_dir.join(super::rundir::SUPERVISOR))?;
     os::redirect(&log, 1)?;
     os::redirect(&log, 2)?;
     let null = std::fs::File::open("/dev/null")?;

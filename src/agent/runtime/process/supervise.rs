@@ -9,6 +9,7 @@
 //! keep running and their results stay on disk while the agent restarts.
 
 use super::confine::{self, Confinement};
+use super::launch;
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
 use crate::agent::runtime::now_ms;
@@ -83,11 +84,8 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
         .map_err(err("blocking signals"))?;
 
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.file(rundir::LOCK))
-        .map_err(err("opening the lock file"))?;
+    // The directory itself is the lock: a lock file would be one more inode per job.
+    let lock = std::fs::File::open(&dir.path).map_err(err("opening the run directory"))?;
     os::lock_exclusive(&lock).map_err(err("locking the run directory"))?;
     let signal_ready = || {
         if let Some(fd) = ready {
@@ -101,7 +99,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         return Ok(());
     }
     if let Some(me) = ProcStamp::current() {
-        dir.write_volatile(rundir::SUPERVISOR, me.encode().as_bytes()).map_err(err("writing the supervisor file"))?;
+        dir.add_supervisor_stamp(&me).map_err(err("writing the supervisor file"))?;
     }
     // Ready once it can be signalled too (the agent's stop orders read the stamp).
     signal_ready();
@@ -138,24 +136,18 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     };
     // A slot counts the OOM kills of every job it held.
     let oom_before = args.confine.oom_kills();
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(program_args)
-        .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(args.workdir.as_deref().unwrap_or(&dir.path))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
-    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
-    // (everything they use was prepared before the fork) and pthread_sigmask.
-    unsafe {
-        cmd.pre_exec(move || {
-            confined.apply_in_child()?;
-            os::unblock_all_signals()
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let cwd = args.workdir.as_deref().unwrap_or(&dir.path);
+    let started = if confined.needs_the_child() {
+        fork_job(program, program_args, &args.env, cwd, stdout, stderr, confined)
+    } else {
+        let stdin = std::fs::File::open("/dev/null").map_err(err("opening /dev/null"))?;
+        let env = &args.env;
+        let l =
+            launch::Launch { program, args: program_args, env, cwd, stdin: &stdin, stdout: &stdout, stderr: &stderr };
+        launch::spawn(&l)
+    };
+    let pid = match started {
+        Ok(pid) => pid,
         Err(e) => {
             release_cgroup(&args.confine, &dir);
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
@@ -164,13 +156,10 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
             return Ok(());
         }
     };
-    let pid = i32::try_from(child.id())
-        .map_err(|_| err("reading the job's pid")(std::io::Error::other("pid out of range")))?;
     let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
     dir.write_volatile(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
 
-    let (status, stopping) =
-        wait_out(&mut child, pid, &dir, &args, &signals).map_err(|(context, source)| err(context)(source))?;
+    let (status, stopping) = wait_out(pid, &dir, &args, &signals).map_err(|(context, source)| err(context)(source))?;
     // The job is reaped: what it (and the descendants it waited for) used.
     let usage = os::children_usage()
         .ok()
@@ -201,15 +190,46 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     Ok(())
 }
 
+/// Starts a confined job the classic way, since its child must join its cgroup and switch user
+/// between the fork and the exec; its pid (also its process group).
+fn fork_job(
+    program: &str,
+    program_args: &[String],
+    env: &[(String, String)],
+    cwd: &std::path::Path,
+    stdout: std::fs::File,
+    stderr: std::fs::File,
+    confined: confine::Prepared,
+) -> std::io::Result<i32> {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(program_args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
+    // (everything they use was prepared before the fork) and pthread_sigmask.
+    unsafe {
+        cmd.pre_exec(move || {
+            confined.apply_in_child()?;
+            os::unblock_all_signals()
+        });
+    }
+    // Waited for by pid (`launch::try_wait`), as a job started by posix_spawn is.
+    let child = cmd.spawn()?;
+    i32::try_from(child.id()).map_err(|_| std::io::Error::other("pid out of range"))
+}
+
 /// How a stop of the job began: the reason, the message, and when SIGKILL follows SIGTERM.
 type Stopping = Option<(&'static str, Option<String>, Instant)>;
 
-/// Waits for the job `child` (process group `pid`) to end, stopping it on a kill order in `dir`,
+/// Waits for the job `pid` (also its process group) to end, stopping it on a kill order in `dir`,
 /// a SIGTERM or SIGINT of the supervisor, or its deadline: SIGTERM to its group, then SIGKILL
 /// after the grace period. Its exit status, and the stop that ended it if one did; on failure,
 /// what was being done.
 fn wait_out(
-    child: &mut std::process::Child,
     pid: i32,
     dir: &RunDir,
     args: &SuperviseArgs,
@@ -230,7 +250,7 @@ fn wait_out(
         Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
     };
     loop {
-        if let Some(st) = child.try_wait().map_err(|e| ("waiting for the job", e))? {
+        if let Some(st) = launch::try_wait(pid).map_err(|e| ("waiting for the job", e))? {
             return Ok((st, stopping));
         }
         let now = Instant::now();

@@ -265,6 +265,12 @@ impl Confinement {
 }
 
 impl Prepared {
+    /// True when the job's child must act between the fork and the exec (join a cgroup,
+    /// switch user); otherwise the job can be started without a fork (`posix_spawn`).
+    pub fn needs_the_child(&self) -> bool {
+        self.join.is_some() || self.user.is_some()
+    }
+
     /// In the forked child, before exec: joins the cgroups, then becomes the user (after which
     /// joining would no longer be allowed). Async-signal-safe.
     pub fn apply_in_child(&self) -> std::io::Result<()> {
