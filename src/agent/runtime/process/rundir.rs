@@ -375,20 +375,18 @@ fn read_tail(path: &Path, max_bytes: usize) -> io::Result<String> {
 mod tests {
     use super::*;
 
+    /// The record of a job that exited by itself with `code` at `finished_at_ms`.
+    fn exited(code: i32, finished_at_ms: i64) -> ExitRecord {
+        ExitRecord { exit_code: Some(code), signal: None, reason: None, message: None, finished_at_ms, usage: None }
+    }
+
     #[test]
     fn the_exit_record_goes_into_the_room_set_aside_for_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
         reserve_exit(dir.path()).expect("reserve");
         assert_eq!(std::fs::metadata(rd.file(EXIT_RESERVE)).expect("reserve").len(), EXIT_RESERVE_BYTES as u64);
-        let rec = ExitRecord {
-            exit_code: Some(3),
-            signal: None,
-            reason: None,
-            message: None,
-            finished_at_ms: 7,
-            usage: None,
-        };
+        let rec = exited(3, 7);
         assert!(rd.write_exit_once(&rec).expect("write"));
         assert_eq!(rd.read_exit().expect("read"), Some(rec.clone()));
         // The room was used (and trimmed), and nothing else is left behind.
@@ -409,14 +407,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
-        let rec = ExitRecord {
-            exit_code: Some(0),
-            signal: None,
-            reason: None,
-            message: None,
-            finished_at_ms: 1,
-            usage: None,
-        };
+        let rec = exited(0, 1);
         assert!(rd.write_exit_once(&rec).expect("write"));
         let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
         std::fs::File::options().write(true).open(rd.file(EXIT)).expect("open").set_modified(old).expect("age it");
@@ -459,14 +450,7 @@ mod tests {
     fn exit_is_written_once_and_tail_combines_outputs() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
-        let first = ExitRecord {
-            exit_code: Some(0),
-            signal: None,
-            reason: None,
-            message: None,
-            finished_at_ms: 1,
-            usage: None,
-        };
+        let first = exited(0, 1);
         assert!(rd.write_exit_once(&first).expect("write"));
         let second = ExitRecord { exit_code: Some(1), ..first.clone() };
         assert!(!rd.write_exit_once(&second).expect("write"));
