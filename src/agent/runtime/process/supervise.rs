@@ -140,11 +140,20 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let started = if confined.needs_the_child() {
         fork_job(program, program_args, &args.env, cwd, stdout, stderr, confined)
     } else {
-        let stdin = std::fs::File::open("/dev/null").map_err(err("opening /dev/null"))?;
-        let env = &args.env;
-        let l =
-            launch::Launch { program, args: program_args, env, cwd, stdin: &stdin, stdout: &stdout, stderr: &stderr };
-        launch::spawn(&l)
+        // Without its standard input the job cannot start: recorded like any failed start.
+        std::fs::File::open("/dev/null").and_then(|stdin| {
+            let env = &args.env;
+            let l = launch::Launch {
+                program,
+                args: program_args,
+                env,
+                cwd,
+                stdin: &stdin,
+                stdout: &stdout,
+                stderr: &stderr,
+            };
+            launch::spawn(&l)
+        })
     };
     let pid = match started {
         Ok(pid) => pid,
