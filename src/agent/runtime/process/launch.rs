@@ -12,13 +12,14 @@
 //! variables over it, the program found along the job's `PATH`, no signal blocked, `SIGPIPE`
 //! and `SIGCHLD` at their defaults, a process group of its own.
 
+use super::confine::Prepared;
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
@@ -36,11 +37,41 @@ pub(crate) struct Launch<'a> {
     /// The working directory.
     pub cwd: &'a Path,
     /// Standard input.
-    pub stdin: &'a File,
+    pub stdin: File,
     /// Standard output.
-    pub stdout: &'a File,
+    pub stdout: File,
     /// Standard error.
-    pub stderr: &'a File,
+    pub stderr: File,
+}
+
+/// Starts the job, with `posix_spawn` unless `confined` has to act in its child; its pid, which
+/// is also its process group. Waited for with [`try_wait`] either way.
+pub(crate) fn start(l: Launch, confined: Prepared) -> io::Result<i32> {
+    if confined.needs_the_child() { fork(l, confined) } else { spawn(&l) }
+}
+
+/// Starts a confined job the classic way, since its child must join its cgroup and switch user
+/// between the fork and the exec.
+fn fork(l: Launch, confined: Prepared) -> io::Result<i32> {
+    let mut cmd = std::process::Command::new(l.program);
+    cmd.args(l.args)
+        .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(l.cwd)
+        .stdin(l.stdin)
+        .stdout(l.stdout)
+        .stderr(l.stderr)
+        .process_group(0);
+    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
+    // (everything they use was prepared before the fork) and pthread_sigmask.
+    unsafe {
+        cmd.pre_exec(move || {
+            confined.apply_in_child()?;
+            super::os::unblock_all_signals()
+        });
+    }
+    // Dropping the `Child` neither waits nor kills: the supervisor reaps it by pid.
+    let child = cmd.spawn()?;
+    i32::try_from(child.id()).map_err(|_| io::Error::other("pid out of range"))
 }
 
 /// The environment the job gets: the supervisor's, with `overrides` set over it.
@@ -92,18 +123,18 @@ fn c_string(bytes: Vec<u8>) -> io::Result<CString> {
 
 /// Starts the job with `posix_spawn`; its pid, which is also its process group. A file that is
 /// no program the kernel runs (a script without `#!`) is run by `/bin/sh`, as `execvp` does.
-pub(crate) fn spawn(l: &Launch) -> io::Result<i32> {
+fn spawn(l: &Launch) -> io::Result<i32> {
     let env = environment(l.env);
     // Relative to the supervisor's directory, as the child's chdir would take it.
     let cwd = std::path::absolute(l.cwd)?;
     let path = resolve(l.program, env.get(OsStr::new("PATH")).map(OsString::as_os_str), &cwd)?;
-    let argv = std::iter::once(l.program.as_bytes().to_vec()).chain(l.args.iter().map(|a| a.as_bytes().to_vec()));
-    match spawn_file(path.as_os_str(), argv.collect(), &env, &cwd, l) {
+    let argv = |first: &[&[u8]]| -> Vec<Vec<u8>> {
+        first.iter().map(|b| b.to_vec()).chain(l.args.iter().map(|a| a.as_bytes().to_vec())).collect()
+    };
+    match spawn_file(path.as_os_str(), argv(&[l.program.as_bytes()]), &env, &cwd, l) {
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            let argv = [b"/bin/sh".to_vec(), path.as_os_str().as_bytes().to_vec()]
-                .into_iter()
-                .chain(l.args.iter().map(|a| a.as_bytes().to_vec()));
-            spawn_file(OsStr::new("/bin/sh"), argv.collect(), &env, &cwd, l)
+            let sh = OsStr::new("/bin/sh");
+            spawn_file(sh, argv(&[sh.as_bytes(), path.as_os_str().as_bytes()]), &env, &cwd, l)
         }
         other => other,
     }
@@ -143,7 +174,7 @@ fn spawn_file(
         check(libc::posix_spawn_file_actions_init(&mut actions.0))?;
         let mut attrs = Attrs(std::mem::zeroed());
         check(libc::posix_spawnattr_init(&mut attrs.0))?;
-        for (file, fd) in [(l.stdin, 0), (l.stdout, 1), (l.stderr, 2)] {
+        for (file, fd) in [(&l.stdin, 0), (&l.stdout, 1), (&l.stderr, 2)] {
             check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, file.as_raw_fd(), fd))?;
         }
         check(libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, cwd.as_ptr()))?;
@@ -242,9 +273,6 @@ mod tests {
     fn a_spawned_job_has_its_files_directory_group_and_no_blocked_signal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let out_path = dir.path().join("out");
-        let stdout = File::create(&out_path).expect("out");
-        let stderr = File::create(dir.path().join("err")).expect("err");
-        let stdin = File::open("/dev/null").expect("null");
         let script = "pwd; echo \"$GREETING\"; grep -E '^Sig(Blk|Ign)' /proc/self/status; cut -d' ' -f5 /proc/$$/stat";
         let args: Vec<String> = vec!["-c".into(), script.into()];
         let env = vec![("GREETING".to_string(), "hello".to_string())];
@@ -253,9 +281,9 @@ mod tests {
             args: &args,
             env: &env,
             cwd: dir.path(),
-            stdin: &stdin,
-            stdout: &stdout,
-            stderr: &stderr,
+            stdin: File::open("/dev/null").expect("null"),
+            stdout: File::options().create(true).append(true).open(&out_path).expect("out"),
+            stderr: File::create(dir.path().join("err")).expect("err"),
         };
         // As in a supervisor: SIGTERM blocked in the spawning thread.
         let _blocked = super::super::os::SignalSet::block(&[libc::SIGTERM]).expect("block");
@@ -296,16 +324,15 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let out_path = dir.path().join("out");
         let stdout = File::create(&out_path).expect("out");
-        let stdin = File::open("/dev/null").expect("null");
         let args = vec!["first".to_string()];
         let pid = spawn(&Launch {
             program: "./plain",
             args: &args,
             env: &[],
             cwd: dir.path(),
-            stdin: &stdin,
-            stdout: &stdout,
-            stderr: &stdout,
+            stdin: File::open("/dev/null").expect("null"),
+            stderr: stdout.try_clone().expect("dup"),
+            stdout,
         })
         .expect("spawned");
         while try_wait(pid).expect("wait").is_none() {

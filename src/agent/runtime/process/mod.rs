@@ -327,9 +327,7 @@ impl Inner {
             }
             // A supervisor holds the lock from before the spawner answers until after it wrote the
             // exit record.
-            let alive = os::is_locked(&dir.path).unwrap_or(false)
-                || os::is_locked(&dir.file(rundir::LEGACY_LOCK)).unwrap_or(false);
-            if !alive && matches!(dir.read_exit(), Ok(None)) {
+            if !dir.supervisor_alive() && matches!(dir.read_exit(), Ok(None)) {
                 self.take_over(&dir, run_id, job_id, &mut respawned).await;
             }
             tokio::select! {

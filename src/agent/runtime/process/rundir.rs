@@ -169,6 +169,13 @@ impl RunDir {
         }
     }
 
+    /// True while a supervisor holds the run: it locks the directory, or, in a directory of the
+    /// earlier layout, the [`LEGACY_LOCK`] file.
+    pub fn supervisor_alive(&self) -> bool {
+        super::os::is_locked(&self.path).unwrap_or(false)
+            || super::os::is_locked(&self.file(LEGACY_LOCK)).unwrap_or(false)
+    }
+
     /// What the run's supervisors said themselves (their stamps left out), for a run whose
     /// supervisor ended without starting the job.
     pub fn supervisor_output(&self) -> String {

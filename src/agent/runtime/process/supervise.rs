@@ -13,9 +13,8 @@ use super::launch;
 use super::os::{self, ProcStamp};
 use super::rundir::{self, ExitRecord, RunDir};
 use crate::agent::runtime::now_ms;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// How often the supervisor looks for a `kill` file (signals make it react sooner).
@@ -137,24 +136,11 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     // A slot counts the OOM kills of every job it held.
     let oom_before = args.confine.oom_kills();
     let cwd = args.workdir.as_deref().unwrap_or(&dir.path);
-    let started = if confined.needs_the_child() {
-        fork_job(program, program_args, &args.env, cwd, stdout, stderr, confined)
-    } else {
-        // Without its standard input the job cannot start: recorded like any failed start.
-        std::fs::File::open("/dev/null").and_then(|stdin| {
-            let env = &args.env;
-            let l = launch::Launch {
-                program,
-                args: program_args,
-                env,
-                cwd,
-                stdin: &stdin,
-                stdout: &stdout,
-                stderr: &stderr,
-            };
-            launch::spawn(&l)
-        })
-    };
+    // Without its standard input the job cannot start: recorded like any failed start.
+    let started = std::fs::File::open("/dev/null").and_then(|stdin| {
+        let l = launch::Launch { program, args: program_args, env: &args.env, cwd, stdin, stdout, stderr };
+        launch::start(l, confined)
+    });
     let pid = match started {
         Ok(pid) => pid,
         Err(e) => {
@@ -197,38 +183,6 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     dir.write_exit_once(&rec.judged_for_disk(&dir)).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
-}
-
-/// Starts a confined job the classic way, since its child must join its cgroup and switch user
-/// between the fork and the exec; its pid (also its process group).
-fn fork_job(
-    program: &str,
-    program_args: &[String],
-    env: &[(String, String)],
-    cwd: &std::path::Path,
-    stdout: std::fs::File,
-    stderr: std::fs::File,
-    confined: confine::Prepared,
-) -> std::io::Result<i32> {
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(program_args)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
-    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
-    // (everything they use was prepared before the fork) and pthread_sigmask.
-    unsafe {
-        cmd.pre_exec(move || {
-            confined.apply_in_child()?;
-            os::unblock_all_signals()
-        });
-    }
-    // Waited for by pid (`launch::try_wait`), as a job started by posix_spawn is.
-    let child = cmd.spawn()?;
-    i32::try_from(child.id()).map_err(|_| std::io::Error::other("pid out of range"))
 }
 
 /// How a stop of the job began: the reason, the message, and when SIGKILL follows SIGTERM.
