@@ -16,6 +16,7 @@ use super::rate_limit::RateScope;
 use super::resvec::add_to;
 use smallvec::SmallVec;
 use std::collections::BinaryHeap;
+use std::collections::binary_heap::PeekMut;
 use std::sync::Arc;
 
 /// Where a queue's next candidate comes from. The three streams are merged in queue order
@@ -67,13 +68,19 @@ impl<'a> PoolCycle<'a> {
                     heap.push(t);
                 }
             }
-            while let Some(turn) = heap.pop() {
-                let q = turn.queue;
+            // The queue whose turn it is takes its next turn in place: one sift down instead of a
+            // pop and a push. Turns are totally ordered (the queue breaks ties), so the order of
+            // turns is the same either way.
+            while let Some(mut top) = heap.peek_mut() {
+                let q = top.queue;
                 if let Some(cand) = self.queues[q as usize].current.take() {
                     self.attempt(q, cand, rate);
                 }
-                if let Some(t) = self.advance(q, rate) {
-                    heap.push(t);
+                match self.advance(q, rate) {
+                    Some(t) => *top = t,
+                    None => {
+                        PeekMut::pop(top);
+                    }
                 }
             }
             if !self.eviction().rebalance() {
@@ -260,13 +267,11 @@ impl<'a> PoolCycle<'a> {
             None => smallvec::smallvec![pos],
         };
         self.queues[q as usize].taken += positions.len();
-        let members: SmallVec<[u32; 1]> = positions
-            .iter()
-            .map(|&p| {
-                let sj = self.queues[q as usize].facts[p as usize].clone();
-                self.new_job(&sj, &src[p as usize], q, Origin::Queued)
-            })
-            .collect();
+        let mut members: SmallVec<[u32; 1]> = SmallVec::with_capacity(positions.len());
+        for &p in &positions {
+            let sj = self.queues[q as usize].facts[p as usize].clone();
+            members.push(self.new_job(&sj, &src[p as usize], q, Origin::Queued));
+        }
         if let Some(g) = gang {
             self.set_offered_gang(q, g.id.as_str(), members.to_vec());
         }
@@ -288,6 +293,45 @@ mod tests {
         h.push(Turn { urgency: 20000, cost_after: 0.05, queue: 3 });
         let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|t| t.queue)).collect();
         assert_eq!(order, vec![2, 3, 0, 1]);
+    }
+
+    proptest::proptest! {
+        /// The fill loop takes a queue's next turn in the heap's top place; that gives the turns
+        /// in the order a pop and a push would, ties in urgency and cost included.
+        #[test]
+        fn taking_the_next_turn_in_place_keeps_the_order_of_turns(
+            starts in proptest::collection::vec((0i32..3, 0u8..4), 1..12),
+            nexts in proptest::collection::vec(proptest::option::of((0i32..3, 0u8..4)), 0..80),
+        ) {
+            let turn = |(urgency, cost): (i32, u8), queue: usize| Turn {
+                urgency,
+                cost_after: f64::from(cost) / 4.0,
+                queue: queue as u32,
+            };
+            let initial = || -> BinaryHeap<Turn> { starts.iter().enumerate().map(|(q, &t)| turn(t, q)).collect() };
+            let mut script = nexts.iter();
+            let mut popped_and_pushed = Vec::new();
+            let mut heap = initial();
+            while let Some(top) = heap.pop() {
+                popped_and_pushed.push(top.queue);
+                if let Some(Some(t)) = script.next() {
+                    heap.push(turn(*t, top.queue as usize));
+                }
+            }
+            let mut script = nexts.iter();
+            let mut in_place = Vec::new();
+            let mut heap = initial();
+            while let Some(mut top) = heap.peek_mut() {
+                in_place.push(top.queue);
+                match script.next() {
+                    Some(Some(t)) => *top = turn(*t, top.queue as usize),
+                    _ => {
+                        PeekMut::pop(top);
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(in_place, popped_and_pushed);
+        }
     }
 
     #[test]

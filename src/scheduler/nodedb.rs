@@ -96,7 +96,7 @@ impl NodeEntry {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 struct TypeIndex {
     empty: BTreeSet<Key>,
     nonempty: BTreeSet<Key>,
@@ -327,20 +327,25 @@ impl NodeDb {
     }
 
     /// Applies `change` to node `n`, keeping built indexes in step for levels below `upto`
-    /// (all levels if the node's tier changes).
+    /// (all levels if the node's tier changes). `change` leaves the free amounts of levels from
+    /// `upto` on as they were.
     fn update(&mut self, n: u32, upto: usize, change: impl FnOnce(&mut NodeEntry)) {
+        let upto = upto.min(self.levels);
         let node = &self.nodes[n as usize];
         let old_tier = node.tier();
         let t = node.type_id as usize;
         let old_keys: SmallVec<[Option<Key>; 8]> =
-            (0..self.levels).map(|l| self.indexes[l].as_ref().map(|_| self.key_of(&node.free[l], n))).collect();
+            (0..upto).map(|l| self.indexes[l].as_ref().map(|_| self.key_of(&node.free[l], n))).collect();
         change(&mut self.nodes[n as usize]);
-        let node = &self.nodes[n as usize];
-        let new_tier = node.tier();
-        let limit = if new_tier != old_tier { self.levels } else { upto.min(self.levels) };
-        for (l, old) in old_keys.into_iter().enumerate().take(limit) {
-            let Some(old) = old else { continue };
+        let new_tier = self.nodes[n as usize].tier();
+        let limit = if new_tier != old_tier { self.levels } else { upto };
+        for l in 0..limit {
+            if self.indexes[l].is_none() {
+                continue;
+            }
             let new = self.key_of(&self.nodes[n as usize].free[l], n);
+            // Above `upto` the key stays; only the tier moved.
+            let old = old_keys.get(l).copied().flatten().unwrap_or(new);
             if new == old && new_tier == old_tier {
                 continue;
             }
@@ -349,6 +354,31 @@ impl NodeDb {
                 Self::index_insert(&mut idx[t], new_tier, new);
             }
         }
+    }
+
+    /// True if every built index holds what building it afresh would.
+    #[cfg(test)]
+    fn indexes_match_a_rebuild(&self) -> bool {
+        (0..self.levels).all(|level| match &self.indexes[level] {
+            None => true,
+            Some(built) => {
+                let mut fresh = vec![TypeIndex::default(); self.type_nodes.len()];
+                for (i, n) in self.nodes.iter().enumerate() {
+                    Self::index_insert(&mut fresh[n.type_id as usize], n.tier(), self.key_of(&n.free[level], i as u32));
+                }
+                // A queue's sole-tier set may stay behind empty when its last node leaves it.
+                let trimmed = |idx: &[TypeIndex]| -> Vec<TypeIndex> {
+                    idx.iter()
+                        .map(|t| {
+                            let mut t = t.clone();
+                            t.sole.retain(|_, s| !s.is_empty());
+                            t
+                        })
+                        .collect()
+                };
+                trimmed(built) == trimmed(&fresh)
+            }
+        })
     }
 
     /// Puts a job on a node.
@@ -740,6 +770,7 @@ mod tests {
                         let (node, job) = placed.swap_remove(at % placed.len());
                         prop_assert!(d.remove(node, job).is_some());
                     }
+                    prop_assert!(d.indexes_match_a_rebuild());
                     for level in 0..4u8 {
                         for types in [&[0u32][..], &[1], &[0, 1]] {
                             let want = walked(&d, level as usize, types);

@@ -42,13 +42,54 @@ pub(super) struct Outcome<'c, 'a> {
     pub spared: usize,
 }
 
+/// What a job's fate at the end of the cycle puts in the decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// A queued job placed (or put back): a lease.
+    Lease,
+    /// A running job evicted and not back, or preempted: a preemption.
+    Preemption,
+    /// A job the cycle failed: a failure, with its reason.
+    Failure,
+    /// A queued job that stays queued, with its reason if it was tried (placed earlier in the
+    /// cycle, then evicted again and not back, stays queued too).
+    Waits,
+    /// A running job that keeps its place.
+    Nothing,
+}
+
+impl Entry {
+    fn of(origin: Origin, status: Status) -> Entry {
+        let new = origin == Origin::Queued;
+        match status {
+            Status::Placed | Status::Returned if new => Entry::Lease,
+            Status::Evicted | Status::Preempted if !new => Entry::Preemption,
+            Status::Failed => Entry::Failure,
+            Status::Evicted | Status::Waiting | Status::Preempted => Entry::Waits,
+            Status::Running | Status::Placed | Status::Returned => Entry::Nothing,
+        }
+    }
+}
+
 impl Outcome<'_, '_> {
     /// Turns the cycle's outcome into decisions.
     pub(super) fn finish(&self, out: &mut Decisions, done: &mut HashSet<crate::model::JobId>) {
+        // Sized first: a cycle over a million queued jobs leaves most of them waiting, and growing
+        // the list by doubling copied it and touched twice its pages.
+        let (mut leases, mut waiting) = (0, 0);
+        for (j, fate) in self.jobs.iter().zip(self.ledger.fates()) {
+            match Entry::of(j.origin, fate.status) {
+                Entry::Lease => leases += 1,
+                Entry::Waits => waiting += 1,
+                _ => {}
+            }
+        }
+        out.leases.reserve(leases);
+        out.unscheduled.reserve(waiting);
+        done.reserve(leases);
         for (ji, (j, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
-            let new = j.origin == Origin::Queued;
-            match fate.status {
-                Status::Placed | Status::Returned if new => {
+            match Entry::of(j.origin, fate.status) {
+                Entry::Lease => {
                     let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
                     done.insert(j.id);
                     out.leases.push(Lease {
@@ -59,7 +100,7 @@ impl Outcome<'_, '_> {
                         node: n.name.clone(),
                     });
                 }
-                Status::Evicted | Status::Preempted if !new => {
+                Entry::Preemption => {
                     let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
                     out.preemptions.push(Preemption {
                         job_id: j.id,
@@ -69,7 +110,7 @@ impl Outcome<'_, '_> {
                         reason: self.preemption_reason(ji as u32),
                     });
                 }
-                Status::Failed => {
+                Entry::Failure => {
                     done.insert(j.id);
                     out.failures.push(Failure {
                         job_id: j.id,
@@ -77,8 +118,7 @@ impl Outcome<'_, '_> {
                         reason: fate.reason.as_deref().cloned().unwrap_or(Reason::NoPool),
                     });
                 }
-                // Placed earlier in the cycle, then evicted again and not back: stays queued.
-                Status::Evicted | Status::Waiting | Status::Preempted => {
+                Entry::Waits => {
                     let reason = match (fate.displaced_by, &fate.reason) {
                         (Some(by), _) if fate.status != Status::Waiting => Some(Arc::new(Reason::Displaced {
                             by: self.jobs[self.final_holder(by, fate.node) as usize].id,
@@ -89,7 +129,7 @@ impl Outcome<'_, '_> {
                         out.unscheduled.push(Unscheduled { job_id: j.id, reason: r });
                     }
                 }
-                Status::Running | Status::Placed | Status::Returned => {}
+                Entry::Nothing => {}
             }
         }
         for q in self.queues {
