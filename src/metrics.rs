@@ -122,6 +122,9 @@ pub(crate) struct Metrics {
     registry: Registry,
     /// Time a scheduling cycle took to decide.
     pub scheduling_cycle: Histogram,
+    /// Time a scheduling cycle took to read the state it decides over, under the state's read
+    /// lock (writes wait meanwhile).
+    pub scheduling_snapshot: Histogram,
     /// Time an API request took to answer, by route, method and status class.
     pub api_request: Family<RouteLabels, Histogram, fn() -> Histogram>,
     /// Time from a job's submission to its lease reaching an executor.
@@ -163,6 +166,7 @@ impl Metrics {
         let m = Metrics {
             registry: Registry::default(),
             scheduling_cycle: fast_buckets(),
+            scheduling_snapshot: fast_buckets(),
             api_request: Family::new_with_constructor(fast_buckets),
             submit_to_lease: slow_buckets(),
             lease_poll_wait: slow_buckets(),
@@ -178,6 +182,11 @@ impl Metrics {
             "convoy_scheduling_cycle_duration_seconds",
             "Time a scheduling cycle took to decide",
             m.scheduling_cycle.clone(),
+        );
+        registry.register(
+            "convoy_scheduling_snapshot_duration_seconds",
+            "Time a scheduling cycle took to read the state it decides over (writes wait meanwhile)",
+            m.scheduling_snapshot.clone(),
         );
         registry.register(
             "convoy_api_request_duration_seconds",

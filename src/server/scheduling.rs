@@ -187,10 +187,14 @@ fn cycle_snapshot(
     cfg: &crate::scheduler::SchedulerConfig,
     rate: &RateLimiterState,
 ) -> (crate::scheduler::Snapshot, u64, u64) {
+    let started = Instant::now();
     let st = app.state();
     let mut snapshot = st.scheduling_snapshot(cfg.max_queue_lookback, rate.clone());
     st.add_job_times(&mut snapshot, cfg);
-    (snapshot, st.applied_index(), st.cycles())
+    let out = (snapshot, st.applied_index(), st.cycles());
+    drop(st);
+    crate::metrics::global().scheduling_snapshot.observe(started.elapsed().as_secs_f64());
+    out
 }
 
 /// The command that records a cycle's decisions, with a fresh run id per lease.
