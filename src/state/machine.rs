@@ -26,8 +26,10 @@ pub(super) type QueueKey = QueueOrderKey;
 pub struct QueueState {
     /// The queue's settings, as last created or updated.
     pub queue: Queue,
-    /// Queued jobs, keyed so that they iterate in the order the scheduler takes them.
-    pub queued: BTreeMap<QueueKey, JobId>,
+    /// Queued jobs, keyed so that they iterate in the order the scheduler takes them, each with
+    /// the scheduler's view of it: a cycle reads its queues without looking a job up. The view is
+    /// the live job's own (`LiveJob::info`), replaced only while the job is out of the indexes.
+    pub queued: BTreeMap<QueueKey, Arc<JobInfo>>,
     /// Sum of the requests of the queued jobs.
     pub demand: Resources,
     /// Live jobs per state.
@@ -458,7 +460,7 @@ impl State {
             *q.counts.entry(r.state).or_default() += 1;
             // A job waiting for another is not in its queue's order: the scheduler never sees it.
             if r.state == JobState::Queued && !waiting {
-                q.queued.insert(key, id);
+                q.queued.insert(key, job.info.clone());
                 q.demand.add(&job.info.requirements.requests);
             }
         }

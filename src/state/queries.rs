@@ -29,10 +29,10 @@ impl State {
         let mut place = QueuePlace { position: 0, ahead_in_its_pools: 0 };
         for other in q.queued.values() {
             place.position += 1;
-            if *other == id {
+            if other.id == id {
                 return Some(place);
             }
-            if self.jobs.get(other).is_some_and(|o| job.info.shares_a_pool_with(&o.info)) {
+            if job.info.shares_a_pool_with(other) {
                 place.ahead_in_its_pools += 1;
             }
         }

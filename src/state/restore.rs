@@ -33,9 +33,14 @@ impl State {
         self.settings = settings;
         let mut queues = std::mem::take(&mut self.queues);
         for qs in queues.values_mut() {
-            let ids: Vec<JobId> = qs.queued.values().copied().collect();
-            qs.queued =
-                ids.into_iter().filter_map(|id| Some((self.queue_key(&self.jobs.get(&id)?.record), id))).collect();
+            let ids: Vec<JobId> = qs.queued.values().map(|j| j.id).collect();
+            qs.queued = ids
+                .into_iter()
+                .filter_map(|id| {
+                    let job = self.jobs.get(&id)?;
+                    Some((self.queue_key(&job.record), job.info.clone()))
+                })
+                .collect();
         }
         self.queues = queues;
     }

@@ -72,13 +72,11 @@ impl State {
             .map(|q| {
                 let mut queued: Vec<Arc<JobInfo>> = Vec::with_capacity(q.queued.len().min(take));
                 let mut gangs: BTreeSet<&str> = BTreeSet::new();
-                for id in q.queued.values().take(take) {
-                    if let Some(j) = self.jobs.get(id) {
-                        if let Some(g) = &j.info.gang {
-                            gangs.insert(g.id.as_str());
-                        }
-                        queued.push(j.info.clone());
+                for info in q.queued.values().take(take) {
+                    if let Some(g) = &info.gang {
+                        gangs.insert(g.id.as_str());
                     }
+                    queued.push(info.clone());
                 }
                 // Gang members past the cut come along so the gang is judged whole.
                 if q.queued.len() > take && !gangs.is_empty() {

@@ -127,7 +127,7 @@ fn submit_queues_jobs_in_order_with_events() {
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1), JobId::from_u128(2)])));
     assert_eq!(events(&a), vec![EventKind::Submitted, EventKind::Queued, EventKind::Submitted, EventKind::Queued]);
     let qs = &s.queues[&q("A")];
-    assert_eq!(qs.queued.values().copied().collect::<Vec<_>>(), vec![JobId::from_u128(1), JobId::from_u128(2)]);
+    assert_eq!(qs.queued.values().map(|j| j.id).collect::<Vec<_>>(), vec![JobId::from_u128(1), JobId::from_u128(2)]);
     assert_eq!(qs.demand.get("cpu"), 3000);
     assert!(a.effects.schedule);
     // Event sequence numbers are dense per job set.
@@ -368,9 +368,18 @@ fn reprioritize_reorders_the_queue() {
         ApplyContext::default(),
     );
     assert_eq!(a.response, Some(Response::JobIds(vec![JobId::from_u128(1)])));
-    let order: Vec<JobId> = s.queues[&q("A")].queued.values().copied().collect();
+    let order: Vec<JobId> = s.queues[&q("A")].queued.values().map(|j| j.id).collect();
     assert_eq!(order, vec![JobId::from_u128(2), JobId::from_u128(1)]);
     assert_eq!(s.jobs[&JobId::from_u128(1)].info.priority, 5);
+    // The queue holds each job's current view, the one the reprioritized job was given.
+    for info in s.queues[&q("A")].queued.values() {
+        assert!(std::sync::Arc::ptr_eq(info, &s.jobs[&info.id].info), "job {} has a stale view in its queue", info.id);
+    }
+    let snap = s.scheduling_snapshot(0, Default::default());
+    assert_eq!(
+        snap.queues[0].queued.iter().map(|j| (j.id.as_u128(), j.priority)).collect::<Vec<_>>(),
+        vec![(2, 0), (1, 5)]
+    );
 }
 
 #[test]
@@ -674,7 +683,7 @@ fn other_priority_classes_reorder_the_queued_jobs() {
     let mut low = new_job(1, None, "1");
     low.priority_class = PriorityClassName::new("preemptible").unwrap();
     submit(&mut s, vec![low, new_job(2, None, "1")]);
-    let order = |s: &State| s.queues[&q("A")].queued.values().map(|id| id.as_u128()).collect::<Vec<_>>();
+    let order = |s: &State| s.queues[&q("A")].queued.values().map(|j| j.id.as_u128()).collect::<Vec<_>>();
     assert_eq!(order(&s), vec![2, 1], "default (30000) before preemptible (20000)");
     let mut cfg = SchedulerConfig::default();
     for pc in &mut cfg.priority_classes {

@@ -27,7 +27,7 @@ fn submit_to(s: &mut State, job_set: &str, jobs: Vec<PolicyJob>) -> Applied {
 }
 
 fn queued_ids(s: &State) -> Vec<JobId> {
-    s.queues[&q("A")].queued.values().copied().collect()
+    s.queues[&q("A")].queued.values().map(|j| j.id).collect()
 }
 
 fn messages(a: &Applied) -> Vec<(EventKind, String)> {
