@@ -15,6 +15,21 @@ use crate::scheduler::{JobInfo, NodeHealth, QuarantinePolicy, QueueOrderKey, Que
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+/// What a scheduling cycle reads of a job's active run, kept in its executor's index so that a
+/// cycle finds it without looking the job up. Every change to a job takes it out of the indexes
+/// and puts it back (`State::update_job`), so the view is never stale.
+#[derive(Debug, Clone)]
+pub(super) struct ActiveRunView {
+    /// The job's scheduler view (the live job's own).
+    pub info: Arc<JobInfo>,
+    /// The node the run holds resources on.
+    pub node: NodeName,
+    /// When the run was leased (ms since the epoch).
+    pub leased_at_ms: i64,
+    /// The run is being stopped (cancelled or preempted, not yet confirmed over).
+    pub stopping: bool,
+}
+
 /// Fewest interned requirement sets at which unused ones are trimmed.
 const MIN_TRIM_INTERNED_AT: usize = 1024;
 
@@ -121,8 +136,8 @@ pub struct State {
     pub(super) jobs: LiveJobs,
     /// Active runs.
     pub(super) runs: HashMap<RunId, JobId>,
-    /// Jobs with an active run, per executor.
-    pub(super) by_executor: HashMap<ExecutorName, BTreeSet<JobId>>,
+    /// Jobs with an active run, per executor, with what a scheduling cycle reads of the run.
+    pub(super) by_executor: HashMap<ExecutorName, BTreeMap<JobId, ActiveRunView>>,
     /// Jobs whose run is leased and not yet reported by its executor (sent on every poll until
     /// then), per executor.
     pub(super) unacked: HashMap<ExecutorName, BTreeSet<JobId>>,
@@ -447,7 +462,13 @@ impl State {
         }
         if let Some(run) = r.active_run() {
             self.runs.insert(run.run_id, id);
-            self.by_executor.entry(run.executor.clone()).or_default().insert(id);
+            let view = ActiveRunView {
+                info: job.info.clone(),
+                node: run.node.clone(),
+                leased_at_ms: run.leased_at_ms,
+                stopping: run.kill.is_some(),
+            };
+            self.by_executor.entry(run.executor.clone()).or_default().insert(id, view);
             if run.kill.is_some() {
                 self.killing.entry(run.executor.clone()).or_default().insert(id);
             } else if run.state == crate::model::RunState::Leased {
@@ -489,7 +510,10 @@ impl State {
         }
         if let Some(run) = r.active_run() {
             self.runs.remove(&run.run_id);
-            for index in [&mut self.by_executor, &mut self.unacked, &mut self.killing] {
+            if let Some(s) = self.by_executor.get_mut(&run.executor) {
+                s.remove(&id);
+            }
+            for index in [&mut self.unacked, &mut self.killing] {
                 if let Some(s) = index.get_mut(&run.executor) {
                     s.remove(&id);
                 }

@@ -76,7 +76,7 @@ impl State {
 
     /// The jobs with an active run on any executor, executor by executor.
     pub fn jobs_with_active_runs(&self) -> impl Iterator<Item = &LiveJob> + '_ {
-        self.by_executor.values().flatten().filter_map(|id| self.job(*id))
+        self.by_executor.values().flat_map(|runs| runs.keys()).filter_map(|id| self.job(*id))
     }
 
     /// The jobs whose run `executor` has been leased and has not yet reported, in id order (the

@@ -283,7 +283,7 @@ impl State {
         max_attempted_runs: u32,
         out: &mut Applied,
     ) -> Response {
-        let jobs: Vec<JobId> = self.by_executor.get(executor).map(|s| s.iter().copied().collect()).unwrap_or_default();
+        let jobs: Vec<JobId> = self.by_executor.get(executor).map(|s| s.keys().copied().collect()).unwrap_or_default();
         for id in jobs {
             self.lose_run(out, id, at_ms, &format!("executor {executor} lost"), max_attempted_runs);
         }

@@ -16,16 +16,17 @@ impl State {
     pub fn scheduling_snapshot(&self, lookback: usize, rate_limits: RateLimiterState) -> Snapshot {
         let mut stopping: HashMap<(&str, &str), Resources> = HashMap::new();
         let mut running = Vec::new();
-        for set in self.by_executor.values() {
-            for id in set {
-                let Some(job) = self.jobs.get(id) else { continue };
-                let Some(run) = job.record.active_run() else { continue };
-                if run.kill.is_some() {
-                    stopping.entry((run.executor.as_str(), run.node.as_str())).or_default().add(job.requests());
+        for (executor, runs) in &self.by_executor {
+            for run in runs.values() {
+                if run.stopping {
+                    stopping
+                        .entry((executor.as_str(), run.node.as_str()))
+                        .or_default()
+                        .add(&run.info.requirements.requests);
                 } else {
                     running.push(RunningJob {
-                        job: job.info.clone(),
-                        executor: run.executor.clone(),
+                        job: run.info.clone(),
+                        executor: executor.clone(),
                         node: run.node.clone(),
                         leased_at_ms: run.leased_at_ms,
                     });

@@ -441,6 +441,18 @@ fn stopping_runs_hold_only_the_room_their_replacements_left() {
     // The running jobs fit the node beside it: nothing is over-committed.
     let used: i64 = snap.running.iter().map(|r| r.job.requirements.requests.get("cpu")).sum();
     assert_eq!(used + snap.nodes[0].unallocatable.get("cpu"), snap.nodes[0].allocatable.get("cpu"));
+    // The snapshot read the runs from the executor's index: it holds each run as its record has it.
+    let mut indexed = 0;
+    for (executor, runs) in &s.by_executor {
+        for (id, view) in runs {
+            let run = s.jobs[id].record.active_run().expect("an indexed job has an active run");
+            let want = (&run.executor, &run.node, run.leased_at_ms, run.kill.is_some());
+            assert_eq!(want, (executor, &view.node, view.leased_at_ms, view.stopping), "job {id}");
+            assert!(std::sync::Arc::ptr_eq(&view.info, &s.jobs[id].info), "job {id} has a stale view");
+            indexed += 1;
+        }
+    }
+    assert_eq!(indexed, 3);
 }
 
 #[test]
