@@ -280,13 +280,18 @@ impl NodeDb {
         if self.indexes[level].is_some() {
             return;
         }
+        self.indexes[level] = Some(self.fresh_index(level));
+        self.ensure_max(level);
+    }
+
+    /// Level `level`'s index built from the nodes as they are.
+    fn fresh_index(&self, level: usize) -> Vec<TypeIndex> {
         let mut idx = vec![TypeIndex::default(); self.type_nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
             let key = self.key_of(&n.free[level], i as u32);
             Self::index_insert(&mut idx[n.type_id as usize], n.tier(), key);
         }
-        self.indexes[level] = Some(idx);
-        self.ensure_max(level);
+        idx
     }
 
     fn ensure_max(&mut self, level: usize) {
@@ -362,10 +367,7 @@ impl NodeDb {
         (0..self.levels).all(|level| match &self.indexes[level] {
             None => true,
             Some(built) => {
-                let mut fresh = vec![TypeIndex::default(); self.type_nodes.len()];
-                for (i, n) in self.nodes.iter().enumerate() {
-                    Self::index_insert(&mut fresh[n.type_id as usize], n.tier(), self.key_of(&n.free[level], i as u32));
-                }
+                let fresh = self.fresh_index(level);
                 // A queue's sole-tier set may stay behind empty when its last node leaves it.
                 let trimmed = |idx: &[TypeIndex]| -> Vec<TypeIndex> {
                     idx.iter()
