@@ -95,6 +95,7 @@ impl<'a> PoolCycle<'a> {
             Hierarchy::build(&cycle.queues, cycle.view().default_priority(), cycle.view().layout.zero(), false);
         cycle.fences = cycle.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
         let mut interner = Interner::default();
+        cycle.reserve_jobs(snap.running.len());
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner, now_ms);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner, now_ms);
 
@@ -121,7 +122,7 @@ impl<'a> PoolCycle<'a> {
         interner: &mut Interner<'a>,
         now_ms: i64,
     ) -> Vec<(u32, u32)> {
-        let mut running: Vec<(u32, u32)> = Vec::new();
+        let mut running: Vec<(u32, u32)> = Vec::with_capacity(snap.running.len());
         let cfg = self.view().cfg;
         let min_runtime = cfg.min_runtime_set();
         for r in &snap.running {
@@ -269,6 +270,7 @@ impl<'a> PoolCycle<'a> {
 
     /// Puts the running jobs on their nodes and counts them in their queues' allocations.
     fn place_running(&mut self, running: Vec<(u32, u32)>) {
+        let mut occupants = Vec::with_capacity(running.len());
         for (j, node) in running {
             let job = &self.jobs[j as usize];
             let req = self.view().classes[job.class as usize]
@@ -285,11 +287,12 @@ impl<'a> PoolCycle<'a> {
                 req: req.clone(),
             };
             let (q, pc) = (job.queue as usize, job.priority_class as usize);
-            self.db.add(node, occ);
+            occupants.push((node, occ));
             add_to(&mut self.queues[q].alloc, &req);
             add_to(&mut self.queues[q].alloc_by_priority_class[pc], &req);
             self.queues[q].active = true;
         }
+        self.db.load(occupants);
     }
 
     fn compute_shares(&mut self) {

@@ -94,6 +94,30 @@ impl NodeEntry {
             _ => Tier::Shared,
         }
     }
+
+    /// Takes `occ`'s resources at the levels below its `freed_at` and counts it among the node's
+    /// users (unless evicted).
+    fn hold(&mut self, occ: Occupant) {
+        for l in 0..occ.freed_at as usize {
+            sub_from(&mut self.free[l], &occ.req);
+        }
+        self.seat(occ);
+    }
+
+    /// Lists `occ` among the node's occupants and counts it among its users (unless evicted),
+    /// leaving the free amounts to the caller.
+    fn seat(&mut self, occ: Occupant) {
+        if !occ.evicted {
+            match self.users.iter_mut().find(|(q, _)| *q == occ.queue) {
+                Some(u) => u.1 += 1,
+                None => {
+                    self.users.push((occ.queue, 1));
+                    self.users.sort_unstable();
+                }
+            }
+        }
+        self.occupants.push(occ);
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -392,21 +416,65 @@ impl NodeDb {
             sub_from(&mut self.type_free[l][t], &occ.req);
         }
         self.track_max(n, upto, &occ.req, -1);
-        self.update(n, upto, |node| {
-            for l in 0..upto {
-                sub_from(&mut node.free[l], &occ.req);
+        self.update(n, upto, |node| node.hold(occ));
+    }
+
+    /// Puts the jobs running at the start of the cycle on their nodes (each node's in the given
+    /// order), as [`Self::add`] would one by one. Before the first search no index or maximum is
+    /// built, so no key has to move, and a node's free amounts can be taken once per level for
+    /// all its jobs instead of once per level and job: with tens of thousands of running jobs,
+    /// `add` one by one was a quarter of a cycle under load. After a search it is `add` one by
+    /// one.
+    pub(crate) fn load(&mut self, running: Vec<(u32, Occupant)>) {
+        let searched = self.indexes.iter().any(Option::is_some) || self.maxes.iter().any(Option::is_some);
+        if searched {
+            for (n, occ) in running {
+                self.add(n, occ);
             }
-            if !occ.evicted {
-                match node.users.iter_mut().find(|(q, _)| *q == occ.queue) {
-                    Some(u) => u.1 += 1,
-                    None => {
-                        node.users.push((occ.queue, 1));
-                        node.users.sort_unstable();
-                    }
+            return;
+        }
+        // The jobs grouped by node, in their order within each node (a counting sort).
+        let mut start = vec![0usize; self.nodes.len() + 1];
+        for &(n, _) in &running {
+            start[n as usize + 1] += 1;
+        }
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        let mut next = start.clone();
+        let mut grouped: Vec<Option<Occupant>> = vec![None; running.len()];
+        for (n, occ) in running {
+            grouped[next[n as usize]] = Some(occ);
+            next[n as usize] += 1;
+        }
+        let width = self.nodes.first().map_or(0, |n| n.free[0].len());
+        let zero: ResVec = smallvec::smallvec![0; width];
+        // What the node's jobs freed exactly at each level take: `freed_at[l]`.
+        let mut freed_at: Vec<ResVec> = vec![zero.clone(); self.levels];
+        for n in 0..self.nodes.len() {
+            let jobs = &mut grouped[start[n]..start[n + 1]];
+            if jobs.is_empty() {
+                continue;
+            }
+            freed_at.iter_mut().for_each(|f| f.fill(0));
+            let node = &mut self.nodes[n];
+            node.occupants.reserve_exact(jobs.len());
+            for occ in jobs.iter_mut().filter_map(Option::take) {
+                self.freed_counts[occ.freed_at as usize] += 1;
+                add_to(&mut freed_at[occ.freed_at as usize], &occ.req);
+                node.seat(occ);
+            }
+            // A job freed at `f` takes its resources at every level below `f`: level `l` loses
+            // what the jobs freed above it take.
+            let mut above = zero.clone();
+            for l in (0..self.levels).rev() {
+                if l + 1 < self.levels {
+                    add_to(&mut above, &freed_at[l + 1]);
                 }
+                sub_from(&mut node.free[l], &above);
+                sub_from(&mut self.type_free[l][node.type_id as usize], &above);
             }
-            node.occupants.push(occ);
-        });
+        }
     }
 
     /// Takes a job off a node, returning its occupancy.
@@ -728,6 +796,52 @@ mod tests {
         // Need 4: the newest (job 3, 2 cpu) is not enough alone; then job 2 (4 cpu) suffices and
         // job 3 is kept back.
         assert_eq!(d.victims(0, 3, &[4], |_| 0.0), vec![2]);
+    }
+
+    /// Loading the running jobs leaves the db as adding them one by one does, whether or not a
+    /// search built an index before (then loading is adding), and searches answer alike after.
+    mod loading {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn loading_is_adding_one_by_one(
+                caps in proptest::collection::vec((1i64..=16, 1i64..=16), 1..8),
+                jobs in proptest::collection::vec((0usize..8, 0i64..=4, 0i64..=4, 0u8..=3, any::<bool>(), 0u32..3), 0..40),
+                searched_first in any::<bool>(),
+            ) {
+                let n = caps.len();
+                let type_of: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
+                let fresh = || NodeDb::new(caps.iter().map(|&(c, m)| smallvec![c, m]).collect(), &type_of, 2, &[Some(0), Some(1)], 4);
+                let (mut added, mut loaded) = (fresh(), fresh());
+                if searched_first {
+                    added.find(0, &[0, 1], 0, &[1, 1]);
+                    loaded.find(0, &[0, 1], 0, &[1, 1]);
+                }
+                let running: Vec<(u32, Occupant)> = jobs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(at, cpu, mem, freed_at, evicted, queue))| {
+                        let req: ResVec = smallvec![cpu, mem];
+                        ((at % n) as u32, Occupant { job: i as u32, queue, freed_at, evicted, seq: i as u64, return_rank: 0, req })
+                    })
+                    .collect();
+                for (node, occ) in running.clone() {
+                    added.add(node, occ);
+                }
+                loaded.load(running);
+                prop_assert_eq!(format!("{loaded:?}"), format!("{added:?}"));
+                for level in 0..4u8 {
+                    for queue in 0..3 {
+                        for req in [[1i64, 1], [4, 2], [8, 8]] {
+                            prop_assert_eq!(loaded.find(level, &[0, 1], queue, &req), added.find(level, &[0, 1], queue, &req));
+                        }
+                    }
+                }
+                prop_assert!(loaded.indexes_match_a_rebuild());
+            }
+        }
     }
 
     /// Two resources, two node types: the kept maxima answer as a walk over every node would,
