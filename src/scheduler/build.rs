@@ -94,14 +94,14 @@ impl<'a> PoolCycle<'a> {
         cycle.tree =
             Hierarchy::build(&cycle.queues, cycle.view().default_priority(), cycle.view().layout.zero(), false);
         cycle.fences = cycle.tree.as_ref().and_then(|t| t.fences().cloned()).map(Box::new);
+        // The cycle's jobs: the running ones, and at most the lookback of each queue's queued
+        // ones (a cordoned queue offers none). Sized once: the list is long under load.
+        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
+        let offered = |q: &&QueueSnapshot| if q.queue.cordoned { 0 } else { q.queued.len().min(lookback) };
+        cycle.reserve_jobs(snap.running.len() + qsnaps.iter().map(offered).sum::<usize>());
         let mut interner = Interner::default();
-        cycle.reserve_jobs(snap.running.len());
         let running = cycle.add_running(snap, &node_index, &queue_index, &mut interner, now_ms);
         let uniformity = cycle.read_queued(&qsnaps, pool, done, &mut interner, now_ms);
-
-        let lookback = if cfg.max_queue_lookback == 0 { usize::MAX } else { cfg.max_queue_lookback };
-        let expected: usize = cycle.queues.iter().map(|q| q.facts.len().min(lookback)).sum();
-        cycle.reserve_jobs(expected);
 
         cycle.build_node_db(capacities, uniformity, earmarked, quarantined);
         cycle.place_running(running);
