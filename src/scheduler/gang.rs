@@ -19,6 +19,18 @@ use super::resvec::ResVec;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+/// How many nodes `whole_fit` looks at for the gang's places before it leaves the
+/// question to the trial. A domain with room usually shows it on its first few nodes (an empty
+/// one, or the roomiest); one without room for the whole gang can take a walk over most of its
+/// nodes to say so, which costs more than the trial it would save.
+const WHOLE_FIT_BUDGET: usize = 16;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run every trial, the reference the trials judged without running must match.
+    pub(super) static TRIALS_ALWAYS_RUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]
 struct Trial {
@@ -170,9 +182,15 @@ impl PoolCycle<'_> {
                     continue;
                 }
             }
-            let mark = self.begin();
-            let trial = self.place_members(members, targets, dom);
-            self.rollback(mark);
+            let trial = match self.whole_fit(members, targets, dom, &asked) {
+                Some(t) => t,
+                None => {
+                    let mark = self.begin();
+                    let trial = self.place_members(members, targets, dom);
+                    self.rollback(mark);
+                    trial
+                }
+            };
             let better = match &best {
                 None => true,
                 Some((_, b)) => {
@@ -185,6 +203,44 @@ impl PoolCycle<'_> {
             }
         }
         best.map(|(d, _)| d).unwrap_or(0)
+    }
+
+    /// A trial's outcome in domain `dom` without running it, where it is certain: members that
+    /// ask for the same on the same node types, placed the plain way (no pool policy, earmark or
+    /// fence), fitting whole in the domain at level 0 ([`super::nodedb::NodeDb::has_room_for`]).
+    /// Every member is then placed at level 0 displacing nobody, and the domain is left its free
+    /// amounts less `asked`; such a trial, rolled back, leaves nothing behind that a decision
+    /// reads. None: the trial has to run.
+    fn whole_fit(
+        &mut self,
+        members: &[u32],
+        targets: &[(ResVec, Vec<u32>)],
+        dom: &[u32],
+        asked: &[i64; 4],
+    ) -> Option<Trial> {
+        let plain = self.policy.is_none()
+            && !self.view().earmarks.active()
+            && members.iter().all(|&m| self.fence_for(m).is_none())
+            // A job takes room at level 0 only if some level above frees it.
+            && self.view().levels.count() > 1;
+        #[cfg(test)]
+        if TRIALS_ALWAYS_RUN.with(std::cell::Cell::get) {
+            return None;
+        }
+        let (req, types) = targets.first()?;
+        if !plain || targets.iter().any(|t| t != &targets[0]) {
+            return None;
+        }
+        let types: SmallVec<[u32; 8]> = types.iter().copied().filter(|t| dom.contains(t)).collect();
+        let want = members.len() as u32;
+        if !self.db.has_room_for(0, &types, req, want, WHOLE_FIT_BUDGET) {
+            return None;
+        }
+        let mut leftover = self.gang_domains().leftover(dom);
+        for k in 0..4 {
+            leftover[k] -= asked[k];
+        }
+        Some(Trial { placed: members.len(), max_level: 0, leftover, first_failure: None })
     }
 
     /// Places as many members as fit in the domain (node types `dom`).

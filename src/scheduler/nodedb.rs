@@ -42,6 +42,20 @@ fn key_fits(key: &Key, lower: &Key) -> bool {
     key.0.iter().zip(&lower.0).all(|(a, r)| a >= r)
 }
 
+/// How many copies of `req` fit in `free` together (`u32::MAX` if `req` asks for nothing).
+fn copies(req: &[i64], free: &[i64]) -> u32 {
+    let mut n = i64::from(u32::MAX);
+    for (&r, &a) in req.iter().zip(free) {
+        if r > a {
+            return 0;
+        }
+        if r > 0 {
+            n = n.min(a / r);
+        }
+    }
+    n as u32
+}
+
 /// A job holding (or, if evicted, still occupying) resources on a node.
 #[derive(Debug, Clone)]
 pub(crate) struct Occupant {
@@ -539,6 +553,41 @@ impl NodeDb {
         None
     }
 
+    /// True if `want` copies of `req` fit at `level` on the nodes of `types`, as found within the
+    /// first `budget` nodes looked at (false if not, or not found within them). Each copy placed
+    /// takes exactly one of the places counted, so then `want` copies placed one after another
+    /// all find a place at `level`. The budget bounds the walk where the room is scattered over
+    /// many nodes that fit nothing.
+    pub(crate) fn has_room_for(&mut self, level: u8, types: &[u32], req: &[i64], want: u32, budget: usize) -> bool {
+        let level = level as usize;
+        self.ensure_index(level);
+        let Some(idx) = self.indexes[level].as_ref() else { return false };
+        let lower = self.key_of(req, 0);
+        let (mut count, mut looked) = (0u32, 0usize);
+        for &t in types {
+            if self.type_too_small(level, t, req) {
+                continue;
+            }
+            // Every node of the type is in one of the two.
+            for set in [&idx[t as usize].empty, &idx[t as usize].nonempty] {
+                for key in set.range(lower..) {
+                    looked += 1;
+                    if looked > budget {
+                        return false;
+                    }
+                    if !key_fits(key, &lower) {
+                        continue;
+                    }
+                    count = count.saturating_add(copies(req, &self.nodes[key.1 as usize].free[level]));
+                    if count >= want {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
     /// Up to `k` nodes where `req` fits at `level`, in the order [`find`](Self::find) prefers
     /// them (tier, then best fit); the first is what `find` returns.
     pub(crate) fn find_candidates(&mut self, level: u8, types: &[u32], queue: u32, req: &[i64], k: usize) -> Vec<u32> {
@@ -840,6 +889,44 @@ mod tests {
                     }
                 }
                 prop_assert!(loaded.indexes_match_a_rebuild());
+            }
+        }
+    }
+
+    /// The room found for copies of a request is what placing them one after another finds.
+    mod room {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn room_found_is_room_placing_finds(
+                caps in proptest::collection::vec((0i64..=16, 0i64..=16), 1..8),
+                running in proptest::collection::vec((0usize..8, 0i64..=6, 0i64..=6), 0..12),
+                req in (0i64..=5, 0i64..=5),
+                types in prop_oneof![Just(vec![0u32]), Just(vec![1u32]), Just(vec![0u32, 1])],
+                want in 1u32..12,
+                budget in prop_oneof![Just(usize::MAX), 1usize..6],
+            ) {
+                let n = caps.len();
+                let type_of: Vec<u32> = (0..n).map(|i| (i % 2) as u32).collect();
+                let mut d = NodeDb::new(caps.iter().map(|&(c, m)| smallvec![c, m]).collect(), &type_of, 2, &[Some(0), Some(1)], 4);
+                for (i, &(at, cpu, mem)) in running.iter().enumerate() {
+                    // Over-committed nodes (negative free amounts) included.
+                    d.add((at % n) as u32, Occupant { job: i as u32, queue: i as u32 % 3, freed_at: 2, evicted: false, seq: i as u64, return_rank: 0, req: smallvec![cpu, mem] });
+                }
+                let req: ResVec = smallvec![req.0, req.1];
+                let room = d.has_room_for(0, &types, &req, want, budget);
+                let mut placed = 0u32;
+                while placed < want {
+                    let Some(node) = d.find(0, &types, 0, &req) else { break };
+                    placed += 1;
+                    d.add(node, Occupant { job: 1000 + placed, queue: 0, freed_at: 2, evicted: false, seq: 0, return_rank: 0, req: req.clone() });
+                }
+                // Room found means every copy finds a place; without a budget, the converse too.
+                if room || budget == usize::MAX {
+                    prop_assert_eq!(room, placed == want);
+                }
             }
         }
     }

@@ -481,6 +481,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
+        ..ProptestConfig::default()
+    })]
+
+    /// A gang's trial in a domain where it fits whole without displacing anyone is judged without
+    /// running it (`gang::whole_fit`): the decisions are those of running every trial.
+    #[test]
+    fn gang_trials_judged_without_running_decide_as_run_trials(w in world()) {
+        let decide_both = |s: &Snapshot, cfg: &SchedulerConfig, round: u64| {
+            let judged = schedule(s, cfg, round_seed(w.seed, round), round as i64 * 1000);
+            crate::scheduler::gang::TRIALS_ALWAYS_RUN.with(|c| c.set(true));
+            let run = schedule(s, cfg, round_seed(w.seed, round), round as i64 * 1000);
+            crate::scheduler::gang::TRIALS_ALWAYS_RUN.with(|c| c.set(false));
+            (judged, run)
+        };
+        let mut h = Harness::new(&w);
+        h.submit(&w.before);
+        let (d0, run0) = decide_both(&h.snapshot(), &h.cfg, 0);
+        prop_assert_eq!(decisions_json(&d0), decisions_json(&run0));
+        h.apply(&d0);
+        h.submit(&w.after);
+        let (d1, run1) = decide_both(&h.snapshot(), &h.cfg, 1);
+        prop_assert_eq!(decisions_json(&d1), decisions_json(&run1));
+    }
+}
+
 fn run_world(w: &World) -> Result<(), TestCaseError> {
     {
         let mut h = Harness::new(w);
