@@ -479,13 +479,6 @@ proptest! {
     fn invariants_determinism_and_stability(w in world()) {
         run_world(&w).map_err(|e| TestCaseError::fail(format!("{e}\nreplay with convoy simulate:\n{}", world_yaml(&w))))?;
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
-        ..ProptestConfig::default()
-    })]
 
     /// A gang's trial in a domain where it fits whole without displacing anyone is judged without
     /// running it (`gang::whole_fit`): the decisions are those of running every trial.
