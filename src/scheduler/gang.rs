@@ -19,7 +19,7 @@ use super::resvec::ResVec;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
-/// How many nodes `whole_fit` looks at for the gang's places before it leaves the
+/// How many nodes `PoolCycle::whole_fit` looks at for the gang's places before it leaves the
 /// question to the trial. A domain with room usually shows it on its first few nodes (an empty
 /// one, or the roomiest); one without room for the whole gang can take a walk over most of its
 /// nodes to say so, which costs more than the trial it would save.
@@ -165,6 +165,7 @@ impl PoolCycle<'_> {
                 asked[k] += r[k];
             }
         }
+        let judged = self.trials_can_be_judged(members, targets);
         let mut best: Option<(usize, Trial)> = None;
         for (d, dom) in domains.iter().enumerate() {
             // Once the gang fits whole without displacing anyone, another domain can only win by
@@ -182,7 +183,8 @@ impl PoolCycle<'_> {
                     continue;
                 }
             }
-            let trial = match self.whole_fit(members, targets, dom, &asked) {
+            let whole = if judged { self.whole_fit(members.len(), &targets[0], dom, &asked) } else { None };
+            let trial = match whole {
                 Some(t) => t,
                 None => {
                     let mark = self.begin();
@@ -205,42 +207,44 @@ impl PoolCycle<'_> {
         best.map(|(d, _)| d).unwrap_or(0)
     }
 
-    /// A trial's outcome in domain `dom` without running it, where it is certain: members that
-    /// ask for the same on the same node types, placed the plain way (no pool policy, earmark or
-    /// fence), fitting whole in the domain at level 0 ([`super::nodedb::NodeDb::has_room_for`]).
-    /// Every member is then placed at level 0 displacing nobody, and the domain is left its free
-    /// amounts less `asked`; such a trial, rolled back, leaves nothing behind that a decision
-    /// reads. None: the trial has to run.
-    fn whole_fit(
-        &mut self,
-        members: &[u32],
-        targets: &[(ResVec, Vec<u32>)],
-        dom: &[u32],
-        asked: &[i64; 4],
-    ) -> Option<Trial> {
-        let plain = self.policy.is_none()
+    /// True if the gang's trials in domains where it fits whole at level 0 can be judged without
+    /// running them ([`Self::whole_fit`]): members that ask for the same on the same node types,
+    /// placed the plain way (no pool policy, earmark or fence).
+    fn trials_can_be_judged(&self, members: &[u32], targets: &[(ResVec, Vec<u32>)]) -> bool {
+        #[cfg(test)]
+        if TRIALS_ALWAYS_RUN.with(std::cell::Cell::get) {
+            return false;
+        }
+        self.policy.is_none()
             && !self.view().earmarks.active()
             && members.iter().all(|&m| self.fence_for(m).is_none())
             // A job takes room at level 0 only if some level above frees it.
-            && self.view().levels.count() > 1;
-        #[cfg(test)]
-        if TRIALS_ALWAYS_RUN.with(std::cell::Cell::get) {
-            return None;
-        }
-        let (req, types) = targets.first()?;
-        if !plain || targets.iter().any(|t| t != &targets[0]) {
-            return None;
-        }
+            && self.view().levels.count() > 1
+            && targets.first().is_some_and(|first| targets.iter().all(|t| t == first))
+    }
+
+    /// The trial's outcome in domain `dom` for a gang of `members` alike members, each asking
+    /// `target` ([`Self::trials_can_be_judged`]), if they fit whole there at level 0
+    /// ([`super::nodedb::NodeDb::has_room_for`]): every member placed at level 0 displacing
+    /// nobody, the domain left its free amounts less `asked`. Such a trial, rolled back, leaves
+    /// nothing behind that a decision reads. None: the trial has to run.
+    fn whole_fit(
+        &mut self,
+        members: usize,
+        target: &(ResVec, Vec<u32>),
+        dom: &[u32],
+        asked: &[i64; 4],
+    ) -> Option<Trial> {
+        let (req, types) = target;
         let types: SmallVec<[u32; 8]> = types.iter().copied().filter(|t| dom.contains(t)).collect();
-        let want = members.len() as u32;
-        if !self.db.has_room_for(0, &types, req, want, WHOLE_FIT_BUDGET) {
+        if !self.db.has_room_for(0, &types, req, members as u32, WHOLE_FIT_BUDGET) {
             return None;
         }
         let mut leftover = self.gang_domains().leftover(dom);
         for k in 0..4 {
             leftover[k] -= asked[k];
         }
-        Some(Trial { placed: members.len(), max_level: 0, leftover, first_failure: None })
+        Some(Trial { placed: members, max_level: 0, leftover, first_failure: None })
     }
 
     /// Places as many members as fit in the domain (node types `dom`).

@@ -369,6 +369,13 @@ impl NodeDb {
         req.iter().enumerate().any(|(s, &r)| r > 0 && m.slot(s).is_some_and(|max| max < r))
     }
 
+    /// The node types of `types` a search for `req` at `level` looks at: those too small for it
+    /// in some resource (as far as the kept maxima know) are left out.
+    #[inline]
+    fn open_types(&self, level: usize, types: &[u32], req: &[i64]) -> SmallVec<[u32; 8]> {
+        types.iter().copied().filter(|&t| !self.type_too_small(level, t, req)).collect()
+    }
+
     /// Applies `change` to node `n`, keeping built indexes in step for levels below `upto`
     /// (all levels if the node's tier changes). `change` leaves the free amounts of levels from
     /// `upto` on as they were.
@@ -530,8 +537,7 @@ impl NodeDb {
         self.ensure_index(level);
         let idx = self.indexes[level].as_ref()?;
         let lower = self.key_of(req, 0);
-        // Node types too small for `req` in some resource are left out of every tier's search.
-        let open: SmallVec<[u32; 8]> = types.iter().copied().filter(|&t| !self.type_too_small(level, t, req)).collect();
+        let open = self.open_types(level, types, req);
         for tier in 0..3 {
             let mut best: Option<Key> = None;
             for &t in &open {
@@ -564,10 +570,7 @@ impl NodeDb {
         let Some(idx) = self.indexes[level].as_ref() else { return false };
         let lower = self.key_of(req, 0);
         let (mut count, mut looked) = (0u32, 0usize);
-        for &t in types {
-            if self.type_too_small(level, t, req) {
-                continue;
-            }
+        for t in self.open_types(level, types, req) {
             // Every node of the type is in one of the two.
             for set in [&idx[t as usize].empty, &idx[t as usize].nonempty] {
                 for key in set.range(lower..) {
@@ -595,8 +598,7 @@ impl NodeDb {
         self.ensure_index(level);
         let Some(idx) = self.indexes[level].as_ref() else { return Vec::new() };
         let lower = self.key_of(req, 0);
-        // Node types too small for `req` in some resource are left out of every tier's search.
-        let open: SmallVec<[u32; 8]> = types.iter().copied().filter(|&t| !self.type_too_small(level, t, req)).collect();
+        let open = self.open_types(level, types, req);
         let mut out = Vec::with_capacity(k);
         for tier in 0..3 {
             // The `want` smallest fitting keys over all types, sorted; a type's scan stops at
