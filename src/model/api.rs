@@ -512,8 +512,10 @@ pub struct LeaseRequest {
     pub max_leases: Option<u32>,
 }
 
-/// A job to start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+/// A job to start. The pod spec, services and ingresses are the submitted JSON text: the server
+/// sends them as stored, without building a tree of each (under load an answer carries
+/// thousands), and the agent reads what it needs.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseOrder {
     /// The run to start; later events and kill orders name it.
     pub run_id: RunId,
@@ -529,13 +531,13 @@ pub struct LeaseOrder {
     pub priority_class: PriorityClassName,
     /// The Kubernetes PodSpec as submitted.
     #[schema(value_type = Object)]
-    pub pod_spec: serde_json::Value,
+    pub pod_spec: Box<serde_json::value::RawValue>,
     /// Kubernetes Service objects as submitted.
     #[schema(value_type = Vec<Object>)]
-    pub services: Vec<serde_json::Value>,
+    pub services: Vec<Box<serde_json::value::RawValue>>,
     /// Kubernetes Ingress objects as submitted.
     #[schema(value_type = Vec<Object>)]
-    pub ingresses: Vec<serde_json::Value>,
+    pub ingresses: Vec<Box<serde_json::value::RawValue>>,
     /// The job's annotations, as submitted.
     pub annotations: BTreeMap<String, String>,
     /// The job's labels, as submitted.
@@ -560,6 +562,23 @@ pub struct LeaseOrder {
     pub output_tail_bytes: Option<u64>,
 }
 
+impl LeaseOrder {
+    /// The pod spec as a JSON tree; an error names what is wrong with it.
+    pub fn pod_spec_value(&self) -> Result<serde_json::Value, String> {
+        serde_json::from_str(self.pod_spec.get()).map_err(|e| format!("pod spec: {e}"))
+    }
+}
+
+/// JSON text of a value (a JSON tree always has one).
+pub fn raw_json(v: &serde_json::Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(v).unwrap_or_else(|_| raw_null())
+}
+
+/// JSON's `null` as text.
+pub fn raw_null() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::NULL.to_owned()
+}
+
 #[cfg(test)]
 impl LeaseOrder {
     /// A lease of `pod_spec` for unit tests: run (1, 1) of job (1, 2), queue `q`, job set `s`,
@@ -573,7 +592,7 @@ impl LeaseOrder {
             job_set: JobSetName::new("s").expect("name"),
             node: NodeName::new("n").expect("name"),
             priority_class: PriorityClassName::new("default").expect("name"),
-            pod_spec,
+            pod_spec: raw_json(&pod_spec),
             services: vec![],
             ingresses: vec![],
             annotations: Default::default(),
@@ -602,7 +621,7 @@ pub struct KillOrder {
 }
 
 /// Answer to a lease poll.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseResponse {
     /// Runs to start: those leased to this executor, not yet reported by it, and not listed as held.
     pub leases: Vec<LeaseOrder>,

@@ -5,6 +5,27 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::sync::Arc;
 
+/// Reads a string with `F` without copying it when the input lends it (JSON text without
+/// escapes): an agent's poll lists thousands of run ids, and each went through a `String` first.
+struct StrVisitor<F>(F);
+
+impl<'de, T, E: fmt::Display, F: FnOnce(&str) -> Result<T, E>> serde::de::Visitor<'de> for StrVisitor<F> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<Er: serde::de::Error>(self, v: &str) -> Result<T, Er> {
+        (self.0)(v).map_err(Er::custom)
+    }
+    // As `String` does: formats that hand strings over as bytes.
+    fn visit_bytes<Er: serde::de::Error>(self, v: &[u8]) -> Result<T, Er> {
+        match std::str::from_utf8(v) {
+            Ok(s) => self.visit_str(s),
+            Err(_) => Err(Er::invalid_value(serde::de::Unexpected::Bytes(v), &self)),
+        }
+    }
+}
+
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} {value:?} is invalid: {rule}")]
@@ -89,8 +110,7 @@ macro_rules! name_type {
 
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                Self::new(&s).map_err(serde::de::Error::custom)
+                d.deserialize_str(StrVisitor(Self::new))
             }
         }
 
@@ -274,8 +294,7 @@ macro_rules! ulid_type {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 if d.is_human_readable() {
-                    let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                    s.parse().map_err(serde::de::Error::custom)
+                    d.deserialize_str(StrVisitor(|s: &str| s.parse::<Self>()))
                 } else {
                     Ok(Self(ulid::Ulid(u128::deserialize(d)?)))
                 }

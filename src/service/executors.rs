@@ -5,15 +5,15 @@
 use super::error::ServiceError;
 use crate::control::{Control, now_ms};
 use crate::model::api::{
-    EventsRequest, EventsResponse, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport, OutputReport,
-    RunEventKind, RunEventReport,
+    EventsRequest, EventsResponse, HeldRun, KillOrder, LeaseOrder, LeaseRequest, LeaseResponse, NodeReport,
+    OutputReport, RunEventKind, RunEventReport, raw_json, raw_null,
 };
 use crate::model::{ExecutorName, JobId, Node, NodeFault, RunId};
 use crate::record::NodeRecord;
 use crate::state::{
     Command, FaultedRunReport, PodRunReport, QuarantinePolicyRecord, Response, RunReport, RunReportKind, UsageRunReport,
 };
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::time::Duration;
 
 /// Grace period for runs an agent holds that the server does not know.
@@ -57,6 +57,30 @@ fn nodes_of(executor: &ExecutorName, reports: &[NodeReport]) -> Vec<Node> {
     v
 }
 
+/// True if `reports` are the nodes the state keeps (`kept`) for `executor`, as [`nodes_of`]
+/// would make them, without copying them: an agent sends all its nodes with every poll, and
+/// copying a thousand nodes' labels to find them unchanged was a share of the poll's cost.
+fn same_nodes(executor: &ExecutorName, kept: &[Node], reports: &[NodeReport]) -> bool {
+    if kept.len() != reports.len() {
+        return false;
+    }
+    let mut sorted: Vec<&NodeReport> = reports.iter().collect();
+    if !sorted.is_sorted_by(|a, b| a.name <= b.name) {
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    kept.iter().zip(sorted).all(|(k, r)| {
+        let NodeReport { name, pool, labels, taints, allocatable, unallocatable, unschedulable } = r;
+        k.name == *name
+            && k.executor == *executor
+            && k.pool == *pool
+            && k.labels == *labels
+            && k.taints == *taints
+            && k.allocatable == *allocatable
+            && k.unallocatable == *unallocatable
+            && k.unschedulable == *unschedulable
+    })
+}
+
 /// A run event as the log records it. A `returned` run never started on its node, which is
 /// the node's fault whether or not the agent said so (agents before node faults do not); a
 /// fault on any other kind than `failed` means nothing and is dropped.
@@ -98,13 +122,7 @@ struct Pending {
     kills: Vec<KillOrder>,
 }
 
-fn pending_for(
-    app: &Control,
-    executor: &ExecutorName,
-    held: &HashSet<RunId>,
-    req: &LeaseRequest,
-    max_leases: usize,
-) -> Pending {
+fn pending_for(app: &Control, executor: &ExecutorName, held: &HashSet<RunId>, max_leases: usize) -> Pending {
     let st = app.state();
     let mut out = Pending { leases: vec![], kills: vec![] };
     for job in st.killing_for(executor) {
@@ -118,24 +136,36 @@ fn pending_for(
             });
         }
     }
-    for job in st.unacked_for(executor) {
+    for (id, run) in st.unacked_for(executor) {
         if out.leases.len() >= max_leases {
             break;
         }
-        let Some(run) = job.record.active_run() else { continue };
-        if !held.contains(&run.run_id) {
-            out.leases.push((job.record.id, run.run_id, job.record.clone()));
+        if held.contains(&run) {
+            continue;
+        }
+        let Some(job) = st.job(id) else { continue };
+        if job.record.active_run().is_some_and(|r| r.run_id == run) {
+            out.leases.push((id, run, job.record.clone()));
         }
     }
-    // Runs the agent holds that are not (or no longer) this executor's live runs.
-    for h in &req.runs {
+    out
+}
+
+/// Kill orders for the runs the agent holds that are not (or no longer) this executor's live
+/// runs. Asked once, when the poll arrives: `runs` is what the agent held when it sent the poll,
+/// so later in the poll a run that ended since (reported by the agent itself) would look unknown
+/// and draw a needless kill; and an agent holds thousands of runs under load, each looked up.
+fn orphan_kills(app: &Control, executor: &ExecutorName, runs: &[HeldRun]) -> Vec<KillOrder> {
+    let st = app.state();
+    let mut kills = Vec::new();
+    for h in runs {
         if h.state.is_terminal() {
             continue;
         }
         let known =
             st.job_of_run(h.run_id).and_then(|j| j.record.active_run()).is_some_and(|r| &r.executor == executor);
         if !known {
-            out.kills.push(KillOrder {
+            kills.push(KillOrder {
                 run_id: h.run_id,
                 job_id: Some(h.job_id),
                 grace_period_seconds: ORPHAN_GRACE_SECONDS,
@@ -143,7 +173,7 @@ fn pending_for(
             });
         }
     }
-    out
+    kills
 }
 
 /// Answers a lease poll of `executor`: records its nodes if they changed, then waits (up to the
@@ -162,7 +192,7 @@ pub(crate) async fn lease(
 
 /// The poll's own rules: each node once, a wait that is a number of seconds.
 fn check_lease_request(req: &LeaseRequest) -> Result<(), ServiceError> {
-    let mut names = HashSet::new();
+    let mut names = HashSet::default();
     for (i, n) in req.nodes.iter().enumerate() {
         if !names.insert(&n.name) {
             return Err(ServiceError::invalid(format!("nodes[{i}].name"), format!("node {} is listed twice", n.name)));
@@ -180,12 +210,11 @@ fn check_lease_request(req: &LeaseRequest) -> Result<(), ServiceError> {
 async fn register_nodes(app: &Control, executor: &ExecutorName, req: &LeaseRequest) -> Result<(), ServiceError> {
     require_serving(app)?;
     app.liveness.touch(executor);
-    let nodes = nodes_of(executor, &req.nodes);
-    let changed = app.state().executor(executor).is_none_or(|e| e.nodes != nodes);
+    let changed = app.state().executor(executor).is_none_or(|e| !same_nodes(executor, e.nodes(), &req.nodes));
     if changed {
         app.write(Command::UpsertExecutor {
             executor: executor.clone(),
-            nodes: nodes.into_iter().map(NodeRecord::from).collect(),
+            nodes: nodes_of(executor, &req.nodes).into_iter().map(NodeRecord::from).collect(),
             at_ms: now_ms(),
         })
         .await?;
@@ -201,6 +230,7 @@ async fn wait_for_work(app: &Control, executor: &ExecutorName, req: &LeaseReques
     let deadline = tokio::time::Instant::now() + wait;
     let max_leases = req.max_leases.map(|m| m as usize).unwrap_or(usize::MAX).max(1);
     let held: HashSet<RunId> = req.runs.iter().map(|r| r.run_id).collect();
+    let mut orphans = Some(orphan_kills(app, executor, &req.runs));
     let notify = app.notify.executor(executor);
     let mut stopping = app.shutdown.clone();
     let polled = std::time::Instant::now();
@@ -208,7 +238,8 @@ async fn wait_for_work(app: &Control, executor: &ExecutorName, req: &LeaseReques
         let notified = notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let pending = pending_for(app, executor, &held, req, max_leases);
+        let mut pending = pending_for(app, executor, &held, max_leases);
+        pending.kills.extend(orphans.take().into_iter().flatten());
         let now = tokio::time::Instant::now();
         // Output someone follows is asked for without waiting for the poll's end.
         let ask_at = app.output.next_ask(executor, now.into_std()).map(tokio::time::Instant::from_std);
@@ -259,7 +290,8 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
             tracing::error!(job_id = %id, "leased job has no stored pod spec");
             continue;
         };
-        let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or(serde_json::Value::Null);
+        // Stored as submitted, after the submission checked it: valid JSON text.
+        let raw = |s: &str| serde_json::value::RawValue::from_string(s.to_owned()).unwrap_or_else(|_| raw_null());
         let node = r.active_run().map(|run| run.node.clone());
         let Some(node) = node else { continue };
         leases.push(LeaseOrder {
@@ -269,9 +301,9 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
             job_set: r.job_set.clone(),
             node,
             priority_class: r.priority_class.clone(),
-            pod_spec: without_floating(parse(&payload.pod_spec), &app.config.scheduler),
-            services: payload.services.iter().map(|s| parse(s)).collect(),
-            ingresses: payload.ingresses.iter().map(|s| parse(s)).collect(),
+            pod_spec: without_floating(raw(&payload.pod_spec), &app.config.scheduler),
+            services: payload.services.iter().map(|s| raw(s)).collect(),
+            ingresses: payload.ingresses.iter().map(|s| raw(s)).collect(),
             annotations: r.annotations.clone(),
             labels: r.labels.clone(),
             termination_grace_period_seconds: r.termination_grace_period_ms as f64 / 1000.0,
@@ -288,10 +320,14 @@ async fn lease_answer(app: &Control, executor: &ExecutorName, pending: Pending) 
 /// The pod spec an agent gets: without the floating resources' requests and limits (as Armada
 /// does), which the scheduler counts per pool and no node has, so that Kubernetes does not wait
 /// for a node offering them.
-fn without_floating(mut pod_spec: serde_json::Value, cfg: &crate::scheduler::SchedulerConfig) -> serde_json::Value {
+fn without_floating(
+    pod_spec: Box<serde_json::value::RawValue>,
+    cfg: &crate::scheduler::SchedulerConfig,
+) -> Box<serde_json::value::RawValue> {
     if cfg.floating_resources.is_empty() {
         return pod_spec;
     }
+    let Ok(mut pod_spec) = serde_json::from_str::<serde_json::Value>(pod_spec.get()) else { return pod_spec };
     let strip = |m: Option<&mut serde_json::Value>| {
         if let Some(serde_json::Value::Object(m)) = m {
             m.retain(|name, _| cfg.floating_resource(name).is_none());
@@ -306,7 +342,7 @@ fn without_floating(mut pod_spec: serde_json::Value, cfg: &crate::scheduler::Sch
         }
     }
     strip(pod_spec.get_mut("overhead"));
-    pod_spec
+    raw_json(&pod_spec)
 }
 
 /// Takes the output the agent of `executor` sends for those following it (kept on the leader,
@@ -353,4 +389,47 @@ pub(crate) async fn report_events(
         other => return Err(ServiceError::internal(format!("unexpected response {other:?}"))),
     };
     Ok(EventsResponse { accepted })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NodeName, PoolName, Resources};
+
+    fn report(name: &str, cpu: &str, zone: &str) -> NodeReport {
+        NodeReport {
+            name: NodeName::new(name).expect("name"),
+            pool: PoolName::default_pool(),
+            labels: [("zone".to_string(), zone.to_string())].into(),
+            taints: vec![],
+            allocatable: Resources::parse([("cpu", cpu)]).expect("resources"),
+            unallocatable: Resources::default(),
+            unschedulable: false,
+        }
+    }
+
+    /// `same_nodes` answers as comparing with what `nodes_of` makes, which the poll did before.
+    #[test]
+    fn nodes_compared_in_place_answer_as_nodes_made_and_compared() {
+        let e = ExecutorName::new("e1").expect("name");
+        let kept = nodes_of(&e, &[report("n2", "8", "a"), report("n1", "4", "a"), report("n10", "4", "b")]);
+        let cases: Vec<Vec<NodeReport>> = vec![
+            vec![report("n1", "4", "a"), report("n10", "4", "b"), report("n2", "8", "a")],
+            vec![report("n2", "8", "a"), report("n10", "4", "b"), report("n1", "4", "a")],
+            vec![report("n1", "4", "a"), report("n10", "4", "b"), report("n2", "16", "a")],
+            vec![report("n1", "4", "a"), report("n10", "4", "c"), report("n2", "8", "a")],
+            vec![report("n1", "4", "a"), report("n2", "8", "a")],
+            vec![report("n1", "4", "a"), report("n11", "4", "b"), report("n2", "8", "a")],
+            vec![],
+        ];
+        let answers: Vec<bool> = cases.iter().map(|r| same_nodes(&e, &kept, r)).collect();
+        assert_eq!(answers, vec![true, true, false, false, false, false, false]);
+        for r in &cases {
+            assert_eq!(same_nodes(&e, &kept, r), nodes_of(&e, r) == kept);
+        }
+        let mut cordoned = cases[0].clone();
+        cordoned[1].unschedulable = true;
+        assert!(!same_nodes(&e, &kept, &cordoned));
+        assert!(!same_nodes(&ExecutorName::new("e2").expect("name"), &kept, &cases[0]));
+    }
 }

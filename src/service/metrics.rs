@@ -125,7 +125,7 @@ fn state_metrics(r: &mut Registry, st: &crate::state::State) {
     }
     job_policy_metrics(r, st.policy_counts());
     int_gauge(r, "convoy_executors", "Known executors.", st.executors().len() as u64);
-    let nodes: usize = st.executors().map(|e| e.nodes.len()).sum();
+    let nodes: usize = st.executors().map(|e| e.nodes().len()).sum();
     int_gauge(r, "convoy_nodes", "Known nodes.", nodes as u64);
 }
 
@@ -151,12 +151,12 @@ fn quarantine_metrics(r: &mut Registry, st: &crate::state::State, cfg: &crate::s
     };
     let mut counts: std::collections::BTreeMap<(&str, &str), u64> = std::collections::BTreeMap::new();
     for e in st.executors() {
-        for n in &e.nodes {
+        for n in e.nodes() {
             *counts.entry((e.name.as_str(), n.pool.as_str())).or_default() += u64::from(quarantined(&e.name, &n.name));
         }
     }
     for ((e, n), _) in st.node_health() {
-        let reported = st.executor(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
+        let reported = st.executor(e).is_some_and(|x| x.has_node(n));
         if !reported && quarantined(e, n) {
             *counts.entry((e.as_str(), "")).or_default() += 1;
         }

@@ -33,7 +33,7 @@ pub(crate) fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec
     };
     let mut out = Vec::new();
     for e in st.executors() {
-        for n in &e.nodes {
+        for n in e.nodes() {
             let (recent_failures, quarantine) = health(&e.name, &n.name);
             out.push(NodeView {
                 executor: e.name.clone(),
@@ -50,7 +50,7 @@ pub(crate) fn node_views(st: &State, cfg: &QuarantineConfig, now_ms: i64) -> Vec
         }
     }
     for ((e, n), _) in st.node_health() {
-        let reported = st.executor(e).is_some_and(|x| x.nodes.iter().any(|r| &r.name == n));
+        let reported = st.executor(e).is_some_and(|x| x.has_node(n));
         if reported {
             continue;
         }

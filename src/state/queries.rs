@@ -79,10 +79,10 @@ impl State {
         self.by_executor.values().flat_map(|runs| runs.keys()).filter_map(|id| self.job(*id))
     }
 
-    /// The jobs whose run `executor` has been leased and has not yet reported, in id order (the
-    /// lease poll sends them until it does).
-    pub fn unacked_for<'a>(&'a self, executor: &ExecutorName) -> impl Iterator<Item = &'a LiveJob> + 'a {
-        self.unacked.get(executor).into_iter().flatten().filter_map(|id| self.job(*id))
+    /// The jobs whose run `executor` has been leased and has not yet reported, with the run, in
+    /// id order (the lease poll sends them until it does).
+    pub fn unacked_for(&self, executor: &ExecutorName) -> impl Iterator<Item = (JobId, RunId)> + '_ {
+        self.unacked.get(executor).into_iter().flatten().map(|(id, run)| (*id, *run))
     }
 
     /// The jobs whose run on `executor` must be stopped, in id order.

@@ -25,7 +25,7 @@ impl State {
             if job.record.state != JobState::Queued || self.runs.contains_key(&l.run_id) {
                 continue;
             }
-            let node_known = self.executors.get(&l.executor).is_some_and(|e| e.nodes.iter().any(|n| n.name == l.node));
+            let node_known = self.executors.get(&l.executor).is_some_and(|e| e.has_node(&l.node));
             if !node_known {
                 continue;
             }

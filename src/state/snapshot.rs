@@ -47,7 +47,7 @@ impl State {
         }
         let mut nodes = Vec::new();
         for e in self.executors.values() {
-            for n in &e.nodes {
+            for n in e.nodes() {
                 let mut unallocatable = n.unallocatable.clone();
                 let key = (e.name.as_str(), n.name.as_str());
                 if let Some(stopping) = stopping.get(&key) {

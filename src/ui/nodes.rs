@@ -52,9 +52,9 @@ pub(crate) async fn nodes_handler(State(app): State<Arc<Control>>, Viewer(princi
              <th>Allocated / offered</th><th>State</th><th>Labels</th><th>Taints</th></tr></thead><tbody>",
             escape(e.name.as_str()),
             escape(&crate::control::rfc3339(e.updated_at_ms)),
-            e.nodes.len()
+            e.nodes().len()
         );
-        for n in &e.nodes {
+        for n in e.nodes() {
             let key = (e.name.as_str().to_string(), n.name.as_str().to_string());
             let held = allocated.get(&key).cloned().unwrap_or_default();
             let share = |r: ResourceName| {

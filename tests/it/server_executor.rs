@@ -115,6 +115,35 @@ async fn preemption_becomes_a_kill_order() {
     assert_eq!(s.job(&ids[0]).await["state"], "preempted");
 }
 
+/// A poll lists what the agent held when it sent it. A run that ends while the poll waits (the
+/// agent reports it on another request) is no longer the server's, but the agent knows it ended:
+/// the poll's answer carries no kill order for it.
+#[tokio::test]
+async fn a_run_that_ends_during_a_poll_draws_no_kill_order() {
+    let s = Server::start("");
+    s.ready().await;
+    s.create_queue("A").await;
+    let nodes = vec![node("n1", "2")];
+    s.poll("e1", &nodes, &[], 0.0).await;
+    s.submit("A", "s", vec![job("1")]).await;
+    let v = s.poll("e1", &nodes, &[], 20.0).await;
+    let lease = v["leases"][0].clone();
+    s.report("e1", vec![ev(&lease, "running")]).await;
+    let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
+    let (answer, next) = tokio::join!(s.poll("e1", &nodes, &held, 20.0), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut done = ev(&lease, "succeeded");
+        done["exit_code"] = json!(0);
+        assert_eq!(s.report("e1", vec![done]).await, 1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Work that ends the poll.
+        s.submit("A", "s", vec![job("1")]).await
+    });
+    assert_eq!(answer["kills"].as_array().map(Vec::len), Some(0), "{answer}");
+    assert_eq!(answer["leases"][0]["job_id"].as_str(), Some(next[0].as_str()), "{answer}");
+    assert_eq!(s.job(lease["job_id"].as_str().unwrap_or_default()).await["state"], "succeeded");
+}
+
 #[tokio::test]
 async fn lost_executor_requeues_its_jobs() {
     // A short timeout needs short lease waits and elections (the config checks they fit).

@@ -26,7 +26,7 @@ pub(super) fn lease(node: &str, pod_spec: serde_json::Value) -> LeaseOrder {
         job_set: JobSetName::new("set-1").expect("job set"),
         node: NodeName::new(node).expect("node"),
         priority_class: PriorityClassName::new("default").expect("class"),
-        pod_spec,
+        pod_spec: convoy::model::api::raw_json(&pod_spec),
         services: vec![],
         ingresses: vec![],
         annotations: Default::default(),

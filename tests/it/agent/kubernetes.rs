@@ -9,7 +9,7 @@ use axum::http::Method;
 use convoy::agent::config::KubernetesConfig;
 use convoy::agent::runtime::kubernetes::KubernetesRuntime;
 use convoy::agent::{EventReceiver, EventSink, Runtime, RuntimeKind, Started};
-use convoy::model::api::{LeaseOrder, RunEventKind, RunEventReport};
+use convoy::model::api::{LeaseOrder, RunEventKind, RunEventReport, raw_json};
 use convoy::model::{JobId, Namespace, RunId, RunPod, RunState};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -76,8 +76,9 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
     let mut h = harness(KubernetesConfig { namespace: "batch".into(), ..Default::default() }).await;
     h.recover().await;
     let mut l = kube_lease();
-    l.services = vec![json!({"spec": {"ports": [{"port": 8080}]}})];
-    l.ingresses = vec![json!({"metadata": {"name": "web"}, "spec": {"rules": [{"host": "job.example.com"}]}})];
+    l.services = vec![raw_json(&json!({"spec": {"ports": [{"port": 8080}]}}))];
+    l.ingresses =
+        vec![raw_json(&json!({"metadata": {"name": "web"}, "spec": {"rules": [{"host": "job.example.com"}]}}))];
     let (run_id, job_id) = (l.run_id, l.job_id);
     assert_eq!(h.rt.start(l.clone()).await.expect("start"), Started::New);
 
@@ -133,7 +134,7 @@ async fn lease_becomes_the_exact_pod_with_owned_service_and_ingress() {
     super::kube_api::assert_rbac_allows(&h.api.state().calls);
     // An invalid pod spec fails the run without any API call.
     let mut bad = kube_lease();
-    bad.pod_spec = json!({"containers": [{"name": 5}]});
+    bad.pod_spec = raw_json(&json!({"containers": [{"name": 5}]}));
     let err = h.rt.start(bad).await.expect_err("invalid");
     assert!(matches!(err, convoy::agent::RuntimeError::InvalidJob(_)), "{err}");
     assert_eq!(h.api.calls(Method::POST, "/pods").len(), 1);
@@ -152,12 +153,12 @@ async fn armada_ingress_placeholders_are_filled_in_by_the_agent() {
     h.recover().await;
     let mut l = kube_lease();
     let host = "main-8080-{pod}.{namespace}{host_suffix}";
-    l.services = vec![json!({"metadata": {"name": "{pod}-service-0"},
-        "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}]}})];
-    l.ingresses = vec![json!({"metadata": {"name": "{pod}-ingress-1", "annotations": {"a": "b"}},
+    l.services = vec![raw_json(&json!({"metadata": {"name": "{pod}-service-0"},
+        "spec": {"type": "ClusterIP", "clusterIP": "None", "ports": [{"name": "main-8080", "port": 8080}]}}))];
+    l.ingresses = vec![raw_json(&json!({"metadata": {"name": "{pod}-ingress-1", "annotations": {"a": "b"}},
         "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
                     "backend": {"service": {"name": "{pod}-service-0", "port": {"number": 8080}}}}]}}],
-                 "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}})];
+                 "tls": [{"hosts": [host], "secretName": "{namespace}{cert_suffix}"}]}}))];
     let (run_id, job_id) = (l.run_id, l.job_id);
     assert_eq!(h.rt.start(l).await.expect("start"), Started::New);
     let name = pod_name(job_id);
@@ -371,7 +372,7 @@ async fn jobs_run_in_their_namespace_and_a_new_run_replaces_the_pod_of_an_earlie
 
     let mut first = kube_lease();
     first.namespace = Some(Namespace::new("ml").expect("namespace"));
-    first.services = vec![json!({"spec": {"ports": [{"port": 8080}]}})];
+    first.services = vec![raw_json(&json!({"spec": {"ports": [{"port": 8080}]}}))];
     let name = pod_name(first.job_id);
     assert_eq!(h.rt.start(first.clone()).await.expect("start"), Started::New);
     assert_eq!(h.api.calls(Method::POST, "/api/v1/namespaces/ml/pods").len(), 1);

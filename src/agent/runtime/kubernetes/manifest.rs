@@ -65,11 +65,18 @@ fn convoy_labels(lease: &LeaseOrder, executor: &str) -> BTreeMap<String, String>
     l
 }
 
+/// A Kubernetes object from the JSON text the lease carries; an error names the field.
+fn from_json_text<T: serde::de::DeserializeOwned>(
+    text: &serde_json::value::RawValue,
+) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text.get()))
+}
+
 /// The pod for a lease: the job's PodSpec bound to the leased node, never restarted, with the
 /// lease's grace period and deadline.
 pub(crate) fn build_pod(lease: &LeaseOrder, executor: &str, namespace: &str) -> Result<Pod, RuntimeError> {
-    let mut spec: PodSpec = serde_path_to_error::deserialize(lease.pod_spec.clone())
-        .map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
+    let mut spec: PodSpec =
+        from_json_text(&lease.pod_spec).map_err(|e| RuntimeError::InvalidJob(format!("pod spec: {e}")))?;
     if spec.containers.is_empty() {
         return Err(RuntimeError::InvalidJob("pod spec: no containers".into()));
     }
@@ -154,8 +161,8 @@ pub(crate) fn build_services(
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let mut s: Service = serde_path_to_error::deserialize(v.clone())
-                .map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
+            let mut s: Service =
+                from_json_text(v).map_err(|e| RuntimeError::InvalidJob(format!("services[{i}]: {e}")))?;
             s.metadata =
                 object_meta(std::mem::take(&mut s.metadata), format!("{pod}-svc-{i}"), lease, executor, namespace);
             if let Some(name) = s.metadata.name.as_mut() {
@@ -186,8 +193,8 @@ pub(crate) fn build_ingresses(
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let mut g: Ingress = serde_path_to_error::deserialize(v.clone())
-                .map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
+            let mut g: Ingress =
+                from_json_text(v).map_err(|e| RuntimeError::InvalidJob(format!("ingresses[{i}]: {e}")))?;
             g.metadata =
                 object_meta(std::mem::take(&mut g.metadata), format!("{pod}-ing-{i}"), lease, executor, namespace);
             let resolve = |s: &mut String| fill_in(s, &pod, namespace, defaults);
@@ -330,7 +337,12 @@ mod tests {
     use super::*;
 
     fn lease(services: Vec<serde_json::Value>, ingresses: Vec<serde_json::Value>) -> LeaseOrder {
-        LeaseOrder { services, ingresses, ..LeaseOrder::sample(serde_json::json!({"containers": [{"name": "main"}]})) }
+        let raw = |v: Vec<serde_json::Value>| v.iter().map(crate::model::api::raw_json).collect();
+        LeaseOrder {
+            services: raw(services),
+            ingresses: raw(ingresses),
+            ..LeaseOrder::sample(serde_json::json!({"containers": [{"name": "main"}]}))
+        }
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl Inner {
         assignment: &Assignment,
         user: Option<UnixUser>,
     ) -> std::io::Result<()> {
-        let asked = confine::job_resources(&lease.pod_spec).map_err(std::io::Error::other)?;
+        let asked = lease.pod_spec_value().and_then(|s| confine::job_resources(&s)).map_err(std::io::Error::other)?;
         let (confine, confine_env) = self.confiner.confinement(lease.run_id, &asked, assignment, user);
         let mut env = cmd.env.clone();
         env.extend(confine_env);
@@ -418,8 +418,12 @@ impl Inner {
 impl JobCommand {
     /// `command` + `args`, plain `env` values and `workingDir` of the first container.
     fn from_lease(lease: &LeaseOrder) -> Result<Self, RuntimeError> {
-        let c = lease
-            .pod_spec
+        Self::from_spec(lease.run_id, &lease.pod_spec_value().map_err(RuntimeError::InvalidJob)?)
+    }
+
+    /// The same from run `run_id`'s pod spec.
+    fn from_spec(run_id: RunId, pod_spec: &serde_json::Value) -> Result<Self, RuntimeError> {
+        let c = pod_spec
             .get("containers")
             .and_then(|c| c.get(0))
             .ok_or_else(|| RuntimeError::InvalidJob("the pod spec has no containers".into()))?;
@@ -453,7 +457,7 @@ impl JobCommand {
                 match e.get("value") {
                     Some(serde_json::Value::String(v)) => env.push((name.to_string(), v.clone())),
                     None | Some(serde_json::Value::Null) if e.get("valueFrom").is_some() => {
-                        tracing::warn!(run_id = %lease.run_id, env = name, "valueFrom is not supported by the process runtime; variable left unset");
+                        tracing::warn!(run_id = %run_id, env = name, "valueFrom is not supported by the process runtime; variable left unset");
                     }
                     None | Some(serde_json::Value::Null) => env.push((name.to_string(), String::new())),
                     Some(_) => {
@@ -575,8 +579,9 @@ impl Runtime for ProcessRuntime {
                 inner.node.name, lease.node
             )));
         }
-        let cmd = JobCommand::from_lease(&lease)?;
-        let asked = confine::job_resources(&lease.pod_spec).map_err(RuntimeError::InvalidJob)?;
+        let spec = lease.pod_spec_value().map_err(RuntimeError::InvalidJob)?;
+        let cmd = JobCommand::from_spec(lease.run_id, &spec)?;
+        let asked = confine::job_resources(&spec).map_err(RuntimeError::InvalidJob)?;
         let user = inner.confiner.user_for(&lease.queue, lease.owner.as_deref()).map_err(plan_error)?;
         let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
         if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
