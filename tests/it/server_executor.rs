@@ -8,6 +8,18 @@ fn ev(run: &Value, kind: &str) -> Value {
     json!({"run_id": run["run_id"], "job_id": run["job_id"], "kind": kind})
 }
 
+/// Registers `nodes` as executor `e1`'s, submits one job to queue `A` (which must exist) and
+/// has it leased and reported running; its id and lease.
+async fn one_running_job(s: &Server, nodes: &[Value]) -> (String, Value) {
+    s.poll("e1", nodes, &[], 0.0).await;
+    let ids = s.submit("A", "s", vec![job("1")]).await;
+    let v = s.poll("e1", nodes, &[], 20.0).await;
+    let lease = v["leases"][0].clone();
+    assert!(lease.is_object(), "{v}");
+    s.report("e1", vec![ev(&lease, "running")]).await;
+    (ids[0].clone(), lease)
+}
+
 #[tokio::test]
 async fn leases_events_and_kill_orders() {
     let s = Server::start("");
@@ -102,17 +114,13 @@ async fn preemption_becomes_a_kill_order() {
     s.ready().await;
     s.create_queue("A").await;
     let nodes = vec![node("n1", "2")];
-    s.poll("e1", &nodes, &[], 0.0).await;
-    let ids = s.submit("A", "s", vec![job("1")]).await;
-    let v = s.poll("e1", &nodes, &[], 20.0).await;
-    let lease = v["leases"][0].clone();
-    s.report("e1", vec![ev(&lease, "running")]).await;
-    let (st, v) = s.post("/v1/jobs/preempt", &json!({"queue": "A", "job_set": "s", "job_ids": [ids[0]]})).await;
+    let (id, lease) = one_running_job(&s, &nodes).await;
+    let (st, v) = s.post("/v1/jobs/preempt", &json!({"queue": "A", "job_set": "s", "job_ids": [id]})).await;
     assert_eq!(st, 200, "{v}");
     let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
     let v = s.poll("e1", &nodes, &held, 5.0).await;
     assert_eq!(v["kills"][0]["run_id"], lease["run_id"], "{v}");
-    assert_eq!(s.job(&ids[0]).await["state"], "preempted");
+    assert_eq!(s.job(&id).await["state"], "preempted");
 }
 
 /// A poll lists what the agent held when it sent it. A run that ends while the poll waits (the
@@ -124,11 +132,7 @@ async fn a_run_that_ends_during_a_poll_draws_no_kill_order() {
     s.ready().await;
     s.create_queue("A").await;
     let nodes = vec![node("n1", "2")];
-    s.poll("e1", &nodes, &[], 0.0).await;
-    s.submit("A", "s", vec![job("1")]).await;
-    let v = s.poll("e1", &nodes, &[], 20.0).await;
-    let lease = v["leases"][0].clone();
-    s.report("e1", vec![ev(&lease, "running")]).await;
+    let (id, lease) = one_running_job(&s, &nodes).await;
     let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
     let (answer, next) = tokio::join!(s.poll("e1", &nodes, &held, 20.0), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -141,7 +145,7 @@ async fn a_run_that_ends_during_a_poll_draws_no_kill_order() {
     });
     assert_eq!(answer["kills"].as_array().map(Vec::len), Some(0), "{answer}");
     assert_eq!(answer["leases"][0]["job_id"].as_str(), Some(next[0].as_str()), "{answer}");
-    assert_eq!(s.job(lease["job_id"].as_str().unwrap_or_default()).await["state"], "succeeded");
+    assert_eq!(s.job(&id).await["state"], "succeeded");
 }
 
 #[tokio::test]
@@ -153,13 +157,9 @@ async fn lost_executor_requeues_its_jobs() {
     s.ready().await;
     s.create_queue("A").await;
     let nodes = vec![node("n1", "2")];
-    s.poll("e1", &nodes, &[], 0.0).await;
-    let ids = s.submit("A", "s", vec![job("1")]).await;
-    let v = s.poll("e1", &nodes, &[], 20.0).await;
-    let lease = v["leases"][0].clone();
-    s.report("e1", vec![ev(&lease, "running")]).await;
+    let (id, lease) = one_running_job(&s, &nodes).await;
     // The executor goes silent: after the timeout its run is lost and the job queued again.
-    let j = s.wait_job(&ids[0], Duration::from_secs(20), "queued", |j| j["state"] == "queued").await;
+    let j = s.wait_job(&id, Duration::from_secs(20), "queued", |j| j["state"] == "queued").await;
     assert_eq!(j["runs"][0]["state"], "lost");
     assert!(j["runs"][0]["reason"].as_str().unwrap_or("").contains("executor e1 lost"), "{j}");
     // Its nodes left the pool.
@@ -175,7 +175,7 @@ async fn lost_executor_requeues_its_jobs() {
         let v = s.poll("e1", &nodes, &[], 2.0).await;
         if let Some(l) = v["leases"].as_array().and_then(|l| l.first()) {
             assert_ne!(l["run_id"], lease["run_id"]);
-            assert_eq!(l["job_id"].as_str(), Some(ids[0].as_str()));
+            assert_eq!(l["job_id"].as_str(), Some(id.as_str()));
             break;
         }
         assert!(Instant::now() < deadline, "no new lease");
