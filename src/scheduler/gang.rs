@@ -31,6 +31,11 @@ thread_local! {
     pub(super) static TRIALS_ALWAYS_RUN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The node types of `types` that are in domain `dom`.
+fn in_domain(types: &[u32], dom: &[u32]) -> SmallVec<[u32; 8]> {
+    types.iter().copied().filter(|t| dom.contains(t)).collect()
+}
+
 /// Outcome of trying a gang in one domain.
 #[derive(Debug, Clone)]
 struct Trial {
@@ -236,7 +241,7 @@ impl PoolCycle<'_> {
         asked: &[i64; 4],
     ) -> Option<Trial> {
         let (req, types) = target;
-        let types: SmallVec<[u32; 8]> = types.iter().copied().filter(|t| dom.contains(t)).collect();
+        let types = in_domain(types, dom);
         if !self.db.has_room_for(0, &types, req, members as u32, WHOLE_FIT_BUDGET) {
             return None;
         }
@@ -258,7 +263,7 @@ impl PoolCycle<'_> {
             if in_vain.iter().any(|&f| targets[f] == targets[i] && self.search_alike(members[f], m)) {
                 continue;
             }
-            let types: Vec<u32> = types.iter().copied().filter(|t| dom.contains(t)).collect();
+            let types = in_domain(types, dom);
             match self.try_place(m, &types, req) {
                 Some(level) => {
                     trial.placed += 1;

@@ -8,6 +8,14 @@ fn ev(run: &Value, kind: &str) -> Value {
     json!({"run_id": run["run_id"], "job_id": run["job_id"], "kind": kind})
 }
 
+/// A ready server with `config` and queue `A`.
+async fn with_queue_a(config: &str) -> Server {
+    let s = Server::start(config);
+    s.ready().await;
+    s.create_queue("A").await;
+    s
+}
+
 /// Registers `nodes` as executor `e1`'s, submits one job to queue `A` (which must exist) and
 /// has it leased and reported running; its id and lease.
 async fn one_running_job(s: &Server, nodes: &[Value]) -> (String, Value) {
@@ -22,9 +30,7 @@ async fn one_running_job(s: &Server, nodes: &[Value]) -> (String, Value) {
 
 #[tokio::test]
 async fn leases_events_and_kill_orders() {
-    let s = Server::start("");
-    s.ready().await;
-    s.create_queue("A").await;
+    let s = with_queue_a("").await;
     let nodes = vec![node("n1", "4")];
     // The first poll registers the node; nothing to do yet.
     let v = s.poll("e1", &nodes, &[], 0.0).await;
@@ -110,9 +116,7 @@ async fn leases_events_and_kill_orders() {
 
 #[tokio::test]
 async fn preemption_becomes_a_kill_order() {
-    let s = Server::start("");
-    s.ready().await;
-    s.create_queue("A").await;
+    let s = with_queue_a("").await;
     let nodes = vec![node("n1", "2")];
     let (id, lease) = one_running_job(&s, &nodes).await;
     let (st, v) = s.post("/v1/jobs/preempt", &json!({"queue": "A", "job_set": "s", "job_ids": [id]})).await;
@@ -128,9 +132,7 @@ async fn preemption_becomes_a_kill_order() {
 /// the poll's answer carries no kill order for it.
 #[tokio::test]
 async fn a_run_that_ends_during_a_poll_draws_no_kill_order() {
-    let s = Server::start("");
-    s.ready().await;
-    s.create_queue("A").await;
+    let s = with_queue_a("").await;
     let nodes = vec![node("n1", "2")];
     let (id, lease) = one_running_job(&s, &nodes).await;
     let held = vec![json!({"run_id": lease["run_id"], "job_id": lease["job_id"], "state": "running"})];
@@ -151,11 +153,10 @@ async fn a_run_that_ends_during_a_poll_draws_no_kill_order() {
 #[tokio::test]
 async fn lost_executor_requeues_its_jobs() {
     // A short timeout needs short lease waits and elections (the config checks they fit).
-    let s = Server::start(
+    let s = with_queue_a(
         "[server]\nexecutor_timeout = \"2s\"\nmax_lease_wait = \"500ms\"\n\n[cluster]\nheartbeat_interval = \"50ms\"\nelection_timeout = \"150ms\"\n",
-    );
-    s.ready().await;
-    s.create_queue("A").await;
+    )
+    .await;
     let nodes = vec![node("n1", "2")];
     let (id, lease) = one_running_job(&s, &nodes).await;
     // The executor goes silent: after the timeout its run is lost and the job queued again.
@@ -187,9 +188,7 @@ async fn lost_executor_requeues_its_jobs() {
 /// report does not keep showing the finished job's allocation.
 #[tokio::test]
 async fn the_queue_report_drops_an_ended_job_s_allocation_with_nothing_queued() {
-    let s = Server::start("");
-    s.ready().await;
-    s.create_queue("A").await;
+    let s = with_queue_a("").await;
     let nodes = vec![node("n1", "4")];
     s.poll("e1", &nodes, &[], 0.0).await;
     s.submit("A", "s", vec![job("1")]).await;

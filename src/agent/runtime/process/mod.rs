@@ -201,12 +201,11 @@ impl Inner {
         &self,
         dir: &RunDir,
         lease: &LeaseOrder,
-        cmd: &JobCommand,
+        (cmd, asked): (&JobCommand, &Resources),
         assignment: &Assignment,
         user: Option<UnixUser>,
     ) -> std::io::Result<()> {
-        let asked = lease.pod_spec_value().and_then(|s| confine::job_resources(&s)).map_err(std::io::Error::other)?;
-        let (confine, confine_env) = self.confiner.confinement(lease.run_id, &asked, assignment, user);
+        let (confine, confine_env) = self.confiner.confinement(lease.run_id, asked, assignment, user);
         let mut env = cmd.env.clone();
         env.extend(confine_env);
         env.extend([
@@ -375,12 +374,14 @@ impl Inner {
         if !*respawned {
             *respawned = true;
             let started = match dir.read_lease().and_then(|lease| {
-                let cmd = JobCommand::from_lease(&lease).map_err(std::io::Error::other)?;
+                let job = job_of(&lease).map_err(std::io::Error::other)?;
                 let user =
                     self.confiner.user_for(&lease.queue, lease.owner.as_deref()).map_err(std::io::Error::other)?;
-                Ok((lease, cmd, user))
+                Ok((lease, job, user))
             }) {
-                Ok((lease, cmd, user)) => self.start_supervisor(dir, &lease, &cmd, &read_devices(dir), user).await,
+                Ok((lease, (cmd, asked), user)) => {
+                    self.start_supervisor(dir, &lease, (&cmd, &asked), &read_devices(dir), user).await
+                }
                 Err(e) => Err(e),
             };
             match started {
@@ -415,8 +416,18 @@ impl Inner {
     }
 }
 
+/// What a lease gives the process runtime to run, from one reading of its pod spec: the command,
+/// and the resources the first container asks for.
+fn job_of(lease: &LeaseOrder) -> Result<(JobCommand, Resources), RuntimeError> {
+    let spec = lease.pod_spec_value().map_err(RuntimeError::InvalidJob)?;
+    let cmd = JobCommand::from_spec(lease.run_id, &spec)?;
+    let asked = confine::job_resources(&spec).map_err(RuntimeError::InvalidJob)?;
+    Ok((cmd, asked))
+}
+
 impl JobCommand {
     /// `command` + `args`, plain `env` values and `workingDir` of the first container.
+    #[cfg(test)]
     fn from_lease(lease: &LeaseOrder) -> Result<Self, RuntimeError> {
         Self::from_spec(lease.run_id, &lease.pod_spec_value().map_err(RuntimeError::InvalidJob)?)
     }
@@ -579,9 +590,7 @@ impl Runtime for ProcessRuntime {
                 inner.node.name, lease.node
             )));
         }
-        let spec = lease.pod_spec_value().map_err(RuntimeError::InvalidJob)?;
-        let cmd = JobCommand::from_spec(lease.run_id, &spec)?;
-        let asked = confine::job_resources(&spec).map_err(RuntimeError::InvalidJob)?;
+        let (cmd, asked) = job_of(&lease)?;
         let user = inner.confiner.user_for(&lease.queue, lease.owner.as_deref()).map_err(plan_error)?;
         let assignment = inner.confiner.assign(run_id, &asked).map_err(plan_error)?;
         if let Err(e) = create_run_dir(&inner.runs_dir, &dir.path, &lease, &assignment) {
@@ -589,7 +598,7 @@ impl Runtime for ProcessRuntime {
             return Err(e);
         }
         lock(&inner.runs).insert(run_id, job_id);
-        if let Err(e) = inner.start_supervisor(&dir, &lease, &cmd, &assignment, user).await {
+        if let Err(e) = inner.start_supervisor(&dir, &lease, (&cmd, &asked), &assignment, user).await {
             // A supervisor that failed this way never forked the job.
             inner.confiner.release(run_id, false, false);
             lock(&inner.runs).remove(&run_id);
