@@ -105,7 +105,9 @@ pub use config::{FairnessModel, FloatingResourceConfig, SchedulerConfig};
 /// `tests/scenarios/` pin the decisions of this version (`simulate` tests).
 ///
 /// 2: runs being stopped hold only the room their node has left beside its running jobs.
-pub const SCHEDULER_VERSION: u32 = 2;
+/// 3: evicted jobs of a queue within its guarantee floor return before other queues' (and so
+/// give their places up last).
+pub const SCHEDULER_VERSION: u32 = 3;
 pub use cycle::schedule;
 pub use decisions::{
     Decisions, Failure, FloatingUse, Lease, PoolReport, Preemption, PreemptionReason, QueueShare, Reason, Unscheduled,

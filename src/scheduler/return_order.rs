@@ -11,6 +11,7 @@
 //! in `return_walk.rs`. Evicted jobs returning to a node that has too little room
 //! for all of them go back in the same order ([`super::nodedb::NodeDb::victims`]).
 
+use super::guarantee::below_floor_cost;
 use super::job::CycleJob;
 use super::queue::{CycleQueue, Turn};
 use super::resvec::{ResVec, add_to};
@@ -22,7 +23,8 @@ use std::collections::BinaryHeap;
 /// The order in which progressive filling would put back `lists` (each queue's evicted jobs,
 /// in queue order, gang members included) starting from the queues' allocations now, if
 /// nothing else were scheduled: the most urgent gang first, then the queue whose cost after
-/// it is lowest, then the queue name; a gang's members one after the other.
+/// it is lowest (a queue within its guarantee floor before any other, as in filling), then the
+/// queue name; a gang's members one after the other.
 pub(super) fn return_order(
     view: &PoolView<'_>,
     jobs: &[CycleJob<'_>],
@@ -64,7 +66,10 @@ pub(super) fn return_order(
                 add_to(&mut req, &view.job_req(&jobs[m as usize]));
             }
             let qc = &queues[q];
-            let cost_after = view.cost.share_with(alloc, &req) * qc.priority_factor;
+            // As progressive filling orders queues: one still within its guarantee floor first.
+            let share_after = view.cost.share_with(alloc, &req);
+            let cost_after =
+                below_floor_cost(share_after, qc.guaranteed_share).unwrap_or(share_after * qc.priority_factor);
             let turn = Turn { urgency: job.class_priority, cost_after, queue: q as u32 };
             return Some((members, req, turn));
         }

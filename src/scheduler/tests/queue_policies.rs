@@ -66,6 +66,21 @@ fn guaranteed_resources_worked_example() {
 }
 
 #[test]
+fn evicted_jobs_within_a_guarantee_return_first() {
+    let out = run(&scenario("guarantee_returns_first.yaml"));
+    assert_eq!(counts(&out.rounds[0].running), map(&[("q1", 2), ("q2", 3)]));
+    assert_eq!(counts(&out.rounds[0].nodes["n-1"]), map(&[("q2", 3)]));
+    // q0 takes the free room and one place each of q1 and q2: q2 keeps its guaranteed 2.
+    let r1 = &out.rounds[1];
+    assert_eq!(counts(&r1.scheduled), map(&[("q0", 5)]));
+    assert_eq!(counts(&r1.preempted), map(&[("q1", 1), ("q2", 1)]));
+    assert_eq!(counts(&r1.running), map(&[("q0", 5), ("q1", 1), ("q2", 2)]));
+    let r2 = &out.rounds[2];
+    assert!(counts(&r2.scheduled).is_empty() && counts(&r2.preempted).is_empty());
+    assert_eq!(counts(&r2.running), map(&[("q0", 5), ("q1", 1), ("q2", 2)]));
+}
+
+#[test]
 fn guarantees_beyond_the_pool_are_scaled_and_reported() {
     // 8 cpu; A and B are guaranteed 6 each (12 in all): both scaled to 4.
     let text = r#"
