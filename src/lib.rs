@@ -22,4 +22,5 @@ mod service;
 pub mod simulate;
 pub mod state;
 pub mod store;
+mod thread_cpu;
 mod ui;

@@ -125,6 +125,8 @@ pub(crate) struct Metrics {
     /// Time a scheduling cycle took to read the state it decides over, under the state's read
     /// lock (writes wait meanwhile).
     pub scheduling_snapshot: Histogram,
+    /// CPU time scheduling cycles spent reading the state and deciding (what paces them).
+    pub scheduling_cpu: Counter<f64, AtomicU64>,
     /// Time an API request took to answer, by route, method and status class.
     pub api_request: Family<RouteLabels, Histogram, fn() -> Histogram>,
     /// Time from a job's submission to its lease reaching an executor.
@@ -167,6 +169,7 @@ impl Metrics {
             registry: Registry::default(),
             scheduling_cycle: fast_buckets(),
             scheduling_snapshot: fast_buckets(),
+            scheduling_cpu: Counter::default(),
             api_request: Family::new_with_constructor(fast_buckets),
             submit_to_lease: slow_buckets(),
             lease_poll_wait: slow_buckets(),
@@ -187,6 +190,11 @@ impl Metrics {
             "convoy_scheduling_snapshot_duration_seconds",
             "Time a scheduling cycle took to read the state it decides over (writes wait meanwhile)",
             m.scheduling_snapshot.clone(),
+        );
+        registry.register(
+            "convoy_scheduling_cpu_seconds",
+            "CPU time scheduling cycles spent reading the state and deciding (a cycle's wall time also counts waits for a core)",
+            m.scheduling_cpu.clone(),
         );
         registry.register(
             "convoy_api_request_duration_seconds",

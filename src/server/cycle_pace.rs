@@ -3,20 +3,25 @@
 //! arrives meanwhile waits for the next start. Holding every change back that long when the
 //! last cycle decided in a small fraction of it only adds latency: a job submitted 20 ms after
 //! the previous cycle would wait the other 80 ms for nothing. So the hold is proportional to what
-//! the last cycle cost — [`DUTY_FACTOR`] times its decision time, which bounds the share of the
-//! leader's time spent deciding — within a tenth of `schedule_interval_min` and the whole of it.
-//! Expensive cycles (deciding in a fifth of the interval or more) keep the old pace exactly.
+//! the last cycle cost — [`DUTY_FACTOR`] times the CPU it took to read its snapshot and decide,
+//! which bounds the share of the leader's CPU spent deciding — within a tenth of
+//! `schedule_interval_min` and the whole of it. Expensive cycles (a fifth of the interval or
+//! more) keep the old pace exactly.
+//!
+//! The cost is CPU time, not wall time: on a machine whose cores are shared, a cycle's wall time
+//! also counts its waits for a core, and pacing by it held cycles back further the busier the
+//! machine was, though their work was the same.
 
 use std::time::Duration;
 
-/// The next cycle may start this many times the last one's decision time after it started: the
-/// leader spends at most about a fifth of its time deciding while cycles are cheap. Decision
-/// time, not the commit's wait on the disk, is what competes with serving requests.
+/// The next cycle may start this many times the last one's CPU time after it started: the
+/// leader spends at most about a fifth of a core deciding while cycles are cheap. The cycle's
+/// CPU, not the commit's wait on the disk, is what competes with serving requests.
 pub(super) const DUTY_FACTOR: u32 = 5;
 
 /// How long after the last cycle started the next may start, given the configured
-/// `schedule_interval_min` (`min`) and how long the last cycle took to read its snapshot and
-/// decide (`last_busy`; zero before the first).
+/// `schedule_interval_min` (`min`) and the CPU time the last cycle took to read its snapshot
+/// and decide (`last_busy`; zero before the first).
 pub(super) fn hold(min: Duration, last_busy: Duration) -> Duration {
     last_busy.saturating_mul(DUTY_FACTOR).clamp(min / 10, min)
 }

@@ -37,7 +37,7 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
     let (min, max) = (cfg.schedule_interval_min, cfg.schedule_interval_max);
     let mut rate = RateLimiterState::default();
     let mut last = Instant::now().checked_sub(min).unwrap_or_else(Instant::now);
-    // How long the last cycle took to read its snapshot and decide: it paces the next.
+    // The CPU the last cycle took to read its snapshot and decide: it paces the next.
     let mut busy = Duration::ZERO;
     let mut cycle: u64 = 0;
     let mut leading = false;
@@ -92,7 +92,8 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             }
         }
         let read_from = Instant::now();
-        let (snapshot, snapshot_index, cycles) = cycle_snapshot(&app, &cfg, &rate);
+        let ((snapshot, snapshot_index, cycles), read_cpu) =
+            crate::thread_cpu::measure(|| cycle_snapshot(&app, &cfg, &rate));
         let (c, now, seed) = (cfg.clone(), now_ms(), cycle ^ (term << 40));
         let inputs = ScheduleInputsRecord {
             cycle: cycles + 1,
@@ -103,7 +104,8 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             rate_limits: rate_limited.then(|| RateLimiterRecord::from(&rate)),
         };
         let started = Instant::now();
-        let decisions = match tokio::task::spawn_blocking(move || schedule(&snapshot, &c, seed, now)).await {
+        let decide = move || crate::thread_cpu::measure(|| schedule(&snapshot, &c, seed, now));
+        let (decisions, decide_cpu) = match tokio::task::spawn_blocking(decide).await {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(error = %e, "scheduling cycle failed");
@@ -111,7 +113,13 @@ pub(super) async fn run(app: Arc<Control>, mut shutdown: watch::Receiver<bool>) 
             }
         };
         let took = started.elapsed();
-        busy = read_from.elapsed();
+        busy = match read_cpu.zip(decide_cpu) {
+            Some((read, decide)) => {
+                crate::metrics::global().scheduling_cpu.inc_by((read + decide).as_secs_f64());
+                read + decide
+            }
+            None => read_from.elapsed(),
+        };
         cycle += 1;
         rate = decisions.rate_limits.clone();
         record(&app, &decisions, took);

@@ -69,6 +69,9 @@ async fn metrics_families_are_whole_blocks() {
     assert!(text.lines().any(|l| l == submits), "{text}");
     assert!(text.contains("route=\"/v1/executors/{executor}/lease\""), "{text}");
     assert!(!text.contains("/v1/executors/e1"), "{text}");
+    // The cycles that placed the jobs counted the CPU they took (what paces them).
+    let cpu = text.lines().find_map(|l| l.strip_prefix("convoy_scheduling_cpu_seconds_total ")?.parse::<f64>().ok());
+    assert!(cpu.is_some_and(|c| c > 0.0), "no scheduling CPU counted:\n{text}");
     promtool_accepts(&text);
 }
 
