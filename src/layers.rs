@@ -12,7 +12,7 @@
 /// The layers, lowest first; a module may import the modules of the layers before its own.
 const LAYERS: &[&[&str]] = &[
     // Plain data and pure parts that import nothing of Convoy's.
-    &["model", "disk_space", "certs", "config_file", "chaos"],
+    &["model", "disk_space", "thread_cpu", "certs", "config_file", "chaos"],
     // The pure scheduler; the agent, which needs only the domain types and the HTTP contract.
     &["scheduler", "agent"],
     // Frozen formats, the process's instruments, the offline simulator.
