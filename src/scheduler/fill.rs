@@ -73,10 +73,11 @@ impl<'a> PoolCycle<'a> {
             // turns is the same either way.
             while let Some(mut top) = heap.peek_mut() {
                 let q = top.queue;
-                if let Some(cand) = self.queues[q as usize].current.take() {
-                    self.attempt(q, cand, rate);
-                }
-                match self.advance(q, rate) {
+                let failed = match self.queues[q as usize].current.take() {
+                    Some(cand) => self.attempt(q, cand, rate),
+                    None => None,
+                };
+                match self.advance_past(q, rate, failed) {
                     Some(t) => *top = t,
                     None => {
                         PeekMut::pop(top);
@@ -176,6 +177,20 @@ impl<'a> PoolCycle<'a> {
 
     /// Moves queue `q` to its next candidate and returns its turn, if it has one.
     pub(super) fn advance(&mut self, q: u32, rate: &mut RateLimits) -> Option<Turn> {
+        self.advance_past(q, rate, None)
+    }
+
+    /// [`Self::advance`], after the queue's last candidate, a single queued job, failed on its
+    /// class's verdict (`failed`: the job, whose reason is the verdict). The queued jobs alike that come
+    /// next (the same class and priority class, not in gangs) fail on the same verdict without a
+    /// turn each. Each would have had the next turn at once: its turn equals the one just taken
+    /// (the same urgency and cost after, as nothing was added to the queue), and what its attempt
+    /// reads (the queue's allocation and limits, the rate buckets, floating resources, the
+    /// verdict) has not changed. Under load most of the jobs a cycle looks at fail so, behind a
+    /// full pool. Not with reservations: a job with access to one does not share its class's
+    /// verdict.
+    fn advance_past(&mut self, q: u32, rate: &mut RateLimits, failed: Option<u32>) -> Option<Turn> {
+        let failed = failed.filter(|_| self.view().reservations.is_none());
         if self.ledger.rate_stop().is_none() && rate.global_exhausted() {
             self.ledger.stop_for_rate(Arc::new(Reason::RateLimited { scope: RateScope::Global }));
         }
@@ -202,7 +217,20 @@ impl<'a> PoolCycle<'a> {
                     self.queues[q as usize].retry_pos += 1;
                     self.members_still(q, at, Status::Waiting)
                 }
-                Stream::Queued => self.take_queued(q, at),
+                Stream::Queued => {
+                    if let Some(j) = failed
+                        && self.alike(j, q, at)
+                        && let Some(verdict) = self.ledger.fate(j).reason.clone()
+                    {
+                        let taken = self.take_queued(q, at);
+                        self.ledger.count_tried(taken.len());
+                        for m in taken {
+                            self.set_reason(m, verdict.clone());
+                        }
+                        continue;
+                    }
+                    self.take_queued(q, at)
+                }
             };
             if members.is_empty() {
                 continue;
@@ -230,6 +258,14 @@ impl<'a> PoolCycle<'a> {
             qc.current = Some(Candidate { jobs: members, evicted, gang, req });
             return Some(Turn { urgency, cost_after, queue: q });
         }
+    }
+
+    /// True if the queued job at position `pos` of queue `q`'s `queued` is like cycle job `j`:
+    /// of its class and priority class, and not in a gang.
+    #[inline]
+    fn alike(&self, j: u32, q: u32, pos: u32) -> bool {
+        let (job, f) = (&self.jobs[j as usize], &self.queues[q as usize].facts[pos as usize]);
+        f.class == job.class && f.priority_class == job.priority_class && !f.gang
     }
 
     /// Job `first` of queue `q`, with the other members of its gang, if it still has status

@@ -18,13 +18,25 @@ use crate::model::quantity::{Unit, format_quantity};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+/// How a single job's placement ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Single {
+    Placed,
+    /// Not placed, for the verdict cached for its class (or just found and cached): its reason.
+    OnVerdict,
+    /// Not placed, for a reason of its own (a fence, reserved nodes).
+    Failed,
+}
+
 /// Nodes compared when a placement must displace someone: enough to find a better victim in
 /// practice, few enough that preemption-heavy cycles stay fast.
 const DISPLACE_CANDIDATES: usize = 8;
 
 impl PoolCycle<'_> {
-    /// Tries the queue's candidate.
-    pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) {
+    /// Tries the queue's candidate. Returns the job if the candidate was a single queued job
+    /// that failed on its class's verdict (cached or just found): the jobs alike that follow it
+    /// fail on the same one (`PoolCycle::advance_past`).
+    pub(super) fn attempt(&mut self, q: u32, cand: Candidate, rate: &mut RateLimits) -> Option<u32> {
         self.ledger.count_tried(cand.jobs.len());
         if cand.evicted {
             let back =
@@ -57,7 +69,7 @@ impl PoolCycle<'_> {
                 }
                 let again = Candidate { jobs: members, evicted: false, gang: cand.gang.clone(), req };
                 if self.refused_floating(&again.req, &again.jobs) {
-                    return;
+                    return None;
                 }
                 if self.is_gang(&again) {
                     self.place_gang(q, &again);
@@ -65,17 +77,17 @@ impl PoolCycle<'_> {
                     self.place_single(again.jobs[0]);
                 }
             }
-            return;
+            return None;
         }
         if self.refused_floating(&cand.req, &cand.jobs) {
-            return;
+            return None;
         }
         if let Some(reason) = self.limit_violation(q, &cand) {
             let reason = Arc::new(reason);
             for &j in &cand.jobs {
                 self.set_reason(j, reason.clone());
             }
-            return;
+            return None;
         }
         let size = cand.jobs.len() as u64;
         if let Err(scope) = rate.check(&self.queues[q as usize].name, size) {
@@ -99,13 +111,21 @@ impl PoolCycle<'_> {
                     self.ledger.stop_for_rate(reason);
                 }
             }
-            return;
+            return None;
         }
-        let placed =
-            if self.is_gang(&cand) { self.place_gang(q, &cand) } else { usize::from(self.place_single(cand.jobs[0])) };
+        let placed = if self.is_gang(&cand) {
+            self.place_gang(q, &cand)
+        } else {
+            match self.place_single(cand.jobs[0]) {
+                Single::Placed => 1,
+                Single::OnVerdict => return Some(cand.jobs[0]),
+                Single::Failed => 0,
+            }
+        };
         if placed > 0 {
             rate.take(&self.queues[q as usize].name, placed as u64);
         }
+        None
     }
 
     /// True if the pool has too little left of a floating resource `req` asks for (`jobs` then
@@ -202,23 +222,14 @@ impl PoolCycle<'_> {
     }
 
     /// Places a single queued job; records why not if it cannot.
-    fn place_single(&mut self, j: u32) -> bool {
-        let job = &self.jobs[j as usize];
-        let profile = if self.view().earmarks.active() {
-            self.view()
-                .earmarks
-                .profile(job.queue, self.view().priority_classes[job.priority_class as usize].preemptible)
-        } else {
-            0
-        };
-        // One word for level and profile: the cache is looked up for every job tried.
-        let key = (job.class, u32::from(job.priority_level) | profile << 8);
+    fn place_single(&mut self, j: u32) -> Single {
+        let key = self.verdict_key(j);
         // A job that may use reserved nodes is not like the others of its class.
         let cached = !self.bypasses_verdicts(j);
         if let Some(r) = self.ledger.verdict(&key).filter(|_| cached) {
             let r = r.clone();
             self.set_reason(j, r);
-            return false;
+            return Single::OnVerdict;
         }
         let (req, types) = match self.job_targets(j) {
             Ok(t) => t,
@@ -228,17 +239,17 @@ impl PoolCycle<'_> {
                     self.ledger.set_verdict(key, reason.clone());
                 }
                 self.set_reason(j, reason);
-                return false;
+                return if cached { Single::OnVerdict } else { Single::Failed };
             }
         };
         if self.try_place(j, &types, &req).is_some() {
-            return true;
+            return Single::Placed;
         }
         if let Some(fence) = self.fence_stop.take() {
             // Not cached: the verdict holds for the jobs inside this fence only.
             let reason = Arc::new(self.fence_reason(fence));
             self.set_reason(j, reason);
-            return false;
+            return Single::Failed;
         }
         let reason = match self.earmark_reason(j, &req) {
             Some(r) => Arc::new(r),
@@ -248,7 +259,21 @@ impl PoolCycle<'_> {
             self.ledger.set_verdict(key, reason.clone());
         }
         self.set_reason(j, reason);
-        false
+        if cached { Single::OnVerdict } else { Single::Failed }
+    }
+
+    /// The key under which the verdict on job `j` is cached: its class, level and earmark
+    /// profile (one word for the last two: the cache is looked up for every job tried).
+    fn verdict_key(&self, j: u32) -> (u32, u32) {
+        let job = &self.jobs[j as usize];
+        let profile = if self.view().earmarks.active() {
+            self.view()
+                .earmarks
+                .profile(job.queue, self.view().priority_classes[job.priority_class as usize].preemptible)
+        } else {
+            0
+        };
+        (job.class, u32::from(job.priority_level) | profile << 8)
     }
 
     /// Finds the best node over the levels the job may use and places it there; returns the

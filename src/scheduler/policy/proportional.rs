@@ -193,7 +193,9 @@ impl PoolCycle<'_> {
                             self.set_reason(m, reason.clone());
                         }
                     }
-                    None => self.attempt(q, Candidate { jobs: members, evicted: false, gang, req }, rate),
+                    None => {
+                        self.attempt(q, Candidate { jobs: members, evicted: false, gang, req }, rate);
+                    }
                 }
             }
             heap.push(Reverse((ratio(self, q as usize), q)));

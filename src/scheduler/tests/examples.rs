@@ -374,6 +374,42 @@ fn lookback_limit() {
 }
 
 #[test]
+fn jobs_like_one_that_failed_fail_with_it_and_the_next_kind_is_still_tried() {
+    // Queue A's jobs in order: three too large, two small, two too large again, one small of
+    // another priority class. Each run of alike jobs fails on its class's verdict without a turn
+    // each (`advance_past`); a job of another size or class is still tried, and B's turns go on.
+    let text = r#"
+config:
+  max_queue_lookback: 7
+nodes:
+  - {name: node, allocatable: {cpu: "4", memory: "64Gi"}}
+queues:
+  - {name: A}
+  - {name: B}
+rounds:
+  - submit:
+      - {id: big, queue: A, count: 3, requests: {cpu: "8"}}
+      - {id: small, queue: A, count: 2, requests: {cpu: "1"}}
+      - {id: big-again, queue: A, count: 2, requests: {cpu: "8"}}
+      - {id: other, queue: A, priority_class: preemptible, requests: {cpu: "1"}}
+      - {id: b, queue: B, count: 3, requests: {cpu: "1"}}
+"#;
+    let out = run_text(text).expect("scenario");
+    let r = &out.rounds[0];
+    for j in ["big-1", "big-2", "big-3", "big-again-1", "big-again-2"] {
+        assert_eq!(state(r, j), "queued", "{j}");
+        assert!(reason(r, j).starts_with("no node with 8 cpu free"), "{j}: {}", reason(r, j));
+    }
+    // B's jobs cost less after them than A's large ones (1/4 of the node against 2), so B
+    // starts three first; A's first small job takes the last cpu and the second finds none.
+    assert_eq!(state(r, "small-1"), "running");
+    assert!(reason(r, "small-2").starts_with("no node with 1 cpu free"), "{}", reason(r, "small-2"));
+    // Seven jobs of A were tried, alike or not: the eighth waits for the lookback limit.
+    assert!(reason(r, "other").contains("lookback limit reached"), "{}", reason(r, "other"));
+    assert_eq!(counts(&r.running), map(&[("A", 1), ("B", 3)]));
+}
+
+#[test]
 fn contract_example_runs() {
     let out = run("contract_example.yaml");
     assert_eq!(out.rounds.len(), 3);
