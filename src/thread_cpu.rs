@@ -29,11 +29,14 @@ mod tests {
 
     #[test]
     fn work_is_counted_and_sleep_is_not() {
-        // Work until the clock has moved by 20 ms of CPU: it must move, or this never ends.
+        // Work until the clock has moved by 20 ms of CPU (or 10 s have passed: a clock that
+        // does not move fails below instead of hanging).
         let (_, spun) = measure(|| {
-            let start = now().expect("the thread CPU clock");
+            let (start, wall) = (now().expect("the thread CPU clock"), std::time::Instant::now());
             let mut x = 0u64;
-            while now().expect("clock").saturating_sub(start) < Duration::from_millis(20) {
+            while now().expect("clock").saturating_sub(start) < Duration::from_millis(20)
+                && wall.elapsed() < Duration::from_secs(10)
+            {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
             }
             x

@@ -181,14 +181,14 @@ impl<'a> PoolCycle<'a> {
     }
 
     /// [`Self::advance`], after the queue's last candidate, a single queued job, failed on its
-    /// class's verdict (`failed`: the job, whose reason is the verdict). The queued jobs alike that come
-    /// next (the same class and priority class, not in gangs) fail on the same verdict without a
-    /// turn each. Each would have had the next turn at once: its turn equals the one just taken
-    /// (the same urgency and cost after, as nothing was added to the queue), and what its attempt
-    /// reads (the queue's allocation and limits, the rate buckets, floating resources, the
-    /// verdict) has not changed. Under load most of the jobs a cycle looks at fail so, behind a
-    /// full pool. Not with reservations: a job with access to one does not share its class's
-    /// verdict.
+    /// class's verdict (`failed`: the job, whose reason is the verdict). The queued jobs alike
+    /// that come next (the same class and priority class, not in gangs) fail on the same verdict
+    /// without a turn each. Each would have had the next turn at once: its turn equals the one
+    /// just taken (the same urgency and cost after, as nothing was added to the queue), and what
+    /// its attempt reads (the queue's allocation and limits, the rate buckets, floating
+    /// resources, the verdict) has not changed. Under load most of the jobs a cycle looks at
+    /// fail so, behind a full pool. Not with reservations: a job with access to one does not
+    /// share its class's verdict.
     fn advance_past(&mut self, q: u32, rate: &mut RateLimits, failed: Option<u32>) -> Option<Turn> {
         let failed = failed.filter(|_| self.view().reservations.is_none());
         if self.ledger.rate_stop().is_none() && rate.global_exhausted() {
