@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 /// CPU time used by the calling thread so far; `None` where the clock is unavailable.
-pub(crate) fn now() -> Option<Duration> {
+fn now() -> Option<Duration> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime only writes the timespec it is given.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
