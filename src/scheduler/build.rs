@@ -125,10 +125,34 @@ impl<'a> PoolCycle<'a> {
         let mut running: Vec<(u32, u32)> = Vec::with_capacity(snap.running.len());
         let cfg = self.view().cfg;
         let min_runtime = cfg.min_runtime_set();
+        // Runs come in submission order, so neighbours often share a node and a queue: the last
+        // lookup is tried first, by the names' addresses (shared names) and then their text.
+        let same = |a: NameAt, b: NameAt| a.0 == b.0 || a.1 == b.1;
+        let mut last_node: Option<(NameAt, NameAt, u32)> = None;
+        let mut last_queue: Option<(NameAt, u32)> = None;
+        let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
         for r in &snap.running {
-            let Some(&node) = node_index.get(&(r.executor.as_str(), r.node.as_str())) else { continue };
-            let Some(&q) = queue_index.get(r.job.queue.as_str()) else { continue };
-            let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), self.priority_class_of(&r.job));
+            let executor = (r.executor.ptr_key(), r.executor.as_str());
+            let node_name = (r.node.ptr_key(), r.node.as_str());
+            let node = match last_node {
+                Some((e, n, i)) if same(n, node_name) && same(e, executor) => i,
+                _ => {
+                    let Some(&i) = node_index.get(&(executor.1, node_name.1)) else { continue };
+                    last_node = Some((executor, node_name, i));
+                    i
+                }
+            };
+            let queue_name = (r.job.queue.ptr_key(), r.job.queue.as_str());
+            let q = match last_queue {
+                Some((name, i)) if same(name, queue_name) => i,
+                _ => {
+                    let Some(&i) = queue_index.get(queue_name.1) else { continue };
+                    last_queue = Some((queue_name, i));
+                    i
+                }
+            };
+            let pc = self.priority_class_of_memo(&mut memo, &r.job);
+            let sj = JobFacts::of(&r.job, self.intern(interner, &r.job), pc);
             let j = self.new_job(&sj, &r.job, q, Origin::Running { node });
             if min_runtime {
                 let pc = cfg.priority_classes.get(sj.priority_class as usize);
@@ -273,10 +297,15 @@ impl<'a> PoolCycle<'a> {
         let mut occupants = Vec::with_capacity(running.len());
         for (j, node) in running {
             let job = &self.jobs[j as usize];
-            let req = self.view().classes[job.class as usize]
-                .dense
-                .clone()
-                .unwrap_or_else(|_| self.view().layout.dense_lossy(&job.info.requirements.requests));
+            // A slice copy: `SmallVec::clone` pushes element by element (15,000 running jobs).
+            let req = match &self.view().classes[job.class as usize].dense {
+                Ok(v) => ResVec::from_slice(v),
+                Err(_) => self.view().layout.dense_lossy(&job.info.requirements.requests),
+            };
+            let (q, pc) = (job.queue as usize, job.priority_class as usize);
+            add_to(&mut self.queues[q].alloc, &req);
+            add_to(&mut self.queues[q].alloc_by_priority_class[pc], &req);
+            self.queues[q].active = true;
             let occ = Occupant {
                 job: j,
                 queue: job.queue,
@@ -284,13 +313,9 @@ impl<'a> PoolCycle<'a> {
                 evicted: false,
                 seq: job.seq,
                 return_rank: 0,
-                req: req.clone(),
+                req,
             };
-            let (q, pc) = (job.queue as usize, job.priority_class as usize);
             occupants.push((node, occ));
-            add_to(&mut self.queues[q].alloc, &req);
-            add_to(&mut self.queues[q].alloc_by_priority_class[pc], &req);
-            self.queues[q].active = true;
         }
         self.db.load(occupants);
     }
@@ -353,7 +378,13 @@ impl<'a> PoolCycle<'a> {
     fn intern(&mut self, interner: &mut Interner<'a>, info: &'a JobInfo) -> u32 {
         let reqs: &'a SchedulingRequirements = &info.requirements;
         let ptr = reqs as *const SchedulingRequirements;
+        if let Some((p, c)) = interner.last
+            && p == ptr
+        {
+            return c;
+        }
         if let Some(&c) = interner.by_ptr.get(&ptr) {
+            interner.last = Some((ptr, c));
             return c;
         }
         let fp = info.requirements.fingerprint();
@@ -361,6 +392,7 @@ impl<'a> PoolCycle<'a> {
             && let Some(&c) = cands.iter().find(|&&c| *self.view().classes[c as usize].reqs == *reqs)
         {
             interner.by_ptr.insert(ptr, c);
+            interner.last = Some((ptr, c));
             return c;
         }
         let cfp = constraint_fingerprint(reqs);
@@ -380,6 +412,7 @@ impl<'a> PoolCycle<'a> {
         let c = self.view_while_building().add_class(class);
         interner.classes.entry(fp).or_default().push(c);
         interner.by_ptr.insert(ptr, c);
+        interner.last = Some((ptr, c));
         c
     }
 
@@ -409,12 +442,18 @@ impl<'a> PoolCycle<'a> {
     }
 }
 
+/// A name's address and text: names the state shares compare by address before text.
+type NameAt<'a> = (usize, &'a str);
+
 /// Interns requirements by fingerprint.
 #[derive(Default)]
 struct Interner<'a> {
     classes: HashMap<u64, SmallVec<[u32; 1]>>,
     constraints: HashMap<u64, SmallVec<[u32; 1]>>,
     by_ptr: HashMap<*const SchedulingRequirements, u32>,
+    /// The last requirements looked up: jobs alike tend to come together (the state interns
+    /// equal requirements, so they share an address).
+    last: Option<(*const SchedulingRequirements, u32)>,
     _p: std::marker::PhantomData<&'a ()>,
 }
 
@@ -461,7 +500,9 @@ pub(super) fn node_capacities(nodes: &[&Node], layout: &Layout, floating: &[(usi
         .iter()
         .map(|n| {
             let mut c = layout.dense_lossy(&n.allocatable);
-            sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+            if !n.unallocatable.is_zero() {
+                sub_from(&mut c, &layout.dense_lossy(&n.unallocatable));
+            }
             for &(s, _) in floating {
                 c[s] = super::floating::NODE_SLOT;
             }

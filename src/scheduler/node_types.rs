@@ -74,20 +74,22 @@ impl LabelSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum LabelClass {
+enum LabelClass<'a> {
     Absent,
     Other,
-    Value(String),
+    Value(&'a str),
 }
 
+/// What sets a node's type apart, borrowed from the node (a cycle keys every node of the pool).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct TypeKey {
-    executor: String,
+struct TypeKey<'a> {
+    executor: &'a str,
     unschedulable: bool,
     quarantined: bool,
     reservation: u32,
-    taints: Vec<Taint>,
-    labels: Vec<LabelClass>,
+    /// Sorted, without duplicates.
+    taints: Vec<&'a Taint>,
+    labels: Vec<LabelClass<'a>>,
 }
 
 /// One node type.
@@ -122,15 +124,13 @@ impl NodeTypes {
     /// reservation holding node `i` ([`super::reservation`]); nodes of different reservations
     /// never share a type (an empty slice: none is reserved).
     pub(crate) fn build_reserving(nodes: &[&Node], spec: &LabelSpec, quarantined: &[bool], reserved: &[u32]) -> Self {
-        let executors: Vec<String> =
-            nodes.iter().map(|n| n.executor.to_string()).collect::<BTreeSet<_>>().into_iter().collect();
-        let exec_index: HashMap<&str, u32> =
-            executors.iter().enumerate().map(|(i, e)| (e.as_str(), i as u32)).collect();
+        let executors: BTreeSet<&str> = nodes.iter().map(|n| n.executor.as_str()).collect();
+        let exec_index: HashMap<&str, u32> = executors.iter().enumerate().map(|(i, &e)| (e, i as u32)).collect();
         let mut by_key: HashMap<TypeKey, u32> = HashMap::default();
         let mut types = Vec::new();
         let mut type_of = Vec::with_capacity(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
-            let mut taints = n.taints.clone();
+            let mut taints: Vec<&Taint> = n.taints.iter().collect();
             taints.sort();
             taints.dedup();
             let labels = spec
@@ -140,15 +140,15 @@ impl NodeTypes {
                     let v = if k == NAME_KEY { Some(n.name.as_str()) } else { n.labels.get(k).map(String::as_str) };
                     match (v, mode) {
                         (None, _) => LabelClass::Absent,
-                        (Some(v), KeyMode::Full) => LabelClass::Value(v.to_string()),
-                        (Some(v), KeyMode::Values(vals)) if vals.contains(v) => LabelClass::Value(v.to_string()),
+                        (Some(v), KeyMode::Full) => LabelClass::Value(v),
+                        (Some(v), KeyMode::Values(vals)) if vals.contains(v) => LabelClass::Value(v),
                         (Some(_), KeyMode::Values(_)) => LabelClass::Other,
                     }
                 })
                 .collect();
             let in_quarantine = quarantined.get(i).copied().unwrap_or(false);
             let key = TypeKey {
-                executor: n.executor.to_string(),
+                executor: n.executor.as_str(),
                 unschedulable: n.unschedulable,
                 quarantined: in_quarantine,
                 reservation: reserved.get(i).copied().unwrap_or(0),

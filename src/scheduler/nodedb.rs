@@ -141,6 +141,14 @@ struct TypeIndex {
     sole: HashMap<u32, BTreeSet<Key>>,
 }
 
+/// A [`TypeIndex`]'s keys, gathered before its sets are built.
+#[derive(Debug, Clone, Default)]
+struct TypeKeys {
+    empty: Vec<Key>,
+    nonempty: Vec<Key>,
+    sole: HashMap<u32, Vec<Key>>,
+}
+
 impl TypeIndex {
     /// The nodes of search tier `tier` for `queue`: 0 = used only by it, 1 = empty, 2 = the rest.
     fn tier(&self, tier: u8, queue: u32) -> Option<&BTreeSet<Key>> {
@@ -247,12 +255,13 @@ impl NodeDb {
             .enumerate()
             .map(|(i, cap)| {
                 type_nodes[type_of[i] as usize].push(i as u32);
-                NodeEntry {
-                    type_id: type_of[i],
-                    free: vec![cap; levels],
-                    occupants: Vec::new(),
-                    users: SmallVec::new(),
+                // Slice copies: `vec![cap; levels]` clones a `SmallVec` element by element.
+                let mut free: Vec<ResVec> = Vec::with_capacity(levels);
+                if levels > 0 {
+                    free.extend((1..levels).map(|_| ResVec::from_slice(&cap)));
+                    free.push(cap);
                 }
+                NodeEntry { type_id: type_of[i], free, occupants: Vec::new(), users: SmallVec::new() }
             })
             .collect();
         NodeDb {
@@ -324,12 +333,32 @@ impl NodeDb {
 
     /// Level `level`'s index built from the nodes as they are.
     fn fresh_index(&self, level: usize) -> Vec<TypeIndex> {
-        let mut idx = vec![TypeIndex::default(); self.type_nodes.len()];
+        // Keys gathered per set and each set built at once from its sorted keys: cheaper than
+        // inserting node by node (the first search of a level pays this, most cycles).
+        let mut keys: Vec<TypeKeys> = vec![TypeKeys::default(); self.type_nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
             let key = self.key_of(&n.free[level], i as u32);
-            Self::index_insert(&mut idx[n.type_id as usize], n.tier(), key);
+            let k = &mut keys[n.type_id as usize];
+            match n.tier() {
+                Tier::Empty => k.empty.push(key),
+                Tier::Sole(q) => {
+                    k.nonempty.push(key);
+                    k.sole.entry(q).or_default().push(key);
+                }
+                Tier::Shared => k.nonempty.push(key),
+            }
         }
-        idx
+        let set = |mut v: Vec<Key>| -> BTreeSet<Key> {
+            v.sort_unstable();
+            v.into_iter().collect()
+        };
+        keys.into_iter()
+            .map(|k| TypeIndex {
+                empty: set(k.empty),
+                nonempty: set(k.nonempty),
+                sole: k.sole.into_iter().map(|(q, v)| (q, set(v))).collect(),
+            })
+            .collect()
     }
 
     fn ensure_max(&mut self, level: usize) {
@@ -454,36 +483,31 @@ impl NodeDb {
             }
             return;
         }
-        // The jobs grouped by node, in their order within each node (a counting sort).
-        let mut start = vec![0usize; self.nodes.len() + 1];
+        // Each node's jobs are seated in their order in `running`; then each node's free amounts
+        // are taken down once, for all its new jobs.
+        let mut added = vec![0u32; self.nodes.len()];
         for &(n, _) in &running {
-            start[n as usize + 1] += 1;
+            added[n as usize] += 1;
         }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
+        for (node, &k) in self.nodes.iter_mut().zip(&added) {
+            node.occupants.reserve_exact(k as usize);
         }
-        let mut next = start.clone();
-        let mut grouped: Vec<Option<Occupant>> = vec![None; running.len()];
         for (n, occ) in running {
-            grouped[next[n as usize]] = Some(occ);
-            next[n as usize] += 1;
+            self.freed_counts[occ.freed_at as usize] += 1;
+            self.nodes[n as usize].seat(occ);
         }
         let width = self.nodes.first().map_or(0, |n| n.free[0].len());
         let zero: ResVec = smallvec::smallvec![0; width];
         // What the node's jobs freed exactly at each level take: `freed_at[l]`.
         let mut freed_at: Vec<ResVec> = vec![zero.clone(); self.levels];
-        for n in 0..self.nodes.len() {
-            let jobs = &mut grouped[start[n]..start[n + 1]];
-            if jobs.is_empty() {
+        for (n, &k) in added.iter().enumerate() {
+            if k == 0 {
                 continue;
             }
             freed_at.iter_mut().for_each(|f| f.fill(0));
             let node = &mut self.nodes[n];
-            node.occupants.reserve_exact(jobs.len());
-            for occ in jobs.iter_mut().filter_map(Option::take) {
-                self.freed_counts[occ.freed_at as usize] += 1;
+            for occ in &node.occupants[node.occupants.len() - k as usize..] {
                 add_to(&mut freed_at[occ.freed_at as usize], &occ.req);
-                node.seat(occ);
             }
             // A job freed at `f` takes its resources at every level below `f`: level `l` loses
             // what the jobs freed above it take.
