@@ -127,6 +127,9 @@ pub(crate) struct Metrics {
     pub scheduling_snapshot: Histogram,
     /// CPU time scheduling cycles spent reading the state and deciding (what paces them).
     pub scheduling_cpu: Counter<f64, AtomicU64>,
+    /// Time a cycle's decisions took to commit: proposed, replicated, logged and applied (in
+    /// memory and to the store).
+    pub scheduling_commit: Histogram,
     /// Time an API request took to answer, by route, method and status class.
     pub api_request: Family<RouteLabels, Histogram, fn() -> Histogram>,
     /// Time from a job's submission to its lease reaching an executor.
@@ -170,6 +173,7 @@ impl Metrics {
             scheduling_cycle: fast_buckets(),
             scheduling_snapshot: fast_buckets(),
             scheduling_cpu: Counter::default(),
+            scheduling_commit: fast_buckets(),
             api_request: Family::new_with_constructor(fast_buckets),
             submit_to_lease: slow_buckets(),
             lease_poll_wait: slow_buckets(),
@@ -195,6 +199,11 @@ impl Metrics {
             "convoy_scheduling_cpu_seconds",
             "CPU time scheduling cycles spent reading the state and deciding (a cycle's wall time also counts waits for a core)",
             m.scheduling_cpu.clone(),
+        );
+        registry.register(
+            "convoy_scheduling_commit_duration_seconds",
+            "Time a scheduling cycle's decisions took to commit (replicated, written to the log, applied in memory and to the store), for cycles that decided something",
+            m.scheduling_commit.clone(),
         );
         registry.register(
             "convoy_api_request_duration_seconds",

@@ -176,9 +176,12 @@ async fn commit(
     let extra: Vec<Command> = usage.into_iter().chain(reserved).collect();
     let cmd = if extra.is_empty() { cmd } else { Command::Batch(std::iter::once(cmd).chain(extra).collect()) };
     // Counted once committed and accepted (a rejected write, e.g. of a stale term, is not).
+    let proposed = Instant::now();
     match app.write(cmd).await {
         Ok(_) => {
-            crate::metrics::count_decisions(crate::metrics::global(), decisions);
+            let m = crate::metrics::global();
+            m.scheduling_commit.observe(proposed.elapsed().as_secs_f64());
+            crate::metrics::count_decisions(m, decisions);
             true
         }
         Err(e) => {

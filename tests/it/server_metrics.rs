@@ -54,10 +54,16 @@ async fn metrics_families_are_whole_blocks() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let text = loop {
         let text = s.client.get(format!("{}/metrics", s.url)).send().await.unwrap().text().await.unwrap();
-        if text.lines().filter(|l| l.starts_with("convoy_queue_share{")).count() >= 2 {
+        // The shares are reported as a cycle decides; the time its decisions took to commit,
+        // once they are applied.
+        let commits = text
+            .lines()
+            .find_map(|l| l.strip_prefix("convoy_scheduling_commit_duration_seconds_count ")?.parse::<u64>().ok());
+        if text.lines().filter(|l| l.starts_with("convoy_queue_share{")).count() >= 2 && commits.is_some_and(|c| c > 0)
+        {
             break text;
         }
-        assert!(std::time::Instant::now() < deadline, "no per-queue shares reported:\n{text}");
+        assert!(std::time::Instant::now() < deadline, "no per-queue shares or no decisions' commit timed:\n{text}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
     let families = exposition_families(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -209,6 +209,9 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         let snapshot_s_before = metric_total(&http, &url, &format!("{snapshot_metric}_sum")).await?;
         let cpu_metric = "convoy_scheduling_cpu_seconds_total";
         let cpu_s_before = metric_total(&http, &url, cpu_metric).await?;
+        let commit_metric = "convoy_scheduling_commit_duration_seconds";
+        let commits_before = metric_total(&http, &url, &format!("{commit_metric}_count")).await?;
+        let commit_s_before = metric_total(&http, &url, &format!("{commit_metric}_sum")).await?;
         let start = Instant::now();
         // Samples are taken only while load jobs are live: once they drained, a sample measures
         // an idle server.
@@ -229,11 +232,14 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         let (load, drained) = tokio::join!(load, drain);
         let (load, drained) = (load?, drained?);
         // Where the wait under load goes: how many cycles ran, how long each took to read the
-        // state and to decide, and the CPU that took (what paces the cycles).
+        // state and to decide, the CPU that took (what paces the cycles), and how long the
+        // decisions took to commit.
         let cycles = metric_total(&http, &url, &format!("{cycle_metric}_count")).await? - cycles_before;
         let cycle_s = metric_total(&http, &url, &format!("{cycle_metric}_sum")).await? - cycle_s_before;
         let snapshot_s = metric_total(&http, &url, &format!("{snapshot_metric}_sum")).await? - snapshot_s_before;
         let cpu_s = metric_total(&http, &url, cpu_metric).await? - cpu_s_before;
+        let commits = metric_total(&http, &url, &format!("{commit_metric}_count")).await? - commits_before;
+        let commit_s = metric_total(&http, &url, &format!("{commit_metric}_sum")).await? - commit_s_before;
         let ms = |v: f64| (v * 10.0).round() / 10.0;
         let failed: Value = http.get(format!("{url}/v1/jobs?state=failed&limit=1000")).send().await?.json().await?;
         let failed = failed["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
@@ -256,6 +262,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "load_cycle_mean_ms": ms(cycle_s * 1000.0 / cycles.max(1.0)),
             "load_snapshot_mean_ms": ms(snapshot_s * 1000.0 / cycles.max(1.0)),
             "load_cycle_cpu_mean_ms": ms(cpu_s * 1000.0 / cycles.max(1.0)),
+            "load_commit_mean_ms": ms(commit_s * 1000.0 / commits.max(1.0)),
             "drain_s": (drained.as_secs_f64() * 10.0).round() / 10.0,
             "leased_jobs_per_sec": (args.jobs as f64 / drained.as_secs_f64()).round(),
             "failed": failed,
