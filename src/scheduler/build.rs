@@ -384,14 +384,15 @@ impl<'a> PoolCycle<'a> {
         {
             return c;
         }
-        let c = self.intern_at(interner, info, ptr);
+        let c = self.intern_at(interner, info);
         interner.last = Some((ptr, c));
         c
     }
 
     /// [`Self::intern`] past the last lookup: by address, then by fingerprint and equality.
-    fn intern_at(&mut self, interner: &mut Interner<'a>, info: &'a JobInfo, ptr: *const SchedulingRequirements) -> u32 {
+    fn intern_at(&mut self, interner: &mut Interner<'a>, info: &'a JobInfo) -> u32 {
         let reqs: &'a SchedulingRequirements = &info.requirements;
+        let ptr = reqs as *const SchedulingRequirements;
         if let Some(&c) = interner.by_ptr.get(&ptr) {
             return c;
         }
@@ -551,78 +552,5 @@ impl PoolCycle<'_> {
             };
             q.usage_offset = q.usage - q.actual_share;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::model::{
-        ExecutorName, JobId, Labels, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
-        Resources, SchedulingRequirements,
-    };
-    use crate::scheduler::{JobInfo, QueueSnapshot, RunningJob, SchedulerConfig, Snapshot, schedule};
-    use std::sync::Arc;
-
-    fn node(executor: &str, cpu: i64) -> Node {
-        Node {
-            name: NodeName::new("n").expect("valid"),
-            executor: ExecutorName::new(executor).expect("valid"),
-            pool: PoolName::default_pool(),
-            labels: Labels::new(),
-            taints: vec![],
-            allocatable: Resources::parse([("cpu", cpu.to_string().as_str())]).expect("valid"),
-            unallocatable: Resources::new(),
-            unschedulable: false,
-        }
-    }
-
-    fn job(id: u128, queue: &str, cpu: i64) -> Arc<JobInfo> {
-        let requests = Resources::parse([("cpu", cpu.to_string().as_str())]).expect("valid");
-        Arc::new(JobInfo {
-            id: JobId::from_u128(id),
-            queue: QueueName::new(queue).expect("valid"),
-            priority_class: PriorityClassName::new("default").expect("valid"),
-            priority: 0,
-            submit_seq: id as u64,
-            requirements: Requirements::new(SchedulingRequirements { requests, ..Default::default() }),
-            gang: None,
-            pools: vec![],
-            not_before_ms: None,
-        })
-    }
-
-    /// Runs are looked up by the run before them first: a run on a node of the same name under
-    /// another executor, or of another queue, is still counted where it runs.
-    #[test]
-    fn runs_on_same_named_nodes_of_two_executors_hold_their_own_node() {
-        // e1/n runs one job of A; e2/n runs three, of B, A and B: one cpu left there, three on e1.
-        let runs = [("e1", "A"), ("e2", "B"), ("e2", "A"), ("e2", "B")];
-        let running: Vec<RunningJob> = runs
-            .iter()
-            .enumerate()
-            .map(|(i, &(executor, queue))| RunningJob {
-                job: job(i as u128 + 1, queue, 1),
-                executor: ExecutorName::new(executor).expect("valid"),
-                node: NodeName::new("n").expect("valid"),
-                leased_at_ms: 0,
-            })
-            .collect();
-        let queue = |name: &str, queued: Vec<Arc<JobInfo>>| QueueSnapshot {
-            queue: Queue::new(QueueName::new(name).expect("valid"), 1.0),
-            queued,
-            queued_demand: None,
-        };
-        let snap = Snapshot {
-            nodes: vec![node("e1", 4), node("e2", 4)],
-            queues: vec![queue("A", vec![job(10, "A", 3)]), queue("B", vec![])],
-            running,
-            ..Default::default()
-        };
-        let d = schedule(&snap, &SchedulerConfig::default(), 0, 0);
-        assert_eq!(d.leases.len(), 1, "{:?}", d.unscheduled);
-        assert_eq!(d.leases[0].executor.as_str(), "e1");
-        // Each queue is charged for its own runs: two cpus each.
-        let alloc = |q: &str| d.pools[0].queues.iter().find(|s| s.queue.as_str() == q).map(|s| s.allocated.get("cpu"));
-        assert_eq!(alloc("B"), Some(2000));
     }
 }

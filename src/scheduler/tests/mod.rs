@@ -2,6 +2,7 @@
 
 mod backoff;
 mod cordon;
+mod cycle_build;
 mod examples;
 mod fence_paths;
 mod hierarchy;

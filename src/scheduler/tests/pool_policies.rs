@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn node(name: &str, cpu: i64) -> Node {
+pub(super) fn node(name: &str, cpu: i64) -> Node {
     Node {
         name: NodeName::new(name).expect("valid"),
         executor: ExecutorName::new("e").expect("valid"),
@@ -28,7 +28,7 @@ fn node(name: &str, cpu: i64) -> Node {
     }
 }
 
-fn job(id: u128, queue: &str, class: &str, cpu: i64, licences: i64) -> Arc<JobInfo> {
+pub(super) fn job(id: u128, queue: &str, class: &str, cpu: i64, licences: i64) -> Arc<JobInfo> {
     let mut pairs = vec![("cpu".to_string(), cpu.to_string()), ("memory".to_string(), "1Gi".to_string())];
     if licences > 0 {
         pairs.push(("licence/matlab".to_string(), licences.to_string()));
