@@ -4,7 +4,7 @@
 //! jobs per second go through the whole path: scheduled, leased over the long poll, run by the
 //! fake agent and reported back.
 
-use super::harness::{BenchServer, StoreArgs, config, live_jobs, metric_total, percentile};
+use super::harness::{BenchServer, StoreArgs, config, live_jobs, metric_sum, percentile};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use rand_core::Rng;
@@ -44,6 +44,49 @@ pub(crate) struct E2eArgs {
     schedule_interval_min: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
+}
+
+/// The server's running totals of its scheduling cycles, read from one scrape of `/metrics`:
+/// where the wait under load goes.
+#[derive(Debug, Clone, Copy)]
+struct CycleTotals {
+    cycles: f64,
+    /// Seconds deciding (wall time).
+    cycle_s: f64,
+    /// Seconds reading the state (wall time).
+    snapshot_s: f64,
+    /// CPU seconds reading and deciding (what paces the cycles).
+    cpu_s: f64,
+    /// Cycles whose decisions were committed, and the seconds their commits took.
+    commits: f64,
+    commit_s: f64,
+}
+
+impl CycleTotals {
+    async fn read(http: &reqwest::Client, url: &str) -> anyhow::Result<Self> {
+        let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
+        let m = |name: &str| metric_sum(&text, name);
+        Ok(CycleTotals {
+            cycles: m("convoy_scheduling_cycle_duration_seconds_count"),
+            cycle_s: m("convoy_scheduling_cycle_duration_seconds_sum"),
+            snapshot_s: m("convoy_scheduling_snapshot_duration_seconds_sum"),
+            cpu_s: m("convoy_scheduling_cpu_seconds_total"),
+            commits: m("convoy_scheduling_commit_duration_seconds_count"),
+            commit_s: m("convoy_scheduling_commit_duration_seconds_sum"),
+        })
+    }
+
+    /// What was added since `before`.
+    fn since(&self, before: &Self) -> Self {
+        CycleTotals {
+            cycles: self.cycles - before.cycles,
+            cycle_s: self.cycle_s - before.cycle_s,
+            snapshot_s: self.snapshot_s - before.snapshot_s,
+            cpu_s: self.cpu_s - before.cpu_s,
+            commits: self.commits - before.commits,
+            commit_s: self.commit_s - before.commit_s,
+        }
+    }
 }
 
 fn probe_job() -> Value {
@@ -202,16 +245,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             .stderr(Stdio::from(std::fs::File::create(tmp.join("agent.log"))?))
             .spawn()
             .context("starting the fake agent")?;
-        let cycle_metric = "convoy_scheduling_cycle_duration_seconds";
-        let cycles_before = metric_total(&http, &url, &format!("{cycle_metric}_count")).await?;
-        let cycle_s_before = metric_total(&http, &url, &format!("{cycle_metric}_sum")).await?;
-        let snapshot_metric = "convoy_scheduling_snapshot_duration_seconds";
-        let snapshot_s_before = metric_total(&http, &url, &format!("{snapshot_metric}_sum")).await?;
-        let cpu_metric = "convoy_scheduling_cpu_seconds_total";
-        let cpu_s_before = metric_total(&http, &url, cpu_metric).await?;
-        let commit_metric = "convoy_scheduling_commit_duration_seconds";
-        let commits_before = metric_total(&http, &url, &format!("{commit_metric}_count")).await?;
-        let commit_s_before = metric_total(&http, &url, &format!("{commit_metric}_sum")).await?;
+        let cycles_before = CycleTotals::read(&http, &url).await?;
         let start = Instant::now();
         // Samples are taken only while load jobs are live: once they drained, a sample measures
         // an idle server.
@@ -234,12 +268,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         // Where the wait under load goes: how many cycles ran, how long each took to read the
         // state and to decide, the CPU that took (what paces the cycles), and how long the
         // decisions took to commit.
-        let cycles = metric_total(&http, &url, &format!("{cycle_metric}_count")).await? - cycles_before;
-        let cycle_s = metric_total(&http, &url, &format!("{cycle_metric}_sum")).await? - cycle_s_before;
-        let snapshot_s = metric_total(&http, &url, &format!("{snapshot_metric}_sum")).await? - snapshot_s_before;
-        let cpu_s = metric_total(&http, &url, cpu_metric).await? - cpu_s_before;
-        let commits = metric_total(&http, &url, &format!("{commit_metric}_count")).await? - commits_before;
-        let commit_s = metric_total(&http, &url, &format!("{commit_metric}_sum")).await? - commit_s_before;
+        let c = CycleTotals::read(&http, &url).await?.since(&cycles_before);
         let ms = |v: f64| (v * 10.0).round() / 10.0;
         let failed: Value = http.get(format!("{url}/v1/jobs?state=failed&limit=1000")).send().await?.json().await?;
         let failed = failed["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
@@ -258,11 +287,11 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "load_p99_ms": ms(percentile(&load.leased, 99.0)),
             "load_max_ms": ms(load.leased.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
             "load_submit_p50_ms": ms(percentile(&load.accepted, 50.0)),
-            "load_cycles_per_sec": ms(cycles / drained.as_secs_f64()),
-            "load_cycle_mean_ms": ms(cycle_s * 1000.0 / cycles.max(1.0)),
-            "load_snapshot_mean_ms": ms(snapshot_s * 1000.0 / cycles.max(1.0)),
-            "load_cycle_cpu_mean_ms": ms(cpu_s * 1000.0 / cycles.max(1.0)),
-            "load_commit_mean_ms": ms(commit_s * 1000.0 / commits.max(1.0)),
+            "load_cycles_per_sec": ms(c.cycles / drained.as_secs_f64()),
+            "load_cycle_mean_ms": ms(c.cycle_s * 1000.0 / c.cycles.max(1.0)),
+            "load_snapshot_mean_ms": ms(c.snapshot_s * 1000.0 / c.cycles.max(1.0)),
+            "load_cycle_cpu_mean_ms": ms(c.cpu_s * 1000.0 / c.cycles.max(1.0)),
+            "load_commit_mean_ms": ms(c.commit_s * 1000.0 / c.commits.max(1.0)),
             "drain_s": (drained.as_secs_f64() * 10.0).round() / 10.0,
             "leased_jobs_per_sec": (args.jobs as f64 / drained.as_secs_f64()).round(),
             "failed": failed,

@@ -113,15 +113,13 @@ pub(super) async fn live_jobs(http: &reqwest::Client, url: &str, queue_prefix: &
         .sum())
 }
 
-/// The sum of every series of metric `name` (for example a histogram's `_sum` or `_count`) on
-/// the server's `/metrics` (zero when absent).
-pub(super) async fn metric_total(http: &reqwest::Client, url: &str, name: &str) -> anyhow::Result<f64> {
-    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
-    Ok(text
-        .lines()
+/// The sum of every series of metric `name` (for example a histogram's `_sum` or `_count`) in a
+/// scrape of the server's `/metrics` (zero when absent).
+pub(super) fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
         .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with(' ') || r.starts_with('{')))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .sum()
 }
 
 /// The server's store settings a benchmark may vary.
