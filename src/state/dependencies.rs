@@ -14,30 +14,6 @@ use crate::record::{PolicyJob, SubmitPoliciesRecord};
 use std::collections::HashSet;
 
 impl State {
-    /// Indexes a queued job under the jobs it still waits for; true if it waits for any.
-    pub(super) fn index_waiting(&mut self, r: &Job) -> bool {
-        let Some(p) = &r.policies else { return false };
-        let mut waiting = false;
-        for d in p.depends_on.iter().filter(|d| !d.met) {
-            self.dependents.entry(d.job_id).or_default().insert(r.id);
-            waiting = true;
-        }
-        waiting
-    }
-
-    /// Takes a queued job out of the waiting index.
-    pub(super) fn unindex_waiting(&mut self, r: &Job) {
-        let Some(p) = &r.policies else { return };
-        for d in p.depends_on.iter().filter(|d| !d.met) {
-            if let Some(s) = self.dependents.get_mut(&d.job_id) {
-                s.remove(&r.id);
-                if s.is_empty() {
-                    self.dependents.remove(&d.job_id);
-                }
-            }
-        }
-    }
-
     /// Checks a submission's dependencies before anything is stored: each names a live job, a
     /// job that had ended when the leader read it (with how), or an earlier job the command
     /// creates (not one whose client id makes it an earlier submission's job).

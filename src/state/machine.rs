@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 /// What a scheduling cycle reads of a job's active run, kept in its executor's index so that a
-/// cycle finds it without looking the job up. Every change to a job takes it out of the indexes
-/// and puts it back (`State::update_job`), so the view is never stale.
+/// cycle finds it without looking the job up. A change to a job that gives it a new view puts the
+/// new one here (`State::update_job`), so the view is never stale.
 #[derive(Debug, Clone)]
 pub(super) struct ActiveRunView {
     /// The job's scheduler view (the live job's own).
@@ -454,14 +454,29 @@ impl State {
         run_id: Option<RunId>,
         message: Option<String>,
     ) -> u64 {
-        let key = (r.queue.clone(), r.job_set.clone());
+        self.event_of(out, r.id, (r.queue.clone(), r.job_set.clone()), at_ms, kind, run_id, message)
+    }
+
+    /// [`State::event`] for the job `job` of the job set `key` (queue, job set), when the
+    /// record is not at hand.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn event_of(
+        &mut self,
+        out: &mut Applied,
+        job: JobId,
+        key: (QueueName, JobSetName),
+        at_ms: i64,
+        kind: EventKind,
+        run_id: Option<RunId>,
+        message: Option<String>,
+    ) -> u64 {
         let seq = self.event_seqs.entry(key.clone()).or_insert(0);
         *seq += 1;
-        let event = EventRecord { seq: *seq, job_id: r.id, at_ms, kind: kind.into(), run_id, message };
-        if let Some(j) = self.jobs.get_mut(&r.id) {
+        let event = EventRecord { seq: *seq, job_id: job, at_ms, kind: kind.into(), run_id, message };
+        if let Some(j) = self.jobs.get_mut(&job) {
             j.record.event_seqs.push(event.seq);
-            out.touched.push(r.id);
-        } else if let Some((done, _)) = out.finished.get_mut(&r.id) {
+            out.touched.push(job);
+        } else if let Some((done, _)) = out.finished.get_mut(&job) {
             done.event_seqs.push(event.seq);
         }
         let seq = event.seq;
@@ -478,41 +493,16 @@ impl State {
         if let Some(g) = &r.gang {
             self.gangs.entry((r.queue.clone(), g.id.clone())).or_default().insert(id);
         }
-        if let Some(run) = r.active_run() {
-            self.runs.insert(run.run_id, id);
-            let view = ActiveRunView {
-                info: job.info.clone(),
-                node: run.node.clone(),
-                leased_at_ms: run.leased_at_ms,
-                stopping: run.kill.is_some(),
-            };
-            self.by_executor.entry(run.executor.clone()).or_default().insert(id, view);
-            if run.kill.is_some() {
-                self.killing.entry(run.executor.clone()).or_default().insert(id);
-            } else if run.state == crate::model::RunState::Leased {
-                self.unacked.entry(run.executor.clone()).or_default().insert(id, run.run_id);
-            }
-        }
-        let waiting = r.state == JobState::Queued && self.index_waiting(r);
-        let key = self.queue_key(r);
-        if let Some(q) = self.queues.get_mut(&r.queue) {
-            *q.counts.entry(r.state).or_default() += 1;
-            // A job waiting for another is not in its queue's order: the scheduler never sees it.
-            if r.state == JobState::Queued && !waiting {
-                q.queued.insert(key, job.info.clone());
-                q.demand.add(&job.info.requirements.requests);
-            }
-        }
+        let at = self.footprint(&job);
+        self.place(id, &r.queue, &at);
         self.jobs.insert(job);
     }
 
-    /// Takes a job out of every index; returns it.
-    pub(super) fn unindex_job(&mut self, id: JobId) -> Option<Box<LiveJob>> {
-        let job = self.jobs.remove(&id)?;
-        let r = &job.record;
+    /// Takes a job out of its job set's and its gang's members.
+    pub(super) fn unindex_membership(&mut self, r: &Job) {
         let set_key = (r.queue.clone(), r.job_set.clone());
         if let Some(s) = self.job_sets.get_mut(&set_key) {
-            s.remove(&id);
+            s.remove(&r.id);
             if s.is_empty() {
                 self.job_sets.remove(&set_key);
             }
@@ -520,43 +510,20 @@ impl State {
         if let Some(g) = &r.gang {
             let gk = (r.queue.clone(), g.id.clone());
             if let Some(s) = self.gangs.get_mut(&gk) {
-                s.remove(&id);
+                s.remove(&r.id);
                 if s.is_empty() {
                     self.gangs.remove(&gk);
                 }
             }
         }
-        if let Some(run) = r.active_run() {
-            self.runs.remove(&run.run_id);
-            if let Some(s) = self.by_executor.get_mut(&run.executor) {
-                s.remove(&id);
-            }
-            if let Some(s) = self.unacked.get_mut(&run.executor) {
-                s.remove(&id);
-            }
-            if let Some(s) = self.killing.get_mut(&run.executor) {
-                s.remove(&id);
-            }
-        }
-        if r.state == JobState::Queued {
-            self.unindex_waiting(r);
-        }
-        let key = self.queue_key(r);
-        if let Some(q) = self.queues.get_mut(&r.queue) {
-            if let Some(c) = q.counts.get_mut(&r.state) {
-                *c = c.saturating_sub(1);
-            }
-            if r.state == JobState::Queued && q.queued.remove(&key).is_some() {
-                q.demand.sub(&job.info.requirements.requests);
-            }
-        }
-        Some(job)
     }
 
-    /// Changes a live job under `f` at `at_ms`, keeping every index in step, persisting it, and
-    /// dropping it from memory once it is over (`at_ms` is then its finish time).
+    /// Changes a live job under `f` at `at_ms`, keeping every index in step (moving it only in
+    /// those whose part of it changed: `reindex`), persisting it, and dropping it from memory
+    /// once it is over (`at_ms` is then its finish time).
     pub(super) fn update_job(&mut self, out: &mut Applied, id: JobId, at_ms: i64, f: impl FnOnce(&mut Job)) {
-        let Some(mut job) = self.unindex_job(id) else { return };
+        let Some(mut job) = self.jobs.remove(&id) else { return };
+        let before = self.footprint(&job);
         let before_priority = job.record.priority;
         let before_not_before = job.info.not_before_ms;
         f(&mut job.record);
@@ -566,13 +533,17 @@ impl State {
         }
         let live = !job.record.state.is_terminal() || job.record.active_run().is_some();
         if live {
+            let after = self.footprint(&job);
+            self.shift(id, &job.record.queue, &before, &after);
             out.touched.push(id);
-            self.index_job(job);
+            self.jobs.insert(job);
         } else {
+            self.unplace(id, &job.record.queue, &before);
+            self.unindex_membership(&job.record);
             // Always: a job of the same command may come to depend on it after it ended (a
             // request's job that ends at once, named by a later job's client id).
             out.ended_parents.push((id, job.record.state, at_ms));
-            out.finished.insert(id, (job.record.clone(), at_ms));
+            out.finished.insert(id, (job.record, at_ms));
         }
     }
 

@@ -31,6 +31,7 @@ mod quarantine;
 mod queries;
 mod queue_select;
 mod queues;
+mod reindex;
 mod reservations;
 mod restore;
 mod retention;

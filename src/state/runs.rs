@@ -29,7 +29,7 @@ impl State {
             if !node_known {
                 continue;
             }
-            let record = job.record.clone();
+            let set = (job.record.queue.clone(), job.record.job_set.clone());
             let run = Run {
                 run_id: l.run_id,
                 executor: l.executor.clone(),
@@ -53,9 +53,10 @@ impl State {
                 r.runs.push(run);
             });
             out.changes.push(Change::IndexRun { run: l.run_id, job: l.job_id });
-            self.event(
+            self.event_of(
                 out,
-                &record,
+                l.job_id,
+                set,
                 at_ms,
                 EventKind::Leased,
                 Some(l.run_id),

@@ -124,8 +124,9 @@ impl Probe {
     }
 
     /// One sample: submit, then long-poll until the lease arrives; acknowledges and ends the run.
-    /// Returns how long until the lease arrived, and how long of that the submission took.
-    async fn sample(&self) -> anyhow::Result<(Duration, Duration)> {
+    /// Returns how long until the lease arrived, how long of that the submission took, and when
+    /// (wall clock) the lease of which job arrived.
+    async fn sample(&self) -> anyhow::Result<(Duration, Duration, Arrival)> {
         let t0 = Instant::now();
         let r = self
             .http
@@ -150,7 +151,7 @@ impl Probe {
                     .json(&json!({"events": events}))
                     .send()
                     .await?;
-                return Ok((took, accepted));
+                return Ok((took, accepted, Arrival { job_id: id, at_ms: wall_ms() }));
             }
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!("probe job {id} was not leased within 60 s");
@@ -167,9 +168,10 @@ impl Probe {
         let mut out = Samples::default();
         let mut rng = rand_pcg::Pcg64Mcg::new(0x5eed);
         while out.leased.len() < n && !until.load(Ordering::Relaxed) {
-            let (l, a) = self.sample().await?;
+            let (l, a, arrival) = self.sample().await?;
             out.leased.push(l);
             out.accepted.push(a);
+            out.arrivals.push(arrival);
             let wait = if jitter { gap.mul_f64(2.0 * (rng.next_u32() as f64 / u32::MAX as f64)) } else { gap };
             tokio::time::sleep(wait).await;
         }
@@ -186,6 +188,53 @@ struct Samples {
     leased: Vec<Duration>,
     /// Submission to its answer.
     accepted: Vec<Duration>,
+    /// Each lease's arrival, in the order taken.
+    arrivals: Vec<Arrival>,
+}
+
+/// When the probe received the lease of a job (wall clock, ms since the epoch: the server stamps
+/// its records with the same machine's clock).
+struct Arrival {
+    job_id: String,
+    at_ms: i64,
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A probe job's wait split at the server's own stamps: from its acceptance (`submitted_at`) to
+/// the start of the cycle that placed it (`leased_at`: the cycle's time, taken after its snapshot
+/// was read and before it decided), and from there to the lease's arrival at the probe (the
+/// decision, its commit, the poll's wake-up and answer). Each list sorted.
+#[derive(Default)]
+struct Stages {
+    to_cycle: Vec<Duration>,
+    cycle_to_lease: Vec<Duration>,
+}
+
+impl Stages {
+    /// Reads each sampled job's record once the load is over (reading them during it would add
+    /// to the load).
+    async fn read(http: &reqwest::Client, url: &str, arrivals: &[Arrival]) -> anyhow::Result<Self> {
+        let mut out = Stages::default();
+        let ms = |v: &Value| -> anyhow::Result<i64> {
+            let text = v.as_str().context("a timestamp")?;
+            let t = humantime::parse_rfc3339(text).with_context(|| format!("timestamp {text:?}"))?;
+            Ok(t.duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64)
+        };
+        let span = |from: i64, to: i64| Duration::from_millis(to.saturating_sub(from).max(0) as u64);
+        for a in arrivals {
+            let job: Value = http.get(format!("{url}/v1/jobs/{}", a.job_id)).send().await?.json().await?;
+            let submitted = ms(&job["submitted_at"])?;
+            let leased = ms(&job["runs"][0]["leased_at"])?;
+            out.to_cycle.push(span(submitted, leased));
+            out.cycle_to_lease.push(span(leased, a.at_ms));
+        }
+        out.to_cycle.sort();
+        out.cycle_to_lease.sort();
+        Ok(out)
+    }
 }
 
 pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
@@ -269,6 +318,7 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         // state and to decide, the CPU that took (what paces the cycles), and how long the
         // decisions took to commit.
         let c = CycleTotals::read(&http, &url).await?.since(&cycles_before);
+        let stages = Stages::read(&http, &url, &load.arrivals).await?;
         let ms = |v: f64| (v * 10.0).round() / 10.0;
         let failed: Value = http.get(format!("{url}/v1/jobs?state=failed&limit=1000")).send().await?.json().await?;
         let failed = failed["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
@@ -287,6 +337,8 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "load_p99_ms": ms(percentile(&load.leased, 99.0)),
             "load_max_ms": ms(load.leased.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
             "load_submit_p50_ms": ms(percentile(&load.accepted, 50.0)),
+            "load_to_cycle_p50_ms": ms(percentile(&stages.to_cycle, 50.0)),
+            "load_cycle_to_lease_p50_ms": ms(percentile(&stages.cycle_to_lease, 50.0)),
             "load_cycles_per_sec": ms(c.cycles / drained.as_secs_f64()),
             "load_cycle_mean_ms": ms(c.cycle_s * 1000.0 / c.cycles.max(1.0)),
             "load_snapshot_mean_ms": ms(c.snapshot_s * 1000.0 / c.cycles.max(1.0)),

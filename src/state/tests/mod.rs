@@ -551,6 +551,7 @@ fn requirement_sets_of_finished_jobs_are_dropped() {
     assert_eq!(s.interned_requirements(), 1000, "the cancelled jobs' sets are gone");
 }
 
+mod indexes;
 mod policies;
 mod quarantine;
 mod queue_retry;
