@@ -34,7 +34,7 @@ impl LiveJob {
 #[derive(Clone, Default)]
 pub(super) struct LiveJobs {
     table: HashTable<Box<LiveJob>>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl LiveJobs {

@@ -30,6 +30,11 @@ pub(super) struct ActiveRunView {
     pub stopping: bool,
 }
 
+/// The state's hash maps. Their keys are names and ids users choose, so the hasher is seeded
+/// per process; foldhash (hashbrown's default) rather than std's SipHash, which was an eighth of
+/// the instructions of applying commands.
+pub(crate) type StateMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Fewest interned requirement sets at which unused ones are trimmed.
 const MIN_TRIM_INTERNED_AT: usize = 1024;
 
@@ -106,7 +111,7 @@ pub struct Applied {
     /// Live jobs changed by the command (written once, at the end).
     touched: Vec<JobId>,
     /// Jobs the command finished (no longer in memory), as they end, with when they did.
-    finished: HashMap<JobId, (Job, i64)>,
+    finished: StateMap<JobId, (Job, i64)>,
     /// Jobs the command finished that live jobs wait for, in the order they finished, with how
     /// they ended: their dependents are judged at the end of the command.
     pub(super) ended_parents: Vec<(JobId, JobState, i64)>,
@@ -152,32 +157,32 @@ pub struct State {
     /// doubles it many times, and at half load an inline record would waste its size per job.
     pub(super) jobs: LiveJobs,
     /// Active runs.
-    pub(super) runs: HashMap<RunId, JobId>,
+    pub(super) runs: StateMap<RunId, JobId>,
     /// Jobs with an active run, per executor, with what a scheduling cycle reads of the run.
-    pub(super) by_executor: HashMap<ExecutorName, BTreeMap<JobId, ActiveRunView>>,
+    pub(super) by_executor: StateMap<ExecutorName, BTreeMap<JobId, ActiveRunView>>,
     /// Jobs whose run is leased and not yet reported by its executor (sent on every poll until
     /// then), per executor, with the run: a poll skips the runs its agent holds without looking
     /// the jobs up, and under load an agent holds thousands.
-    pub(super) unacked: HashMap<ExecutorName, BTreeMap<JobId, RunId>>,
+    pub(super) unacked: StateMap<ExecutorName, BTreeMap<JobId, RunId>>,
     /// Jobs whose run must be stopped, per executor.
-    pub(super) killing: HashMap<ExecutorName, BTreeSet<JobId>>,
+    pub(super) killing: StateMap<ExecutorName, BTreeSet<JobId>>,
     /// Live jobs per job set.
-    pub(super) job_sets: HashMap<(QueueName, JobSetName), BTreeSet<JobId>>,
+    pub(super) job_sets: StateMap<(QueueName, JobSetName), BTreeSet<JobId>>,
     /// Live members of each gang.
-    pub(super) gangs: HashMap<(QueueName, String), BTreeSet<JobId>>,
+    pub(super) gangs: StateMap<(QueueName, String), BTreeSet<JobId>>,
     /// Live jobs waiting for each job (a dependency not met yet), by the job waited for.
-    pub(super) dependents: HashMap<JobId, BTreeSet<JobId>>,
+    pub(super) dependents: StateMap<JobId, BTreeSet<JobId>>,
     /// Retries and dependency failures this server applied (for the metrics; not replicated).
     pub(super) policy_counts: PolicyCounts,
     /// The job each client id names, per queue. A resubmission answers the same job for as long
     /// as the job is stored: the client id goes when the job is purged (`job_retention`), so
     /// that is the window within which resubmitting is idempotent.
-    pub(super) client_ids: HashMap<(QueueName, String), JobId>,
+    pub(super) client_ids: StateMap<(QueueName, String), JobId>,
     /// Last event sequence number per job set.
-    pub(super) event_seqs: HashMap<(QueueName, JobSetName), u64>,
+    pub(super) event_seqs: StateMap<(QueueName, JobSetName), u64>,
     /// Jobs stored per job set, live or finished: once purges take the last one, the job set is
     /// forgotten (its event counter too).
-    pub(super) set_jobs: HashMap<(QueueName, JobSetName), u64>,
+    pub(super) set_jobs: StateMap<(QueueName, JobSetName), u64>,
     /// Purges applied so far (see `Command::PurgeFinished`).
     pub(super) purges: u64,
     /// Known executors with their nodes, as last reported; a lost executor is removed.
@@ -208,13 +213,13 @@ pub struct State {
     /// the same write lock as the apply, so a reader sees the state and its index together).
     pub(super) applied_index: u64,
     /// Shared requirements, so identical jobs share one allocation (and scheduler class).
-    interned: HashMap<u64, Vec<Requirements>>,
+    interned: StateMap<u64, Vec<Requirements>>,
     /// Number of requirement sets in `interned`.
     interned_len: usize,
     /// `interned_len` at which unused sets are dropped next (see [`State::intern`]).
     trim_interned_at: usize,
     /// Shared class names, so the scheduler can compare them by address.
-    class_names: HashMap<PriorityClassName, PriorityClassName>,
+    class_names: StateMap<PriorityClassName, PriorityClassName>,
 }
 
 impl State {
@@ -224,17 +229,17 @@ impl State {
             settings,
             queues: BTreeMap::new(),
             jobs: LiveJobs::default(),
-            runs: HashMap::new(),
-            by_executor: HashMap::new(),
-            unacked: HashMap::new(),
-            killing: HashMap::new(),
-            job_sets: HashMap::new(),
-            gangs: HashMap::new(),
-            dependents: HashMap::new(),
+            runs: StateMap::default(),
+            by_executor: StateMap::default(),
+            unacked: StateMap::default(),
+            killing: StateMap::default(),
+            job_sets: StateMap::default(),
+            gangs: StateMap::default(),
+            dependents: StateMap::default(),
             policy_counts: PolicyCounts::default(),
-            client_ids: HashMap::new(),
-            event_seqs: HashMap::new(),
-            set_jobs: HashMap::new(),
+            client_ids: StateMap::default(),
+            event_seqs: StateMap::default(),
+            set_jobs: StateMap::default(),
             purges: 0,
             executors: BTreeMap::new(),
             node_health: BTreeMap::new(),
@@ -247,10 +252,10 @@ impl State {
             scheduler_config: None,
             cycles: 0,
             applied_index: 0,
-            interned: HashMap::new(),
+            interned: StateMap::default(),
             interned_len: 0,
             trim_interned_at: MIN_TRIM_INTERNED_AT,
-            class_names: HashMap::new(),
+            class_names: StateMap::default(),
         }
     }
 

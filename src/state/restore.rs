@@ -81,7 +81,7 @@ impl State {
 
     /// Puts back the number of jobs stored per job set.
     pub fn restore_stored_jobs_per_set(&mut self, sizes: HashMap<(QueueName, JobSetName), u64>) {
-        self.set_jobs = sizes;
+        self.set_jobs = sizes.into_iter().collect();
     }
 
     /// Raises the largest job id ever submitted to `id` (if larger).
