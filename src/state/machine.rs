@@ -33,7 +33,7 @@ pub(super) struct ActiveRunView {
 /// The state's hash maps. Their keys are names and ids users choose, so the hasher is seeded
 /// per process; foldhash (hashbrown's default) rather than std's SipHash, which was an eighth of
 /// the instructions of applying commands.
-pub(crate) type StateMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type StateMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Fewest interned requirement sets at which unused ones are trimmed.
 const MIN_TRIM_INTERNED_AT: usize = 1024;
