@@ -13,6 +13,7 @@ use super::hierarchy::Hierarchy;
 use super::job::{Class, Constraint, JobFacts, Origin};
 use super::node_types::{LabelSpec, NodeTypes};
 use super::nodedb::{Levels, NodeDb, Occupant};
+use super::prefetch;
 use super::queue::CycleQueue;
 use super::queue_order::QueueOrderKey;
 use super::resvec::{Layout, ResVec, add_to, sub_from};
@@ -131,7 +132,10 @@ impl<'a> PoolCycle<'a> {
         let mut last_node: Option<(NameAt, NameAt, u32)> = None;
         let mut last_queue: Option<(NameAt, u32)> = None;
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
-        for r in &snap.running {
+        for (i, r) in snap.running.iter().enumerate() {
+            if let Some(ahead) = snap.running.get(i + prefetch::AHEAD) {
+                prefetch::prefetch::<JobInfo>(&ahead.job);
+            }
             let executor = (r.executor.ptr_key(), r.executor.as_str());
             let node_name = (r.node.ptr_key(), r.node.as_str());
             let node = match last_node {
@@ -195,6 +199,9 @@ impl<'a> PoolCycle<'a> {
             let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
             let mut demand = self.view().layout.zero();
             for (i, j) in queued.iter().enumerate() {
+                if let Some(ahead) = queued.get(i + prefetch::AHEAD) {
+                    prefetch::prefetch::<JobInfo>(ahead);
+                }
                 if !eligible(j) {
                     facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
                     continue;

@@ -214,34 +214,7 @@ impl Eviction<'_, '_> {
             return false;
         }
         self.rounds.rebalances += 1;
-        let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
-        let mut seen_gangs = rustc_hash::FxHashSet::default();
-        for j in self.jobs.queued() {
-            let (job, fate) = (&self.jobs[j as usize], self.ledger.fate(j));
-            let waiting = fate.status == Status::Waiting
-                && matches!(
-                    fate.reason.as_deref(),
-                    Some(
-                        Reason::NoCapacity { .. }
-                            | Reason::ReservedNodes { .. }
-                            | Reason::Gang { .. }
-                            | Reason::Displaced { .. }
-                            | Reason::GangMemberLost { .. }
-                            | Reason::MinRuntime { .. }
-                            | Reason::FloatingResource { .. }
-                    )
-                );
-            if !waiting {
-                continue;
-            }
-            if let Some(g) = &job.info.gang
-                && !seen_gangs.insert((job.queue, g.id.clone()))
-            {
-                continue;
-            }
-            retry[job.queue as usize].push(j);
-        }
-        if retry.iter().all(Vec::is_empty) {
+        if !self.jobs.queued().any(|j| self.waits_for_room(j)) {
             return false;
         }
         let shares = self.adjusted_shares_now();
@@ -254,12 +227,48 @@ impl Eviction<'_, '_> {
         if !self.evict_queues(&over) && !reoffer {
             return false;
         }
+        // Listed after the eviction, which changes only jobs that hold a place, never a waiting
+        // one: the list is what it was before it. Most rebalances evict nobody, and listing every
+        // waiting job first (most of the queued jobs, under load) was then thrown away.
+        let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
+        let mut seen_gangs = rustc_hash::FxHashSet::default();
+        for j in self.jobs.queued() {
+            if !self.waits_for_room(j) {
+                continue;
+            }
+            let job = &self.jobs[j as usize];
+            if let Some(g) = &job.info.gang
+                && !seen_gangs.insert((job.queue, g.id.clone()))
+            {
+                continue;
+            }
+            retry[job.queue as usize].push(j);
+        }
         self.ledger.forget_verdicts();
         for (q, list) in self.queues.iter_mut().zip(retry) {
             q.retry = list;
             q.retry_pos = 0;
         }
         true
+    }
+
+    /// True if queued job `j` waits for room that a rebalance may free: it is waiting, for a
+    /// reason about room rather than a rule.
+    fn waits_for_room(&self, j: u32) -> bool {
+        let fate = self.ledger.fate(j);
+        fate.status == Status::Waiting
+            && matches!(
+                fate.reason.as_deref(),
+                Some(
+                    Reason::NoCapacity { .. }
+                        | Reason::ReservedNodes { .. }
+                        | Reason::Gang { .. }
+                        | Reason::Displaced { .. }
+                        | Reason::GangMemberLost { .. }
+                        | Reason::MinRuntime { .. }
+                        | Reason::FloatingResource { .. }
+                )
+            )
     }
 
     /// Leaves the jobs just evicted (`lists`, each queue's in queue order, gang members included;

@@ -256,7 +256,7 @@ impl<'a> PoolCycle<'a> {
             let evicted = stream == Stream::Evicted;
             let qc = &mut self.queues[q as usize];
             qc.current = Some(Candidate { jobs: members, evicted, gang, req });
-            return Some(Turn { urgency, cost_after, queue: q });
+            return Some(Turn::new(urgency, cost_after, q));
         }
     }
 
@@ -287,10 +287,16 @@ impl<'a> PoolCycle<'a> {
     /// Takes the queued job at position `pos` of queue `q`'s `queued`, with the queued members of its
     /// gang, into the cycle.
     pub(super) fn take_queued(&mut self, q: u32, pos: u32) -> SmallVec<[u32; 1]> {
-        self.queues[q as usize].queued_pos += 1;
-        let src = self.queues[q as usize].queued;
-        let gang =
-            if self.queues[q as usize].facts[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let qc = &mut self.queues[q as usize];
+        qc.queued_pos += 1;
+        let src = qc.queued;
+        if !qc.facts[pos as usize].gang {
+            // Most jobs: no positions to gather.
+            qc.taken += 1;
+            let sj = qc.facts[pos as usize].clone();
+            return smallvec::smallvec![self.new_job(&sj, &src[pos as usize], q, Origin::Queued)];
+        }
+        let gang = src[pos as usize].gang.as_ref();
         let positions: SmallVec<[u32; 1]> = match gang {
             Some(g) => {
                 let qc = &mut self.queues[q as usize];
@@ -323,10 +329,10 @@ mod tests {
     #[test]
     fn turns_pop_urgent_then_cheapest_then_name() {
         let mut h = BinaryHeap::new();
-        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 0 });
-        h.push(Turn { urgency: 30000, cost_after: 0.9, queue: 2 });
-        h.push(Turn { urgency: 20000, cost_after: 0.1, queue: 1 });
-        h.push(Turn { urgency: 20000, cost_after: 0.05, queue: 3 });
+        h.push(Turn::new(20000, 0.1, 0));
+        h.push(Turn::new(30000, 0.9, 2));
+        h.push(Turn::new(20000, 0.1, 1));
+        h.push(Turn::new(20000, 0.05, 3));
         let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|t| t.queue)).collect();
         assert_eq!(order, vec![2, 3, 0, 1]);
     }
@@ -339,11 +345,7 @@ mod tests {
             starts in proptest::collection::vec((0i32..3, 0u8..4), 1..12),
             nexts in proptest::collection::vec(proptest::option::of((0i32..3, 0u8..4)), 0..80),
         ) {
-            let turn = |(urgency, cost): (i32, u8), queue: usize| Turn {
-                urgency,
-                cost_after: f64::from(cost) / 4.0,
-                queue: queue as u32,
-            };
+            let turn = |(urgency, cost): (i32, u8), queue: usize| Turn::new(urgency, f64::from(cost) / 4.0, queue as u32);
             let initial = || -> BinaryHeap<Turn> { starts.iter().enumerate().map(|(q, &t)| turn(t, q)).collect() };
             let mut script = nexts.iter();
             let mut popped_and_pushed = Vec::new();

@@ -83,6 +83,7 @@ pub(crate) mod outcome;
 pub(crate) mod placement;
 pub mod policy;
 pub(crate) mod policy_state;
+mod prefetch;
 pub mod quarantine;
 pub(crate) mod queue;
 pub(crate) mod queue_order;

@@ -129,11 +129,28 @@ pub(super) struct Turn {
     pub cost_after: f64,
     /// Queues are numbered in name order, so this breaks ties by name.
     pub queue: u32,
+    /// The three above as one number that orders turns as they do (see [`Turn::new`]): the heap
+    /// of turns compares it once per level of every sift, for every candidate of the cycle.
+    order: u128,
+}
+
+impl Turn {
+    pub(super) fn new(urgency: i32, cost_after: f64, queue: u32) -> Self {
+        // Each part mapped to an unsigned number whose order is the part's order in the turn:
+        // urgency ascending (sign bit flipped), cost descending (`f64::total_cmp`'s order, as a
+        // biased integer, inverted), queue descending (inverted).
+        let urgency_part = (urgency as u32 ^ 0x8000_0000) as u128;
+        let bits = cost_after.to_bits() as i64;
+        let total_order = bits ^ ((((bits >> 63) as u64) >> 1) as i64);
+        let cost_part = !((total_order as u64) ^ (1 << 63)) as u128;
+        let queue_part = !queue as u128;
+        Turn { urgency, cost_after, queue, order: urgency_part << 96 | cost_part << 32 | queue_part }
+    }
 }
 
 impl PartialEq for Turn {
     fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
+        self.order == other.order
     }
 }
 impl Eq for Turn {}
@@ -141,15 +158,52 @@ impl Eq for Turn {}
 impl Ord for Turn {
     /// Reversed so that `BinaryHeap` (a max-heap) pops the best turn.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.urgency
-            .cmp(&other.urgency)
-            .then_with(|| other.cost_after.total_cmp(&self.cost_after))
-            .then_with(|| other.queue.cmp(&self.queue))
+        self.order.cmp(&other.order)
     }
 }
 
 impl PartialOrd for Turn {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order the turn's number gives, written out part by part.
+    fn by_parts(a: &Turn, b: &Turn) -> Ordering {
+        a.urgency
+            .cmp(&b.urgency)
+            .then_with(|| b.cost_after.total_cmp(&a.cost_after))
+            .then_with(|| b.queue.cmp(&a.queue))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn turns_order_by_urgency_then_lower_cost_then_lower_queue(
+            a in (proptest::num::i32::ANY, proptest::num::f64::ANY, proptest::num::u32::ANY),
+            b in (proptest::num::i32::ANY, proptest::num::f64::ANY, proptest::num::u32::ANY),
+            same_urgency: bool,
+            same_cost: bool,
+        ) {
+            let ta = Turn::new(a.0, a.1, a.2);
+            let b = (if same_urgency { a.0 } else { b.0 }, if same_cost { a.1 } else { b.1 }, b.2);
+            let tb = Turn::new(b.0, b.1, b.2);
+            proptest::prop_assert_eq!(ta.cmp(&tb), by_parts(&ta, &tb));
+            proptest::prop_assert_eq!(tb.cmp(&ta), by_parts(&tb, &ta));
+        }
+    }
+
+    #[test]
+    fn costs_of_either_sign_and_zeros_order_as_total_cmp() {
+        let costs = [f64::NEG_INFINITY, -2.5, -0.0, 0.0, 1e-300, 0.25, 0.5, 7.0, f64::INFINITY];
+        for (i, &x) in costs.iter().enumerate() {
+            for (k, &y) in costs.iter().enumerate() {
+                // The lower cost is the better turn.
+                assert_eq!(Turn::new(0, x, 0).cmp(&Turn::new(0, y, 0)), k.cmp(&i), "{x} against {y}");
+            }
+        }
     }
 }

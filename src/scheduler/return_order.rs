@@ -70,7 +70,7 @@ pub(super) fn return_order(
             let share_after = view.cost.share_with(alloc, &req);
             let cost_after =
                 below_floor_cost(share_after, qc.guaranteed_share).unwrap_or(share_after * qc.priority_factor);
-            let turn = Turn { urgency: job.class_priority, cost_after, queue: q as u32 };
+            let turn = Turn::new(job.class_priority, cost_after, q as u32);
             return Some((members, req, turn));
         }
     };

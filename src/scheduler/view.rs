@@ -87,7 +87,8 @@ impl<'a> PoolView<'a> {
     #[inline]
     pub(super) fn job_req(&self, job: &CycleJob<'_>) -> ResVec {
         match &self.classes[job.class as usize].dense {
-            Ok(v) => v.clone(),
+            // A slice copy: `clone` copies a `SmallVec` element by element through `Extend`.
+            Ok(v) => ResVec::from_slice(v),
             Err(_) => self.layout.dense_lossy(&job.info.requirements.requests),
         }
     }
