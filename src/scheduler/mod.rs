@@ -34,8 +34,9 @@
 //! - plain data and pure algorithms, which know nothing of the cycle: inputs and outputs
 //!   (`config.rs`, `snapshot.rs`, `decisions.rs`), resource vectors (`resvec.rs`), the pool's
 //!   view, the jobs, queues and ledger, node types, the node db, fairness, queue order, rate
-//!   limits, quarantine, usage decay, earmarks (`earmark.rs`), the queue tree (`hierarchy.rs`)
-//!   and a policy's per-cycle state (`policy_state.rs`).
+//!   limits, quarantine, usage decay, earmarks (`earmark.rs`), the queue tree (`hierarchy.rs`),
+//!   a policy's per-cycle state (`policy_state.rs`) and the hint that asks the cache for the
+//!   queued jobs' records ahead of the build's reads (`prefetch.rs`).
 //!
 //! Above the cycle, [`why`] asks the scheduler what would start a waiting job: it runs
 //! `schedule` on changed copies of a snapshot and keeps the conditions that place the job.

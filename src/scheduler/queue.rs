@@ -135,6 +135,8 @@ pub(super) struct Turn {
 }
 
 impl Turn {
+    /// The turn of `queue`'s next candidate. Turns are only made here, and never changed after,
+    /// so `order` always matches the three parts.
     pub(super) fn new(urgency: i32, cost_after: f64, queue: u32) -> Self {
         // Each part mapped to an unsigned number whose order is the part's order in the turn:
         // urgency ascending (sign bit flipped), cost descending (`f64::total_cmp`'s order, as a
