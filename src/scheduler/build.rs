@@ -132,10 +132,7 @@ impl<'a> PoolCycle<'a> {
         let mut last_node: Option<(NameAt, NameAt, u32)> = None;
         let mut last_queue: Option<(NameAt, u32)> = None;
         let mut memo: SmallVec<[(usize, u16); 8]> = SmallVec::new();
-        for (i, r) in snap.running.iter().enumerate() {
-            if let Some(ahead) = snap.running.get(i + prefetch::AHEAD) {
-                prefetch::prefetch::<JobInfo>(&ahead.job);
-            }
+        for r in prefetch::ahead(&snap.running, |r| &*r.job) {
             let executor = (r.executor.ptr_key(), r.executor.as_str());
             let node_name = (r.node.ptr_key(), r.node.as_str());
             let node = match last_node {
@@ -198,10 +195,7 @@ impl<'a> PoolCycle<'a> {
             let mut prev: Option<QueueOrderKey> = None;
             let mut queued_gangs: HashMap<&'a str, Vec<u32>> = HashMap::default();
             let mut demand = self.view().layout.zero();
-            for (i, j) in queued.iter().enumerate() {
-                if let Some(ahead) = queued.get(i + prefetch::AHEAD) {
-                    prefetch::prefetch::<JobInfo>(ahead);
-                }
+            for (i, j) in prefetch::ahead(queued, |j| &**j).enumerate() {
                 if !eligible(j) {
                     facts.push(JobFacts { class: u32::MAX, ..JobFacts::of(j, 0, 0) });
                     continue;

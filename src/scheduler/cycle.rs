@@ -74,10 +74,7 @@ fn unoffered(snapshot: &Snapshot, now_ms: i64, decisions: &mut Decisions) -> Vec
     let mut held = Vec::new();
     for qs in &snapshot.queues {
         let mut offered = false;
-        for (i, j) in qs.queued.iter().enumerate() {
-            if let Some(ahead) = qs.queued.get(i + super::prefetch::AHEAD) {
-                super::prefetch::prefetch::<super::snapshot::JobInfo>(ahead);
-            }
+        for j in super::prefetch::ahead(&qs.queued, |j| &**j) {
             if let Some(until_ms) = super::backoff::held_until(j, now_ms) {
                 held.push(Unscheduled { job_id: j.id, reason: Arc::new(super::backoff::reason(until_ms)) });
                 continue;

@@ -290,33 +290,26 @@ impl<'a> PoolCycle<'a> {
         let qc = &mut self.queues[q as usize];
         qc.queued_pos += 1;
         let src = qc.queued;
-        if !qc.facts[pos as usize].gang {
+        let gang = if qc.facts[pos as usize].gang { src[pos as usize].gang.as_ref() } else { None };
+        let Some(g) = gang else {
             // Most jobs: no positions to gather.
             qc.taken += 1;
             let sj = qc.facts[pos as usize].clone();
             return smallvec::smallvec![self.new_job(&sj, &src[pos as usize], q, Origin::Queued)];
-        }
-        let gang = src[pos as usize].gang.as_ref();
-        let positions: SmallVec<[u32; 1]> = match gang {
-            Some(g) => {
-                let qc = &mut self.queues[q as usize];
-                qc.gangs_done.insert(g.id.as_str());
-                qc.queued_gangs
-                    .get(g.id.as_str())
-                    .map(|m| m.iter().copied().collect())
-                    .unwrap_or_else(|| smallvec::smallvec![pos])
-            }
-            None => smallvec::smallvec![pos],
         };
-        self.queues[q as usize].taken += positions.len();
+        qc.gangs_done.insert(g.id.as_str());
+        let positions: SmallVec<[u32; 1]> = qc
+            .queued_gangs
+            .get(g.id.as_str())
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_else(|| smallvec::smallvec![pos]);
+        qc.taken += positions.len();
         let mut members: SmallVec<[u32; 1]> = SmallVec::with_capacity(positions.len());
         for &p in &positions {
             let sj = self.queues[q as usize].facts[p as usize].clone();
             members.push(self.new_job(&sj, &src[p as usize], q, Origin::Queued));
         }
-        if let Some(g) = gang {
-            self.set_offered_gang(q, g.id.as_str(), members.to_vec());
-        }
+        self.set_offered_gang(q, g.id.as_str(), members.to_vec());
         members
     }
 }

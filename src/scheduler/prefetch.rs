@@ -8,11 +8,23 @@
 //! jobs ahead are known and can be asked for early.
 
 /// Jobs ahead of the one being read whose records are asked for.
-pub(super) const AHEAD: usize = 8;
+const AHEAD: usize = 8;
+
+/// `items` in order; as each is yielded, the record `record` reaches from the item [`AHEAD`]
+/// places further on is asked for.
+#[inline(always)]
+pub(super) fn ahead<'s, T, U: 's>(items: &'s [T], record: impl Fn(&'s T) -> &'s U) -> impl Iterator<Item = &'s T> {
+    items.iter().enumerate().map(move |(i, item)| {
+        if let Some(next) = items.get(i + AHEAD) {
+            prefetch(record(next));
+        }
+        item
+    })
+}
 
 /// Starts loading every cache line of `value`. Does nothing on other architectures.
 #[inline(always)]
-pub(super) fn prefetch<T>(value: &T) {
+fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
