@@ -25,19 +25,19 @@ fn next() -> ulid::Ulid {
 /// Makes every later id larger than `id` (called with the largest applied job id).
 pub(crate) fn observe(id: JobId) {
     let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    if last.is_none_or(|l| l < id.0) {
-        *last = Some(id.0);
+    if last.is_none_or(|l| l < id.ulid()) {
+        *last = Some(id.ulid());
     }
 }
 
 /// A new job id.
 pub(crate) fn job_id() -> JobId {
-    JobId(next())
+    JobId::from_ulid(next())
 }
 
 /// A new run id.
 pub(crate) fn run_id() -> RunId {
-    RunId(next())
+    RunId::from_ulid(next())
 }
 
 #[cfg(test)]
@@ -54,11 +54,11 @@ mod tests {
     fn ids_stay_above_an_observed_id_from_a_clock_that_is_ahead() {
         // An id from a leader whose clock is an hour ahead of ours.
         let ahead = ulid::Ulid::from_parts(ulid::Ulid::generate().timestamp_ms() + 3_600_000, 7);
-        observe(JobId(ahead));
+        observe(JobId::from_ulid(ahead));
         let next = job_id();
-        assert!(next.0 > ahead, "{next:?} is not above {ahead:?}");
+        assert!(next.ulid() > ahead, "{next:?} is not above {ahead:?}");
         // Observing an older id changes nothing.
-        observe(JobId(ulid::Ulid::from_parts(1, 1)));
+        observe(JobId::from_parts(1, 1));
         assert!(job_id() > next);
     }
 }

@@ -182,7 +182,7 @@ impl Eviction<'_, '_> {
             sub_from(&mut self.queues[q as usize].alloc_by_priority_class[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
-        let evicted = chosen.iter().filter(|&&j| self.jobs[j as usize].origin != Origin::Queued).count();
+        let evicted = chosen.iter().filter(|&&j| self.jobs[j as usize].origin() != Origin::Queued).count();
         self.ledger.count_evicted(evicted);
         for list in &mut per_queue {
             list.sort_by_key(|&j| (self.order_key(j), j));

@@ -54,8 +54,13 @@ pub(super) struct CycleJob<'a> {
     pub priority_level: u8,
     pub class_priority: i32,
     pub priority_class: u16,
-    pub origin: Origin,
+    /// The node it was running on at the start ([`Self::origin`]), [`QUEUED`] if it was queued:
+    /// a bare index rather than an [`Origin`], which keeps the record to 56 bytes.
+    started_on: u32,
 }
+
+/// [`CycleJob::origin`] of a job that was queued at the start (no pool has `u32::MAX` nodes).
+const QUEUED: u32 = u32::MAX;
 
 /// The jobs taking part in a cycle, by index: those running at the start first, then queued
 /// ones as they are offered. Read as a slice; only the cycle adds to it.
@@ -103,20 +108,61 @@ impl<'a> std::ops::Deref for CycleJobs<'a> {
     }
 }
 
-impl CycleJob<'_> {
+impl<'a> CycleJob<'a> {
+    /// A job joining the cycle from `origin`: its facts, its queue, and its priority class's
+    /// level and priority.
+    #[inline]
+    pub(super) fn new(
+        info: &'a Arc<JobInfo>,
+        facts: &JobFacts,
+        queue: u32,
+        priority_level: u8,
+        class_priority: i32,
+        origin: Origin,
+    ) -> Self {
+        let started_on = match origin {
+            Origin::Queued => QUEUED,
+            Origin::Running { node } => node,
+        };
+        CycleJob {
+            info,
+            id: facts.id,
+            priority: facts.priority,
+            seq: facts.seq,
+            gang: facts.gang,
+            queue,
+            class: facts.class,
+            priority_level,
+            class_priority,
+            priority_class: facts.priority_class,
+            started_on,
+        }
+    }
+
+    /// Where the job started the cycle.
+    #[inline]
+    pub(super) fn origin(&self) -> Origin {
+        if self.started_on == QUEUED { Origin::Queued } else { Origin::Running { node: self.started_on } }
+    }
+
     /// The job's place in its queue's order, evicted jobs first.
     pub(super) fn order_key(&self, fate: &Fate) -> CycleOrderKey {
         QueueOrderKey::new(self.class_priority, self.priority, self.seq).with_evicted(fate.status == Status::Evicted)
     }
 }
 
+/// [`Fate::displaced_by`] of a job nobody displaced. No cycle holds `u32::MAX` jobs: indexes
+/// are `u32` positions in a `Vec`, and the cycle's memory would run out long before.
+const NOBODY: u32 = u32::MAX;
+
 /// What has happened to a job so far in the cycle. Only the ledger changes it, recording the
 /// old fate while a trial is recorded ([`super::ledger::Ledger::change`]).
 #[derive(Debug, Clone)]
 pub(super) struct Fate {
     pub status: Status,
-    /// The job that took its place, when one did.
-    pub displaced_by: Option<u32>,
+    /// The job that took its place ([`Self::displaced_by`]), [`NOBODY`] while none did: a bare
+    /// index rather than an `Option`, which keeps a fate to 24 bytes (one per job tried).
+    displaced: u32,
     /// Why it was not (or not again) scheduled, when it was tried.
     pub reason: Option<Arc<Reason>>,
     /// The node the job is on (or, evicted, still occupies or came from).
@@ -125,13 +171,27 @@ pub(super) struct Fate {
 
 impl Fate {
     /// The fate of a job as it joins the cycle.
+    #[inline]
     pub(super) fn at_start(origin: Origin) -> Self {
         match origin {
-            Origin::Queued => Fate { status: Status::Waiting, displaced_by: None, reason: None, node: None },
+            Origin::Queued => Fate { status: Status::Waiting, displaced: NOBODY, reason: None, node: None },
             Origin::Running { node } => {
-                Fate { status: Status::Running, displaced_by: None, reason: None, node: Some(node) }
+                Fate { status: Status::Running, displaced: NOBODY, reason: None, node: Some(node) }
             }
         }
+    }
+
+    /// The job that took its place, when one did.
+    #[inline]
+    pub(super) fn displaced_by(&self) -> Option<u32> {
+        (self.displaced != NOBODY).then_some(self.displaced)
+    }
+
+    /// Records that job `by` took its place.
+    #[inline]
+    pub(super) fn set_displaced_by(&mut self, by: u32) {
+        debug_assert_ne!(by, NOBODY);
+        self.displaced = by;
     }
 
     /// The node the job holds resources on, if any.
@@ -240,5 +300,51 @@ impl<'a> GangIndex<'a> {
         let mut out: Vec<u32> = self.running.get(&(q, id)).cloned().unwrap_or_default();
         out.extend(self.offered.get(&(q, id)).into_iter().flatten().copied());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cycle writes one fate, one set of facts and, if it waits, one `Unscheduled` per job it
+    /// tries (a million at a time under load): their sizes are part of the cycle's cost.
+    #[test]
+    fn per_job_records_stay_small() {
+        assert_eq!(std::mem::size_of::<CycleJob<'_>>(), 56);
+        assert_eq!(std::mem::size_of::<Fate>(), 24);
+        assert_eq!(std::mem::size_of::<JobFacts>(), 40);
+        assert_eq!(std::mem::size_of::<super::super::decisions::Unscheduled>(), 24);
+    }
+
+    #[test]
+    fn a_fate_knows_who_displaced_it() {
+        let mut f = Fate::at_start(Origin::Queued);
+        assert_eq!(f.displaced_by(), None);
+        f.set_displaced_by(0);
+        assert_eq!(f.displaced_by(), Some(0));
+        f.set_displaced_by(u32::MAX - 1);
+        assert_eq!(f.displaced_by(), Some(u32::MAX - 1));
+        let running = Fate::at_start(Origin::Running { node: 3 });
+        assert_eq!((running.displaced_by(), running.node), (None, Some(3)));
+    }
+
+    #[test]
+    fn a_cycle_job_knows_where_it_started() {
+        let info = Arc::new(JobInfo {
+            id: crate::model::JobId::from_u128(7),
+            queue: crate::model::QueueName::new("a").unwrap(),
+            priority_class: crate::model::PriorityClassName::new("default").unwrap(),
+            priority: 0,
+            submit_seq: 7,
+            requirements: crate::model::Requirements::new(Default::default()),
+            gang: None,
+            pools: vec![],
+            not_before_ms: None,
+        });
+        let facts = JobFacts::of(&info, 0, 0);
+        for origin in [Origin::Queued, Origin::Running { node: 0 }, Origin::Running { node: u32::MAX - 1 }] {
+            assert_eq!(CycleJob::new(&info, &facts, 0, 0, 0, origin).origin(), origin);
+        }
     }
 }

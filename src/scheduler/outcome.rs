@@ -78,7 +78,7 @@ impl Outcome<'_, '_> {
         // the list by doubling copied it and touched twice its pages.
         let (mut leases, mut waiting) = (0, 0);
         for (j, fate) in self.jobs.iter().zip(self.ledger.fates()) {
-            match Entry::of(j.origin, fate.status) {
+            match Entry::of(j.origin(), fate.status) {
                 Entry::Lease => leases += 1,
                 Entry::Waits => waiting += 1,
                 _ => {}
@@ -88,7 +88,7 @@ impl Outcome<'_, '_> {
         out.unscheduled.reserve(waiting);
         done.reserve(leases);
         for (ji, (j, fate)) in self.jobs.iter().zip(self.ledger.fates()).enumerate() {
-            match Entry::of(j.origin, fate.status) {
+            match Entry::of(j.origin(), fate.status) {
                 Entry::Lease => {
                     let Some(n) = fate.node.map(|n| self.view.nodes[n as usize]) else { continue };
                     done.insert(j.id);
@@ -119,7 +119,7 @@ impl Outcome<'_, '_> {
                     });
                 }
                 Entry::Waits => {
-                    let reason = match (fate.displaced_by, &fate.reason) {
+                    let reason = match (fate.displaced_by(), &fate.reason) {
                         (Some(by), _) if fate.status != Status::Waiting => Some(Arc::new(Reason::Displaced {
                             by: self.jobs[self.final_holder(by, fate.node) as usize].id,
                         })),
@@ -146,7 +146,7 @@ impl Outcome<'_, '_> {
         for _ in 0..self.jobs.len() {
             let fate = self.ledger.fate(x);
             let holds = fate.scheduled() && (node.is_none() || fate.node == node);
-            match (holds, fate.displaced_by) {
+            match (holds, fate.displaced_by()) {
                 (false, Some(y)) => x = y,
                 _ => break,
             }
@@ -157,7 +157,7 @@ impl Outcome<'_, '_> {
     /// Who holds the place job `x` lost, if anyone still does.
     fn place_holder(&self, x: u32) -> Option<u32> {
         let m = self.ledger.fate(x);
-        let by = self.final_holder(m.displaced_by?, m.node);
+        let by = self.final_holder(m.displaced_by()?, m.node);
         let b = self.ledger.fate(by);
         (b.scheduled() && b.node == m.node).then_some(by)
     }
@@ -174,7 +174,7 @@ impl Outcome<'_, '_> {
                 .members(j.queue, g.id.as_str())
                 .into_iter()
                 .find_map(|x| self.place_holder(x))
-                .or_else(|| fate.displaced_by.map(|by| self.final_holder(by, None)))
+                .or_else(|| fate.displaced_by().map(|by| self.final_holder(by, None)))
                 .map(|by| (g.id.clone(), by)),
             _ => None,
         };

@@ -43,7 +43,7 @@ impl PoolCycle<'_> {
                 if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
             // Jobs leased earlier in this cycle are not tied to a node: if their place is gone
             // they may go anywhere (their tokens are already taken).
-            let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].origin == Origin::Queued);
+            let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].origin() == Origin::Queued);
             if !back && new {
                 // The whole gang goes back to waiting (members that failed for lack of room
                 // included) and is tried again as a whole.
@@ -417,7 +417,7 @@ impl PoolCycle<'_> {
         let (q, pc, status) = (victim.queue, victim.priority_class, self.ledger.status(v));
         let req = occ.req.clone();
         self.ledger.record(|| Undo::Removed { node, occ });
-        let new = victim.origin == Origin::Queued;
+        let new = victim.origin() == Origin::Queued;
         match status {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
@@ -428,7 +428,7 @@ impl PoolCycle<'_> {
                 let reason = Arc::new(Reason::Displaced { by: self.jobs[by as usize].id });
                 self.ledger.change(v, |f| {
                     f.status = Status::Waiting;
-                    f.displaced_by = Some(by);
+                    f.set_displaced_by(by);
                     f.reason = Some(reason);
                 });
                 self.alloc(q, pc, &req, false);
@@ -456,7 +456,7 @@ impl PoolCycle<'_> {
                 continue;
             }
             let job = &self.jobs[m as usize];
-            let (status, new, pc) = (self.ledger.status(m), job.origin == Origin::Queued, job.priority_class);
+            let (status, new, pc) = (self.ledger.status(m), job.origin() == Origin::Queued, job.priority_class);
             match status {
                 Status::Placed | Status::Returned | Status::Running => {
                     let Some(node) = self.ledger.held_node(m) else { continue };
@@ -465,7 +465,7 @@ impl PoolCycle<'_> {
                     self.ledger.record(|| Undo::Removed { node, occ });
                     self.ledger.change(m, |f| {
                         f.status = if new { Status::Waiting } else { Status::Preempted };
-                        f.displaced_by = Some(by);
+                        f.set_displaced_by(by);
                         f.reason = Some(lost.clone());
                     });
                     self.alloc(q, pc, &req, false);
@@ -487,8 +487,8 @@ impl PoolCycle<'_> {
     pub(super) fn set_status(&mut self, j: u32, status: Status, displaced_by: Option<u32>) {
         self.ledger.change(j, |f| {
             f.status = status;
-            if displaced_by.is_some() {
-                f.displaced_by = displaced_by;
+            if let Some(by) = displaced_by {
+                f.set_displaced_by(by);
             }
         });
     }

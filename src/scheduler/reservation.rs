@@ -128,7 +128,7 @@ impl<'a> PoolCycle<'a> {
                     .gang_members(q, g.id.as_str())
                     .into_iter()
                     .filter(|&m| {
-                        self.jobs[m as usize].origin == Origin::Queued && self.ledger.status(m) == Status::Waiting
+                        self.jobs[m as usize].origin() == Origin::Queued && self.ledger.status(m) == Status::Waiting
                     })
                     .collect(),
                 None => vec![j],
@@ -147,7 +147,7 @@ impl<'a> PoolCycle<'a> {
         self.jobs
             .running()
             .filter_map(|j| {
-                let Origin::Running { node } = self.jobs[j as usize].origin else { return None };
+                let Origin::Running { node } = self.jobs[j as usize].origin() else { return None };
                 let end = times.get(&self.jobs[j as usize].id).and_then(JobTimes::expected_end);
                 Some((node, self.req(j), end))
             })
