@@ -4,7 +4,7 @@
 //! jobs per second go through the whole path: scheduled, leased over the long poll, run by the
 //! fake agent and reported back.
 
-use super::harness::{BenchServer, StoreArgs, config, live_jobs, metric_sum, percentile};
+use super::harness::{BenchServer, StoreArgs, config, live_jobs, metric_sum, percentile, tenths};
 use super::submit::tempfile_dir;
 use anyhow::{Context, bail};
 use rand_core::Rng;
@@ -319,7 +319,6 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
         // decisions took to commit.
         let c = CycleTotals::read(&http, &url).await?.since(&cycles_before);
         let stages = Stages::read(&http, &url, &load.arrivals).await?;
-        let ms = |v: f64| (v * 10.0).round() / 10.0;
         let failed: Value = http.get(format!("{url}/v1/jobs?state=failed&limit=1000")).send().await?.json().await?;
         let failed = failed["jobs"].as_array().map(|a| a.len()).unwrap_or(0);
         let _ = agent.kill();
@@ -330,21 +329,21 @@ pub(super) fn run(args: E2eArgs) -> anyhow::Result<()> {
             "queues": args.queues,
             "schedule_interval_min": args.schedule_interval_min.as_deref().unwrap_or("default"),
             "idle_gap_ms": idle_gap.as_millis() as u64,
-            "idle_p50_ms": (percentile(&idle, 50.0) * 10.0).round() / 10.0,
-            "idle_p99_ms": (percentile(&idle, 99.0) * 10.0).round() / 10.0,
+            "idle_p50_ms": tenths(percentile(&idle, 50.0)),
+            "idle_p99_ms": tenths(percentile(&idle, 99.0)),
             "load_samples": load.leased.len(),
-            "load_p50_ms": ms(percentile(&load.leased, 50.0)),
-            "load_p99_ms": ms(percentile(&load.leased, 99.0)),
-            "load_max_ms": ms(load.leased.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
-            "load_submit_p50_ms": ms(percentile(&load.accepted, 50.0)),
-            "load_to_cycle_p50_ms": ms(percentile(&stages.to_cycle, 50.0)),
-            "load_cycle_to_lease_p50_ms": ms(percentile(&stages.cycle_to_lease, 50.0)),
-            "load_cycles_per_sec": ms(c.cycles / drained.as_secs_f64()),
-            "load_cycle_mean_ms": ms(c.cycle_s * 1000.0 / c.cycles.max(1.0)),
-            "load_snapshot_mean_ms": ms(c.snapshot_s * 1000.0 / c.cycles.max(1.0)),
-            "load_cycle_cpu_mean_ms": ms(c.cpu_s * 1000.0 / c.cycles.max(1.0)),
-            "load_commit_mean_ms": ms(c.commit_s * 1000.0 / c.commits.max(1.0)),
-            "drain_s": (drained.as_secs_f64() * 10.0).round() / 10.0,
+            "load_p50_ms": tenths(percentile(&load.leased, 50.0)),
+            "load_p99_ms": tenths(percentile(&load.leased, 99.0)),
+            "load_max_ms": tenths(load.leased.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
+            "load_submit_p50_ms": tenths(percentile(&load.accepted, 50.0)),
+            "load_to_cycle_p50_ms": tenths(percentile(&stages.to_cycle, 50.0)),
+            "load_cycle_to_lease_p50_ms": tenths(percentile(&stages.cycle_to_lease, 50.0)),
+            "load_cycles_per_sec": tenths(c.cycles / drained.as_secs_f64()),
+            "load_cycle_mean_ms": tenths(c.cycle_s * 1000.0 / c.cycles.max(1.0)),
+            "load_snapshot_mean_ms": tenths(c.snapshot_s * 1000.0 / c.cycles.max(1.0)),
+            "load_cycle_cpu_mean_ms": tenths(c.cpu_s * 1000.0 / c.cycles.max(1.0)),
+            "load_commit_mean_ms": tenths(c.commit_s * 1000.0 / c.commits.max(1.0)),
+            "drain_s": tenths(drained.as_secs_f64()),
             "leased_jobs_per_sec": (args.jobs as f64 / drained.as_secs_f64()).round(),
             "failed": failed,
             "server_rss_mb": server.rss_mb().round(),

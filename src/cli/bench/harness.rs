@@ -145,6 +145,11 @@ pub(super) fn config(dir: &Path, extra: &str) -> String {
     )
 }
 
+/// `x` rounded to tenths, as the benches print their times.
+pub(super) fn tenths(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
 /// p-th percentile (0..=100) of sorted samples, in ms.
 pub(super) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {

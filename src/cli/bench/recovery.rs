@@ -3,7 +3,7 @@
 //! ready on it, how much memory it holds, how many bytes of database each job takes, and how fast
 //! retention purges the finished ones.
 
-use super::harness::{BenchServer, StoreArgs, config, percentile};
+use super::harness::{BenchServer, StoreArgs, config, percentile, tenths};
 use super::submit::tempfile_dir;
 use convoy::model::{
     ExecutorName, JobId, JobPayload, JobSetName, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName,
@@ -298,7 +298,7 @@ pub(super) fn run(args: RecoveryArgs) -> anyhow::Result<()> {
             "db_used_mb": mb(db_used),
             "db_bytes_per_job": (db_used as f64 / args.jobs.max(1) as f64).round(),
             "snapshot_bytes_per_job": (snapshot_bytes as f64 / args.jobs.max(1) as f64).round(),
-            "build_s": (build_s * 10.0).round() / 10.0,
+            "build_s": tenths(build_s),
             "restart_s": (restart_s * 100.0).round() / 100.0,
             "rss_mb": rss_mb.round(),
             "empty_rss_mb": empty_rss_mb.round(),
@@ -382,8 +382,8 @@ async fn scattered_cancels(server: &BenchServer, args: &RecoveryArgs) -> anyhow:
     lat.sort();
     Ok(CancelFigures {
         per_sec: lat.len() as f64 / wall.as_secs_f64().max(1e-9),
-        p50_ms: (percentile(&lat, 50.0) * 10.0).round() / 10.0,
-        p99_ms: (percentile(&lat, 99.0) * 10.0).round() / 10.0,
+        p50_ms: tenths(percentile(&lat, 50.0)),
+        p99_ms: tenths(percentile(&lat, 99.0)),
         cpu_us: cpu.as_secs_f64() * 1e6 / lat.len().max(1) as f64,
     })
 }

@@ -2,6 +2,7 @@
 //! across several executors) and workload (mixed sizes, some GPU jobs, some gangs, some
 //! preemptible), optionally with part of the cluster already running.
 
+use super::harness::tenths;
 use super::peak_rss_mb;
 use convoy::model::{
     ExecutorName, GangSpec, JobId, Node, NodeName, PoolName, PriorityClassName, Queue, QueueName, Requirements,
@@ -363,7 +364,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         let t = Instant::now();
         let d = schedule(&copy, &cfg, args.seed, 0);
         let cycle_ms = t.elapsed().as_secs_f64() * 1000.0;
-        runs_ms.push((cycle_ms * 10.0).round() / 10.0);
+        runs_ms.push(tenths(cycle_ms));
         if best.as_ref().is_none_or(|(c, _, _)| cycle_ms < *c) {
             best = Some((cycle_ms, snapshot_ms, d));
         }
@@ -385,9 +386,9 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "preempted": d.preemptions.len(),
         "evicted": evicted,
         "jobs_tried": tried,
-        "cycle_ms": (cycle_ms * 10.0).round() / 10.0,
+        "cycle_ms": tenths(cycle_ms),
         "cycle_ms_runs": runs_ms,
-        "snapshot_ms": (snapshot_ms * 10.0).round() / 10.0,
+        "snapshot_ms": tenths(snapshot_ms),
         "placements_per_sec": (scheduled as f64 / (cycle_ms / 1000.0)).round(),
         "build_ms": build_ms.round(),
         "peak_rss_mb": peak_rss_mb().round(),
@@ -460,11 +461,10 @@ fn ask_why(
         with_estimate += usize::from(e.estimated_start.is_some());
     }
     took.sort_by(f64::total_cmp);
-    let round = |ms: f64| (ms * 10.0).round() / 10.0;
     Some(serde_json::json!({
         "why_asked": took.len(),
-        "why_ms_p50": round(took[took.len() / 2]),
-        "why_ms_max": round(took[took.len() - 1]),
+        "why_ms_p50": tenths(took[took.len() / 2]),
+        "why_ms_max": tenths(took[took.len() - 1]),
         "why_runs_max": runs,
         "why_with_condition": with_condition,
         "why_with_estimate": with_estimate,

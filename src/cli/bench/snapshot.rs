@@ -7,7 +7,7 @@
 //! Installing is what the last chunk RPC of a snapshot transfer waits for, so `install_s` is
 //! printed beside the Raft timeout of that RPC (`install_snapshot_timeout_s`).
 
-use super::harness::StoreArgs;
+use super::harness::{StoreArgs, tenths};
 use super::peak_rss_mb;
 use super::recovery::populate;
 use super::submit::tempfile_dir;
@@ -142,7 +142,7 @@ pub(super) fn run(args: SnapshotArgs) -> anyhow::Result<()> {
         "{}",
         json!({
             "jobs": args.jobs,
-            "populate_s": (populate_s * 10.0).round() / 10.0,
+            "populate_s": tenths(populate_s),
             "db_mb": db_mb.round(),
             "rows": b["rows"],
             "bytes": b["bytes"],

@@ -2,7 +2,7 @@
 //! of 100 and with one job per request (16 concurrent clients), and request latency. With
 //! `--grpc`: the batches through Armada's gRPC `SubmitJobs` and through REST in the same run.
 
-use super::harness::{BenchServer, StoreArgs, config, percentile};
+use super::harness::{BenchServer, StoreArgs, config, percentile, tenths};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,14 +120,14 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
             "batch_size": args.batch,
             "batch_clients": args.batch_clients,
             "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
-            "batched_p50_ms": (percentile(&blat, 50.0) * 10.0).round() / 10.0,
-            "batched_p99_ms": (percentile(&blat, 99.0) * 10.0).round() / 10.0,
+            "batched_p50_ms": tenths(percentile(&blat, 50.0)),
+            "batched_p99_ms": tenths(percentile(&blat, 99.0)),
             "batched_server_cpu_us_per_job": us_per(cpu1.saturating_sub(cpu0), bjobs),
             "single_requests": sjobs,
             "single_clients": args.single_clients,
             "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
-            "single_p50_ms": (percentile(&slat, 50.0) * 10.0).round() / 10.0,
-            "single_p99_ms": (percentile(&slat, 99.0) * 10.0).round() / 10.0,
+            "single_p50_ms": tenths(percentile(&slat, 50.0)),
+            "single_p99_ms": tenths(percentile(&slat, 99.0)),
             "single_server_cpu_us_per_request": us_per(cpu2.saturating_sub(cpu1), sjobs),
             "server_rss_mb": server.rss_mb().round(),
         });
@@ -156,7 +156,7 @@ impl Figures {
 
     fn json(&mut self, api: &str) -> Value {
         self.lat.sort();
-        let ms = |p: f64| (percentile(&self.lat, p) * 10.0).round() / 10.0;
+        let ms = |p: f64| tenths(percentile(&self.lat, p));
         json!({
             format!("{api}_jobs"): self.jobs,
             format!("{api}_jobs_per_sec"): self.jobs_per_sec().round(),
