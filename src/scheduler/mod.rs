@@ -76,6 +76,7 @@ pub(crate) mod gang_domains;
 pub(crate) mod guarantee;
 pub(crate) mod hierarchy;
 pub(crate) mod job;
+pub(crate) mod key_set;
 pub(crate) mod ledger;
 pub(crate) mod min_runtime;
 pub(crate) mod node_types;

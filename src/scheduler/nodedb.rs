@@ -26,13 +26,11 @@
 
 use super::config::MAX_INDEXED_RESOURCES;
 use super::free_max::FreeMax;
+use super::key_set::{Key, KeySet};
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-use std::collections::BTreeSet;
 
-/// Index key: free amounts of the indexed resources, then the node index for uniqueness.
-type Key = ([i64; MAX_INDEXED_RESOURCES], u32);
 
 /// True if the node of `key` has at least `lower`'s amounts of every indexed resource: what a fit
 /// needs, read from the key itself. A search walks many keys, and most fail here, without
@@ -134,11 +132,11 @@ impl NodeEntry {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct TypeIndex {
-    empty: BTreeSet<Key>,
-    nonempty: BTreeSet<Key>,
-    sole: HashMap<u32, BTreeSet<Key>>,
+    empty: KeySet,
+    nonempty: KeySet,
+    sole: HashMap<u32, KeySet>,
 }
 
 /// A [`TypeIndex`]'s keys, gathered before its sets are built.
@@ -151,7 +149,7 @@ struct TypeKeys {
 
 impl TypeIndex {
     /// The nodes of search tier `tier` for `queue`: 0 = used only by it, 1 = empty, 2 = the rest.
-    fn tier(&self, tier: u8, queue: u32) -> Option<&BTreeSet<Key>> {
+    fn tier(&self, tier: u8, queue: u32) -> Option<&KeySet> {
         match tier {
             0 => self.sole.get(&queue),
             1 => Some(&self.empty),
@@ -220,6 +218,8 @@ pub(crate) struct NodeDb {
     /// Nodes of each type.
     pub type_nodes: Vec<Vec<u32>>,
     key_slots: [Option<usize>; MAX_INDEXED_RESOURCES],
+    /// How many of the key's amounts are indexed resources (the rest stay zero).
+    key_used: usize,
     levels: usize,
     /// Occupants freed exactly at each level; a level with none is identical to the one below.
     freed_counts: Vec<u32>,
@@ -268,6 +268,7 @@ impl NodeDb {
             nodes,
             type_nodes,
             key_slots: ks,
+            key_used: key_slots.len().min(MAX_INDEXED_RESOURCES),
             levels,
             freed_counts: vec![0; levels],
             indexes: vec![None; levels],
@@ -291,14 +292,14 @@ impl NodeDb {
         l > 0 && self.freed_counts[l as usize] == 0
     }
 
-    fn index_insert(idx: &mut TypeIndex, tier: Tier, key: Key) {
+    fn index_insert(idx: &mut TypeIndex, tier: Tier, key: Key, used: usize) {
         match tier {
             Tier::Empty => {
                 idx.empty.insert(key);
             }
             Tier::Sole(q) => {
                 idx.nonempty.insert(key);
-                idx.sole.entry(q).or_default().insert(key);
+                idx.sole.entry(q).or_insert_with(|| KeySet::new(used)).insert(key);
             }
             Tier::Shared => {
                 idx.nonempty.insert(key);
@@ -348,9 +349,9 @@ impl NodeDb {
                 Tier::Shared => k.nonempty.push(key),
             }
         }
-        let set = |mut v: Vec<Key>| -> BTreeSet<Key> {
+        let set = |mut v: Vec<Key>| -> KeySet {
             v.sort_unstable();
-            v.into_iter().collect()
+            KeySet::from_sorted(self.key_used, v)
         };
         keys.into_iter()
             .map(|k| TypeIndex {
@@ -428,9 +429,10 @@ impl NodeDb {
             if new == old && new_tier == old_tier {
                 continue;
             }
+            let used = self.key_used;
             if let Some(idx) = self.indexes[l].as_mut() {
                 Self::index_remove(&mut idx[t], old_tier, &old);
-                Self::index_insert(&mut idx[t], new_tier, new);
+                Self::index_insert(&mut idx[t], new_tier, new, used);
             }
         }
     }
@@ -566,7 +568,7 @@ impl NodeDb {
             let mut best: Option<Key> = None;
             for &t in &open {
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
-                for key in set.range(lower..) {
+                for key in set.fitting_from(&lower) {
                     if best.as_ref().is_some_and(|b| key >= b) {
                         break;
                     }
@@ -597,7 +599,8 @@ impl NodeDb {
         for t in self.open_types(level, types, req) {
             // Every node of the type is in one of the two.
             for set in [&idx[t as usize].empty, &idx[t as usize].nonempty] {
-                for key in set.range(lower..) {
+                // Every key from `lower` on counts against the budget, as it always has.
+                for key in set.range_from(&lower) {
                     looked += 1;
                     if looked > budget {
                         return false;
@@ -631,7 +634,7 @@ impl NodeDb {
             let mut found: Vec<Key> = Vec::with_capacity(want + 1);
             for &t in &open {
                 let Some(set) = idx[t as usize].tier(tier, queue) else { continue };
-                for key in set.range(lower..) {
+                for key in set.fitting_from(&lower) {
                     if found.len() == want && found.last().is_some_and(|last| key >= last) {
                         break;
                     }
