@@ -4,6 +4,7 @@
 mod chaos;
 mod cluster;
 mod e2e;
+mod groups;
 mod harness;
 mod processes;
 mod recovery;
@@ -30,6 +31,9 @@ pub(crate) enum BenchCommand {
     Snapshot(snapshot::SnapshotArgs),
     /// Three servers as one cluster: throughput through all of them, and failover times.
     Cluster(cluster::ClusterArgs),
+    /// One group per pool, as docs/scaling.md proposes, simulated with the scheduler: cycle times,
+    /// placements and queue shares against one group holding every pool.
+    Groups(groups::GroupsArgs),
     /// Real `sh -c` jobs through a server and a process agent: jobs/s and CPU per job.
     Processes(processes::ProcessesArgs),
     /// Servers and agents under injected faults (kills, pauses, partitions, full disks,
@@ -46,6 +50,7 @@ pub(crate) fn run(which: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::E2e(args) => e2e::run(args),
         BenchCommand::Snapshot(args) => snapshot::run(args),
         BenchCommand::Cluster(args) => cluster::run(args),
+        BenchCommand::Groups(args) => groups::run(args),
         BenchCommand::Processes(args) => processes::run(args),
         BenchCommand::Chaos(args) => chaos::run(args),
     }
