@@ -43,6 +43,21 @@ fn pools_owned_whole_by_groups_are_placed_as_by_one_group_and_routed_jobs_are_no
 }
 
 #[test]
+fn the_one_pool_way_is_the_cycle_bench_schedule_runs() {
+    let groups = figures(&["--groups", "2", "--preload", "0.3"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_convoy"))
+        .args(["bench", "schedule", "--nodes", "100", "--queues", "6", "--jobs", "3000", "--preload", "0.3"])
+        .output()
+        .expect("convoy bench schedule runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).expect("a JSON line");
+    let schedule: Value = serde_json::from_str(line).expect("JSON");
+    assert_eq!(groups["one_pool"]["decisions_digest"], schedule["decisions_digest"], "{groups} against {schedule}");
+    assert_eq!(groups["one_pool"]["scheduled"], schedule["scheduled"], "{groups}");
+}
+
+#[test]
 fn more_groups_than_nodes_is_refused_by_name() {
     let (ok, stderr, line) = bench(&["--groups", "101"]);
     assert!(!ok && line.is_none(), "{stderr}");

@@ -12,7 +12,7 @@
 
 use super::harness::tenths;
 use super::peak_rss_mb;
-use super::schedule::synthetic;
+use super::schedule::{digest, synthetic};
 use convoy::model::{JobId, NodeName, PoolName, QueueName};
 use convoy::scheduler::{Decisions, JobInfo, QueueSnapshot, SchedulerConfig, Snapshot, schedule};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -34,6 +34,9 @@ pub(crate) struct GroupsArgs {
     /// How the router picks a job's group.
     #[arg(long, value_enum, default_value_t = Route::Job)]
     route: Route,
+    /// Jobs tried per queue per cycle (0 = all, as `bench schedule`; a server's default is 1,000).
+    #[arg(long, default_value_t = 0)]
+    lookback: usize,
     /// Fraction of the cluster already running preemptible jobs (as `bench schedule --preload`).
     #[arg(long, default_value_t = 0.0)]
     preload: f64,
@@ -216,11 +219,12 @@ pub(super) fn run(args: GroupsArgs) -> anyhow::Result<()> {
         "--groups must be at least 1 and at most --nodes ({})",
         args.nodes
     );
-    let cfg = SchedulerConfig::default();
+    let cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
     let one_pool = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
     let (one_pool_ms, one_pool_d) = fastest(&one_pool, &cfg, args.seed, args.repeat);
     let one_pool_held = cpu_by_queue(&one_pool, &[&one_pool_d]);
     let one_pool_scheduled = one_pool_d.leases.len();
+    let one_pool_digest = digest(&one_pool_d);
     drop(one_pool_d);
 
     let mut pools = one_pool;
@@ -258,10 +262,12 @@ pub(super) fn run(args: GroupsArgs) -> anyhow::Result<()> {
         "jobs": args.jobs,
         "groups": args.groups,
         "route": args.route.as_str(),
+        "lookback": args.lookback,
         "running_before": pools.running.len(),
         "one_pool": {
             "cycle_ms": tenths(one_pool_ms),
             "scheduled": one_pool_scheduled,
+            "decisions_digest": one_pool_digest,
             "idle_cpu_cores": idle_cores(&pools, &one_pool_held),
         },
         "pools_in_one_group": {

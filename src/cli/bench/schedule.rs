@@ -408,7 +408,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
 /// A digest of everything the cycle decided and why (not how long it took): two builds that print
 /// the same digest for the same arguments decided alike, so a change meant to be faster can show
 /// it changed no outcome.
-fn digest(d: &convoy::scheduler::Decisions) -> String {
+pub(super) fn digest(d: &convoy::scheduler::Decisions) -> String {
     use std::fmt::Write as _;
     use std::hash::Hasher as _;
     /// Feeds formatted text to a hasher without building the string.
