@@ -21,7 +21,8 @@
 //! victims, [`Occupant::readiness`]) before tier and best fit decide.
 //!
 //! **Index.** Per level and node type, ordered sets keyed by the free amounts of the indexed
-//! resources. A level's index is only built when a job first searches it (cycles without
+//! resources, in buckets by all amounts but the last so that a search passes over nodes short of
+//! a later resource ([`super::key_set`]). A level's index is only built when a job first searches it (cycles without
 //! preemption never build more than level 0) and is kept in step afterwards.
 
 use super::config::MAX_INDEXED_RESOURCES;
@@ -30,7 +31,6 @@ use super::key_set::{Key, KeySet};
 use super::resvec::{ResVec, add_to, fits, sub_from};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
-
 
 /// True if the node of `key` has at least `lower`'s amounts of every indexed resource: what a fit
 /// needs, read from the key itself. A search walks many keys, and most fail here, without

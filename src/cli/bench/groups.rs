@@ -12,7 +12,7 @@
 
 use super::harness::tenths;
 use super::peak_rss_mb;
-use super::schedule::{digest, synthetic};
+use super::schedule::{CycleArgs, digest, synthetic};
 use convoy::model::{JobId, NodeName, PoolName, QueueName};
 use convoy::scheduler::{Decisions, JobInfo, QueueSnapshot, SchedulerConfig, Snapshot, schedule};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -34,17 +34,9 @@ pub(crate) struct GroupsArgs {
     /// How the router picks a job's group.
     #[arg(long, value_enum, default_value_t = Route::Job)]
     route: Route,
-    /// Jobs tried per queue per cycle (0 = all, as `bench schedule`; a server's default is 1,000).
-    #[arg(long, default_value_t = 0)]
-    lookback: usize,
-    /// Fraction of the cluster already running preemptible jobs (as `bench schedule --preload`).
-    #[arg(long, default_value_t = 0.0)]
-    preload: f64,
-    /// Cycles to run each way (the times are of the fastest).
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    // As `bench schedule`'s; each way is run `--repeat` times.
+    #[command(flatten)]
+    cycle: CycleArgs,
 }
 
 /// How the router picks a job's group.
@@ -219,9 +211,9 @@ pub(super) fn run(args: GroupsArgs) -> anyhow::Result<()> {
         "--groups must be at least 1 and at most --nodes ({})",
         args.nodes
     );
-    let cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
-    let one_pool = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
-    let (one_pool_ms, one_pool_d) = fastest(&one_pool, &cfg, args.seed, args.repeat);
+    let cfg = SchedulerConfig { max_queue_lookback: args.cycle.lookback, ..Default::default() };
+    let one_pool = synthetic(args.nodes, args.queues, args.jobs, args.cycle.preload, args.cycle.seed);
+    let (one_pool_ms, one_pool_d) = fastest(&one_pool, &cfg, args.cycle.seed, args.cycle.repeat);
     let one_pool_held = cpu_by_queue(&one_pool, &[&one_pool_d]);
     let one_pool_scheduled = one_pool_d.leases.len();
     let one_pool_digest = digest(&one_pool_d);
@@ -232,14 +224,14 @@ pub(super) fn run(args: GroupsArgs) -> anyhow::Result<()> {
     if args.route == Route::Pinned {
         pin(&mut pools, args.groups);
     }
-    let (pools_ms, pools_d) = fastest(&pools, &cfg, args.seed, args.repeat);
+    let (pools_ms, pools_d) = fastest(&pools, &cfg, args.cycle.seed, args.cycle.repeat);
     let pools_held = cpu_by_queue(&pools, &[&pools_d]);
 
     let parts = split(&pools, args.route, args.groups);
     let mut each = Vec::new();
     let mut decided = Vec::new();
     for part in &parts {
-        let (ms, d) = fastest(part, &cfg, args.seed, args.repeat);
+        let (ms, d) = fastest(part, &cfg, args.cycle.seed, args.cycle.repeat);
         let queued: usize = part.queues.iter().map(|q| q.queued.len()).sum();
         each.push(serde_json::json!({
             "nodes": part.nodes.len(),
@@ -262,7 +254,7 @@ pub(super) fn run(args: GroupsArgs) -> anyhow::Result<()> {
         "jobs": args.jobs,
         "groups": args.groups,
         "route": args.route.as_str(),
-        "lookback": args.lookback,
+        "lookback": args.cycle.lookback,
         "running_before": pools.running.len(),
         "one_pool": {
             "cycle_ms": tenths(one_pool_ms),

@@ -24,18 +24,8 @@ pub(crate) struct ScheduleArgs {
     queues: usize,
     #[arg(long, default_value_t = 1_000_000)]
     jobs: usize,
-    /// Jobs tried per queue per cycle (0 = all).
-    #[arg(long, default_value_t = 0)]
-    lookback: usize,
-    /// Fraction of the cluster already running preemptible jobs of the first tenth of the
-    /// queues, so the cycle also evicts and preempts.
-    #[arg(long, default_value_t = 0.0)]
-    preload: f64,
-    /// Cycles to run (the figures are of the fastest; `cycle_ms_runs` lists every run's time).
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    cycle: CycleArgs,
     /// Depth of the queue tree over the queues: 1 = flat queues (Armada's path); N > 1 puts
     /// them under N - 1 levels of parent queues of equal fan-out.
     #[arg(long, default_value_t = 1)]
@@ -55,6 +45,24 @@ pub(crate) struct ScheduleArgs {
     /// left waiting, spread over them; the running jobs end an hour apart from one another.
     #[arg(long, default_value_t = 0)]
     why: usize,
+}
+
+/// How the synthetic workload is scheduled and timed: shared by `bench schedule` and `bench groups`.
+#[derive(clap::Args, Debug)]
+pub(super) struct CycleArgs {
+    /// Jobs tried per queue per cycle (0 = all; a server's default is 1,000).
+    #[arg(long, default_value_t = 0)]
+    pub(super) lookback: usize,
+    /// Fraction of the cluster already running preemptible jobs of the first tenth of the
+    /// queues, so the cycle also evicts and preempts.
+    #[arg(long, default_value_t = 0.0)]
+    pub(super) preload: f64,
+    /// Cycles to run (the figures are of the fastest; `bench schedule` lists every run's time in
+    /// `cycle_ms_runs`).
+    #[arg(long, default_value_t = 1)]
+    pub(super) repeat: usize,
+    #[arg(long, default_value_t = 1)]
+    pub(super) seed: u64,
 }
 
 /// Hangs the snapshot's queues (the leaves) under `depth - 1` levels of parent queues, each
@@ -337,10 +345,10 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.nodes > 0 && args.queues > 0, "--nodes and --queues must be at least 1");
     let t0 = Instant::now();
     anyhow::ensure!(args.depth >= 1, "--depth must be at least 1");
-    let mut snap = synthetic(args.nodes, args.queues, args.jobs, args.preload, args.seed);
+    let mut snap = synthetic(args.nodes, args.queues, args.jobs, args.cycle.preload, args.cycle.seed);
     add_tree(&mut snap, args.depth);
     let build_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let mut cfg = SchedulerConfig { max_queue_lookback: args.lookback, ..Default::default() };
+    let mut cfg = SchedulerConfig { max_queue_lookback: args.cycle.lookback, ..Default::default() };
     let policy = args.policy.policy();
     anyhow::ensure!(
         policy != PoolPolicy::FairShare || !(args.preemption || args.no_preemption),
@@ -355,14 +363,14 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
     // Every run's time, in order, beside the fastest: whether a target holds "at every run"
     // is read from one command, and the first run (on memory the process has not touched
     // before) shows apart from the rest.
-    let mut runs_ms: Vec<f64> = Vec::with_capacity(args.repeat.max(1));
-    for _ in 0..args.repeat.max(1) {
+    let mut runs_ms: Vec<f64> = Vec::with_capacity(args.cycle.repeat.max(1));
+    for _ in 0..args.cycle.repeat.max(1) {
         // Taking a snapshot is part of a cycle in the server: clone the queue lists (pointers).
         let t = Instant::now();
         let copy = snap.clone();
         let snapshot_ms = t.elapsed().as_secs_f64() * 1000.0;
         let t = Instant::now();
-        let d = schedule(&copy, &cfg, args.seed, 0);
+        let d = schedule(&copy, &cfg, args.cycle.seed, 0);
         let cycle_ms = t.elapsed().as_secs_f64() * 1000.0;
         runs_ms.push(tenths(cycle_ms));
         if best.as_ref().is_none_or(|(c, _, _)| cycle_ms < *c) {
@@ -370,7 +378,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         }
     }
     let Some((cycle_ms, snapshot_ms, d)) = best else { anyhow::bail!("no cycle ran") };
-    let why = ask_why(&snap, &cfg, &d, args.why, args.seed);
+    let why = ask_why(&snap, &cfg, &d, args.why, args.cycle.seed);
     let scheduled = d.leases.len();
     let tried: usize = d.pools.iter().map(|p| p.jobs_tried).sum();
     let evicted: usize = d.pools.iter().map(|p| p.evicted).sum();
@@ -380,7 +388,7 @@ pub(super) fn run(args: ScheduleArgs) -> anyhow::Result<()> {
         "depth": args.depth,
         "jobs": args.jobs,
         "running_before": snap.running.len(),
-        "lookback": args.lookback,
+        "lookback": args.cycle.lookback,
         "policy": policy.as_str(),
         "scheduled": scheduled,
         "preempted": d.preemptions.len(),
