@@ -79,10 +79,13 @@ impl KeySet {
 
     /// Every key from `lower` on, in order.
     pub(crate) fn range_from<'a>(&'a self, lower: &'a Key) -> impl Iterator<Item = &'a Key> + 'a {
-        let first = self.bucket(lower);
+        let (first, p) = (self.bucket(lower), self.prefix);
         self.buckets.range(first..).flat_map(move |(b, keys)| {
-            let start = if *b == first { *lower } else { (*b, 0) };
-            keys.range(start..)
+            // A later bucket from its very first key: amounts past the prefix may be negative (a
+            // node whose jobs hold more than it has left).
+            let mut start = ([i64::MIN; MAX_INDEXED_RESOURCES], 0);
+            start.0[..p].copy_from_slice(&b[..p]);
+            keys.range(if *b == first { *lower } else { start }..)
         })
     }
 
@@ -111,8 +114,9 @@ mod tests {
         key.0.iter().zip(&lower.0).all(|(a, r)| a >= r)
     }
 
+    /// Keys of small amounts, some negative (a node over-committed after it shrank).
     fn key() -> impl Strategy<Value = Key> {
-        ([0i64..6, 0i64..6, 0i64..3, 0i64..2], 0u32..40)
+        ([-2i64..6, -2i64..6, -1i64..3, -1i64..2], 0u32..40)
     }
 
     #[test]
@@ -136,6 +140,16 @@ mod tests {
         assert_eq!(s.range_from(&lower).count(), 101);
     }
 
+    #[test]
+    fn a_range_keeps_keys_with_negative_amounts_in_later_buckets() {
+        // A node whose jobs hold more memory than it has: a negative amount past the prefix.
+        let keys = vec![([0, 4, 8, 0], 1), ([0, 6, -3, 0], 2), ([0, 6, 2, 0], 3)];
+        let s = KeySet::from_sorted(3, keys.clone());
+        let lower = ([0, 4, 16, 0], 0);
+        assert_eq!(s.range_from(&lower).collect::<Vec<_>>(), vec![&keys[1], &keys[2]]);
+        assert_eq!(s.fitting_from(&lower).count(), 0);
+    }
+
     proptest! {
         /// Built, inserted into and removed from, it holds what an ordered set holds, yields
         /// `range_from` as that set's range, and `fitting_from` skips only keys that do not fit.
@@ -145,7 +159,7 @@ mod tests {
         start in prop::collection::vec(key(), 0..60),
             added in prop::collection::vec(key(), 0..30),
             removed in prop::collection::vec(key(), 0..30),
-            lowers in prop::collection::vec(key(), 1..8),
+            lowers in prop::collection::vec(([0i64..6, 0i64..6, 0i64..3, 0i64..2], 0u32..1), 1..8),
         ) {
             let mut plain: BTreeSet<Key> = start.iter().copied().collect();
             let mut set = KeySet::from_sorted(used, plain.iter().copied().collect());

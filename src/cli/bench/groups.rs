@@ -12,7 +12,7 @@
 
 use super::harness::tenths;
 use super::peak_rss_mb;
-use super::schedule::{CycleArgs, digest, synthetic};
+use super::schedule::{CycleArgs, digest, name, synthetic};
 use convoy::model::{JobId, NodeName, PoolName, QueueName};
 use convoy::scheduler::{Decisions, JobInfo, QueueSnapshot, SchedulerConfig, Snapshot, schedule};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -63,7 +63,7 @@ impl Route {
 
 /// The pool of group `g`.
 fn pool_name(g: usize) -> PoolName {
-    format!("pool-{g}").parse().unwrap_or_else(|_| PoolName::default_pool())
+    name(&format!("pool-{g}"))
 }
 
 /// FNV-1a: a fixed, platform-independent hash, so the same job goes to the same group in every

@@ -133,7 +133,8 @@ fn res(cpu: i64, mem_gi: i64, gpu: i64) -> Resources {
     r
 }
 
-fn name<T: std::str::FromStr>(s: &str) -> T
+/// A generated name (always valid) as the type that holds it.
+pub(super) fn name<T: std::str::FromStr>(s: &str) -> T
 where
     T::Err: std::fmt::Debug,
 {
