@@ -7,7 +7,7 @@
 use super::context::PoolCycle;
 use super::decisions::Reason;
 use super::earmark::Access;
-use super::job::{Origin, Status};
+use super::job::Status;
 use super::rate_limit::RateLimits;
 use super::resvec::ResVec;
 
@@ -132,7 +132,7 @@ impl PoolCycle<'_> {
         let lost: Vec<u32> = self
             .jobs
             .running()
-            .filter(|&j| self.ledger.status(j) == Status::Evicted && self.jobs[j as usize].origin() != Origin::Queued)
+            .filter(|&j| self.ledger.status(j) == Status::Evicted && !self.jobs[j as usize].was_queued())
             .collect();
         let mut retry: Vec<Vec<u32>> = vec![Vec::new(); self.queues.len()];
         let mut seen_gangs = rustc_hash::FxHashSet::default();

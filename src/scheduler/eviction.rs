@@ -25,7 +25,7 @@
 
 use super::decisions::Reason;
 use super::hierarchy::Hierarchy;
-use super::job::{CycleJobs, GangIndex, Origin, Status};
+use super::job::{CycleJobs, GangIndex, Status};
 use super::ledger::Ledger;
 use super::min_runtime::MinRuntime;
 use super::nodedb::NodeDb;
@@ -182,7 +182,7 @@ impl Eviction<'_, '_> {
             sub_from(&mut self.queues[q as usize].alloc_by_priority_class[pc as usize], &req);
             per_queue[q as usize].push(j);
         }
-        let evicted = chosen.iter().filter(|&&j| self.jobs[j as usize].origin() != Origin::Queued).count();
+        let evicted = chosen.iter().filter(|&&j| !self.jobs[j as usize].was_queued()).count();
         self.ledger.count_evicted(evicted);
         for list in &mut per_queue {
             list.sort_by_key(|&j| (self.order_key(j), j));

@@ -139,6 +139,12 @@ impl<'a> CycleJob<'a> {
         }
     }
 
+    /// True if the job was queued at the start of the cycle (not running).
+    #[inline]
+    pub(super) fn was_queued(&self) -> bool {
+        self.started_on == QUEUED
+    }
+
     /// Where the job started the cycle.
     #[inline]
     pub(super) fn origin(&self) -> Origin {
@@ -344,7 +350,9 @@ mod tests {
         });
         let facts = JobFacts::of(&info, 0, 0);
         for origin in [Origin::Queued, Origin::Running { node: 0 }, Origin::Running { node: u32::MAX - 1 }] {
-            assert_eq!(CycleJob::new(&info, &facts, 0, 0, 0, origin).origin(), origin);
+            let job = CycleJob::new(&info, &facts, 0, 0, 0, origin);
+            assert_eq!(job.origin(), origin);
+            assert_eq!(job.was_queued(), origin == Origin::Queued);
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use super::context::PoolCycle;
 use super::decisions::Reason;
-use super::job::{Origin, Status, Undo};
+use super::job::{Status, Undo};
 use super::nodedb::Occupant;
 use super::queue::Candidate;
 use super::rate_limit::RateLimits;
@@ -43,7 +43,7 @@ impl PoolCycle<'_> {
                 if cand.jobs.len() == 1 { self.return_evicted(cand.jobs[0]) } else { self.return_evicted_gang(&cand) };
             // Jobs leased earlier in this cycle are not tied to a node: if their place is gone
             // they may go anywhere (their tokens are already taken).
-            let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].origin() == Origin::Queued);
+            let new = cand.jobs.iter().all(|&j| self.jobs[j as usize].was_queued());
             if !back && new {
                 // The whole gang goes back to waiting (members that failed for lack of room
                 // included) and is tried again as a whole.
@@ -417,7 +417,7 @@ impl PoolCycle<'_> {
         let (q, pc, status) = (victim.queue, victim.priority_class, self.ledger.status(v));
         let req = occ.req.clone();
         self.ledger.record(|| Undo::Removed { node, occ });
-        let new = victim.origin() == Origin::Queued;
+        let new = victim.was_queued();
         match status {
             Status::Evicted => self.set_status(v, Status::Evicted, Some(by)),
             // A lease made earlier in this cycle is simply withdrawn.
@@ -456,7 +456,7 @@ impl PoolCycle<'_> {
                 continue;
             }
             let job = &self.jobs[m as usize];
-            let (status, new, pc) = (self.ledger.status(m), job.origin() == Origin::Queued, job.priority_class);
+            let (status, new, pc) = (self.ledger.status(m), job.was_queued(), job.priority_class);
             match status {
                 Status::Placed | Status::Returned | Status::Running => {
                     let Some(node) = self.ledger.held_node(m) else { continue };

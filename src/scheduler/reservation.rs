@@ -127,9 +127,7 @@ impl<'a> PoolCycle<'a> {
                 Some(g) => self
                     .gang_members(q, g.id.as_str())
                     .into_iter()
-                    .filter(|&m| {
-                        self.jobs[m as usize].origin() == Origin::Queued && self.ledger.status(m) == Status::Waiting
-                    })
+                    .filter(|&m| self.jobs[m as usize].was_queued() && self.ledger.status(m) == Status::Waiting)
                     .collect(),
                 None => vec![j],
             };

@@ -25,7 +25,7 @@ mod tests;
 pub use super::config::PoolPolicyConfig;
 use super::context::PoolCycle;
 use super::decisions::{PreemptionReason, Reason};
-use super::job::{Origin, Status};
+use super::job::Status;
 use super::policy_state::PolicyState;
 use super::rate_limit::RateLimits;
 use super::rate_limit::RateScope;
@@ -105,7 +105,7 @@ impl<'a> PoolCycle<'a> {
     /// When job `j` was leased (jobs placed in this cycle: now, i.e. after every running one).
     pub(super) fn started_ms(&self, j: u32) -> i64 {
         let job = &self.jobs[j as usize];
-        if job.origin() == Origin::Queued {
+        if job.was_queued() {
             return i64::MAX;
         }
         self.policy.as_ref().and_then(|p| p.started.get(&job.id).copied()).unwrap_or(i64::MIN)
