@@ -5,6 +5,7 @@
 mod agent;
 #[cfg(feature = "grpc")]
 mod armada_python;
+mod bench_cluster;
 mod bench_groups;
 mod bench_schedule;
 mod bounded_waits;

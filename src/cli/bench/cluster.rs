@@ -1,10 +1,11 @@
 //! `convoy bench cluster`: three servers on 127.0.0.1 as one Raft cluster. Submission throughput
-//! through all three (followers relay to the leader), then repeated failovers: SIGKILL of the
-//! leader, the time until the first acknowledged write and the first lease after it, and at the
-//! end a count of acknowledged jobs that were lost or duplicated.
+//! through all three (followers relay to the leader) or through the leader alone, with the
+//! latency of single requests by whether a follower relayed them; then repeated failovers:
+//! SIGKILL of the leader, the time until the first acknowledged write and the first lease after
+//! it, and at the end a count of acknowledged jobs that were lost or duplicated.
 
-use super::harness::{BenchServer, config};
-use super::submit::{drive, tempfile_dir};
+use super::harness::{BenchServer, config, percentile};
+use super::submit::{drive, drive_each, tempfile_dir};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -17,7 +18,7 @@ pub(crate) struct ClusterArgs {
     /// Jobs to submit in batches of 100.
     #[arg(long, default_value_t = 200_000)]
     batched_jobs: u64,
-    /// Concurrent clients sending batches, spread over the three servers. Each batch waits for
+    /// Concurrent clients sending batches (to the servers `--send-to` names). Each batch waits for
     /// a majority's fsync and, on a follower, for its own apply: 32 keep three servers busy on
     /// two cores, fewer measure latency more than throughput.
     #[arg(long, default_value_t = 32)]
@@ -25,9 +26,14 @@ pub(crate) struct ClusterArgs {
     /// Requests of one job each.
     #[arg(long, default_value_t = 20_000)]
     single_requests: u64,
-    /// Concurrent clients sending single jobs, spread over the three servers.
+    /// Concurrent clients sending single jobs (to the servers `--send-to` names).
     #[arg(long, default_value_t = 16)]
     single_clients: usize,
+    /// Where the clients of both throughput phases send: spread over all three servers (the
+    /// followers relay to the leader), or all to the leader (what the relay costs is the
+    /// difference).
+    #[arg(long, value_enum, default_value_t = SendTo::All)]
+    send_to: SendTo,
     /// Leader kills.
     #[arg(long, default_value_t = 10)]
     failovers: usize,
@@ -37,6 +43,24 @@ pub(crate) struct ClusterArgs {
     /// `cluster.election_timeout` of the servers (default: the configuration's default).
     #[arg(long)]
     election_timeout: Option<String>,
+}
+
+/// Which servers the throughput clients send to.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum SendTo {
+    /// Spread over the three servers.
+    All,
+    /// All to the leader.
+    Leader,
+}
+
+impl SendTo {
+    fn as_str(self) -> &'static str {
+        match self {
+            SendTo::All => "all",
+            SendTo::Leader => "leader",
+        }
+    }
 }
 
 /// One member: its directory, configuration, URL and process.
@@ -125,10 +149,23 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let r = http.post(format!("{}/v1/queues", urls[0])).json(&json!({"name": "bench"})).send().await?;
         anyhow::ensure!(r.status().is_success(), "creating the queue: {}", r.status());
 
-        let (bwall, _, bjobs) = drive(&urls, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
-        let (swall, _, sjobs) = drive(&urls, args.single_clients, args.single_requests, 1).await?;
+        let leader_url = members.iter().find(|m| m.id == first).context("leader")?.url.clone();
+        let targets = match args.send_to {
+            SendTo::All => urls.clone(),
+            SendTo::Leader => vec![leader_url.clone()],
+        };
+        let (bwall, _, bjobs) = drive(&targets, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
+        let (swall, by_target, sjobs) = drive_each(&targets, args.single_clients, args.single_requests, 1).await?;
+        // Latency of the single requests sent to the leader and of those a follower relayed.
+        let (mut at_leader, mut relayed) = (Vec::new(), Vec::new());
+        for (url, lat) in targets.iter().zip(by_target) {
+            if *url == leader_url { at_leader.extend(lat) } else { relayed.extend(lat) }
+        }
+        at_leader.sort();
+        relayed.sort();
+        let ms = |v: f64| (v * 100.0).round() / 100.0;
 
-        let append_ms = append_mean_ms(&http, &members.iter().find(|m| m.id == first).context("leader")?.url).await;
+        let append_ms = append_mean_ms(&http, &leader_url).await;
 
         let mut acked: HashMap<String, String> = HashMap::new();
         let (mut to_write, mut to_lease) = (Vec::new(), Vec::new());
@@ -181,10 +218,15 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let out = json!({
             "batch_clients": args.batch_clients,
             "single_clients": args.single_clients,
+            "send_to": args.send_to.as_str(),
             "batched_jobs": bjobs,
             "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
             "single_requests": sjobs,
             "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
+            "single_ms_at_leader_p50": ms(percentile(&at_leader, 50.0)),
+            "single_ms_at_leader_p99": ms(percentile(&at_leader, 99.0)),
+            "single_ms_relayed_p50": ms(percentile(&relayed, 50.0)),
+            "single_ms_relayed_p99": ms(percentile(&relayed, 99.0)),
             "append_rtt_ms_mean": (append_ms * 100.0).round() / 100.0,
             "failovers": args.failovers,
             "kill_to_first_write_ms_median": med(&mut to_write).round(),

@@ -49,6 +49,20 @@ pub(super) async fn drive(
     total: u64,
     per_request: usize,
 ) -> anyhow::Result<(Duration, Vec<Duration>, u64)> {
+    let (wall, by_url, acked) = drive_each(urls, clients, total, per_request).await?;
+    let mut lat: Vec<Duration> = by_url.into_iter().flatten().collect();
+    lat.sort();
+    Ok((wall, lat, acked))
+}
+
+/// [`drive`], with the latencies kept apart by the URL they were sent to (in `urls`' order, each
+/// sorted).
+pub(super) async fn drive_each(
+    urls: &[String],
+    clients: usize,
+    total: u64,
+    per_request: usize,
+) -> anyhow::Result<(Duration, Vec<Vec<Duration>>, u64)> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
@@ -81,13 +95,15 @@ pub(super) async fn drive(
             lat
         }));
     }
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await?);
+    let mut by_url = vec![Vec::new(); urls.len()];
+    for (c, t) in tasks.into_iter().enumerate() {
+        by_url[c % urls.len()].extend(t.await?);
     }
     let wall = start.elapsed();
-    lat.sort();
-    Ok((wall, lat, acked.load(Ordering::Relaxed)))
+    for lat in &mut by_url {
+        lat.sort();
+    }
+    Ok((wall, by_url, acked.load(Ordering::Relaxed)))
 }
 
 pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
