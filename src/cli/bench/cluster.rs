@@ -121,25 +121,131 @@ fn job(client_id: &str, round: usize) -> Value {
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 }
 
+/// The three members' directories and configurations under `tmp`, on free loopback ports.
+fn members(args: &ClusterArgs, tmp: &std::path::Path) -> anyhow::Result<Vec<Member>> {
+    let ports = [free_port()?, free_port()?, free_port()?];
+    let peers: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{{ id = {}, addr = \"http://127.0.0.1:{p}\" }}", i + 1))
+        .collect();
+    let mut members = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let id = i as u64 + 1;
+        let dir = tmp.join(format!("node-{id}"));
+        std::fs::create_dir_all(&dir)?;
+        let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{port}\"\nmax_jobs_per_request = 10000\n");
+        let config = config(&dir, &server).replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1)
+            + &format!("\n[cluster]\npeers = [{}]\n", peers.join(", "))
+            + &args.heartbeat_interval.as_ref().map(|h| format!("heartbeat_interval = \"{h}\"\n")).unwrap_or_default()
+            + &args.election_timeout.as_ref().map(|e| format!("election_timeout = \"{e}\"\n")).unwrap_or_default();
+        members.push(Member { id, dir, config, url: format!("http://127.0.0.1:{port}"), server: None });
+    }
+    Ok(members)
+}
+
+/// Milliseconds to two decimals.
+fn ms(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+/// The throughput phases: batches of 100, then single jobs, sent to `targets`; the figures.
+async fn throughput(args: &ClusterArgs, targets: &[String], leader_url: &str) -> anyhow::Result<Value> {
+    let (bwall, _, bjobs) = drive(targets, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
+    let (swall, by_target, sjobs) = drive_each(targets, args.single_clients, args.single_requests, 1).await?;
+    // Latency of the single requests sent to the leader and of those a follower relayed.
+    let (mut at_leader, mut relayed) = (Vec::new(), Vec::new());
+    for (url, lat) in targets.iter().zip(by_target) {
+        if url == leader_url { at_leader.extend(lat) } else { relayed.extend(lat) }
+    }
+    at_leader.sort();
+    relayed.sort();
+    Ok(json!({
+        "batched_jobs": bjobs,
+        "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
+        "single_requests": sjobs,
+        "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
+        "single_ms_at_leader_p50": ms(percentile(&at_leader, 50.0)),
+        "single_ms_at_leader_p99": ms(percentile(&at_leader, 99.0)),
+        "single_ms_relayed_p50": ms(percentile(&relayed, 50.0)),
+        "single_ms_relayed_p99": ms(percentile(&relayed, 99.0)),
+    }))
+}
+
+/// What the leader kills measured: ms from each kill to the first acknowledged write and to the
+/// first lease, and every job acknowledged meanwhile (client id to job id).
+#[derive(Default)]
+struct Failovers {
+    to_write: Vec<f64>,
+    to_lease: Vec<f64>,
+    acked: HashMap<String, String>,
+}
+
+/// `rounds` times: queues jobs for the round, kills the leader (first `leader`), times the first
+/// write and lease on the survivors, and starts the killed member again.
+async fn failovers(
+    http: &reqwest::Client,
+    members: &mut [Member],
+    rounds: usize,
+    mut current: u64,
+) -> anyhow::Result<Failovers> {
+    let mut f = Failovers::default();
+    let first_url = members.first().context("members")?.url.clone();
+    for round in 0..rounds {
+        // Jobs only this round's executor can take, queued before the kill.
+        let ids: Vec<String> = (0..5).map(|k| format!("r{round}-queued-{k}")).collect();
+        let body = json!({"queue": "bench", "job_set": "failover", "jobs": ids.iter().map(|c| job(c, round)).collect::<Vec<_>>()});
+        let r = http.post(format!("{first_url}/v1/jobs")).json(&body).send().await?;
+        anyhow::ensure!(r.status().is_success(), "queueing: {}", r.status());
+        let got: Value = r.json().await?;
+        for (c, j) in ids.iter().zip(got["job_ids"].as_array().context("job_ids")?) {
+            f.acked.insert(c.clone(), j.as_str().unwrap_or_default().to_string());
+        }
+
+        let victim = members.iter_mut().find(|m| m.id == current).context("leader is a member")?;
+        let killed = Instant::now();
+        if let Some(mut s) = victim.server.take() {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+        let survivors: Vec<String> = members.iter().filter(|m| m.server.is_some()).map(|m| m.url.clone()).collect();
+        let (write_ms, lease_ms) = tokio::join!(
+            first_write(http, &survivors, round, killed, &mut f.acked),
+            first_lease(http, &survivors, round, killed)
+        );
+        f.to_write.push(write_ms?);
+        f.to_lease.push(lease_ms?);
+        current = leader(http, members).await?;
+        members.iter_mut().find(|m| m.server.is_none()).context("the killed member")?.start()?;
+        leader(http, members).await?;
+    }
+    Ok(f)
+}
+
+/// Acknowledged jobs missing from a member, and client ids stored more than once, over `urls`.
+async fn lost_and_duplicated(
+    http: &reqwest::Client,
+    urls: &[String],
+    acked: &HashMap<String, String>,
+) -> anyhow::Result<(u64, u64)> {
+    let (mut lost, mut duplicated) = (0u64, 0u64);
+    for url in urls {
+        let jobs = list(http, url).await?;
+        let mut seen: HashMap<&str, u32> = HashMap::new();
+        for cid in jobs.values() {
+            *seen.entry(cid.as_str()).or_default() += 1;
+        }
+        duplicated += seen.values().filter(|n| **n > 1).count() as u64;
+        lost += acked.iter().filter(|(c, j)| jobs.get(*j).map(String::as_str) != Some(c.as_str())).count() as u64;
+    }
+    Ok((lost, duplicated))
+}
+
 pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let tmp = tempfile_dir()?;
-        let ports = [free_port()?, free_port()?, free_port()?];
-        let peers: Vec<String> =
-            ports.iter().enumerate().map(|(i, p)| format!("{{ id = {}, addr = \"http://127.0.0.1:{p}\" }}", i + 1)).collect();
-        let mut members = Vec::new();
-        for (i, port) in ports.iter().enumerate() {
-            let id = i as u64 + 1;
-            let dir = tmp.join(format!("node-{id}"));
-            std::fs::create_dir_all(&dir)?;
-            let server = format!("node_id = {id}\nadvertise = \"http://127.0.0.1:{port}\"\nmax_jobs_per_request = 10000\n");
-            let config = config(&dir, &server).replacen("127.0.0.1:0", &format!("127.0.0.1:{port}"), 1)
-                + &format!("\n[cluster]\npeers = [{}]\n", peers.join(", "))
-                + &args.heartbeat_interval.as_ref().map(|h| format!("heartbeat_interval = \"{h}\"\n")).unwrap_or_default()
-                + &args.election_timeout.as_ref().map(|e| format!("election_timeout = \"{e}\"\n")).unwrap_or_default();
-            members.push(Member { id, dir, config, url: format!("http://127.0.0.1:{port}"), server: None });
-        }
+        let mut members = members(&args, &tmp)?;
         for m in &mut members {
             m.start()?;
         }
@@ -154,89 +260,34 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
             SendTo::All => urls.clone(),
             SendTo::Leader => vec![leader_url.clone()],
         };
-        let (bwall, _, bjobs) = drive(&targets, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
-        let (swall, by_target, sjobs) = drive_each(&targets, args.single_clients, args.single_requests, 1).await?;
-        // Latency of the single requests sent to the leader and of those a follower relayed.
-        let (mut at_leader, mut relayed) = (Vec::new(), Vec::new());
-        for (url, lat) in targets.iter().zip(by_target) {
-            if *url == leader_url { at_leader.extend(lat) } else { relayed.extend(lat) }
-        }
-        at_leader.sort();
-        relayed.sort();
-        let ms = |v: f64| (v * 100.0).round() / 100.0;
-
+        let mut out = throughput(&args, &targets, &leader_url).await?;
         let append_ms = append_mean_ms(&http, &leader_url).await;
-
-        let mut acked: HashMap<String, String> = HashMap::new();
-        let (mut to_write, mut to_lease) = (Vec::new(), Vec::new());
-        let mut current = first;
-        for round in 0..args.failovers {
-            // Jobs only this round's executor can take, queued before the kill.
-            let ids: Vec<String> = (0..5).map(|k| format!("r{round}-queued-{k}")).collect();
-            let body = json!({"queue": "bench", "job_set": "failover", "jobs": ids.iter().map(|c| job(c, round)).collect::<Vec<_>>()});
-            let r = http.post(format!("{}/v1/jobs", urls[0])).json(&body).send().await?;
-            anyhow::ensure!(r.status().is_success(), "queueing: {}", r.status());
-            let got: Value = r.json().await?;
-            for (c, j) in ids.iter().zip(got["job_ids"].as_array().context("job_ids")?) {
-                acked.insert(c.clone(), j.as_str().unwrap_or_default().to_string());
-            }
-
-            let victim = members.iter_mut().find(|m| m.id == current).context("leader is a member")?;
-            let killed = Instant::now();
-            if let Some(mut s) = victim.server.take() {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
-            }
-            let survivors: Vec<String> = members.iter().filter(|m| m.server.is_some()).map(|m| m.url.clone()).collect();
-            let (write_ms, lease_ms) = tokio::join!(
-                first_write(&http, &survivors, round, killed, &mut acked),
-                first_lease(&http, &survivors, round, killed)
-            );
-            to_write.push(write_ms?);
-            to_lease.push(lease_ms?);
-            current = leader(&http, &members).await?;
-            members.iter_mut().find(|m| m.server.is_none()).context("the killed member")?.start()?;
-            leader(&http, &members).await?;
-        }
-
+        let mut f = failovers(&http, &mut members, args.failovers, first).await?;
         // Every acknowledged job is there once, on every member.
-        let (mut lost, mut duplicated) = (0u64, 0u64);
-        for url in &urls {
-            let jobs = list(&http, url).await?;
-            let mut seen: HashMap<&str, u32> = HashMap::new();
-            for cid in jobs.values() {
-                *seen.entry(cid.as_str()).or_default() += 1;
-            }
-            duplicated += seen.values().filter(|n| **n > 1).count() as u64;
-            lost += acked.iter().filter(|(c, j)| jobs.get(*j).map(String::as_str) != Some(c.as_str())).count() as u64;
-        }
+        let (lost, duplicated) = lost_and_duplicated(&http, &urls, &f.acked).await?;
+
         let med = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        let out = json!({
+        let rest = json!({
             "batch_clients": args.batch_clients,
             "single_clients": args.single_clients,
             "send_to": args.send_to.as_str(),
-            "batched_jobs": bjobs,
-            "batched_jobs_per_sec": (bjobs as f64 / bwall.as_secs_f64()).round(),
-            "single_requests": sjobs,
-            "single_requests_per_sec": (sjobs as f64 / swall.as_secs_f64()).round(),
-            "single_ms_at_leader_p50": ms(percentile(&at_leader, 50.0)),
-            "single_ms_at_leader_p99": ms(percentile(&at_leader, 99.0)),
-            "single_ms_relayed_p50": ms(percentile(&relayed, 50.0)),
-            "single_ms_relayed_p99": ms(percentile(&relayed, 99.0)),
-            "append_rtt_ms_mean": (append_ms * 100.0).round() / 100.0,
+            "append_rtt_ms_mean": ms(append_ms),
             "failovers": args.failovers,
-            "kill_to_first_write_ms_median": med(&mut to_write).round(),
-            "kill_to_first_write_ms_max": max(&to_write).round(),
-            "kill_to_first_lease_ms_median": med(&mut to_lease).round(),
-            "kill_to_first_lease_ms_max": max(&to_lease).round(),
-            "acknowledged_checked": acked.len(),
+            "kill_to_first_write_ms_median": med(&mut f.to_write).round(),
+            "kill_to_first_write_ms_max": max(&f.to_write).round(),
+            "kill_to_first_lease_ms_median": med(&mut f.to_lease).round(),
+            "kill_to_first_lease_ms_max": max(&f.to_lease).round(),
+            "acknowledged_checked": f.acked.len(),
             "lost": lost,
             "duplicated": duplicated,
         });
+        if let (Some(o), Value::Object(r)) = (out.as_object_mut(), rest) {
+            o.extend(r);
+        }
         println!("{out}");
         drop(members);
         let _ = std::fs::remove_dir_all(&tmp);
