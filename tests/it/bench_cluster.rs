@@ -26,6 +26,8 @@ fn ms(v: &Value, key: &str) -> f64 {
 fn single_requests_are_timed_apart_by_whether_a_follower_relayed_them() {
     let spread = bench("all");
     assert_eq!(spread["send_to"], "all", "{spread}");
+    // Said either way (a starved machine may replace the leader under load).
+    assert!(spread["leader_changed_during_throughput"].is_boolean(), "{spread}");
     assert_eq!(spread["single_requests"], 90, "{spread}");
     assert_eq!(spread["batched_jobs"], 300, "{spread}");
     assert_eq!((spread["lost"].as_u64(), spread["duplicated"].as_u64()), (Some(0), Some(0)), "{spread}");

@@ -63,6 +63,7 @@ pub(super) async fn drive_each(
     total: u64,
     per_request: usize,
 ) -> anyhow::Result<(Duration, Vec<Vec<Duration>>, u64)> {
+    anyhow::ensure!(!urls.is_empty(), "no server to send to");
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
