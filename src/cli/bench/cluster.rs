@@ -181,8 +181,8 @@ struct Failovers {
     acked: HashMap<String, String>,
 }
 
-/// `rounds` times: queues jobs for the round, kills the leader (first `leader`), times the first
-/// write and lease on the survivors, and starts the killed member again.
+/// `rounds` times: queues jobs for the round, kills the leader (`current` the first time), times the
+/// first write and lease on the survivors, and starts the killed member again.
 async fn failovers(
     http: &reqwest::Client,
     members: &mut [Member],
