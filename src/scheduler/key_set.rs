@@ -37,6 +37,11 @@ impl KeySet {
         KeySet { prefix: used.clamp(1, MAX_INDEXED_RESOURCES) - 1, buckets: BTreeMap::new() }
     }
 
+    /// An empty set bucketed as this one.
+    pub(crate) fn new_like(&self) -> KeySet {
+        KeySet { prefix: self.prefix, buckets: BTreeMap::new() }
+    }
+
     fn bucket(&self, key: &Key) -> Bucket {
         let mut b = [0; MAX_INDEXED_RESOURCES];
         b[..self.prefix].copy_from_slice(&key.0[..self.prefix]);

@@ -22,8 +22,8 @@
 //!
 //! **Index.** Per level and node type, ordered sets keyed by the free amounts of the indexed
 //! resources, in buckets by all amounts but the last so that a search passes over nodes short of
-//! a later resource ([`super::key_set`]). A level's index is only built when a job first searches it (cycles without
-//! preemption never build more than level 0) and is kept in step afterwards.
+//! a later resource ([`super::key_set`]). A level's index is only built when a job first searches
+//! it (cycles without preemption never build more than level 0) and is kept in step afterwards.
 
 use super::config::MAX_INDEXED_RESOURCES;
 use super::free_max::FreeMax;
@@ -292,14 +292,15 @@ impl NodeDb {
         l > 0 && self.freed_counts[l as usize] == 0
     }
 
-    fn index_insert(idx: &mut TypeIndex, tier: Tier, key: Key, used: usize) {
+    fn index_insert(idx: &mut TypeIndex, tier: Tier, key: Key) {
         match tier {
             Tier::Empty => {
                 idx.empty.insert(key);
             }
             Tier::Sole(q) => {
                 idx.nonempty.insert(key);
-                idx.sole.entry(q).or_insert_with(|| KeySet::new(used)).insert(key);
+                let empty = &idx.empty;
+                idx.sole.entry(q).or_insert_with(|| empty.new_like()).insert(key);
             }
             Tier::Shared => {
                 idx.nonempty.insert(key);
@@ -429,10 +430,9 @@ impl NodeDb {
             if new == old && new_tier == old_tier {
                 continue;
             }
-            let used = self.key_used;
             if let Some(idx) = self.indexes[l].as_mut() {
                 Self::index_remove(&mut idx[t], old_tier, &old);
-                Self::index_insert(&mut idx[t], new_tier, new, used);
+                Self::index_insert(&mut idx[t], new_tier, new);
             }
         }
     }

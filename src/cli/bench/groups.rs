@@ -137,16 +137,19 @@ fn split(snap: &Snapshot, route: Route, groups: usize) -> Vec<Snapshot> {
 
 /// The fastest of `repeat` cycles over `snap`, with its decisions.
 fn fastest(snap: &Snapshot, cfg: &SchedulerConfig, seed: u64, repeat: usize) -> (f64, Decisions) {
-    let mut best: Option<(f64, Decisions)> = None;
-    for _ in 0..repeat.max(1) {
+    let timed = || {
         let t = Instant::now();
         let d = schedule(snap, cfg, seed, 0);
-        let ms = t.elapsed().as_secs_f64() * 1000.0;
-        if best.as_ref().is_none_or(|(b, _)| ms < *b) {
-            best = Some((ms, d));
+        (t.elapsed().as_secs_f64() * 1000.0, d)
+    };
+    let mut best = timed();
+    for _ in 1..repeat {
+        let (ms, d) = timed();
+        if ms < best.0 {
+            best = (ms, d);
         }
     }
-    best.unwrap_or_else(|| (0.0, schedule(snap, cfg, seed, 0)))
+    best
 }
 
 /// CPU (millicores) each queue holds after a cycle: its running jobs not preempted, and its new
