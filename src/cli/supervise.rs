@@ -1,19 +1,24 @@
 //! The hidden `convoy agent-supervise`: runs one job of the process runtime, or (with
-//! `--spawner`) the agent's spawner that forks a supervisor per job. Started by the agent, not by
-//! people; see `convoy::agent::runtime::process::{supervise, spawner}`.
+//! `--spawner`) the agent's spawner that forks a supervisor per job, or (with `--host`) a
+//! supervisor host that supervises jobs on threads. Started by the agent, not by people; see
+//! `convoy::agent::runtime::process::{supervise, spawner, host}`.
 
 use anyhow::Context;
-use convoy::agent::runtime::process::{spawner, supervise};
+use convoy::agent::runtime::process::{host, spawner, supervise};
 use std::path::PathBuf;
 
 /// Flags of `convoy agent-supervise`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SuperviseArgs {
     /// Serve the agent's spawn requests on stdin instead of supervising one job.
-    #[arg(long, conflicts_with_all = ["run_dir", "command"])]
+    #[arg(long, conflicts_with_all = ["run_dir", "command", "host"])]
     spawner: bool,
+    /// Serve the agent's spawn requests on stdin, supervising each job on a thread of this
+    /// process.
+    #[arg(long, conflicts_with_all = ["run_dir", "command"])]
+    host: bool,
     /// The run directory.
-    #[arg(long, required_unless_present = "spawner")]
+    #[arg(long, required_unless_present_any = ["spawner", "host"])]
     run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 1.0)]
@@ -25,7 +30,7 @@ pub(crate) struct SuperviseArgs {
     #[arg(long)]
     workdir: Option<PathBuf>,
     /// The command and its arguments.
-    #[arg(last = true, required_unless_present = "spawner")]
+    #[arg(last = true, required_unless_present_any = ["spawner", "host"])]
     command: Vec<String>,
 }
 
@@ -42,6 +47,10 @@ pub(crate) fn run(args: SuperviseArgs) -> anyhow::Result<()> {
         anyhow::ensure!(threads() == Some(1), "the spawner must run single-threaded (found {:?} threads)", threads());
         // SAFETY: checked just above: this process has one thread.
         unsafe { spawner::serve() }.context("serving spawn requests")?;
+        return Ok(());
+    }
+    if args.host {
+        host::serve().context("serving spawn requests as a supervisor host")?;
         return Ok(());
     }
     let run_dir = args.run_dir.context("--run-dir is required")?;

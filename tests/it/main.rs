@@ -7,6 +7,7 @@ mod agent;
 mod armada_python;
 mod bench_cluster;
 mod bench_groups;
+mod bench_processes;
 mod bench_schedule;
 mod bounded_waits;
 mod chaos;

@@ -21,7 +21,7 @@ mod process;
 pub use fake::{FakeConfig, FakeNodeGroup};
 pub(crate) use kubernetes::is_label_value;
 pub use kubernetes::{IngressDefaults, KubernetesConfig};
-pub use process::ProcessConfig;
+pub use process::{ProcessConfig, Supervisors};
 
 use crate::config_file;
 use crate::model::duration::{format_duration, serde_text};
@@ -448,6 +448,15 @@ mod tests {
         assert_eq!(c.kubernetes.force_delete_after, Duration::ZERO);
         let e = AgentConfig::from_toml_str("[process]\nkeep_finished = \"1h\"\nkeep_finished_hours = 1\n").unwrap_err();
         assert!(e.to_string().contains("agent.process: keep_finished and keep_finished_hours"), "{e}");
+    }
+
+    #[test]
+    fn supervisors_are_shared_unless_asked_per_job_and_other_values_name_the_key() {
+        assert_eq!(AgentConfig::from_toml_str("").unwrap().process.supervisors, Supervisors::Shared);
+        let c = AgentConfig::from_toml_str("[process]\nsupervisors = \"per-job\"\n").unwrap();
+        assert_eq!(c.process.supervisors, Supervisors::PerJob);
+        let e = AgentConfig::from_toml_str("[process]\nsupervisors = \"threads\"\n").unwrap_err().to_string();
+        assert!(e.contains("agent.process.supervisors") && e.contains("per-job"), "{e}");
     }
 
     #[test]

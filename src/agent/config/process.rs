@@ -40,6 +40,10 @@ pub struct ProcessConfig {
     /// executable.
     #[serde(default)]
     pub supervisor: Option<PathBuf>,
+    /// How unconfined jobs are supervised: `shared` (a thread each in a supervisor host, the
+    /// default) or `per-job` (a process each, as confined jobs always are). Default: `shared`.
+    #[serde(default)]
+    pub supervisors: Supervisors,
     /// How long to keep the directories of runs whose result was reported (at least 1s).
     /// Default: 24h. Also read from `keep_finished_hours`, a number of hours, its older spelling.
     #[serde(with = "serde_text")]
@@ -58,6 +62,19 @@ pub struct ProcessConfig {
     /// Let `run_as` name root. Default: false.
     #[serde(default)]
     pub allow_root: bool,
+}
+
+/// How the process runtime supervises jobs that run unconfined (confined jobs always get a
+/// supervisor process of their own, started inside their cgroup).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Supervisors {
+    /// A thread each in a supervisor host process: a fraction of a process's cost per job; the
+    /// runs of one host share its fate if it is killed.
+    #[default]
+    Shared,
+    /// A supervisor process each: one killed supervisor costs one run.
+    PerJob,
 }
 
 /// `[agent.process]` as written: [`ProcessConfig`] with `keep_finished_hours` (a number of
@@ -79,6 +96,8 @@ struct ProcessFile {
     allocatable: Option<Resources>,
     #[serde(default)]
     supervisor: Option<PathBuf>,
+    #[serde(default)]
+    supervisors: Supervisors,
     #[serde(default, deserialize_with = "some_duration")]
     keep_finished: Option<Duration>,
     #[serde(default)]
@@ -112,6 +131,7 @@ impl TryFrom<ProcessFile> for ProcessConfig {
             reserved_for: f.reserved_for,
             allocatable: f.allocatable,
             supervisor: f.supervisor,
+            supervisors: f.supervisors,
             keep_finished,
             limits: f.limits,
             gpus: f.gpus,
@@ -136,6 +156,7 @@ impl Default for ProcessConfig {
             reserved_for: Vec::new(),
             allocatable: None,
             supervisor: None,
+            supervisors: Supervisors::default(),
             keep_finished: default_keep_finished(),
             limits: Default::default(),
             gpus: None,

@@ -37,6 +37,11 @@ pub(crate) struct ProcessesArgs {
     /// jobs run unconfined, so one run of each measures what confinement costs.
     #[arg(long)]
     limits: bool,
+    /// How the agent supervises unconfined jobs (`[process] supervisors`): `shared`, a thread
+    /// each in a supervisor host (the default), or `per-job`, a process each; one run of each
+    /// measures what a supervisor process per job costs.
+    #[arg(long, default_value = "shared", value_parser = ["shared", "per-job"])]
+    supervisors: String,
 }
 
 /// The type of the file system holding `path` or, while it does not exist yet, its nearest
@@ -107,9 +112,10 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
             &agent_cfg,
             format!(
                 "executor = \"bench\"\nservers = [\"{url}\"]\ndata_dir = \"{}\"\nruntime = \"process\"\n\
-                 [process]\nnode = \"bench-node\"\nallocatable = {{ cpu = \"{}m\", memory = \"1Pi\" }}\n\
-                 [process.limits]\nenabled = {}\n",
+                 [process]\nnode = \"bench-node\"\nsupervisors = \"{}\"\n\
+                 allocatable = {{ cpu = \"{}m\", memory = \"1Pi\" }}\n[process.limits]\nenabled = {}\n",
                 agent_dir.display(),
+                args.supervisors,
                 args.concurrency,
                 args.limits,
             ),
@@ -153,12 +159,15 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         let v: Value =
             http.get(format!("{url}/v1/jobs?queue=bench&state=failed&limit=1000")).send().await?.json().await?;
         let failed = v["jobs"].as_array().map_or(0, Vec::len);
+        let supervisor_processes = supervisor_processes(&agent_dir.join("runs"));
         let per_job = |d: Duration| (d.as_secs_f64() * 1000.0 / args.jobs as f64 * 100.0).round() / 100.0;
         let out: Value = json!({
             "jobs": args.jobs,
             "command": args.command,
             "concurrency": args.concurrency,
             "limits": args.limits,
+            "supervisors": args.supervisors,
+            "supervisor_processes": supervisor_processes,
             "seconds": (took.as_secs_f64() * 100.0).round() / 100.0,
             "jobs_per_sec": (args.jobs as f64 / took.as_secs_f64()).round(),
             "failed": failed,
@@ -174,6 +183,23 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
         anyhow::ensure!(failed == 0, "{failed} jobs failed");
         Ok(())
     })
+}
+
+/// How many processes supervised the runs in `runs` (counted after the runs, from each run
+/// directory's `supervisor` stamps): one per job with `per-job` supervisors, a few hosts with
+/// `shared` ones.
+fn supervisor_processes(runs: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(runs) else { return 0 };
+    let stamps: std::collections::HashSet<String> = entries
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("supervisor")).ok())
+        .filter_map(|text| {
+            // `pid start_time [host]`: the pid and its start time name one process.
+            let mut words = text.lines().next()?.split_whitespace();
+            Some(format!("{} {}", words.next()?, words.next()?))
+        })
+        .collect();
+    stamps.len()
 }
 
 /// Removes the cgroup slots of the benchmark's agent when dropped.

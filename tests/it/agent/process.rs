@@ -95,11 +95,77 @@ async fn kill_honouring_sigterm_ends_within_the_grace_period() {
     agent.stop().await.expect("clean stop");
 }
 
+/// The runs of a supervisor host share its fate: killed with SIGKILL, it leaves each of its runs
+/// without a supervisor, and the agent stops each job and records it lost (the node's fault, not
+/// the job's); the next job gets a new host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
+async fn a_killed_supervisor_host_costs_each_of_its_runs_and_the_next_job_gets_a_new_one() {
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
-    let agent = InProcessAgent::start(config(vec![cp.url()], RuntimeKind::Process, dir.path()));
+    let mut c = config(vec![cp.url()], RuntimeKind::Process, dir.path());
+    // Unconfined: confined jobs get a supervisor process each, inside their cgroup.
+    c.process.limits.enabled = false;
+    let agent = InProcessAgent::start(c);
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let l = shell_lease("node-1", "echo started; while true; do sleep 0.1; done");
+        runs.push(l.run_id);
+        cp.push_lease(l);
+    }
+    for run_id in &runs {
+        cp.wait_kind(*run_id, RunEventKind::Running, T).await;
+        wait_for_output(dir.path(), *run_id, "started").await;
+    }
+    let stamp = |run_id: convoy::model::RunId| {
+        std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("supervisor")).expect("stamp")
+    };
+    let job_pid = |run_id: convoy::model::RunId| -> i32 {
+        let text = std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("pid")).expect("pid");
+        text.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid")
+    };
+    let hosts: std::collections::BTreeSet<String> = runs.iter().map(|r| stamp(*r)).collect();
+    let pids: Vec<i32> = runs.iter().map(|r| job_pid(*r)).collect();
+    for host in &hosts {
+        assert!(host.trim_end().ends_with(" host"), "{host}");
+        let pid: i32 = host.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
+        // SAFETY: signalling a host this test's agent started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    }
+    for (run_id, pid) in runs.iter().zip(&pids) {
+        let fin = cp.wait_final(*run_id, T).await;
+        assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("supervisor lost")), "{fin:?}");
+        wait_for(T, "the orphaned job's end", || live_group_members(*pid).is_empty().then_some(())).await;
+    }
+    let next = shell_lease("node-1", "echo after");
+    let next_id = next.run_id;
+    cp.push_lease(next);
+    assert_eq!(cp.wait_final(next_id, T).await.kind, RunEventKind::Succeeded);
+    assert!(!hosts.contains(&stamp(next_id)), "a new host: {}", stamp(next_id));
+    agent.stop().await.expect("clean stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
+    ignoring_sigterm_killed_after_grace(true).await;
+}
+
+/// The same stop order to an unconfined job, whose supervisor is a thread of a host: the agent
+/// nudges the host with SIGUSR1, and only that run stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconfined_job_ignoring_sigterm_is_killed_after_the_grace_period_by_its_host() {
+    ignoring_sigterm_killed_after_grace(false).await;
+}
+
+async fn ignoring_sigterm_killed_after_grace(limits: bool) {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config(vec![cp.url()], RuntimeKind::Process, dir.path());
+    c.process.limits.enabled = limits;
+    let agent = InProcessAgent::start(c);
+    // A run beside it, in the same host when unconfined: the stop order is not for it.
+    let bystander = shell_lease("node-1", "echo bystander; while true; do sleep 0.1; done");
+    let bystander_id = bystander.run_id;
+    cp.push_lease(bystander);
     let l = shell_lease("node-1", "trap '' TERM; echo stubborn; while true; do sleep 0.1; done");
     let (run_id, job_id) = (l.run_id, l.job_id);
     cp.push_lease(l);
@@ -125,7 +191,11 @@ async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
         .parse()
         .expect("number");
     assert_eq!(live_group_members(pid), Vec::<i32>::new(), "the job's process group is gone");
+    wait_for_output(dir.path(), bystander_id, "bystander").await;
+    let kinds: Vec<_> = cp.events_of(bystander_id).iter().map(|e| e.kind).collect();
+    assert_eq!(kinds.last(), Some(&RunEventKind::Running), "the other run goes on: {kinds:?}");
     agent.stop().await.expect("clean stop");
+    crate::common::procs::reap_runs(dir.path());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,12 +281,24 @@ fn gated_script(marks: &std::path::Path, name: &str) -> String {
 /// A real `convoy agent` process, killed with SIGKILL while its jobs run, then started again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_and_restarted_reports_results_without_duplicate_starts() {
+    agent_killed_and_restarted(true).await;
+}
+
+/// The same with unconfined jobs: their supervisor host outlives the killed agent, records the
+/// end that came meanwhile, and goes on supervising the run the new agent adopts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_killed_and_restarted_leaves_the_supervisor_host_its_runs() {
+    agent_killed_and_restarted(false).await;
+}
+
+async fn agent_killed_and_restarted(limits: bool) {
     let cp = ControlPlane::start(Some("s3cret"));
     let dir = tempfile::tempdir().expect("tempdir");
     let marks = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
     let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &data);
     cfg.token = Some("s3cret".into());
+    cfg.process.limits.enabled = limits;
     let cfg_path = dir.path().join("agent.toml");
     std::fs::write(&cfg_path, toml::to_string(&cfg).expect("config as TOML")).expect("write config");
     let spawn_agent = || {
@@ -237,6 +319,10 @@ async fn agent_killed_and_restarted_reports_results_without_duplicate_starts() {
     cp.push_lease(slow.clone());
     cp.wait_kind(quick.run_id, RunEventKind::Running, T).await;
     cp.wait_kind(slow.run_id, RunEventKind::Running, T).await;
+    if !limits {
+        let stamp = std::fs::read_to_string(data.join("runs").join(slow.run_id.to_string()).join("supervisor"));
+        assert!(stamp.expect("stamp").trim_end().ends_with(" host"), "a host supervises unconfined jobs");
+    }
     first.0.kill().expect("SIGKILL the agent");
     let _ = first.0.wait();
     // `quick` ends while no agent runs; its supervisor records the result.
@@ -418,12 +504,13 @@ async fn run_that_ran_and_ended_unreported_is_reported_running_then_over() {
 /// on after the spawner is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_outlive_them() {
-    use convoy::agent::runtime::process::spawner::{SpawnRequest, SpawnerClient};
+    use convoy::agent::runtime::process::spawner::{Serving, SpawnRequest, SpawnerClient};
     let dir = tempfile::tempdir().expect("tempdir");
     let run_dir = dir.path().join("run");
     std::fs::create_dir(&run_dir).expect("run dir");
     let go = dir.path().join("go");
-    let mut spawner = SpawnerClient::start(std::path::Path::new(env!("CARGO_BIN_EXE_convoy"))).expect("spawner starts");
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_convoy"));
+    let mut spawner = SpawnerClient::start(exe, Serving::Spawner).expect("spawner starts");
     let req = SpawnRequest {
         run_dir: run_dir.clone(),
         grace_seconds: 1.0,
@@ -454,6 +541,112 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
     let exit = std::fs::read_to_string(run_dir.join("exit")).expect("exit");
     assert!(exit.contains("\"exit_code\":0"), "{exit}");
     assert_eq!(std::fs::read_to_string(run_dir.join("stdout")).expect("stdout"), "hello from a forked supervisor\n");
+}
+
+/// Fields of `/proc/<pid>/stat` after the command: state, ppid, pgrp, session, …
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect())
+}
+
+/// A gated job for a supervisor test: waits for `go`, then prints `$GREETING`.
+fn gated_request(
+    run_dir: &std::path::Path,
+    go: &std::path::Path,
+    greeting: &str,
+) -> convoy::agent::runtime::process::spawner::SpawnRequest {
+    convoy::agent::runtime::process::spawner::SpawnRequest {
+        run_dir: run_dir.to_path_buf(),
+        grace_seconds: 1.0,
+        deadline_seconds: None,
+        workdir: None,
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("while [ ! -e '{}' ]; do sleep 0.02; done; echo \"$GREETING\"", go.display()),
+        ],
+        env: vec![("GREETING".into(), greeting.into())],
+        confine: Default::default(),
+        ended_socket: None,
+    }
+}
+
+/// A supervisor host holds several runs at once, each locked by its own thread: its stamp says
+/// `host`; a kill order with SIGUSR1 stops only the run it names; once its stdin closed (the
+/// agent gone) it takes no more runs but supervises the ones it has to their end, each with its
+/// own exit record and usage, and then exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_host_holds_runs_apart_and_outlives_its_agent() {
+    use convoy::agent::runtime::process::spawner::{Serving, SpawnerClient};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (kept, stopped) = (dir.path().join("kept"), dir.path().join("stopped"));
+    std::fs::create_dir(&kept).expect("run dir");
+    std::fs::create_dir(&stopped).expect("run dir");
+    let go = dir.path().join("go");
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_convoy"));
+    let mut host = SpawnerClient::start(exe, Serving::Host).expect("host starts");
+    host.spawn(&gated_request(&kept, &go, "kept")).await.expect("held");
+    host.spawn(&gated_request(&stopped, &go, "stopped")).await.expect("held");
+    let stamp = std::fs::read_to_string(kept.join("supervisor")).expect("stamp");
+    let words: Vec<&str> = stamp.split_whitespace().collect();
+    assert_eq!(words.len(), 3, "{stamp}");
+    assert_eq!(words[2], "host", "{stamp}");
+    assert_eq!(std::fs::read_to_string(stopped.join("supervisor")).expect("stamp"), stamp, "one host, one stamp");
+    let pid: i32 = words[0].parse().expect("pid");
+    let fields = stat_fields(pid).expect("the host runs");
+    let own_session = stat_fields(std::process::id() as i32).expect("own stat")[3].clone();
+    assert_ne!(fields[3], own_session, "the host left the agent's session");
+    // Both runs are held: the agent's probe finds each directory locked.
+    for run in [&kept, &stopped] {
+        let f = std::fs::File::open(run).expect("open");
+        // SAFETY: flock(2) on a descriptor this test owns.
+        assert_ne!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    }
+    // A kill order for one run, and the nudge the agent sends a host.
+    std::fs::write(stopped.join("kill"), br#"{"grace_seconds":1.0,"reason":"asked to stop"}"#).expect("kill");
+    // SAFETY: signalling the host this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    wait_for(Duration::from_secs(3), "the stopped run's exit record", || stopped.join("exit").exists().then_some(()))
+        .await;
+    let exit = std::fs::read_to_string(stopped.join("exit")).expect("exit");
+    assert!(exit.contains("\"reason\":\"killed\"") && exit.contains("asked to stop"), "{exit}");
+    assert!(!kept.join("exit").exists(), "the other run goes on");
+    // The agent goes: the host takes no more runs, and keeps the one it has.
+    drop(host);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(stat_fields(pid).is_some_and(|f| f[0] != "Z"), "the host outlives its agent while it holds a run");
+    std::fs::write(&go, b"").expect("go");
+    wait_for(T, "the kept run's exit record", || kept.join("exit").exists().then_some(())).await;
+    let exit = std::fs::read_to_string(kept.join("exit")).expect("exit");
+    assert!(exit.contains("\"exit_code\":0") && exit.contains("\"usage\""), "{exit}");
+    assert_eq!(std::fs::read_to_string(kept.join("stdout")).expect("stdout"), "kept\n");
+    wait_for(T, "the host's exit", || stat_fields(pid).is_none_or(|f| f[0] == "Z").then_some(())).await;
+}
+
+/// SIGTERM to a host stops every run it holds, as it stops a supervisor's one run (at a
+/// machine's shutdown, say), and the host exits once they ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_a_supervisor_host_stops_each_run_with_a_record() {
+    use convoy::agent::runtime::process::spawner::{Serving, SpawnerClient};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runs = [dir.path().join("a"), dir.path().join("b")];
+    let never = dir.path().join("never");
+    let mut host =
+        SpawnerClient::start(std::path::Path::new(env!("CARGO_BIN_EXE_convoy")), Serving::Host).expect("host starts");
+    for run in &runs {
+        std::fs::create_dir(run).expect("run dir");
+        host.spawn(&gated_request(run, &never, "never")).await.expect("held");
+    }
+    let stamp = std::fs::read_to_string(runs[0].join("supervisor")).expect("stamp");
+    let pid: i32 = stamp.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
+    // SAFETY: signalling the host this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    for run in &runs {
+        wait_for(Duration::from_secs(5), "an exit record", || run.join("exit").exists().then_some(())).await;
+        let exit = std::fs::read_to_string(run.join("exit")).expect("exit");
+        assert!(exit.contains("the supervisor received SIGTERM"), "{exit}");
+    }
+    wait_for(T, "the host's exit", || stat_fields(pid).is_none_or(|f| f[0] == "Z").then_some(())).await;
 }
 
 /// A run directory in the layout of agents before the directory itself was locked: its

@@ -1,17 +1,19 @@
 //! The process runtime (bare metal): this machine is one node; each run is the job's first
-//! container command, run under a supervisor process that outlives the agent (forked by the
-//! agent's spawner, see [`spawner`]).
+//! container command, run under a supervisor that outlives the agent: a thread of a supervisor
+//! host for an unconfined job ([`host`]), a process forked by the agent's spawner for a
+//! confined one, or for every job with `supervisors = "per-job"` ([`spawner`]).
 //!
 //! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`rundir`]) that appears
 //! atomically with the lease in it. Its existence makes `start` idempotent; after a restart the
 //! agent rebuilds its runs from these directories and reports what happened meanwhile.
 //!
-//! The room holds everything only this runtime uses: the spawner and the supervisor it forks
-//! ([`spawner`], [`supervise`]), the run directories ([`rundir`]), the run-end notices
+//! The room holds everything only this runtime uses: the host, the spawner and the supervisor
+//! they run ([`host`], [`spawner`], [`supervise`]), the run directories ([`rundir`]), the run-end notices
 //! (`ended`), confinement ([`confine`]) and the few system calls they share (`os`).
 
 pub mod confine;
 mod ended;
+pub mod host;
 mod launch;
 mod os;
 pub mod rundir;
@@ -22,7 +24,7 @@ use super::{
     EventSink, LOG_TAIL_MAX_BYTES, OUTPUT_CHUNK_BYTES, OUTPUT_TAIL_BYTES, Runtime, RuntimeError, Started, no_output,
     now_ms, output_chunk, run_event, state_after, tail_text,
 };
-use crate::agent::config::{AgentConfig, node_labels};
+use crate::agent::config::{AgentConfig, Supervisors, node_labels};
 use crate::agent::tasks::OwnedTasks;
 use crate::model::api::{
     HeldRun, LeaseOrder, NodeReport, OutputChunk, OutputStream, OutputWanted, RunEventKind, RunEventReport,
@@ -33,7 +35,7 @@ use confine::user::UnixUser;
 use confine::{Confiner, PlanError};
 use ended::Notices;
 use rundir::{ExitRecord, RunDir};
-use spawner::{SpawnRequest, SpawnerClient};
+use spawner::{Serving, SpawnRequest, SpawnerClient};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -76,8 +78,13 @@ struct Inner {
     /// Each answers one request at a time (a fork, then the supervisor taking its lock): with
     /// two, one forks while the other's answer travels back and the next request is made.
     spawners: [tokio::sync::Mutex<Option<SpawnerClient>>; SPAWNERS],
-    /// Where the next start looks for a free spawner first.
+    /// The supervisor hosts of unconfined jobs (none used with `supervisors = "per-job"`), two
+    /// for the same reason.
+    hosts: [tokio::sync::Mutex<Option<SpawnerClient>>; SPAWNERS],
+    /// Where the next start looks for a free spawner or host first.
     next_spawner: std::sync::atomic::AtomicUsize,
+    /// `[process] supervisors`.
+    supervisors: Supervisors,
     /// Cgroups, devices and users of jobs.
     confiner: Confiner,
     /// Run-end notices from supervisors, and their socket (none if it could not be made: ends
@@ -163,7 +170,9 @@ impl ProcessRuntime {
             sink,
             runs: Mutex::new(HashMap::new()),
             spawners: std::array::from_fn(|_| tokio::sync::Mutex::new(None)),
+            hosts: std::array::from_fn(|_| tokio::sync::Mutex::new(None)),
             next_spawner: std::sync::atomic::AtomicUsize::new(0),
+            supervisors: p.supervisors,
             confiner,
         };
         Ok(Self { inner: Arc::new(inner), tasks })
@@ -225,27 +234,35 @@ impl Inner {
             confine,
             ended_socket: self.ended_socket.clone(),
         };
+        let serving = match self.supervisors {
+            Supervisors::Shared if req.confine == confine::Confinement::default() => Serving::Host,
+            _ => Serving::Spawner,
+        };
+        let pool = match serving {
+            Serving::Host => &self.hosts,
+            Serving::Spawner => &self.spawners,
+        };
         // A slot's supervisors are forked by its holder, a child of one spawner: always that one.
-        let mut spawner = match assignment.slot {
-            Some(n) => self.spawners[n as usize % SPAWNERS].lock().await,
+        let mut spawner = match assignment.slot.filter(|_| serving == Serving::Spawner) {
+            Some(n) => pool[n as usize % SPAWNERS].lock().await,
             None => {
                 let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match (0..SPAWNERS).find_map(|k| self.spawners[(first + k) % SPAWNERS].try_lock().ok()) {
+                match (0..SPAWNERS).find_map(|k| pool[(first + k) % SPAWNERS].try_lock().ok()) {
                     Some(guard) => guard,
-                    None => self.spawners[first % SPAWNERS].lock().await,
+                    None => pool[first % SPAWNERS].lock().await,
                 }
             }
         };
         // One retry with a fresh spawner: the old one may have died between two jobs.
         for attempt in 0..2 {
             if !spawner.as_mut().is_some_and(SpawnerClient::alive) {
-                *spawner = Some(SpawnerClient::start(&self.supervisor_exe)?);
+                *spawner = Some(SpawnerClient::start(&self.supervisor_exe, serving)?);
             }
             let Some(client) = spawner.as_mut() else { continue };
             match client.spawn(&req).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt == 0 && !client.alive() => {
-                    tracing::warn!(error = %e, "the supervisor spawner died; starting another");
+                    tracing::warn!(error = %e, ?serving, "the supervisor spawner died; starting another");
                 }
                 Err(e) => return Err(e),
             }
@@ -627,7 +644,7 @@ impl Runtime for ProcessRuntime {
         if let Ok(Some(sup)) = dir.read_stamp(rundir::SUPERVISOR)
             && sup.is_alive()
         {
-            os::signal_process(sup.pid, libc::SIGTERM).map_err(|e| RuntimeError::io("signalling the supervisor", e))?;
+            sup.nudge().map_err(|e| RuntimeError::io("signalling the supervisor", e))?;
         }
         tracing::info!(%run_id, grace_seconds = grace.as_secs_f64(), reason, "stopping");
         Ok(true)

@@ -11,13 +11,16 @@ use std::os::fd::AsRawFd;
 pub struct ProcStamp {
     pub pid: i32,
     pub start_time: u64,
+    /// A supervisor host ([`super::host`]), which supervises several runs: SIGUSR1 makes it read
+    /// their kill files, where SIGTERM would stop all of them. Written as a third word, `host`.
+    pub host: bool,
 }
 
 impl ProcStamp {
     /// The stamp of a live process, if it exists.
     pub fn of(pid: i32) -> Option<ProcStamp> {
         let (_, start_time) = stat(pid)?;
-        Some(ProcStamp { pid, start_time })
+        Some(ProcStamp { pid, start_time, host: false })
     }
 
     /// The stamp of this process.
@@ -30,18 +33,30 @@ impl ProcStamp {
         matches!(stat(self.pid), Some((state, start)) if start == self.start_time && state != 'Z' && state != 'X')
     }
 
-    /// `pid start_time`, as stored in run directories.
+    /// `pid start_time`, and ` host` for a supervisor host, as stored in run directories.
     pub fn encode(&self) -> String {
-        format!("{} {}\n", self.pid, self.start_time)
+        let host = if self.host { " host" } else { "" };
+        format!("{} {}{host}\n", self.pid, self.start_time)
     }
 
-    /// Parses one line of [`ProcStamp::encode`]'s format: two numbers and nothing else, so a
-    /// line of text beside the stamps is never taken for one.
+    /// Parses one line of [`ProcStamp::encode`]'s format: two numbers, perhaps `host`, and
+    /// nothing else, so a line of text beside the stamps is never taken for one.
     pub fn decode_line(line: &str) -> Option<ProcStamp> {
         let mut it = line.split_whitespace();
         let pid = it.next()?.parse().ok()?;
         let start_time = it.next()?.parse().ok()?;
-        (pid > 0 && it.next().is_none()).then_some(ProcStamp { pid, start_time })
+        let host = match it.next() {
+            None => false,
+            Some("host") => true,
+            Some(_) => return None,
+        };
+        (pid > 0 && it.next().is_none()).then_some(ProcStamp { pid, start_time, host })
+    }
+
+    /// Asks the supervisor this stamp names to look at a run's kill file now (it also polls):
+    /// SIGTERM for a supervisor of one run, SIGUSR1 for a host.
+    pub fn nudge(&self) -> io::Result<()> {
+        signal_process(self.pid, if self.host { libc::SIGUSR1 } else { libc::SIGTERM })
     }
 }
 
@@ -57,18 +72,40 @@ fn stat(pid: i32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
-/// What the children this process waited for used: CPU time (user and system) in ms, and the
-/// largest resident set of any of them in bytes (`getrusage(RUSAGE_CHILDREN)`).
-pub(crate) fn children_usage() -> io::Result<(u64, u64)> {
-    // SAFETY: getrusage writes the struct it is given; a zeroed rusage is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a rusage this function owns.
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+/// CPU time (user and system) in ms, and the largest resident set in bytes, of an `rusage`.
+pub(crate) fn usage_of(ru: &libc::rusage) -> (u64, u64) {
     let ms = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1000 + (t.tv_usec.max(0) as u64) / 1000;
     // ru_maxrss is in KiB on Linux.
-    Ok((ms(ru.ru_utime) + ms(ru.ru_stime), (ru.ru_maxrss.max(0) as u64) * 1024))
+    (ms(ru.ru_utime) + ms(ru.ru_stime), (ru.ru_maxrss.max(0) as u64) * 1024)
+}
+
+/// A descriptor that becomes readable when the child `pid` ends (`pidfd_open(2)`), so a thread
+/// can wait for its own job beside other descriptors, where SIGCHLD would wake one thread of
+/// many.
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes plain integers; on success the descriptor is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("descriptor out of range"))?;
+    // SAFETY: a fresh descriptor owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits up to `timeout` for any of `fds` to become readable or hung up; which ones did.
+pub(crate) fn poll_readable(fds: &[i32], timeout: std::time::Duration) -> io::Result<Vec<bool>> {
+    let mut polled: Vec<libc::pollfd> =
+        fds.iter().map(|fd| libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ms = i32::try_from(timeout.as_millis().saturating_add(1)).unwrap_or(i32::MAX);
+    // SAFETY: a valid array of pollfd of the length given, alive across the call.
+    let rc = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(vec![false; fds.len()]) } else { Err(e) };
+    }
+    Ok(polled.iter().map(|p| p.revents != 0).collect())
 }
 
 /// Number of CPUs this process may use.
@@ -126,17 +163,21 @@ pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
     }
 }
 
+/// Takes an exclusive `flock` on `file` if nobody holds one; false when somebody does.
+pub(crate) fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: flock(2) on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(e) }
+}
+
 /// True if some process holds a `flock` on the file at `path`: probes with a non-blocking lock
 /// that is dropped at once.
 pub(crate) fn is_locked(path: &std::path::Path) -> io::Result<bool> {
-    let file = File::open(path)?;
-    // SAFETY: flock(2) on a descriptor we own; closing it releases our lock.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(false);
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(true) } else { Err(e) }
+    Ok(!try_lock_exclusive(&File::open(path)?)?)
 }
 
 /// Leaves the agent's session so terminal hang-ups and Ctrl-C do not reach the process.
@@ -285,6 +326,10 @@ mod tests {
         assert!(me.is_alive());
         assert_eq!(ProcStamp::decode_line(me.encode().trim_end()), Some(me));
         assert_eq!(ProcStamp::decode_line("12 34 opening the lease"), None);
+        let host = ProcStamp { host: true, ..me };
+        assert_eq!(host.encode(), format!("{} {} host\n", me.pid, me.start_time));
+        assert_eq!(ProcStamp::decode_line(host.encode().trim_end()), Some(host));
+        assert_eq!(ProcStamp::decode_line("12 34 host and more"), None);
         let reused = ProcStamp { start_time: me.start_time + 1, ..me };
         assert!(!reused.is_alive(), "a different start time means a different process");
         assert!(mem_total_bytes().expect("meminfo") > 0);

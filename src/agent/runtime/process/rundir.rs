@@ -264,8 +264,8 @@ impl RunDir {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        // hard_link fails if `exit` appeared meanwhile: the record already there stays.
-        let linked = match std::fs::hard_link(&tmp, self.file(EXIT)) {
+        // Named `exit` unless that appeared meanwhile: the record already there stays.
+        let linked = match rename_no_replace(&tmp, &self.file(EXIT)) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => {
@@ -273,7 +273,9 @@ impl RunDir {
                 return Err(e);
             }
         };
-        let _ = std::fs::remove_file(&tmp);
+        if !linked {
+            let _ = std::fs::remove_file(&tmp);
+        }
         if linked {
             // The record's blocks are synced, but its name lives in the directory: without this
             // a machine crash could lose `exit` for an end the agent already reported, and a
@@ -353,6 +355,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// Renames `from` to `to` unless `to` exists (AlreadyExists then): one change of the directory
+/// (`renameat2` with `RENAME_NOREPLACE`) where a hard link and an unlink are two. File systems
+/// without the flag get the link and the unlink.
+fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+    let (cf, ct) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, cf.as_ptr(), libc::AT_FDCWD, ct.as_ptr(), libc::RENAME_NOREPLACE) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+        return Err(e);
+    }
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
 }
 
 /// Sets aside room for a run's exit record in the (new) run directory `dir`.
@@ -438,13 +461,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let rd = RunDir::new(dir.path().to_path_buf());
         assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), None);
-        let first = ProcStamp { pid: 41, start_time: 7 };
+        let first = ProcStamp { pid: 41, start_time: 7, host: false };
         rd.add_supervisor_stamp(&first).expect("stamp");
         assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), Some(first));
         // What a supervisor prints goes after its stamp; one started again adds its own.
         let mut f = std::fs::OpenOptions::new().append(true).open(rd.file(SUPERVISOR)).expect("open");
         f.write_all(b"cannot spawn: 12 34 things\n").expect("say");
-        let second = ProcStamp { pid: 42, start_time: 9 };
+        // A host's stamp says so, and is no line of text either.
+        let second = ProcStamp { pid: 42, start_time: 9, host: true };
         rd.add_supervisor_stamp(&second).expect("stamp");
         assert_eq!(rd.read_stamp(SUPERVISOR).expect("read"), Some(second));
         assert_eq!(rd.supervisor_output(), "cannot spawn: 12 34 things\n");

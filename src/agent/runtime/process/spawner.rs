@@ -1,5 +1,7 @@
 //! The spawner: one small single-threaded process per agent (`convoy agent-supervise
-//! --spawner`) that forks a supervisor for each job the agent starts.
+//! --spawner`) that forks a supervisor for each confined job the agent starts (and for every
+//! job with `[process] supervisors = "per-job"`; unconfined jobs otherwise go to a supervisor
+//! host, [`super::host`], which speaks the same protocol).
 //!
 //! Starting each job's supervisor by executing the whole `convoy` binary cost about 8 ms of CPU
 //! (loading and relocating a large executable, then a runtime); forking a small process that
@@ -66,9 +68,9 @@ pub unsafe fn serve() -> std::io::Result<()> {
     })
 }
 
-/// The protocol's loop, for the spawner and for holders: one answer per request line, until
-/// `input` ends.
-fn answer_requests(
+/// The protocol's loop, for the spawner, holders and hosts ([`super::host`]): one answer per
+/// request line, until `input` ends.
+pub(super) fn answer_requests(
     input: impl BufRead,
     mut out: impl Write,
     mut start: impl FnMut(SpawnRequest) -> std::io::Result<()>,
@@ -266,8 +268,17 @@ fn become_supervisor(req: SpawnRequest, ready: std::os::fd::OwnedFd) -> std::io:
     })
 }
 
-/// The agent's end: a running spawner and its pipes. Requests are answered in order, one at a
-/// time.
+/// Which process serves the agent's spawn requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// `agent-supervise --spawner`: forks a supervisor process per job.
+    Spawner,
+    /// `agent-supervise --host`: supervises each job on a thread ([`super::host`]).
+    Host,
+}
+
+/// The agent's end: a running spawner or host and its pipes. Requests are answered in order,
+/// one at a time.
 pub struct SpawnerClient {
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
@@ -275,15 +286,21 @@ pub struct SpawnerClient {
 }
 
 impl SpawnerClient {
-    /// Starts `exe agent-supervise --spawner`.
-    pub fn start(exe: &std::path::Path) -> std::io::Result<SpawnerClient> {
+    /// Starts `exe agent-supervise --spawner` or `--host`.
+    pub fn start(exe: &std::path::Path, serving: Serving) -> std::io::Result<SpawnerClient> {
+        let flag = match serving {
+            Serving::Spawner => "--spawner",
+            Serving::Host => "--host",
+        };
         let mut child = tokio::process::Command::new(exe)
-            .args(["agent-supervise", "--spawner"])
+            .args(["agent-supervise", flag])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
-            // The supervisors it forked do not depend on it; it ends when its stdin closes.
-            .kill_on_drop(true)
+            // The supervisors a spawner forked do not depend on it; it ends when its stdin
+            // closes. A host supervises its runs itself: it outlives the agent, and ends once
+            // its stdin closed and its runs ended.
+            .kill_on_drop(serving == Serving::Spawner)
             .spawn()?;
         let stdin = child.stdin.take().ok_or_else(|| std::io::Error::other("the spawner has no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("the spawner has no stdout"))?;

@@ -1,12 +1,15 @@
-//! The supervisor: the small process that owns one job of the process runtime (forked by the
-//! agent's spawner, [`super::spawner`], or run as `convoy agent-supervise`). Plain blocking code
-//! on one thread: no runtime to start, so a supervisor costs a fork, not an exec of the binary.
+//! The supervisor: what owns one job of the process runtime, as a small process (forked by the
+//! agent's spawner, [`super::spawner`], or run as `convoy agent-supervise`) or as a thread of a
+//! supervisor host ([`super::host`]). Plain blocking code: no runtime to start, so a supervisor
+//! process costs a fork, not an exec of the binary, and a host's costs a thread.
 //!
-//! It leaves the agent's session, takes the run directory's lock for its whole life (so a second
-//! supervisor for the same run waits and then finds the job already done), starts the job in a
-//! process group of its own, enforces the deadline and stop orders (SIGTERM to the group, SIGKILL
-//! after the grace period) and writes the exit status atomically. It outlives the agent, so jobs
-//! keep running and their results stay on disk while the agent restarts.
+//! Either kind lives in a session of its own, away from the agent's. It takes the run
+//! ([`claim`]): the run directory's lock for its whole life (so a second supervisor for the
+//! same run finds the job already started or held), and its stamp in the `supervisor` file. Then ([`run`]) it starts the job in a process group
+//! of its own, enforces the deadline and stop orders (SIGTERM to the group, SIGKILL after the
+//! grace period) and writes the exit status atomically. It outlives the agent, so jobs keep
+//! running and their results stay on disk while the agent restarts. How it sleeps between
+//! checks is the one thing the two kinds do differently ([`Sleep`]).
 
 use super::confine::{self, Confinement};
 use super::launch;
@@ -69,39 +72,113 @@ pub fn supervise(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
 
 /// [`supervise`], without the run-end notice.
 fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Result<(), SuperviseError> {
+    // Not fatal: without a session of its own the supervisor still works, it just shares the
+    // agent's terminal signals.
+    let _ = os::new_session();
+    // Taken synchronously from here on: a SIGTERM is a stop order, not the supervisor's death,
+    // and SIGCHLD wakes the wait as soon as the job ends.
+    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
+        .map_err(|source| SuperviseError { run_dir: args.run_dir.clone(), context: "blocking signals", source })?;
+    let claim = claim(args, ProcStamp::current(), Locking::Wait)?;
+    if let Some(fd) = ready {
+        // The spawner may have gone meanwhile; the job still runs.
+        let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), b"1");
+    }
+    match claim {
+        Some(held) => run(held, &mut signals),
+        None => Ok(()),
+    }
+}
+
+/// A run directory its supervisor holds: locked, stamped, its job not yet started.
+pub(crate) struct Held {
+    args: SuperviseArgs,
+    dir: RunDir,
+    /// The directory itself, locked for as long as this lives.
+    lock: std::fs::File,
+}
+
+/// How to take a run directory's lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locking {
+    /// Wait while another supervisor holds it (a supervisor of its own run has nothing else to
+    /// do), then find the job started.
+    Wait,
+    /// Do not wait: a holder that still supervises another run must not stall on this one.
+    Try,
+}
+
+/// Takes the run in `args.run_dir`: locks the directory, and unless a supervisor started the
+/// job already, adds `stamp` (the supervisor's) to the `supervisor` file. The agent's stop
+/// orders read that stamp, so it is written before anybody learns that the run is held. None
+/// when another supervisor holds the run, or held it and started its job: nothing to do.
+pub(crate) fn claim(
+    args: SuperviseArgs,
+    stamp: Option<ProcStamp>,
+    locking: Locking,
+) -> Result<Option<Held>, SuperviseError> {
+    let err = |context: &'static str| {
+        let run_dir = args.run_dir.clone();
+        move |source| SuperviseError { run_dir, context, source }
+    };
+    let dir = RunDir::new(args.run_dir.clone());
+    // The directory itself is the lock: a lock file would be one more inode per job.
+    let lock = std::fs::File::open(&dir.path).map_err(err("opening the run directory"))?;
+    match locking {
+        Locking::Wait => os::lock_exclusive(&lock).map_err(err("locking the run directory"))?,
+        Locking::Try => {
+            if !os::try_lock_exclusive(&lock).map_err(err("locking the run directory"))? {
+                return Ok(None);
+            }
+        }
+    }
+    if dir.has(rundir::EXIT) || dir.has(rundir::PID) {
+        // Another supervisor started this job already.
+        return Ok(None);
+    }
+    if let Some(me) = stamp {
+        dir.add_supervisor_stamp(&me).map_err(err("writing the supervisor file"))?;
+    }
+    Ok(Some(Held { args, dir, lock }))
+}
+
+/// What woke a sleeping supervisor, besides its job's end (which it checks itself).
+pub(crate) enum Woken {
+    /// Stop the job (the supervisor's SIGTERM or SIGINT, named), with the kill file's reason if
+    /// there is one.
+    Stop(&'static str),
+    /// Read the kill file now.
+    Look,
+    /// Nothing to act on: a timeout, the job's end, a signal that means nothing here.
+    Nothing,
+}
+
+/// How a supervisor sleeps until its job `pid` may have ended or an order may have come.
+pub(crate) trait Sleep {
+    /// Sleeps up to `timeout`; what woke it.
+    fn sleep(&mut self, pid: i32, timeout: Duration) -> std::io::Result<Woken>;
+}
+
+/// A supervisor of one run takes its signals synchronously: SIGCHLD when the job ends, SIGTERM
+/// and SIGINT as stop orders.
+impl Sleep for os::SignalSet {
+    fn sleep(&mut self, _pid: i32, timeout: Duration) -> std::io::Result<Woken> {
+        Ok(match self.wait(timeout)? {
+            Some(libc::SIGTERM) => Woken::Stop("SIGTERM"),
+            Some(libc::SIGINT) => Woken::Stop("SIGINT"),
+            _ => Woken::Nothing,
+        })
+    }
+}
+
+/// Runs a held run's job to its end and records how it ended (blocks); the lock goes last.
+pub(crate) fn run(held: Held, sleep: &mut dyn Sleep) -> Result<(), SuperviseError> {
+    let Held { args, dir, lock } = held;
     let run_dir = args.run_dir.clone();
     let err = |context: &'static str| {
         let run_dir = run_dir.clone();
         move |source| SuperviseError { run_dir, context, source }
     };
-    // Not fatal: without a session of its own the supervisor still works, it just shares the
-    // agent's terminal signals.
-    let _ = os::new_session();
-    let dir = RunDir::new(args.run_dir.clone());
-    // Taken synchronously from here on: a SIGTERM is a stop order, not the supervisor's death,
-    // and SIGCHLD wakes the wait as soon as the job ends.
-    let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
-        .map_err(err("blocking signals"))?;
-
-    // The directory itself is the lock: a lock file would be one more inode per job.
-    let lock = std::fs::File::open(&dir.path).map_err(err("opening the run directory"))?;
-    os::lock_exclusive(&lock).map_err(err("locking the run directory"))?;
-    let signal_ready = || {
-        if let Some(fd) = ready {
-            // The spawner may have gone meanwhile; the job still runs.
-            let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), b"1");
-        }
-    };
-    if dir.has(rundir::EXIT) || dir.has(rundir::PID) {
-        // Another supervisor started this job already.
-        signal_ready();
-        return Ok(());
-    }
-    if let Some(me) = ProcStamp::current() {
-        dir.add_supervisor_stamp(&me).map_err(err("writing the supervisor file"))?;
-    }
-    // Ready once it can be signalled too (the agent's stop orders read the stamp).
-    signal_ready();
     let record = |exit_code, signal, reason: Option<&str>, message: Option<String>| ExitRecord {
         exit_code,
         signal,
@@ -151,14 +228,11 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
             return Ok(());
         }
     };
-    let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0 });
+    let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0, host: false });
     dir.write_volatile(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
 
-    let (status, stopping) = wait_out(pid, &dir, &args, &signals).map_err(|(context, source)| err(context)(source))?;
-    // The job is reaped: what it (and the descendants it waited for) used.
-    let usage = os::children_usage()
-        .ok()
-        .map(|(cpu_ms, peak_memory_bytes)| crate::model::RunUsage { cpu_ms, peak_memory_bytes });
+    let Ended { status, usage, stopping } =
+        wait_out(pid, &dir, &args, sleep).map_err(|(context, source)| err(context)(source))?;
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
     let (exit_code, sig) = match (status.code(), status.signal()) {
@@ -179,7 +253,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         }
         None => record(Some(exit_code), sig, None, sig.map(|s| format!("terminated by signal {s}"))),
     };
-    let rec = ExitRecord { usage, ..rec };
+    let rec = ExitRecord { usage: Some(usage), ..rec };
     dir.write_exit_once(&rec.judged_for_disk(&dir)).map_err(err("writing the exit file"))?;
     drop(lock);
     Ok(())
@@ -188,16 +262,25 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
 /// How a stop of the job began: the reason, the message, and when SIGKILL follows SIGTERM.
 type Stopping = Option<(&'static str, Option<String>, Instant)>;
 
+/// How the job ended, once reaped.
+struct Ended {
+    status: std::process::ExitStatus,
+    /// What it (and the descendants it waited for) used.
+    usage: crate::model::RunUsage,
+    /// The stop that ended it, if one did.
+    stopping: Stopping,
+}
+
 /// Waits for the job `pid` (also its process group) to end, stopping it on a kill order in `dir`,
-/// a SIGTERM or SIGINT of the supervisor, or its deadline: SIGTERM to its group, then SIGKILL
-/// after the grace period. Its exit status, and the stop that ended it if one did; on failure,
-/// what was being done.
+/// a stop of the supervisor ([`Woken::Stop`]), or its deadline: SIGTERM to its group, then
+/// SIGKILL after the grace period. Its exit status, what it used, and the stop that ended it if
+/// one did; on failure, what was being done.
 fn wait_out(
     pid: i32,
     dir: &RunDir,
     args: &SuperviseArgs,
-    signals: &os::SignalSet,
-) -> Result<(std::process::ExitStatus, Stopping), (&'static str, std::io::Error)> {
+    sleep: &mut dyn Sleep,
+) -> Result<Ended, (&'static str, std::io::Error)> {
     let deadline = args.deadline_seconds.filter(|d| *d > 0).map(|d| Instant::now() + Duration::from_secs(d));
     let default_grace = Duration::try_from_secs_f64(args.grace_seconds).unwrap_or(Duration::from_secs(1));
     // (reason, message, SIGKILL time) once a stop began.
@@ -213,8 +296,10 @@ fn wait_out(
         Some((Some(k.reason), Duration::try_from_secs_f64(k.grace_seconds).unwrap_or(default_grace)))
     };
     loop {
-        if let Some(st) = launch::try_wait(pid).map_err(|e| ("waiting for the job", e))? {
-            return Ok((st, stopping));
+        if let Some((status, (cpu_ms, peak_memory_bytes))) =
+            launch::try_wait(pid).map_err(|e| ("waiting for the job", e))?
+        {
+            return Ok(Ended { status, usage: crate::model::RunUsage { cpu_ms, peak_memory_bytes }, stopping });
         }
         let now = Instant::now();
         if stopping.is_none() {
@@ -243,14 +328,19 @@ fn wait_out(
         if let Some((_, _, force_at)) = stopping.as_ref().filter(|_| !forced) {
             wake = wake.min(*force_at);
         }
-        match signals.wait(wake.saturating_duration_since(Instant::now())).map_err(|e| ("waiting for signals", e))? {
-            Some(sig @ (libc::SIGTERM | libc::SIGINT)) if stopping.is_none() => {
-                let who = if sig == libc::SIGTERM { "SIGTERM" } else { "SIGINT" };
+        match sleep.sleep(pid, wake.saturating_duration_since(Instant::now())).map_err(|e| ("waiting", e))? {
+            Woken::Stop(who) if stopping.is_none() => {
                 let (msg, grace) =
                     kill_order(dir).unwrap_or((Some(format!("the supervisor received {who}")), default_grace));
                 stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
             }
-            // SIGCHLD: the loop reaps; SIGHUP and repeated stops: nothing to do.
+            Woken::Look if stopping.is_none() => {
+                next_poll = Instant::now() + KILL_POLL;
+                if let Some((msg, grace)) = kill_order(dir) {
+                    stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
+                }
+            }
+            // The job's end: the loop reaps; repeated stops: nothing to do.
             _ => {}
         }
     }
