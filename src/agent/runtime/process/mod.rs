@@ -8,8 +8,9 @@
 //! agent rebuilds its runs from these directories and reports what happened meanwhile.
 //!
 //! The room holds everything only this runtime uses: the host, the spawner and the supervisor
-//! they run ([`host`], [`spawner`], [`supervise`]), the run directories ([`rundir`]), the run-end notices
-//! (`ended`), confinement ([`confine`]) and the few system calls they share (`os`).
+//! they run ([`host`], [`spawner`], [`supervise`]), the run directories ([`rundir`]), the
+//! run-end notices (`ended`), confinement ([`confine`]) and the few system calls they share
+//! (`os`).
 
 pub mod confine;
 mod ended;

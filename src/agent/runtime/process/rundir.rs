@@ -7,7 +7,7 @@
 //! | `lease.json` | agent, before the supervisor starts | the lease (the directory appears atomically with it) |
 //! | `devices.json` | agent, with the lease | GPUs and cores given to the run (see [`super::confine::devices`]) |
 //! | the directory itself | locked (`flock`) by the supervisor while it lives | liveness of the supervisor |
-//! | `supervisor` | supervisor | its pid and start time (for signals), then anything it says itself |
+//! | `supervisor` | supervisor | its pid and start time (for signals; `host` after them for a supervisor host), then anything it says itself |
 //! | `pid` | supervisor, once the job was spawned | the job's pid and start time (= process group) |
 //! | `stdout`, `stderr` | the job | its output |
 //! | `kill` | agent | stop order: grace period and reason |

@@ -5,11 +5,12 @@
 //!
 //! Either kind lives in a session of its own, away from the agent's. It takes the run
 //! ([`claim`]): the run directory's lock for its whole life (so a second supervisor for the
-//! same run finds the job already started or held), and its stamp in the `supervisor` file. Then ([`run`]) it starts the job in a process group
-//! of its own, enforces the deadline and stop orders (SIGTERM to the group, SIGKILL after the
-//! grace period) and writes the exit status atomically. It outlives the agent, so jobs keep
-//! running and their results stay on disk while the agent restarts. How it sleeps between
-//! checks is the one thing the two kinds do differently ([`Sleep`]).
+//! same run finds the job already started or held), and its stamp in the `supervisor` file.
+//! Then ([`run`]) it starts the job in a process group of its own, enforces the deadline and
+//! stop orders (SIGTERM to the group, SIGKILL after the grace period) and writes the exit status
+//! atomically. It outlives the agent, so jobs keep running and their results stay on disk while
+//! the agent restarts. How it sleeps between checks is the one thing the two kinds do
+//! differently ([`Sleep`]).
 
 use super::confine::{self, Confinement};
 use super::launch;
@@ -104,7 +105,8 @@ pub(crate) enum Locking {
     /// Wait while another supervisor holds it (a supervisor of its own run has nothing else to
     /// do), then find the job started.
     Wait,
-    /// Do not wait: a holder that still supervises another run must not stall on this one.
+    /// Do not wait: a host's other runs must not stall on this one (a supervisor holding it
+    /// supervises it).
     Try,
 }
 
