@@ -511,26 +511,12 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
     let go = dir.path().join("go");
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_convoy"));
     let mut spawner = SpawnerClient::start(exe, Serving::Spawner).expect("spawner starts");
-    let req = SpawnRequest {
-        run_dir: run_dir.clone(),
-        grace_seconds: 1.0,
-        deadline_seconds: None,
-        workdir: None,
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            format!("while [ ! -e '{}' ]; do sleep 0.02; done; echo \"$GREETING\"", go.display()),
-        ],
-        env: vec![("GREETING".into(), "hello from a forked supervisor".into())],
-        confine: Default::default(),
-        ended_socket: None,
-    };
+    let req = gated_request(&run_dir, &go, "hello from a forked supervisor");
     spawner.spawn(&req).await.expect("spawned");
     // Answered only once the supervisor holds the lock.
     let sup = std::fs::read_to_string(run_dir.join("supervisor")).expect("the supervisor wrote its stamp");
     let sup_pid: i32 = sup.split_whitespace().next().and_then(|p| p.parse().ok()).expect("supervisor pid");
-    let stat = std::fs::read_to_string(format!("/proc/{sup_pid}/stat")).expect("the supervisor runs");
-    let ppid: u32 = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse().ok()).expect("ppid");
+    let ppid: u32 = stat_fields(sup_pid).expect("the supervisor runs")[1].parse().expect("ppid");
     assert_ne!(ppid, std::process::id(), "the supervisor is not the test's child");
     let missing = SpawnRequest { run_dir: dir.path().join("no-such-run"), ..req.clone() };
     let e = spawner.spawn(&missing).await.expect_err("no run directory");
