@@ -144,6 +144,53 @@ async fn a_killed_supervisor_host_costs_each_of_its_runs_and_the_next_job_gets_a
     agent.stop().await.expect("clean stop");
 }
 
+/// A host told to stop (SIGTERM) stops its runs and refuses new ones until it exits; the agent
+/// starts the next job under another host instead of failing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_started_while_its_host_is_stopping_goes_to_a_new_host() {
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = config(vec![cp.url()], RuntimeKind::Process, dir.path());
+    c.process.limits.enabled = false;
+    let agent = InProcessAgent::start(c);
+    let stamp = |run_id: convoy::model::RunId| {
+        std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("supervisor")).expect("stamp")
+    };
+    // Two runs, so that both of the agent's hosts hold one; they ignore SIGTERM, so their
+    // hosts live on, stopping, through the grace period.
+    let mut stubborn = shell_lease("node-1", "trap '' TERM; echo started; while true; do sleep 0.1; done");
+    let mut other = shell_lease("node-1", "trap '' TERM; echo started; while true; do sleep 0.1; done");
+    stubborn.termination_grace_period_seconds = 4.0;
+    other.termination_grace_period_seconds = 4.0;
+    let runs = [stubborn.run_id, other.run_id];
+    cp.push_lease(stubborn);
+    cp.push_lease(other);
+    for run_id in runs {
+        wait_for_output(dir.path(), run_id, "started").await;
+    }
+    let hosts: std::collections::BTreeSet<String> = runs.iter().map(|r| stamp(*r)).collect();
+    for host in &hosts {
+        let pid: i32 = host.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
+        // SAFETY: signalling a host this test's agent started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    }
+    // Within the runs' grace period every host is alive and stopping.
+    let next = shell_lease("node-1", "echo after");
+    let next_id = next.run_id;
+    cp.push_lease(next);
+    let fin = cp.wait_final(next_id, T).await;
+    assert_eq!(fin.kind, RunEventKind::Succeeded, "{fin:?}");
+    assert!(!hosts.contains(&stamp(next_id)), "a new host: {}", stamp(next_id));
+    let began = Instant::now();
+    for run_id in runs {
+        let fin = cp.wait_final(run_id, T).await;
+        assert_eq!((fin.kind, fin.reason.as_deref()), (RunEventKind::Failed, Some("killed")), "{fin:?}");
+        assert_eq!(fin.message.as_deref(), Some("the supervisor received SIGTERM"), "{fin:?}");
+    }
+    assert!(began.elapsed() > Duration::from_secs(1), "the next job was done within the grace period");
+    agent.stop().await.expect("clean stop");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_ignoring_sigterm_is_killed_after_the_grace_period() {
     ignoring_sigterm_killed_after_grace(true).await;

@@ -30,6 +30,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+/// How a host that was told to stop answers a request: the agent then starts another host.
+pub const STOPPING: &str = "the supervisor host is stopping";
+
 /// Stack of a run's thread: it holds a few paths and JSON records, nothing deep.
 const RUN_STACK_BYTES: usize = 256 * 1024;
 
@@ -80,7 +83,7 @@ impl Host {
     /// Takes the run and starts its thread; returns once the run is held (or was already).
     fn start(self: &Arc<Self>, req: SpawnRequest, stamp: Option<ProcStamp>) -> std::io::Result<()> {
         if let Some(who) = self.nudge.current().1 {
-            return Err(std::io::Error::other(format!("the supervisor host is stopping: it received {who}")));
+            return Err(std::io::Error::other(format!("{STOPPING}: it received {who}")));
         }
         let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
         let Some(held) = supervise::claim(req, stamp, Locking::Try).map_err(std::io::Error::other)? else {

@@ -254,7 +254,8 @@ impl Inner {
                 }
             }
         };
-        // One retry with a fresh spawner: the old one may have died between two jobs.
+        // One retry with a fresh spawner: the old one may have died between two jobs, or be a
+        // host that was told to stop (it lives on until its runs ended).
         for attempt in 0..2 {
             if !spawner.as_mut().is_some_and(SpawnerClient::alive) {
                 *spawner = Some(SpawnerClient::start(&self.supervisor_exe, serving)?);
@@ -262,6 +263,10 @@ impl Inner {
             let Some(client) = spawner.as_mut() else { continue };
             match client.spawn(&req).await {
                 Ok(()) => return Ok(()),
+                Err(e) if attempt == 0 && e.to_string().starts_with(host::STOPPING) => {
+                    tracing::warn!(error = %e, "the supervisor host is stopping; starting another");
+                    *spawner = None;
+                }
                 Err(e) if attempt == 0 && !client.alive() => {
                     tracing::warn!(error = %e, ?serving, "the supervisor spawner died; starting another");
                 }
