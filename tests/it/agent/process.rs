@@ -404,6 +404,60 @@ async fn agent_killed_and_restarted(limits: bool) {
     assert!(status.success(), "{status:?}");
 }
 
+/// A host holds a few descriptors per run and takes no more runs than its limit on open files
+/// allows (the limit is not raised: jobs would inherit it). Past that, the agent gives a run a
+/// supervisor process, and every job runs and ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_past_what_the_hosts_descriptors_allow_get_supervisor_processes() {
+    use std::os::unix::process::CommandExt;
+    let cp = ControlPlane::start(None);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marks = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &data);
+    cfg.process.limits.enabled = false;
+    let cfg_path = dir.path().join("agent.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg).expect("config as TOML")).expect("write config");
+    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"));
+    agent.args(["agent", "--config"]).arg(&cfg_path).stdout(std::process::Stdio::null());
+    agent.stderr(std::process::Stdio::null());
+    // 100 descriptors: each of the agent's two hosts takes (100 - 64) / 3 = 12 runs.
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the struct on this stack.
+    unsafe {
+        agent.pre_exec(|| {
+            let rl = libc::rlimit { rlim_cur: 100, rlim_max: 100 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let _agent = ChildGuard(agent.spawn().expect("convoy agent starts"));
+    let leases: Vec<_> = (0..30).map(|_| shell_lease("node-1", &gated_script(marks.path(), "all"))).collect();
+    for l in &leases {
+        cp.push_lease(l.clone());
+    }
+    for l in &leases {
+        cp.wait_kind(l.run_id, RunEventKind::Running, T).await;
+    }
+    let stamps: Vec<String> = leases
+        .iter()
+        .map(|l| {
+            std::fs::read_to_string(data.join("runs").join(l.run_id.to_string()).join("supervisor")).expect("stamp")
+        })
+        .collect();
+    let hosted = stamps.iter().filter(|s| s.trim_end().ends_with(" host")).count();
+    assert!((1..=24).contains(&hosted), "at most 12 runs a host: {hosted} of 30");
+    let hosts: std::collections::BTreeSet<&String> =
+        stamps.iter().filter(|s| s.trim_end().ends_with(" host")).collect();
+    assert!(hosts.len() <= 2, "{hosts:?}");
+    std::fs::write(marks.path().join("go-all"), "").expect("go");
+    for l in &leases {
+        let fin = cp.wait_final(l.run_id, T).await;
+        assert_eq!(fin.kind, RunEventKind::Succeeded, "{fin:?}");
+    }
+}
+
 /// The real binary with a wrong token: it names the server and the token in its error and keeps
 /// retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,23 @@ use std::time::Duration;
 /// How a host that was told to stop answers a request: the agent then starts another host.
 pub const STOPPING: &str = "the supervisor host is stopping";
 
+/// How a host that holds as many runs as its descriptors allow answers a request: the agent
+/// then gives the run a supervisor process.
+pub const FULL: &str = "the supervisor host is full";
+
+/// Descriptors a host keeps for itself (its pipes, the signal thread's, a run starting or
+/// ending opens a few more for a moment).
+const OWN_FDS: u64 = 64;
+
+/// Descriptors a run holds while it runs (its directory's lock, its job's pidfd), with room for
+/// the files its thread opens for a moment (outputs, exit record).
+const FDS_PER_RUN: u64 = 3;
+
+/// Runs a host may hold with `open_files` descriptors allowed.
+fn capacity(open_files: u64) -> usize {
+    usize::try_from(open_files.saturating_sub(OWN_FDS) / FDS_PER_RUN).unwrap_or(usize::MAX)
+}
+
 /// Stack of a run's thread: it holds a few paths and JSON records, nothing deep.
 const RUN_STACK_BYTES: usize = 256 * 1024;
 
@@ -51,7 +68,9 @@ pub fn serve() -> std::io::Result<()> {
     // Blocked before any thread starts, so every thread inherits the mask and only the signal
     // thread takes them.
     let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGUSR1])?;
-    let host = Arc::new(Host { nudge: Nudge::new()?, running: Mutex::new(0), idle: Condvar::new() });
+    // The limit is not raised: the jobs would inherit it.
+    let capacity = capacity(os::open_files_limit()?);
+    let host = Arc::new(Host { nudge: Nudge::new()?, running: Mutex::new(0), idle: Condvar::new(), capacity });
     let stamp = ProcStamp::current().map(|s| ProcStamp { host: true, ..s });
     let on_signal = host.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || on_signal.take_signals(signals))?;
@@ -73,6 +92,8 @@ struct Host {
     running: Mutex<usize>,
     /// Told when `running` falls to 0.
     idle: Condvar,
+    /// Most runs at once ([`capacity`]).
+    capacity: usize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -84,6 +105,10 @@ impl Host {
     fn start(self: &Arc<Self>, req: SpawnRequest, stamp: Option<ProcStamp>) -> std::io::Result<()> {
         if let Some(who) = self.nudge.current().1 {
             return Err(std::io::Error::other(format!("{STOPPING}: it received {who}")));
+        }
+        let held_now = *lock(&self.running);
+        if held_now >= self.capacity {
+            return Err(std::io::Error::other(format!("{FULL}: it holds {held_now} runs")));
         }
         let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
         let Some(held) = supervise::claim(req, stamp, Locking::Try).map_err(std::io::Error::other)? else {
@@ -237,5 +262,19 @@ impl Sleep for RunSleep<'_> {
             return Ok(Woken::Nothing);
         }
         Ok(self.stop_once(self.nudge.current().1).unwrap_or(Woken::Look))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_holds_as_many_runs_as_its_descriptors_allow() {
+        // A systemd service's default soft limit.
+        assert_eq!(capacity(1024), 320);
+        assert_eq!(capacity(64), 0);
+        assert_eq!(capacity(10), 0);
+        assert_eq!(capacity(524_288), 174_741);
     }
 }

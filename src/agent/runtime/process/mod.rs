@@ -235,16 +235,28 @@ impl Inner {
             confine,
             ended_socket: self.ended_socket.clone(),
         };
-        let serving = match self.supervisors {
-            Supervisors::Shared if req.confine == confine::Confinement::default() => Serving::Host,
-            _ => Serving::Spawner,
-        };
+        if self.supervisors == Supervisors::Shared && req.confine == confine::Confinement::default() {
+            match self.ask(Serving::Host, None, &req).await {
+                // Hosts hold a few descriptors per run: past what their limit allows, a run gets
+                // a supervisor process, as confined ones do.
+                Err(e) if e.to_string().starts_with(host::FULL) => {
+                    tracing::debug!(error = %e, "a supervisor process for this run");
+                }
+                other => return other,
+            }
+        }
+        self.ask(Serving::Spawner, assignment.slot, &req).await
+    }
+
+    /// Sends `req` to a spawner or host (`serving`), the one of `slot` if given, started if
+    /// need be; once more to a fresh one if it died or is a host that is stopping.
+    async fn ask(&self, serving: Serving, slot: Option<u32>, req: &SpawnRequest) -> std::io::Result<()> {
         let pool = match serving {
             Serving::Host => &self.hosts,
             Serving::Spawner => &self.spawners,
         };
         // A slot's supervisors are forked by its holder, a child of one spawner: always that one.
-        let mut spawner = match assignment.slot.filter(|_| serving == Serving::Spawner) {
+        let mut spawner = match slot {
             Some(n) => pool[n as usize % SPAWNERS].lock().await,
             None => {
                 let first = self.next_spawner.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -261,7 +273,7 @@ impl Inner {
                 *spawner = Some(SpawnerClient::start(&self.supervisor_exe, serving)?);
             }
             let Some(client) = spawner.as_mut() else { continue };
-            match client.spawn(&req).await {
+            match client.spawn(req).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt == 0 && e.to_string().starts_with(host::STOPPING) => {
                     tracing::warn!(error = %e, "the supervisor host is stopping; starting another");

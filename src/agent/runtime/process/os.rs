@@ -108,6 +108,17 @@ pub(crate) fn poll_readable(fds: &[i32], timeout: std::time::Duration) -> io::Re
     Ok(polled.iter().map(|p| p.revents != 0).collect())
 }
 
+/// The soft limit on open descriptors of this process (`RLIMIT_NOFILE`).
+pub(crate) fn open_files_limit() -> io::Result<u64> {
+    // SAFETY: getrlimit writes the struct it is given; a zeroed rlimit is a valid value.
+    let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to an rlimit this function owns.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rl.rlim_cur)
+}
+
 /// Number of CPUs this process may use.
 pub(crate) fn cpu_count() -> u64 {
     std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1)
