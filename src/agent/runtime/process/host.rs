@@ -14,7 +14,10 @@
 //!   orders then send SIGUSR1 ("read your kill files"), since SIGTERM to a host stops every
 //!   run it holds, as it would stop a supervisor's one run (at a machine's shutdown, say);
 //! - each job is waited for through its own pidfd, so no thread takes another's SIGCHLD, and
-//!   reaped with `wait4`, which gives each job's own usage.
+//!   reaped with `wait4`, which gives each job's own usage;
+//! - the jobs inherit the agent's limits: a host does not raise its limit on open files, and
+//!   takes no more runs than that limit allows ([`FULL`]); the agent gives the others a
+//!   supervisor process.
 //!
 //! What it gives up: the runs of one host share its fate. A host killed (`kill -9`, the OOM
 //! killer) leaves all its runs without a supervisor, which the agent then records as lost, where
