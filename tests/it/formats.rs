@@ -365,8 +365,11 @@ async fn an_inline_snapshot_of_log_format_1_becomes_a_snapshot_file() {
     store.import_stream(&mut frames, &[], 1000).unwrap();
     let (s, digest) = server.get("/v1/cluster/digest").await;
     assert_eq!(s, 200, "{digest}");
-    assert_eq!(digest["applied_index"], 6, "nothing was written since");
-    assert_eq!(store.digest().unwrap().hex(), digest["digest"].as_str().unwrap());
+    // Nothing was written since: the served state is the snapshot's, row for row. Its applied
+    // index may have moved past 6 by a leader's blank entry (one more after a re-election on a
+    // starved machine), which changes no row.
+    assert!(digest["applied_index"].as_u64().is_some_and(|i| i >= 6), "{digest}");
+    assert_eq!(store.digest().unwrap().hex(), digest["digest"].as_str().unwrap(), "{digest}");
     assert_eq!(server.terminate(), Some(0), "clean stop:\n{}", server.log());
     // The log is of today's format now (an older release refuses it), its inline bytes gone.
     use redb::ReadableDatabase;
