@@ -1,21 +1,26 @@
 //! `convoy bench cluster`: three servers on loopback, the throughput clients spread over them or
 //! all sent to the leader, and the latency of single requests by where they were sent.
 
+use crate::common::bench::bench_json;
 use serde_json::Value;
-use std::process::Command;
 
 /// Runs a short bench (no failovers) with the clients sent to `send_to`; its JSON line.
 fn bench(send_to: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["bench", "cluster", "--batched-jobs", "300", "--batch-clients", "3", "--single-requests", "90"])
-        .args(["--single-clients", "6", "--failovers", "0", "--send-to", send_to])
-        .output()
-        .expect("convoy bench cluster runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON line: {stderr}"));
-    serde_json::from_str(line).expect("JSON")
+    bench_json(&[
+        "cluster",
+        "--batched-jobs",
+        "300",
+        "--batch-clients",
+        "3",
+        "--single-requests",
+        "90",
+        "--single-clients",
+        "6",
+        "--failovers",
+        "0",
+        "--send-to",
+        send_to,
+    ])
 }
 
 fn ms(v: &Value, key: &str) -> f64 {

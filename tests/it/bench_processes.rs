@@ -1,21 +1,22 @@
 //! `convoy bench processes`: real jobs through a server and a process agent, supervised by
 //! threads of a supervisor host (the default) or by a process each.
 
+use crate::common::bench::bench_json;
 use serde_json::Value;
-use std::process::Command;
 
 /// Runs a short bench with `--supervisors supervisors`; its JSON line.
 fn bench(supervisors: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["bench", "processes", "--jobs", "60", "--concurrency", "20", "--timeout-seconds", "120"])
-        .args(["--supervisors", supervisors])
-        .output()
-        .expect("convoy bench processes runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON line: {stderr}"));
-    serde_json::from_str(line).expect("JSON")
+    bench_json(&[
+        "processes",
+        "--jobs",
+        "60",
+        "--concurrency",
+        "20",
+        "--timeout-seconds",
+        "120",
+        "--supervisors",
+        supervisors,
+    ])
 }
 
 #[test]

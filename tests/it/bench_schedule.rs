@@ -1,20 +1,16 @@
 //! `convoy bench schedule`: the scheduler alone on a generated cluster. Its figures are of the
 //! fastest run, and it lists every run's time beside it.
 
+use crate::common::bench::bench_json;
 use serde_json::Value;
-use std::process::Command;
 
 /// Runs the bench with `args`; its JSON line.
 fn bench(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_convoy"))
-        .args(["bench", "schedule", "--nodes", "20", "--queues", "3", "--jobs", "300"])
-        .args(args)
-        .output()
-        .expect("convoy bench schedule runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}{stdout}", String::from_utf8_lossy(&out.stderr));
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON line in {stdout}"));
-    serde_json::from_str(line).expect("JSON")
+    let all: Vec<&str> = ["schedule", "--nodes", "20", "--queues", "3", "--jobs", "300"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    bench_json(&all)
 }
 
 #[test]

@@ -102,10 +102,7 @@ async fn kill_honouring_sigterm_ends_within_the_grace_period() {
 async fn a_killed_supervisor_host_costs_each_of_its_runs_and_the_next_job_gets_a_new_one() {
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut c = config(vec![cp.url()], RuntimeKind::Process, dir.path());
-    // Unconfined: confined jobs get a supervisor process each, inside their cgroup.
-    c.process.limits.enabled = false;
-    let agent = InProcessAgent::start(c);
+    let agent = InProcessAgent::start(unconfined(config(vec![cp.url()], RuntimeKind::Process, dir.path())));
     let mut runs = Vec::new();
     for _ in 0..2 {
         let l = shell_lease("node-1", "echo started; while true; do sleep 0.1; done");
@@ -116,20 +113,13 @@ async fn a_killed_supervisor_host_costs_each_of_its_runs_and_the_next_job_gets_a
         cp.wait_kind(*run_id, RunEventKind::Running, T).await;
         wait_for_output(dir.path(), *run_id, "started").await;
     }
-    let stamp = |run_id: convoy::model::RunId| {
-        std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("supervisor")).expect("stamp")
-    };
-    let job_pid = |run_id: convoy::model::RunId| -> i32 {
-        let text = std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("pid")).expect("pid");
-        text.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid")
-    };
+    let stamp = |run_id| run_file(dir.path(), run_id, "supervisor");
     let hosts: std::collections::BTreeSet<String> = runs.iter().map(|r| stamp(*r)).collect();
-    let pids: Vec<i32> = runs.iter().map(|r| job_pid(*r)).collect();
+    let pids: Vec<i32> = runs.iter().map(|r| stamp_pid(&run_file(dir.path(), *r, "pid"))).collect();
     for host in &hosts {
         assert!(host.trim_end().ends_with(" host"), "{host}");
-        let pid: i32 = host.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
         // SAFETY: signalling a host this test's agent started.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        assert_eq!(unsafe { libc::kill(stamp_pid(host), libc::SIGKILL) }, 0);
     }
     for (run_id, pid) in runs.iter().zip(&pids) {
         let fin = cp.wait_final(*run_id, T).await;
@@ -150,12 +140,8 @@ async fn a_killed_supervisor_host_costs_each_of_its_runs_and_the_next_job_gets_a
 async fn a_job_started_while_its_host_is_stopping_goes_to_a_new_host() {
     let cp = ControlPlane::start(None);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut c = config(vec![cp.url()], RuntimeKind::Process, dir.path());
-    c.process.limits.enabled = false;
-    let agent = InProcessAgent::start(c);
-    let stamp = |run_id: convoy::model::RunId| {
-        std::fs::read_to_string(dir.path().join("runs").join(run_id.to_string()).join("supervisor")).expect("stamp")
-    };
+    let agent = InProcessAgent::start(unconfined(config(vec![cp.url()], RuntimeKind::Process, dir.path())));
+    let stamp = |run_id| run_file(dir.path(), run_id, "supervisor");
     // Two runs, so that both of the agent's hosts hold one; they ignore SIGTERM, so their
     // hosts live on, stopping, through the grace period.
     let mut stubborn = shell_lease("node-1", "trap '' TERM; echo started; while true; do sleep 0.1; done");
@@ -170,9 +156,8 @@ async fn a_job_started_while_its_host_is_stopping_goes_to_a_new_host() {
     }
     let hosts: std::collections::BTreeSet<String> = runs.iter().map(|r| stamp(*r)).collect();
     for host in &hosts {
-        let pid: i32 = host.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
         // SAFETY: signalling a host this test's agent started.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        assert_eq!(unsafe { libc::kill(stamp_pid(host), libc::SIGTERM) }, 0);
     }
     // Within the runs' grace period every host is alive and stopping.
     let next = shell_lease("node-1", "echo after");
@@ -367,8 +352,8 @@ async fn agent_killed_and_restarted(limits: bool) {
     cp.wait_kind(quick.run_id, RunEventKind::Running, T).await;
     cp.wait_kind(slow.run_id, RunEventKind::Running, T).await;
     if !limits {
-        let stamp = std::fs::read_to_string(data.join("runs").join(slow.run_id.to_string()).join("supervisor"));
-        assert!(stamp.expect("stamp").trim_end().ends_with(" host"), "a host supervises unconfined jobs");
+        let stamp = run_file(&data, slow.run_id, "supervisor");
+        assert!(stamp.trim_end().ends_with(" host"), "a host supervises unconfined jobs");
     }
     first.0.kill().expect("SIGKILL the agent");
     let _ = first.0.wait();
@@ -414,8 +399,7 @@ async fn runs_past_what_the_hosts_descriptors_allow_get_supervisor_processes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marks = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let mut cfg = config(vec![cp.url()], RuntimeKind::Process, &data);
-    cfg.process.limits.enabled = false;
+    let cfg = unconfined(config(vec![cp.url()], RuntimeKind::Process, &data));
     let cfg_path = dir.path().join("agent.toml");
     std::fs::write(&cfg_path, toml::to_string(&cfg).expect("config as TOML")).expect("write config");
     let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_convoy"));
@@ -440,16 +424,13 @@ async fn runs_past_what_the_hosts_descriptors_allow_get_supervisor_processes() {
     for l in &leases {
         cp.wait_kind(l.run_id, RunEventKind::Running, T).await;
     }
-    let stamps: Vec<String> = leases
+    let hosted: Vec<String> = leases
         .iter()
-        .map(|l| {
-            std::fs::read_to_string(data.join("runs").join(l.run_id.to_string()).join("supervisor")).expect("stamp")
-        })
+        .map(|l| run_file(&data, l.run_id, "supervisor"))
+        .filter(|s| s.trim_end().ends_with(" host"))
         .collect();
-    let hosted = stamps.iter().filter(|s| s.trim_end().ends_with(" host")).count();
-    assert!((1..=24).contains(&hosted), "at most 12 runs a host: {hosted} of 30");
-    let hosts: std::collections::BTreeSet<&String> =
-        stamps.iter().filter(|s| s.trim_end().ends_with(" host")).collect();
+    assert!((1..=24).contains(&hosted.len()), "at most 12 runs a host: {} of 30", hosted.len());
+    let hosts: std::collections::BTreeSet<&String> = hosted.iter().collect();
     assert!(hosts.len() <= 2, "{hosts:?}");
     std::fs::write(marks.path().join("go-all"), "").expect("go");
     for l in &leases {
@@ -499,6 +480,24 @@ async fn wrong_token_is_reported_clearly_and_retried() {
 /// Waits until the run's stdout holds `text` (the job got that far).
 async fn wait_for_output(data_dir: &std::path::Path, run_id: convoy::model::RunId, text: &str) {
     file_contains(T, &data_dir.join("runs").join(run_id.to_string()).join("stdout"), text).await;
+}
+
+/// The file `name` of a run's directory under the agent's `data_dir`, as text.
+fn run_file(data_dir: &std::path::Path, run_id: convoy::model::RunId, name: &str) -> String {
+    let path = data_dir.join("runs").join(run_id.to_string()).join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The pid a stamp (`pid start_time [host]`) begins with.
+fn stamp_pid(stamp: &str) -> i32 {
+    stamp.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in {stamp:?}"))
+}
+
+/// The test agent's config with jobs unconfined (no cgroups), so that a supervisor host
+/// supervises them; confined jobs get a supervisor process each, inside their cgroup.
+fn unconfined(mut c: convoy::agent::AgentConfig) -> convoy::agent::AgentConfig {
+    c.process.limits.enabled = false;
+    c
 }
 
 /// A graceful stop leaves jobs running; the next agent adopts them, and kills the ones the server
@@ -616,8 +615,7 @@ async fn spawned_supervisors_belong_to_neither_the_spawner_nor_the_agent_and_out
     spawner.spawn(&req).await.expect("spawned");
     // Answered only once the supervisor holds the lock.
     let sup = std::fs::read_to_string(run_dir.join("supervisor")).expect("the supervisor wrote its stamp");
-    let sup_pid: i32 = sup.split_whitespace().next().and_then(|p| p.parse().ok()).expect("supervisor pid");
-    let ppid: u32 = stat_fields(sup_pid).expect("the supervisor runs")[1].parse().expect("ppid");
+    let ppid: u32 = stat_fields(stamp_pid(&sup)).expect("the supervisor runs")[1].parse().expect("ppid");
     assert_ne!(ppid, std::process::id(), "the supervisor is not the test's child");
     let missing = SpawnRequest { run_dir: dir.path().join("no-such-run"), ..req.clone() };
     let e = spawner.spawn(&missing).await.expect_err("no run directory");
@@ -725,7 +723,7 @@ async fn sigterm_to_a_supervisor_host_stops_each_run_with_a_record() {
         host.spawn(&gated_request(run, &never, "never")).await.expect("held");
     }
     let stamp = std::fs::read_to_string(runs[0].join("supervisor")).expect("stamp");
-    let pid: i32 = stamp.split_whitespace().next().and_then(|p| p.parse().ok()).expect("pid");
+    let pid = stamp_pid(&stamp);
     // SAFETY: signalling the host this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     for run in &runs {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod api;
+pub(crate) mod bench;
 pub(crate) mod procs;
 pub(crate) mod root;
 pub(crate) mod tls;

@@ -25,10 +25,9 @@
 //! their own: their supervisor starts inside the job's cgroup, which a thread cannot.
 
 use super::os::{self, ProcStamp};
-use super::rundir::{self, RunDir};
+use super::rundir::RunDir;
 use super::spawner::{SpawnRequest, answer_requests};
 use super::supervise::{self, Locking, Sleep, Woken};
-use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -121,7 +120,8 @@ impl Host {
         let started = std::thread::Builder::new().name("run".into()).stack_size(RUN_STACK_BYTES).spawn(move || {
             let mut sleep = RunSleep { nudge: &running.0.nudge, pidfd: None, stop_seen: false };
             if let Err(e) = supervise::run(held, &mut sleep) {
-                say(&run_dir, &e.to_string());
+                // Nobody else would hear it: the host's stderr may be gone with the agent.
+                let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());
             }
             if let Some(socket) = socket {
                 super::ended::send(&socket, &run_dir);
@@ -181,16 +181,6 @@ impl Drop for Running {
         if *running == 0 {
             self.0.idle.notify_all();
         }
-    }
-}
-
-/// Appends what the host has to say about a run to the run's `supervisor` file, where a
-/// supervisor process's own output goes.
-fn say(run_dir: &std::path::Path, text: &str) {
-    let file =
-        std::fs::OpenOptions::new().append(true).open(RunDir::new(run_dir.to_path_buf()).file(rundir::SUPERVISOR));
-    if let Ok(mut f) = file {
-        let _ = writeln!(f, "{text}");
     }
 }
 

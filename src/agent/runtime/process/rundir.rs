@@ -193,11 +193,17 @@ impl RunDir {
     /// Appends this process's stamp to [`SUPERVISOR`]: one `write` on an append-only file, so
     /// lines the supervisor prints there cannot split it.
     pub fn add_supervisor_stamp(&self, stamp: &ProcStamp) -> io::Result<()> {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.file(SUPERVISOR))?
-            .write_all(stamp.encode().as_bytes())
+        self.add_to_supervisor_file(&stamp.encode())
+    }
+
+    /// Appends a line of what the supervisor says to [`SUPERVISOR`] (a supervisor process's own
+    /// output goes there by its stderr; a host's threads write it with this).
+    pub fn add_supervisor_words(&self, text: &str) -> io::Result<()> {
+        self.add_to_supervisor_file(&format!("{text}\n"))
+    }
+
+    fn add_to_supervisor_file(&self, line: &str) -> io::Result<()> {
+        std::fs::OpenOptions::new().create(true).append(true).open(self.file(SUPERVISOR))?.write_all(line.as_bytes())
     }
 
     /// Marks the run reported: [`REPORTED`] as a second name of the exit record, its time set to
