@@ -1,25 +1,27 @@
 //! Starting the job's process from its supervisor.
 //!
-//! A job that runs unconfined needs nothing done in its process between the fork and the exec
+//! A job that runs unconfined needs nothing done in its process between the clone and the exec
 //! but what `posix_spawn` does itself (its outputs, working directory, process group, signal
 //! mask). glibc's `posix_spawn` starts the child in the supervisor's memory (`CLONE_VM |
 //! CLONE_VFORK`) instead of copying its page tables, which a fork copies and the exec throws
 //! away, and looks the program up once instead of trying an exec per `PATH` entry. A confined
-//! job still needs a fork: its child joins the cgroup and switches user before the exec
-//! ([`super::confine`]). Measured in docs/benchmarks.md ("The process runtime on disk").
+//! job's child must also join the cgroup and switch user before the exec ([`super::confine`]):
+//! it is started the same way by [`super::spawn_confined`]. Measured in docs/benchmarks.md
+//! ("The process runtime on disk").
 //!
 //! What the job sees is the same either way: the supervisor's environment with the job's
 //! variables over it, the program found along the job's `PATH`, no signal blocked, `SIGPIPE`
 //! and `SIGCHLD` at their defaults, a process group of its own.
 
 use super::confine::Prepared;
+use super::spawn_confined;
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
@@ -47,31 +49,70 @@ pub(crate) struct Launch<'a> {
 /// Starts the job, with `posix_spawn` unless `confined` has to act in its child; its pid, which
 /// is also its process group. Waited for with [`try_wait`] either way.
 pub(crate) fn start(l: Launch, confined: Prepared) -> io::Result<i32> {
-    if confined.needs_the_child() { fork(l, confined) } else { spawn(&l) }
+    let job = Job::of(&l)?;
+    if !confined.needs_the_child() {
+        return match job.posix_spawn(&job.path, &job.argv, &l) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => job.posix_spawn(c"/bin/sh", &job.sh_argv, &l),
+            other => other,
+        };
+    }
+    let (argv, sh_argv, envp) = (pointers(&job.argv), pointers(&job.sh_argv), pointers(&job.envp));
+    let exec = spawn_confined::Exec {
+        path: &job.path,
+        argv: &argv,
+        sh_argv: &sh_argv,
+        envp: &envp,
+        cwd: &job.cwd,
+        stdio: [l.stdin.as_raw_fd(), l.stdout.as_raw_fd(), l.stderr.as_raw_fd()],
+    };
+    spawn_confined::spawn(&exec, &confined)
 }
 
-/// Starts a confined job the classic way, since its child must join its cgroup and switch user
-/// between the fork and the exec.
-fn fork(l: Launch, confined: Prepared) -> io::Result<i32> {
-    let mut cmd = std::process::Command::new(l.program);
-    cmd.args(l.args)
-        .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .current_dir(l.cwd)
-        .stdin(l.stdin)
-        .stdout(l.stdout)
-        .stderr(l.stderr)
-        .process_group(0);
-    // SAFETY: the hook makes only async-signal-safe calls: write, setgroups, setgid, setuid
-    // (everything they use was prepared before the fork) and pthread_sigmask.
-    unsafe {
-        cmd.pre_exec(move || {
-            confined.apply_in_child()?;
-            super::os::unblock_all_signals()
-        });
+/// The job as C strings: the program found, its argv, the argv that runs it with `/bin/sh`
+/// (for a file the kernel has no interpreter for, as `execvp` does), its environment and
+/// working directory.
+struct Job {
+    path: CString,
+    argv: Vec<CString>,
+    sh_argv: Vec<CString>,
+    envp: Vec<CString>,
+    cwd: CString,
+}
+
+impl Job {
+    fn of(l: &Launch) -> io::Result<Job> {
+        let env = environment(l.env);
+        // Relative to the supervisor's directory, as the child's chdir would take it.
+        let cwd = std::path::absolute(l.cwd)?;
+        let path = resolve(l.program, env.get(OsStr::new("PATH")).map(OsString::as_os_str), &cwd)?;
+        let args = || l.args.iter().map(|a| c_string(a.as_bytes().to_vec()));
+        let argv = std::iter::once(c_string(l.program.as_bytes().to_vec())).chain(args()).collect::<io::Result<_>>()?;
+        let sh_argv = [c_string(b"/bin/sh".to_vec()), c_string(path.as_os_str().as_bytes().to_vec())]
+            .into_iter()
+            .chain(args())
+            .collect::<io::Result<_>>()?;
+        let envp = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend(v.as_bytes());
+                c_string(kv)
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(Job {
+            path: c_string(path.into_os_string().into_vec())?,
+            argv,
+            sh_argv,
+            envp,
+            cwd: c_string(cwd.into_os_string().into_vec())?,
+        })
     }
-    // Dropping the `Child` neither waits nor kills: the supervisor reaps it by pid.
-    let child = cmd.spawn()?;
-    i32::try_from(child.id()).map_err(|_| io::Error::other("pid out of range"))
+}
+
+/// A C string list for `execve` and `posix_spawn`: the strings' pointers, then a null pointer.
+fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
 }
 
 /// The environment the job gets: the supervisor's, with `overrides` set over it.
@@ -121,86 +162,49 @@ fn c_string(bytes: Vec<u8>) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
 }
 
-/// Starts the job with `posix_spawn`; its pid, which is also its process group. A file that is
-/// no program the kernel runs (a script without `#!`) is run by `/bin/sh`, as `execvp` does.
-fn spawn(l: &Launch) -> io::Result<i32> {
-    let env = environment(l.env);
-    // Relative to the supervisor's directory, as the child's chdir would take it.
-    let cwd = std::path::absolute(l.cwd)?;
-    let path = resolve(l.program, env.get(OsStr::new("PATH")).map(OsString::as_os_str), &cwd)?;
-    let argv = |first: &[&[u8]]| -> Vec<Vec<u8>> {
-        first.iter().map(|b| b.to_vec()).chain(l.args.iter().map(|a| a.as_bytes().to_vec())).collect()
-    };
-    match spawn_file(path.as_os_str(), argv(&[l.program.as_bytes()]), &env, &cwd, l) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            let sh = OsStr::new("/bin/sh");
-            spawn_file(sh, argv(&[sh.as_bytes(), path.as_os_str().as_bytes()]), &env, &cwd, l)
+impl Job {
+    /// `posix_spawn` of the executable `path` with `argv`, the job's environment and working
+    /// directory, and `l`'s files.
+    fn posix_spawn(&self, path: &CStr, argv: &[CString], l: &Launch) -> io::Result<i32> {
+        let argv_ptrs = pointers(argv);
+        let envp_ptrs = pointers(&self.envp);
+        let check = |rc: libc::c_int| if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) };
+        // SAFETY: the attributes and file actions are initialised before use and destroyed by the
+        // guards; every pointer handed to posix_spawn (path, argv, envp, cwd, the signal sets) points
+        // into values that outlive the call, and argv and envp end with a null pointer.
+        unsafe {
+            let mut actions = Actions(std::mem::zeroed());
+            check(libc::posix_spawn_file_actions_init(&mut actions.0))?;
+            let mut attrs = Attrs(std::mem::zeroed());
+            check(libc::posix_spawnattr_init(&mut attrs.0))?;
+            for (file, fd) in [(&l.stdin, 0), (&l.stdout, 1), (&l.stderr, 2)] {
+                check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, file.as_raw_fd(), fd))?;
+            }
+            check(libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, self.cwd.as_ptr()))?;
+            // The supervisor blocks the signals it waits for; the job starts with none blocked.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            check(libc::posix_spawnattr_setsigmask(&mut attrs.0, &none))?;
+            // Rust ignores SIGPIPE and the spawner SIGCHLD; the job gets the defaults.
+            let mut defaults: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut defaults);
+            libc::sigaddset(&mut defaults, libc::SIGPIPE);
+            libc::sigaddset(&mut defaults, libc::SIGCHLD);
+            check(libc::posix_spawnattr_setsigdefault(&mut attrs.0, &defaults))?;
+            check(libc::posix_spawnattr_setpgroup(&mut attrs.0, 0))?;
+            let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+            check(libc::posix_spawnattr_setflags(&mut attrs.0, flags as libc::c_short))?;
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawn(
+                &mut pid,
+                path.as_ptr(),
+                &actions.0,
+                &attrs.0,
+                argv_ptrs.as_ptr().cast(),
+                envp_ptrs.as_ptr().cast(),
+            ))?;
+            Ok(pid)
         }
-        other => other,
-    }
-}
-
-/// `posix_spawn` of the executable `path` with `argv`, `env` and `cwd`, and `l`'s files.
-fn spawn_file(
-    path: &OsStr,
-    argv: Vec<Vec<u8>>,
-    env: &BTreeMap<OsString, OsString>,
-    cwd: &Path,
-    l: &Launch,
-) -> io::Result<i32> {
-    let path = c_string(path.as_bytes().to_vec())?;
-    let argv: Vec<CString> = argv.into_iter().map(c_string).collect::<io::Result<_>>()?;
-    let envp: Vec<CString> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend(v.as_bytes());
-            c_string(kv)
-        })
-        .collect::<io::Result<_>>()?;
-    let cwd = c_string(cwd.as_os_str().as_bytes().to_vec())?;
-    let mut argv_ptrs: Vec<*mut libc::c_char> = argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
-    argv_ptrs.push(std::ptr::null_mut());
-    let mut envp_ptrs: Vec<*mut libc::c_char> = envp.iter().map(|e| e.as_ptr().cast_mut()).collect();
-    envp_ptrs.push(std::ptr::null_mut());
-
-    let check = |rc: libc::c_int| if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) };
-    // SAFETY: the attributes and file actions are initialised before use and destroyed by the
-    // guards; every pointer handed to posix_spawn (path, argv, envp, cwd, the signal sets) points
-    // into values that outlive the call, and argv and envp end with a null pointer.
-    unsafe {
-        let mut actions = Actions(std::mem::zeroed());
-        check(libc::posix_spawn_file_actions_init(&mut actions.0))?;
-        let mut attrs = Attrs(std::mem::zeroed());
-        check(libc::posix_spawnattr_init(&mut attrs.0))?;
-        for (file, fd) in [(&l.stdin, 0), (&l.stdout, 1), (&l.stderr, 2)] {
-            check(libc::posix_spawn_file_actions_adddup2(&mut actions.0, file.as_raw_fd(), fd))?;
-        }
-        check(libc::posix_spawn_file_actions_addchdir_np(&mut actions.0, cwd.as_ptr()))?;
-        // The supervisor blocks the signals it waits for; the job starts with none blocked.
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        check(libc::posix_spawnattr_setsigmask(&mut attrs.0, &none))?;
-        // Rust ignores SIGPIPE and the spawner SIGCHLD; the job gets the defaults.
-        let mut defaults: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut defaults);
-        libc::sigaddset(&mut defaults, libc::SIGPIPE);
-        libc::sigaddset(&mut defaults, libc::SIGCHLD);
-        check(libc::posix_spawnattr_setsigdefault(&mut attrs.0, &defaults))?;
-        check(libc::posix_spawnattr_setpgroup(&mut attrs.0, 0))?;
-        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        check(libc::posix_spawnattr_setflags(&mut attrs.0, flags as libc::c_short))?;
-        let mut pid: libc::pid_t = 0;
-        check(libc::posix_spawn(
-            &mut pid,
-            path.as_ptr(),
-            &actions.0,
-            &attrs.0,
-            argv_ptrs.as_ptr(),
-            envp_ptrs.as_ptr(),
-        ))?;
-        Ok(pid)
     }
 }
 
@@ -274,75 +278,148 @@ mod tests {
         assert_eq!(resolve("sh", None, Path::new("/")).expect("the default path").file_name(), Some(OsStr::new("sh")));
     }
 
-    #[test]
-    fn a_spawned_job_has_its_files_directory_group_and_no_blocked_signal() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let out_path = dir.path().join("out");
-        let script = "pwd; echo \"$GREETING\"; grep -E '^Sig(Blk|Ign)' /proc/self/status; cut -d' ' -f5 /proc/$$/stat";
-        let args: Vec<String> = vec!["-c".into(), script.into()];
-        let env = vec![("GREETING".to_string(), "hello".to_string())];
-        let launch = |program| Launch {
-            program,
-            args: &args,
-            env: &env,
-            cwd: dir.path(),
-            stdin: File::open("/dev/null").expect("null"),
-            stdout: File::options().create(true).append(true).open(&out_path).expect("out"),
-            stderr: File::create(dir.path().join("err")).expect("err"),
+    /// How a test starts its job: as an unconfined job (`posix_spawn`), or as a confined one
+    /// whose child writes into `joined` as it would into `cgroup.procs`, and switches to `user`.
+    enum Way<'a> {
+        Unconfined,
+        Confined { joined: &'a Path, user: Option<super::super::confine::user::UnixUser> },
+    }
+
+    fn start_as(l: Launch, way: &Way) -> io::Result<i32> {
+        let prepared = match way {
+            Way::Unconfined => Prepared::for_test(Vec::new(), None).without_join(),
+            Way::Confined { joined, user } => {
+                let file = File::create(joined).expect("join file");
+                Prepared::for_test(vec![file.into()], user.clone())
+            }
         };
-        // As in a supervisor: SIGTERM blocked in the spawning thread.
-        let _blocked = super::super::os::SignalSet::block(&[libc::SIGTERM]).expect("block");
-        let spawned = spawn(&launch("sh"));
-        super::super::os::unblock_all_signals().expect("unblock");
-        let pid = spawned.expect("spawned");
-        let status = loop {
+        start(l, prepared)
+    }
+
+    fn wait(pid: i32) -> ExitStatus {
+        loop {
             if let Some((st, _)) = try_wait(pid).expect("wait") {
                 break st;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
-        };
-        assert_eq!(status.code(), Some(0));
-        let out = std::fs::read_to_string(&out_path).expect("read");
-        let lines: Vec<&str> = out.lines().collect();
-        let cwd = std::fs::canonicalize(dir.path()).expect("canonical");
-        assert_eq!(lines.len(), 5, "{out}");
-        assert_eq!(lines[0], cwd.to_string_lossy());
-        assert_eq!(lines[1], "hello");
-        assert_eq!(lines[2], "SigBlk:\t0000000000000000", "{out}");
-        let ignored = lines[3].strip_prefix("SigIgn:\t").and_then(|h| u64::from_str_radix(h, 16).ok()).expect("SigIgn");
-        let bit = |sig: i32| 1u64 << (sig - 1);
-        assert_eq!(
-            ignored & (bit(libc::SIGPIPE) | bit(libc::SIGCHLD)),
-            0,
-            "SIGPIPE and SIGCHLD at their defaults: {out}"
-        );
-        assert_eq!(lines[4], pid.to_string(), "a process group of its own: {out}");
-        let e = spawn(&launch("no-such-program-here")).expect_err("not found");
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        }
     }
 
     #[test]
-    fn a_script_without_an_interpreter_line_is_run_by_the_shell() {
+    fn a_started_job_has_its_files_directory_group_and_no_blocked_signal_either_way() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let joined = dir.path().join("cgroup.procs");
+        // As root, the confined child also becomes another user (nobody's ids).
+        // SAFETY: geteuid reads the caller's effective uid.
+        let root = unsafe { libc::geteuid() } == 0;
+        let nobody = super::super::confine::user::UnixUser {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+            home: PathBuf::from("/"),
+        };
+        let confined = Way::Confined { joined: &joined, user: root.then_some(nobody) };
+        for way in [Way::Unconfined, confined] {
+            let out_path = dir.path().join("out");
+            let _ = std::fs::remove_file(&out_path);
+            let script = "pwd; echo \"$GREETING\"; grep -E '^Sig(Blk|Ign)' /proc/self/status; cut -d' ' -f5 /proc/$$/stat; id -u";
+            let args: Vec<String> = vec!["-c".into(), script.into()];
+            let env = vec![("GREETING".to_string(), "hello".to_string())];
+            let launch = |program| Launch {
+                program,
+                args: &args,
+                env: &env,
+                cwd: dir.path(),
+                stdin: File::open("/dev/null").expect("null"),
+                stdout: File::options().create(true).append(true).open(&out_path).expect("out"),
+                stderr: File::create(dir.path().join("err")).expect("err"),
+            };
+            // As in a supervisor: SIGTERM blocked in the spawning thread.
+            let _blocked = super::super::os::SignalSet::block(&[libc::SIGTERM]).expect("block");
+            let started = start_as(launch("sh"), &way);
+            super::super::os::unblock_all_signals().expect("unblock");
+            let pid = started.expect("started");
+            assert_eq!(wait(pid).code(), Some(0), "{:?}", std::fs::read_to_string(dir.path().join("err")));
+            let out = std::fs::read_to_string(&out_path).expect("read");
+            let lines: Vec<&str> = out.lines().collect();
+            let cwd = std::fs::canonicalize(dir.path()).expect("canonical");
+            assert_eq!(lines.len(), 6, "{out}");
+            assert_eq!(lines[0], cwd.to_string_lossy());
+            assert_eq!(lines[1], "hello");
+            assert_eq!(lines[2], "SigBlk:\t0000000000000000", "{out}");
+            let ignored =
+                lines[3].strip_prefix("SigIgn:\t").and_then(|h| u64::from_str_radix(h, 16).ok()).expect("SigIgn");
+            let bit = |sig: i32| 1u64 << (sig - 1);
+            assert_eq!(
+                ignored & (bit(libc::SIGPIPE) | bit(libc::SIGCHLD)),
+                0,
+                "SIGPIPE and SIGCHLD at their defaults: {out}"
+            );
+            assert_eq!(lines[4], pid.to_string(), "a process group of its own: {out}");
+            // SAFETY: getuid reads the caller's uid.
+            let own = unsafe { libc::getuid() };
+            if let Way::Confined { joined, user } = &way {
+                assert_eq!(std::fs::read_to_string(joined).expect("joined"), "0", "the child joined before its exec");
+                assert_eq!(lines[5], user.as_ref().map_or(own, |u| u.uid).to_string(), "its user: {out}");
+            } else {
+                assert_eq!(lines[5], own.to_string());
+            }
+            let e = start_as(launch("no-such-program-here"), &way).expect_err("not found");
+            assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        }
+    }
+
+    #[test]
+    fn a_confined_child_that_cannot_join_starts_nothing_and_says_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A read-only descriptor: the child's write fails with EBADF before the exec.
+        let read_only = File::open("/dev/null").expect("null");
+        let marker = dir.path().join("ran");
+        let args = vec!["-c".to_string(), format!("touch {}", marker.display())];
+        let e = start(
+            Launch {
+                program: "sh",
+                args: &args,
+                env: &[],
+                cwd: dir.path(),
+                stdin: File::open("/dev/null").expect("null"),
+                stdout: File::create(dir.path().join("out")).expect("out"),
+                stderr: File::create(dir.path().join("err")).expect("err"),
+            },
+            Prepared::for_test(vec![read_only.into()], None),
+        )
+        .expect_err("the join fails");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        assert!(!marker.exists(), "the job never ran");
+    }
+
+    #[test]
+    fn a_script_without_an_interpreter_line_is_run_by_the_shell_either_way() {
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("plain");
         std::fs::write(&script, "echo \"plain script: $1\"\n").expect("script");
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let out_path = dir.path().join("out");
-        let stdout = File::create(&out_path).expect("out");
-        let args = vec!["first".to_string()];
-        let pid = spawn(&Launch {
-            program: "./plain",
-            args: &args,
-            env: &[],
-            cwd: dir.path(),
-            stdin: File::open("/dev/null").expect("null"),
-            stderr: stdout.try_clone().expect("dup"),
-            stdout,
-        })
-        .expect("spawned");
-        while try_wait(pid).expect("wait").is_none() {
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        let joined = dir.path().join("cgroup.procs");
+        for way in [Way::Unconfined, Way::Confined { joined: &joined, user: None }] {
+            let out_path = dir.path().join("out");
+            let stdout = File::create(&out_path).expect("out");
+            let args = vec!["first".to_string()];
+            let pid = start_as(
+                Launch {
+                    program: "./plain",
+                    args: &args,
+                    env: &[],
+                    cwd: dir.path(),
+                    stdin: File::open("/dev/null").expect("null"),
+                    stderr: stdout.try_clone().expect("dup"),
+                    stdout,
+                },
+                &way,
+            )
+            .expect("started");
+            assert_eq!(wait(pid).code(), Some(0));
+            assert_eq!(std::fs::read_to_string(&out_path).expect("read"), "plain script: first\n");
         }
-        assert_eq!(std::fs::read_to_string(&out_path).expect("read"), "plain script: first\n");
     }
 }

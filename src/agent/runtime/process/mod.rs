@@ -10,7 +10,7 @@
 //! The room holds everything only this runtime uses: the host, the spawner and the supervisor
 //! they run ([`host`], [`spawner`], [`supervise`]), the run directories ([`rundir`]), the
 //! run-end notices (`ended`), confinement ([`confine`]) and the few system calls they share
-//! (`os`).
+//! (`os`), and starting a confined job (`spawn_confined`).
 
 pub mod confine;
 mod ended;
@@ -18,6 +18,7 @@ pub mod host;
 mod launch;
 mod os;
 pub mod rundir;
+mod spawn_confined;
 pub mod spawner;
 pub mod supervise;
 

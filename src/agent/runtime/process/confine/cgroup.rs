@@ -516,6 +516,13 @@ impl CgroupPlan {
 }
 
 impl CgroupJoin {
+    /// A join that writes into `files` instead of `cgroup.procs` files (tests of the child's
+    /// steps, without cgroups).
+    #[cfg(test)]
+    pub(crate) fn into_files(files: Vec<OwnedFd>) -> CgroupJoin {
+        CgroupJoin { procs: files, spared: false }
+    }
+
     /// Moves the calling process into the job's cgroups. Async-signal-safe, for `pre_exec`.
     pub fn join(&self) -> io::Result<()> {
         if self.spared {

@@ -265,6 +265,19 @@ impl Confinement {
 }
 
 impl Prepared {
+    /// A confinement whose child writes "0" into each of `files` (as it would into its
+    /// cgroups' `cgroup.procs`) and, with `user`, switches to that user.
+    #[cfg(test)]
+    pub(crate) fn for_test(files: Vec<std::os::fd::OwnedFd>, user: Option<UnixUser>) -> Prepared {
+        Prepared { join: Some(CgroupJoin::into_files(files)), user }
+    }
+
+    /// The same without the join: with no user, nothing to do in the child.
+    #[cfg(test)]
+    pub(crate) fn without_join(self) -> Prepared {
+        Prepared { join: None, ..self }
+    }
+
     /// True when the job's child must act between the fork and the exec (join a cgroup,
     /// switch user); otherwise the job can be started without a fork (`posix_spawn`).
     pub fn needs_the_child(&self) -> bool {

@@ -88,15 +88,18 @@ impl UnixUser {
     /// Becomes this user: groups, then gid, then uid (after which no more changes are allowed).
     /// Async-signal-safe, for `pre_exec`.
     pub fn switch(&self) -> io::Result<()> {
+        // The raw system calls, not glibc's wrappers: in a process that had threads, glibc
+        // changes the ids of every thread it knows of, and a child started with CLONE_VM
+        // (`spawn_confined`) shares the memory where the supervisor's threads are listed.
         // SAFETY: plain system calls on valid memory (groups lives as long as self).
         unsafe {
-            if libc::setgroups(self.groups.len() as _, self.groups.as_ptr()) != 0 {
+            if libc::syscall(libc::SYS_setgroups, self.groups.len() as libc::c_long, self.groups.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::setgid(self.gid) != 0 {
+            if libc::syscall(libc::SYS_setgid, libc::c_long::from(self.gid)) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::setuid(self.uid) != 0 {
+            if libc::syscall(libc::SYS_setuid, libc::c_long::from(self.uid)) != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
