@@ -21,8 +21,9 @@
 //!
 //! What it gives up: the runs of one host share its fate. A host killed (`kill -9`, the OOM
 //! killer) leaves all its runs without a supervisor, which the agent then records as lost, where
-//! a supervisor killed cost one run. Confined jobs (cgroups, another user) keep a process of
-//! their own: their supervisor starts inside the job's cgroup, which a thread cannot.
+//! a supervisor killed cost one run. Confined jobs (cgroups, another user) are supervised by
+//! their cgroup slot's holder, which is inside the slot's cgroups as a thread of a host cannot
+//! be ([`super::spawner`]).
 
 use super::os::{self, ProcStamp};
 use super::rundir::RunDir;

@@ -222,6 +222,11 @@ impl SignalSet {
         }
     }
 
+    /// Takes every one of the set's signals that is pending, without waiting.
+    pub(crate) fn drain(&self) {
+        while let Ok(Some(_)) = self.wait(std::time::Duration::ZERO) {}
+    }
+
     /// Waits up to `timeout` for one of the set's signals; the signal, or none on timeout.
     pub(crate) fn wait(&self, timeout: std::time::Duration) -> io::Result<Option<i32>> {
         let ts = libc::timespec {

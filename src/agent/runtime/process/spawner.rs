@@ -21,20 +21,23 @@
 //! JSON line per answer on its stdout ([`SpawnAnswer`]), in order.
 //!
 //! A confined job's cgroup slot gets a *holder*: a process the spawner forks once per slot,
-//! which moves itself into the slot's cgroups and then forks the supervisors of the jobs that
-//! run there, the same way and over the same protocol (on a socket). Supervisors and their jobs
-//! are then in the slot from their first instruction, and no process is moved between cgroups
-//! per job: on cgroup v1 each move (one per hierarchy) cost about as much CPU as the rest of
-//! starting a job. The holder and the supervisor count in the slot's pids limit (the agent adds
-//! [`super::confine::cgroup::SLOT_OWN_PIDS`]). They stay out of the job's memory cgroup on v1
+//! which moves itself into the slot's cgroups and then supervises the jobs that run there
+//! itself, one at a time (a slot holds one run), over the same protocol (on a socket). Their
+//! jobs are then in the slot from their first instruction, no process is moved between cgroups
+//! per job (on cgroup v1 each move, one per hierarchy, cost about as much CPU as the rest of
+//! starting a job), and no process is forked per job but the job: a supervisor process forked
+//! per confined job, its page faults and its exit cost more than a third of the machine in
+//! `bench processes --limits`. The holder counts in the slot's pids limit (the agent adds
+//! [`super::confine::cgroup::SLOT_OWN_PIDS`]). It stays out of the job's memory cgroup on v1
 //! (the job's child joins that one alone); on v2, where there is one cgroup, the OOM killer
-//! spares them (`oom_score_adj` -1000, which the job's child sets back to 0), and a holder that
-//! cannot have that (no `CAP_SYS_RESOURCE`) is not kept: the supervisor is forked outside as
-//! before. A holder ends when its spawner does, or when the agent removes its idle slot (killing
-//! what is in it).
+//! spares it (`oom_score_adj` -1000, which the job's child sets back to 0), and a holder that
+//! cannot have that (no `CAP_SYS_RESOURCE`) is not kept: a supervisor is forked outside per
+//! job, as for jobs without a slot. A holder ends when its spawner does (once the run it
+//! supervises ended), or when the agent removes its idle slot (killing what is in it).
 
-use super::os::{self, Forked};
-use super::supervise::{SuperviseArgs, supervise};
+use super::os::{self, Forked, ProcStamp};
+use super::rundir::RunDir;
+use super::supervise::{self, Locking, SuperviseArgs, supervise};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, Read, Write};
@@ -193,7 +196,15 @@ impl Holder {
     }
 }
 
-/// The holder's life: into the slot, then one supervisor per request until the spawner goes.
+/// The holder's life: into the slot, then it supervises each run the spawner sends, one at a
+/// time (a slot holds one run), until the spawner goes.
+///
+/// It supervises as a supervisor process does, with no process of the run's own: out of the
+/// agent's session, stop orders taken synchronously (SIGTERM, SIGINT), its job waited for by
+/// SIGCHLD, its stamp in the run directory (a plain one: the agent's stop orders send SIGTERM).
+/// It answers the spawner once it holds the run, then supervises it to its end before it reads
+/// the next request; the agent gives the slot to another run only after this one's exit record.
+/// When the spawner goes (the agent ended), a run in progress is supervised to its end first.
 ///
 /// # Safety
 /// As [`serve`].
@@ -208,14 +219,42 @@ unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> 
     let entered = plan.enter_as_holder();
     write_answer(&mut to, &SpawnAnswer { error: entered.as_ref().err().map(|e| e.to_string()) })?;
     entered.map_err(std::io::Error::other)?;
+    // Not fatal: without a session of its own it still works, it just shares the agent's
+    // terminal signals.
+    let _ = os::new_session();
+    // Blocked for good: a stop order that comes after its run ended is dropped before the next
+    // run, where an idle holder would die of it.
+    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])?;
+    // The spawner ignores SIGCHLD; the holder waits for its jobs.
+    os::set_sigchld_ignored(false)?;
     let me = std::process::id() as i32;
-    answer_requests(std::io::BufReader::new(stream), to, |mut req| {
+    let stamp = ProcStamp::current();
+    for line in std::io::BufReader::new(stream).lines() {
+        let mut req = match serde_json::from_str::<SpawnRequest>(&line?) {
+            Ok(req) => req,
+            Err(e) => {
+                write_answer(&mut to, &SpawnAnswer { error: Some(format!("unreadable request: {e}")) })?;
+                continue;
+            }
+        };
         if let Some(c) = req.confine.cgroup.as_mut() {
             c.holder = Some(me);
         }
-        // SAFETY: the caller guarantees a single thread.
-        unsafe { spawn(req) }
-    })
+        signals.drain();
+        let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
+        // Not waiting for the lock: a run somebody holds is supervised already.
+        let claimed = supervise::claim(req, stamp, Locking::Try);
+        write_answer(&mut to, &SpawnAnswer { error: claimed.as_ref().err().map(|e| e.to_string()) })?;
+        let Ok(Some(held)) = claimed else { continue };
+        if let Err(e) = supervise::run(held, &mut signals) {
+            // Its stderr is the agent's, which may be gone: the run directory keeps it.
+            let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());
+        }
+        if let Some(socket) = socket {
+            super::ended::send(&socket, &run_dir);
+        }
+    }
+    Ok(())
 }
 
 /// Forks a supervisor for `req` and waits until it holds the run's lock.

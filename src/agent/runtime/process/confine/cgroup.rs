@@ -92,9 +92,9 @@ const AGENT_LEAF: &str = "agent";
 const CPU_PERIOD_US: i64 = 100_000;
 /// The smallest quota the kernel takes.
 const CPU_MIN_QUOTA_US: i64 = 1_000;
-/// Processes of Convoy's own in a slot besides the job: the slot's holder and the job's
-/// supervisor (see [`CgroupPlan::holder`]). A slot's pids limit is the job's plus these.
-pub const SLOT_OWN_PIDS: u64 = 2;
+/// Processes of Convoy's own in a slot besides the job: the slot's holder, which supervises the
+/// job (see [`CgroupPlan::holder`]). A slot's pids limit is the job's plus these.
+pub const SLOT_OWN_PIDS: u64 = 1;
 
 impl CgroupTree {
     /// Finds the hierarchy under `root` (`/sys/fs/cgroup`) given the agent's own
@@ -306,10 +306,10 @@ pub struct CgroupPlan {
     /// A slot kept by the agent: emptied at the end, not removed.
     #[serde(default)]
     pub reused: bool,
-    /// The pid of the slot's holder ([`super::super::spawner`]) when it forked the supervisor:
-    /// the supervisor, and so the job, are in the slot from the start and join nothing (moving
-    /// a process between cgroups is most of what confinement costs on v1). The holder and the
-    /// supervisor are not the job's: never killed with it, nor counted as left behind.
+    /// The pid of the slot's holder ([`super::super::spawner`]) when it supervises the job: the
+    /// job is in the slot from the start and joins nothing but v1's memory cgroup (moving a
+    /// process between cgroups is most of what confinement costs on v1). The holder is not the
+    /// job's: never killed with it, nor counted as left behind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<i32>,
     /// The agent knows the slot holds `settings` already (its last job, which started, had the
@@ -397,7 +397,7 @@ impl CgroupPlan {
     }
 
     /// Whether the slot's holder joins `dir`: every one but v1's memory cgroup, which the job
-    /// joins alone, so that the OOM killer never picks the holder or a supervisor (and their
+    /// joins alone, so that the OOM killer never picks the holder (and its
     /// pages are not the job's). On v2 there is one cgroup, and the holder is in it spared by
     /// the OOM killer.
     fn held_by_holder(&self, dir: &Path) -> bool {
@@ -405,7 +405,7 @@ impl CgroupPlan {
     }
 
     /// Processes in the cgroup that are not the job's: the calling supervisor and the slot's
-    /// holder, when it forked the supervisor inside.
+    /// holder (the same process when the holder supervises the job).
     fn own(&self) -> [i32; 2] {
         match self.holder {
             Some(h) => [std::process::id() as i32, h],
@@ -500,7 +500,7 @@ impl CgroupPlan {
 
     /// SIGKILL to every process in the job's cgroups, also those that left its process group.
     pub fn kill_all(&self) {
-        // `cgroup.kill` would take the holder and the supervisor too.
+        // `cgroup.kill` would take the holder too.
         if let Some(k) = self.kill_file.as_ref().filter(|_| self.holder.is_none())
             && std::fs::write(k, "1").is_ok()
         {
@@ -526,7 +526,7 @@ impl CgroupJoin {
     /// Moves the calling process into the job's cgroups. Async-signal-safe, for `pre_exec`.
     pub fn join(&self) -> io::Result<()> {
         if self.spared {
-            // The slot's holder and supervisor are spared by the OOM killer; the job is not.
+            // The slot's holder is spared by the OOM killer; the job is not.
             write_proc_self(c"/proc/self/oom_score_adj", b"0")?;
         }
         for fd in &self.procs {
@@ -541,7 +541,7 @@ impl CgroupJoin {
     }
 }
 
-/// A pids limit as written: a slot also holds its holder and the supervisor.
+/// A pids limit as written: a slot also holds its holder.
 fn slot_pids(job: u64, reused: bool) -> String {
     if reused { job.saturating_add(SLOT_OWN_PIDS) } else { job }.to_string()
 }
@@ -822,8 +822,8 @@ mod tests {
     }
 
     /// On v1 a slot's holder joins every hierarchy but memory, and a job forked inside then
-    /// joins memory alone; the holder and the supervisor count in the pids limit and are never
-    /// taken for what the job left behind.
+    /// joins memory alone; the holder counts in the pids limit, and neither it nor the calling
+    /// supervisor is ever taken for what the job left behind.
     #[test]
     fn a_v1_slot_holder_joins_all_but_memory_and_the_job_then_joins_memory_alone() {
         let t = tempfile::tempdir().expect("tempdir");
@@ -863,7 +863,7 @@ mod tests {
         assert!(!join.spared, "on v1 nothing of the slot's own is in its memory cgroup");
         assert_eq!(plan.create().expect("create").procs.len(), 3, "without a holder the job joins all three");
 
-        // Left-behind processes are the job's only: not the supervisor, not the holder.
+        // Left-behind processes are the job's only: not the caller, not the holder.
         let me = std::process::id() as i32;
         std::fs::write(cpu.join("cgroup.procs"), format!("{me}\n{holder}\n77\n")).expect("write");
         assert_eq!(inside.job_pids(&cpu), [77]);
