@@ -256,6 +256,34 @@ async fn jobs_start_inside_their_slot_supervised_by_its_holder() {
     assert_eq!(holders[0], holders[1], "the second job had the same slot and holder");
 }
 
+/// An idle holder takes no harm from a stop order that came after its run ended (a SIGTERM the
+/// agent sent as the run was ending): it lives on, and the next run in its slot does not take
+/// the order for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_sigterm_to_an_idle_holder_stops_neither_it_nor_its_next_run() {
+    let n = Node::start("", &[]).await;
+    if !n.confined("stray SIGTERM") {
+        return;
+    }
+    let limits = json!({"limits": {"cpu": "1", "memory": "64Mi"}});
+    let holder_of = |j: &Value| -> i32 {
+        let stamp = std::fs::read_to_string(n.run_dir(j).join("supervisor")).expect("supervisor file");
+        stamp.split_whitespace().next().and_then(|p| p.parse().ok()).expect("stamp pid")
+    };
+    let first = &n.submit(QUEUE, vec![sh("echo first", limits.clone())]).await[0];
+    let j = n.wait_over(first).await;
+    assert_eq!(j["state"], "succeeded", "{j:#}");
+    let holder = holder_of(&j);
+    // SAFETY: kill(2) with the pid of a process this test's agent started.
+    assert_eq!(unsafe { libc::kill(holder, libc::SIGTERM) }, 0, "the holder {holder} is alive");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let second = &n.submit(QUEUE, vec![sh("sleep 0.3; echo second", limits)]).await[0];
+    let j = n.wait_over(second).await;
+    assert_eq!(j["state"], "succeeded", "the order was not taken for this run's: {j:#}");
+    assert_eq!(holder_of(&j), holder, "the same holder, alive, supervised the next run in its slot");
+    assert!(n.server.logs(second).await.contains("second"));
+}
+
 /// A fork bomb stops at the pids limit: at most `pids_max` processes of the job at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_stops_at_the_pids_limit() {

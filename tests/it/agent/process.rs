@@ -351,6 +351,8 @@ async fn agent_killed_and_restarted(limits: bool) {
     cp.push_lease(slow.clone());
     cp.wait_kind(quick.run_id, RunEventKind::Running, T).await;
     cp.wait_kind(slow.run_id, RunEventKind::Running, T).await;
+    let supervisors: Vec<i32> =
+        [&quick, &slow].iter().map(|l| stamp_pid(&run_file(&data, l.run_id, "supervisor"))).collect();
     if !limits {
         let stamp = run_file(&data, slow.run_id, "supervisor");
         assert!(stamp.trim_end().ends_with(" host"), "a host supervises unconfined jobs");
@@ -379,6 +381,12 @@ async fn agent_killed_and_restarted(limits: bool) {
     for name in ["quick", "slow"] {
         let starts = std::fs::read_to_string(marks.path().join(name)).expect("marks");
         assert_eq!(starts.lines().count(), 1, "{name} started once");
+    }
+    // The first agent's supervisors (hosts, or the slots' holders) end once their runs ended:
+    // nobody would give them another.
+    for pid in supervisors {
+        let gone = || stat_fields(pid).is_none_or(|f| f.first().is_some_and(|state| state == "Z"));
+        wait_for(T, "the first agent's supervisor to exit", || gone().then_some(())).await;
     }
     // Every request carried the token.
     assert_eq!(cp.script().unauthorized, 0);
