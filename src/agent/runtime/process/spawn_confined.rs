@@ -8,7 +8,7 @@
 //! started as `posix_spawn` starts one, with `CLONE_VM | CLONE_VFORK`: it runs on a stack of
 //! its own in the supervisor's memory, the calling thread waits until it has exec'd or exited,
 //! and it makes only system calls on memory prepared before the clone (no allocation, no lock,
-//! nothing shared written but its error slot).
+//! nothing shared written but its error slot and the waiting thread's `errno`).
 //!
 //! Signals: the calling thread blocks all of them across the clone, so no handler of the
 //! supervisor runs in the child on the shared memory. The child sets every signal that has a
