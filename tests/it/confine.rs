@@ -240,6 +240,7 @@ async fn jobs_start_inside_their_slot_supervised_by_its_holder() {
         let stamp = std::fs::read_to_string(n.run_dir(&j).join("supervisor")).expect("supervisor file");
         let stamped = stamp.lines().next().and_then(|l| l.split_whitespace().next()).unwrap_or_default();
         assert_eq!(stamped, holder, "the job's supervisor is its parent: {stamp}");
+        assert!(stamp.lines().next().is_some_and(|l| l.ends_with(" host")), "stop orders come as SIGUSR1: {stamp}");
         if out.lines().any(|l| l.starts_with("job 0::")) {
             eprintln!("holder cgroups: skipped, the v1 layout is what this checks (v2 here): {out}");
             return;
@@ -256,9 +257,9 @@ async fn jobs_start_inside_their_slot_supervised_by_its_holder() {
     assert_eq!(holders[0], holders[1], "the second job had the same slot and holder");
 }
 
-/// An idle holder takes no harm from a stop order that came after its run ended (a SIGTERM the
-/// agent sent as the run was ending): it lives on, and the next run in its slot does not take
-/// the order for its own.
+/// An idle holder takes no harm from signals that came after its run ended (a stop order sent
+/// as the run was ending, SIGUSR1; a SIGTERM from outside): it lives on, and the next run in its
+/// slot takes neither for its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stray_sigterm_to_an_idle_holder_stops_neither_it_nor_its_next_run() {
     let n = Node::start("", &[]).await;
@@ -274,8 +275,10 @@ async fn a_stray_sigterm_to_an_idle_holder_stops_neither_it_nor_its_next_run() {
     let j = n.wait_over(first).await;
     assert_eq!(j["state"], "succeeded", "{j:#}");
     let holder = holder_of(&j);
-    // SAFETY: kill(2) with the pid of a process this test's agent started.
-    assert_eq!(unsafe { libc::kill(holder, libc::SIGTERM) }, 0, "the holder {holder} is alive");
+    for sig in [libc::SIGUSR1, libc::SIGTERM] {
+        // SAFETY: kill(2) with the pid of a process this test's agent started.
+        assert_eq!(unsafe { libc::kill(holder, sig) }, 0, "the holder {holder} is alive");
+    }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let second = &n.submit(QUEUE, vec![sh("sleep 0.3; echo second", limits)]).await[0];
     let j = n.wait_over(second).await;

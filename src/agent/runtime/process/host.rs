@@ -21,9 +21,10 @@
 //!
 //! What it gives up: the runs of one host share its fate. A host killed (`kill -9`, the OOM
 //! killer) leaves all its runs without a supervisor, which the agent then records as lost, where
-//! a supervisor killed cost one run. Confined jobs (cgroups, another user) are supervised by
-//! their cgroup slot's holder, which is inside the slot's cgroups as a thread of a host cannot
-//! be ([`super::spawner`]).
+//! a supervisor killed cost one run. Confined jobs go to the spawner ([`super::spawner`]):
+//! those in a cgroup slot are supervised by its holder, which is inside the slot's cgroups as a
+//! thread of a host cannot be; the others (run as another user without cgroups, or a slot that
+//! can have no holder) by a supervisor process each.
 
 use super::os::{self, ProcStamp};
 use super::rundir::RunDir;

@@ -50,17 +50,24 @@ pub(crate) struct Launch<'a> {
 /// is also its process group. Waited for with [`try_wait`] either way.
 pub(crate) fn start(l: Launch, confined: Prepared) -> io::Result<i32> {
     let job = Job::of(&l)?;
+    let found = &job.programs[0];
     if !confined.needs_the_child() {
-        return match job.posix_spawn(&job.path, &job.argv, &l) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => job.posix_spawn(c"/bin/sh", &job.sh_argv, &l),
+        return match job.posix_spawn(&found.path, &job.argv, &l) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => job.posix_spawn(c"/bin/sh", &found.sh_argv, &l),
             other => other,
         };
     }
-    let (argv, sh_argv, envp) = (pointers(&job.argv), pointers(&job.sh_argv), pointers(&job.envp));
+    let (argv, envp) = (pointers(&job.argv), pointers(&job.envp));
+    let sh_argvs: Vec<_> = job.programs.iter().map(|p| pointers(&p.sh_argv)).collect();
+    let programs: Vec<_> = job
+        .programs
+        .iter()
+        .zip(&sh_argvs)
+        .map(|(p, sh_argv)| spawn_confined::Program { path: &p.path, sh_argv })
+        .collect();
     let exec = spawn_confined::Exec {
-        path: &job.path,
+        programs: &programs,
         argv: &argv,
-        sh_argv: &sh_argv,
         envp: &envp,
         cwd: &job.cwd,
         stdio: [l.stdin.as_raw_fd(), l.stdout.as_raw_fd(), l.stderr.as_raw_fd()],
@@ -68,28 +75,44 @@ pub(crate) fn start(l: Launch, confined: Prepared) -> io::Result<i32> {
     spawn_confined::spawn(&exec, &confined)
 }
 
-/// The job as C strings: the program found, its argv, the argv that runs it with `/bin/sh`
-/// (for a file the kernel has no interpreter for, as `execvp` does), its environment and
+/// The job as C strings: the programs to try (see [`Job::of`]), its argv, its environment and
 /// working directory.
 struct Job {
-    path: CString,
+    programs: Vec<ProgramFile>,
     argv: Vec<CString>,
-    sh_argv: Vec<CString>,
     envp: Vec<CString>,
     cwd: CString,
 }
 
+/// A file to execute, and the argv that runs it with `/bin/sh` (for a file the kernel has no
+/// interpreter for, as `execvp` does).
+struct ProgramFile {
+    path: CString,
+    sh_argv: Vec<CString>,
+}
+
 impl Job {
+    /// The program found along the job's `PATH` first, then the files of the same name further
+    /// along it: a job that switches user may not be allowed to run the first (found as the
+    /// supervisor's user), and then tries the next, as `execvp` would as that user.
     fn of(l: &Launch) -> io::Result<Job> {
         let env = environment(l.env);
         // Relative to the supervisor's directory, as the child's chdir would take it.
         let cwd = std::path::absolute(l.cwd)?;
-        let path = resolve(l.program, env.get(OsStr::new("PATH")).map(OsString::as_os_str), &cwd)?;
+        let search = env.get(OsStr::new("PATH")).map(OsString::as_os_str);
+        let found = resolve(l.program, search, &cwd)?;
         let args = || l.args.iter().map(|a| c_string(a.as_bytes().to_vec()));
         let argv = std::iter::once(c_string(l.program.as_bytes().to_vec())).chain(args()).collect::<io::Result<_>>()?;
-        let sh_argv = [c_string(b"/bin/sh".to_vec()), c_string(path.as_os_str().as_bytes().to_vec())]
-            .into_iter()
-            .chain(args())
+        let programs = std::iter::once(found.clone())
+            .chain(further_along(l.program, search, &cwd, &found))
+            .map(|path| {
+                let path = c_string(path.into_os_string().into_vec())?;
+                let sh_argv = [Ok(c"/bin/sh".to_owned()), Ok(path.clone())]
+                    .into_iter()
+                    .chain(args())
+                    .collect::<io::Result<_>>()?;
+                Ok(ProgramFile { path, sh_argv })
+            })
             .collect::<io::Result<_>>()?;
         let envp = env
             .iter()
@@ -100,14 +123,27 @@ impl Job {
                 c_string(kv)
             })
             .collect::<io::Result<_>>()?;
-        Ok(Job {
-            path: c_string(path.into_os_string().into_vec())?,
-            argv,
-            sh_argv,
-            envp,
-            cwd: c_string(cwd.into_os_string().into_vec())?,
-        })
+        Ok(Job { programs, argv, envp, cwd: c_string(cwd.into_os_string().into_vec())? })
     }
+}
+
+/// The paths `program` has along `path` after `found` (none for a program given as a path).
+fn further_along(program: &str, path: Option<&OsStr>, cwd: &Path, found: &Path) -> Vec<PathBuf> {
+    if program.contains('/') {
+        return Vec::new();
+    }
+    let all: Vec<PathBuf> = search_path(path).map(|dir| cwd.join(dir).join(program)).collect();
+    let after = all.iter().position(|p| p == found).map_or(all.len(), |i| i + 1);
+    all[after..].to_vec()
+}
+
+/// The directories of a `PATH` value in order (the default when there is none; an empty entry
+/// is the working directory).
+fn search_path(path: Option<&OsStr>) -> impl Iterator<Item = &Path> {
+    path.unwrap_or(OsStr::new(DEFAULT_PATH))
+        .as_bytes()
+        .split(|b| *b == b':')
+        .map(|dir| if dir.is_empty() { Path::new(".") } else { Path::new(OsStr::from_bytes(dir)) })
 }
 
 /// A C string list for `execve` and `posix_spawn`: the strings' pointers, then a null pointer.
@@ -135,10 +171,8 @@ pub(crate) fn resolve(program: &str, path: Option<&OsStr>, cwd: &Path) -> io::Re
     if program.contains('/') {
         return Ok(cwd.join(program));
     }
-    let path = path.unwrap_or(OsStr::new(DEFAULT_PATH));
     let mut denied = false;
-    for dir in path.as_bytes().split(|b| *b == b':') {
-        let dir = if dir.is_empty() { Path::new(".") } else { Path::new(OsStr::from_bytes(dir)) };
+    for dir in search_path(path) {
         let candidate = cwd.join(dir).join(program);
         let Ok(meta) = std::fs::metadata(&candidate) else { continue };
         if !meta.is_file() {
@@ -367,6 +401,65 @@ mod tests {
             }
             let e = start_as(launch("no-such-program-here"), &way).expect_err("not found");
             assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        }
+    }
+
+    #[test]
+    fn the_files_further_along_the_path_follow_the_one_found() {
+        let cwd = Path::new("/work");
+        let path = OsStr::new("/a:rel::/c");
+        let found = Path::new("/a/tool");
+        assert_eq!(
+            further_along("tool", Some(path), cwd, found),
+            vec![PathBuf::from("/work/rel/tool"), PathBuf::from("/work/./tool"), PathBuf::from("/c/tool")]
+        );
+        assert_eq!(further_along("tool", Some(path), cwd, Path::new("/c/tool")), Vec::<PathBuf>::new());
+        assert!(further_along("./tool", Some(path), cwd, Path::new("/work/./tool")).is_empty(), "a path is no search");
+    }
+
+    #[test]
+    fn a_job_run_as_another_user_runs_the_first_program_along_its_path_that_user_may_run() {
+        // SAFETY: geteuid reads the caller's effective uid.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: switching user needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(dir.path(), open.clone()).expect("chmod");
+        for (sub, mode) in [("a", 0o700), ("b", 0o755)] {
+            let d = dir.path().join(sub);
+            std::fs::create_dir(&d).expect("mkdir");
+            std::fs::set_permissions(&d, open.clone()).expect("chmod");
+            std::fs::write(d.join("tool"), format!("#!/bin/sh\necho {sub}\n")).expect("tool");
+            std::fs::set_permissions(d.join("tool"), std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+        let env = vec![("PATH".to_string(), "a:b:/bin:/usr/bin".to_string())];
+        let out_path = dir.path().join("out");
+        let joined = dir.path().join("cgroup.procs");
+        let nobody = super::super::confine::user::UnixUser {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+            home: PathBuf::from("/"),
+        };
+        for (way, want) in [(Way::Unconfined, "a\n"), (Way::Confined { joined: &joined, user: Some(nobody) }, "b\n")] {
+            let pid = start_as(
+                Launch {
+                    program: "tool",
+                    args: &[],
+                    env: &env,
+                    cwd: dir.path(),
+                    stdin: File::open("/dev/null").expect("null"),
+                    stdout: File::create(&out_path).expect("out"),
+                    stderr: File::create(dir.path().join("err")).expect("err"),
+                },
+                &way,
+            )
+            .expect("started");
+            assert_eq!(wait(pid).code(), Some(0), "{:?}", std::fs::read_to_string(dir.path().join("err")));
+            assert_eq!(std::fs::read_to_string(&out_path).expect("out"), want, "as execvp finds it for the job's user");
         }
     }
 

@@ -1,8 +1,8 @@
 //! The process runtime (bare metal): this machine is one node; each run is the job's first
 //! container command, run under a supervisor that outlives the agent: a thread of a supervisor
-//! host for an unconfined job ([`host`]), the holder of its cgroup slot for a confined one, or
-//! a process forked by the agent's spawner for every job with `supervisors = "per-job"`
-//! ([`spawner`]).
+//! host for an unconfined job ([`host`]), the holder of its cgroup slot for a job confined in
+//! cgroups, or a process forked by the agent's spawner for any other confined job and for every
+//! job with `supervisors = "per-job"` ([`spawner`]).
 //!
 //! Every run has a directory (`<data_dir>/runs/<run_id>/`, see [`rundir`]) that appears
 //! atomically with the lease in it. Its existence makes `start` idempotent; after a restart the

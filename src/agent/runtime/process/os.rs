@@ -261,6 +261,22 @@ pub(crate) fn unblock_all_signals() -> io::Result<()> {
     Ok(())
 }
 
+/// Waits for child `pid` to end (it was sent SIGKILL), retrying on EINTR.
+pub(crate) fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: waits for our own child into a local.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+}
+
+/// Reaps every child that has ended, without waiting for the others.
+pub(crate) fn reap_ended_children() {
+    let mut status = 0;
+    // SAFETY: as in `reap`.
+    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+}
+
 /// Where a [`fork`] returns.
 pub(crate) enum Forked {
     /// In the parent, with the child's pid.

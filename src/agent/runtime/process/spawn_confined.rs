@@ -26,19 +26,26 @@ const STACK_BYTES: usize = 64 * 1024;
 /// What the child needs, all prepared by the caller: C strings and pointer arrays ending in a
 /// null pointer.
 pub(super) struct Exec<'a> {
-    /// The resolved program.
-    pub path: &'a CStr,
-    /// Its argv.
+    /// The files to execute, tried in order as `execvp` tries them along `PATH`: the next when
+    /// the last does not exist or may not be run by the job's user.
+    pub programs: &'a [Program<'a>],
+    /// The job's argv.
     pub argv: &'a [*const libc::c_char],
-    /// `/bin/sh` and the program's path, then the arguments: run when the kernel finds no
-    /// interpreter for the file (`ENOEXEC`), as `execvp` does.
-    pub sh_argv: &'a [*const libc::c_char],
     /// The environment.
     pub envp: &'a [*const libc::c_char],
     /// The working directory, absolute.
     pub cwd: &'a CStr,
     /// The descriptors to become 0, 1 and 2.
     pub stdio: [c_int; 3],
+}
+
+/// One file to execute.
+pub(super) struct Program<'a> {
+    /// Its path.
+    pub path: &'a CStr,
+    /// `/bin/sh` and the path, then the arguments: run when the kernel finds no interpreter for
+    /// the file (`ENOEXEC`), as `execvp` does.
+    pub sh_argv: &'a [*const libc::c_char],
 }
 
 /// The child's whole input, and where it leaves the error that kept it from exec'ing.
@@ -54,7 +61,10 @@ struct Child<'a> {
 /// Starts the job: its pid, which is also its process group. An error is the errno of the step
 /// that failed in the child (joining the cgroup, switching user, the exec); the child is reaped.
 pub(super) fn spawn(exec: &Exec, confined: &Prepared) -> io::Result<i32> {
-    for list in [exec.argv, exec.sh_argv, exec.envp] {
+    if exec.programs.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::ENOENT));
+    }
+    for list in [exec.argv, exec.envp].into_iter().chain(exec.programs.iter().map(|p| p.sh_argv)) {
         if list.last().is_none_or(|p| !p.is_null()) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "an argument list must end with a null pointer"));
         }
@@ -83,7 +93,7 @@ pub(super) fn spawn(exec: &Exec, confined: &Prepared) -> io::Result<i32> {
     match child.errno.load(Ordering::Acquire) {
         0 => Ok(pid),
         errno => {
-            reap(pid);
+            super::os::reap(pid);
             Err(io::Error::from_raw_os_error(errno))
         }
     }
@@ -133,12 +143,21 @@ fn prepare_and_exec(child: &Child) -> io::Result<std::convert::Infallible> {
     super::os::unblock_all_signals()?;
     // SAFETY: as above; the lists end with a null pointer (checked by `spawn`).
     unsafe {
-        libc::execve(e.path.as_ptr(), e.argv.as_ptr(), e.envp.as_ptr());
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::ENOEXEC) {
-            libc::execve(c"/bin/sh".as_ptr(), e.sh_argv.as_ptr(), e.envp.as_ptr());
+        let mut denied = false;
+        for p in e.programs {
+            libc::execve(p.path.as_ptr(), e.argv.as_ptr(), e.envp.as_ptr());
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::ENOEXEC) => {
+                    libc::execve(c"/bin/sh".as_ptr(), p.sh_argv.as_ptr(), e.envp.as_ptr());
+                    return Err(io::Error::last_os_error());
+                }
+                Some(libc::EACCES) => denied = true,
+                Some(libc::ENOENT | libc::ENOTDIR) => {}
+                _ => return Err(err),
+            }
         }
-        Err(io::Error::last_os_error())
+        Err(io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT }))
     }
 }
 
@@ -164,15 +183,6 @@ fn signals_to_reset() -> Vec<c_int> {
         }
     }
     out
-}
-
-/// Reaps a child that ended before its exec.
-fn reap(pid: i32) {
-    let mut status = 0;
-    // SAFETY: waits for our own child into a local.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-    {}
 }
 
 /// A stack mapped for the child, with a guard page below it.

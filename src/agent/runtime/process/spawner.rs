@@ -1,7 +1,9 @@
 //! The spawner: one small single-threaded process per agent (`convoy agent-supervise
-//! --spawner`) that forks a supervisor for each confined job the agent starts (and for every
-//! job with `[process] supervisors = "per-job"`; unconfined jobs otherwise go to a supervisor
-//! host, [`super::host`], which speaks the same protocol).
+//! --spawner`) that takes the runs of confined jobs (and of every job with `[process]
+//! supervisors = "per-job"`; unconfined jobs otherwise go to a supervisor host,
+//! [`super::host`], which speaks the same protocol). A job with a cgroup slot goes to the
+//! slot's holder (below), which supervises it; any other gets a supervisor process forked for
+//! it.
 //!
 //! Starting each job's supervisor by executing the whole `convoy` binary cost about 8 ms of CPU
 //! (loading and relocating a large executable, then a runtime); forking a small process that
@@ -200,11 +202,14 @@ impl Holder {
 /// time (a slot holds one run), until the spawner goes.
 ///
 /// It supervises as a supervisor process does, with no process of the run's own: out of the
-/// agent's session, stop orders taken synchronously (SIGTERM, SIGINT), its job waited for by
-/// SIGCHLD, its stamp in the run directory (a plain one: the agent's stop orders send SIGTERM).
-/// It answers the spawner once it holds the run, then supervises it to its end before it reads
-/// the next request; the agent gives the slot to another run only after this one's exit record.
-/// When the spawner goes (the agent ended), a run in progress is supervised to its end first.
+/// agent's session, signals taken synchronously, its job waited for by SIGCHLD. Its stamp in
+/// the run directory says `host`, as a supervisor host's does: every run it supervises has the
+/// same stamp, so the agent's stop orders come as SIGUSR1 ("read the kill file"), and an order
+/// for a run that ended just before only makes the next run read a kill file it does not have.
+/// SIGTERM or SIGINT stop the run, as they stop a supervisor process's. It answers the spawner
+/// once it holds the run, then supervises it to its end before it reads the next request; the
+/// agent gives the slot to another run only after this one's exit record. When the spawner goes
+/// (the agent ended), a run in progress is supervised to its end first.
 ///
 /// # Safety
 /// As [`serve`].
@@ -222,13 +227,13 @@ unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> 
     // Not fatal: without a session of its own it still works, it just shares the agent's
     // terminal signals.
     let _ = os::new_session();
-    // Blocked for good: a stop order that comes after its run ended is dropped before the next
-    // run, where an idle holder would die of it.
-    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])?;
+    // Blocked for good: a signal that comes after its run ended is dropped before the next run,
+    // where an idle holder would die of it.
+    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD, libc::SIGUSR1])?;
     // The spawner ignores SIGCHLD; the holder waits for its jobs.
     os::set_sigchld_ignored(false)?;
     let me = std::process::id() as i32;
-    let stamp = ProcStamp::current();
+    let stamp = ProcStamp::current().map(|s| ProcStamp { host: true, ..s });
     for line in std::io::BufReader::new(stream).lines() {
         let mut req = match serde_json::from_str::<SpawnRequest>(&line?) {
             Ok(req) => req,
@@ -241,11 +246,18 @@ unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> 
             c.holder = Some(me);
         }
         signals.drain();
+        // A job whose supervising failed was stopped; it may be waiting to be reaped.
+        os::reap_ended_children();
         let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
         // Not waiting for the lock: a run somebody holds is supervised already.
         let claimed = supervise::claim(req, stamp, Locking::Try);
-        write_answer(&mut to, &SpawnAnswer { error: claimed.as_ref().err().map(|e| e.to_string()) })?;
-        let Ok(Some(held)) = claimed else { continue };
+        let answered = write_answer(&mut to, &SpawnAnswer { error: claimed.as_ref().err().map(|e| e.to_string()) });
+        let Ok(Some(held)) = claimed else {
+            answered?;
+            continue;
+        };
+        // A held run is supervised even if the spawner went before it heard so: the next read
+        // sees it gone.
         if let Err(e) = supervise::run(held, &mut signals) {
             // Its stderr is the agent's, which may be gone: the run directory keeps it.
             let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());

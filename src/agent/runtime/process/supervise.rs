@@ -162,12 +162,14 @@ pub(crate) trait Sleep {
 }
 
 /// A supervisor of one run takes its signals synchronously: SIGCHLD when the job ends, SIGTERM
-/// and SIGINT as stop orders.
+/// and SIGINT as stop orders, SIGUSR1 (a slot's holder, whose stamp says `host`) as "read the
+/// kill file".
 impl Sleep for os::SignalSet {
     fn sleep(&mut self, _pid: i32, timeout: Duration) -> std::io::Result<Woken> {
         Ok(match self.wait(timeout)? {
             Some(libc::SIGTERM) => Woken::Stop("SIGTERM"),
             Some(libc::SIGINT) => Woken::Stop("SIGINT"),
+            Some(libc::SIGUSR1) => Woken::Look,
             _ => Woken::Nothing,
         })
     }
@@ -230,11 +232,21 @@ pub(crate) fn run(held: Held, sleep: &mut dyn Sleep) -> Result<(), SuperviseErro
             return Ok(());
         }
     };
+    // From here the job runs: if it cannot be supervised, it is stopped rather than left running
+    // unwatched (a supervisor started again would start it a second time) and, under a slot's
+    // holder, unreaped.
+    let abandon = |context: &'static str, source: std::io::Error| {
+        let _ = os::signal_group(pid, libc::SIGKILL);
+        os::reap(pid);
+        err(context)(source)
+    };
     let stamp = ProcStamp::of(pid).unwrap_or(ProcStamp { pid, start_time: 0, host: false });
-    dir.write_volatile(rundir::PID, stamp.encode().as_bytes()).map_err(err("writing the pid file"))?;
+    if let Err(e) = dir.write_volatile(rundir::PID, stamp.encode().as_bytes()) {
+        return Err(abandon("writing the pid file", e));
+    }
 
     let Ended { status, usage, stopping } =
-        wait_out(pid, &dir, &args, sleep).map_err(|(context, source)| err(context)(source))?;
+        wait_out(pid, &dir, &args, sleep).map_err(|(context, source)| abandon(context, source))?;
     // Whatever the job left in its group goes with it.
     let _ = os::signal_group(pid, libc::SIGKILL);
     let (exit_code, sig) = match (status.code(), status.signal()) {

@@ -93,13 +93,15 @@ impl UnixUser {
         // (`spawn_confined`) shares the memory where the supervisor's threads are listed.
         // SAFETY: plain system calls on valid memory (groups lives as long as self).
         unsafe {
-            if libc::syscall(libc::SYS_setgroups, self.groups.len() as libc::c_long, self.groups.as_ptr()) != 0 {
+            let n =
+                libc::c_long::try_from(self.groups.len()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            if libc::syscall(ids::SETGROUPS, n, self.groups.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::syscall(libc::SYS_setgid, libc::c_long::from(self.gid)) != 0 {
+            if libc::syscall(ids::SETGID, self.gid as libc::c_long) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if libc::syscall(libc::SYS_setuid, libc::c_long::from(self.uid)) != 0 {
+            if libc::syscall(ids::SETUID, self.uid as libc::c_long) != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
@@ -119,6 +121,14 @@ impl UnixUser {
 /// Gives `path` to the user (its run directory and logs), without following symlinks.
 pub(crate) fn chown(path: &std::path::Path, user: &UnixUser) -> io::Result<()> {
     std::os::unix::fs::lchown(path, Some(user.uid), Some(user.gid))
+}
+
+/// The system calls that set 32-bit ids: on 32-bit x86 and ARM the plain ones take 16 bits.
+mod ids {
+    #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+    pub(super) use libc::{SYS_setgid as SETGID, SYS_setgroups as SETGROUPS, SYS_setuid as SETUID};
+    #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+    pub(super) use libc::{SYS_setgid32 as SETGID, SYS_setgroups32 as SETGROUPS, SYS_setuid32 as SETUID};
 }
 
 #[cfg(test)]
