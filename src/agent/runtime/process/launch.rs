@@ -330,6 +330,17 @@ mod tests {
         start(l, prepared)
     }
 
+    /// nobody's ids, for a confined child that switches user (as root).
+    fn nobody() -> super::super::confine::user::UnixUser {
+        super::super::confine::user::UnixUser {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534],
+            home: PathBuf::from("/"),
+        }
+    }
+
     fn wait(pid: i32) -> ExitStatus {
         loop {
             if let Some((st, _)) = try_wait(pid).expect("wait") {
@@ -346,14 +357,7 @@ mod tests {
         // As root, the confined child also becomes another user (nobody's ids).
         // SAFETY: geteuid reads the caller's effective uid.
         let root = unsafe { libc::geteuid() } == 0;
-        let nobody = super::super::confine::user::UnixUser {
-            name: "nobody".into(),
-            uid: 65534,
-            gid: 65534,
-            groups: vec![65534],
-            home: PathBuf::from("/"),
-        };
-        let confined = Way::Confined { joined: &joined, user: root.then_some(nobody) };
+        let confined = Way::Confined { joined: &joined, user: root.then(nobody) };
         for way in [Way::Unconfined, confined] {
             let out_path = dir.path().join("out");
             let _ = std::fs::remove_file(&out_path);
@@ -437,14 +441,8 @@ mod tests {
         let env = vec![("PATH".to_string(), "a:b:/bin:/usr/bin".to_string())];
         let out_path = dir.path().join("out");
         let joined = dir.path().join("cgroup.procs");
-        let nobody = super::super::confine::user::UnixUser {
-            name: "nobody".into(),
-            uid: 65534,
-            gid: 65534,
-            groups: vec![65534],
-            home: PathBuf::from("/"),
-        };
-        for (way, want) in [(Way::Unconfined, "a\n"), (Way::Confined { joined: &joined, user: Some(nobody) }, "b\n")] {
+        for (way, want) in [(Way::Unconfined, "a\n"), (Way::Confined { joined: &joined, user: Some(nobody()) }, "b\n")]
+        {
             let pid = start_as(
                 Launch {
                     program: "tool",
