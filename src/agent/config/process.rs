@@ -41,7 +41,8 @@ pub struct ProcessConfig {
     #[serde(default)]
     pub supervisor: Option<PathBuf>,
     /// How unconfined jobs are supervised: `shared` (a thread each in a supervisor host, the
-    /// default) or `per-job` (a process each, as confined jobs always are). Default: `shared`.
+    /// default) or `per-job` (a process each). Confined jobs are not concerned: their cgroup
+    /// slot's holder supervises them, or a process each without a slot. Default: `shared`.
     #[serde(default)]
     pub supervisors: Supervisors,
     /// How long to keep the directories of runs whose result was reported (at least 1s).
@@ -64,8 +65,8 @@ pub struct ProcessConfig {
     pub allow_root: bool,
 }
 
-/// How the process runtime supervises jobs that run unconfined (confined jobs always get a
-/// supervisor process of their own, started inside their cgroup).
+/// How the process runtime supervises jobs that run unconfined (confined jobs are supervised by
+/// their cgroup slot's holder, inside the slot, or by a process each without one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Supervisors {

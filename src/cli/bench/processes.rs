@@ -190,14 +190,12 @@ pub(super) fn run(args: ProcessesArgs) -> anyhow::Result<()> {
 /// `shared` ones.
 fn supervisor_processes(runs: &std::path::Path) -> usize {
     let Ok(entries) = std::fs::read_dir(runs) else { return 0 };
-    let stamps: std::collections::HashSet<String> = entries
+    use convoy::agent::runtime::process::rundir::{RunDir, SUPERVISOR};
+    // A pid and its start time name one process.
+    let stamps: std::collections::HashSet<(i32, u64)> = entries
         .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("supervisor")).ok())
-        .filter_map(|text| {
-            // `pid start_time [host]`: the pid and its start time name one process.
-            let mut words = text.lines().next()?.split_whitespace();
-            Some(format!("{} {}", words.next()?, words.next()?))
-        })
+        .filter_map(|e| RunDir::new(e.path()).read_stamp(SUPERVISOR).ok().flatten())
+        .map(|s| (s.pid, s.start_time))
         .collect();
     stamps.len()
 }

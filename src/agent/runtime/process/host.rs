@@ -27,7 +27,6 @@
 //! can have no holder) by a supervisor process each.
 
 use super::os::{self, ProcStamp};
-use super::rundir::RunDir;
 use super::spawner::{SpawnRequest, answer_requests};
 use super::supervise::{self, Locking, Sleep, Woken};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -78,7 +77,7 @@ pub fn serve() -> std::io::Result<()> {
     let stamp = ProcStamp::current().map(|s| ProcStamp { host: true, ..s });
     let on_signal = host.clone();
     std::thread::Builder::new().name("signals".into()).spawn(move || on_signal.take_signals(signals))?;
-    answer_requests(std::io::stdin().lock(), std::io::stdout().lock(), |req| host.start(req, stamp))?;
+    answer_requests(std::io::stdin().lock(), std::io::stdout().lock(), |req| host.start(req, stamp), |()| {})?;
     // The agent is gone: nobody reads its pipes, which whoever started it may wait to see
     // closed. What the runs' threads have to say goes to their run directories.
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
@@ -114,20 +113,13 @@ impl Host {
         if held_now >= self.capacity {
             return Err(std::io::Error::other(format!("{FULL}: it holds {held_now} runs")));
         }
-        let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
         let Some(held) = supervise::claim(req, stamp, Locking::Try).map_err(std::io::Error::other)? else {
             return Ok(());
         };
         let running = Running::count(self.clone());
         let started = std::thread::Builder::new().name("run".into()).stack_size(RUN_STACK_BYTES).spawn(move || {
             let mut sleep = RunSleep { nudge: &running.0.nudge, pidfd: None, stop_seen: false };
-            if let Err(e) = supervise::run(held, &mut sleep) {
-                // Nobody else would hear it: the host's stderr may be gone with the agent.
-                let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());
-            }
-            if let Some(socket) = socket {
-                super::ended::send(&socket, &run_dir);
-            }
+            supervise::run_to_end(held, &mut sleep);
         });
         // A thread that could not start dropped the run (its lock, its count) with its closure.
         started.map(drop)

@@ -38,7 +38,6 @@
 //! supervises ended), or when the agent removes its idle slot (killing what is in it).
 
 use super::os::{self, Forked, ProcStamp};
-use super::rundir::RunDir;
 use super::supervise::{self, Locking, SuperviseArgs, supervise};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -68,24 +67,36 @@ pub unsafe fn serve() -> std::io::Result<()> {
     os::set_sigchld_ignored(true)?;
     let mut holders = HashMap::new();
     // SAFETY: the caller guarantees a single thread.
-    answer_requests(std::io::stdin().lock(), std::io::stdout().lock(), |req| unsafe {
-        spawn_in_slot(&mut holders, req)
-    })
+    answer_requests(
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+        |req| unsafe { spawn_in_slot(&mut holders, req) },
+        |()| {},
+    )
 }
 
 /// The protocol's loop, for the spawner, holders and hosts ([`super::host`]): one answer per
-/// request line, until `input` ends.
-pub(super) fn answer_requests(
+/// request line, until `input` ends. `start` takes a request; what it made of one it took goes
+/// to `then` once the answer is written (even if writing it failed: the run is held).
+pub(super) fn answer_requests<T>(
     input: impl BufRead,
     mut out: impl Write,
-    mut start: impl FnMut(SpawnRequest) -> std::io::Result<()>,
+    mut start: impl FnMut(SpawnRequest) -> std::io::Result<T>,
+    mut then: impl FnMut(T),
 ) -> std::io::Result<()> {
     for line in input.lines() {
-        let answer = match serde_json::from_str::<SpawnRequest>(&line?) {
-            Ok(req) => SpawnAnswer { error: start(req).err().map(|e| e.to_string()) },
-            Err(e) => SpawnAnswer { error: Some(format!("unreadable request: {e}")) },
+        let (error, started) = match serde_json::from_str::<SpawnRequest>(&line?) {
+            Ok(req) => match start(req) {
+                Ok(t) => (None, Some(t)),
+                Err(e) => (Some(e.to_string()), None),
+            },
+            Err(e) => (Some(format!("unreadable request: {e}")), None),
         };
-        write_answer(&mut out, &answer)?;
+        let written = write_answer(&mut out, &SpawnAnswer { error });
+        if let Some(t) = started {
+            then(t);
+        }
+        written?;
     }
     Ok(())
 }
@@ -229,44 +240,28 @@ unsafe fn hold(plan: super::confine::cgroup::CgroupPlan, stream: UnixStream) -> 
     let _ = os::new_session();
     // Blocked for good: a signal that comes after its run ended is dropped before the next run,
     // where an idle holder would die of it.
-    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD, libc::SIGUSR1])?;
+    let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD, libc::SIGUSR1])?;
     // The spawner ignores SIGCHLD; the holder waits for its jobs.
     os::set_sigchld_ignored(false)?;
     let me = std::process::id() as i32;
     let stamp = ProcStamp::current().map(|s| ProcStamp { host: true, ..s });
-    for line in std::io::BufReader::new(stream).lines() {
-        let mut req = match serde_json::from_str::<SpawnRequest>(&line?) {
-            Ok(req) => req,
-            Err(e) => {
-                write_answer(&mut to, &SpawnAnswer { error: Some(format!("unreadable request: {e}")) })?;
-                continue;
-            }
-        };
+    let take = |mut req: SpawnRequest| {
         if let Some(c) = req.confine.cgroup.as_mut() {
             c.holder = Some(me);
         }
         signals.drain();
         // A job whose supervising failed was stopped; it may be waiting to be reaped.
         os::reap_ended_children();
-        let (socket, run_dir) = (req.ended_socket.clone(), req.run_dir.clone());
         // Not waiting for the lock: a run somebody holds is supervised already.
-        let claimed = supervise::claim(req, stamp, Locking::Try);
-        let answered = write_answer(&mut to, &SpawnAnswer { error: claimed.as_ref().err().map(|e| e.to_string()) });
-        let Ok(Some(held)) = claimed else {
-            answered?;
-            continue;
-        };
-        // A held run is supervised even if the spawner went before it heard so: the next read
-        // sees it gone.
-        if let Err(e) = supervise::run(held, &mut signals) {
-            // Its stderr is the agent's, which may be gone: the run directory keeps it.
-            let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());
+        supervise::claim(req, stamp, Locking::Try).map_err(std::io::Error::other)
+    };
+    // A held run is supervised to its end before the next request is read (a slot holds one).
+    let run_held = |held: Option<supervise::Held>| {
+        if let Some(held) = held {
+            supervise::run_to_end(held, &mut &signals);
         }
-        if let Some(socket) = socket {
-            super::ended::send(&socket, &run_dir);
-        }
-    }
-    Ok(())
+    };
+    answer_requests(std::io::BufReader::new(stream), to, take, run_held)
 }
 
 /// Forks a supervisor for `req` and waits until it holds the run's lock.

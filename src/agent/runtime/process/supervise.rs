@@ -78,7 +78,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
     let _ = os::new_session();
     // Taken synchronously from here on: a SIGTERM is a stop order, not the supervisor's death,
     // and SIGCHLD wakes the wait as soon as the job ends.
-    let mut signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
+    let signals = os::SignalSet::block(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD])
         .map_err(|source| SuperviseError { run_dir: args.run_dir.clone(), context: "blocking signals", source })?;
     let claim = claim(args, ProcStamp::current(), Locking::Wait)?;
     if let Some(fd) = ready {
@@ -86,7 +86,7 @@ fn supervise_run(args: SuperviseArgs, ready: Option<std::os::fd::OwnedFd>) -> Re
         let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), b"1");
     }
     match claim {
-        Some(held) => run(held, &mut signals),
+        Some(held) => run(held, &mut &signals),
         None => Ok(()),
     }
 }
@@ -164,7 +164,7 @@ pub(crate) trait Sleep {
 /// A supervisor of one run takes its signals synchronously: SIGCHLD when the job ends, SIGTERM
 /// and SIGINT as stop orders, SIGUSR1 (a slot's holder, whose stamp says `host`) as "read the
 /// kill file".
-impl Sleep for os::SignalSet {
+impl Sleep for &os::SignalSet {
     fn sleep(&mut self, _pid: i32, timeout: Duration) -> std::io::Result<Woken> {
         Ok(match self.wait(timeout)? {
             Some(libc::SIGTERM) => Woken::Stop("SIGTERM"),
@@ -172,6 +172,19 @@ impl Sleep for os::SignalSet {
             Some(libc::SIGUSR1) => Woken::Look,
             _ => Woken::Nothing,
         })
+    }
+}
+
+/// [`run`] for a supervisor that outlives the agent's pipes (a host's thread, a slot's holder):
+/// what went wrong goes to the run directory's `supervisor` file, where nobody else would hear
+/// it, and the run-end notice follows.
+pub(crate) fn run_to_end(held: Held, sleep: &mut dyn Sleep) {
+    let (socket, run_dir) = (held.args.ended_socket.clone(), held.args.run_dir.clone());
+    if let Err(e) = run(held, sleep) {
+        let _ = RunDir::new(run_dir.clone()).add_supervisor_words(&e.to_string());
+    }
+    if let Some(socket) = socket {
+        super::ended::send(&socket, &run_dir);
     }
 }
 
@@ -348,12 +361,8 @@ fn wait_out(
                     kill_order(dir).unwrap_or((Some(format!("the supervisor received {who}")), default_grace));
                 stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
             }
-            Woken::Look if stopping.is_none() => {
-                next_poll = Instant::now() + KILL_POLL;
-                if let Some((msg, grace)) = kill_order(dir) {
-                    stopping = Some(begin_stop(rundir::REASON_KILLED, msg, grace));
-                }
-            }
+            // The kill file is read at the loop's next turn.
+            Woken::Look => next_poll = Instant::now(),
             // The job's end: the loop reaps; repeated stops: nothing to do.
             _ => {}
         }
