@@ -101,9 +101,12 @@ pub(super) fn answer_requests<T>(
     Ok(())
 }
 
+/// Writes one answer line with one write: on a holder's socket, which has no buffer, each piece
+/// the serializer writes would be a message of its own, waking the reader for each.
 fn write_answer(out: &mut impl Write, answer: &SpawnAnswer) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, answer)?;
-    out.write_all(b"\n")?;
+    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    out.write_all(&line)?;
     out.flush()
 }
 
