@@ -2,10 +2,11 @@
 //! through all three (followers relay to the leader) or through the leader alone, with the
 //! latency of single requests by whether a follower relayed them; then repeated failovers:
 //! SIGKILL of the leader, the time until the first acknowledged write and the first lease after
-//! it, and at the end a count of acknowledged jobs that were lost or duplicated.
+//! it, and at the end a count of acknowledged jobs that were lost or duplicated. With `--servers`
+//! it measures a running cluster instead (on machines of its own): the throughput phases only.
 
 use super::harness::{BenchServer, config, percentile};
-use super::submit::{drive, drive_each, tempfile_dir};
+use super::submit::{Sending, drive, drive_each, tempfile_dir};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -43,6 +44,20 @@ pub(crate) struct ClusterArgs {
     /// `cluster.election_timeout` of the servers (default: the configuration's default).
     #[arg(long)]
     election_timeout: Option<String>,
+    /// Measure a running cluster instead of starting three servers here: the API address of each
+    /// member, comma-separated. Only the throughput phases run (this bench kills only servers it
+    /// started: give `--failovers 0`); the jobs go to job sets `bench-<time>-<client>` of
+    /// `--queue`, and what is still queued of them is cancelled at the end.
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<String>,
+    /// With `--servers`: the bearer token (a submitter of `--queue`; an admin if the queue must
+    /// be made).
+    #[arg(long, env = "CONVOY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// With `--servers`: the queue the jobs go to (made if missing). The servers this bench
+    /// starts have a queue `bench` of their own.
+    #[arg(long, default_value = "bench")]
+    queue: String,
 }
 
 /// Which servers the throughput clients send to.
@@ -92,23 +107,39 @@ async fn status(http: &reqwest::Client, url: &str) -> Option<Value> {
 
 /// Waits until every running member names the same serving leader; its id.
 async fn leader(http: &reqwest::Client, members: &[Member]) -> anyhow::Result<u64> {
+    let running: Vec<String> = members.iter().filter(|m| m.server.is_some()).map(|m| m.url.clone()).collect();
+    Ok(leader_among(http, &running).await?.0)
+}
+
+/// Waits until every server of `urls` names the same leader, and that leader, one of them, says
+/// it serves; its id and URL.
+async fn leader_among(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<(u64, String)> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut leaders = HashSet::new();
-        let mut serving = false;
-        for m in members.iter().filter(|m| m.server.is_some()) {
-            let st = status(http, &m.url).await;
-            leaders.insert(st.as_ref().and_then(|s| s["leader"].as_u64()));
-            serving |= st.as_ref().is_some_and(|s| s["serving"] == true);
+        let mut serving = None;
+        for url in urls {
+            let st = status(http, url).await;
+            let leader = st.as_ref().and_then(|s| s["leader"].as_u64());
+            leaders.insert(leader);
+            if let (Some(s), Some(l)) = (&st, leader)
+                && s["serving"] == true
+                && s["id"].as_u64() == Some(l)
+            {
+                serving = Some((l, url.clone()));
+            }
         }
         if leaders.len() == 1
-            && serving
-            && let Some(Some(l)) = leaders.into_iter().next()
+            && let Some(found) = serving
         {
-            return Ok(l);
+            return Ok(found);
         }
         if Instant::now() > deadline {
-            bail!("no leader within a minute");
+            bail!(
+                "no leader that serves among {} within a minute (each must answer GET /v1/cluster, and the \
+                 leader's API address must be one of them)",
+                urls.join(", ")
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -150,9 +181,9 @@ fn ms(v: f64) -> f64 {
 }
 
 /// The throughput phases: batches of 100, then single jobs, sent to `targets`; the figures.
-async fn throughput(args: &ClusterArgs, targets: &[String], leader_url: &str) -> anyhow::Result<Value> {
-    let (bwall, _, bjobs) = drive(targets, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
-    let (swall, by_target, sjobs) = drive_each(targets, args.single_clients, args.single_requests, 1).await?;
+async fn throughput(args: &ClusterArgs, to: &Sending, targets: &[String], leader_url: &str) -> anyhow::Result<Value> {
+    let (bwall, _, bjobs) = drive(to, targets, args.batch_clients, args.batched_jobs.div_ceil(100), 100).await?;
+    let (swall, by_target, sjobs) = drive_each(to, targets, args.single_clients, args.single_requests, 1).await?;
     // Latency of the single requests sent to the leader and of those a follower relayed.
     let (mut at_leader, mut relayed) = (Vec::new(), Vec::new());
     for (url, lat) in targets.iter().zip(by_target) {
@@ -243,6 +274,9 @@ async fn lost_and_duplicated(
 
 pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    if !args.servers.is_empty() {
+        return rt.block_on(run_against(&args));
+    }
     rt.block_on(async {
         let tmp = tempfile_dir()?;
         let mut members = members(&args, &tmp)?;
@@ -260,7 +294,7 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
             SendTo::All => urls.clone(),
             SendTo::Leader => vec![leader_url.clone()],
         };
-        let mut out = throughput(&args, &targets, &leader_url).await?;
+        let mut out = throughput(&args, &Sending::local()?, &targets, &leader_url).await?;
         let append_ms = append_mean_ms(&http, &leader_url).await;
         // A leader replaced under load would make the latencies by target mean something else.
         let now = leader(&http, &members).await?;
@@ -296,6 +330,79 @@ pub(super) fn run(args: ClusterArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&tmp);
         Ok(())
     })
+}
+
+/// `--servers`: the throughput phases through a running cluster, then its job sets cancelled.
+async fn run_against(args: &ClusterArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.failovers == 0,
+        "--servers: this bench kills only servers it started; add --failovers 0 to measure a running cluster"
+    );
+    let mut urls = Vec::new();
+    for u in &args.servers {
+        let u = u.trim().trim_end_matches('/');
+        anyhow::ensure!(
+            u.starts_with("http://") || u.starts_with("https://"),
+            "--servers: {u:?} is not an http:// or https:// address"
+        );
+        urls.push(u.to_string());
+    }
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let to = Sending::new(&args.queue, &format!("bench-{started}-"), args.token.as_deref())?;
+    for url in &urls {
+        // A refusal is said at once, not waited on as if there were no leader yet.
+        if let Ok(r) = to.http.get(format!("{url}/v1/cluster")).timeout(Duration::from_secs(5)).send().await
+            && matches!(r.status(), reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN)
+        {
+            bail!("{url} refuses the bench ({}): give a token with --token or CONVOY_TOKEN", r.status());
+        }
+    }
+    let (first, leader_url) = leader_among(&to.http, &urls).await?;
+    let r = to.http.post(format!("{leader_url}/v1/queues")).json(&json!({"name": args.queue})).send().await?;
+    if !r.status().is_success() && r.status() != reqwest::StatusCode::CONFLICT {
+        bail!("creating the queue {}: {} {}", args.queue, r.status(), r.text().await.unwrap_or_default());
+    }
+    let targets = match args.send_to {
+        SendTo::All => urls.clone(),
+        SendTo::Leader => vec![leader_url.clone()],
+    };
+    let measured = throughput(args, &to, &targets, &leader_url).await;
+    // Even when a phase failed: what was queued is cancelled, through whoever leads now.
+    let (now, now_url) = leader_among(&to.http, &urls).await?;
+    let cancelled = cancel_job_sets(&to, &now_url, args.batch_clients.max(args.single_clients)).await?;
+    let mut out = measured?;
+    let rest = json!({
+        "servers": urls.len(),
+        "queue": args.queue,
+        "batch_clients": args.batch_clients,
+        "single_clients": args.single_clients,
+        "send_to": args.send_to.as_str(),
+        "leader_changed_during_throughput": now != first,
+        "append_rtt_ms_mean": ms(append_mean_ms(&to.http, &leader_url).await),
+        "cancelled": cancelled,
+    });
+    if let (Some(o), Value::Object(r)) = (out.as_object_mut(), rest) {
+        o.extend(r);
+    }
+    println!("{out}");
+    Ok(())
+}
+
+/// Cancels what is left of the job sets of clients `0..clients` (a cluster not the bench's own
+/// keeps no load of it); the number of jobs cancelled.
+async fn cancel_job_sets(to: &Sending, url: &str, clients: usize) -> anyhow::Result<u64> {
+    let mut cancelled = 0;
+    for c in 0..clients {
+        let job_set = format!("{}{c}", to.job_set_prefix);
+        let body = json!({"queue": to.queue, "job_set": job_set, "reason": "convoy bench cluster ended"});
+        let r = to.http.post(format!("{url}/v1/jobs/cancel")).json(&body).send().await?;
+        if !r.status().is_success() {
+            bail!("cancelling the job set {job_set}: {} {}", r.status(), r.text().await.unwrap_or_default());
+        }
+        let v: Value = r.json().await?;
+        cancelled += v["job_ids"].as_array().map_or(0, Vec::len) as u64;
+    }
+    Ok(cancelled)
 }
 
 /// Submits one job at a time to the survivors, in turn, until one is acknowledged; ms since the

@@ -41,15 +41,44 @@ fn item(i: u64) -> Value {
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 }
 
+/// What the throughput clients send with: the HTTP client (with the servers' token, if they want
+/// one), the queue, and the prefix of their job sets (client `c` submits to `<prefix><c>`).
+pub(super) struct Sending {
+    pub http: reqwest::Client,
+    pub queue: String,
+    pub job_set_prefix: String,
+}
+
+impl Sending {
+    /// To the queue `bench` of a server this bench started (no token), job sets `client-<c>`.
+    pub(super) fn local() -> anyhow::Result<Sending> {
+        Sending::new("bench", "client-", None)
+    }
+
+    /// To `queue`, with `token` as the bearer token of every request.
+    pub(super) fn new(queue: &str, job_set_prefix: &str, token: Option<&str>) -> anyhow::Result<Sending> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = token {
+            let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+                .map_err(|_| anyhow::anyhow!("--token: only visible ASCII characters may form a bearer token"))?;
+            v.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+        let http = reqwest::Client::builder().default_headers(headers).build()?;
+        Ok(Sending { http, queue: queue.to_string(), job_set_prefix: job_set_prefix.to_string() })
+    }
+}
+
 /// Sends `total` requests from `clients` tasks, client `c` to `urls[c % urls.len()]`; returns
 /// (wall time, sorted latencies, jobs acked).
 pub(super) async fn drive(
+    to: &Sending,
     urls: &[String],
     clients: usize,
     total: u64,
     per_request: usize,
 ) -> anyhow::Result<(Duration, Vec<Duration>, u64)> {
-    let (wall, by_url, acked) = drive_each(urls, clients, total, per_request).await?;
+    let (wall, by_url, acked) = drive_each(to, urls, clients, total, per_request).await?;
     let mut lat: Vec<Duration> = by_url.into_iter().flatten().collect();
     lat.sort();
     Ok((wall, lat, acked))
@@ -58,23 +87,23 @@ pub(super) async fn drive(
 /// [`drive`], with the latencies kept apart by the URL they were sent to (in `urls`' order, each
 /// sorted).
 pub(super) async fn drive_each(
+    to: &Sending,
     urls: &[String],
     clients: usize,
     total: u64,
     per_request: usize,
 ) -> anyhow::Result<(Duration, Vec<Vec<Duration>>, u64)> {
     anyhow::ensure!(!urls.is_empty(), "no server to send to");
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), urls[c % urls.len()].clone());
+        let (http, next, acked, url) = (to.http.clone(), next.clone(), acked.clone(), urls[c % urls.len()].clone());
+        // One body per client, built once: the server is measured, not the client's JSON.
+        let body = serde_json::to_vec(&json!({"queue": to.queue, "job_set": format!("{}{c}", to.job_set_prefix), "jobs": (0..per_request as u64).map(item).collect::<Vec<_>>()})).unwrap_or_default();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
-            // One body per client, built once: the server is measured, not the client's JSON.
-            let body = serde_json::to_vec(&json!({"queue": "bench", "job_set": format!("client-{c}"), "jobs": (0..per_request as u64).map(item).collect::<Vec<_>>()})).unwrap_or_default();
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
@@ -82,7 +111,12 @@ pub(super) async fn drive_each(
                 }
                 let body = body.clone();
                 let t = Instant::now();
-                let r = http.post(format!("{url}/v1/jobs")).header("content-type", "application/json").body(body).send().await;
+                let r = http
+                    .post(format!("{url}/v1/jobs"))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await;
                 match r {
                     Ok(r) if r.status().is_success() => {
                         let _ = r.bytes().await;
@@ -125,11 +159,12 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
             return compare(&server, &args, batches, tmp).await;
         }
         let cpu0 = server.cpu_time();
+        let to = Sending::local()?;
         let (bwall, blat, bjobs) =
-            drive(std::slice::from_ref(&server.url), args.batch_clients, batches, args.batch).await?;
+            drive(&to, std::slice::from_ref(&server.url), args.batch_clients, batches, args.batch).await?;
         let cpu1 = server.cpu_time();
         let (swall, slat, sjobs) =
-            drive(std::slice::from_ref(&server.url), args.single_clients, args.single_requests, 1).await?;
+            drive(&to, std::slice::from_ref(&server.url), args.single_clients, args.single_requests, 1).await?;
         let cpu2 = server.cpu_time();
         let us_per = |cpu: std::time::Duration, n: u64| (cpu.as_secs_f64() * 1e6 / n.max(1) as f64).round();
         let out = json!({
@@ -188,6 +223,7 @@ impl Figures {
 #[cfg(feature = "grpc")]
 async fn compare(server: &BenchServer, args: &SubmitArgs, batches: u64, tmp: std::path::PathBuf) -> anyhow::Result<()> {
     let (mut rest, mut grpc) = (Figures::default(), Figures::default());
+    let to = Sending::local()?;
     let half = batches.div_ceil(2);
     for (i, use_grpc) in [false, true, true, false].into_iter().enumerate() {
         // The second half of each API's batches: what is left of the total.
@@ -196,7 +232,7 @@ async fn compare(server: &BenchServer, args: &SubmitArgs, batches: u64, tmp: std
         let (wall, lat, jobs) = if use_grpc {
             super::submit_grpc::drive(&server.url, args.batch_clients, n, args.batch).await?
         } else {
-            drive(std::slice::from_ref(&server.url), args.batch_clients, n, args.batch).await?
+            drive(&to, std::slice::from_ref(&server.url), args.batch_clients, n, args.batch).await?
         };
         let f = if use_grpc { &mut grpc } else { &mut rest };
         f.wall += wall;
