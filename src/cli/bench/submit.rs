@@ -41,22 +41,42 @@ fn item(i: u64) -> Value {
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}})
 }
 
-/// What the throughput clients send with: the HTTP client (with the servers' token, if they want
-/// one), the queue, and the prefix of their job sets (client `c` submits to `<prefix><c>`).
+/// What the throughput clients send with: their headers (the servers' token, when they want one),
+/// how long one request may take, the queue, and the prefix of their job sets (client `c`
+/// submits to `<prefix><c>`). Jobs sent to a cluster the bench did not start ask for a node label
+/// no node has: they are queued and counted, never run.
 pub(super) struct Sending {
-    pub http: reqwest::Client,
+    headers: reqwest::header::HeaderMap,
+    timeout: Option<Duration>,
     pub queue: String,
     pub job_set_prefix: String,
+    unrunnable: bool,
 }
 
+/// The node label the jobs sent to a cluster the bench did not start ask for (and no node has).
+pub(super) const UNRUNNABLE_LABEL: &str = "convoy-bench-never";
+
 impl Sending {
-    /// To the queue `bench` of a server this bench started (no token), job sets `client-<c>`.
-    pub(super) fn local() -> anyhow::Result<Sending> {
-        Sending::new("bench", "client-", None)
+    /// To the queue `bench` of a server this bench started (no token, no time limit), job sets
+    /// `client-<c>`.
+    pub(super) fn local() -> Sending {
+        Sending {
+            headers: reqwest::header::HeaderMap::new(),
+            timeout: None,
+            queue: "bench".into(),
+            job_set_prefix: "client-".into(),
+            unrunnable: false,
+        }
     }
 
-    /// To `queue`, with `token` as the bearer token of every request.
-    pub(super) fn new(queue: &str, job_set_prefix: &str, token: Option<&str>) -> anyhow::Result<Sending> {
+    /// To `queue` of servers the bench did not start, with `token` as every request's bearer
+    /// token and `timeout` as the longest a request may take.
+    pub(super) fn remote(
+        queue: &str,
+        job_set_prefix: &str,
+        token: Option<&str>,
+        timeout: Duration,
+    ) -> anyhow::Result<Sending> {
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(t) = token {
             let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
@@ -64,8 +84,37 @@ impl Sending {
             v.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, v);
         }
-        let http = reqwest::Client::builder().default_headers(headers).build()?;
-        Ok(Sending { http, queue: queue.to_string(), job_set_prefix: job_set_prefix.to_string() })
+        Ok(Sending {
+            headers,
+            timeout: Some(timeout),
+            queue: queue.to_string(),
+            job_set_prefix: job_set_prefix.to_string(),
+            unrunnable: true,
+        })
+    }
+
+    /// An HTTP client for `clients` concurrent clients.
+    pub(super) fn client(&self, clients: usize) -> anyhow::Result<reqwest::Client> {
+        let mut b = reqwest::Client::builder().pool_max_idle_per_host(clients).default_headers(self.headers.clone());
+        if let Some(t) = self.timeout {
+            b = b.timeout(t).connect_timeout(t.min(Duration::from_secs(5)));
+        }
+        Ok(b.build()?)
+    }
+
+    /// The body client `c` sends again and again: `per_request` jobs.
+    fn body(&self, c: usize, per_request: usize) -> Vec<u8> {
+        let jobs: Vec<Value> = (0..per_request as u64)
+            .map(|i| {
+                let mut job = item(i);
+                if self.unrunnable {
+                    job["pod_spec"]["nodeSelector"] = json!({UNRUNNABLE_LABEL: "true"});
+                }
+                job
+            })
+            .collect();
+        let body = json!({"queue": self.queue, "job_set": format!("{}{c}", self.job_set_prefix), "jobs": jobs});
+        serde_json::to_vec(&body).unwrap_or_default()
     }
 }
 
@@ -94,14 +143,16 @@ pub(super) async fn drive_each(
     per_request: usize,
 ) -> anyhow::Result<(Duration, Vec<Vec<Duration>>, u64)> {
     anyhow::ensure!(!urls.is_empty(), "no server to send to");
+    let http = to.client(clients)?;
+    // One body per client, built once and before the clock starts: the server is measured, not
+    // the client's JSON.
+    let bodies: Vec<Vec<u8>> = (0..clients).map(|c| to.body(c, per_request)).collect();
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (http, next, acked, url) = (to.http.clone(), next.clone(), acked.clone(), urls[c % urls.len()].clone());
-        // One body per client, built once: the server is measured, not the client's JSON.
-        let body = serde_json::to_vec(&json!({"queue": to.queue, "job_set": format!("{}{c}", to.job_set_prefix), "jobs": (0..per_request as u64).map(item).collect::<Vec<_>>()})).unwrap_or_default();
+    for (c, body) in bodies.into_iter().enumerate() {
+        let (http, next, acked, url) = (http.clone(), next.clone(), acked.clone(), urls[c % urls.len()].clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             loop {
@@ -159,7 +210,7 @@ pub(super) fn run(args: SubmitArgs) -> anyhow::Result<()> {
             return compare(&server, &args, batches, tmp).await;
         }
         let cpu0 = server.cpu_time();
-        let to = Sending::local()?;
+        let to = Sending::local();
         let (bwall, blat, bjobs) =
             drive(&to, std::slice::from_ref(&server.url), args.batch_clients, batches, args.batch).await?;
         let cpu1 = server.cpu_time();
@@ -223,7 +274,7 @@ impl Figures {
 #[cfg(feature = "grpc")]
 async fn compare(server: &BenchServer, args: &SubmitArgs, batches: u64, tmp: std::path::PathBuf) -> anyhow::Result<()> {
     let (mut rest, mut grpc) = (Figures::default(), Figures::default());
-    let to = Sending::local()?;
+    let to = Sending::local();
     let half = batches.div_ceil(2);
     for (i, use_grpc) in [false, true, true, false].into_iter().enumerate() {
         // The second half of each API's batches: what is left of the total.
