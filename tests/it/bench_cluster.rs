@@ -94,24 +94,31 @@ async fn a_running_cluster_is_measured_through_a_token_and_keeps_none_of_the_job
         let urls = urls.clone();
         tokio::task::spawn_blocking(move || bench_against(&urls, token, more))
     };
+    let measured = |token, more| {
+        let run = run(token, more);
+        async move { json_of(&run.await.expect("bench")) }
+    };
+    let refused = |token, more| {
+        let run = run(token, more);
+        async move {
+            let out = run.await.expect("bench");
+            assert!(!out.status.success(), "refused");
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        }
+    };
 
     // Without a token the cluster refuses: the bench says so at once instead of measuring refusals.
-    let refused = run(None, &["--batched-jobs", "200"]).await.expect("bench");
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success() && err.contains("401") && err.contains("--token"), "{err}");
+    let err = refused(None, &["--batched-jobs", "200"]).await;
+    assert!(err.contains("401") && err.contains("--token"), "{err}");
     // A submitter cannot make the queue.
-    let refused = run(Some(ALICE), &["--batched-jobs", "200", "--queue", "load"]).await.expect("bench");
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success() && err.contains("admin"), "{err}");
+    let err = refused(Some(ALICE), &["--batched-jobs", "200", "--queue", "load"]).await;
+    assert!(err.contains("admin"), "{err}");
 
-    let out = json_of(
-        &run(
-            Some(ADMIN),
-            &["--batched-jobs", "200", "--single-requests", "30", "--single-clients", "3", "--queue", "load"],
-        )
-        .await
-        .expect("bench"),
-    );
+    let out = measured(
+        Some(ADMIN),
+        &["--batched-jobs", "200", "--single-requests", "30", "--single-clients", "3", "--queue", "load"],
+    )
+    .await;
     assert_eq!(out["servers"], 3, "{out}");
     assert_eq!(out["queue"], "load", "{out}");
     assert_eq!((out["batched_jobs"].as_u64(), out["single_requests"].as_u64()), (Some(200), Some(30)), "{out}");
@@ -150,14 +157,11 @@ async fn a_running_cluster_is_measured_through_a_token_and_keeps_none_of_the_job
         .await
         .expect("POST");
     assert!(r.status().is_success(), "{}", r.status());
-    let out = json_of(
-        &run(
-            Some(ALICE),
-            &["--batched-jobs", "100", "--single-requests", "6", "--single-clients", "2", "--queue", "alices"],
-        )
-        .await
-        .expect("bench"),
-    );
+    let out = measured(
+        Some(ALICE),
+        &["--batched-jobs", "100", "--single-requests", "6", "--single-clients", "2", "--queue", "alices"],
+    )
+    .await;
     assert_eq!(out["cancelled"], 106, "{out}");
 }
 
