@@ -114,6 +114,12 @@ async fn leader(http: &reqwest::Client, members: &[Member]) -> anyhow::Result<u6
     Ok(leader_among(http, &running).await?.0)
 }
 
+/// The id of the server whose `GET /v1/cluster` answer this is, if it says it leads and serves.
+fn serving_leader_id(status: &Value) -> Option<u64> {
+    let id = status["id"].as_u64()?;
+    (status["serving"] == true && status["leader"].as_u64() == Some(id)).then_some(id)
+}
+
 /// Waits until every server of `urls` names the same leader, and that leader, one of them, says
 /// it serves; its id and URL.
 async fn leader_among(http: &reqwest::Client, urls: &[String]) -> anyhow::Result<(u64, String)> {
@@ -123,12 +129,8 @@ async fn leader_among(http: &reqwest::Client, urls: &[String]) -> anyhow::Result
         let mut serving = None;
         for url in urls {
             let st = status(http, url).await;
-            let leader = st.as_ref().and_then(|s| s["leader"].as_u64());
-            leaders.insert(leader);
-            if let (Some(s), Some(l)) = (&st, leader)
-                && s["serving"] == true
-                && s["id"].as_u64() == Some(l)
-            {
+            leaders.insert(st.as_ref().and_then(|s| s["leader"].as_u64()));
+            if let Some(l) = st.as_ref().and_then(serving_leader_id) {
                 serving = Some((l, url.clone()));
             }
         }

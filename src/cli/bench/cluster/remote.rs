@@ -3,7 +3,7 @@
 //! jobs ask for a node label no node has, so none runs, and its job sets are cancelled at the end
 //! through whichever server answers.
 
-use super::{ClusterArgs, SendTo, append_mean_ms, leader_among, ms, status, throughput};
+use super::{ClusterArgs, SendTo, append_mean_ms, leader_among, ms, serving_leader_id, status, throughput};
 use crate::cli::bench::submit::Sending;
 use anyhow::bail;
 use serde_json::{Value, json};
@@ -88,11 +88,7 @@ fn server_urls(given: &[String]) -> anyhow::Result<Vec<String>> {
 /// The leader as the servers name it now, if one that serves answers; no waiting.
 async fn serving_leader(http: &reqwest::Client, urls: &[String]) -> Option<(u64, String)> {
     for url in urls {
-        if let Some(s) = status(http, url).await
-            && s["serving"] == true
-            && let Some(id) = s["id"].as_u64()
-            && s["leader"].as_u64() == Some(id)
-        {
+        if let Some(id) = status(http, url).await.as_ref().and_then(serving_leader_id) {
             return Some((id, url.clone()));
         }
     }
